@@ -1,0 +1,131 @@
+//! The traits a backend implements: one per recipe, free of any store's
+//! vocabulary, so ZooKeeper, etcd and future stores (PostgreSQL advisory
+//! locks, a single Redis node) plug into the same front end.
+//!
+//! The contract every backend keeps:
+//!
+//! - `acquire`/`campaign` with a deadline: `Ok(None)` when the deadline
+//!   passed first, never an error for that; with no deadline they wait as
+//!   long as it takes. An acquisition that times out, fails or is abandoned
+//!   leaves nothing behind in the store.
+//! - What they return is *held*: its loss signal fires the moment the lease
+//!   may be gone.
+//! - `release` blocks until the store confirmed; `release_in_background`
+//!   never blocks (it is called from `Drop`) and retries on the backend's
+//!   runtime.
+
+use std::time::Instant;
+
+use crate::error::Result;
+use crate::fence::FencingToken;
+use crate::loss::LossSignal;
+
+/// Something held under a lease: a lock, a permit, a leadership.
+pub trait HeldLease: Send + 'static {
+    /// Fires when the lease may be gone.
+    fn loss_signal(&self) -> &LossSignal;
+
+    /// Where it lives in the store: the lock node's path or the key.
+    fn holder(&self) -> &str;
+
+    /// Give it up and wait until the store confirmed.
+    ///
+    /// # Errors
+    ///
+    /// A backend error if the store could not be reached; the lease bounds
+    /// how long the leftover blocks others.
+    fn release(self) -> Result<()>
+    where
+        Self: Sized;
+
+    /// Give it up without blocking: hand the release to the runtime, which
+    /// retries it while the session lives.
+    fn release_in_background(self)
+    where
+        Self: Sized;
+}
+
+/// A held lease that carries a fencing token ordered across holders.
+pub trait FencedLease: HeldLease {
+    /// The fencing token of this holding.
+    fn token(&self) -> FencingToken;
+}
+
+/// A held leadership: fenced, and able to publish a value.
+pub trait LeadershipLease: FencedLease {
+    /// Publish a new value while leader (observers see it).
+    ///
+    /// # Errors
+    ///
+    /// [`Error::NotHeld`](crate::Error::NotHeld) or
+    /// [`Error::LeaseLost`](crate::Error::LeaseLost) if leadership is gone.
+    fn proclaim(&self, value: &[u8]) -> Result<()>;
+}
+
+/// A distributed mutex.
+pub trait MutexBackend: Send + Sync + 'static {
+    /// What a successful acquisition holds.
+    type Lease: FencedLease;
+
+    /// The lock's name (path or key prefix).
+    fn name(&self) -> &str;
+
+    /// Acquire, waiting until `deadline` (`None`: as long as it takes).
+    ///
+    /// # Errors
+    ///
+    /// Backend errors; `Ok(None)` when the deadline passed first.
+    fn acquire(&self, deadline: Option<Instant>) -> Result<Option<Self::Lease>>;
+}
+
+/// A distributed counting semaphore.
+pub trait SemaphoreBackend: Send + Sync + 'static {
+    /// What a successful acquisition holds.
+    type Permit: HeldLease;
+
+    /// The semaphore's name (path or key prefix).
+    fn name(&self) -> &str;
+
+    /// How many permits exist.
+    fn permits(&self) -> u32;
+
+    /// Acquire one permit, waiting until `deadline`.
+    ///
+    /// # Errors
+    ///
+    /// Backend errors; `Ok(None)` when the deadline passed first.
+    fn acquire(&self, deadline: Option<Instant>) -> Result<Option<Self::Permit>>;
+}
+
+/// The current leader as observers see it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct LeaderInfo {
+    /// Where the leader's entry lives (node path or key).
+    pub holder: String,
+    /// The value the leader published (its participant id by default).
+    pub value: Vec<u8>,
+}
+
+/// A leader election.
+pub trait ElectionBackend: Send + Sync + 'static {
+    /// What a won campaign holds.
+    type Leadership: LeadershipLease;
+
+    /// The election's name (path or key prefix).
+    fn name(&self) -> &str;
+
+    /// Campaign with `value` until leader or `deadline`.
+    ///
+    /// # Errors
+    ///
+    /// Backend errors; `Ok(None)` when the deadline passed first.
+    fn campaign(&self, value: &[u8], deadline: Option<Instant>)
+        -> Result<Option<Self::Leadership>>;
+
+    /// The current leader, if any.
+    ///
+    /// # Errors
+    ///
+    /// Backend errors.
+    fn leader(&self) -> Result<Option<LeaderInfo>>;
+}

@@ -1,0 +1,76 @@
+//! What every guard shares: the held lease, its loss signal, release on
+//! drop without blocking.
+
+use std::time::{Duration, Instant};
+
+use crate::backend::HeldLease;
+use crate::clock::BootInstant;
+use crate::error::{Error, Result};
+use crate::loss::LossSignal;
+
+/// The held lease inside a guard; gone only after release.
+#[derive(Debug)]
+pub(crate) struct Hold<L: HeldLease> {
+    lease: Option<L>,
+    signal: LossSignal,
+}
+
+impl<L: HeldLease> Hold<L> {
+    pub(crate) fn new(lease: L) -> Hold<L> {
+        let signal = lease.loss_signal().clone();
+        Hold {
+            lease: Some(lease),
+            signal,
+        }
+    }
+
+    pub(crate) fn lease(&self) -> &L {
+        self.lease
+            .as_ref()
+            .expect("a guard's lease is present until the guard is released or dropped")
+    }
+
+    pub(crate) fn lost(&self) -> &LossSignal {
+        &self.signal
+    }
+
+    pub(crate) fn check(&self) -> Result<()> {
+        match self.signal.reason() {
+            Some(reason) => Err(Error::LeaseLost { reason }),
+            None => Ok(()),
+        }
+    }
+
+    pub(crate) fn valid_until(&self) -> Option<BootInstant> {
+        self.signal.valid_until()
+    }
+
+    pub(crate) fn release(mut self) -> Result<()> {
+        match self.lease.take() {
+            Some(l) => l.release(),
+            None => Ok(()),
+        }
+    }
+}
+
+impl<L: HeldLease> Drop for Hold<L> {
+    fn drop(&mut self) {
+        if let Some(l) = self.lease.take() {
+            l.release_in_background();
+        }
+    }
+}
+
+/// The deadline `d` from now; `None` (wait forever) if it does not fit.
+pub(crate) fn deadline_after(d: Duration) -> Option<Instant> {
+    Instant::now().checked_add(d)
+}
+
+/// A backend answered an unbounded acquisition with "timed out".
+pub(crate) fn unbounded_wait_ended(what: &str) -> Error {
+    Error::Backend {
+        message: format!("{what} without a deadline returned without acquiring"),
+        retryable: true,
+        source: None,
+    }
+}

@@ -1,0 +1,358 @@
+//! A session's lease: its local deadline, the thread that fires loss when the
+//! deadline passes, and the loss policy.
+
+use std::fmt;
+use std::sync::Arc;
+use std::thread::JoinHandle;
+use std::time::Duration;
+
+use parking_lot::{Condvar, Mutex};
+
+use crate::clock::{BootInstant, SharedClock};
+use crate::deadline::DeadlineTracker;
+use crate::error::{Error, Result};
+use crate::loss::{LossReason, LossSignal, LossTrigger};
+
+/// What a dropped connection means for the locks a session holds.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum LossPolicy {
+    /// Ride out disconnects shorter than the lease deadline: a lock is lost
+    /// only when the deadline passes without an acknowledgement, or the
+    /// server says it is gone. A ZooKeeper leader election disconnects every
+    /// client for a fraction of a second; this keeps the fleet's locks.
+    #[default]
+    Deadline,
+    /// Any disconnect is loss (Curator's standard connection-state policy).
+    OnDisconnect,
+}
+
+/// Internal state shared by a [`SessionLease`], its deadline thread and every
+/// loss signal derived from it.
+pub(crate) struct LeaseClock {
+    clock: SharedClock,
+    state: Mutex<LeaseState>,
+    wake: Condvar,
+}
+
+struct LeaseState {
+    tracker: DeadlineTracker,
+    stopped: bool,
+}
+
+impl LeaseClock {
+    pub(crate) fn now(&self) -> BootInstant {
+        self.clock.now()
+    }
+
+    pub(crate) fn valid_until(&self) -> Option<BootInstant> {
+        self.state.lock().tracker.valid_until()
+    }
+
+    pub(crate) fn expired(&self) -> bool {
+        let now = self.clock.now();
+        self.state.lock().tracker.expired_at(now)
+    }
+}
+
+/// The deadline thread re-reads the clock at least this often, so a host
+/// suspend (which stops std's monotonic timers but not the boot clock)
+/// delays the signal by no more than this.
+const MAX_NAP: Duration = Duration::from_millis(100);
+
+/// One epoch of a session's validity: fed acknowledgements, it keeps the
+/// local lease deadline and fires its loss signal when the deadline passes.
+///
+/// A small dedicated thread does the firing, never the runtime worker: a
+/// busy or stalled runtime must not delay a loss. Once fired, an epoch stays
+/// lost; a backend that carries on starts a new `SessionLease` (and new lock
+/// nodes or keys) — it never regains a lease on old ones.
+pub struct SessionLease {
+    shared: Arc<LeaseClock>,
+    trigger: LossTrigger,
+    thread: Option<JoinHandle<()>>,
+}
+
+impl SessionLease {
+    /// Start an epoch whose signal is a child of `parent` (so closing the
+    /// client fires it), reading `clock`, with `slack` on top of the
+    /// clock-drift margin.
+    ///
+    /// # Errors
+    ///
+    /// [`Error::Backend`] if the deadline thread cannot be spawned.
+    pub fn start(
+        name: &str,
+        parent: &LossTrigger,
+        clock: SharedClock,
+        slack: Duration,
+    ) -> Result<SessionLease> {
+        let shared = Arc::new(LeaseClock {
+            clock,
+            state: Mutex::new(LeaseState {
+                tracker: DeadlineTracker::new(slack),
+                stopped: false,
+            }),
+            wake: Condvar::new(),
+        });
+        let trigger = LossTrigger::with_lease(parent, shared.clone());
+        let thread = {
+            let (shared, trigger) = (shared.clone(), trigger.clone());
+            std::thread::Builder::new()
+                .name(format!("recipes-deadline-{name}"))
+                .spawn(move || deadline_thread(&shared, &trigger))
+                .map_err(|e| Error::backend("cannot spawn the lease deadline thread", false, e))?
+        };
+        Ok(SessionLease {
+            shared,
+            trigger,
+            thread: Some(thread),
+        })
+    }
+
+    /// Record that the request sent at `sent_at` was acknowledged with a
+    /// lease of `granted`; see [`DeadlineTracker::acknowledged`]. Ignored
+    /// once the epoch is lost.
+    pub fn acknowledged(&self, sent_at: BootInstant, granted: Duration) -> bool {
+        if self.trigger.is_fired() || self.shared.expired() {
+            return false;
+        }
+        let updated = self
+            .shared
+            .state
+            .lock()
+            .tracker
+            .acknowledged(sent_at, granted);
+        self.shared.wake.notify_all();
+        updated
+    }
+
+    /// The local lease deadline.
+    pub fn valid_until(&self) -> Option<BootInstant> {
+        self.shared.valid_until()
+    }
+
+    /// The lease length granted by the newest acknowledgement.
+    pub fn granted(&self) -> Option<Duration> {
+        self.shared.state.lock().tracker.granted()
+    }
+
+    /// Send time of the newest acknowledged request.
+    pub fn last_acknowledged_send(&self) -> Option<BootInstant> {
+        self.shared.state.lock().tracker.last_acknowledged_send()
+    }
+
+    /// The clock this lease reads.
+    pub fn now(&self) -> BootInstant {
+        self.shared.now()
+    }
+
+    /// Fire the loss signal now (the server said the lease is gone).
+    pub fn fire(&self, reason: LossReason) -> bool {
+        self.trigger.fire(reason)
+    }
+
+    /// Whether this epoch is lost (fired, or past its deadline).
+    pub fn is_lost(&self) -> bool {
+        self.trigger.signal().is_lost()
+    }
+
+    /// The epoch's loss signal.
+    pub fn signal(&self) -> LossSignal {
+        self.trigger.signal()
+    }
+
+    /// The epoch's trigger, to derive per-guard triggers with
+    /// [`LossTrigger::child`].
+    pub fn trigger(&self) -> &LossTrigger {
+        &self.trigger
+    }
+
+    /// Make the deadline thread read the clock now (for clocks that jump,
+    /// such as [`ManualClock`](crate::ManualClock)).
+    pub fn recheck(&self) {
+        self.shared.wake.notify_all();
+    }
+}
+
+fn deadline_thread(shared: &LeaseClock, trigger: &LossTrigger) {
+    log::trace!("lease deadline thread started");
+    let mut st = shared.state.lock();
+    loop {
+        if st.stopped || trigger.is_fired() {
+            break;
+        }
+        let now = shared.clock.now();
+        match st.tracker.valid_until() {
+            Some(v) if now >= v => {
+                drop(st);
+                trigger.fire(LossReason::DeadlineExpired);
+                break;
+            }
+            Some(v) => {
+                let nap = (v - now).min(MAX_NAP);
+                shared.wake.wait_for(&mut st, nap);
+            }
+            None => {
+                shared.wake.wait_for(&mut st, MAX_NAP);
+            }
+        }
+    }
+    log::trace!("lease deadline thread stopped");
+}
+
+impl Drop for SessionLease {
+    fn drop(&mut self) {
+        self.shared.state.lock().stopped = true;
+        self.shared.wake.notify_all();
+        self.trigger.fire(LossReason::Closed);
+        if let Some(t) = self.thread.take() {
+            let _ = t.join();
+        }
+    }
+}
+
+impl fmt::Debug for SessionLease {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("SessionLease")
+            .field("valid_until", &self.valid_until())
+            .field("lost", &self.trigger.signal().reason())
+            .finish()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::clock::{system_clock, Clock, ManualClock};
+
+    fn at(ms: u64) -> BootInstant {
+        BootInstant::from_since_boot(Duration::from_millis(ms))
+    }
+
+    #[test]
+    fn the_deadline_thread_fires_when_valid_until_passes() {
+        let root = LossTrigger::root();
+        let lease = SessionLease::start("t", &root, system_clock(), Duration::ZERO).unwrap();
+        let sent = BootInstant::now();
+        lease.acknowledged(sent, Duration::from_millis(300));
+        let sig = lease.signal();
+        assert!(!sig.is_lost());
+        // Wait on the channel alone: the thread must fire it.
+        let fired = sig.receiver().recv_timeout(Duration::from_secs(5));
+        assert!(fired.is_err(), "disconnected = fired");
+        let lost_at = BootInstant::now();
+        assert_eq!(sig.reason(), Some(LossReason::DeadlineExpired));
+        // Never before the deadline (a lower bound: not scaled).
+        assert!(
+            lost_at >= sent + Duration::from_millis(299),
+            "{lost_at:?} vs {sent:?}"
+        );
+        assert!(
+            !root.is_fired(),
+            "a session's loss does not close the client"
+        );
+    }
+
+    #[test]
+    fn acknowledgements_push_the_deadline_and_late_ones_are_ignored() {
+        let clock = ManualClock::new(at(1000));
+        let root = LossTrigger::root();
+        let lease = SessionLease::start("t", &root, clock.clone(), Duration::ZERO).unwrap();
+        assert!(lease.acknowledged(at(1000), Duration::from_secs(2)));
+        clock.advance(Duration::from_millis(1500));
+        assert!(lease.acknowledged(at(2400), Duration::from_secs(2)));
+        assert!(!lease.acknowledged(at(2000), Duration::from_secs(2)));
+        assert_eq!(lease.valid_until(), Some(at(4398)));
+        clock.advance(Duration::from_millis(1800)); // now 4300
+        assert!(!lease.is_lost());
+        clock.advance(Duration::from_millis(100)); // now 4400
+        assert!(lease.is_lost());
+    }
+
+    #[test]
+    fn a_paused_thread_sees_loss_before_the_deadline_thread_runs() {
+        // Simulate a process pause: the clock jumps past the deadline and the
+        // user's thread reads the signal before any deadline thread has run.
+        // Here no deadline thread exists at all, so only the clock read in
+        // `is_lost` can report the loss.
+        let clock = ManualClock::new(at(0));
+        let shared = Arc::new(LeaseClock {
+            clock: clock.clone(),
+            state: Mutex::new(LeaseState {
+                tracker: DeadlineTracker::new(Duration::ZERO),
+                stopped: false,
+            }),
+            wake: Condvar::new(),
+        });
+        let session = LossTrigger::with_lease(&LossTrigger::root(), shared.clone());
+        shared
+            .state
+            .lock()
+            .tracker
+            .acknowledged(at(0), Duration::from_secs(10));
+        let guard = session.child().signal();
+        assert!(!guard.is_lost());
+        clock.advance(Duration::from_secs(11));
+        assert!(!session.is_fired(), "nothing fired the signal");
+        assert!(guard.is_lost());
+        assert_eq!(guard.reason(), Some(LossReason::DeadlineExpired));
+        assert_eq!(
+            guard.wait_timeout(Duration::ZERO),
+            Some(LossReason::DeadlineExpired)
+        );
+    }
+
+    #[test]
+    fn a_stalled_clock_read_before_sending_only_makes_us_more_careful() {
+        // The heartbeat thread read the send time, then stalled 3 s before the
+        // request left. The deadline is anchored at the early reading: the
+        // server's timer restarted later than we assume, never earlier.
+        let clock = ManualClock::new(at(10_000));
+        let lease =
+            SessionLease::start("t", &LossTrigger::root(), clock.clone(), Duration::ZERO).unwrap();
+        let sent_at = clock.now();
+        clock.advance(Duration::from_secs(3)); // the stall
+        lease.acknowledged(sent_at, Duration::from_secs(5));
+        assert_eq!(lease.valid_until(), Some(at(14_995)));
+        clock.advance(Duration::from_millis(1995));
+        assert!(
+            lease.is_lost(),
+            "lost 5 s after the early reading, not after the send"
+        );
+    }
+
+    #[test]
+    fn an_epoch_once_lost_stays_lost() {
+        let clock = ManualClock::new(at(0));
+        let lease =
+            SessionLease::start("t", &LossTrigger::root(), clock.clone(), Duration::ZERO).unwrap();
+        lease.acknowledged(at(0), Duration::from_secs(1));
+        clock.advance(Duration::from_secs(2));
+        assert!(lease.is_lost());
+        assert!(!lease.acknowledged(clock.now(), Duration::from_secs(10)));
+        assert!(lease.is_lost());
+    }
+
+    #[test]
+    fn closing_the_parent_fires_the_session_and_its_guards() {
+        let root = LossTrigger::root();
+        let lease = SessionLease::start("t", &root, system_clock(), Duration::ZERO).unwrap();
+        lease.acknowledged(BootInstant::now(), Duration::from_secs(60));
+        let guard = lease.trigger().child().signal();
+        root.fire(LossReason::Closed);
+        assert_eq!(
+            guard.wait_timeout(Duration::from_secs(5)),
+            Some(LossReason::Closed)
+        );
+        assert!(guard.valid_until().unwrap() <= BootInstant::now());
+    }
+
+    #[test]
+    fn dropping_the_lease_stops_its_thread_and_fires_closed() {
+        let lease =
+            SessionLease::start("t", &LossTrigger::root(), system_clock(), Duration::ZERO).unwrap();
+        let sig = lease.signal();
+        drop(lease);
+        assert_eq!(sig.reason(), Some(LossReason::Closed));
+    }
+}

@@ -1,0 +1,76 @@
+//! # recipes-core
+//!
+//! What every backend of the `recipes` coordination library shares: the
+//! guards, fencing tokens, the lease deadline and loss signal, errors, the
+//! backend traits and the runtime bridge that puts async client crates
+//! behind a blocking API.
+//!
+//! ## A lock is a lease
+//!
+//! A distributed lock can expire while its holder still runs: a long pause
+//! (garbage collection, swapping, a stopped VM), a partition, a stalled
+//! keep-alive. Then a second holder runs. Nothing here pretends otherwise.
+//! Every guard therefore offers:
+//!
+//! - a [`FencingToken`] that strictly increases across holders, for the
+//!   protected resource to refuse stale writers ([`FenceGate`] is the
+//!   in-memory check; backends add writes fenced inside the store);
+//! - a [`LossSignal`] that fires the moment the lease **may** be gone,
+//!   computed conservatively from the send time of the last acknowledged
+//!   request ([`DeadlineTracker`]) on a clock that counts while the host
+//!   sleeps ([`BootInstant`]);
+//! - [`valid_until`](MutexGuard::valid_until), the local estimate of the
+//!   lease's end, always earlier than the server's.
+//!
+//! ## What is guaranteed
+//!
+//! - While the loss signal has not fired, the server has not given the lease
+//!   away, provided the host's clock rate is within 500 ppm of the server's
+//!   and no process pause happens between reading
+//!   [`is_lost`](LossSignal::is_lost) and acting. A pause right after the
+//!   check is exactly what fencing is for.
+//! - Fencing tokens from one lock or election strictly increase in the order
+//!   holders acquired it, as long as the store's data is not restored from
+//!   an older snapshot or wiped.
+//!
+//! ## Implementation
+//!
+//! Each client owns a [`Runtime`]: one tokio runtime on one named thread
+//! that keeps sessions, heartbeats and watches running at all times. Blocking
+//! calls hand a future to that thread and wait on a crossbeam channel with a
+//! deadline. Drop of a guard never blocks: the release is handed to the
+//! runtime. Loss is fired by a small per-session deadline thread, never by
+//! the runtime worker.
+
+#![warn(missing_docs)]
+#![deny(missing_debug_implementations)]
+
+mod backend;
+mod clock;
+mod deadline;
+mod election;
+mod error;
+mod fence;
+mod guard;
+mod lease;
+mod loss;
+mod mutex;
+mod runtime;
+mod semaphore;
+#[cfg(test)]
+mod test_backend;
+
+pub use backend::{
+    ElectionBackend, FencedLease, HeldLease, LeaderInfo, LeadershipLease, MutexBackend,
+    SemaphoreBackend,
+};
+pub use clock::{system_clock, BootInstant, Clock, ManualClock, SharedClock, SystemClock};
+pub use deadline::{margin, DeadlineTracker, CLOCK_DRIFT_PPM, DEFAULT_SLACK};
+pub use election::{Election, Leadership};
+pub use error::{BackendSource, Error, Result};
+pub use fence::{FenceGate, FencingToken};
+pub use lease::{LossPolicy, SessionLease};
+pub use loss::{LossReason, LossSignal, LossTrigger};
+pub use mutex::{Mutex, MutexGuard};
+pub use runtime::{Runtime, DEFAULT_SHUTDOWN_GRACE};
+pub use semaphore::{Semaphore, SemaphorePermit};

@@ -1,0 +1,364 @@
+//! The loss signal: fires the moment a lease may be gone.
+
+use std::fmt;
+use std::sync::{Arc, Weak};
+use std::time::{Duration, Instant};
+
+use crossbeam_channel::{Receiver, Sender};
+use parking_lot::Mutex;
+
+use crate::clock::BootInstant;
+use crate::lease::LeaseClock;
+
+/// Why a lease is considered lost.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+#[non_exhaustive]
+pub enum LossReason {
+    /// The local lease deadline passed without a fresh acknowledgement from
+    /// the server: the server may already have given the lease away.
+    DeadlineExpired,
+    /// The server expired the session.
+    SessionExpired,
+    /// Our lock node or key was deleted (by an administrator, a revoked
+    /// lease, or a cleanup).
+    Deleted,
+    /// The server revoked the lease, or a keep-alive reported it gone.
+    Revoked,
+    /// The connection dropped and the loss policy treats that as loss.
+    Disconnected,
+    /// The lease was released by its holder.
+    Released,
+    /// The client was closed or its runtime thread is gone.
+    Closed,
+}
+
+impl fmt::Display for LossReason {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(match self {
+            LossReason::DeadlineExpired => {
+                "the lease deadline passed without an acknowledgement from the server"
+            }
+            LossReason::SessionExpired => "the session expired on the server",
+            LossReason::Deleted => "our lock node or key was deleted",
+            LossReason::Revoked => "the lease was revoked",
+            LossReason::Disconnected => "the connection dropped (loss policy: on disconnect)",
+            LossReason::Released => "the lease was released",
+            LossReason::Closed => "the client was closed",
+        })
+    }
+}
+
+struct SignalState {
+    reason: Option<LossReason>,
+    fired_at: Option<BootInstant>,
+    // Dropped when the signal fires: every receiver sees a disconnect.
+    tx: Option<Sender<()>>,
+    children: Vec<Weak<SignalInner>>,
+}
+
+struct SignalInner {
+    state: Mutex<SignalState>,
+    rx: Receiver<()>,
+    lease: Option<Arc<LeaseClock>>,
+}
+
+impl SignalInner {
+    fn new(lease: Option<Arc<LeaseClock>>) -> Arc<SignalInner> {
+        let (tx, rx) = crossbeam_channel::bounded(0);
+        Arc::new(SignalInner {
+            state: Mutex::new(SignalState {
+                reason: None,
+                fired_at: None,
+                tx: Some(tx),
+                children: Vec::new(),
+            }),
+            rx,
+            lease,
+        })
+    }
+
+    fn fire(&self, reason: LossReason) -> bool {
+        let (tx, children) = {
+            let mut st = self.state.lock();
+            if st.reason.is_some() {
+                return false;
+            }
+            st.reason = Some(reason);
+            st.fired_at = Some(self.now());
+            (st.tx.take(), std::mem::take(&mut st.children))
+        };
+        drop(tx);
+        for child in children.iter().filter_map(Weak::upgrade) {
+            child.fire(reason);
+        }
+        true
+    }
+
+    fn now(&self) -> BootInstant {
+        match &self.lease {
+            Some(l) => l.now(),
+            None => BootInstant::now(),
+        }
+    }
+
+    fn reason(&self) -> Option<LossReason> {
+        if let Some(r) = self.state.lock().reason {
+            return Some(r);
+        }
+        // The deadline thread may not have run yet (after a process pause the
+        // user's thread can run first): read the clock ourselves.
+        match &self.lease {
+            Some(l) if l.expired() => Some(LossReason::DeadlineExpired),
+            _ => None,
+        }
+    }
+}
+
+/// Fires once when a lease may be gone; every clone sees it.
+///
+/// It fires when any of these happens: the local lease deadline passes, the
+/// session expires, our node or key is deleted, the lease is revoked, the
+/// connection drops under [`LossPolicy::OnDisconnect`](crate::LossPolicy),
+/// the lease is released, or the client closes.
+///
+/// Use it three ways: poll [`is_lost`](LossSignal::is_lost) (it reads the
+/// clock itself, so it is never stale after a pause), block in
+/// [`wait_timeout`](LossSignal::wait_timeout), or put
+/// [`receiver`](LossSignal::receiver) in a `crossbeam_channel::select!` —
+/// the receiver disconnects when the signal fires.
+///
+/// # Examples
+///
+/// ```no_run
+/// # fn demo(lost: recipes_core::LossSignal, work: crossbeam_channel::Receiver<u32>) {
+/// use crossbeam_channel::select;
+/// loop {
+///     select! {
+///         recv(lost.receiver()) -> _ => {
+///             eprintln!("stop: {}", lost.reason().unwrap());
+///             break;
+///         }
+///         recv(work) -> item => { let _ = item; /* fenced work */ }
+///     }
+/// }
+/// # }
+/// ```
+#[derive(Clone)]
+pub struct LossSignal {
+    inner: Arc<SignalInner>,
+}
+
+impl LossSignal {
+    /// Whether the lease may be gone. Reads the clock, so a thread that runs
+    /// first after a process pause never sees a stale "held".
+    pub fn is_lost(&self) -> bool {
+        self.inner.reason().is_some()
+    }
+
+    /// Why the lease is lost, or `None` while it is held.
+    pub fn reason(&self) -> Option<LossReason> {
+        self.inner.reason()
+    }
+
+    /// Until when the lease may be assumed held: the local lease deadline,
+    /// or the moment the signal fired if that was earlier. `None` when no
+    /// deadline is known yet and the signal has not fired.
+    pub fn valid_until(&self) -> Option<BootInstant> {
+        let fired_at = self.inner.state.lock().fired_at;
+        let deadline = self.inner.lease.as_ref().and_then(|l| l.valid_until());
+        match (fired_at, deadline) {
+            (Some(a), Some(b)) => Some(a.min(b)),
+            (a, b) => a.or(b),
+        }
+    }
+
+    /// A receiver that disconnects when the signal fires; no message is ever
+    /// sent on it. For `crossbeam_channel::select!`.
+    pub fn receiver(&self) -> &Receiver<()> {
+        &self.inner.rx
+    }
+
+    /// Block until the signal fires or `timeout` passes; the reason, or
+    /// `None` if the lease is still held.
+    pub fn wait_timeout(&self, timeout: Duration) -> Option<LossReason> {
+        self.wait_until(Instant::now() + timeout)
+    }
+
+    /// Block until the signal fires or `deadline` passes.
+    pub fn wait_until(&self, deadline: Instant) -> Option<LossReason> {
+        loop {
+            if let Some(r) = self.reason() {
+                return Some(r);
+            }
+            let now = Instant::now();
+            if now >= deadline {
+                return None;
+            }
+            // Wake at the lease deadline too, in case the deadline thread is
+            // late; the loop then reads the clock.
+            let mut until = deadline;
+            if let Some(v) = self.inner.lease.as_ref().and_then(|l| l.valid_until()) {
+                until = until.min(v.to_instant().max(now + Duration::from_millis(1)));
+            }
+            // Nothing is ever sent: this returns on disconnect (fired) or at
+            // `until`; either way the loop re-reads the state.
+            let _ = self.inner.rx.recv_deadline(until);
+        }
+    }
+
+    /// Block until the signal fires.
+    pub fn wait(&self) -> LossReason {
+        loop {
+            if let Some(r) = self.wait_timeout(Duration::from_secs(3600)) {
+                return r;
+            }
+        }
+    }
+}
+
+impl fmt::Debug for LossSignal {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("LossSignal")
+            .field("reason", &self.reason())
+            .field("valid_until", &self.valid_until())
+            .finish()
+    }
+}
+
+/// The firing side of a [`LossSignal`], held by backends.
+///
+/// Triggers form a tree: a child fires when its parent fires (client →
+/// session → guard), and may also fire on its own (our node was deleted).
+#[derive(Clone)]
+pub struct LossTrigger {
+    inner: Arc<SignalInner>,
+}
+
+impl LossTrigger {
+    /// A trigger with no lease deadline and no parent.
+    pub fn root() -> LossTrigger {
+        LossTrigger {
+            inner: SignalInner::new(None),
+        }
+    }
+
+    pub(crate) fn with_lease(parent: &LossTrigger, lease: Arc<LeaseClock>) -> LossTrigger {
+        parent.attach(SignalInner::new(Some(lease)))
+    }
+
+    /// A child trigger: shares this one's lease deadline, fires when this
+    /// one fires (at once if it already has).
+    pub fn child(&self) -> LossTrigger {
+        self.attach(SignalInner::new(self.inner.lease.clone()))
+    }
+
+    fn attach(&self, child: Arc<SignalInner>) -> LossTrigger {
+        let fired = {
+            let mut st = self.inner.state.lock();
+            match st.reason {
+                Some(r) => Some(r),
+                None => {
+                    st.children.retain(|w| w.strong_count() > 0);
+                    st.children.push(Arc::downgrade(&child));
+                    None
+                }
+            }
+        };
+        if let Some(r) = fired {
+            child.fire(r);
+        }
+        LossTrigger { inner: child }
+    }
+
+    /// Fire the signal (and every child) with `reason`. Only the first call
+    /// counts; returns whether this call fired it.
+    pub fn fire(&self, reason: LossReason) -> bool {
+        let fired = self.inner.fire(reason);
+        if fired {
+            log::debug!("loss signal fired: {reason}");
+        }
+        fired
+    }
+
+    /// Whether the signal has been fired explicitly (the clock is not read).
+    pub fn is_fired(&self) -> bool {
+        self.inner.state.lock().reason.is_some()
+    }
+
+    /// The observing side.
+    pub fn signal(&self) -> LossSignal {
+        LossSignal {
+            inner: self.inner.clone(),
+        }
+    }
+}
+
+impl fmt::Debug for LossTrigger {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("LossTrigger")
+            .field("fired", &self.inner.state.lock().reason)
+            .finish()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crossbeam_channel::select;
+
+    #[test]
+    fn fires_once_and_every_clone_sees_it() {
+        let t = LossTrigger::root();
+        let (a, b) = (t.signal(), t.signal().clone());
+        assert!(!a.is_lost());
+        assert_eq!(a.wait_timeout(Duration::from_millis(10)), None);
+        assert!(t.fire(LossReason::Deleted));
+        assert!(!t.fire(LossReason::Closed), "only the first fire counts");
+        for s in [&a, &b] {
+            assert!(s.is_lost());
+            assert_eq!(s.reason(), Some(LossReason::Deleted));
+            assert_eq!(s.wait_timeout(Duration::ZERO), Some(LossReason::Deleted));
+        }
+        assert!(a.valid_until().is_some(), "fired_at bounds validity");
+    }
+
+    #[test]
+    fn usable_in_select_and_wakes_a_blocked_thread() {
+        let t = LossTrigger::root();
+        let s = t.signal();
+        let waiter = std::thread::spawn(move || {
+            let never = crossbeam_channel::never::<u8>();
+            select! {
+                recv(s.receiver()) -> msg => { assert!(msg.is_err()); s.reason() }
+                recv(never) -> _ => unreachable!(),
+            }
+        });
+        t.fire(LossReason::Revoked);
+        assert_eq!(waiter.join().unwrap(), Some(LossReason::Revoked));
+    }
+
+    #[test]
+    fn children_fire_with_their_parent_and_alone() {
+        let root = LossTrigger::root();
+        let a = root.child();
+        let b = root.child();
+        let a1 = a.child();
+        assert!(a.fire(LossReason::Deleted));
+        assert!(a1.signal().is_lost() && !b.signal().is_lost() && !root.signal().is_lost());
+        root.fire(LossReason::Closed);
+        assert_eq!(b.signal().reason(), Some(LossReason::Closed));
+        assert_eq!(a.signal().reason(), Some(LossReason::Deleted));
+        // A child of a fired trigger is born fired.
+        let late = root.child();
+        assert_eq!(late.signal().reason(), Some(LossReason::Closed));
+    }
+
+    #[test]
+    fn dropped_children_are_pruned() {
+        let root = LossTrigger::root();
+        for _ in 0..1000 {
+            let _ = root.child();
+        }
+        assert!(root.inner.state.lock().children.len() <= 1);
+    }
+}

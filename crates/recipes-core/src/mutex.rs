@@ -1,0 +1,176 @@
+//! The distributed mutex front end and its guard.
+
+use std::fmt;
+use std::time::{Duration, Instant};
+
+use crate::backend::{FencedLease, MutexBackend};
+use crate::clock::BootInstant;
+use crate::error::Result;
+use crate::fence::FencingToken;
+use crate::guard::{deadline_after, unbounded_wait_ended, Hold};
+use crate::loss::LossSignal;
+
+/// A mutex shared by processes on many machines.
+///
+/// Holding it is a **lease**: it can be lost while the holder still runs (a
+/// long pause, a partition). The guard's [`token`](MutexGuard::token) lets
+/// the protected resource refuse a stale holder, and its
+/// [`lost`](MutexGuard::lost) signal says when to stop. Not reentrant: a
+/// second `lock` from the same process waits like any other contender.
+///
+/// Generic over a [`MutexBackend`]; backends export it under their own name
+/// (`recipes_zk::InterProcessMutex`, `recipes_etcd::Mutex`).
+pub struct Mutex<B: MutexBackend> {
+    backend: B,
+}
+
+impl<B: MutexBackend> Mutex<B> {
+    /// A mutex over `backend`.
+    pub fn from_backend(backend: B) -> Mutex<B> {
+        Mutex { backend }
+    }
+
+    /// The lock's name.
+    pub fn name(&self) -> &str {
+        self.backend.name()
+    }
+
+    /// The backend.
+    pub fn backend(&self) -> &B {
+        &self.backend
+    }
+
+    /// Acquire, waiting as long as it takes.
+    ///
+    /// # Errors
+    ///
+    /// Backend errors (connection, session expiry, closed client). Nothing is
+    /// left in the store when it fails.
+    pub fn lock(&self) -> Result<MutexGuard<B::Lease>> {
+        self.backend
+            .acquire(None)?
+            .map(MutexGuard::new)
+            .ok_or_else(|| unbounded_wait_ended("lock"))
+    }
+
+    /// Acquire only if the lock is free now.
+    ///
+    /// # Errors
+    ///
+    /// As for [`lock`](Mutex::lock); `Ok(None)` when the lock is held.
+    pub fn try_lock(&self) -> Result<Option<MutexGuard<B::Lease>>> {
+        self.try_lock_until(Instant::now())
+    }
+
+    /// Acquire, waiting at most `timeout`.
+    ///
+    /// # Errors
+    ///
+    /// As for [`lock`](Mutex::lock); `Ok(None)` when `timeout` passed first.
+    pub fn try_lock_for(&self, timeout: Duration) -> Result<Option<MutexGuard<B::Lease>>> {
+        Ok(self
+            .backend
+            .acquire(deadline_after(timeout))?
+            .map(MutexGuard::new))
+    }
+
+    /// Acquire, waiting until `deadline`.
+    ///
+    /// # Errors
+    ///
+    /// As for [`lock`](Mutex::lock); `Ok(None)` when `deadline` passed first.
+    pub fn try_lock_until(&self, deadline: Instant) -> Result<Option<MutexGuard<B::Lease>>> {
+        Ok(self.backend.acquire(Some(deadline))?.map(MutexGuard::new))
+    }
+}
+
+impl<B: MutexBackend + fmt::Debug> fmt::Debug for Mutex<B> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Mutex")
+            .field("backend", &self.backend)
+            .finish()
+    }
+}
+
+/// A held distributed lock: a lease with a fencing token.
+///
+/// Dropping it releases the lock in the background (never blocking);
+/// [`release`](MutexGuard::release) releases and reports the outcome.
+#[must_use = "the lock is released when the guard is dropped"]
+#[clippy::has_significant_drop]
+pub struct MutexGuard<L: FencedLease> {
+    hold: Hold<L>,
+    token: FencingToken,
+}
+
+impl<L: FencedLease> MutexGuard<L> {
+    fn new(lease: L) -> MutexGuard<L> {
+        let token = lease.token();
+        MutexGuard {
+            hold: Hold::new(lease),
+            token,
+        }
+    }
+
+    /// The fencing token: pass it with every write to the protected
+    /// resource, which must refuse tokens lower than the highest it saw.
+    pub fn token(&self) -> FencingToken {
+        self.token
+    }
+
+    /// Fires when the lock may be gone: stop work that relies on it.
+    pub fn lost(&self) -> &LossSignal {
+        self.hold.lost()
+    }
+
+    /// Whether the lock may be gone (reads the clock itself).
+    pub fn is_lost(&self) -> bool {
+        self.hold.lost().is_lost()
+    }
+
+    /// `Ok(())` while the lease is valid.
+    ///
+    /// # Errors
+    ///
+    /// [`Error::LeaseLost`](crate::Error::LeaseLost) with the reason.
+    pub fn check(&self) -> Result<()> {
+        self.hold.check()
+    }
+
+    /// Until when the lock may be assumed held, on the boot-time clock. A
+    /// conservative local estimate: the server's own expiry is later.
+    pub fn valid_until(&self) -> Option<BootInstant> {
+        self.hold.valid_until()
+    }
+
+    /// Where the lock lives in the store (node path or key).
+    pub fn holder(&self) -> &str {
+        self.hold.lease().holder()
+    }
+
+    /// The backend's lease, for backend-specific operations such as fenced
+    /// writes in the store.
+    pub fn lease(&self) -> &L {
+        self.hold.lease()
+    }
+
+    /// Release the lock and wait until the store confirmed.
+    ///
+    /// # Errors
+    ///
+    /// A backend error if the store could not be reached; the lease bounds
+    /// how long the leftover blocks other contenders.
+    pub fn release(self) -> Result<()> {
+        self.hold.release()
+    }
+}
+
+impl<L: FencedLease> fmt::Debug for MutexGuard<L> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("MutexGuard")
+            .field("holder", &self.holder())
+            .field("token", &self.token)
+            .field("lost", &self.lost().reason())
+            .finish()
+    }
+}

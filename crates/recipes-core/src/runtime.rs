@@ -1,0 +1,530 @@
+//! The runtime bridge: async client crates behind a blocking API.
+//!
+//! Each client owns one tokio runtime driven by exactly one named thread.
+//! Sessions, heartbeats, keep-alives and watches run there all the time, not
+//! only while a caller blocks, so a lease is renewed while user code works.
+//! A blocking call spawns its future on that thread and waits for the answer
+//! on a crossbeam channel with a deadline, so it works from any thread —
+//! `tokio::task::spawn_blocking` included.
+
+use std::fmt;
+use std::future::Future;
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::sync::Arc;
+use std::thread::{JoinHandle, ThreadId};
+use std::time::{Duration, Instant};
+
+use crossbeam_channel::RecvTimeoutError;
+use parking_lot::Mutex;
+use tokio::runtime::Handle;
+use tokio::sync::mpsc;
+
+use crate::error::{Error, Result};
+use crate::loss::{LossReason, LossTrigger};
+
+/// How long shutdown waits for background work (releases handed over by
+/// guards' `Drop`) before it cancels what is left.
+pub const DEFAULT_SHUTDOWN_GRACE: Duration = Duration::from_secs(2);
+
+enum Control {
+    Shutdown { grace: Duration },
+    Crash,
+}
+
+struct RuntimeInner {
+    name: String,
+    handle: Handle,
+    thread_id: ThreadId,
+    alive: Arc<AtomicBool>,
+    control: mpsc::UnboundedSender<Control>,
+    thread: Mutex<Option<JoinHandle<()>>>,
+    loss: LossTrigger,
+    background: Arc<AtomicUsize>,
+}
+
+/// A client's runtime: one tokio runtime on one named thread.
+///
+/// Cheap to clone; the thread stops when the last clone is dropped (after
+/// giving background work [`DEFAULT_SHUTDOWN_GRACE`]) or at
+/// [`shutdown`](Runtime::shutdown). If the thread dies, every call returns
+/// [`Error::Closed`] and every loss signal derived from
+/// [`loss_root`](Runtime::loss_root) fires.
+#[derive(Clone)]
+pub struct Runtime {
+    inner: Arc<RuntimeInner>,
+}
+
+/// Marks the thread dead and fires loss however the thread ends, unwinding
+/// included.
+struct DeathWatch {
+    alive: Arc<AtomicBool>,
+    loss: LossTrigger,
+    name: String,
+}
+
+impl Drop for DeathWatch {
+    fn drop(&mut self) {
+        self.alive.store(false, Ordering::SeqCst);
+        self.loss.fire(LossReason::Closed);
+        if std::thread::panicking() {
+            log::error!("[runtime={}] runtime thread died", self.name);
+        } else {
+            log::trace!("[runtime={}] runtime thread stopped", self.name);
+        }
+    }
+}
+
+/// Decrements the background count however the task ends.
+struct BackgroundTicket(Arc<AtomicUsize>);
+
+impl Drop for BackgroundTicket {
+    fn drop(&mut self) {
+        self.0.fetch_sub(1, Ordering::SeqCst);
+    }
+}
+
+impl Runtime {
+    /// Start a runtime whose thread is named `name`.
+    ///
+    /// Returns once the runtime is built and running (a start-up handshake),
+    /// so build errors are reported here.
+    ///
+    /// # Errors
+    ///
+    /// [`Error::InvalidArgument`] for a name with a NUL byte;
+    /// [`Error::Backend`] if the thread or the runtime cannot be created.
+    pub fn new(name: &str) -> Result<Runtime> {
+        if name.contains('\0') {
+            return Err(Error::invalid(format!(
+                "runtime thread name {name:?} contains a NUL byte; remove it"
+            )));
+        }
+        let alive = Arc::new(AtomicBool::new(true));
+        let loss = LossTrigger::root();
+        let background = Arc::new(AtomicUsize::new(0));
+        let (control, mut control_rx) = mpsc::unbounded_channel::<Control>();
+        let (ready_tx, ready_rx) = crossbeam_channel::bounded(1);
+        let thread = {
+            let watch = DeathWatch {
+                alive: alive.clone(),
+                loss: loss.clone(),
+                name: name.to_owned(),
+            };
+            let background = background.clone();
+            std::thread::Builder::new()
+                .name(name.to_owned())
+                .spawn(move || {
+                    let _watch = watch;
+                    let rt = match tokio::runtime::Builder::new_current_thread()
+                        .enable_all()
+                        .build()
+                    {
+                        Ok(rt) => rt,
+                        Err(e) => {
+                            let _ = ready_tx.send(Err(e));
+                            return;
+                        }
+                    };
+                    let _ = ready_tx.send(Ok((rt.handle().clone(), std::thread::current().id())));
+                    rt.block_on(async move {
+                        let grace = match control_rx.recv().await {
+                            Some(Control::Crash) => {
+                                panic!("runtime thread crash injected by a test")
+                            }
+                            Some(Control::Shutdown { grace }) => grace,
+                            None => DEFAULT_SHUTDOWN_GRACE,
+                        };
+                        let drained = async {
+                            while background.load(Ordering::SeqCst) > 0 {
+                                tokio::time::sleep(Duration::from_millis(5)).await;
+                            }
+                        };
+                        if tokio::time::timeout(grace, drained).await.is_err() {
+                            log::warn!(
+                                "shutdown: {} background task(s) still running after {grace:?}; cancelling them",
+                                background.load(Ordering::SeqCst)
+                            );
+                        }
+                    });
+                    // Dropping `rt` cancels every task still running; their
+                    // reply channels disconnect, so waiting callers get
+                    // `Error::Closed`.
+                })
+                .map_err(|e| Error::backend("cannot spawn the runtime thread", false, e))?
+        };
+        let (handle, thread_id) = match ready_rx.recv() {
+            Ok(Ok(ready)) => ready,
+            Ok(Err(e)) => {
+                let _ = thread.join();
+                return Err(Error::backend("cannot build the tokio runtime", false, e));
+            }
+            Err(_) => {
+                let _ = thread.join();
+                return Err(Error::Backend {
+                    message: "the runtime thread died during start-up".into(),
+                    retryable: false,
+                    source: None,
+                });
+            }
+        };
+        log::trace!("[runtime={name}] runtime thread started");
+        Ok(Runtime {
+            inner: Arc::new(RuntimeInner {
+                name: name.to_owned(),
+                handle,
+                thread_id,
+                alive,
+                control,
+                thread: Mutex::new(Some(thread)),
+                loss,
+                background,
+            }),
+        })
+    }
+
+    /// Run `fut` on the runtime thread and block until it answers or
+    /// `timeout` passes.
+    ///
+    /// # Errors
+    ///
+    /// The future's own error; [`Error::Timeout`] when `timeout` passes (the
+    /// future is then cancelled); [`Error::Closed`] when the runtime is gone;
+    /// [`Error::InvalidArgument`] when called on the runtime thread itself,
+    /// where blocking would deadlock.
+    pub fn call<T, F>(&self, what: &str, timeout: Duration, fut: F) -> Result<T>
+    where
+        T: Send + 'static,
+        F: Future<Output = Result<T>> + Send + 'static,
+    {
+        self.call_until(what, Some(Instant::now() + timeout), fut)
+    }
+
+    /// Like [`call`](Runtime::call) with an absolute deadline; `None` waits
+    /// as long as it takes.
+    ///
+    /// # Errors
+    ///
+    /// As for [`call`](Runtime::call).
+    pub fn call_until<T, F>(&self, what: &str, deadline: Option<Instant>, fut: F) -> Result<T>
+    where
+        T: Send + 'static,
+        F: Future<Output = Result<T>> + Send + 'static,
+    {
+        self.check_not_runtime_thread(what)?;
+        if !self.is_alive() {
+            return Err(Error::Closed);
+        }
+        let started = Instant::now();
+        let (tx, rx) = crossbeam_channel::bounded(1);
+        let task = self.inner.handle.spawn(async move {
+            let _ = tx.send(fut.await);
+        });
+        let answer = match deadline {
+            Some(d) => rx.recv_deadline(d),
+            None => rx.recv().map_err(|_| RecvTimeoutError::Disconnected),
+        };
+        match answer {
+            Ok(r) => r,
+            Err(RecvTimeoutError::Timeout) => {
+                task.abort();
+                Err(Error::Timeout {
+                    what: what.to_owned(),
+                    after: started.elapsed(),
+                })
+            }
+            Err(RecvTimeoutError::Disconnected) => Err(Error::Closed),
+        }
+    }
+
+    /// Return an error if the current thread is this runtime's thread.
+    ///
+    /// # Errors
+    ///
+    /// [`Error::InvalidArgument`] naming the call.
+    pub fn check_not_runtime_thread(&self, what: &str) -> Result<()> {
+        if std::thread::current().id() == self.inner.thread_id {
+            return Err(Error::invalid(format!(
+                "blocking call `{what}` made on the runtime thread `{}` of the same client, \
+                 where it would deadlock; make it from another thread",
+                self.inner.name
+            )));
+        }
+        Ok(())
+    }
+
+    /// Run `fut` in the background on the runtime thread, tracked so that
+    /// shutdown gives it a grace period. Never blocks. Returns false if the
+    /// runtime is gone (the future is dropped).
+    pub fn spawn<F>(&self, fut: F) -> bool
+    where
+        F: Future<Output = ()> + Send + 'static,
+    {
+        if !self.is_alive() {
+            return false;
+        }
+        self.inner.background.fetch_add(1, Ordering::SeqCst);
+        let ticket = BackgroundTicket(self.inner.background.clone());
+        self.inner.handle.spawn(async move {
+            let _ticket = ticket;
+            fut.await;
+        });
+        true
+    }
+
+    /// The tokio handle, for backends that spawn long-lived tasks (sessions,
+    /// watches) themselves.
+    pub fn handle(&self) -> &Handle {
+        &self.inner.handle
+    }
+
+    /// Enter the runtime's context on this thread (some client crates create
+    /// or drop objects that need it).
+    pub fn enter(&self) -> tokio::runtime::EnterGuard<'_> {
+        self.inner.handle.enter()
+    }
+
+    /// Whether the runtime thread is running.
+    pub fn is_alive(&self) -> bool {
+        self.inner.alive.load(Ordering::SeqCst)
+    }
+
+    /// The root of every loss signal of this client: it fires when the
+    /// client closes or its thread dies.
+    pub fn loss_root(&self) -> &LossTrigger {
+        &self.inner.loss
+    }
+
+    /// The runtime thread's name.
+    pub fn name(&self) -> &str {
+        &self.inner.name
+    }
+
+    /// Whether the current thread is the runtime thread.
+    pub fn is_runtime_thread(&self) -> bool {
+        std::thread::current().id() == self.inner.thread_id
+    }
+
+    /// Stop the runtime: fire every loss signal, give background work up to
+    /// `grace`, cancel the rest, and join the thread (unless called on the
+    /// runtime thread itself, where the join is skipped). Later calls return
+    /// [`Error::Closed`].
+    pub fn shutdown(&self, grace: Duration) {
+        self.inner.shutdown(grace);
+    }
+
+    #[doc(hidden)]
+    /// Make the runtime thread panic, to test what happens when it dies.
+    pub fn crash_for_tests(&self) {
+        let _ = self.inner.control.send(Control::Crash);
+    }
+}
+
+impl RuntimeInner {
+    fn shutdown(&self, grace: Duration) {
+        let _ = self.control.send(Control::Shutdown { grace });
+        if std::thread::current().id() == self.thread_id {
+            // Dropped or closed from inside a task: the thread ends once this
+            // task yields; joining here would deadlock.
+            return;
+        }
+        if let Some(t) = self.thread.lock().take() {
+            let _ = t.join();
+        }
+        self.loss.fire(LossReason::Closed);
+    }
+}
+
+impl Drop for RuntimeInner {
+    fn drop(&mut self) {
+        self.shutdown(DEFAULT_SHUTDOWN_GRACE);
+    }
+}
+
+impl fmt::Debug for Runtime {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Runtime")
+            .field("name", &self.inner.name)
+            .field("alive", &self.is_alive())
+            .finish()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::clock::{system_clock, BootInstant};
+    use crate::lease::SessionLease;
+
+    fn wait_for(what: &str, timeout: Duration, mut cond: impl FnMut() -> bool) {
+        let end = Instant::now() + timeout;
+        while !cond() {
+            assert!(Instant::now() < end, "timed out waiting for {what}");
+            std::thread::sleep(Duration::from_millis(2));
+        }
+    }
+
+    #[test]
+    fn one_named_worker_thread_answers_calls() {
+        let rt = Runtime::new("recipes-test-rt").unwrap();
+        let name = rt
+            .call("name", Duration::from_secs(5), async {
+                Ok(std::thread::current().name().map(str::to_owned))
+            })
+            .unwrap();
+        assert_eq!(name.as_deref(), Some("recipes-test-rt"));
+        assert_eq!(rt.handle().metrics().num_workers(), 1);
+    }
+
+    #[test]
+    fn tasks_run_while_no_caller_blocks() {
+        let rt = Runtime::new("rt").unwrap();
+        let ticks = Arc::new(AtomicUsize::new(0));
+        let t = ticks.clone();
+        rt.handle().spawn(async move {
+            loop {
+                tokio::time::sleep(Duration::from_millis(1)).await;
+                t.fetch_add(1, Ordering::SeqCst);
+            }
+        });
+        // No call is made; the heartbeat-like task still advances.
+        wait_for("ticks", Duration::from_secs(5), || {
+            ticks.load(Ordering::SeqCst) >= 20
+        });
+    }
+
+    #[test]
+    fn a_slow_call_times_out_and_is_cancelled() {
+        struct Flag(Arc<AtomicBool>);
+        impl Drop for Flag {
+            fn drop(&mut self) {
+                self.0.store(true, Ordering::SeqCst);
+            }
+        }
+        let rt = Runtime::new("rt").unwrap();
+        let dropped = Arc::new(AtomicBool::new(false));
+        let flag = Flag(dropped.clone());
+        let r = rt.call("slow", Duration::from_millis(50), async move {
+            let _flag = flag;
+            std::future::pending::<()>().await;
+            Ok(())
+        });
+        match r {
+            Err(Error::Timeout { what, after }) => {
+                assert_eq!(what, "slow");
+                assert!(after >= Duration::from_millis(50));
+            }
+            other => panic!("expected a timeout, got {other:?}"),
+        }
+        wait_for("cancelled future dropped", Duration::from_secs(5), || {
+            dropped.load(Ordering::SeqCst)
+        });
+    }
+
+    #[test]
+    fn calls_work_from_spawn_blocking_of_another_runtime() {
+        let rt = Runtime::new("rt").unwrap();
+        let other = tokio::runtime::Builder::new_multi_thread()
+            .worker_threads(1)
+            .build()
+            .unwrap();
+        let rt2 = rt.clone();
+        let v = other
+            .block_on(async move {
+                tokio::task::spawn_blocking(move || {
+                    rt2.call("add", Duration::from_secs(5), async { Ok(40 + 2) })
+                })
+                .await
+            })
+            .unwrap()
+            .unwrap();
+        assert_eq!(v, 42);
+    }
+
+    #[test]
+    fn a_blocking_call_on_the_runtime_thread_is_an_error_not_a_deadlock() {
+        let rt = Runtime::new("rt").unwrap();
+        let (tx, rx) = crossbeam_channel::bounded(1);
+        let rt2 = rt.clone();
+        rt.spawn(async move {
+            let r = rt2.call("nested", Duration::from_secs(60), async { Ok(()) });
+            let _ = tx.send(r);
+        });
+        let r = rx
+            .recv_timeout(Duration::from_secs(5))
+            .expect("answered, no deadlock");
+        match r {
+            Err(Error::InvalidArgument(msg)) => assert!(msg.contains("nested"), "{msg}"),
+            other => panic!("expected InvalidArgument, got {other:?}"),
+        }
+    }
+
+    #[test]
+    fn dropping_the_last_handle_joins_the_thread() {
+        let rt = Runtime::new("rt").unwrap();
+        let alive = rt.inner.alive.clone();
+        let root = rt.loss_root().signal();
+        drop(rt);
+        // The join has happened when drop returned.
+        assert!(!alive.load(Ordering::SeqCst));
+        assert_eq!(root.reason(), Some(LossReason::Closed));
+    }
+
+    #[test]
+    fn shutdown_finishes_background_work_within_the_grace() {
+        let rt = Runtime::new("rt").unwrap();
+        let done = Arc::new(AtomicBool::new(false));
+        let d = done.clone();
+        assert!(rt.spawn(async move {
+            tokio::time::sleep(Duration::from_millis(30)).await;
+            d.store(true, Ordering::SeqCst);
+        }));
+        rt.shutdown(Duration::from_secs(5));
+        assert!(
+            done.load(Ordering::SeqCst),
+            "background release ran before the join"
+        );
+        assert!(matches!(
+            rt.call("late", Duration::from_secs(1), async { Ok(()) }),
+            Err(Error::Closed)
+        ));
+        assert!(!rt.spawn(async {}));
+    }
+
+    #[test]
+    fn a_dead_thread_closes_calls_and_fires_every_loss_signal() {
+        let rt = Runtime::new("rt").unwrap();
+        let lease =
+            SessionLease::start("s", rt.loss_root(), system_clock(), Duration::ZERO).unwrap();
+        lease.acknowledged(BootInstant::now(), Duration::from_secs(60));
+        let guard = lease.trigger().child().signal();
+        // A caller blocked in a call when the thread dies gets `Closed`.
+        let rt2 = rt.clone();
+        let blocked = std::thread::spawn(move || {
+            rt2.call_until("forever", None, async {
+                std::future::pending::<()>().await;
+                Ok(())
+            })
+        });
+        // Whether the call starts before or after the crash, it must end
+        // with `Closed`.
+        rt.crash_for_tests();
+        assert_eq!(
+            guard.wait_timeout(Duration::from_secs(5)),
+            Some(LossReason::Closed)
+        );
+        assert!(matches!(blocked.join().unwrap(), Err(Error::Closed)));
+        assert!(!rt.is_alive());
+        assert!(matches!(
+            rt.call("after", Duration::from_secs(1), async { Ok(()) }),
+            Err(Error::Closed)
+        ));
+    }
+
+    #[test]
+    fn a_name_with_nul_is_rejected() {
+        assert!(matches!(
+            Runtime::new("a\0b"),
+            Err(Error::InvalidArgument(_))
+        ));
+    }
+}

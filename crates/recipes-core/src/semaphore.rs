@@ -1,0 +1,165 @@
+//! The distributed semaphore front end and its permit.
+
+use std::fmt;
+use std::time::{Duration, Instant};
+
+use crate::backend::{HeldLease, SemaphoreBackend};
+use crate::clock::BootInstant;
+use crate::error::Result;
+use crate::guard::{deadline_after, unbounded_wait_ended, Hold};
+use crate::loss::LossSignal;
+
+/// A counting semaphore shared by processes on many machines: at most
+/// [`permits`](Semaphore::permits) holders at once.
+///
+/// Permits are concurrent by design, so they carry no fencing token (there
+/// is no total order to fence with); each permit has its own loss signal,
+/// and backends offer in-store writes fenced by the permit's own entry.
+pub struct Semaphore<B: SemaphoreBackend> {
+    backend: B,
+}
+
+impl<B: SemaphoreBackend> Semaphore<B> {
+    /// A semaphore over `backend`.
+    pub fn from_backend(backend: B) -> Semaphore<B> {
+        Semaphore { backend }
+    }
+
+    /// The semaphore's name.
+    pub fn name(&self) -> &str {
+        self.backend.name()
+    }
+
+    /// How many permits exist.
+    pub fn permits(&self) -> u32 {
+        self.backend.permits()
+    }
+
+    /// The backend.
+    pub fn backend(&self) -> &B {
+        &self.backend
+    }
+
+    /// Acquire a permit, waiting as long as it takes.
+    ///
+    /// # Errors
+    ///
+    /// Backend errors; nothing is left in the store when it fails.
+    pub fn acquire(&self) -> Result<SemaphorePermit<B::Permit>> {
+        self.backend
+            .acquire(None)?
+            .map(SemaphorePermit::new)
+            .ok_or_else(|| unbounded_wait_ended("acquire"))
+    }
+
+    /// Acquire a permit only if one is free now.
+    ///
+    /// # Errors
+    ///
+    /// As for [`acquire`](Semaphore::acquire); `Ok(None)` when none is free.
+    pub fn try_acquire(&self) -> Result<Option<SemaphorePermit<B::Permit>>> {
+        self.try_acquire_until(Instant::now())
+    }
+
+    /// Acquire a permit, waiting at most `timeout`.
+    ///
+    /// # Errors
+    ///
+    /// As for [`acquire`](Semaphore::acquire); `Ok(None)` on timeout.
+    pub fn try_acquire_for(&self, timeout: Duration) -> Result<Option<SemaphorePermit<B::Permit>>> {
+        Ok(self
+            .backend
+            .acquire(deadline_after(timeout))?
+            .map(SemaphorePermit::new))
+    }
+
+    /// Acquire a permit, waiting until `deadline`.
+    ///
+    /// # Errors
+    ///
+    /// As for [`acquire`](Semaphore::acquire); `Ok(None)` on timeout.
+    pub fn try_acquire_until(
+        &self,
+        deadline: Instant,
+    ) -> Result<Option<SemaphorePermit<B::Permit>>> {
+        Ok(self
+            .backend
+            .acquire(Some(deadline))?
+            .map(SemaphorePermit::new))
+    }
+}
+
+impl<B: SemaphoreBackend + fmt::Debug> fmt::Debug for Semaphore<B> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Semaphore")
+            .field("backend", &self.backend)
+            .finish()
+    }
+}
+
+/// A held permit: a lease without a shared fencing order.
+#[must_use = "the permit is released when it is dropped"]
+#[clippy::has_significant_drop]
+pub struct SemaphorePermit<P: HeldLease> {
+    hold: Hold<P>,
+}
+
+impl<P: HeldLease> SemaphorePermit<P> {
+    fn new(permit: P) -> SemaphorePermit<P> {
+        SemaphorePermit {
+            hold: Hold::new(permit),
+        }
+    }
+
+    /// Fires when the permit may be gone.
+    pub fn lost(&self) -> &LossSignal {
+        self.hold.lost()
+    }
+
+    /// Whether the permit may be gone (reads the clock itself).
+    pub fn is_lost(&self) -> bool {
+        self.hold.lost().is_lost()
+    }
+
+    /// `Ok(())` while the lease is valid.
+    ///
+    /// # Errors
+    ///
+    /// [`Error::LeaseLost`](crate::Error::LeaseLost) with the reason.
+    pub fn check(&self) -> Result<()> {
+        self.hold.check()
+    }
+
+    /// Until when the permit may be assumed held, on the boot-time clock.
+    pub fn valid_until(&self) -> Option<BootInstant> {
+        self.hold.valid_until()
+    }
+
+    /// Where the permit lives in the store (node path or key).
+    pub fn holder(&self) -> &str {
+        self.hold.lease().holder()
+    }
+
+    /// The backend's permit, for backend-specific operations.
+    pub fn lease(&self) -> &P {
+        self.hold.lease()
+    }
+
+    /// Release the permit and wait until the store confirmed.
+    ///
+    /// # Errors
+    ///
+    /// A backend error if the store could not be reached.
+    pub fn release(self) -> Result<()> {
+        self.hold.release()
+    }
+}
+
+impl<P: HeldLease> fmt::Debug for SemaphorePermit<P> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("SemaphorePermit")
+            .field("holder", &self.holder())
+            .field("lost", &self.lost().reason())
+            .finish()
+    }
+}
