@@ -4,11 +4,9 @@ use std::fmt;
 use std::time::{Duration, Instant};
 
 use crate::backend::{ElectionBackend, LeaderInfo, LeadershipLease};
-use crate::clock::BootInstant;
 use crate::error::Result;
 use crate::fence::FencingToken;
-use crate::guard::{deadline_after, unbounded_wait_ended, Hold};
-use crate::loss::LossSignal;
+use crate::guard::{deadline_after, lease_accessors, unbounded_wait_ended, Hold};
 
 /// A leader election: campaign, publish a value while leader, resign.
 pub struct Election<B: ElectionBackend> {
@@ -112,6 +110,8 @@ pub struct Leadership<L: LeadershipLease> {
 }
 
 impl<L: LeadershipLease> Leadership<L> {
+    lease_accessors!("leadership");
+
     fn new(lease: L) -> Leadership<L> {
         let token = lease.token();
         Leadership {
@@ -123,35 +123,6 @@ impl<L: LeadershipLease> Leadership<L> {
     /// The fencing token of this term.
     pub fn token(&self) -> FencingToken {
         self.token
-    }
-
-    /// Fires when leadership may be gone.
-    pub fn lost(&self) -> &LossSignal {
-        self.hold.lost()
-    }
-
-    /// Whether leadership may be gone (reads the clock itself).
-    pub fn is_lost(&self) -> bool {
-        self.hold.lost().is_lost()
-    }
-
-    /// `Ok(())` while the lease is valid.
-    ///
-    /// # Errors
-    ///
-    /// [`Error::LeaseLost`](crate::Error::LeaseLost) with the reason.
-    pub fn check(&self) -> Result<()> {
-        self.hold.check()
-    }
-
-    /// Until when leadership may be assumed held, on the boot-time clock.
-    pub fn valid_until(&self) -> Option<BootInstant> {
-        self.hold.valid_until()
-    }
-
-    /// Where the leader's entry lives (node path or key).
-    pub fn holder(&self) -> &str {
-        self.hold.lease().holder()
     }
 
     /// Publish a new value while leader.

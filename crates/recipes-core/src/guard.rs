@@ -74,3 +74,42 @@ pub(crate) fn unbounded_wait_ended(what: &str) -> Error {
         source: None,
     }
 }
+
+/// The accessors every guard type shares, over its `hold: Hold<L>` field.
+macro_rules! lease_accessors {
+    ($what:literal) => {
+        #[doc = concat!("Fires when ", $what, " may be gone: stop work that relies on it.")]
+        pub fn lost(&self) -> &$crate::loss::LossSignal {
+            self.hold.lost()
+        }
+
+        #[doc = concat!("Whether ", $what, " may be gone (reads the clock itself).")]
+        pub fn is_lost(&self) -> bool {
+            self.hold.lost().is_lost()
+        }
+
+        /// `Ok(())` while the lease is valid.
+        ///
+        /// # Errors
+        ///
+        /// [`Error::LeaseLost`](crate::Error::LeaseLost) with the reason.
+        pub fn check(&self) -> $crate::error::Result<()> {
+            self.hold.check()
+        }
+
+        #[doc = concat!(
+                    "Until when ", $what, " may be assumed held, on the boot-time clock: a ",
+                    "conservative local estimate, earlier than the server's own expiry, or the ",
+                    "moment the loss signal fired."
+                )]
+        pub fn valid_until(&self) -> Option<$crate::clock::BootInstant> {
+            self.hold.valid_until()
+        }
+
+        #[doc = concat!("Where ", $what, " lives in the store (node path or key).")]
+        pub fn holder(&self) -> &str {
+            $crate::backend::HeldLease::holder(self.hold.lease())
+        }
+    };
+}
+pub(crate) use lease_accessors;

@@ -4,11 +4,9 @@ use std::fmt;
 use std::time::{Duration, Instant};
 
 use crate::backend::{FencedLease, MutexBackend};
-use crate::clock::BootInstant;
 use crate::error::Result;
 use crate::fence::FencingToken;
-use crate::guard::{deadline_after, unbounded_wait_ended, Hold};
-use crate::loss::LossSignal;
+use crate::guard::{deadline_after, lease_accessors, unbounded_wait_ended, Hold};
 
 /// A mutex shared by processes on many machines.
 ///
@@ -104,6 +102,8 @@ pub struct MutexGuard<L: FencedLease> {
 }
 
 impl<L: FencedLease> MutexGuard<L> {
+    lease_accessors!("the lock");
+
     fn new(lease: L) -> MutexGuard<L> {
         let token = lease.token();
         MutexGuard {
@@ -116,36 +116,6 @@ impl<L: FencedLease> MutexGuard<L> {
     /// resource, which must refuse tokens lower than the highest it saw.
     pub fn token(&self) -> FencingToken {
         self.token
-    }
-
-    /// Fires when the lock may be gone: stop work that relies on it.
-    pub fn lost(&self) -> &LossSignal {
-        self.hold.lost()
-    }
-
-    /// Whether the lock may be gone (reads the clock itself).
-    pub fn is_lost(&self) -> bool {
-        self.hold.lost().is_lost()
-    }
-
-    /// `Ok(())` while the lease is valid.
-    ///
-    /// # Errors
-    ///
-    /// [`Error::LeaseLost`](crate::Error::LeaseLost) with the reason.
-    pub fn check(&self) -> Result<()> {
-        self.hold.check()
-    }
-
-    /// Until when the lock may be assumed held, on the boot-time clock. A
-    /// conservative local estimate: the server's own expiry is later.
-    pub fn valid_until(&self) -> Option<BootInstant> {
-        self.hold.valid_until()
-    }
-
-    /// Where the lock lives in the store (node path or key).
-    pub fn holder(&self) -> &str {
-        self.hold.lease().holder()
     }
 
     /// The backend's lease, for backend-specific operations such as fenced

@@ -4,10 +4,8 @@ use std::fmt;
 use std::time::{Duration, Instant};
 
 use crate::backend::{HeldLease, SemaphoreBackend};
-use crate::clock::BootInstant;
 use crate::error::Result;
-use crate::guard::{deadline_after, unbounded_wait_ended, Hold};
-use crate::loss::LossSignal;
+use crate::guard::{deadline_after, lease_accessors, unbounded_wait_ended, Hold};
 
 /// A counting semaphore shared by processes on many machines: at most
 /// [`permits`](Semaphore::permits) holders at once.
@@ -105,39 +103,12 @@ pub struct SemaphorePermit<P: HeldLease> {
 }
 
 impl<P: HeldLease> SemaphorePermit<P> {
+    lease_accessors!("the permit");
+
     fn new(permit: P) -> SemaphorePermit<P> {
         SemaphorePermit {
             hold: Hold::new(permit),
         }
-    }
-
-    /// Fires when the permit may be gone.
-    pub fn lost(&self) -> &LossSignal {
-        self.hold.lost()
-    }
-
-    /// Whether the permit may be gone (reads the clock itself).
-    pub fn is_lost(&self) -> bool {
-        self.hold.lost().is_lost()
-    }
-
-    /// `Ok(())` while the lease is valid.
-    ///
-    /// # Errors
-    ///
-    /// [`Error::LeaseLost`](crate::Error::LeaseLost) with the reason.
-    pub fn check(&self) -> Result<()> {
-        self.hold.check()
-    }
-
-    /// Until when the permit may be assumed held, on the boot-time clock.
-    pub fn valid_until(&self) -> Option<BootInstant> {
-        self.hold.valid_until()
-    }
-
-    /// Where the permit lives in the store (node path or key).
-    pub fn holder(&self) -> &str {
-        self.hold.lease().holder()
     }
 
     /// The backend's permit, for backend-specific operations.
