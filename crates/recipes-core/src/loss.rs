@@ -59,6 +59,8 @@ struct SignalState {
 struct SignalInner {
     state: Mutex<SignalState>,
     rx: Receiver<()>,
+    // Wakes async waiters (tasks on a backend's runtime) when fired.
+    notify: tokio::sync::Notify,
     lease: Option<Arc<LeaseClock>>,
 }
 
@@ -73,6 +75,7 @@ impl SignalInner {
                 children: Vec::new(),
             }),
             rx,
+            notify: tokio::sync::Notify::new(),
             lease,
         })
     }
@@ -88,6 +91,7 @@ impl SignalInner {
             (st.tx.take(), std::mem::take(&mut st.children))
         };
         drop(tx);
+        self.notify.notify_waiters();
         for child in children.iter().filter_map(Weak::upgrade) {
             child.fire(reason);
         }
@@ -203,6 +207,22 @@ impl LossSignal {
             // Nothing is ever sent: this returns on disconnect (fired) or at
             // `until`; either way the loop re-reads the state.
             let _ = self.inner.rx.recv_deadline(until);
+        }
+    }
+
+    /// Resolves when the signal has fired (explicitly, or by the deadline
+    /// thread once the lease deadline passed). For backends' async tasks;
+    /// blocking code uses [`wait`](LossSignal::wait) or the
+    /// [`receiver`](LossSignal::receiver).
+    pub async fn fired(&self) -> LossReason {
+        loop {
+            let notified = self.inner.notify.notified();
+            tokio::pin!(notified);
+            notified.as_mut().enable();
+            if let Some(r) = self.inner.state.lock().reason {
+                return r;
+            }
+            notified.await;
         }
     }
 
@@ -351,6 +371,24 @@ mod tests {
         // A child of a fired trigger is born fired.
         let late = root.child();
         assert_eq!(late.signal().reason(), Some(LossReason::Closed));
+    }
+
+    #[test]
+    fn async_waiters_wake_when_fired() {
+        let t = LossTrigger::root();
+        let child = t.child();
+        let rt = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .unwrap();
+        let s = child.signal();
+        let waiter = rt.spawn(async move { s.fired().await });
+        let firer = std::thread::spawn(move || t.fire(LossReason::Revoked));
+        let reason = rt.block_on(waiter).unwrap();
+        firer.join().unwrap();
+        assert_eq!(reason, LossReason::Revoked);
+        // Already fired: resolves at once.
+        assert_eq!(rt.block_on(child.signal().fired()), LossReason::Revoked);
     }
 
     #[test]

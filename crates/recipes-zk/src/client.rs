@@ -4,13 +4,20 @@ use std::fmt;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use recipes_core::{Error, LossPolicy, Result, Runtime};
+use std::sync::atomic::{AtomicBool, Ordering};
+
+use recipes_core::{BootInstant, Error, LossPolicy, Result, Runtime, DEFAULT_SLACK};
 use zookeeper_client as zk;
 
 use crate::error::from_zk;
+use crate::session::{Session, SessionState};
 
 /// The default requested session timeout.
 pub const DEFAULT_SESSION_TIMEOUT: Duration = Duration::from_secs(10);
+/// The shortest session timeout a client may ask for. zookeeper-client
+/// derives its connection timeouts from it; below this they are too short to
+/// connect even on loopback.
+pub const MIN_SESSION_TIMEOUT: Duration = Duration::from_secs(1);
 /// The default time allowed to establish the first session.
 pub const DEFAULT_CONNECT_TIMEOUT: Duration = Duration::from_secs(10);
 /// The default deadline of one request.
@@ -24,6 +31,7 @@ pub struct ZkClientBuilder {
     connect_timeout: Duration,
     rpc_timeout: Duration,
     loss_policy: LossPolicy,
+    lease_slack: Duration,
 }
 
 impl ZkClientBuilder {
@@ -53,6 +61,13 @@ impl ZkClientBuilder {
         self
     }
 
+    /// Scheduling slack subtracted from every lease deadline on top of the
+    /// clock-drift margin (default [`DEFAULT_SLACK`]).
+    pub fn lease_slack(mut self, slack: Duration) -> Self {
+        self.lease_slack = slack;
+        self
+    }
+
     fn validate(&self) -> Result<()> {
         let hosts: Vec<&str> = self.hosts.split(',').map(str::trim).collect();
         if self.hosts.trim().is_empty() || hosts.iter().any(|h| h.is_empty()) {
@@ -75,6 +90,13 @@ impl ZkClientBuilder {
                 )));
             }
         }
+        if self.session_timeout < MIN_SESSION_TIMEOUT {
+            return Err(Error::invalid(format!(
+                "the session timeout of {:?} is below {MIN_SESSION_TIMEOUT:?}; ask for at least \
+                 that (servers grant no less than 2 × tickTime anyway)",
+                self.session_timeout
+            )));
+        }
         Ok(())
     }
 
@@ -88,75 +110,104 @@ impl ZkClientBuilder {
     pub fn connect(self) -> Result<ZkClient> {
         self.validate()?;
         let rt = Runtime::new("recipes-zk")?;
-        let connector = zk::Client::connector()
-            .with_session_timeout(self.session_timeout)
-            .with_connection_timeout(self.connect_timeout.min(self.session_timeout));
-        let hosts = self.hosts.clone();
-        let connect_timeout = self.connect_timeout;
-        let connected = rt.call("connect to ZooKeeper", connect_timeout, async move {
-            connector
-                .connect(&hosts)
-                .await
-                .map_err(|e| from_zk(&format!("connect to ZooKeeper at {hosts}"), e))
+        let inner = Arc::new(Inner {
+            rt,
+            settings: self,
+            session: parking_lot::Mutex::new(None),
+            reconnect: tokio::sync::Mutex::new(()),
+            closed: AtomicBool::new(false),
         });
-        let client = match connected {
-            Ok(c) => c,
-            Err(Error::Timeout { after, .. }) => {
+        let first = inner.clone();
+        inner
+            .rt
+            .call_until("connect to ZooKeeper", None, async move {
+                first.session().await.map(drop)
+            })?;
+        Ok(ZkClient { inner })
+    }
+}
+
+struct Inner {
+    rt: Runtime,
+    settings: ZkClientBuilder,
+    // The current session; replaced by a new one after expiry. zookeeper-
+    // client sends CloseSession when the last handle of a session is gone.
+    session: parking_lot::Mutex<Option<Arc<Session>>>,
+    reconnect: tokio::sync::Mutex<()>,
+    closed: AtomicBool,
+}
+
+impl Inner {
+    /// The current session, or a new one if it expired.
+    async fn session(&self) -> Result<Arc<Session>> {
+        if let Some(s) = self.live_session()? {
+            return Ok(s);
+        }
+        let _one_at_a_time = self.reconnect.lock().await;
+        if let Some(s) = self.live_session()? {
+            return Ok(s);
+        }
+        let hosts = self.settings.hosts.clone();
+        let connector = zk::Client::connector()
+            .with_session_timeout(self.settings.session_timeout)
+            .with_connection_timeout(self.settings.connect_timeout);
+        let sent_at = recipes_core::BootInstant::now();
+        let connected =
+            tokio::time::timeout(self.settings.connect_timeout, connector.connect(&hosts)).await;
+        let zk = match connected {
+            Ok(Ok(zk)) => zk,
+            Ok(Err(e)) if e != zk::Error::Timeout => {
+                return Err(from_zk(&format!("connect to ZooKeeper at {hosts}"), e))
+            }
+            Ok(Err(_)) | Err(_) => {
                 return Err(Error::Backend {
                     message: format!(
-                        "no ZooKeeper session with any of {} within {after:?}",
-                        self.hosts
+                        "no ZooKeeper session with any of {hosts} within {:?}",
+                        self.settings.connect_timeout
                     ),
                     retryable: true,
                     source: None,
                 })
             }
-            Err(e) => return Err(e),
         };
+        let session = Session::start(
+            zk,
+            sent_at,
+            self.settings.loss_policy,
+            recipes_core::system_clock(),
+            self.settings.lease_slack,
+            self.rt.loss_root().clone(),
+            self.rt.handle(),
+        )?;
         log::debug!(
-            "[hosts={}] ZooKeeper session {:#x} established, timeout {:?}",
-            self.hosts,
-            client.session_id().0,
-            client.session_timeout()
+            "[hosts={hosts}] ZooKeeper session {:#x} established, timeout {:?}",
+            session.id(),
+            session.timeout()
         );
-        Ok(ZkClient {
-            inner: Arc::new(Inner {
-                session_timeout: client.session_timeout(),
-                session_id: client.session_id().0,
-                client: parking_lot::Mutex::new(Some(client)),
-                rt,
-                settings: self,
-            }),
-        })
-    }
-}
-
-struct Inner {
-    // zookeeper-client sends CloseSession when its last handle is dropped;
-    // `close` takes this one out. Dropped with the runtime entered (it needs
-    // it).
-    client: parking_lot::Mutex<Option<zk::Client>>,
-    session_timeout: Duration,
-    session_id: i64,
-    rt: Runtime,
-    settings: ZkClientBuilder,
-}
-
-impl Inner {
-    fn zk(&self) -> Result<zk::Client> {
-        self.client.lock().clone().ok_or(Error::Closed)
+        if self.closed.load(Ordering::SeqCst) {
+            return Err(Error::Closed);
+        }
+        *self.session.lock() = Some(session.clone());
+        Ok(session)
     }
 
-    fn take_client(&self) -> Option<zk::Client> {
-        self.client.lock().take()
+    fn live_session(&self) -> Result<Option<Arc<Session>>> {
+        if self.closed.load(Ordering::SeqCst) {
+            return Err(Error::Closed);
+        }
+        Ok(self.session.lock().clone().filter(|s| !s.is_expired()))
+    }
+
+    fn current(&self) -> Result<Arc<Session>> {
+        self.session.lock().clone().ok_or(Error::Closed)
     }
 }
 
 impl Drop for Inner {
     fn drop(&mut self) {
-        if let Some(client) = self.take_client() {
+        if let Some(session) = self.session.lock().take() {
             let _enter = self.rt.enter();
-            drop(client);
+            drop(session);
         }
     }
 }
@@ -180,6 +231,7 @@ impl ZkClient {
             connect_timeout: DEFAULT_CONNECT_TIMEOUT,
             rpc_timeout: DEFAULT_RPC_TIMEOUT,
             loss_policy: LossPolicy::default(),
+            lease_slack: DEFAULT_SLACK,
         }
     }
 
@@ -192,14 +244,41 @@ impl ZkClient {
         ZkClient::builder(hosts).connect()
     }
 
-    /// The session timeout the server granted.
+    /// The session timeout the server granted (0 once closed).
     pub fn session_timeout(&self) -> Duration {
-        self.inner.session_timeout
+        self.inner
+            .current()
+            .map(|s| s.timeout())
+            .unwrap_or_default()
     }
 
-    /// The session id.
+    /// The current session's id (0 once closed).
     pub fn session_id(&self) -> i64 {
-        self.inner.session_id
+        self.inner.current().map(|s| s.id()).unwrap_or_default()
+    }
+
+    /// The current session's state.
+    pub fn session_state(&self) -> SessionState {
+        self.inner
+            .current()
+            .map(|s| s.state())
+            .unwrap_or(SessionState::Closed)
+    }
+
+    /// Until when the current session's lease may be assumed valid: the send
+    /// time of the newest acknowledged request plus the session timeout,
+    /// less the safety margin. `None` once closed.
+    pub fn valid_until(&self) -> Option<BootInstant> {
+        let s = self.inner.current().ok()?;
+        s.current_epoch().valid_until()
+    }
+
+    /// Send time of the newest request the server acknowledged on the
+    /// current session (heartbeats included). The server keeps the session
+    /// at least until this plus the session timeout.
+    pub fn last_acknowledged(&self) -> Option<BootInstant> {
+        let s = self.inner.current().ok()?;
+        s.current_epoch().last_acknowledged_send()
     }
 
     /// The loss policy.
@@ -219,12 +298,27 @@ impl ZkClient {
     /// Connection and session errors; [`Error::Timeout`] after the RPC
     /// timeout.
     pub fn ping(&self) -> Result<Duration> {
-        let zk = self.inner.zk()?;
-        let started = Instant::now();
+        let inner = self.inner.clone();
         self.call("ping", async move {
-            zk.check_stat("/").await.map_err(|e| from_zk("ping", e))?;
+            let session = inner.session().await?;
+            let started = Instant::now();
+            session
+                .zk()
+                .check_stat("/")
+                .await
+                .map_err(|e| from_zk("ping", e))?;
             Ok(started.elapsed())
         })
+    }
+
+    /// The current session, or a new one after expiry (on the runtime).
+    pub(crate) async fn live_session(&self) -> Result<Arc<Session>> {
+        self.inner.session().await
+    }
+
+    /// The deadline of one request.
+    pub(crate) fn rpc_timeout(&self) -> Duration {
+        self.inner.settings.rpc_timeout
     }
 
     /// Run one request on the runtime with the RPC timeout.
@@ -233,7 +327,9 @@ impl ZkClient {
         T: Send + 'static,
         F: std::future::Future<Output = Result<T>> + Send + 'static,
     {
-        self.inner.rt.call(what, self.inner.settings.rpc_timeout, fut)
+        self.inner
+            .rt
+            .call(what, self.inner.settings.rpc_timeout, fut)
     }
 
     /// The runtime this client runs on.
@@ -246,14 +342,15 @@ impl ZkClient {
     ///
     /// Other clones of this client stop working too.
     pub fn close(&self, grace: Duration) {
+        self.inner.closed.store(true, Ordering::SeqCst);
         // A closed session deletes its ephemeral nodes at once rather than
         // after the session timeout. The close request goes out when the last
         // handle is gone; wait (up to `grace`) until the session says so.
-        if let Some(client) = self.inner.take_client() {
-            let mut states = client.state_watcher();
+        if let Some(session) = self.inner.session.lock().take() {
+            let mut states = session.zk().state_watcher();
             {
                 let _enter = self.inner.rt.enter();
-                drop(client);
+                drop(session);
             }
             let _ = self.inner.rt.call("close the session", grace, async move {
                 let terminal = |s| {
@@ -279,6 +376,7 @@ impl fmt::Debug for ZkClient {
         f.debug_struct("ZkClient")
             .field("hosts", &self.inner.settings.hosts)
             .field("session_id", &format_args!("{:#x}", self.session_id()))
+            .field("state", &self.session_state())
             .field("session_timeout", &self.session_timeout())
             .finish()
     }

@@ -23,9 +23,18 @@
 
 mod client;
 mod error;
+mod lock_internals;
+mod mutex;
+mod names;
+mod session;
 
 pub use client::{
     ZkClient, ZkClientBuilder, DEFAULT_CONNECT_TIMEOUT, DEFAULT_RPC_TIMEOUT,
-    DEFAULT_SESSION_TIMEOUT,
+    DEFAULT_SESSION_TIMEOUT, MIN_SESSION_TIMEOUT,
 };
+pub use mutex::{InterProcessMutex, ZkLock, ZkMutex};
 pub use recipes_core::{Error, LossPolicy, Result};
+pub use session::SessionState;
+
+/// A held [`InterProcessMutex`].
+pub type MutexGuard = recipes_core::MutexGuard<ZkLock>;

@@ -1,0 +1,238 @@
+//! Node names: Curator's protected names, sequence suffixes and their order,
+//! path validation.
+
+use std::cmp::Ordering;
+use std::fmt::Write;
+
+use recipes_core::{Error, Result};
+
+/// Curator's prefix of protected (guid) node names.
+pub(crate) const PROTECTED_PREFIX: &str = "_c_";
+
+/// Check a recipe's path, saying what to change when it is unusable.
+pub(crate) fn validate_path(path: &str) -> Result<()> {
+    let bad = |why: &str| Err(Error::invalid(format!("ZooKeeper path {path:?} {why}")));
+    if path.is_empty() {
+        return bad("is empty; give an absolute path such as /locks/nightly-report");
+    }
+    if !path.starts_with('/') {
+        return bad("must start with '/', as in /locks/nightly-report");
+    }
+    if path == "/" {
+        return bad("is the root; give a path below it, such as /locks/nightly-report");
+    }
+    if path.ends_with('/') {
+        return bad("must not end with '/'");
+    }
+    if path == "/zookeeper" || path.starts_with("/zookeeper/") {
+        return bad("is under /zookeeper, which the server reserves; choose another path");
+    }
+    for component in path[1..].split('/') {
+        match component {
+            "" => return bad("has an empty component ('//')"),
+            "." | ".." => {
+                return bad("has a '.' or '..' component; ZooKeeper paths are not relative")
+            }
+            _ => {}
+        }
+    }
+    if let Some(c) = path.chars().find(|&c| forbidden_char(c)) {
+        return Err(Error::invalid(format!(
+            "ZooKeeper path {path:?} contains the character {c:?} (U+{:04X}), which ZooKeeper \
+             refuses; use printable characters",
+            c as u32
+        )));
+    }
+    Ok(())
+}
+
+/// The characters ZooKeeper's `PathUtils.validatePath` refuses.
+fn forbidden_char(c: char) -> bool {
+    matches!(c,
+        '\u{0}'..='\u{1f}'
+        | '\u{7f}'..='\u{9f}'
+        | '\u{e000}'..='\u{f8ff}'
+        | '\u{fff0}'..='\u{ffff}')
+}
+
+/// A fresh random UUID (version 4) for a protected name.
+pub(crate) fn fresh_uuid() -> String {
+    let mut b = random_bytes();
+    b[6] = (b[6] & 0x0f) | 0x40;
+    b[8] = (b[8] & 0x3f) | 0x80;
+    let mut s = String::with_capacity(36);
+    for (i, byte) in b.iter().enumerate() {
+        if matches!(i, 4 | 6 | 8 | 10) {
+            s.push('-');
+        }
+        let _ = write!(s, "{byte:02x}");
+    }
+    s
+}
+
+fn random_bytes() -> [u8; 16] {
+    use std::io::Read;
+    let mut b = [0u8; 16];
+    if std::fs::File::open("/dev/urandom")
+        .and_then(|mut f| f.read_exact(&mut b))
+        .is_ok()
+    {
+        return b;
+    }
+    // No /dev/urandom: std's randomly keyed hasher, fed the time and a
+    // counter, still gives names no other process will pick.
+    use std::hash::{BuildHasher, Hasher};
+    static COUNTER: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
+    for chunk in b.chunks_mut(8) {
+        let mut h = std::collections::hash_map::RandomState::new().build_hasher();
+        h.write_u128(
+            std::time::SystemTime::now()
+                .duration_since(std::time::UNIX_EPOCH)
+                .map(|d| d.as_nanos())
+                .unwrap_or_default(),
+        );
+        h.write_u64(COUNTER.fetch_add(1, std::sync::atomic::Ordering::Relaxed));
+        h.write_u32(std::process::id());
+        chunk.copy_from_slice(&h.finish().to_le_bytes());
+    }
+    b
+}
+
+/// The protected node-name prefix Curator uses: `_c_<uuid>-<lock_name>`,
+/// to which the server appends the sequence.
+pub(crate) fn protected_prefix(uuid: &str, lock_name: &str) -> String {
+    format!("{PROTECTED_PREFIX}{uuid}-{lock_name}")
+}
+
+/// The sequence ZooKeeper appended to a sequential node's name, formatted
+/// as `%010d`: ten digits, or after the parent's counter wrapped, a minus
+/// sign and ten digits (down to -1000000000) or a minus sign and nine. Works
+/// for any recipe's names (Curator's `…-lock-0000000007`, kazoo's
+/// `…__lock__0000000007`): a minus sign right after the name's own
+/// separator (`-` or `_`) is the number's sign. `None` for a name with no
+/// such suffix.
+pub(crate) fn sequence_of(name: &str) -> Option<i32> {
+    let b = name.as_bytes();
+    let n = b.len();
+    let digits = |from: usize| b[from..].iter().all(u8::is_ascii_digit);
+    let number = |from: usize, negative: bool| -> Option<i32> {
+        let v: i64 = name[from..].parse().ok()?;
+        i32::try_from(if negative { -v } else { v }).ok()
+    };
+    if n >= 10 && digits(n - 10) {
+        let signed = n >= 12 && b[n - 11] == b'-' && matches!(b[n - 12], b'-' | b'_');
+        return number(n - 10, signed);
+    }
+    if n >= 10 && b[n - 10] == b'-' && digits(n - 9) {
+        return number(n - 9, true);
+    }
+    None
+}
+
+/// Contenders in queue order: the children with a sequence suffix, ordered
+/// by serial-number arithmetic around `anchor` (our own sequence), so the
+/// wrap of the parent's counter from 2147483647 to -2147483648 keeps the
+/// order. Correct while all contenders lie within 2^31 creations of us.
+pub(crate) fn queue_order(children: &[String], anchor: i32) -> Vec<(i32, String)> {
+    let mut queue: Vec<(i32, String)> = children
+        .iter()
+        .filter_map(|c| sequence_of(c).map(|s| (s, c.clone())))
+        .collect();
+    queue.sort_by(|(a, na), (b, nb)| serial_cmp(*a, *b, anchor).then_with(|| na.cmp(nb)));
+    queue
+}
+
+fn serial_cmp(a: i32, b: i32, anchor: i32) -> Ordering {
+    a.wrapping_sub(anchor).cmp(&b.wrapping_sub(anchor))
+}
+
+/// Whether `child` is a node we created with `uuid` (protected recovery).
+pub(crate) fn is_ours(child: &str, uuid: &str) -> bool {
+    child.starts_with(PROTECTED_PREFIX) && child[PROTECTED_PREFIX.len()..].starts_with(uuid)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn paths_are_checked_with_a_message_that_says_what_to_change() {
+        for ok in ["/a", "/locks/nightly-report", "/a/b/c", "/ünïcödé"] {
+            validate_path(ok).unwrap();
+        }
+        for (bad, says) in [
+            ("", "empty"),
+            ("locks", "start with '/'"),
+            ("/", "root"),
+            ("/a/", "end with '/'"),
+            ("/a//b", "empty component"),
+            ("/a/./b", "'.'"),
+            ("/a/..", "'..'"),
+            ("/zookeeper", "reserves"),
+            ("/zookeeper/quota", "reserves"),
+            ("/a\u{0}b", "U+0000"),
+            ("/a\nb", "U+000A"),
+            ("/a\u{7f}", "U+007F"),
+        ] {
+            match validate_path(bad) {
+                Err(Error::InvalidArgument(msg)) => assert!(msg.contains(says), "{bad:?}: {msg}"),
+                other => panic!("{bad:?}: {other:?}"),
+            }
+        }
+        validate_path("/zookeeperish").unwrap();
+    }
+
+    #[test]
+    fn uuids_are_version_4_and_fresh() {
+        let a = fresh_uuid();
+        let b = fresh_uuid();
+        assert_ne!(a, b);
+        assert_eq!(a.len(), 36);
+        assert_eq!(a.as_bytes()[14], b'4');
+        assert!(matches!(a.as_bytes()[19], b'8' | b'9' | b'a' | b'b'));
+    }
+
+    #[test]
+    fn sequences_parse_from_any_recipe_layout() {
+        assert_eq!(sequence_of("_c_x-lock-0000000007"), Some(7));
+        assert_eq!(sequence_of("abc__lock__0000000042"), Some(42));
+        assert_eq!(sequence_of("_c_x-latch-2147483647"), Some(i32::MAX));
+        assert_eq!(sequence_of("_c_x-lock--000000001"), Some(-1));
+        assert_eq!(sequence_of("_c_x-lock--2147483648"), Some(i32::MIN));
+        assert_eq!(sequence_of("_c_x-lock--1000000000"), Some(-1_000_000_000));
+        assert_eq!(sequence_of("abc__lock__-2147483647"), Some(-2_147_483_647));
+        assert_eq!(sequence_of("abc__lock__-000000002"), Some(-2));
+        assert_eq!(sequence_of("_c_x-lock-2147483648"), None, "beyond i32");
+        assert_eq!(sequence_of("locks"), None);
+        assert_eq!(sequence_of("leases"), None);
+        assert_eq!(sequence_of("lock-00000x0001"), None);
+    }
+
+    #[test]
+    fn queue_order_survives_the_counter_wrap() {
+        let names: Vec<String> = [
+            "_c_c-lock--2147483647", // created after the wrap
+            "_c_a-lock-2147483646",
+            "_c_z-lock-2147483647",
+            "_c_b-lock--2147483648",
+            "locks",
+        ]
+        .iter()
+        .map(|s| s.to_string())
+        .collect();
+        let order: Vec<i32> = queue_order(&names, i32::MAX)
+            .into_iter()
+            .map(|(s, _)| s)
+            .collect();
+        assert_eq!(order, vec![i32::MAX - 1, i32::MAX, i32::MIN, i32::MIN + 1]);
+    }
+
+    #[test]
+    fn protected_names_are_recognised() {
+        let p = protected_prefix("1234", "lock-");
+        assert_eq!(p, "_c_1234-lock-");
+        assert!(is_ours("_c_1234-lock-0000000001", "1234"));
+        assert!(!is_ours("_c_9999-lock-0000000001", "1234"));
+        assert!(!is_ours("x__lock__0000000001", "1234"));
+    }
+}

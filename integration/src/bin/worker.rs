@@ -1,0 +1,254 @@
+//! A client in its own OS process, driven over stdin/stdout, so a test can
+//! pause it (SIGSTOP) like a long garbage-collection pause, or kill it.
+//!
+//! One request per line, one reply per line: `OK [fields…]` or
+//! `ERR <kind> <message>`. Requests:
+//!
+//! - `connect zk <hosts> <session_timeout_ms>` → `OK session=<hex> timeout_ms=<n>`
+//! - `connect etcd <endpoint[,endpoint…]>` → `OK`
+//! - `connect zk <hosts> <session_timeout_ms> [deadline|disconnect]` (the
+//!   loss policy, default deadline)
+//! - `ping` → `OK rtt_us=<n>`
+//! - `lock <name> [wait_ms]` → `OK token=<n> holder=<path>`, or `OK timeout`
+//!   when not acquired within `wait_ms` (no `wait_ms`: wait as long as it
+//!   takes)
+//! - `status` → `OK lost=<no|reason> token=<n> valid_until_ms=<boot ms>
+//!   last_ack_ms=<boot ms>` for the held lock (times on CLOCK_BOOTTIME, so
+//!   comparable across processes)
+//! - `write <path> <value>` → a write fenced in the store by the held lock:
+//!   `OK`, or `ERR fence-rejected …`
+//! - `release` → `OK` once the store confirmed; `drop` → `OK` at once (the
+//!   release runs in the background)
+//! - `pid` → `OK <pid>`
+//! - `exit` → `OK`, then the process exits
+//!
+//! The worker prints `READY` once it reads requests.
+
+use std::io::{self, BufRead, Write};
+use std::time::Duration;
+
+use recipes_core::{BootInstant, Error, LossPolicy};
+use recipes_etcd::EtcdClient;
+use recipes_zk::ZkClient;
+
+enum Client {
+    None,
+    Zk(ZkClient),
+    Etcd(EtcdClient),
+}
+
+/// What the worker holds.
+enum Held {
+    Zk(recipes_zk::MutexGuard),
+}
+
+impl Held {
+    fn token(&self) -> u64 {
+        match self {
+            Held::Zk(g) => g.token().get(),
+        }
+    }
+
+    fn holder(&self) -> &str {
+        match self {
+            Held::Zk(g) => g.holder(),
+        }
+    }
+
+    fn lost(&self) -> &recipes_core::LossSignal {
+        match self {
+            Held::Zk(g) => g.lost(),
+        }
+    }
+
+    fn write(&self, path: &str, value: &str) -> Result<(), Error> {
+        match self {
+            Held::Zk(g) => g.lease().put(path, value.as_bytes()),
+        }
+    }
+
+    fn release(self) -> Result<(), Error> {
+        match self {
+            Held::Zk(g) => g.release(),
+        }
+    }
+}
+
+struct Worker {
+    client: Client,
+    held: Option<Held>,
+}
+
+fn boot_ms(t: Option<BootInstant>) -> u128 {
+    t.map(|t| t.since_boot().as_millis()).unwrap_or(0)
+}
+
+type Reply = Result<String, String>;
+
+fn err(e: &Error) -> String {
+    let kind = match e {
+        Error::SessionExpired => "session-expired",
+        Error::LeaseLost { .. } => "lease-lost",
+        Error::ConnectionLoss => "connection-loss",
+        Error::Indeterminate { .. } => "indeterminate",
+        Error::FenceRejected { .. } => "fence-rejected",
+        Error::Timeout { .. } => "timeout",
+        Error::NotHeld { .. } => "not-held",
+        Error::Closed => "closed",
+        Error::InvalidArgument(_) => "invalid-argument",
+        _ => "backend",
+    };
+    format!("{kind} {}", e.to_string().replace('\n', " "))
+}
+
+fn usage(msg: &str) -> String {
+    format!("usage {msg}")
+}
+
+impl Worker {
+    fn handle(&mut self, line: &str) -> Reply {
+        let words: Vec<&str> = line.split_whitespace().collect();
+        match words.as_slice() {
+            ["connect", "zk", hosts, timeout_ms, rest @ ..] => {
+                let ms: u64 = timeout_ms
+                    .parse()
+                    .map_err(|_| usage("timeout_ms is a number"))?;
+                let policy = match rest {
+                    [] | ["deadline"] => LossPolicy::Deadline,
+                    ["disconnect"] => LossPolicy::OnDisconnect,
+                    _ => return Err(usage("loss policy is deadline or disconnect")),
+                };
+                let c = ZkClient::builder(*hosts)
+                    .session_timeout(Duration::from_millis(ms))
+                    .loss_policy(policy)
+                    .connect()
+                    .map_err(|e| err(&e))?;
+                let reply = format!(
+                    "session={:#x} timeout_ms={}",
+                    c.session_id(),
+                    c.session_timeout().as_millis()
+                );
+                self.client = Client::Zk(c);
+                Ok(reply)
+            }
+            ["connect", "etcd", endpoints] => {
+                let c = EtcdClient::connect(endpoints.split(',')).map_err(|e| err(&e))?;
+                self.client = Client::Etcd(c);
+                Ok(String::new())
+            }
+            ["ping"] => {
+                let rtt = match &self.client {
+                    Client::Zk(c) => c.ping(),
+                    Client::Etcd(c) => c.ping(),
+                    Client::None => return Err(usage("connect first")),
+                }
+                .map_err(|e| err(&e))?;
+                Ok(format!("rtt_us={}", rtt.as_micros()))
+            }
+            ["lock", name, rest @ ..] => {
+                if self.held.is_some() {
+                    return Err(usage("already holding; release first"));
+                }
+                let wait = match rest {
+                    [] => None,
+                    [ms] => Some(Duration::from_millis(
+                        ms.parse().map_err(|_| usage("wait_ms is a number"))?,
+                    )),
+                    _ => return Err(usage("lock <name> [wait_ms]")),
+                };
+                let held = match &self.client {
+                    Client::Zk(c) => {
+                        let m = c.mutex(name).map_err(|e| err(&e))?;
+                        match wait {
+                            None => Some(m.lock()),
+                            Some(w) => m.try_lock_for(w).transpose(),
+                        }
+                        .transpose()
+                        .map_err(|e| err(&e))?
+                        .map(Held::Zk)
+                    }
+                    Client::Etcd(_) => return Err(usage("etcd locks are not built yet")),
+                    Client::None => return Err(usage("connect first")),
+                };
+                match held {
+                    None => Ok("timeout".to_owned()),
+                    Some(h) => {
+                        let reply = format!("token={} holder={}", h.token(), h.holder());
+                        self.held = Some(h);
+                        Ok(reply)
+                    }
+                }
+            }
+            ["status"] => {
+                let h = self.held.as_ref().ok_or_else(|| usage("nothing held"))?;
+                let lost = match h.lost().reason() {
+                    None => "no".to_owned(),
+                    Some(r) => format!("{r:?}"),
+                };
+                let last_ack = match &self.client {
+                    Client::Zk(c) => c.last_acknowledged(),
+                    _ => None,
+                };
+                Ok(format!(
+                    "lost={lost} token={} valid_until_ms={} last_ack_ms={}",
+                    h.token(),
+                    boot_ms(h.lost().valid_until()),
+                    boot_ms(last_ack)
+                ))
+            }
+            ["write", path, value] => {
+                let h = self.held.as_ref().ok_or_else(|| usage("nothing held"))?;
+                h.write(path, value).map_err(|e| err(&e))?;
+                Ok(String::new())
+            }
+            ["release"] => {
+                let h = self.held.take().ok_or_else(|| usage("nothing held"))?;
+                h.release().map_err(|e| err(&e))?;
+                Ok(String::new())
+            }
+            ["drop"] => {
+                drop(self.held.take().ok_or_else(|| usage("nothing held"))?);
+                Ok(String::new())
+            }
+            ["pid"] => Ok(std::process::id().to_string()),
+            _ => Err(usage(&format!("unknown request {line:?}"))),
+        }
+    }
+}
+
+fn main() {
+    let stdin = io::stdin();
+    let mut out = io::stdout().lock();
+    let mut worker = Worker {
+        client: Client::None,
+        held: None,
+    };
+    let _ = writeln!(out, "READY");
+    let _ = out.flush();
+    for line in stdin.lock().lines() {
+        let Ok(line) = line else { break };
+        let line = line.trim();
+        if line.is_empty() {
+            continue;
+        }
+        if line == "exit" {
+            let _ = writeln!(out, "OK");
+            let _ = out.flush();
+            break;
+        }
+        let reply = match worker.handle(line) {
+            Ok(fields) if fields.is_empty() => "OK".to_owned(),
+            Ok(fields) => format!("OK {fields}"),
+            Err(e) => format!("ERR {e}"),
+        };
+        let _ = writeln!(out, "{reply}");
+        let _ = out.flush();
+    }
+    // Close the clients before exiting, so sessions end at once.
+    drop(worker.held.take());
+    match worker.client {
+        Client::Zk(c) => c.close(Duration::from_secs(2)),
+        Client::Etcd(c) => c.close(Duration::from_secs(2)),
+        Client::None => {}
+    }
+}

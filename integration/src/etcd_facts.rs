@@ -1,0 +1,257 @@
+//! Reading facts from etcd for assertions: does a key exist, which keys are
+//! under a prefix, how long does a lease live.
+
+use std::cell::RefCell;
+use std::future::Future;
+use std::time::Duration;
+
+use etcd_client::{Client, ConnectOptions, GetOptions};
+
+use crate::env::scale;
+use crate::logs::ServerLogs;
+use crate::runtime::block_on_timeout;
+use crate::wait::wait_for_with;
+
+/// Upper bound (scaled) of one fact query.
+const QUERY_TIMEOUT: Duration = Duration::from_secs(5);
+
+/// An etcd client used only to read facts, on the harness runtime.
+///
+/// One-shot queries panic on errors (with the server logs); `wait_*`
+/// helpers retry errors until their deadline, so they ride out a leader
+/// election.
+pub struct EtcdFacts {
+    client: Client,
+    endpoints: Vec<String>,
+    logs: ServerLogs,
+}
+
+impl std::fmt::Debug for EtcdFacts {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("EtcdFacts")
+            .field("endpoints", &self.endpoints)
+            .finish_non_exhaustive()
+    }
+}
+
+impl EtcdFacts {
+    /// A client of `endpoints`; `logs` are quoted in panics.
+    ///
+    /// # Panics
+    ///
+    /// When the client cannot be built within 10 s (scaled).
+    pub fn connect(endpoints: &[String], logs: ServerLogs) -> EtcdFacts {
+        let options = ConnectOptions::new()
+            .with_connect_timeout(Duration::from_secs(2))
+            .with_timeout(scale(QUERY_TIMEOUT))
+            // Without keep-alive a black-holed connection never recovers.
+            .with_keep_alive(Duration::from_secs(1), Duration::from_secs(2));
+        let client = match block_on_timeout(
+            scale(Duration::from_secs(10)),
+            Client::connect(endpoints, Some(options)),
+        ) {
+            Some(Ok(client)) => client,
+            Some(Err(e)) => panic!(
+                "fact client cannot connect to {endpoints:?}: {e}\n{}",
+                logs.tail()
+            ),
+            None => panic!(
+                "fact client: no connection to {endpoints:?} in 10 s (scaled)\n{}",
+                logs.tail()
+            ),
+        };
+        EtcdFacts {
+            client,
+            endpoints: endpoints.to_vec(),
+            logs,
+        }
+    }
+
+    /// The quoted server logs.
+    pub fn logs(&self) -> &ServerLogs {
+        &self.logs
+    }
+
+    /// A clone of the underlying client (cheap; shares the connection).
+    pub fn client(&self) -> Client {
+        self.client.clone()
+    }
+
+    fn query<T, F>(&self, what: &str, call: impl FnOnce(Client) -> F) -> Result<T, String>
+    where
+        F: Future<Output = Result<T, etcd_client::Error>>,
+    {
+        match block_on_timeout(scale(QUERY_TIMEOUT), call(self.client.clone())) {
+            Some(Ok(value)) => Ok(value),
+            Some(Err(e)) => Err(format!("{what} on {:?}: {e}", self.endpoints)),
+            None => Err(format!(
+                "{what} on {:?}: no answer in {QUERY_TIMEOUT:?} (scaled)",
+                self.endpoints
+            )),
+        }
+    }
+
+    fn or_panic<T>(&self, result: Result<T, String>) -> T {
+        result.unwrap_or_else(|why| panic!("{why}\n{}", self.logs.tail()))
+    }
+
+    fn try_get(&self, key: &str) -> Result<Option<Vec<u8>>, String> {
+        let key = key.to_owned();
+        self.query(&format!("get {key}"), |mut client| async move {
+            let response = client.get(key, None).await?;
+            Ok(response.kvs().first().map(|kv| kv.value().to_vec()))
+        })
+    }
+
+    fn try_keys(&self, prefix: &str) -> Result<Vec<String>, String> {
+        let prefix = prefix.to_owned();
+        self.query(&format!("keys under {prefix}"), |mut client| async move {
+            let options = GetOptions::new().with_prefix().with_keys_only();
+            let response = client.get(prefix, Some(options)).await?;
+            let mut keys: Vec<String> = response
+                .kvs()
+                .iter()
+                .map(|kv| String::from_utf8_lossy(kv.key()).into_owned())
+                .collect();
+            keys.sort();
+            Ok(keys)
+        })
+    }
+
+    fn try_lease_ttl(&self, lease: i64) -> Result<i64, String> {
+        self.query(
+            &format!("time-to-live of lease {lease:x}"),
+            |mut client| async move { Ok(client.lease_time_to_live(lease, None).await?.ttl()) },
+        )
+    }
+
+    /// Whether `key` exists.
+    ///
+    /// # Panics
+    ///
+    /// When the query fails; the message quotes the server logs.
+    pub fn exists(&self, key: &str) -> bool {
+        self.get(key).is_some()
+    }
+
+    /// The value of `key`, `None` when it does not exist.
+    ///
+    /// # Panics
+    ///
+    /// When the query fails; the message quotes the server logs.
+    pub fn get(&self, key: &str) -> Option<Vec<u8>> {
+        self.or_panic(self.try_get(key))
+    }
+
+    /// The keys starting with `prefix`, sorted.
+    ///
+    /// # Panics
+    ///
+    /// When the query fails; the message quotes the server logs.
+    pub fn keys_with_prefix(&self, prefix: &str) -> Vec<String> {
+        self.or_panic(self.try_keys(prefix))
+    }
+
+    /// The remaining TTL of `lease` in seconds as the server sees it; `-1`
+    /// when the lease is gone (expired or revoked).
+    ///
+    /// # Panics
+    ///
+    /// When the query fails; the message quotes the server logs.
+    pub fn lease_time_to_live(&self, lease: i64) -> i64 {
+        self.or_panic(self.try_lease_ttl(lease))
+    }
+
+    /// Waits until `key` exists.
+    ///
+    /// # Panics
+    ///
+    /// After `upper_bound` (scaled); the message quotes the server logs.
+    pub fn wait_exists(&self, key: &str, upper_bound: Duration) {
+        self.wait_on(&format!("{key} exists"), upper_bound, || {
+            self.try_get(key).map(|v| v.is_some())
+        });
+    }
+
+    /// Waits until `key` is gone.
+    ///
+    /// # Panics
+    ///
+    /// After `upper_bound` (scaled); the message quotes the server logs.
+    pub fn wait_gone(&self, key: &str, upper_bound: Duration) {
+        self.wait_on(&format!("{key} is gone"), upper_bound, || {
+            self.try_get(key).map(|v| v.is_none())
+        });
+    }
+
+    /// Waits until the server reports `lease` gone (time-to-live −1).
+    ///
+    /// # Panics
+    ///
+    /// After `upper_bound` (scaled); the message quotes the server logs.
+    pub fn wait_lease_gone(&self, lease: i64, upper_bound: Duration) {
+        self.wait_on(&format!("lease {lease:x} is gone"), upper_bound, || {
+            self.try_lease_ttl(lease).map(|ttl| ttl == -1)
+        });
+    }
+
+    /// Waits until the sorted keys under `prefix` satisfy `condition` and
+    /// returns them.
+    ///
+    /// # Panics
+    ///
+    /// After `upper_bound` (scaled); the message quotes the last keys seen
+    /// and the server logs.
+    pub fn wait_keys(
+        &self,
+        prefix: &str,
+        desc: &str,
+        upper_bound: Duration,
+        mut condition: impl FnMut(&[String]) -> bool,
+    ) -> Vec<String> {
+        let last = RefCell::new(None);
+        wait_for_with(
+            &format!("keys under {prefix} {desc}"),
+            upper_bound,
+            || {
+                let keys = self.try_keys(prefix);
+                let done = matches!(&keys, Ok(keys) if condition(keys));
+                if done {
+                    keys.ok()
+                } else {
+                    *last.borrow_mut() = Some(keys);
+                    None
+                }
+            },
+            || format!("last seen: {:?}\n{}", last.borrow(), self.logs.tail()),
+        )
+    }
+
+    fn wait_on(
+        &self,
+        desc: &str,
+        upper_bound: Duration,
+        mut probe: impl FnMut() -> Result<bool, String>,
+    ) {
+        let last_error = RefCell::new(None);
+        wait_for_with(
+            &format!("{desc} on {:?}", self.endpoints),
+            upper_bound,
+            || match probe() {
+                Ok(true) => Some(()),
+                Ok(false) => None,
+                Err(e) => {
+                    *last_error.borrow_mut() = Some(e);
+                    None
+                }
+            },
+            || {
+                format!(
+                    "last error: {:?}\n{}",
+                    last_error.borrow(),
+                    self.logs.tail()
+                )
+            },
+        );
+    }
+}

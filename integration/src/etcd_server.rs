@@ -1,0 +1,404 @@
+//! An etcd 3.4 server process: a one-member cluster, or one member of an
+//! [`EtcdCluster`](crate::EtcdCluster).
+
+use std::net::SocketAddr;
+use std::path::Path;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::OnceLock;
+use std::time::{Duration, Instant};
+
+use crate::env::scale;
+use crate::etcd_facts::EtcdFacts;
+use crate::http::{http_request, json_field};
+use crate::logs::ServerLogs;
+use crate::ports::{reserve_port, PortReservation};
+use crate::process::ManagedProcess;
+use crate::test_dir::TestDir;
+
+/// The etcd binary (Debian's package).
+pub const ETCD_BINARY: &str = "/usr/bin/etcd";
+
+/// Upper bound (scaled) for a server to become healthy.
+pub const ETCD_START_TIMEOUT: Duration = Duration::from_secs(30);
+
+/// How long one `/health` or status probe may take before the server counts
+/// as not answering (a short, unscaled probe timeout).
+pub const ETCD_PROBE_TIMEOUT: Duration = Duration::from_millis(500);
+
+/// Settings of a test etcd server.
+///
+/// Defaults: heartbeat 50 ms, election timeout 500 ms — a killed leader is
+/// replaced in about a second, and the minimum lease TTL is 1 s (etcd
+/// silently raises a lower TTL to ceil(1.5 × election timeout)).
+#[derive(Debug, Clone)]
+pub struct EtcdConfig {
+    heartbeat_interval: Duration,
+    election_timeout: Duration,
+}
+
+impl Default for EtcdConfig {
+    fn default() -> Self {
+        EtcdConfig {
+            heartbeat_interval: Duration::from_millis(50),
+            election_timeout: Duration::from_millis(500),
+        }
+    }
+}
+
+impl EtcdConfig {
+    /// Sets `--heartbeat-interval` and `--election-timeout` (etcd wants the
+    /// election timeout ≥ 5 × the heartbeat).
+    pub fn with_election(
+        mut self,
+        heartbeat_interval: Duration,
+        election_timeout: Duration,
+    ) -> Self {
+        self.heartbeat_interval = heartbeat_interval;
+        self.election_timeout = election_timeout;
+        self
+    }
+
+    /// `--heartbeat-interval`.
+    pub fn heartbeat_interval(&self) -> Duration {
+        self.heartbeat_interval
+    }
+
+    /// `--election-timeout`.
+    pub fn election_timeout(&self) -> Duration {
+        self.election_timeout
+    }
+
+    /// The smallest lease TTL the server grants: ceil(1.5 × election
+    /// timeout) in whole seconds. Smaller requests are silently raised.
+    pub fn min_lease_ttl(&self) -> Duration {
+        let millis = self.election_timeout.as_millis() * 3 / 2;
+        Duration::from_secs(millis.div_ceil(1000) as u64)
+    }
+}
+
+/// What `/v3/maintenance/status` says about a member.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct EtcdStatus {
+    /// The answering member's id.
+    pub member_id: u64,
+    /// The id of the leader it follows; 0 when it knows none.
+    pub leader: u64,
+    /// Its raft term.
+    pub raft_term: u64,
+    /// The store revision it has applied.
+    pub revision: i64,
+}
+
+/// How a member learns about its cluster.
+#[derive(Debug, Clone)]
+pub(crate) struct Membership {
+    /// `name=http://127.0.0.1:<peer port>,…` for every member.
+    pub(crate) initial_cluster: String,
+    /// A token unique to this cluster, so members of different test clusters
+    /// never join each other.
+    pub(crate) token: String,
+}
+
+/// One etcd process with its own folder and loopback ports.
+///
+/// Dropping it kills (SIGKILL) and reaps the process and removes its folder
+/// (kept when the thread panics).
+#[derive(Debug)]
+pub struct EtcdServer {
+    name: String,
+    client_addr: SocketAddr,
+    peer_addr: SocketAddr,
+    config: EtcdConfig,
+    // Field order is drop order: process first, folder last.
+    process: ManagedProcess,
+    _ports: [PortReservation; 2],
+    dir: TestDir,
+}
+
+impl EtcdServer {
+    /// Starts a one-member cluster with [`EtcdConfig::default`] and waits
+    /// until it is healthy.
+    ///
+    /// # Panics
+    ///
+    /// When it is not healthy within the (scaled) start timeout; the message
+    /// quotes its log.
+    pub fn start() -> EtcdServer {
+        EtcdServer::start_with(EtcdConfig::default())
+    }
+
+    /// Starts a one-member cluster with `config`; see
+    /// [`start`](Self::start).
+    ///
+    /// # Panics
+    ///
+    /// As [`start`](Self::start).
+    pub fn start_with(config: EtcdConfig) -> EtcdServer {
+        let mut attempt = 1;
+        loop {
+            let (client, peer) = (reserve_port(), reserve_port());
+            let membership = Membership {
+                initial_cluster: format!("etcd=http://{}", peer.addr()),
+                token: unique_token("etcd"),
+            };
+            let server =
+                EtcdServer::prepare("etcd".to_owned(), config.clone(), client, peer, &membership);
+            server.spawn();
+            match server.wait_started(ETCD_START_TIMEOUT) {
+                Ok(()) => return server,
+                Err(why) if attempt < 3 && server.lost_port_race() => {
+                    log::warn!("[etcd] port race on start attempt {attempt}, retrying: {why}");
+                    attempt += 1;
+                }
+                Err(why) => panic!("{why}\n{}", server.log_tail()),
+            }
+        }
+    }
+
+    /// A one-member cluster shared by every test of this process, started
+    /// on first use with [`EtcdConfig::default`].
+    ///
+    /// Only for tests that do not break the server (no kill, pause,
+    /// restart); give each test its own key prefix. The server lives until
+    /// the process exits: the parent-death signal kills it and a later run
+    /// removes its folder.
+    pub fn shared() -> &'static EtcdServer {
+        static SHARED: OnceLock<EtcdServer> = OnceLock::new();
+        SHARED.get_or_init(EtcdServer::start)
+    }
+
+    /// Writes the folder; does not start the process.
+    pub(crate) fn prepare(
+        name: String,
+        config: EtcdConfig,
+        client_port: PortReservation,
+        peer_port: PortReservation,
+        membership: &Membership,
+    ) -> EtcdServer {
+        assert!(
+            Path::new(ETCD_BINARY).exists(),
+            "{ETCD_BINARY} is missing: install Debian's etcd-server package (scripts/setup)"
+        );
+        let dir = TestDir::new(&name);
+        let client_url = format!("http://{}", client_port.addr());
+        let peer_url = format!("http://{}", peer_port.addr());
+        let args: Vec<String> = vec![
+            format!("--name={name}"),
+            format!("--data-dir={}", dir.path().join("data").display()),
+            format!("--listen-client-urls={client_url}"),
+            format!("--advertise-client-urls={client_url}"),
+            format!("--listen-peer-urls={peer_url}"),
+            format!("--initial-advertise-peer-urls={peer_url}"),
+            format!("--initial-cluster={}", membership.initial_cluster),
+            format!("--initial-cluster-token={}", membership.token),
+            // Ignored on restart: the data folder then exists.
+            "--initial-cluster-state=new".to_owned(),
+            "--unsafe-no-fsync".to_owned(),
+            format!(
+                "--heartbeat-interval={}",
+                config.heartbeat_interval.as_millis()
+            ),
+            format!("--election-timeout={}", config.election_timeout.as_millis()),
+            "--logger=zap".to_owned(),
+            "--log-outputs=stderr".to_owned(),
+            "--enable-v2=false".to_owned(),
+        ];
+        let process = ManagedProcess::new(
+            name.clone(),
+            ETCD_BINARY,
+            args,
+            dir.path(),
+            dir.path().join("server.log"),
+        );
+        EtcdServer {
+            name,
+            client_addr: client_port.addr(),
+            peer_addr: peer_port.addr(),
+            config,
+            process,
+            _ports: [client_port, peer_port],
+            dir,
+        }
+    }
+
+    pub(crate) fn spawn(&self) {
+        if let Err(e) = self.process.start() {
+            panic!("cannot spawn etcd {}: {e}\n{}", self.name, self.log_tail());
+        }
+    }
+
+    /// Waits until `/health` says true.
+    pub(crate) fn wait_started(&self, upper_bound: Duration) -> Result<(), String> {
+        let limit = scale(upper_bound);
+        let start = Instant::now();
+        loop {
+            if let Some(status) = self.process.exit_status() {
+                return Err(format!("etcd {} exited during start: {status}", self.name));
+            }
+            if self.is_healthy() {
+                return Ok(());
+            }
+            if start.elapsed() > limit {
+                return Err(format!(
+                    "etcd {} at {} not healthy after {:?}",
+                    self.name,
+                    self.client_addr,
+                    start.elapsed()
+                ));
+            }
+            std::thread::sleep(crate::wait::POLL_INTERVAL);
+        }
+    }
+
+    /// Whether the start failed because another process took our port.
+    pub(crate) fn lost_port_race(&self) -> bool {
+        std::fs::read_to_string(self.process.log_path())
+            .is_ok_and(|log| log.contains("address already in use"))
+    }
+
+    /// The member name (`etcd`, `etcd-1`, …), also used in messages.
+    pub fn name(&self) -> &str {
+        &self.name
+    }
+
+    /// The settings it was started with.
+    pub fn config(&self) -> &EtcdConfig {
+        &self.config
+    }
+
+    /// Its client address, `127.0.0.1:<port>`.
+    pub fn client_addr(&self) -> SocketAddr {
+        self.client_addr
+    }
+
+    /// Its peer (raft) address.
+    pub fn peer_addr(&self) -> SocketAddr {
+        self.peer_addr
+    }
+
+    /// Its client URL, `http://127.0.0.1:<port>`.
+    pub fn endpoint(&self) -> String {
+        format!("http://{}", self.client_addr)
+    }
+
+    /// Its client URL as a one-element list, for `etcd_client::Client::connect`.
+    pub fn endpoints(&self) -> Vec<String> {
+        vec![self.endpoint()]
+    }
+
+    /// Its folder (data, log).
+    pub fn dir(&self) -> &Path {
+        self.dir.path()
+    }
+
+    /// The process id while it runs (also while paused).
+    pub fn pid(&self) -> Option<u32> {
+        self.process.pid()
+    }
+
+    /// Its log, for panic messages.
+    pub fn logs(&self) -> ServerLogs {
+        self.process.logs()
+    }
+
+    /// The last lines of its log, headed `server log (…)`.
+    pub fn log_tail(&self) -> String {
+        self.logs().tail()
+    }
+
+    /// Kills the process with SIGKILL and reaps it.
+    pub fn kill(&self) {
+        self.process.kill();
+    }
+
+    /// Stops the process with SIGSTOP (it holds its connections and answers
+    /// nothing) and returns once every thread is stopped.
+    ///
+    /// # Panics
+    ///
+    /// When the threads do not all stop within 5 s (scaled).
+    pub fn pause(&self) {
+        self.process.pause();
+    }
+
+    /// Continues a paused process with SIGCONT and returns once no thread is
+    /// stopped; it may need a moment more to answer again.
+    pub fn resume(&self) {
+        self.process.resume();
+    }
+
+    /// Kills the process if it runs, starts it again on the same ports with
+    /// the same data, and waits until it is healthy (a member: until it
+    /// follows a leader again).
+    ///
+    /// # Panics
+    ///
+    /// When it is not healthy within the (scaled) start timeout.
+    pub fn restart(&self) {
+        self.kill();
+        self.spawn();
+        if let Err(why) = self.wait_started(ETCD_START_TIMEOUT) {
+            panic!("restart failed: {why}\n{}", self.log_tail());
+        }
+    }
+
+    /// Whether `/health` answers `"health":"true"` within
+    /// [`ETCD_PROBE_TIMEOUT`] (it needs a leader and a served read).
+    pub fn is_healthy(&self) -> bool {
+        match http_request(self.client_addr, "GET", "/health", "", ETCD_PROBE_TIMEOUT) {
+            Ok((200, body)) => json_field(&body, "health") == Some("true"),
+            _ => false,
+        }
+    }
+
+    /// Waits until it is healthy.
+    ///
+    /// # Panics
+    ///
+    /// After `upper_bound` (scaled); the message quotes the log.
+    pub fn wait_healthy(&self, upper_bound: Duration) {
+        if let Err(why) = self.wait_started(upper_bound) {
+            panic!("{why}\n{}", self.log_tail());
+        }
+    }
+
+    /// The member's status, or `None` when it does not answer within
+    /// [`ETCD_PROBE_TIMEOUT`].
+    pub fn status(&self) -> Option<EtcdStatus> {
+        let (code, body) = http_request(
+            self.client_addr,
+            "POST",
+            "/v3/maintenance/status",
+            "{}",
+            ETCD_PROBE_TIMEOUT,
+        )
+        .ok()?;
+        if code != 200 {
+            return None;
+        }
+        let number = |key: &str| json_field(&body, key).and_then(|v| v.parse::<u64>().ok());
+        Some(EtcdStatus {
+            member_id: number("member_id")?,
+            leader: number("leader").unwrap_or(0),
+            raft_term: number("raftTerm").unwrap_or(0),
+            revision: json_field(&body, "revision")
+                .and_then(|v| v.parse().ok())
+                .unwrap_or(0),
+        })
+    }
+
+    /// A new fact client connected to this member only.
+    pub fn facts(&self) -> EtcdFacts {
+        EtcdFacts::connect(&self.endpoints(), self.logs())
+    }
+}
+
+/// A cluster token no other test cluster uses.
+pub(crate) fn unique_token(label: &str) -> String {
+    static COUNTER: AtomicU64 = AtomicU64::new(0);
+    format!(
+        "{label}-{}-{}",
+        std::process::id(),
+        COUNTER.fetch_add(1, Ordering::Relaxed)
+    )
+}

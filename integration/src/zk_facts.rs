@@ -1,0 +1,257 @@
+//! Reading facts from ZooKeeper for assertions: does a node exist, what
+//! children does a path have.
+
+use std::cell::RefCell;
+use std::time::Duration;
+
+use zookeeper_client as zk;
+
+use crate::env::scale;
+use crate::logs::ServerLogs;
+use crate::runtime::{block_on_timeout, runtime};
+use crate::wait::wait_for_with;
+
+/// Upper bound (scaled) of one fact query.
+const QUERY_TIMEOUT: Duration = Duration::from_secs(5);
+
+/// Session timeout the fact client asks for.
+const SESSION_TIMEOUT: Duration = Duration::from_secs(10);
+
+/// A ZooKeeper session used only to read facts, on the harness runtime.
+///
+/// One-shot queries panic on errors (with the server logs); `wait_*`
+/// helpers retry errors until their deadline, so they ride out a leader
+/// election or reconnect.
+#[derive(Debug)]
+pub struct ZkFacts {
+    client: Option<zk::Client>,
+    connect_string: String,
+    logs: ServerLogs,
+}
+
+impl ZkFacts {
+    /// Opens a session to `connect_string`; `logs` are quoted in panics.
+    ///
+    /// # Panics
+    ///
+    /// When no session is established within 10 s (scaled).
+    pub fn connect(connect_string: &str, logs: ServerLogs) -> ZkFacts {
+        let connector = zk::Client::connector()
+            .with_session_timeout(SESSION_TIMEOUT)
+            .with_connection_timeout(Duration::from_secs(2));
+        let client = match block_on_timeout(
+            scale(Duration::from_secs(10)),
+            connector.connect(connect_string),
+        ) {
+            Some(Ok(client)) => client,
+            Some(Err(e)) => panic!(
+                "fact client cannot connect to {connect_string}: {e}\n{}",
+                logs.tail()
+            ),
+            None => panic!(
+                "fact client: no session with {connect_string} in 10 s (scaled)\n{}",
+                logs.tail()
+            ),
+        };
+        ZkFacts {
+            client: Some(client),
+            connect_string: connect_string.to_owned(),
+            logs,
+        }
+    }
+
+    fn client(&self) -> &zk::Client {
+        self.client
+            .as_ref()
+            .expect("ZkFacts client is only taken in Drop")
+    }
+
+    /// The id of the fact client's own session.
+    pub fn session_id(&self) -> i64 {
+        self.client().session_id().0
+    }
+
+    /// The quoted server logs.
+    pub fn logs(&self) -> &ServerLogs {
+        &self.logs
+    }
+
+    fn query<T>(
+        &self,
+        what: &str,
+        future: impl std::future::Future<Output = Result<T, zk::Error>>,
+    ) -> Result<T, String> {
+        match block_on_timeout(scale(QUERY_TIMEOUT), future) {
+            Some(Ok(value)) => Ok(value),
+            Some(Err(e)) => Err(format!("{what} on {}: {e}", self.connect_string)),
+            None => Err(format!(
+                "{what} on {}: no answer in {QUERY_TIMEOUT:?} (scaled)",
+                self.connect_string
+            )),
+        }
+    }
+
+    fn or_panic<T>(&self, result: Result<T, String>) -> T {
+        result.unwrap_or_else(|why| panic!("{why}\n{}", self.logs.tail()))
+    }
+
+    fn try_exists(&self, path: &str) -> Result<bool, String> {
+        self.query(&format!("exists {path}"), self.client().check_stat(path))
+            .map(|stat| stat.is_some())
+    }
+
+    fn try_children(&self, path: &str) -> Result<Vec<String>, String> {
+        match block_on_timeout(scale(QUERY_TIMEOUT), self.client().list_children(path)) {
+            Some(Ok(mut children)) => {
+                children.sort();
+                Ok(children)
+            }
+            Some(Err(zk::Error::NoNode)) => Ok(Vec::new()),
+            Some(Err(e)) => Err(format!(
+                "children of {path} on {}: {e}",
+                self.connect_string
+            )),
+            None => Err(format!(
+                "children of {path} on {}: no answer",
+                self.connect_string
+            )),
+        }
+    }
+
+    /// Whether `path` exists.
+    ///
+    /// # Panics
+    ///
+    /// When the query fails; the message quotes the server logs.
+    pub fn exists(&self, path: &str) -> bool {
+        self.or_panic(self.try_exists(path))
+    }
+
+    /// The data of `path`, `None` when it does not exist.
+    ///
+    /// # Panics
+    ///
+    /// When the query fails; the message quotes the server logs.
+    pub fn data(&self, path: &str) -> Option<Vec<u8>> {
+        match block_on_timeout(scale(QUERY_TIMEOUT), self.client().get_data(path)) {
+            Some(Ok((data, _stat))) => Some(data),
+            Some(Err(zk::Error::NoNode)) => None,
+            Some(Err(e)) => panic!(
+                "get {path} on {}: {e}\n{}",
+                self.connect_string,
+                self.logs.tail()
+            ),
+            None => panic!(
+                "get {path} on {}: no answer\n{}",
+                self.connect_string,
+                self.logs.tail()
+            ),
+        }
+    }
+
+    /// The children of `path`, sorted; empty when `path` does not exist.
+    ///
+    /// # Panics
+    ///
+    /// When the query fails; the message quotes the server logs.
+    pub fn children(&self, path: &str) -> Vec<String> {
+        self.or_panic(self.try_children(path))
+    }
+
+    /// The `ephemeralOwner` session of `path`; `None` when it does not
+    /// exist, `Some(0)` for a persistent node.
+    ///
+    /// # Panics
+    ///
+    /// When the query fails; the message quotes the server logs.
+    pub fn ephemeral_owner(&self, path: &str) -> Option<i64> {
+        let stat =
+            self.or_panic(self.query(&format!("stat {path}"), self.client().check_stat(path)));
+        stat.map(|stat| stat.ephemeral_owner)
+    }
+
+    /// Waits until `path` exists.
+    ///
+    /// # Panics
+    ///
+    /// After `upper_bound` (scaled); the message quotes the server logs.
+    pub fn wait_exists(&self, path: &str, upper_bound: Duration) {
+        self.wait_exists_is(path, true, upper_bound);
+    }
+
+    /// Waits until `path` is gone.
+    ///
+    /// # Panics
+    ///
+    /// After `upper_bound` (scaled); the message quotes the server logs.
+    pub fn wait_gone(&self, path: &str, upper_bound: Duration) {
+        self.wait_exists_is(path, false, upper_bound);
+    }
+
+    fn wait_exists_is(&self, path: &str, wanted: bool, upper_bound: Duration) {
+        let last_error = RefCell::new(None);
+        let desc = format!(
+            "{path} {} on {}",
+            if wanted { "exists" } else { "is gone" },
+            self.connect_string
+        );
+        wait_for_with(
+            &desc,
+            upper_bound,
+            || match self.try_exists(path) {
+                Ok(exists) => (exists == wanted).then_some(()),
+                Err(e) => {
+                    *last_error.borrow_mut() = Some(e);
+                    None
+                }
+            },
+            || {
+                format!(
+                    "last error: {:?}\n{}",
+                    last_error.borrow(),
+                    self.logs.tail()
+                )
+            },
+        );
+    }
+
+    /// Waits until the sorted children of `path` satisfy `condition` and
+    /// returns them.
+    ///
+    /// # Panics
+    ///
+    /// After `upper_bound` (scaled); the message quotes the last children
+    /// seen and the server logs.
+    pub fn wait_children(
+        &self,
+        path: &str,
+        desc: &str,
+        upper_bound: Duration,
+        mut condition: impl FnMut(&[String]) -> bool,
+    ) -> Vec<String> {
+        let last = RefCell::new(None);
+        wait_for_with(
+            &format!("children of {path} {desc}"),
+            upper_bound,
+            || {
+                let children = self.try_children(path);
+                let done = matches!(&children, Ok(children) if condition(children));
+                if done {
+                    children.ok()
+                } else {
+                    *last.borrow_mut() = Some(children);
+                    None
+                }
+            },
+            || format!("last seen: {:?}\n{}", last.borrow(), self.logs.tail()),
+        )
+    }
+}
+
+impl Drop for ZkFacts {
+    fn drop(&mut self) {
+        // zookeeper-client's Drop spawns the session close: it needs a runtime.
+        let _entered = runtime().enter();
+        drop(self.client.take());
+    }
+}

@@ -1,0 +1,201 @@
+//! The ZooKeeper and etcd clients over the runtime bridge, against real
+//! servers: connect, one round trip, close; bad input; unreachable hosts; the
+//! runtime keeps the session alive while no caller blocks; a client in a
+//! worker process.
+
+use std::time::{Duration, Instant};
+
+use integration::worker::{worker_binary, Worker};
+use integration::{scale, wait_until, EtcdServer, ZkServer};
+use recipes_core::Error;
+use recipes_etcd::EtcdClient;
+use recipes_zk::ZkClient;
+
+/// A loopback port nothing listens on.
+fn dead_port() -> u16 {
+    let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    l.local_addr().unwrap().port()
+}
+
+fn invalid(r: Result<impl std::fmt::Debug, Error>) -> String {
+    match r {
+        Err(Error::InvalidArgument(msg)) => msg,
+        other => panic!("expected InvalidArgument, got {other:?}"),
+    }
+}
+
+#[test]
+fn zk_client_connects_round_trips_and_closes_its_session() {
+    let server = ZkServer::shared();
+    let client = ZkClient::builder(server.connect_string())
+        .session_timeout(Duration::from_secs(4))
+        .connect()
+        .unwrap();
+    assert_eq!(client.session_timeout(), Duration::from_secs(4));
+    client.ping().unwrap();
+    let sid = format!("sid=0x{:x}", client.session_id());
+    assert!(
+        server.four_letter("cons").contains(&sid),
+        "session listed by cons"
+    );
+    client.close(Duration::from_secs(5));
+    // CloseSession reached the server: the session is gone at once, not
+    // after its timeout.
+    wait_until("session gone from cons", Duration::from_secs(3), || {
+        !server.four_letter("cons").contains(&sid)
+    });
+    assert!(matches!(client.ping(), Err(Error::Closed)));
+}
+
+#[test]
+fn zk_session_timeout_is_clamped_and_reported() {
+    let server = ZkServer::shared();
+    let max = server.config().max_session_timeout();
+    let client = ZkClient::builder(server.connect_string())
+        .session_timeout(max + Duration::from_secs(10))
+        .connect()
+        .unwrap();
+    assert_eq!(
+        client.session_timeout(),
+        max,
+        "the server's maximum is reported"
+    );
+}
+
+#[test]
+fn zk_session_stays_alive_while_no_caller_blocks() {
+    // The runtime thread answers the server's session pings on its own; a
+    // client nobody calls for three session timeouts keeps its session.
+    let server = ZkServer::shared();
+    let client = ZkClient::builder(server.connect_string())
+        .session_timeout(Duration::from_secs(1))
+        .connect()
+        .unwrap();
+    let sid = format!("sid=0x{:x}", client.session_id());
+    let quiet_until = Instant::now() + Duration::from_secs(3);
+    while Instant::now() < quiet_until {
+        // Only the server is asked; the client is left alone.
+        assert!(
+            server.four_letter("cons").contains(&sid),
+            "session still alive"
+        );
+        std::thread::sleep(Duration::from_millis(250));
+    }
+    client.ping().unwrap();
+}
+
+#[test]
+fn zk_bad_settings_are_typed_errors() {
+    let msg = invalid(ZkClient::builder("").connect());
+    assert!(msg.contains("empty host"), "{msg}");
+    invalid(ZkClient::builder("127.0.0.1:2181,").connect());
+    let msg = invalid(
+        ZkClient::builder("127.0.0.1:2181")
+            .session_timeout(Duration::ZERO)
+            .connect(),
+    );
+    assert!(msg.contains("session timeout"), "{msg}");
+    invalid(
+        ZkClient::builder("127.0.0.1:2181")
+            .rpc_timeout(Duration::from_secs(10 * 24 * 3600))
+            .connect(),
+    );
+    let msg = invalid(
+        ZkClient::builder("127.0.0.1:2181")
+            .session_timeout(Duration::from_millis(10))
+            .connect(),
+    );
+    assert!(msg.contains("at least"), "{msg}");
+}
+
+#[test]
+fn zk_unreachable_hosts_fail_within_the_connect_timeout() {
+    let hosts = format!("127.0.0.1:{}", dead_port());
+    let started = Instant::now();
+    let r = ZkClient::builder(hosts.clone())
+        .connect_timeout(Duration::from_millis(800))
+        .connect();
+    let took = started.elapsed();
+    match r {
+        Err(e @ Error::Backend { .. }) => {
+            assert!(e.to_string().contains(&hosts), "names the hosts: {e}");
+            assert!(e.is_retryable());
+        }
+        other => panic!("expected a backend error, got {other:?}"),
+    }
+    assert!(took < scale(Duration::from_secs(5)), "took {took:?}");
+}
+
+#[test]
+fn zk_runtime_death_closes_the_client() {
+    let client = ZkClient::connect(ZkServer::shared().connect_string()).unwrap();
+    let root = client.runtime().loss_root().signal();
+    client.runtime().crash_for_tests();
+    assert!(root.wait_timeout(scale(Duration::from_secs(5))).is_some());
+    assert!(matches!(client.ping(), Err(Error::Closed)));
+}
+
+#[test]
+fn etcd_client_connects_round_trips_and_closes() {
+    let server = EtcdServer::shared();
+    let client = EtcdClient::connect(server.endpoints()).unwrap();
+    client.ping().unwrap();
+    client.close(Duration::from_secs(2));
+    assert!(matches!(client.ping(), Err(Error::Closed)));
+}
+
+#[test]
+fn etcd_bad_settings_are_typed_errors() {
+    let none: [&str; 0] = [];
+    let msg = invalid(EtcdClient::connect(none));
+    assert!(msg.contains("no etcd endpoints"), "{msg}");
+    invalid(EtcdClient::connect([""]));
+    invalid(EtcdClient::connect(["127.0.0.1:1,127.0.0.1:2"]));
+    invalid(
+        EtcdClient::builder(["127.0.0.1:2379"])
+            .rpc_timeout(Duration::ZERO)
+            .connect(),
+    );
+}
+
+#[test]
+fn etcd_unreachable_endpoints_fail_within_the_connect_timeout() {
+    let endpoint = format!("127.0.0.1:{}", dead_port());
+    let started = Instant::now();
+    let r = EtcdClient::builder([endpoint.clone()])
+        .connect_timeout(Duration::from_millis(800))
+        .connect();
+    let took = started.elapsed();
+    match r {
+        Err(e @ Error::Backend { .. }) => {
+            assert!(e.to_string().contains(&endpoint), "names the endpoint: {e}")
+        }
+        other => panic!("expected a backend error, got {other:?}"),
+    }
+    assert!(took < scale(Duration::from_secs(5)), "took {took:?}");
+}
+
+#[test]
+fn a_worker_process_runs_a_client_of_each_kind() {
+    let dir = integration::test_dir::TestDir::new("worker");
+    let mut w = Worker::start(&worker_binary(), "w1", dir.path());
+    let pid: u32 = w.ok("pid", Duration::from_secs(5)).parse().unwrap();
+    assert_eq!(pid, w.pid());
+    let reply = w.ok(
+        &format!("connect zk {} 4000", ZkServer::shared().connect_string()),
+        Duration::from_secs(15),
+    );
+    assert!(reply.contains("timeout_ms=4000"), "{reply}");
+    assert!(w.ok("ping", Duration::from_secs(5)).starts_with("rtt_us="));
+    let mut e = Worker::start(&worker_binary(), "w2", dir.path());
+    e.ok(
+        &format!(
+            "connect etcd {}",
+            EtcdServer::shared().endpoints().join(",")
+        ),
+        Duration::from_secs(15),
+    );
+    e.ok("ping", Duration::from_secs(5));
+    let err = e.request("bogus", Duration::from_secs(5)).unwrap_err();
+    assert!(err.starts_with("usage"), "{err}");
+}
