@@ -47,7 +47,7 @@ impl<B: MutexBackend> Mutex<B> {
     pub fn lock(&self) -> Result<MutexGuard<B::Lease>> {
         self.backend
             .acquire(None)?
-            .map(MutexGuard::new)
+            .map(MutexGuard::from_lease)
             .ok_or_else(|| unbounded_wait_ended("lock"))
     }
 
@@ -69,7 +69,7 @@ impl<B: MutexBackend> Mutex<B> {
         Ok(self
             .backend
             .acquire(deadline_after(timeout))?
-            .map(MutexGuard::new))
+            .map(MutexGuard::from_lease))
     }
 
     /// Acquire, waiting until `deadline`.
@@ -78,7 +78,10 @@ impl<B: MutexBackend> Mutex<B> {
     ///
     /// As for [`lock`](Mutex::lock); `Ok(None)` when `deadline` passed first.
     pub fn try_lock_until(&self, deadline: Instant) -> Result<Option<MutexGuard<B::Lease>>> {
-        Ok(self.backend.acquire(Some(deadline))?.map(MutexGuard::new))
+        Ok(self
+            .backend
+            .acquire(Some(deadline))?
+            .map(MutexGuard::from_lease))
     }
 }
 
@@ -104,7 +107,9 @@ pub struct MutexGuard<L: FencedLease> {
 impl<L: FencedLease> MutexGuard<L> {
     lease_accessors!("the lock");
 
-    fn new(lease: L) -> MutexGuard<L> {
+    /// A guard over a lease a backend acquired by other means (a leader
+    /// selector's term, say). The guard releases it when dropped.
+    pub fn from_lease(lease: L) -> MutexGuard<L> {
         let token = lease.token();
         MutexGuard {
             hold: Hold::new(lease),

@@ -23,17 +23,25 @@
 
 mod client;
 mod error;
+mod latch;
 mod lock_internals;
 mod mutex;
 mod names;
+mod node_lease;
+mod selector;
+mod semaphore;
 mod session;
 
 pub use client::{
     ZkClient, ZkClientBuilder, DEFAULT_CONNECT_TIMEOUT, DEFAULT_RPC_TIMEOUT,
     DEFAULT_SESSION_TIMEOUT, MIN_SESSION_TIMEOUT,
 };
+pub use latch::{LatchEvent, LeaderLatch, Participant};
 pub use mutex::{InterProcessMutex, ZkLock, ZkMutex};
+pub use node_lease::ZkNodeLease;
 pub use recipes_core::{Error, LossPolicy, Result};
+pub use selector::LeaderSelector;
+pub use semaphore::{InterProcessSemaphore, ZkPermit, ZkSemaphore};
 pub use session::SessionState;
 
 /// A held [`InterProcessMutex`].

@@ -43,7 +43,7 @@ pub(crate) struct Acquired {
 }
 
 /// How long to wait before retrying a read after a connection loss.
-const RETRY_PAUSE: Duration = Duration::from_millis(50);
+pub(crate) const RETRY_PAUSE: Duration = Duration::from_millis(50);
 
 /// Deletes our node (or a create of ours still in flight) unless disarmed,
 /// from a task on the runtime, however the acquisition ends: error, timeout
@@ -124,7 +124,7 @@ async fn make_dirs(session: &Session, dir: &str) -> Result<()> {
 
 /// Create our protected node; recover it by its uuid when the reply was
 /// lost. Returns the node's path and czxid.
-async fn create_protected(
+pub(crate) async fn create_protected(
     session: &Session,
     c: &Contender,
     uuid: &str,

@@ -198,7 +198,19 @@ impl Worker {
             }
             ["write", path, value] => {
                 let h = self.held.as_ref().ok_or_else(|| usage("nothing held"))?;
-                h.write(path, value).map_err(|e| err(&e))?;
+                // A write whose outcome is unknown (the connection dropped
+                // before the reply) is retried until the store answers: the
+                // value is the same, so applying it twice is harmless.
+                let mut tries = 0;
+                loop {
+                    match h.write(path, value) {
+                        Err(Error::Indeterminate { .. } | Error::ConnectionLoss) if tries < 50 => {
+                            tries += 1;
+                            std::thread::sleep(Duration::from_millis(100));
+                        }
+                        r => break r.map_err(|e| err(&e))?,
+                    }
+                }
                 Ok(String::new())
             }
             ["release"] => {
