@@ -124,7 +124,7 @@ impl ZkClient {
     ///
     /// # Errors
     ///
-    /// [`Error::InvalidArgument`] for a path ZooKeeper refuses (empty, not
+    /// [`Error::InvalidArgument`](recipes_core::Error::InvalidArgument) for a path ZooKeeper refuses (empty, not
     /// absolute, trailing `/`, control characters, under `/zookeeper`).
     pub fn mutex(&self, path: &str) -> Result<InterProcessMutex> {
         Ok(InterProcessMutex::from_backend(ZkMutex::new(
