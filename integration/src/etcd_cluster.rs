@@ -1,14 +1,14 @@
 //! A three-member etcd cluster on loopback.
 
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
-use crate::env::scale;
 use crate::etcd_facts::EtcdFacts;
 use crate::etcd_server::{
     unique_token, EtcdConfig, EtcdServer, EtcdStatus, Membership, ETCD_START_TIMEOUT,
 };
-use crate::logs::ServerLogs;
 use crate::ports::reserve_port;
+use crate::server::{cluster_members, start_members, ServerProcess};
+use crate::wait::poll_until_ok;
 
 /// Number of members of an [`EtcdCluster`].
 pub const ETCD_CLUSTER_SIZE: usize = 3;
@@ -40,29 +40,13 @@ impl EtcdCluster {
     ///
     /// As [`start`](Self::start).
     pub fn start_with(config: EtcdConfig) -> EtcdCluster {
-        let mut attempt = 1;
-        loop {
-            let cluster = EtcdCluster::spawn(&config);
-            let started = cluster
-                .members
-                .iter()
-                .try_for_each(|member| member.wait_started(ETCD_START_TIMEOUT));
-            match started {
-                Ok(()) => {
-                    cluster.wait_serving(ETCD_START_TIMEOUT);
-                    return cluster;
-                }
-                Err(why)
-                    if attempt < 3 && cluster.members.iter().any(EtcdServer::lost_port_race) =>
-                {
-                    log::warn!(
-                        "[etcd cluster] port race on start attempt {attempt}, retrying: {why}"
-                    );
-                    attempt += 1;
-                }
-                Err(why) => panic!("{why}\n{}", cluster.log_tail()),
-            }
-        }
+        let cluster = start_members(
+            "etcd cluster",
+            || EtcdCluster::spawn(&config),
+            EtcdCluster::members,
+        );
+        cluster.wait_serving(ETCD_START_TIMEOUT);
+        cluster
     }
 
     fn spawn(config: &EtcdConfig) -> EtcdCluster {
@@ -92,32 +76,15 @@ impl EtcdCluster {
                 )
             })
             .collect();
-        members.iter().for_each(EtcdServer::spawn);
+        members.iter().for_each(ServerProcess::spawn);
         EtcdCluster { members }
     }
 
-    /// Member `i` (0-based).
-    ///
-    /// # Panics
-    ///
-    /// When `i` is out of range.
-    pub fn member(&self, i: usize) -> &EtcdServer {
-        &self.members[i]
-    }
-
-    /// All members.
-    pub fn members(&self) -> &[EtcdServer] {
-        &self.members
-    }
+    cluster_members!(EtcdServer, "an etcd member leads");
 
     /// Every member's client URL.
     pub fn endpoints(&self) -> Vec<String> {
         self.members.iter().map(EtcdServer::endpoint).collect()
-    }
-
-    /// Every member's client address.
-    pub fn client_addrs(&self) -> Vec<std::net::SocketAddr> {
-        self.members.iter().map(EtcdServer::client_addr).collect()
     }
 
     /// The index of the leader as the answering members see it right now:
@@ -137,20 +104,6 @@ impl EtcdCluster {
             .position(|status| status.is_some_and(|s| s.member_id == leader && s.leader == leader))
     }
 
-    /// Waits until some member leads and returns its index.
-    ///
-    /// # Panics
-    ///
-    /// After `upper_bound` (scaled); the message quotes every log.
-    pub fn wait_for_leader(&self, upper_bound: Duration) -> usize {
-        crate::wait::wait_for_with(
-            "an etcd member leads",
-            upper_bound,
-            || self.leader_index(),
-            || self.log_tail(),
-        )
-    }
-
     /// Waits until every *running* member (not killed; a paused member
     /// counts as running) is healthy and all of them follow the same
     /// leader; returns the leader's index.
@@ -160,70 +113,56 @@ impl EtcdCluster {
     /// After `upper_bound` (scaled); the message quotes every member's
     /// status and log.
     pub fn wait_serving(&self, upper_bound: Duration) -> usize {
-        let limit = scale(upper_bound);
-        let start = Instant::now();
-        loop {
-            let running: Vec<bool> = self
-                .members
-                .iter()
-                .map(|member| member.pid().is_some())
-                .collect();
-            let statuses: Vec<Option<EtcdStatus>> = self
-                .members
-                .iter()
-                .zip(&running)
-                .map(|(member, &running)| {
-                    if running && member.is_healthy() {
-                        member.status()
-                    } else {
-                        None
-                    }
-                })
-                .collect();
-            let all_answer = statuses
-                .iter()
-                .zip(&running)
-                .all(|(status, &running)| !running || status.is_some());
-            let leaders: Vec<u64> = statuses
-                .iter()
-                .flatten()
-                .map(|status| status.leader)
-                .collect();
-            let one_leader = leaders
-                .first()
-                .is_some_and(|&first| first != 0 && leaders.iter().all(|&l| l == first));
-            if all_answer && one_leader {
-                let leader = leaders[0];
-                if let Some(i) = statuses
+        poll_until_ok(
+            upper_bound,
+            || {
+                let running: Vec<bool> = self
+                    .members
                     .iter()
-                    .position(|s| s.is_some_and(|s| s.member_id == leader))
-                {
-                    return i;
+                    .map(|member| member.pid().is_some())
+                    .collect();
+                let statuses: Vec<Option<EtcdStatus>> = self
+                    .members
+                    .iter()
+                    .zip(&running)
+                    .map(|(member, &running)| {
+                        if running && member.is_healthy() {
+                            member.status()
+                        } else {
+                            None
+                        }
+                    })
+                    .collect();
+                let all_answer = statuses
+                    .iter()
+                    .zip(&running)
+                    .all(|(status, &running)| !running || status.is_some());
+                let leaders: Vec<u64> = statuses
+                    .iter()
+                    .flatten()
+                    .map(|status| status.leader)
+                    .collect();
+                let one_leader = leaders
+                    .first()
+                    .is_some_and(|&first| first != 0 && leaders.iter().all(|&l| l == first));
+                if all_answer && one_leader {
+                    let leader = leaders[0];
+                    if let Some(i) = statuses
+                        .iter()
+                        .position(|s| s.is_some_and(|s| s.member_id == leader))
+                    {
+                        return Ok(i);
+                    }
                 }
-            }
-            if start.elapsed() > limit {
-                panic!(
-                    "etcd cluster not serving with one leader after {:?}: statuses {statuses:?}, running {running:?}\n{}",
-                    start.elapsed(),
+                Err((statuses, running))
+            },
+            |waited, (statuses, running)| {
+                format!(
+                    "etcd cluster not serving with one leader after {waited:?}: statuses {statuses:?}, running {running:?}\n{}",
                     self.log_tail()
-                );
-            }
-            std::thread::sleep(crate::wait::POLL_INTERVAL);
-        }
-    }
-
-    /// Every member's log, for panic messages.
-    pub fn logs(&self) -> ServerLogs {
-        self.members
-            .iter()
-            .fold(ServerLogs::default(), |logs, member| {
-                logs.merged(&member.logs())
-            })
-    }
-
-    /// The last lines of every member's log.
-    pub fn log_tail(&self) -> String {
-        self.logs().tail()
+                )
+            },
+        )
     }
 
     /// A new fact client connected to every member.

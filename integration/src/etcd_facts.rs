@@ -1,19 +1,14 @@
 //! Reading facts from etcd for assertions: does a key exist, which keys are
 //! under a prefix, how long does a lease live.
 
-use std::cell::RefCell;
 use std::future::Future;
 use std::time::Duration;
 
 use etcd_client::{Client, ConnectOptions, GetOptions};
 
 use crate::env::scale;
+use crate::facts::{self, QUERY_TIMEOUT};
 use crate::logs::ServerLogs;
-use crate::runtime::block_on_timeout;
-use crate::wait::wait_for_with;
-
-/// Upper bound (scaled) of one fact query.
-const QUERY_TIMEOUT: Duration = Duration::from_secs(5);
 
 /// An etcd client used only to read facts, on the harness runtime.
 ///
@@ -46,20 +41,12 @@ impl EtcdFacts {
             .with_timeout(scale(QUERY_TIMEOUT))
             // Without keep-alive a black-holed connection never recovers.
             .with_keep_alive(Duration::from_secs(1), Duration::from_secs(2));
-        let client = match block_on_timeout(
-            scale(Duration::from_secs(10)),
+        let client = facts::connect(
+            &format!("{endpoints:?}"),
+            "connection to",
             Client::connect(endpoints, Some(options)),
-        ) {
-            Some(Ok(client)) => client,
-            Some(Err(e)) => panic!(
-                "fact client cannot connect to {endpoints:?}: {e}\n{}",
-                logs.tail()
-            ),
-            None => panic!(
-                "fact client: no connection to {endpoints:?} in 10 s (scaled)\n{}",
-                logs.tail()
-            ),
-        };
+            &logs,
+        );
         EtcdFacts {
             client,
             endpoints: endpoints.to_vec(),
@@ -81,18 +68,16 @@ impl EtcdFacts {
     where
         F: Future<Output = Result<T, etcd_client::Error>>,
     {
-        match block_on_timeout(scale(QUERY_TIMEOUT), call(self.client.clone())) {
-            Some(Ok(value)) => Ok(value),
-            Some(Err(e)) => Err(format!("{what} on {:?}: {e}", self.endpoints)),
-            None => Err(format!(
-                "{what} on {:?}: no answer in {QUERY_TIMEOUT:?} (scaled)",
-                self.endpoints
-            )),
-        }
+        facts::query(what, &self.target(), call(self.client.clone()))
+    }
+
+    /// The endpoints, as messages name them.
+    fn target(&self) -> String {
+        format!("{:?}", self.endpoints)
     }
 
     fn or_panic<T>(&self, result: Result<T, String>) -> T {
-        result.unwrap_or_else(|why| panic!("{why}\n{}", self.logs.tail()))
+        facts::or_panic(result, &self.logs)
     }
 
     fn try_get(&self, key: &str) -> Result<Option<Vec<u8>>, String> {
@@ -207,23 +192,14 @@ impl EtcdFacts {
         prefix: &str,
         desc: &str,
         upper_bound: Duration,
-        mut condition: impl FnMut(&[String]) -> bool,
+        condition: impl FnMut(&[String]) -> bool,
     ) -> Vec<String> {
-        let last = RefCell::new(None);
-        wait_for_with(
+        facts::wait_names(
             &format!("keys under {prefix} {desc}"),
             upper_bound,
-            || {
-                let keys = self.try_keys(prefix);
-                let done = matches!(&keys, Ok(keys) if condition(keys));
-                if done {
-                    keys.ok()
-                } else {
-                    *last.borrow_mut() = Some(keys);
-                    None
-                }
-            },
-            || format!("last seen: {:?}\n{}", last.borrow(), self.logs.tail()),
+            || self.try_keys(prefix),
+            condition,
+            &self.logs,
         )
     }
 
@@ -231,27 +207,13 @@ impl EtcdFacts {
         &self,
         desc: &str,
         upper_bound: Duration,
-        mut probe: impl FnMut() -> Result<bool, String>,
+        probe: impl FnMut() -> Result<bool, String>,
     ) {
-        let last_error = RefCell::new(None);
-        wait_for_with(
-            &format!("{desc} on {:?}", self.endpoints),
+        facts::wait_true(
+            &format!("{desc} on {}", self.target()),
             upper_bound,
-            || match probe() {
-                Ok(true) => Some(()),
-                Ok(false) => None,
-                Err(e) => {
-                    *last_error.borrow_mut() = Some(e);
-                    None
-                }
-            },
-            || {
-                format!(
-                    "last error: {:?}\n{}",
-                    last_error.borrow(),
-                    self.logs.tail()
-                )
-            },
+            probe,
+            &self.logs,
         );
     }
 }

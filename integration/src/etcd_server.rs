@@ -5,14 +5,13 @@ use std::net::SocketAddr;
 use std::path::Path;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::OnceLock;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
-use crate::env::scale;
 use crate::etcd_facts::EtcdFacts;
 use crate::http::{http_request, json_field};
-use crate::logs::ServerLogs;
 use crate::ports::{reserve_port, PortReservation};
 use crate::process::ManagedProcess;
+use crate::server::{process_lifecycle, start_server, ServerProcess};
 use crate::test_dir::TestDir;
 
 /// The etcd binary (Debian's package).
@@ -134,25 +133,14 @@ impl EtcdServer {
     ///
     /// As [`start`](Self::start).
     pub fn start_with(config: EtcdConfig) -> EtcdServer {
-        let mut attempt = 1;
-        loop {
+        start_server("etcd", || {
             let (client, peer) = (reserve_port(), reserve_port());
             let membership = Membership {
                 initial_cluster: format!("etcd=http://{}", peer.addr()),
                 token: unique_token("etcd"),
             };
-            let server =
-                EtcdServer::prepare("etcd".to_owned(), config.clone(), client, peer, &membership);
-            server.spawn();
-            match server.wait_started(ETCD_START_TIMEOUT) {
-                Ok(()) => return server,
-                Err(why) if attempt < 3 && server.lost_port_race() => {
-                    log::warn!("[etcd] port race on start attempt {attempt}, retrying: {why}");
-                    attempt += 1;
-                }
-                Err(why) => panic!("{why}\n{}", server.log_tail()),
-            }
-        }
+            EtcdServer::prepare("etcd".to_owned(), config.clone(), client, peer, &membership)
+        })
     }
 
     /// A one-member cluster shared by every test of this process, started
@@ -221,41 +209,6 @@ impl EtcdServer {
         }
     }
 
-    pub(crate) fn spawn(&self) {
-        if let Err(e) = self.process.start() {
-            panic!("cannot spawn etcd {}: {e}\n{}", self.name, self.log_tail());
-        }
-    }
-
-    /// Waits until `/health` says true.
-    pub(crate) fn wait_started(&self, upper_bound: Duration) -> Result<(), String> {
-        let limit = scale(upper_bound);
-        let start = Instant::now();
-        loop {
-            if let Some(status) = self.process.exit_status() {
-                return Err(format!("etcd {} exited during start: {status}", self.name));
-            }
-            if self.is_healthy() {
-                return Ok(());
-            }
-            if start.elapsed() > limit {
-                return Err(format!(
-                    "etcd {} at {} not healthy after {:?}",
-                    self.name,
-                    self.client_addr,
-                    start.elapsed()
-                ));
-            }
-            std::thread::sleep(crate::wait::POLL_INTERVAL);
-        }
-    }
-
-    /// Whether the start failed because another process took our port.
-    pub(crate) fn lost_port_race(&self) -> bool {
-        std::fs::read_to_string(self.process.log_path())
-            .is_ok_and(|log| log.contains("address already in use"))
-    }
-
     /// The member name (`etcd`, `etcd-1`, …), also used in messages.
     pub fn name(&self) -> &str {
         &self.name
@@ -291,41 +244,7 @@ impl EtcdServer {
         self.dir.path()
     }
 
-    /// The process id while it runs (also while paused).
-    pub fn pid(&self) -> Option<u32> {
-        self.process.pid()
-    }
-
-    /// Its log, for panic messages.
-    pub fn logs(&self) -> ServerLogs {
-        self.process.logs()
-    }
-
-    /// The last lines of its log, headed `server log (…)`.
-    pub fn log_tail(&self) -> String {
-        self.logs().tail()
-    }
-
-    /// Kills the process with SIGKILL and reaps it.
-    pub fn kill(&self) {
-        self.process.kill();
-    }
-
-    /// Stops the process with SIGSTOP (it holds its connections and answers
-    /// nothing) and returns once every thread is stopped.
-    ///
-    /// # Panics
-    ///
-    /// When the threads do not all stop within 5 s (scaled).
-    pub fn pause(&self) {
-        self.process.pause();
-    }
-
-    /// Continues a paused process with SIGCONT and returns once no thread is
-    /// stopped; it may need a moment more to answer again.
-    pub fn resume(&self) {
-        self.process.resume();
-    }
+    process_lifecycle!("process");
 
     /// Kills the process if it runs, starts it again on the same ports with
     /// the same data, and waits until it is healthy (a member: until it
@@ -335,11 +254,7 @@ impl EtcdServer {
     ///
     /// When it is not healthy within the (scaled) start timeout.
     pub fn restart(&self) {
-        self.kill();
-        self.spawn();
-        if let Err(why) = self.wait_started(ETCD_START_TIMEOUT) {
-            panic!("restart failed: {why}\n{}", self.log_tail());
-        }
+        self.respawn();
     }
 
     /// Whether `/health` answers `"health":"true"` within
@@ -357,9 +272,7 @@ impl EtcdServer {
     ///
     /// After `upper_bound` (scaled); the message quotes the log.
     pub fn wait_healthy(&self, upper_bound: Duration) {
-        if let Err(why) = self.wait_started(upper_bound) {
-            panic!("{why}\n{}", self.log_tail());
-        }
+        self.expect_started("", upper_bound);
     }
 
     /// The member's status, or `None` when it does not answer within
@@ -390,6 +303,27 @@ impl EtcdServer {
     /// A new fact client connected to this member only.
     pub fn facts(&self) -> EtcdFacts {
         EtcdFacts::connect(&self.endpoints(), self.logs())
+    }
+}
+
+/// Started means healthy: `/health` says true.
+impl ServerProcess for EtcdServer {
+    const KIND: &'static str = "etcd";
+    const READY: &'static str = "healthy";
+    const SPAWN_HINT: &'static str = "";
+    const PORT_IN_USE: &'static str = "address already in use";
+    const START_TIMEOUT: Duration = ETCD_START_TIMEOUT;
+
+    fn process(&self) -> &ManagedProcess {
+        &self.process
+    }
+
+    fn addr(&self) -> SocketAddr {
+        self.client_addr
+    }
+
+    fn is_ready(&self) -> bool {
+        self.is_healthy()
     }
 }
 

@@ -2,9 +2,9 @@
 //! parsers for their answers.
 
 use std::collections::BTreeMap;
-use std::io::{self, Read, Write};
-use std::net::{SocketAddr, TcpStream};
-use std::time::{Duration, Instant};
+use std::io;
+use std::net::SocketAddr;
+use std::time::Duration;
 
 /// Sends a four-letter command to `addr` and reads the whole answer, all
 /// within `timeout`.
@@ -14,39 +14,9 @@ use std::time::{Duration, Instant};
 /// Connection errors, and `TimedOut` when the server does not finish its
 /// answer in time (a paused server accepts the connection but says nothing).
 pub fn four_letter(addr: SocketAddr, command: &str, timeout: Duration) -> io::Result<String> {
-    let deadline = Instant::now() + timeout;
-    let mut stream = TcpStream::connect_timeout(&addr, timeout)?;
-    stream.set_write_timeout(Some(timeout))?;
-    stream.write_all(command.as_bytes())?;
-    let mut answer = Vec::new();
-    let mut chunk = [0u8; 8192];
-    loop {
-        let left = deadline.saturating_duration_since(Instant::now());
-        if left.is_zero() {
-            return Err(io::Error::new(
-                io::ErrorKind::TimedOut,
-                format!("{command} to {addr}: no full answer in {timeout:?}"),
-            ));
-        }
-        stream.set_read_timeout(Some(left))?;
-        match stream.read(&mut chunk) {
-            Ok(0) => break,
-            Ok(n) => answer.extend_from_slice(&chunk[..n]),
-            Err(e)
-                if matches!(
-                    e.kind(),
-                    io::ErrorKind::WouldBlock | io::ErrorKind::TimedOut
-                ) =>
-            {
-                return Err(io::Error::new(
-                    io::ErrorKind::TimedOut,
-                    format!("{command} to {addr}: no full answer in {timeout:?}"),
-                ));
-            }
-            Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
-            Err(e) => return Err(e),
-        }
-    }
+    let answer = crate::tcp::exchange(addr, command.as_bytes(), timeout, || {
+        format!("{command} to {addr}: no full answer in {timeout:?}")
+    })?;
     Ok(String::from_utf8_lossy(&answer).into_owned())
 }
 

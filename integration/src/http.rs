@@ -2,9 +2,9 @@
 //! loopback: synchronous, no runtime, a hard timeout, so it can tell a
 //! paused server from a live one.
 
-use std::io::{self, Read, Write};
-use std::net::{SocketAddr, TcpStream};
-use std::time::{Duration, Instant};
+use std::io;
+use std::net::SocketAddr;
+use std::time::Duration;
 
 /// Sends one request and returns `(status code, body)`.
 ///
@@ -21,43 +21,13 @@ pub fn http_request(
     body: &str,
     timeout: Duration,
 ) -> io::Result<(u16, String)> {
-    let deadline = Instant::now() + timeout;
-    let mut stream = TcpStream::connect_timeout(&addr, timeout)?;
-    stream.set_write_timeout(Some(timeout))?;
     let request = format!(
         "{method} {path} HTTP/1.0\r\nHost: {addr}\r\nContent-Type: application/json\r\nContent-Length: {}\r\n\r\n{body}",
         body.len()
     );
-    stream.write_all(request.as_bytes())?;
-    let mut answer = Vec::new();
-    let mut chunk = [0u8; 8192];
-    loop {
-        let left = deadline.saturating_duration_since(Instant::now());
-        if left.is_zero() {
-            return Err(io::Error::new(
-                io::ErrorKind::TimedOut,
-                format!("{method} {path} at {addr}: no answer in {timeout:?}"),
-            ));
-        }
-        stream.set_read_timeout(Some(left))?;
-        match stream.read(&mut chunk) {
-            Ok(0) => break,
-            Ok(n) => answer.extend_from_slice(&chunk[..n]),
-            Err(e)
-                if matches!(
-                    e.kind(),
-                    io::ErrorKind::WouldBlock | io::ErrorKind::TimedOut
-                ) =>
-            {
-                return Err(io::Error::new(
-                    io::ErrorKind::TimedOut,
-                    format!("{method} {path} at {addr}: no answer in {timeout:?}"),
-                ));
-            }
-            Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
-            Err(e) => return Err(e),
-        }
-    }
+    let answer = crate::tcp::exchange(addr, request.as_bytes(), timeout, || {
+        format!("{method} {path} at {addr}: no answer in {timeout:?}")
+    })?;
     let text = String::from_utf8_lossy(&answer);
     let (head, body) = text.split_once("\r\n\r\n").ok_or_else(|| {
         io::Error::new(

@@ -53,6 +53,14 @@ impl ServerLogs {
     }
 }
 
+/// Every set of logs, merged in order.
+impl FromIterator<ServerLogs> for ServerLogs {
+    fn from_iter<I: IntoIterator<Item = ServerLogs>>(iter: I) -> ServerLogs {
+        iter.into_iter()
+            .fold(ServerLogs::default(), |logs, more| logs.merged(&more))
+    }
+}
+
 /// `expect` whose panic message quotes server logs.
 pub trait ExpectOrLogs<T> {
     /// The value, or a panic naming `what` failed, with the error and the

@@ -41,6 +41,33 @@ pub fn wait_until_with(
     wait_for_with(desc, upper_bound, || condition().then_some(()), context);
 }
 
+/// Polls `probe` until it returns `Ok(value)` and returns the value; once
+/// `upper_bound` (scaled) has passed, panics with `timed_out(time waited,
+/// the last error)`. Unlike [`wait_for_with`], no last look and no generic
+/// message: for waits that report their own state.
+///
+/// # Panics
+///
+/// When the scaled deadline passes.
+pub(crate) fn poll_until_ok<T, E>(
+    upper_bound: Duration,
+    mut probe: impl FnMut() -> Result<T, E>,
+    timed_out: impl FnOnce(Duration, E) -> String,
+) -> T {
+    let limit = scale(upper_bound);
+    let start = Instant::now();
+    loop {
+        let last = match probe() {
+            Ok(value) => return value,
+            Err(last) => last,
+        };
+        if start.elapsed() > limit {
+            panic!("{}", timed_out(start.elapsed(), last));
+        }
+        std::thread::sleep(POLL_INTERVAL);
+    }
+}
+
 /// Polls `probe` until it returns `Some(value)` and returns the value.
 ///
 /// `upper_bound` is scaled by `RECIPES_TEST_SLOW`.

@@ -1,12 +1,12 @@
 //! A three-member ZooKeeper ensemble on loopback.
 
 use std::fmt::Write as _;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
-use crate::env::scale;
 use crate::four_letter::ZkMode;
-use crate::logs::ServerLogs;
 use crate::ports::reserve_port;
+use crate::server::{cluster_members, start_members, ServerProcess};
+use crate::wait::poll_until_ok;
 use crate::zk_facts::ZkFacts;
 use crate::zk_server::{Ensemble, ZkConfig, ZkServer, ZK_START_TIMEOUT};
 
@@ -40,27 +40,13 @@ impl ZkCluster {
     ///
     /// As [`start`](Self::start).
     pub fn start_with(config: ZkConfig) -> ZkCluster {
-        let mut attempt = 1;
-        loop {
-            let cluster = ZkCluster::spawn(&config);
-            let started = cluster
-                .members
-                .iter()
-                .try_for_each(|member| member.wait_started(ZK_START_TIMEOUT));
-            match started {
-                Ok(()) => {
-                    cluster.wait_serving(ZK_START_TIMEOUT);
-                    return cluster;
-                }
-                Err(why) if attempt < 3 && cluster.members.iter().any(ZkServer::lost_port_race) => {
-                    log::warn!(
-                        "[zk cluster] port race on start attempt {attempt}, retrying: {why}"
-                    );
-                    attempt += 1;
-                }
-                Err(why) => panic!("{why}\n{}", cluster.log_tail()),
-            }
-        }
+        let cluster = start_members(
+            "zk cluster",
+            || ZkCluster::spawn(&config),
+            ZkCluster::members,
+        );
+        cluster.wait_serving(ZK_START_TIMEOUT);
+        cluster
     }
 
     fn spawn(config: &ZkConfig) -> ZkCluster {
@@ -97,23 +83,11 @@ impl ZkCluster {
             })
             .collect();
         // All at once: a member alone cannot form a quorum.
-        members.iter().for_each(ZkServer::spawn);
+        members.iter().for_each(ServerProcess::spawn);
         ZkCluster { members }
     }
 
-    /// Member `i` (0-based).
-    ///
-    /// # Panics
-    ///
-    /// When `i` is out of range.
-    pub fn member(&self, i: usize) -> &ZkServer {
-        &self.members[i]
-    }
-
-    /// All members.
-    pub fn members(&self) -> &[ZkServer] {
-        &self.members
-    }
+    cluster_members!(ZkServer, "a ZooKeeper member leads");
 
     /// The connect string of every member, comma-separated.
     pub fn connect_string(&self) -> String {
@@ -124,31 +98,12 @@ impl ZkCluster {
             .join(",")
     }
 
-    /// Every member's client address.
-    pub fn client_addrs(&self) -> Vec<std::net::SocketAddr> {
-        self.members.iter().map(ZkServer::client_addr).collect()
-    }
-
     /// The index of the member whose `srvr` says `Mode: leader` right now;
     /// `None` when no member says so (election running, leader paused).
     pub fn leader_index(&self) -> Option<usize> {
         self.members
             .iter()
             .position(|member| member.mode() == Some(ZkMode::Leader))
-    }
-
-    /// Waits until some member leads and returns its index.
-    ///
-    /// # Panics
-    ///
-    /// After `upper_bound` (scaled); the message quotes every log.
-    pub fn wait_for_leader(&self, upper_bound: Duration) -> usize {
-        crate::wait::wait_for_with(
-            "a ZooKeeper member leads",
-            upper_bound,
-            || self.leader_index(),
-            || self.log_tail(),
-        )
     }
 
     /// Waits until every *running* member (not killed; a paused member
@@ -160,51 +115,37 @@ impl ZkCluster {
     /// After `upper_bound` (scaled); the message quotes every member's mode
     /// and log.
     pub fn wait_serving(&self, upper_bound: Duration) -> usize {
-        let limit = scale(upper_bound);
-        let start = Instant::now();
-        loop {
-            let modes: Vec<Option<ZkMode>> = self
-                .members
-                .iter()
-                .map(|member| member.pid().and_then(|_| member.mode()))
-                .collect();
-            let running: Vec<bool> = self
-                .members
-                .iter()
-                .map(|member| member.pid().is_some())
-                .collect();
-            let all_serving = modes.iter().zip(&running).all(|(mode, running)| {
-                !running || mode.as_ref().is_some_and(ZkMode::is_quorum_member)
-            });
-            let leaders: Vec<usize> = (0..modes.len())
-                .filter(|&i| modes[i] == Some(ZkMode::Leader))
-                .collect();
-            if all_serving && leaders.len() == 1 {
-                return leaders[0];
-            }
-            if start.elapsed() > limit {
-                panic!(
-                    "ZooKeeper ensemble not serving with one leader after {:?}: modes {modes:?}, running {running:?}\n{}",
-                    start.elapsed(),
+        poll_until_ok(
+            upper_bound,
+            || {
+                let modes: Vec<Option<ZkMode>> = self
+                    .members
+                    .iter()
+                    .map(|member| member.pid().and_then(|_| member.mode()))
+                    .collect();
+                let running: Vec<bool> = self
+                    .members
+                    .iter()
+                    .map(|member| member.pid().is_some())
+                    .collect();
+                let all_serving = modes.iter().zip(&running).all(|(mode, running)| {
+                    !running || mode.as_ref().is_some_and(ZkMode::is_quorum_member)
+                });
+                let leaders: Vec<usize> = (0..modes.len())
+                    .filter(|&i| modes[i] == Some(ZkMode::Leader))
+                    .collect();
+                if all_serving && leaders.len() == 1 {
+                    return Ok(leaders[0]);
+                }
+                Err((modes, running))
+            },
+            |waited, (modes, running)| {
+                format!(
+                    "ZooKeeper ensemble not serving with one leader after {waited:?}: modes {modes:?}, running {running:?}\n{}",
                     self.log_tail()
-                );
-            }
-            std::thread::sleep(crate::wait::POLL_INTERVAL);
-        }
-    }
-
-    /// Every member's log, for panic messages.
-    pub fn logs(&self) -> ServerLogs {
-        self.members
-            .iter()
-            .fold(ServerLogs::default(), |logs, member| {
-                logs.merged(&member.logs())
-            })
-    }
-
-    /// The last lines of every member's log.
-    pub fn log_tail(&self) -> String {
-        self.logs().tail()
+                )
+            },
+        )
     }
 
     /// A new fact client (its own session) connected to the ensemble.

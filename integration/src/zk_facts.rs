@@ -1,18 +1,14 @@
 //! Reading facts from ZooKeeper for assertions: does a node exist, what
 //! children does a path have.
 
-use std::cell::RefCell;
 use std::time::Duration;
 
 use zookeeper_client as zk;
 
 use crate::env::scale;
+use crate::facts::{self, QUERY_TIMEOUT};
 use crate::logs::ServerLogs;
 use crate::runtime::{block_on_timeout, runtime};
-use crate::wait::wait_for_with;
-
-/// Upper bound (scaled) of one fact query.
-const QUERY_TIMEOUT: Duration = Duration::from_secs(5);
 
 /// Session timeout the fact client asks for.
 const SESSION_TIMEOUT: Duration = Duration::from_secs(10);
@@ -39,20 +35,12 @@ impl ZkFacts {
         let connector = zk::Client::connector()
             .with_session_timeout(SESSION_TIMEOUT)
             .with_connection_timeout(Duration::from_secs(2));
-        let client = match block_on_timeout(
-            scale(Duration::from_secs(10)),
+        let client = facts::connect(
+            connect_string,
+            "session with",
             connector.connect(connect_string),
-        ) {
-            Some(Ok(client)) => client,
-            Some(Err(e)) => panic!(
-                "fact client cannot connect to {connect_string}: {e}\n{}",
-                logs.tail()
-            ),
-            None => panic!(
-                "fact client: no session with {connect_string} in 10 s (scaled)\n{}",
-                logs.tail()
-            ),
-        };
+            &logs,
+        );
         ZkFacts {
             client: Some(client),
             connect_string: connect_string.to_owned(),
@@ -81,18 +69,11 @@ impl ZkFacts {
         what: &str,
         future: impl std::future::Future<Output = Result<T, zk::Error>>,
     ) -> Result<T, String> {
-        match block_on_timeout(scale(QUERY_TIMEOUT), future) {
-            Some(Ok(value)) => Ok(value),
-            Some(Err(e)) => Err(format!("{what} on {}: {e}", self.connect_string)),
-            None => Err(format!(
-                "{what} on {}: no answer in {QUERY_TIMEOUT:?} (scaled)",
-                self.connect_string
-            )),
-        }
+        facts::query(what, &self.connect_string, future)
     }
 
     fn or_panic<T>(&self, result: Result<T, String>) -> T {
-        result.unwrap_or_else(|why| panic!("{why}\n{}", self.logs.tail()))
+        facts::or_panic(result, &self.logs)
     }
 
     fn try_exists(&self, path: &str) -> Result<bool, String> {
@@ -189,29 +170,16 @@ impl ZkFacts {
     }
 
     fn wait_exists_is(&self, path: &str, wanted: bool, upper_bound: Duration) {
-        let last_error = RefCell::new(None);
         let desc = format!(
             "{path} {} on {}",
             if wanted { "exists" } else { "is gone" },
             self.connect_string
         );
-        wait_for_with(
+        facts::wait_true(
             &desc,
             upper_bound,
-            || match self.try_exists(path) {
-                Ok(exists) => (exists == wanted).then_some(()),
-                Err(e) => {
-                    *last_error.borrow_mut() = Some(e);
-                    None
-                }
-            },
-            || {
-                format!(
-                    "last error: {:?}\n{}",
-                    last_error.borrow(),
-                    self.logs.tail()
-                )
-            },
+            || self.try_exists(path).map(|exists| exists == wanted),
+            &self.logs,
         );
     }
 
@@ -227,23 +195,14 @@ impl ZkFacts {
         path: &str,
         desc: &str,
         upper_bound: Duration,
-        mut condition: impl FnMut(&[String]) -> bool,
+        condition: impl FnMut(&[String]) -> bool,
     ) -> Vec<String> {
-        let last = RefCell::new(None);
-        wait_for_with(
+        facts::wait_names(
             &format!("children of {path} {desc}"),
             upper_bound,
-            || {
-                let children = self.try_children(path);
-                let done = matches!(&children, Ok(children) if condition(children));
-                if done {
-                    children.ok()
-                } else {
-                    *last.borrow_mut() = Some(children);
-                    None
-                }
-            },
-            || format!("last seen: {:?}\n{}", last.borrow(), self.logs.tail()),
+            || self.try_children(path),
+            condition,
+            &self.logs,
         )
     }
 }

@@ -11,15 +11,15 @@ use std::io;
 use std::net::SocketAddr;
 use std::path::Path;
 use std::sync::OnceLock;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use crate::env::scale;
 use crate::four_letter::{
     self, parse_mode, parse_watches_by_path, parse_watches_by_session, ZkMode,
 };
-use crate::logs::ServerLogs;
 use crate::ports::{reserve_port, PortReservation};
 use crate::process::ManagedProcess;
+use crate::server::{process_lifecycle, start_server, ServerProcess};
 use crate::test_dir::TestDir;
 use crate::zk_facts::ZkFacts;
 
@@ -166,26 +166,16 @@ impl ZkServer {
     /// When the server does not serve within the (scaled) start timeout; the
     /// message quotes its log.
     pub fn start_with(config: ZkConfig) -> ZkServer {
-        let mut attempt = 1;
-        loop {
+        start_server("zk", || {
             let client_port = reserve_port();
-            let server = ZkServer::prepare(
+            ZkServer::prepare(
                 "zk".to_owned(),
                 config.clone(),
                 client_port,
                 Vec::new(),
                 None,
-            );
-            server.spawn();
-            match server.wait_started(ZK_START_TIMEOUT) {
-                Ok(()) => return server,
-                Err(why) if attempt < 3 && server.lost_port_race() => {
-                    log::warn!("[zk] port race on start attempt {attempt}, retrying: {why}");
-                    attempt += 1;
-                }
-                Err(why) => panic!("{why}\n{}", server.log_tail()),
-            }
-        }
+            )
+        })
     }
 
     /// A standalone server shared by every test of this process, started on
@@ -279,49 +269,6 @@ impl ZkServer {
         }
     }
 
-    pub(crate) fn spawn(&self) {
-        if let Err(e) = self.process.start() {
-            panic!(
-                "cannot spawn ZooKeeper {} (is Java installed?): {e}\n{}",
-                self.label,
-                self.log_tail()
-            );
-        }
-    }
-
-    /// Waits until `srvr` reports a `Mode:` (a member: leader or follower).
-    pub(crate) fn wait_started(&self, upper_bound: Duration) -> Result<(), String> {
-        let limit = scale(upper_bound);
-        let start = Instant::now();
-        loop {
-            if let Some(status) = self.process.exit_status() {
-                return Err(format!(
-                    "ZooKeeper {} exited during start: {status}",
-                    self.label
-                ));
-            }
-            match self.mode() {
-                Some(mode) if !self.ensemble || mode.is_quorum_member() => return Ok(()),
-                _ => {}
-            }
-            if start.elapsed() > limit {
-                return Err(format!(
-                    "ZooKeeper {} at {} not serving after {:?}",
-                    self.label,
-                    self.client_addr,
-                    start.elapsed()
-                ));
-            }
-            std::thread::sleep(crate::wait::POLL_INTERVAL);
-        }
-    }
-
-    /// Whether the start failed because another process took our port.
-    pub(crate) fn lost_port_race(&self) -> bool {
-        std::fs::read_to_string(self.process.log_path())
-            .is_ok_and(|log| log.contains("Address already in use"))
-    }
-
     /// The name used in messages and folder names (`zk`, `zk-1`, …).
     pub fn label(&self) -> &str {
         &self.label
@@ -347,41 +294,7 @@ impl ZkServer {
         self.dir.path()
     }
 
-    /// The JVM's pid while it runs (also while paused).
-    pub fn pid(&self) -> Option<u32> {
-        self.process.pid()
-    }
-
-    /// Its log, for panic messages.
-    pub fn logs(&self) -> ServerLogs {
-        self.process.logs()
-    }
-
-    /// The last lines of its log, headed `server log (…)`.
-    pub fn log_tail(&self) -> String {
-        self.logs().tail()
-    }
-
-    /// Kills the JVM with SIGKILL and reaps it.
-    pub fn kill(&self) {
-        self.process.kill();
-    }
-
-    /// Stops the JVM with SIGSTOP (it holds its connections and answers
-    /// nothing) and returns once every thread is stopped.
-    ///
-    /// # Panics
-    ///
-    /// When the threads do not all stop within 5 s (scaled).
-    pub fn pause(&self) {
-        self.process.pause();
-    }
-
-    /// Continues a paused JVM with SIGCONT and returns once no thread is
-    /// stopped; it may need a moment more to answer again.
-    pub fn resume(&self) {
-        self.process.resume();
-    }
+    process_lifecycle!("JVM");
 
     /// Kills the JVM if it runs, starts it again on the same port with the
     /// same data, and waits until it serves (a member: until it rejoined
@@ -391,11 +304,7 @@ impl ZkServer {
     ///
     /// When it does not serve within the (scaled) start timeout.
     pub fn restart(&self) {
-        self.kill();
-        self.spawn();
-        if let Err(why) = self.wait_started(ZK_START_TIMEOUT) {
-            panic!("restart failed: {why}\n{}", self.log_tail());
-        }
+        self.respawn();
     }
 
     /// Sends a four-letter command and returns the answer.
@@ -444,9 +353,7 @@ impl ZkServer {
     ///
     /// After `upper_bound` (scaled); the message quotes the log.
     pub fn wait_serving(&self, upper_bound: Duration) {
-        if let Err(why) = self.wait_started(upper_bound) {
-            panic!("{why}\n{}", self.log_tail());
-        }
+        self.expect_started("", upper_bound);
     }
 
     /// `wchp`: watched path → ids of the sessions (connected to *this*
@@ -464,6 +371,29 @@ impl ZkServer {
     /// A new fact client (its own session) connected to this server.
     pub fn facts(&self) -> ZkFacts {
         ZkFacts::connect(&self.connect_string(), self.logs())
+    }
+}
+
+/// Started means serving: `srvr` reports a `Mode:` (a member: leader or
+/// follower).
+impl ServerProcess for ZkServer {
+    const KIND: &'static str = "ZooKeeper";
+    const READY: &'static str = "serving";
+    const SPAWN_HINT: &'static str = " (is Java installed?)";
+    const PORT_IN_USE: &'static str = "Address already in use";
+    const START_TIMEOUT: Duration = ZK_START_TIMEOUT;
+
+    fn process(&self) -> &ManagedProcess {
+        &self.process
+    }
+
+    fn addr(&self) -> SocketAddr {
+        self.client_addr
+    }
+
+    fn is_ready(&self) -> bool {
+        self.mode()
+            .is_some_and(|mode| !self.ensemble || mode.is_quorum_member())
     }
 }
 
