@@ -1,4 +1,10 @@
-//! Drives the `worker` binary: a recipes client in its own OS process.
+//! Drives a worker: a client in its own OS process, spoken to over a line
+//! protocol — our `worker` binary, or an interop peer (Curator, kazoo; see
+//! `peers`).
+//!
+//! The protocol: the process prints `READY` once it can serve, then answers
+//! each request line with one reply line, `OK [fields]` or `ERR <message>`.
+//! Its stderr goes to a log file, whose tail every panic quotes.
 
 use std::io::{BufRead, BufReader, Write};
 use std::path::{Path, PathBuf};
@@ -39,15 +45,37 @@ impl Worker {
     /// Start a worker named `name` (used in messages and its log file under
     /// `log_dir`) and wait until it is ready.
     pub fn start(binary: &Path, name: &str, log_dir: &Path) -> Worker {
-        let stderr_log = log_dir.join(format!("worker-{name}.log"));
-        let log = std::fs::File::create(&stderr_log).expect("create worker log");
         let mut cmd = Command::new(binary);
-        cmd.stdin(Stdio::piped())
+        cmd.env("RUST_BACKTRACE", "1");
+        Worker::spawn(name, cmd, log_dir.join(format!("worker-{name}.log")))
+    }
+
+    /// Start `command` (any program that speaks the line protocol) as a
+    /// worker named `name`, its stderr written to `stderr_log`, and wait
+    /// until it printed `READY`.
+    ///
+    /// # Panics
+    ///
+    /// When it cannot be started or is not ready within 10 s (scaled); the
+    /// message quotes its log.
+    pub fn spawn(name: &str, mut command: Command, stderr_log: PathBuf) -> Worker {
+        let log = std::fs::File::create(&stderr_log).unwrap_or_else(|e| {
+            panic!(
+                "cannot create the log {} of {name}: {e}",
+                stderr_log.display()
+            )
+        });
+        command
+            .stdin(Stdio::piped())
             .stdout(Stdio::piped())
-            .stderr(log)
-            .env("RUST_BACKTRACE", "1");
-        let mut child = spawn_with_parent_death_signal(cmd)
-            .unwrap_or_else(|e| panic!("cannot start worker {name} ({}): {e}", binary.display()));
+            .stderr(log);
+        let program = command.get_program().to_owned();
+        let mut child = spawn_with_parent_death_signal(command).unwrap_or_else(|e| {
+            panic!(
+                "cannot start worker {name} ({}): {e}",
+                Path::new(&program).display()
+            )
+        });
         let stdin = child.stdin.take().expect("piped stdin");
         let stdout = child.stdout.take().expect("piped stdout");
         let (tx, lines) = crossbeam_channel::unbounded();
@@ -90,7 +118,8 @@ impl Worker {
         }
     }
 
-    fn log_tail(&self) -> String {
+    /// The last 50 lines of the worker's stderr log, for panic messages.
+    pub fn log_tail(&self) -> String {
         let log = std::fs::read_to_string(&self.stderr_log).unwrap_or_default();
         let tail: Vec<&str> = log.lines().rev().take(50).collect();
         let tail: Vec<&str> = tail.into_iter().rev().collect();
