@@ -127,3 +127,47 @@ fn fault_blackholed_holder_loses_before_another_acquires() {
         Duration::from_secs(2),
     );
 }
+
+#[test]
+fn fault_latch_leader_killed_fails_over() {
+    use conformance::{LeaderRecipe, Takeout};
+    conformance::leader_failover(
+        &ZkKit::own(),
+        LeaderRecipe::Latch,
+        Takeout::Kill,
+        Duration::from_secs(2),
+    );
+}
+
+#[test]
+fn fault_latch_leader_paused_is_fenced_out() {
+    use conformance::{LeaderRecipe, Takeout};
+    conformance::leader_failover(
+        &ZkKit::own(),
+        LeaderRecipe::Latch,
+        Takeout::Pause,
+        Duration::from_secs(2),
+    );
+}
+
+#[test]
+fn fault_selector_leader_killed_fails_over() {
+    use conformance::{LeaderRecipe, Takeout};
+    conformance::leader_failover(
+        &ZkKit::own(),
+        LeaderRecipe::Selector,
+        Takeout::Kill,
+        Duration::from_secs(2),
+    );
+}
+
+#[test]
+fn fault_selector_leader_paused_is_fenced_out() {
+    use conformance::{LeaderRecipe, Takeout};
+    conformance::leader_failover(
+        &ZkKit::own(),
+        LeaderRecipe::Selector,
+        Takeout::Pause,
+        Duration::from_secs(2),
+    );
+}

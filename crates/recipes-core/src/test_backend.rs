@@ -247,7 +247,11 @@ mod front_end_tests {
             signal.wait_timeout(Duration::from_secs(5)),
             Some(LossReason::Released)
         );
-        assert!(m.try_lock_for(Duration::from_secs(5)).unwrap().is_some());
+        let next = m.try_lock_for(Duration::from_secs(5)).unwrap();
+        assert!(
+            next.is_some(),
+            "the lock was freed by the background release"
+        );
         assert_eq!(m.backend().released().len(), 1);
     }
 

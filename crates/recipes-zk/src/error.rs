@@ -3,10 +3,21 @@
 use recipes_core::Error;
 use zookeeper_client as zk;
 
+/// Whether `e` means the connection failed under the request: its outcome
+/// is unknown and the session may well be alive. zookeeper-client reports
+/// a connection that stopped answering as a custom error ("no response from
+/// connection in …"), not as `ConnectionLoss`.
+pub(crate) fn connection_trouble(e: &zk::Error) -> bool {
+    matches!(
+        e,
+        zk::Error::ConnectionLoss | zk::Error::Custom(_) | zk::Error::Timeout
+    )
+}
+
 /// Map a ZooKeeper client error, saying what was being done.
 pub(crate) fn from_zk(what: &str, e: zk::Error) -> Error {
     match e {
-        zk::Error::ConnectionLoss => Error::ConnectionLoss,
+        zk::Error::ConnectionLoss | zk::Error::Custom(_) => Error::ConnectionLoss,
         zk::Error::SessionExpired => Error::SessionExpired,
         zk::Error::ClientClosed => Error::Closed,
         zk::Error::Timeout => Error::Indeterminate {

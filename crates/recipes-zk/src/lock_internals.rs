@@ -16,7 +16,7 @@ use tokio::time::Instant;
 use zookeeper_client as zk;
 
 use crate::client::ZkClient;
-use crate::error::from_zk;
+use crate::error::{connection_trouble, from_zk};
 use crate::names::{fresh_uuid, is_ours, protected_prefix, queue_order, sequence_of};
 use crate::session::Session;
 
@@ -149,7 +149,7 @@ pub(crate) async fn create_protected(
                 make_dirs(session, &c.dir).await?;
                 made_dirs = true;
             }
-            Err(zk::Error::ConnectionLoss) => {
+            Err(e) if connection_trouble(&e) => {
                 // The create may have been applied: look for our uuid.
                 if let Some(found) = find_ours(session, c, uuid).await? {
                     return Ok(found);
@@ -169,7 +169,7 @@ async fn find_ours(
     let children = loop {
         match session.zk().list_children(&c.dir).await {
             Ok(children) => break children,
-            Err(zk::Error::ConnectionLoss) => tokio::time::sleep(RETRY_PAUSE).await,
+            Err(e) if connection_trouble(&e) => tokio::time::sleep(RETRY_PAUSE).await,
             Err(zk::Error::NoNode) => return Ok(None),
             Err(e) => return Err(from_zk(&format!("list {}", c.dir), e)),
         }
@@ -264,7 +264,7 @@ async fn attempt(client: &ZkClient, c: &Contender, deadline: Option<Instant>) ->
         }
         let children = match session.zk().list_children(&c.dir).await {
             Ok(ch) => ch,
-            Err(zk::Error::ConnectionLoss) => {
+            Err(e) if connection_trouble(&e) => {
                 tokio::time::sleep(RETRY_PAUSE).await;
                 continue;
             }
@@ -294,7 +294,7 @@ async fn attempt(client: &ZkClient, c: &Contender, deadline: Option<Instant>) ->
         let watcher = match session.zk().get_and_watch_data(&watched).await {
             Ok((_, _, w)) => w,
             Err(zk::Error::NoNode) => continue,
-            Err(zk::Error::ConnectionLoss) => {
+            Err(e) if connection_trouble(&e) => {
                 tokio::time::sleep(RETRY_PAUSE).await;
                 continue;
             }

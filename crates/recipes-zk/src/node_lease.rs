@@ -9,7 +9,7 @@ use recipes_core::{Error, HeldLease, LossReason, LossSignal, LossTrigger, Result
 use zookeeper_client as zk;
 
 use crate::client::ZkClient;
-use crate::error::from_zk;
+use crate::error::{connection_trouble, from_zk};
 use crate::lock_internals::Acquired;
 use crate::session::Session;
 
@@ -156,11 +156,13 @@ impl ZkNodeLease {
                 }) => Err(Error::FenceRejected {
                     what: format!("{what}: the session holding {node} expired"),
                 }),
-                Err(zk::CheckWriteError::RequestFailed {
-                    source: zk::Error::ConnectionLoss,
-                }) => Err(Error::Indeterminate {
-                    what: format!("{what}: the connection dropped before the reply"),
-                }),
+                Err(zk::CheckWriteError::RequestFailed { source })
+                    if connection_trouble(&source) =>
+                {
+                    Err(Error::Indeterminate {
+                        what: format!("{what}: the connection dropped before the reply"),
+                    })
+                }
                 Err(zk::CheckWriteError::RequestFailed { source }) => Err(from_zk(what, source)),
                 Err(zk::CheckWriteError::OperationFailed { source, .. }) => {
                     Err(from_zk(what, source))

@@ -19,7 +19,7 @@ use tokio::time::Instant as TokioInstant;
 use zookeeper_client as zk;
 
 use crate::client::ZkClient;
-use crate::error::from_zk;
+use crate::error::{connection_trouble, from_zk};
 use crate::lock_internals::{
     acquire, create_protected, delete_ours, Acquired, Contender, RETRY_PAUSE,
 };
@@ -117,7 +117,7 @@ async fn check_size(client: &ZkClient, path: &str, permits: u32) -> Result<()> {
                     Err(e) => return Err(from_zk(&format!("create {path}"), e)),
                 }
             }
-            Err(zk::Error::ConnectionLoss) => tokio::time::sleep(RETRY_PAUSE).await,
+            Err(e) if connection_trouble(&e) => tokio::time::sleep(RETRY_PAUSE).await,
             Err(e) => return Err(from_zk(&format!("read {path}"), e)),
         }
     }
@@ -139,7 +139,7 @@ async fn admit(
         loop {
             let (children, watcher) = match session.zk().get_and_watch_children(&leases.dir).await {
                 Ok((children, _, watcher)) => (children, watcher),
-                Err(zk::Error::ConnectionLoss) => {
+                Err(e) if connection_trouble(&e) => {
                     tokio::time::sleep(RETRY_PAUSE).await;
                     continue;
                 }

@@ -19,12 +19,17 @@
 //!   `OK`, or `ERR fence-rejected …`
 //! - `release` → `OK` once the store confirmed; `drop` → `OK` at once (the
 //!   release runs in the background)
+//! - `latch <path> <id>` → `OK` once started; `selector <path> <id>` → `OK`
+//!   once started (its closure leads until its loss signal fires)
+//! - `leader-status` → `OK leading=<yes|no> token=<n> last_ack_ms=<boot ms>`
+//!   for the latch or selector (token 0 when not leading)
 //! - `pid` → `OK <pid>`
 //! - `exit` → `OK`, then the process exits
 //!
 //! The worker prints `READY` once it reads requests.
 
 use std::io::{self, BufRead, Write};
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use recipes_core::{BootInstant, Error, LossPolicy};
@@ -74,9 +79,16 @@ impl Held {
     }
 }
 
+/// A latch or selector this worker runs.
+enum Participant {
+    Latch(recipes_zk::LeaderLatch),
+    Selector(recipes_zk::LeaderSelector, Arc<Mutex<Option<u64>>>),
+}
+
 struct Worker {
     client: Client,
     held: Option<Held>,
+    participant: Option<Participant>,
 }
 
 fn boot_ms(t: Option<BootInstant>) -> u128 {
@@ -222,6 +234,50 @@ impl Worker {
                 drop(self.held.take().ok_or_else(|| usage("nothing held"))?);
                 Ok(String::new())
             }
+            ["latch", path, id] => {
+                let Client::Zk(c) = &self.client else {
+                    return Err(usage("latches need a ZooKeeper client"));
+                };
+                let latch = c.leader_latch(path, id).map_err(|e| err(&e))?;
+                latch.start();
+                self.participant = Some(Participant::Latch(latch));
+                Ok(String::new())
+            }
+            ["selector", path, id] => {
+                let Client::Zk(c) = &self.client else {
+                    return Err(usage("selectors need a ZooKeeper client"));
+                };
+                let selector = c.leader_selector(path, id).map_err(|e| err(&e))?;
+                let term = Arc::new(Mutex::new(None));
+                let t = term.clone();
+                selector
+                    .start(true, move |guard| {
+                        *t.lock().unwrap() = Some(guard.token().get());
+                        guard.lost().wait();
+                        *t.lock().unwrap() = None;
+                    })
+                    .map_err(|e| err(&e))?;
+                self.participant = Some(Participant::Selector(selector, term));
+                Ok(String::new())
+            }
+            ["leader-status"] => {
+                let token = match self.participant.as_ref() {
+                    None => return Err(usage("no latch or selector")),
+                    Some(Participant::Latch(l)) => l.leadership().map(|(t, _)| t.get()),
+                    Some(Participant::Selector(s, term)) => {
+                        let t = *term.lock().unwrap();
+                        t.filter(|_| s.has_leadership())
+                    }
+                };
+                let last_ack = match &self.client {
+                    Client::Zk(c) => c.last_acknowledged(),
+                    _ => None,
+                };
+                Ok(match token {
+                    Some(t) => format!("leading=yes token={t} last_ack_ms={}", boot_ms(last_ack)),
+                    None => format!("leading=no token=0 last_ack_ms={}", boot_ms(last_ack)),
+                })
+            }
             ["pid"] => Ok(std::process::id().to_string()),
             _ => Err(usage(&format!("unknown request {line:?}"))),
         }
@@ -234,6 +290,7 @@ fn main() {
     let mut worker = Worker {
         client: Client::None,
         held: None,
+        participant: None,
     };
     let _ = writeln!(out, "READY");
     let _ = out.flush();
@@ -258,6 +315,7 @@ fn main() {
     }
     // Close the clients before exiting, so sessions end at once.
     drop(worker.held.take());
+    drop(worker.participant.take());
     match worker.client {
         Client::Zk(c) => c.close(Duration::from_secs(2)),
         Client::Etcd(c) => c.close(Duration::from_secs(2)),
