@@ -6,7 +6,7 @@ use std::time::Duration;
 
 use integration::{wait_for, wait_until, Proxy, ZkCluster, ZkServer};
 use recipes_core::{Error, LossPolicy, LossReason};
-use recipes_zk::ZkClient;
+use recipes_zk::{LatchEvent, ZkClient};
 
 fn client(hosts: String, policy: LossPolicy) -> ZkClient {
     ZkClient::builder(hosts)
@@ -151,4 +151,61 @@ fn fault_abandoned_create_is_deleted_after_the_reconnect() {
     });
     c.ping().expect("the session is alive");
     assert_eq!(c.session_id(), session);
+}
+
+#[test]
+fn fault_expired_session_is_replaced_and_the_latch_starts_over() {
+    let server = ZkServer::start();
+    let proxy = Proxy::start(server.client_addr());
+    let c = ZkClient::builder(proxy.addr().to_string())
+        .session_timeout(Duration::from_secs(2))
+        .rpc_timeout(Duration::from_secs(2))
+        .connect()
+        .expect("connect");
+    let old_session = c.session_id();
+    let latch = c.leader_latch("/expiry/latch", "only").unwrap();
+    let events = latch.events();
+    latch.start();
+    assert!(latch.await_leadership(Duration::from_secs(10)));
+    let (first, lost) = latch.leadership().unwrap();
+    let facts = server.facts();
+    let old_node = facts
+        .children("/expiry/latch")
+        .pop()
+        .expect("our latch node");
+
+    proxy.blackhole();
+    lost.wait_timeout(Duration::from_secs(10))
+        .expect("the term ends when the lease deadline passes");
+    assert!(!latch.has_leadership());
+    // The server expires the session and its node.
+    facts.wait_gone(
+        &format!("/expiry/latch/{old_node}"),
+        Duration::from_secs(10),
+    );
+    proxy.drop_connections();
+    proxy.restore();
+
+    // A new session; the latch leads again on a new node with a new fence.
+    assert!(
+        latch.await_leadership(Duration::from_secs(20)),
+        "leads again"
+    );
+    let (second, _) = latch.leadership().unwrap();
+    assert!(second > first);
+    assert_ne!(c.session_id(), old_session, "a new session");
+    assert_eq!(c.session_state(), recipes_zk::SessionState::Connected);
+    let seen: Vec<_> = events.try_iter().collect();
+    assert!(
+        matches!(
+            seen.as_slice(),
+            [
+                LatchEvent::Gained { .. },
+                LatchEvent::Lost { .. },
+                LatchEvent::Gained { .. }
+            ]
+        ),
+        "{seen:?}"
+    );
+    latch.close().unwrap();
 }

@@ -488,3 +488,61 @@ fn default_kazoo_and_curator_mis_sort_unsafe() {
     curator.exit();
     kazoo.exit();
 }
+
+fn curator_is_leader(curator: &mut CuratorPeer) -> bool {
+    match curator.ok("is-leader", FACT).as_str() {
+        "yes" => true,
+        "no" => false,
+        other => panic!("is-leader answered {other:?}"),
+    }
+}
+
+#[test]
+fn curator_leader_latch_and_ours_never_both_lead() {
+    let case = Case::new("latch");
+    let path = &case.path;
+    let mut curator = case.curator("latch");
+    curator.ok(&format!("latch {path} curator"), FACT);
+    wait_until("Curator's latch leads", FACT, || {
+        curator_is_leader(&mut curator)
+    });
+
+    let ours = ZkClient::builder(Case::connect())
+        .session_timeout(SESSION)
+        .connect()
+        .expect("connect our client")
+        .leader_latch(path, "ours")
+        .unwrap();
+    ours.start();
+    case.wait_contenders(path, 2, "have our latch queued behind Curator's");
+    assert!(
+        !ours.has_leadership(),
+        "ours leads while Curator's latch leads"
+    );
+    let participants = ours.participants().unwrap();
+    assert_eq!(
+        participants[0].id, "curator",
+        "Curator's participant id is read"
+    );
+    assert_eq!(participants[1].id, "ours");
+
+    // Curator leaves: ours leads; Curator's new latch queues behind ours.
+    curator.ok("close-latch", FACT);
+    assert!(
+        ours.await_leadership(ACQUIRE),
+        "ours leads after Curator left"
+    );
+    curator.ok(&format!("latch {path} curator-again"), FACT);
+    case.wait_contenders(path, 2, "have Curator's latch queued behind ours");
+    assert!(
+        !curator_is_leader(&mut curator),
+        "Curator leads while ours leads"
+    );
+    assert!(ours.has_leadership());
+    ours.close().unwrap();
+    wait_until("Curator's latch leads after ours closed", FACT, || {
+        curator_is_leader(&mut curator)
+    });
+    curator.ok("close-latch", FACT);
+    curator.exit();
+}

@@ -277,3 +277,56 @@ fn bad_input_is_a_typed_error() {
     invalid(c.leader_latch("/ok", ""));
     invalid(c.leader_selector("/ok", ""));
 }
+
+#[test]
+fn digest_auth_protects_our_nodes_and_chroot_moves_them() {
+    let server = ZkServer::shared();
+    let authed = || {
+        ZkClient::builder(server.connect_string())
+            .digest_auth("svc", "secret")
+            .connect()
+            .unwrap()
+    };
+    // Top-level folders of their own: the authenticated clients' folders
+    // refuse other identities.
+    let p = format!("/recipes-auth-{}/lock", std::process::id());
+    let (a, b) = (authed(), authed());
+    let held = a.mutex(&p).unwrap().lock().unwrap();
+    // Another client with the same identity queues and waits as usual.
+    assert!(b
+        .mutex(&p)
+        .unwrap()
+        .try_lock_for(Duration::from_millis(200))
+        .unwrap()
+        .is_none());
+    // An unauthenticated client can read but neither queue nor delete.
+    let anonymous = client();
+    let e = anonymous.mutex(&p).unwrap().try_lock().unwrap_err();
+    assert!(e.to_string().contains("not authorized"), "{e}");
+    held.release().unwrap();
+    assert!(b.mutex(&p).unwrap().try_lock().unwrap().is_some());
+
+    let chrooted = ZkClient::builder(server.connect_string())
+        .chroot(format!("/recipes-chroot-{}", std::process::id()))
+        .connect()
+        .unwrap();
+    let g = chrooted.mutex("/inside").unwrap().lock().unwrap();
+    let facts = server.facts();
+    assert_eq!(
+        facts
+            .children(&format!("/recipes-chroot-{}/inside", std::process::id()))
+            .len(),
+        1
+    );
+    assert!(g.holder().starts_with("/inside/"), "{}", g.holder());
+    invalid(
+        ZkClient::builder(server.connect_string())
+            .chroot("no-slash")
+            .connect(),
+    );
+    invalid(
+        ZkClient::builder(server.connect_string())
+            .digest_auth("a:b", "x")
+            .connect(),
+    );
+}

@@ -24,7 +24,7 @@ pub const DEFAULT_CONNECT_TIMEOUT: Duration = Duration::from_secs(10);
 pub const DEFAULT_RPC_TIMEOUT: Duration = Duration::from_secs(10);
 
 /// Settings for a [`ZkClient`]; see [`ZkClient::builder`].
-#[derive(Debug, Clone)]
+#[derive(Clone)]
 pub struct ZkClientBuilder {
     hosts: String,
     session_timeout: Duration,
@@ -32,6 +32,22 @@ pub struct ZkClientBuilder {
     rpc_timeout: Duration,
     loss_policy: LossPolicy,
     lease_slack: Duration,
+    chroot: Option<String>,
+    digest: Option<(String, String)>,
+}
+
+impl fmt::Debug for ZkClientBuilder {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("ZkClientBuilder")
+            .field("hosts", &self.hosts)
+            .field("chroot", &self.chroot)
+            .field("session_timeout", &self.session_timeout)
+            .field("connect_timeout", &self.connect_timeout)
+            .field("rpc_timeout", &self.rpc_timeout)
+            .field("loss_policy", &self.loss_policy)
+            .field("digest_user", &self.digest.as_ref().map(|(u, _)| u))
+            .finish()
+    }
 }
 
 impl ZkClientBuilder {
@@ -61,6 +77,34 @@ impl ZkClientBuilder {
         self
     }
 
+    /// Run every path of this client below `chroot` (ZooKeeper's chroot
+    /// suffix of the connect string).
+    pub fn chroot(mut self, chroot: impl Into<String>) -> Self {
+        self.chroot = Some(chroot.into());
+        self
+    }
+
+    /// Authenticate with ZooKeeper's `digest` scheme as `user`. Every node
+    /// this client creates then belongs to that identity (full rights) and
+    /// is readable by anyone: participants of one lock must share the
+    /// identity, unauthenticated clients can watch but neither queue nor
+    /// delete.
+    pub fn digest_auth(mut self, user: impl Into<String>, password: impl Into<String>) -> Self {
+        self.digest = Some((user.into(), password.into()));
+        self
+    }
+
+    fn acls(&self) -> zk::Acls<'static> {
+        static CREATOR_ALL_ANYONE_READ: [zk::Acl; 2] = [
+            zk::Acl::new_const(zk::Permission::ALL, "auth", ""),
+            zk::Acl::new_const(zk::Permission::READ, "world", "anyone"),
+        ];
+        match self.digest {
+            Some(_) => zk::Acls::new(&CREATOR_ALL_ANYONE_READ),
+            None => zk::Acls::anyone_all(),
+        }
+    }
+
     /// Scheduling slack subtracted from every lease deadline on top of the
     /// clock-drift margin (default [`DEFAULT_SLACK`]).
     pub fn lease_slack(mut self, slack: Duration) -> Self {
@@ -87,6 +131,16 @@ impl ZkClientBuilder {
             if d > Duration::from_secs(24 * 3600) {
                 return Err(Error::invalid(format!(
                     "the {what} of {d:?} is absurd; use at most a day"
+                )));
+            }
+        }
+        if let Some(chroot) = &self.chroot {
+            crate::names::validate_path(chroot)?;
+        }
+        if let Some((user, _)) = &self.digest {
+            if user.is_empty() || user.contains(':') {
+                return Err(Error::invalid(format!(
+                    "digest user {user:?} must be non-empty and hold no ':'"
                 )));
             }
         }
@@ -148,9 +202,12 @@ impl Inner {
             return Ok(s);
         }
         let hosts = self.settings.hosts.clone();
-        let connector = zk::Client::connector()
+        let mut connector = zk::Client::connector()
             .with_session_timeout(self.settings.session_timeout)
             .with_connection_timeout(self.settings.connect_timeout);
+        if let Some((user, password)) = &self.settings.digest {
+            connector = connector.with_auth("digest", format!("{user}:{password}").as_bytes());
+        }
         let sent_at = recipes_core::BootInstant::now();
         let connected =
             tokio::time::timeout(self.settings.connect_timeout, connector.connect(&hosts)).await;
@@ -170,8 +227,22 @@ impl Inner {
                 })
             }
         };
+        let zk = match &self.settings.chroot {
+            None => zk,
+            Some(chroot) => {
+                // Like Curator's namespace: make the root if it is missing.
+                let options = zk::CreateMode::Persistent.with_acls(self.settings.acls());
+                zk.mkdir(chroot, &options)
+                    .await
+                    .map_err(|e| from_zk(&format!("create the chroot {chroot}"), e))?;
+                zk.chroot(chroot.as_str()).map_err(|_| {
+                    Error::invalid(format!("{chroot:?} is not a usable chroot path"))
+                })?
+            }
+        };
         let session = Session::start(
             zk,
+            self.settings.acls(),
             sent_at,
             self.settings.loss_policy,
             recipes_core::system_clock(),
@@ -232,6 +303,8 @@ impl ZkClient {
             rpc_timeout: DEFAULT_RPC_TIMEOUT,
             loss_policy: LossPolicy::default(),
             lease_slack: DEFAULT_SLACK,
+            chroot: None,
+            digest: None,
         }
     }
 

@@ -109,15 +109,11 @@ pub(crate) async fn delete_ours(session: &Session, dir: &str, uuid: &str) {
     }
 }
 
-fn options(mode: zk::CreateMode) -> zk::CreateOptions<'static> {
-    mode.with_acls(zk::Acls::anyone_all())
-}
-
 /// Create `dir` and its missing parents as container nodes.
 async fn make_dirs(session: &Session, dir: &str) -> Result<()> {
     session
         .zk()
-        .mkdir(dir, &options(zk::CreateMode::Container))
+        .mkdir(dir, &session.options(zk::CreateMode::Container))
         .await
         .map_err(|e| from_zk(&format!("create the folder {dir}"), e))
 }
@@ -137,7 +133,7 @@ pub(crate) async fn create_protected(
             .create(
                 &prefix,
                 &c.data,
-                &options(zk::CreateMode::EphemeralSequential),
+                &session.options(zk::CreateMode::EphemeralSequential),
             )
             .await
         {

@@ -116,13 +116,8 @@ impl ZkNodeLease {
     /// As for [`set_data`](ZkNodeLease::set_data).
     pub fn create(&self, path: &str, data: &[u8]) -> Result<()> {
         let (path, data) = (path.to_owned(), data.to_vec());
-        self.fenced("create", move |w| {
-            w.add_create(
-                &path,
-                &data,
-                &zk::CreateMode::Persistent.with_acls(zk::Acls::anyone_all()),
-            )
-        })
+        let options = self.session.options(zk::CreateMode::Persistent);
+        self.fenced("create", move |w| w.add_create(&path, &data, &options))
     }
 
     /// Delete `path`, only while our node exists.

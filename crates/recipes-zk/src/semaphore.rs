@@ -97,18 +97,15 @@ async fn check_size(client: &ZkClient, path: &str, permits: u32) -> Result<()> {
             Err(zk::Error::NoNode) => {
                 let parent = &path[..path.rfind('/').unwrap_or(0)];
                 if !parent.is_empty() {
-                    zk.mkdir(
-                        parent,
-                        &zk::CreateMode::Container.with_acls(zk::Acls::anyone_all()),
-                    )
-                    .await
-                    .map_err(|e| from_zk(&format!("create {parent}"), e))?;
+                    zk.mkdir(parent, &session.options(zk::CreateMode::Container))
+                        .await
+                        .map_err(|e| from_zk(&format!("create {parent}"), e))?;
                 }
                 match zk
                     .create(
                         path,
                         wanted.as_bytes(),
-                        &zk::CreateMode::Container.with_acls(zk::Acls::anyone_all()),
+                        &session.options(zk::CreateMode::Container),
                     )
                     .await
                 {

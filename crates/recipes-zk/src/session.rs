@@ -54,12 +54,15 @@ pub(crate) struct Session {
     // pause) is deleted once the session answers again, so it does not
     // block other contenders until the session ends.
     held: Mutex<Vec<(String, LossSignal)>>,
+    acls: zk::Acls<'static>,
 }
 
 impl Session {
     /// Establish a session; `sent_at` is when the connect request left.
+    #[allow(clippy::too_many_arguments)]
     pub(crate) fn start(
         zk: zk::Client,
+        acls: zk::Acls<'static>,
         sent_at: BootInstant,
         policy: LossPolicy,
         clock: SharedClock,
@@ -85,6 +88,7 @@ impl Session {
             epoch: Mutex::new(Arc::new(epoch)),
             state: Mutex::new(SessionState::Connected),
             held: Mutex::new(Vec::new()),
+            acls,
         });
         handle.spawn(heartbeat(Arc::downgrade(&session)));
         handle.spawn(follow_state(Arc::downgrade(&session), states));
@@ -94,6 +98,11 @@ impl Session {
 
     pub(crate) fn zk(&self) -> &zk::Client {
         &self.zk
+    }
+
+    /// Options for the nodes this session creates, with the client's ACL.
+    pub(crate) fn options(&self, mode: zk::CreateMode) -> zk::CreateOptions<'static> {
+        mode.with_acls(self.acls)
     }
 
     pub(crate) fn id(&self) -> i64 {
