@@ -287,6 +287,15 @@ impl Drop for Inner {
 ///
 /// Cheap to clone; the session closes when the last clone (and every guard
 /// made from it) is dropped, or at [`close`](ZkClient::close).
+///
+/// # Under pause and partition
+///
+/// A heartbeat every `timeout / 4` keeps the local lease deadline
+/// ([`valid_until`](ZkClient::valid_until)); guards are lost when it passes.
+/// After a session expiry the client opens a new session on next use;
+/// nothing held by the old one comes back. While this process is paused
+/// nothing is renewed: when it resumes, every guard reads the clock and
+/// reports itself lost if the deadline passed.
 #[derive(Clone)]
 pub struct ZkClient {
     inner: Arc<Inner>,

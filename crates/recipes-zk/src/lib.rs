@@ -1,9 +1,9 @@
 //! # recipes-zk
 //!
-//! The ZooKeeper backend of the `recipes` coordination library: a blocking
-//! client whose session runs on its own runtime thread. Recipes (mutex,
-//! semaphore, leader latch, leader selector) arrive on top of it with
-//! Apache Curator's node layouts.
+//! The ZooKeeper backend of the `recipes` coordination library: mutex,
+//! semaphore, leader latch and leader selector over a blocking client whose
+//! session runs on its own runtime thread. Nodes use Apache Curator's names,
+//! so Java services (Curator 5.x) and Rust daemons share one lock.
 //!
 //! ```no_run
 //! # fn main() -> Result<(), recipes_core::Error> {
@@ -11,12 +11,68 @@
 //! let client = recipes_zk::ZkClient::builder("127.0.0.1:2181")
 //!     .session_timeout(Duration::from_secs(10))
 //!     .connect()?;
-//! println!("session timeout granted: {:?}", client.session_timeout());
-//! client.ping()?;
-//! client.close(Duration::from_secs(2));
+//! let mutex = client.mutex("/locks/nightly-report")?;
+//! if let Some(guard) = mutex.try_lock_for(Duration::from_secs(5))? {
+//!     // Fence every write with the token; stop when the lease is lost.
+//!     guard.lease().put("/reports/last-run", guard.token().to_string().as_bytes())?;
+//!     guard.check()?;
+//!     guard.release()?;
+//! }
 //! # Ok(())
 //! # }
 //! ```
+//!
+//! ## Recipes and layouts
+//!
+//! | recipe | nodes |
+//! |---|---|
+//! | [`InterProcessMutex`] | `<path>/_c_<uuid>-lock-<seq10>` |
+//! | [`InterProcessSemaphore`] | `<path>/locks/_c_<uuid>-lock-<seq10>`, `<path>/leases/_c_<uuid>-lease-<seq10>`, N in `<path>`'s data |
+//! | [`LeaderLatch`] | `<path>/_c_<uuid>-latch-<seq10>`, data = id |
+//! | [`LeaderSelector`] | `<path>/_c_<uuid>-lock-<seq10>`, data = id |
+//!
+//! All are ephemeral-sequential under container parents, with a fresh uuid
+//! per acquisition. Contenders are ordered by the trailing sequence of any
+//! child name (kazoo's `…__lock__<seq>` too), with serial-number arithmetic
+//! across the wrap of the parent's counter.
+//!
+//! ## What is guaranteed under pause and partition
+//!
+//! - **Mutual exclusion while the loss signal is quiet.** A guard's loss
+//!   signal fires when the local lease deadline — the send time of the last
+//!   acknowledged request plus the negotiated session timeout, less a margin
+//!   — passes, when the session expires, when our node is deleted, and (with
+//!   [`LossPolicy::OnDisconnect`]) on any disconnect. The server cannot
+//!   expire the session before that deadline, so while
+//!   [`is_lost`](recipes_core::MutexGuard::is_lost) is false no other holder
+//!   exists — given clock rates within 500 ppm.
+//! - **Not guaranteed: that a holder stops in time.** A process paused
+//!   between checking and writing writes late. That is what the fence is
+//!   for: the token is the lock node's czxid, strictly increasing across
+//!   holders; writes through [`ZkNodeLease`] run as
+//!   `multi(check(our node), op)` and land only while our node exists.
+//! - **Partitions.** Under [`LossPolicy::Deadline`] (the default) a
+//!   disconnect shorter than the deadline keeps the lock: a ZooKeeper leader
+//!   election disconnects every client for a fraction of a second. A
+//!   follower cut off from its leader may acknowledge our heartbeats for a
+//!   short while (it touches sessions locally); keep the session timeout
+//!   well above `syncLimit × tickTime`.
+//! - **After any loss** the recipe never regains the lease on the old node:
+//!   a lost guard stays lost, its node is deleted once the session answers
+//!   again, and latches and selectors start over with new nodes (a new
+//!   session after expiry).
+//! - **Restores rewind fences.** Restoring ZooKeeper from an older snapshot
+//!   or wiping its data restarts zxids: fencing tokens restart too.
+//!
+//! ## Mixing with other clients
+//!
+//! Safe, and tested against the real peers: Curator's `InterProcessMutex`,
+//! `LeaderSelector` and `LeaderLatch` on the same paths as ours; kazoo's
+//! `Lock` made with `extra_lock_patterns=["-lock-"]`. Same layout, not tested
+//! here: Curator's `InterProcessSemaphoreV2` with the same number of leases. Unsafe: a default kazoo `Lock`
+//! (it ignores Curator-layout nodes, ours included) and kazoo with Curator
+//! (Curator mis-sorts kazoo's names); a latch and a selector on one path
+//! (different node names: each elects its own leader).
 
 #![warn(missing_docs)]
 #![deny(missing_debug_implementations)]

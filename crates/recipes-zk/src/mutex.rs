@@ -26,6 +26,9 @@ use crate::node_lease::ZkNodeLease;
 
 /// A mutex shared with every process, Java (Curator) ones included, that
 /// locks the same path.
+///
+/// Holding it is a lease: see the [module](crate) notes on what holds under
+/// pause and partition. Fence every write with the guard's token.
 pub type InterProcessMutex = recipes_core::Mutex<ZkMutex>;
 
 /// The ZooKeeper mutex backend; use it through [`InterProcessMutex`], made

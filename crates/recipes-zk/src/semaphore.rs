@@ -28,6 +28,11 @@ use crate::node_lease::{delete_until_done, ZkNodeLease};
 
 /// A counting semaphore shared with every process, Java (Curator
 /// `InterProcessSemaphoreV2`) ones included, that uses the same path.
+///
+/// Under pause and partition a permit is a lease like a lock: its loss
+/// signal fires when the session's deadline passes, and a paused holder may
+/// still run when it resumes, so N + 1 workers can briefly overlap. Permits
+/// have no shared fence order; use their in-store fenced writes.
 pub type InterProcessSemaphore = recipes_core::Semaphore<ZkSemaphore>;
 
 /// A held permit.
