@@ -195,7 +195,10 @@ fn fault_expired_session_is_replaced_and_the_latch_starts_over() {
     assert!(second > first);
     assert_ne!(c.session_id(), old_session, "a new session");
     assert_eq!(c.session_state(), recipes_zk::SessionState::Connected);
-    let seen: Vec<_> = events.try_iter().collect();
+    // The latch sets its state, then sends the event: wait for the event.
+    let seen: Vec<_> = (0..3)
+        .map_while(|_| events.recv_timeout(Duration::from_secs(5)).ok())
+        .collect();
     assert!(
         matches!(
             seen.as_slice(),
