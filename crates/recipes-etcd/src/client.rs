@@ -1,12 +1,14 @@
 //! The etcd client: one connection pool on its own runtime thread.
 
 use std::fmt;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use recipes_core::{Error, Result, Runtime};
+use recipes_core::{BootInstant, Error, LossReason, Result, Runtime, DEFAULT_SLACK};
 
 use crate::error::from_etcd;
+use crate::session::{Session, SessionSettings};
 
 /// The default deadline of one request.
 pub const DEFAULT_RPC_TIMEOUT: Duration = Duration::from_secs(5);
@@ -15,6 +17,10 @@ pub const DEFAULT_CONNECT_TIMEOUT: Duration = Duration::from_secs(5);
 /// HTTP/2 keep-alive: ping interval and the time to wait for the answer.
 /// Without it a black-holed connection is never noticed.
 pub const HTTP2_KEEP_ALIVE: (Duration, Duration) = (Duration::from_secs(1), Duration::from_secs(2));
+/// The default lease TTL asked for.
+pub const DEFAULT_TTL: Duration = Duration::from_secs(10);
+/// The longest lease TTL etcd grants (its `MaxLeaseTTL`).
+pub const MAX_TTL: Duration = Duration::from_secs(9_000_000_000);
 
 /// Settings for an [`EtcdClient`]; see [`EtcdClient::builder`].
 #[derive(Clone)]
@@ -23,6 +29,8 @@ pub struct EtcdClientBuilder {
     rpc_timeout: Duration,
     connect_timeout: Duration,
     user: Option<(String, String)>,
+    ttl: Duration,
+    lease_slack: Duration,
 }
 
 impl fmt::Debug for EtcdClientBuilder {
@@ -32,6 +40,8 @@ impl fmt::Debug for EtcdClientBuilder {
             .field("rpc_timeout", &self.rpc_timeout)
             .field("connect_timeout", &self.connect_timeout)
             .field("user", &self.user.as_ref().map(|(u, _)| u))
+            .field("ttl", &self.ttl)
+            .field("lease_slack", &self.lease_slack)
             .finish()
     }
 }
@@ -51,6 +61,25 @@ impl EtcdClientBuilder {
         self
     }
 
+    /// The TTL of the client's lease (default [`DEFAULT_TTL`]), rounded up
+    /// to whole seconds. Every lock of the client lives on this lease: a
+    /// holder that stops renewing it (a crash, a partition, a pause) blocks
+    /// others for at most about this long, and its guards report the loss
+    /// before the server can give the lock away. etcd silently raises a TTL
+    /// below its minimum (ceil(1.5 × election timeout), 2 s at defaults);
+    /// [`EtcdClient::session_ttl`] reports what was granted.
+    pub fn ttl(mut self, ttl: Duration) -> Self {
+        self.ttl = ttl;
+        self
+    }
+
+    /// Scheduling slack subtracted from every lease deadline on top of the
+    /// clock-drift margin (default [`DEFAULT_SLACK`]).
+    pub fn lease_slack(mut self, slack: Duration) -> Self {
+        self.lease_slack = slack;
+        self
+    }
+
     /// Authenticate as `user` with `password`.
     pub fn user(mut self, user: impl Into<String>, password: impl Into<String>) -> Self {
         self.user = Some((user.into(), password.into()));
@@ -63,7 +92,11 @@ impl EtcdClientBuilder {
                 "no etcd endpoints given; give at least one host:port",
             ));
         }
-        if let Some(bad) = self.endpoints.iter().find(|e| e.trim().is_empty() || e.contains(',')) {
+        if let Some(bad) = self
+            .endpoints
+            .iter()
+            .find(|e| e.trim().is_empty() || e.contains(','))
+        {
             return Err(Error::invalid(format!(
                 "etcd endpoint {bad:?} is empty or holds a comma; give one host:port per endpoint"
             )));
@@ -81,17 +114,34 @@ impl EtcdClientBuilder {
                 )));
             }
         }
+        if self.ttl.is_zero() {
+            return Err(Error::invalid(
+                "the lease TTL must be more than zero; give whole seconds, such as 10 s",
+            ));
+        }
+        if self.ttl > MAX_TTL {
+            return Err(Error::invalid(format!(
+                "the lease TTL of {:?} is above etcd's maximum of {MAX_TTL:?}",
+                self.ttl
+            )));
+        }
+        if self.lease_slack >= self.ttl {
+            return Err(Error::invalid(format!(
+                "the lease slack of {:?} leaves nothing of the TTL of {:?}; use a smaller slack",
+                self.lease_slack, self.ttl
+            )));
+        }
         Ok(())
     }
 
-    /// Connect: start the runtime thread, open the channel and make one
-    /// round trip to prove a member answers.
+    /// Connect: start the runtime thread, open the channel, make one round
+    /// trip to prove a member answers, and grant the client's lease.
     ///
     /// # Errors
     ///
     /// [`Error::InvalidArgument`] for bad settings; [`Error::Backend`]
     /// naming the endpoints when no member answered within the connect
-    /// timeout.
+    /// timeout; errors of the lease grant.
     pub fn connect(self) -> Result<EtcdClient> {
         self.validate()?;
         let rt = Runtime::new("recipes-etcd")?;
@@ -127,13 +177,21 @@ impl EtcdClientBuilder {
             Err(e) => return Err(e),
         };
         log::debug!("[endpoints={}] connected to etcd", self.endpoints.join(","));
-        Ok(EtcdClient {
+        let client = EtcdClient {
             inner: Arc::new(Inner {
                 client: parking_lot::Mutex::new(Some(client)),
                 rt,
                 settings: self,
+                session: parking_lot::Mutex::new(None),
+                new_session: tokio::sync::Mutex::new(()),
+                closed: AtomicBool::new(false),
             }),
-        })
+        };
+        let inner = client.inner.clone();
+        client.call("grant the client's lease", async move {
+            inner.session().await.map(drop)
+        })?;
+        Ok(client)
     }
 }
 
@@ -142,16 +200,73 @@ struct Inner {
     client: parking_lot::Mutex<Option<etcd_client::Client>>,
     rt: Runtime,
     settings: EtcdClientBuilder,
+    // The current session (lease). Replaced by a new one once lost or
+    // orphaned; nothing held on the old one carries over.
+    session: parking_lot::Mutex<Option<Arc<Session>>>,
+    new_session: tokio::sync::Mutex<()>,
+    closed: AtomicBool,
 }
 
 impl Inner {
     fn etcd(&self) -> Result<etcd_client::Client> {
         self.client.lock().clone().ok_or(Error::Closed)
     }
+
+    fn current(&self) -> Option<Arc<Session>> {
+        self.session.lock().clone()
+    }
+
+    fn usable_session(&self) -> Result<Option<Arc<Session>>> {
+        if self.closed.load(Ordering::SeqCst) {
+            return Err(Error::Closed);
+        }
+        Ok(self.current().filter(|s| s.is_usable()))
+    }
+
+    /// The current session, or a new lease once it is lost or orphaned.
+    async fn session(&self) -> Result<Arc<Session>> {
+        if let Some(s) = self.usable_session()? {
+            return Ok(s);
+        }
+        let _one_at_a_time = self.new_session.lock().await;
+        if let Some(s) = self.usable_session()? {
+            return Ok(s);
+        }
+        let settings = SessionSettings {
+            ttl: self.settings.ttl,
+            rpc_timeout: self.settings.rpc_timeout,
+            slack: self.settings.lease_slack,
+            clock: recipes_core::system_clock(),
+            loss_parent: self.rt.loss_root().clone(),
+            handle: self.rt.handle().clone(),
+        };
+        let session = Session::grant(self.etcd()?, &settings).await?;
+        if self.closed.load(Ordering::SeqCst) {
+            let _ = session.revoke(LossReason::Closed).await;
+            return Err(Error::Closed);
+        }
+        log::debug!(
+            "[endpoints={}] new session: lease {:x}, TTL {:?}",
+            self.settings.endpoints.join(","),
+            session.lease(),
+            session.ttl()
+        );
+        *self.session.lock() = Some(session.clone());
+        Ok(session)
+    }
 }
 
 impl Drop for Inner {
     fn drop(&mut self) {
+        // Revoke the lease in the background: the runtime's shutdown gives
+        // it a grace period. An orphaned session is left to expire.
+        if let Some(session) = self.session.lock().take() {
+            if !session.is_orphaned() {
+                self.rt.spawn(async move {
+                    let _ = session.revoke(LossReason::Closed).await;
+                });
+            }
+        }
         if let Some(client) = self.client.lock().take() {
             let _enter = self.rt.enter();
             drop(client);
@@ -159,10 +274,26 @@ impl Drop for Inner {
     }
 }
 
-/// An etcd client on its own runtime thread.
+/// An etcd client on its own runtime thread, holding one lease (its
+/// session) that every lock it takes is bound to.
 ///
 /// Cheap to clone; it closes when the last clone (and every guard made from
-/// it) is dropped, or at [`close`](EtcdClient::close).
+/// it) is dropped, or at [`close`](EtcdClient::close). Closing or dropping
+/// it revokes the lease, so its locks are free at once.
+///
+/// # Under pause and partition
+///
+/// The lease is kept alive every TTL/3 on the runtime thread, whether or
+/// not a caller is blocked; a keep-alive stream whose member died is opened
+/// again. While no keep-alive is acknowledged (a partition, a paused
+/// process, a dead member) the local deadline
+/// ([`valid_until`](EtcdClient::valid_until)) is not renewed, and when it
+/// passes every guard of the lease is lost — before etcd can expire the
+/// lease, with clocks within 500 ppm. A lost lease is not used again: the
+/// next acquisition grants a new one (and the old one is revoked when etcd
+/// answers). Not guaranteed: that etcd keeps the lease as long as we
+/// assume — etcd 3.4.23 can revoke a kept-alive lease (etcd#15247); each
+/// held key is watched, so that shows as loss too.
 #[derive(Clone)]
 pub struct EtcdClient {
     inner: Arc<Inner>,
@@ -180,6 +311,8 @@ impl EtcdClient {
             rpc_timeout: DEFAULT_RPC_TIMEOUT,
             connect_timeout: DEFAULT_CONNECT_TIMEOUT,
             user: None,
+            ttl: DEFAULT_TTL,
+            lease_slack: DEFAULT_SLACK,
         }
     }
 
@@ -216,13 +349,59 @@ impl EtcdClient {
         })
     }
 
+    /// The TTL etcd granted the current lease (which may be more than
+    /// asked: etcd raises a TTL below its minimum). Zero once closed.
+    pub fn session_ttl(&self) -> Duration {
+        self.inner.current().map(|s| s.ttl()).unwrap_or_default()
+    }
+
+    /// The id of the current lease, which every key of this client's locks
+    /// is bound to; `None` once closed.
+    pub fn lease_id(&self) -> Option<i64> {
+        self.inner.current().map(|s| s.lease())
+    }
+
+    /// Until when the current lease may be assumed alive on the server: the
+    /// send time of the newest acknowledged keep-alive plus the granted TTL,
+    /// less the safety margin. Always earlier than the server's own expiry
+    /// while the clocks run within 500 ppm of each other. `None` once
+    /// closed.
+    pub fn valid_until(&self) -> Option<BootInstant> {
+        self.inner.current().and_then(|s| s.epoch().valid_until())
+    }
+
+    /// Whether the current lease is lost: its deadline passed, the server
+    /// said it is gone, or it was orphaned or revoked. The next acquisition
+    /// then grants a new lease.
+    pub fn is_session_lost(&self) -> bool {
+        self.inner.current().map_or(true, |s| !s.is_usable())
+    }
+
+    /// Stop renewing the current lease without revoking it, as a crashed
+    /// process would: the server deletes its keys when the TTL runs out, and
+    /// guards held on it fire their loss signal at their local deadline
+    /// (before that). Later acquisitions grant a new lease; `close` and
+    /// `Drop` leave the orphaned one to expire.
+    pub fn orphan(&self) {
+        if let Some(s) = self.inner.current() {
+            s.orphan();
+        }
+    }
+
+    /// The current session, or a new one (on the runtime).
+    pub(crate) async fn live_session(&self) -> Result<Arc<Session>> {
+        self.inner.session().await
+    }
+
     /// Run one request on the runtime with the RPC timeout.
     pub(crate) fn call<T, F>(&self, what: &str, fut: F) -> Result<T>
     where
         T: Send + 'static,
         F: std::future::Future<Output = Result<T>> + Send + 'static,
     {
-        self.inner.rt.call(what, self.inner.settings.rpc_timeout, fut)
+        self.inner
+            .rt
+            .call(what, self.inner.settings.rpc_timeout, fut)
     }
 
     /// The runtime this client runs on.
@@ -230,9 +409,26 @@ impl EtcdClient {
         &self.inner.rt
     }
 
-    /// Stop the runtime thread, waiting for pending background releases for
-    /// up to `grace`. Fires every loss signal. Other clones stop working too.
+    /// Close: revoke the client's lease (every key of its locks goes at
+    /// once; waiting up to `grace` for the reply), then stop the runtime
+    /// thread, waiting for pending background releases for up to `grace`.
+    /// Fires every loss signal. Other clones stop working too. An orphaned
+    /// lease is not revoked.
     pub fn close(&self, grace: Duration) {
+        self.inner.closed.store(true, Ordering::SeqCst);
+        if let Some(session) = self.inner.session.lock().take() {
+            if !session.is_orphaned() {
+                let r = self
+                    .inner
+                    .rt
+                    .call("revoke the client's lease", grace, async move {
+                        session.revoke(LossReason::Closed).await
+                    });
+                if let Err(e) = r {
+                    log::debug!("close: revoke failed: {e}; the server expires the lease");
+                }
+            }
+        }
         if let Some(client) = self.inner.client.lock().take() {
             let _enter = self.inner.rt.enter();
             drop(client);
@@ -245,6 +441,8 @@ impl fmt::Debug for EtcdClient {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("EtcdClient")
             .field("endpoints", &self.inner.settings.endpoints)
+            .field("lease", &self.lease_id().map(|l| format!("{l:x}")))
+            .field("session_ttl", &self.session_ttl())
             .finish()
     }
 }

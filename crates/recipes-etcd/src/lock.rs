@@ -1,0 +1,305 @@
+//! `EtcdLock`: a held etcd mutex key, its loss watch and its fenced writes.
+
+use std::fmt;
+use std::sync::Arc;
+use std::time::Duration;
+
+use etcd_client::{Compare, CompareOp, Txn, TxnOp, TxnResponse};
+use recipes_core::{
+    Error, FencedLease, FencingToken, HeldLease, LossReason, LossSignal, LossTrigger, Result,
+};
+use tokio::sync::{oneshot, OwnedMutexGuard};
+
+use crate::client::EtcdClient;
+use crate::error::{indeterminate, retrying, rpc};
+use crate::mutex::{delete_key, delete_until_done, Acquired};
+use crate::session::Session;
+use crate::watch::{Gone, WatchSet};
+
+/// How long the key watch waits before trying again after an error.
+const WATCH_RETRY_PAUSE: Duration = Duration::from_millis(50);
+
+/// This process's turn at a lock name, shared by a held lock and its key
+/// watch: whoever learns first that the key is gone gives it back.
+type Turn = Arc<parking_lot::Mutex<Option<OwnedMutexGuard<()>>>>;
+
+/// A held etcd mutex key: the lease behind a [`MutexGuard`](crate::MutexGuard).
+///
+/// Its loss signal fires when the client's lease may be gone (the local
+/// deadline passed without an acknowledged keep-alive, or a reply said it is
+/// gone), when the key is deleted by anyone, at release, and when the client
+/// closes. Fenced writes ([`put`](EtcdLock::put), [`delete`](EtcdLock::delete),
+/// [`txn`](EtcdLock::txn)) are applied by etcd only while the key we created
+/// still exists: a holder that lost the lock — paused, partitioned, its key
+/// deleted — gets [`Error::FenceRejected`], whatever its loss signal says.
+pub struct EtcdLock {
+    client: EtcdClient,
+    session: Arc<Session>,
+    key: String,
+    create_revision: i64,
+    token: FencingToken,
+    trigger: LossTrigger,
+    signal: LossSignal,
+    // This process's turn at the name; given back once the key is gone
+    // (released, or deleted by someone: the watch gives it back then).
+    turn: Turn,
+    // Dropping it stops the key watch.
+    _stop_watch: oneshot::Sender<()>,
+}
+
+impl EtcdLock {
+    pub(crate) fn held(client: EtcdClient, a: Acquired) -> EtcdLock {
+        let trigger = a.session.epoch().trigger().child();
+        let signal = trigger.signal();
+        let turn: Turn = Arc::new(parking_lot::Mutex::new(a.cleanup.disarm()));
+        let (stop_watch, stopped) = oneshot::channel();
+        client.runtime().handle().spawn(watch_own_key(
+            a.session.clone(),
+            a.key.clone(),
+            a.create_revision,
+            a.watches,
+            trigger.clone(),
+            turn.clone(),
+            stopped,
+        ));
+        log::debug!(
+            "[{}] holds {} (created at {}, fence {})",
+            a.session.label(),
+            a.key,
+            a.create_revision,
+            a.fence
+        );
+        EtcdLock {
+            client,
+            session: a.session,
+            key: a.key,
+            create_revision: a.create_revision,
+            token: FencingToken(a.fence.unsigned_abs()),
+            trigger,
+            signal,
+            turn,
+            _stop_watch: stop_watch,
+        }
+    }
+
+    /// Our key, `<name>/<lease id in hex>`.
+    pub fn key(&self) -> &str {
+        &self.key
+    }
+
+    /// The id of the lease our key is bound to.
+    pub fn lease_id(&self) -> i64 {
+        self.session.lease()
+    }
+
+    /// The `create_revision` of our key: the compare target of fenced
+    /// writes (`create_revision(key) == this`), as Go's `Mutex.IsOwner()`.
+    /// Not the fencing token: that is the revision at which ownership was
+    /// confirmed.
+    pub fn create_revision(&self) -> i64 {
+        self.create_revision
+    }
+
+    /// Put `key` = `value`, only while this lock is held: one transaction
+    /// guarded by `create_revision(our key) == ours`. Returns the revision
+    /// of the write.
+    ///
+    /// # Errors
+    ///
+    /// [`Error::FenceRejected`] when our key is gone (the lock was lost);
+    /// [`Error::Indeterminate`] when no reply came (the write may have been
+    /// applied); other backend errors.
+    pub fn put(&self, key: impl Into<Vec<u8>>, value: impl Into<Vec<u8>>) -> Result<i64> {
+        let op = TxnOp::put(key.into(), value.into(), None);
+        let resp = self.fenced("fenced put", vec![op])?;
+        Ok(resp.header().map(|h| h.revision()).unwrap_or_default())
+    }
+
+    /// Delete `key`, only while this lock is held. Returns the revision of
+    /// the write.
+    ///
+    /// # Errors
+    ///
+    /// As for [`put`](EtcdLock::put).
+    pub fn delete(&self, key: impl Into<Vec<u8>>) -> Result<i64> {
+        let op = TxnOp::delete(key.into(), None);
+        let resp = self.fenced("fenced delete", vec![op])?;
+        Ok(resp.header().map(|h| h.revision()).unwrap_or_default())
+    }
+
+    /// Run `ops` in one transaction, only while this lock is held.
+    ///
+    /// # Errors
+    ///
+    /// As for [`put`](EtcdLock::put).
+    pub fn txn(&self, ops: Vec<TxnOp>) -> Result<TxnResponse> {
+        self.fenced("fenced transaction", ops)
+    }
+
+    fn fenced(&self, what: &'static str, ops: Vec<TxnOp>) -> Result<TxnResponse> {
+        let (session, key, rev) = (self.session.clone(), self.key.clone(), self.create_revision);
+        self.client.call(what, async move {
+            let mut etcd = session.etcd()?;
+            let txn = Txn::new()
+                .when([Compare::create_revision(key.clone(), CompareOp::Equal, rev)])
+                .and_then(ops);
+            let resp = rpc(what, session.rpc_timeout(), etcd.txn(txn))
+                .await
+                .map_err(indeterminate)?;
+            if !resp.succeeded() {
+                return Err(Error::FenceRejected {
+                    what: format!("{what}: our lock key {key} (created at revision {rev}) is gone"),
+                });
+            }
+            Ok(resp)
+        })
+    }
+}
+
+/// Watch our key: its deletion is loss. Goes on with the acquisition's
+/// watch when it covers the key since the confirming read; otherwise (and
+/// after a broken stream) a synced watch, then a read of the key, so a
+/// deletion before the watch existed is seen too.
+async fn watch_own_key(
+    session: Arc<Session>,
+    key: String,
+    create_revision: i64,
+    watches: Option<WatchSet>,
+    trigger: LossTrigger,
+    turn: Turn,
+    stop: oneshot::Receiver<()>,
+) {
+    let gone = |why: &str| {
+        if trigger.fire(LossReason::Deleted) {
+            log::info!("[{}] {key} {why}: lock lost", session.label());
+        }
+        // The key is gone: the next acquisition of the name in this process
+        // need not wait for this guard to be dropped.
+        drop(turn.lock().take());
+    };
+    let watching = async {
+        let mut handed_over = watches;
+        loop {
+            if trigger.is_fired() {
+                return;
+            }
+            let mut watch = match handed_over.take() {
+                Some(w) => w,
+                None => match watch_and_read(&session, &key, create_revision).await {
+                    Ok(Some(w)) => w,
+                    Ok(None) => {
+                        gone("is gone");
+                        return;
+                    }
+                    Err(e) => {
+                        log::debug!("[{}] watch on {key} failed: {e}", session.label());
+                        tokio::time::sleep(WATCH_RETRY_PAUSE).await;
+                        continue;
+                    }
+                },
+            };
+            loop {
+                match watch.next().await {
+                    Ok(Gone::Ours) => {
+                        gone("was deleted");
+                        return;
+                    }
+                    // The last contender ahead, gone before we held.
+                    Ok(Gone::Ahead) => {}
+                    Err(e) => {
+                        log::debug!("[{}] watch on {key} broke: {e}", session.label());
+                        break;
+                    }
+                }
+            }
+        }
+    };
+    tokio::select! {
+        _ = stop => {}
+        _ = watching => {}
+    }
+}
+
+/// A new synced watch on our key, then a read: `None` when the key is gone.
+async fn watch_and_read(
+    session: &Session,
+    key: &str,
+    create_revision: i64,
+) -> Result<Option<WatchSet>> {
+    let mut etcd = session.etcd()?;
+    let timeout = session.rpc_timeout();
+    let watch = WatchSet::open(&mut etcd, key, timeout).await?;
+    let read = retrying(&format!("read {key}"), timeout, || {
+        let mut etcd = etcd.clone();
+        async move { etcd.get(key, None).await }
+    })
+    .await?;
+    let ours = read
+        .kvs()
+        .first()
+        .is_some_and(|kv| kv.create_revision() == create_revision);
+    Ok(ours.then_some(watch))
+}
+
+impl HeldLease for EtcdLock {
+    fn loss_signal(&self) -> &LossSignal {
+        &self.signal
+    }
+
+    fn holder(&self) -> &str {
+        &self.key
+    }
+
+    fn release(self) -> Result<()> {
+        self.trigger.fire(LossReason::Released);
+        let (session, key, rev) = (self.session.clone(), self.key.clone(), self.create_revision);
+        let released = self.client.call("release", async move {
+            delete_key(&session, &key, Some(rev)).await
+        });
+        match released {
+            Ok(()) => {
+                drop(self.turn.lock().take());
+                Ok(())
+            }
+            Err(e) => {
+                // Keep trying in the background; the lease bounds it.
+                self.release_in_background();
+                Err(e)
+            }
+        }
+    }
+
+    fn release_in_background(self) {
+        self.trigger.fire(LossReason::Released);
+        let task = delete_until_done(
+            self.session.clone(),
+            self.key.clone(),
+            Some(self.create_revision),
+            self.turn.lock().take(),
+        );
+        if !self.client.runtime().spawn(task) {
+            log::warn!(
+                "[{}] client closed: {} stays until the lease ends",
+                self.session.label(),
+                self.key
+            );
+        }
+    }
+}
+
+impl FencedLease for EtcdLock {
+    fn token(&self) -> FencingToken {
+        self.token
+    }
+}
+
+impl fmt::Debug for EtcdLock {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("EtcdLock")
+            .field("key", &self.key)
+            .field("create_revision", &self.create_revision)
+            .field("token", &self.token)
+            .field("lost", &self.signal.reason())
+            .finish()
+    }
+}

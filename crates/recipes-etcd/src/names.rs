@@ -1,0 +1,103 @@
+//! Lock names and keys in etcd's `concurrency` layout.
+//!
+//! A lock named `/locks/x` lives under the key prefix `/locks/x/`; each
+//! contender owns the key `<prefix><lease id in lowercase hex>`, exactly as
+//! etcd's Go `concurrency.NewMutex(session, "/locks/x")` and
+//! `etcdctl lock /locks/x` name theirs. Only keys exactly one level below
+//! the prefix are contenders: `/locks/x/abc` counts for `/locks/x`,
+//! `/locks/x/y/abc` (a contender of the lock `/locks/x/y`) does not.
+
+use recipes_core::{Error, Result};
+
+/// Check a lock's name, saying what to change when it is unusable.
+pub(crate) fn validate_name(name: &str) -> Result<()> {
+    let bad = |why: &str| Err(Error::invalid(format!("etcd lock name {name:?} {why}")));
+    if name.is_empty() {
+        return bad("is empty; give a name such as /locks/nightly-report");
+    }
+    if !name.starts_with('/') {
+        return bad("must start with '/', as in /locks/nightly-report");
+    }
+    if name.ends_with('/') {
+        return bad(
+            "must not end with '/': the lock's keys live one level below the name, \
+             so write /locks/nightly-report, not /locks/nightly-report/",
+        );
+    }
+    if name[1..].split('/').any(str::is_empty) {
+        return bad("has an empty component ('//'); remove the doubled '/'");
+    }
+    if let Some(c) = name.chars().find(|c| c.is_control()) {
+        return Err(Error::invalid(format!(
+            "etcd lock name {name:?} contains the control character U+{:04X}; \
+             use printable characters",
+            c as u32
+        )));
+    }
+    Ok(())
+}
+
+/// The key prefix of the lock `name`: `name` followed by `/`.
+pub(crate) fn key_prefix(name: &str) -> String {
+    format!("{name}/")
+}
+
+/// The key a contender holding `lease` owns under `prefix`.
+pub(crate) fn contender_key(prefix: &str, lease: i64) -> String {
+    format!("{prefix}{lease:x}")
+}
+
+/// Whether `key` is a contender of the lock at `prefix`: exactly one level
+/// below it.
+pub(crate) fn is_contender(prefix: &str, key: &[u8]) -> bool {
+    match key.strip_prefix(prefix.as_bytes()) {
+        Some(rest) => !rest.is_empty() && !rest.contains(&b'/'),
+        None => false,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn names_are_validated_with_a_hint() {
+        for good in ["/a", "/locks/x", "/locks/x-y_z.1", "/ünïcode/ok"] {
+            validate_name(good).unwrap();
+        }
+        for (bad, hint) in [
+            ("", "is empty"),
+            ("locks/x", "must start with '/'"),
+            ("/locks/x/", "must not end with '/'"),
+            ("/", "must not end with '/'"),
+            ("/a//b", "empty component"),
+            ("/a\nb", "control character"),
+            ("/a\u{0}b", "control character"),
+        ] {
+            match validate_name(bad) {
+                Err(Error::InvalidArgument(msg)) => assert!(msg.contains(hint), "{bad:?}: {msg}"),
+                other => panic!("{bad:?}: expected InvalidArgument, got {other:?}"),
+            }
+        }
+    }
+
+    #[test]
+    fn keys_follow_the_go_concurrency_layout() {
+        let prefix = key_prefix("/locks/x");
+        assert_eq!(prefix, "/locks/x/");
+        assert_eq!(
+            contender_key(&prefix, 0x694d_8b5e_2c1f_a00b),
+            "/locks/x/694d8b5e2c1fa00b"
+        );
+    }
+
+    #[test]
+    fn only_keys_one_level_below_the_prefix_contend() {
+        let p = "/a/";
+        assert!(is_contender(p, b"/a/694d"));
+        assert!(!is_contender(p, b"/a/b/694d"), "a nested lock's key");
+        assert!(!is_contender(p, b"/a/"), "the prefix itself");
+        assert!(!is_contender(p, b"/ab/694d"), "a sibling lock");
+        assert!(!is_contender(p, b"/b/694d"));
+    }
+}

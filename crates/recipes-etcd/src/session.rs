@@ -1,0 +1,443 @@
+//! One etcd session: a lease, its keep-alive stream and its validity epoch.
+//!
+//! The lease is granted once; a keep-alive request goes out every TTL/3 on
+//! etcd-client's keep-alive stream. The server answers every request on a
+//! stream in order (or ends the stream), so replies are matched to send
+//! times first-in first-out, and each reply's TTL feeds the session's
+//! [`SessionLease`] with the send time of the request it answers. A reply
+//! with TTL ≤ 0 means the lease is gone: loss, [`LossReason::Revoked`].
+//!
+//! etcd-client does not re-open a keep-alive stream whose member died; this
+//! loop does. While no stream is up the deadline is simply not renewed, and
+//! the session is lost when it passes. A lost session is dead for good: the
+//! client grants a new lease for the next acquisition, and every key of the
+//! old one goes (with the lease, which is revoked when possible).
+//!
+//! Acquisitions of one lock name through one session are queued here, in
+//! the process, before they touch etcd: all of them would own the same key
+//! `<prefix>/<lease id>`, and two holders of one key are one identity in
+//! etcd (etcd#11360).
+
+use std::collections::{HashMap, VecDeque};
+use std::fmt;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Weak};
+use std::time::Duration;
+
+use parking_lot::Mutex;
+use recipes_core::{
+    BootInstant, Error, LossReason, LossTrigger, Result, SessionLease, SharedClock,
+};
+use tokio::sync::{Notify, OwnedMutexGuard};
+use tokio::time::Instant;
+
+use crate::error::retrying;
+
+/// The shortest keep-alive interval, whatever the TTL.
+const MIN_KEEP_ALIVE_INTERVAL: Duration = Duration::from_millis(100);
+/// The first pause before re-opening a broken keep-alive stream.
+const FIRST_RETRY_PAUSE: Duration = Duration::from_millis(20);
+
+/// What a new session needs.
+pub(crate) struct SessionSettings {
+    pub(crate) ttl: Duration,
+    pub(crate) rpc_timeout: Duration,
+    pub(crate) slack: Duration,
+    pub(crate) clock: SharedClock,
+    pub(crate) loss_parent: LossTrigger,
+    pub(crate) handle: tokio::runtime::Handle,
+}
+
+pub(crate) struct Session {
+    // `None` only inside `Drop`, where it is dropped with the runtime
+    // entered.
+    etcd: Option<etcd_client::Client>,
+    lease: i64,
+    ttl: Duration,
+    label: String,
+    rpc_timeout: Duration,
+    epoch: SessionLease,
+    handle: tokio::runtime::Handle,
+    // Set by `orphan` and `revoke`: the keep-alive loop stops.
+    stopped: AtomicBool,
+    stop: Notify,
+    // `true` once the keep-alive loop saw the lease gone or gave up on it;
+    // waiting acquisitions watch it to start over at once.
+    lost: tokio::sync::watch::Sender<bool>,
+    // One in-process queue per lock name; see the module docs.
+    queues: Mutex<HashMap<String, Weak<tokio::sync::Mutex<()>>>>,
+}
+
+impl Session {
+    /// Grant a lease and start keeping it alive. Runs on the runtime.
+    pub(crate) async fn grant(
+        etcd: etcd_client::Client,
+        settings: &SessionSettings,
+    ) -> Result<Arc<Session>> {
+        let asked = ttl_seconds(settings.ttl);
+        let sent_at = settings.clock.now();
+        // A grant sent twice leaks a lease without keys for one TTL: harmless.
+        let granted = retrying("grant an etcd lease", settings.rpc_timeout, || {
+            let mut etcd = etcd.clone();
+            async move { etcd.lease_grant(asked, None).await }
+        })
+        .await?;
+        let (lease, ttl) = (granted.id(), granted.ttl());
+        if ttl <= 0 {
+            return Err(Error::Backend {
+                message: format!("etcd granted lease {lease:x} a TTL of {ttl} s"),
+                retryable: true,
+                source: None,
+            });
+        }
+        let ttl = Duration::from_secs(ttl.unsigned_abs());
+        let label = format!("lease={lease:x}");
+        if ttl != Duration::from_secs(asked.unsigned_abs()) {
+            log::info!("[{label}] asked for a TTL of {asked} s, etcd granted {ttl:?}");
+        }
+        let epoch = SessionLease::start(
+            &label,
+            &settings.loss_parent,
+            settings.clock.clone(),
+            settings.slack,
+        )?;
+        epoch.acknowledged(sent_at, ttl);
+        let session = Arc::new(Session {
+            etcd: Some(etcd),
+            lease,
+            ttl,
+            label,
+            rpc_timeout: settings.rpc_timeout,
+            epoch,
+            handle: settings.handle.clone(),
+            stopped: AtomicBool::new(false),
+            stop: Notify::new(),
+            lost: tokio::sync::watch::channel(false).0,
+            queues: Mutex::new(HashMap::new()),
+        });
+        settings.handle.spawn(keep_alive(session.clone()));
+        log::debug!("[{}] session started, TTL {ttl:?}", session.label);
+        Ok(session)
+    }
+
+    pub(crate) fn etcd(&self) -> Result<etcd_client::Client> {
+        self.etcd.clone().ok_or(Error::Closed)
+    }
+
+    pub(crate) fn lease(&self) -> i64 {
+        self.lease
+    }
+
+    pub(crate) fn ttl(&self) -> Duration {
+        self.ttl
+    }
+
+    pub(crate) fn label(&self) -> &str {
+        &self.label
+    }
+
+    pub(crate) fn rpc_timeout(&self) -> Duration {
+        self.rpc_timeout
+    }
+
+    pub(crate) fn epoch(&self) -> &SessionLease {
+        &self.epoch
+    }
+
+    /// Whether new acquisitions may use this session: not lost, not
+    /// orphaned, not revoked.
+    pub(crate) fn is_usable(&self) -> bool {
+        !self.stopped.load(Ordering::SeqCst) && !*self.lost.borrow() && !self.epoch.is_lost()
+    }
+
+    /// Whether keep-alives were stopped (`orphan` or `revoke`).
+    pub(crate) fn is_orphaned(&self) -> bool {
+        self.stopped.load(Ordering::SeqCst)
+    }
+
+    /// Whether the session is lost (the lease is gone or may be).
+    pub(crate) fn is_lost(&self) -> bool {
+        *self.lost.borrow() || self.epoch.is_lost()
+    }
+
+    /// Resolves once the keep-alive loop declared the session lost. Wait on
+    /// the epoch's deadline too: that loss is fired by the deadline thread.
+    pub(crate) async fn lost(&self) {
+        let mut rx = self.lost.subscribe();
+        let _ = rx.wait_for(|lost| *lost).await;
+    }
+
+    fn declare_lost(&self) {
+        self.lost.send_replace(true);
+    }
+
+    /// Stop renewing the lease without revoking it: the server expires it
+    /// after its TTL, and the epoch is lost at its deadline.
+    pub(crate) fn orphan(&self) {
+        if !self.stopped.swap(true, Ordering::SeqCst) {
+            log::debug!("[{}] orphaned: keep-alives stop", self.label);
+        }
+        self.stop.notify_one();
+    }
+
+    /// Stop renewing and revoke the lease: every key of it goes at once.
+    /// Guards on it are lost first, with `reason`.
+    pub(crate) async fn revoke(&self, reason: LossReason) -> Result<()> {
+        self.epoch.fire(reason);
+        self.orphan();
+        self.declare_lost();
+        self.revoke_once().await
+    }
+
+    async fn revoke_once(&self) -> Result<()> {
+        let etcd = self.etcd()?;
+        let what = format!("revoke lease {:x}", self.lease);
+        retrying(&what, self.rpc_timeout, || {
+            let mut etcd = etcd.clone();
+            async move {
+                match etcd.lease_revoke(self.lease).await {
+                    Ok(_) => Ok(()),
+                    Err(e) if is_lease_not_found(&e) => Ok(()),
+                    Err(e) => Err(e),
+                }
+            }
+        })
+        .await?;
+        log::debug!("[{}] lease revoked", self.label);
+        Ok(())
+    }
+
+    /// Wait for this process's turn at the lock `name` on this session,
+    /// until `deadline`. `None` when the deadline passed first.
+    pub(crate) async fn queue_turn(
+        &self,
+        name: &str,
+        deadline: Option<Instant>,
+    ) -> Option<OwnedMutexGuard<()>> {
+        let queue = {
+            let mut queues = self.queues.lock();
+            queues.retain(|_, q| q.strong_count() > 0);
+            match queues.get(name).and_then(Weak::upgrade) {
+                Some(q) => q,
+                None => {
+                    let q = Arc::new(tokio::sync::Mutex::new(()));
+                    queues.insert(name.to_owned(), Arc::downgrade(&q));
+                    q
+                }
+            }
+        };
+        match deadline {
+            // `timeout_at` polls once even with a deadline in the past, so a
+            // free queue is taken by a try-lock.
+            Some(d) => tokio::time::timeout_at(d, queue.lock_owned()).await.ok(),
+            None => Some(queue.lock_owned().await),
+        }
+    }
+}
+
+/// etcd wants whole seconds: round up, so the lease is never shorter than
+/// asked.
+pub(crate) fn ttl_seconds(ttl: Duration) -> i64 {
+    let secs = ttl
+        .as_secs()
+        .saturating_add(u64::from(ttl.subsec_nanos() > 0));
+    i64::try_from(secs).unwrap_or(i64::MAX)
+}
+
+/// The server's "requested lease not found", as a gRPC status or as
+/// etcd-client's keep-alive error.
+pub(crate) fn is_lease_not_found(e: &etcd_client::Error) -> bool {
+    match e {
+        etcd_client::Error::GRpcStatus(status) => status.message().contains("lease not found"),
+        etcd_client::Error::LeaseKeepAliveError(msg) => msg.contains("not found"),
+        _ => false,
+    }
+}
+
+/// How one keep-alive stream ended.
+enum StreamEnd {
+    /// Broken or silent: open another.
+    Broken,
+    /// The session is over (stopped, lost): keep-alives end.
+    Over,
+}
+
+/// Keeps the lease alive until the session is stopped or lost.
+async fn keep_alive(s: Arc<Session>) {
+    let interval = (s.ttl / 3).max(MIN_KEEP_ALIVE_INTERVAL);
+    // Never wait longer than a fraction of the TTL to re-open a stream.
+    let max_pause = (s.ttl / 6).max(FIRST_RETRY_PAUSE);
+    let mut pause = FIRST_RETRY_PAUSE;
+    loop {
+        if s.stopped.load(Ordering::SeqCst) {
+            return;
+        }
+        if s.epoch.is_lost() {
+            return after_loss(&s).await;
+        }
+        let Ok(etcd) = s.etcd() else { return };
+        let mut leases = etcd.lease_client();
+        // etcd-client sends the first request itself and swallows its reply
+        // (failing if its TTL is 0): count it with the granted TTL, which is
+        // what every reply of this lease carries.
+        let sent_at = s.epoch.now();
+        let opened = tokio::select! {
+            r = tokio::time::timeout(s.rpc_timeout, leases.keep_alive(s.lease)) => r,
+            _ = s.stop.notified() => return,
+        };
+        match opened {
+            Ok(Ok((keeper, stream))) => {
+                s.epoch.acknowledged(sent_at, s.ttl);
+                pause = FIRST_RETRY_PAUSE;
+                match run_stream(&s, keeper, stream, interval).await {
+                    StreamEnd::Broken => continue,
+                    StreamEnd::Over => {
+                        if s.epoch.is_lost() {
+                            return after_loss(&s).await;
+                        }
+                        return;
+                    }
+                }
+            }
+            Ok(Err(e)) if is_lease_not_found(&e) => {
+                log::info!("[{}] the lease is gone on the server", s.label);
+                s.epoch.fire(LossReason::Revoked);
+                s.declare_lost();
+                return;
+            }
+            Ok(Err(e)) => log::debug!("[{}] keep-alive stream failed: {e}", s.label),
+            Err(_) => log::debug!(
+                "[{}] keep-alive stream not opened within {:?}",
+                s.label,
+                s.rpc_timeout
+            ),
+        }
+        tokio::select! {
+            _ = tokio::time::sleep(pause) => {}
+            _ = s.stop.notified() => return,
+        }
+        pause = (pause * 2).min(max_pause);
+    }
+}
+
+/// Send a keep-alive every `interval` on one stream and match the replies
+/// to their send times in order.
+async fn run_stream(
+    s: &Session,
+    mut keeper: etcd_client::LeaseKeeper,
+    mut stream: etcd_client::LeaseKeepAliveStream,
+    interval: Duration,
+) -> StreamEnd {
+    let mut sent: VecDeque<BootInstant> = VecDeque::new();
+    let mut tick = tokio::time::interval_at(Instant::now() + interval, interval);
+    tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    loop {
+        tokio::select! {
+            _ = s.stop.notified() => return StreamEnd::Over,
+            _ = tick.tick() => {
+                if s.stopped.load(Ordering::SeqCst) || s.epoch.is_lost() {
+                    return StreamEnd::Over;
+                }
+                let now = s.epoch.now();
+                // A stream whose oldest request went unanswered for an RPC
+                // timeout is stuck (its member may be cut off): open another,
+                // which may reach another member.
+                if sent.front().is_some_and(|&oldest| now - oldest > s.rpc_timeout) {
+                    log::debug!("[{}] keep-alive unanswered for {:?}; re-opening the stream",
+                        s.label, s.rpc_timeout);
+                    return StreamEnd::Broken;
+                }
+                sent.push_back(now);
+                if let Err(e) = keeper.keep_alive().await {
+                    log::debug!("[{}] keep-alive send failed: {e}", s.label);
+                    return StreamEnd::Broken;
+                }
+            }
+            reply = stream.message() => match reply {
+                Ok(Some(reply)) => {
+                    let sent_at = sent.pop_front();
+                    if reply.ttl() <= 0 {
+                        log::info!("[{}] keep-alive reply says the lease is gone", s.label);
+                        s.epoch.fire(LossReason::Revoked);
+                        s.declare_lost();
+                        return StreamEnd::Over;
+                    }
+                    match sent_at {
+                        Some(sent_at) => {
+                            let ttl = Duration::from_secs(reply.ttl().unsigned_abs());
+                            s.epoch.acknowledged(sent_at, ttl);
+                        }
+                        None => log::warn!("[{}] a keep-alive reply without a request", s.label),
+                    }
+                }
+                Ok(None) => {
+                    log::debug!("[{}] keep-alive stream closed by the server", s.label);
+                    return StreamEnd::Broken;
+                }
+                Err(e) => {
+                    log::debug!("[{}] keep-alive stream broke: {e}", s.label);
+                    return StreamEnd::Broken;
+                }
+            }
+        }
+    }
+}
+
+/// The epoch is lost (its deadline passed without an acknowledgement): the
+/// lease may still live on the server with our keys, blocking others until
+/// it expires. Revoke it, trying for a TTL; orphaned sessions are left to
+/// expire, as asked.
+async fn after_loss(s: &Session) {
+    s.declare_lost();
+    if s.stopped.load(Ordering::SeqCst) {
+        return;
+    }
+    log::info!("[{}] session lost; revoking its lease", s.label);
+    let give_up = Instant::now() + s.ttl;
+    let mut pause = FIRST_RETRY_PAUSE;
+    while let Err(e) = s.revoke_once().await {
+        if Instant::now() >= give_up {
+            log::debug!(
+                "[{}] revoke failed: {e}; the server expires the lease",
+                s.label
+            );
+            return;
+        }
+        tokio::time::sleep(pause).await;
+        pause = (pause * 2).min(Duration::from_secs(1));
+    }
+}
+
+impl Drop for Session {
+    fn drop(&mut self) {
+        if let Some(etcd) = self.etcd.take() {
+            // tonic's channel may need the runtime's context.
+            let _enter = self.handle.enter();
+            drop(etcd);
+        }
+    }
+}
+
+impl fmt::Debug for Session {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Session")
+            .field("lease", &format_args!("{:x}", self.lease))
+            .field("ttl", &self.ttl)
+            .field("valid_until", &self.epoch.valid_until())
+            .field("lost", &self.is_lost())
+            .finish()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn ttls_round_up_to_whole_seconds() {
+        assert_eq!(ttl_seconds(Duration::from_secs(10)), 10);
+        assert_eq!(ttl_seconds(Duration::from_millis(1500)), 2);
+        assert_eq!(ttl_seconds(Duration::from_millis(1)), 1);
+        assert_eq!(ttl_seconds(Duration::MAX), i64::MAX);
+    }
+}

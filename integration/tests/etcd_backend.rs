@@ -1,0 +1,818 @@
+//! The etcd backend's session and mutex against real etcd 3.4.
+//!
+//! Tests that do not break the server share one (`EtcdServer::shared`) and
+//! use their own lock names. Tests that pause, kill or restart a server, or
+//! that wait for a lease to expire, are named `*_fault` (nextest runs them
+//! one at a time) and start their own server when they break it.
+
+use std::io::{BufRead, BufReader, Write};
+use std::process::{Child, Command, Stdio};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::Arc;
+use std::thread::JoinHandle;
+use std::time::{Duration, Instant};
+
+use integration::runtime::block_on;
+use integration::{
+    scale, wait_for, wait_until, wait_until_with, EtcdCluster, EtcdConfig, EtcdFacts, EtcdServer,
+};
+use recipes_core::{
+    margin, BootInstant, Error, FenceGate, FencingToken, LossReason, DEFAULT_SLACK,
+};
+use recipes_etcd::{EtcdClient, MutexGuard};
+
+/// A TTL short enough for expiry tests, long enough for a loaded machine.
+const SHORT_TTL: Duration = Duration::from_secs(2);
+
+fn connect(server: &EtcdServer) -> EtcdClient {
+    connect_with_ttl(server, Duration::from_secs(10))
+}
+
+fn connect_with_ttl(server: &EtcdServer, ttl: Duration) -> EtcdClient {
+    EtcdClient::builder(server.endpoints())
+        .ttl(ttl)
+        .connect()
+        .unwrap_or_else(|e| {
+            panic!(
+                "connect to {:?}: {e}\n{}",
+                server.endpoints(),
+                server.log_tail()
+            )
+        })
+}
+
+/// A lock name no other test (or run) uses.
+fn lock_name(test: &str) -> String {
+    static N: AtomicU64 = AtomicU64::new(0);
+    format!(
+        "/recipes-test/{test}-{}-{}",
+        std::process::id(),
+        N.fetch_add(1, Ordering::Relaxed)
+    )
+}
+
+fn keys(facts: &EtcdFacts, name: &str) -> Vec<String> {
+    facts.keys_with_prefix(&format!("{name}/"))
+}
+
+/// The store's current revision, as a read's header says.
+fn store_revision(facts: &EtcdFacts) -> i64 {
+    let mut client = facts.client();
+    block_on(async move { client.get("/", None).await })
+        .expect("read the store revision")
+        .header()
+        .expect("a header")
+        .revision()
+}
+
+fn wait_keys(facts: &EtcdFacts, name: &str, n: usize) -> Vec<String> {
+    facts.wait_keys(
+        &format!("{name}/"),
+        &format!("number {n}"),
+        Duration::from_secs(10),
+        |k| k.len() == n,
+    )
+}
+
+/// What a waiter thread returns: its guard, token and when it acquired.
+type Waited = recipes_core::Result<(FencingToken, BootInstant, MutexGuard)>;
+
+/// `client` starts waiting for `name` (held by someone else) in a thread;
+/// returns once the waiter's key is in etcd, behind the holder's.
+fn queue_waiter(facts: &EtcdFacts, client: &EtcdClient, name: &str) -> JoinHandle<Waited> {
+    let m = client.mutex(name).unwrap();
+    let waiter = std::thread::spawn(move || m.lock().map(|g| (g.token(), BootInstant::now(), g)));
+    wait_keys(facts, name, 2);
+    assert!(!waiter.is_finished(), "waits while the lock is held");
+    waiter
+}
+
+#[test]
+fn lock_try_lock_and_timed_lock() {
+    let server = EtcdServer::shared();
+    let facts = server.facts();
+    let (a, b) = (connect(server), connect(server));
+    let name = lock_name("semantics");
+    let (ma, mb) = (a.mutex(&name).unwrap(), b.mutex(&name).unwrap());
+    assert_eq!(ma.name(), name);
+
+    let g = ma.lock().unwrap();
+    assert_eq!(
+        g.holder(),
+        format!("{name}/{:x}", a.lease_id().unwrap()),
+        "the concurrency package's key layout"
+    );
+    g.check().unwrap();
+    assert!(g.valid_until().unwrap() > BootInstant::now());
+    assert!(mb.try_lock().unwrap().is_none(), "held by a");
+    let started = Instant::now();
+    assert!(mb
+        .try_lock_for(Duration::from_millis(300))
+        .unwrap()
+        .is_none());
+    assert!(
+        started.elapsed() >= Duration::from_millis(300),
+        "waited the timeout"
+    );
+    assert_eq!(keys(&facts, &name), vec![g.holder().to_owned()]);
+
+    let t1 = g.token();
+    g.release().unwrap();
+    assert!(
+        keys(&facts, &name).is_empty(),
+        "release waits for the delete"
+    );
+    let g2 = mb.try_lock().unwrap().expect("free after release");
+    assert!(g2.token() > t1, "{} > {t1}", g2.token());
+    let g3 = mb
+        .try_lock_until(Instant::now() + Duration::from_millis(50))
+        .unwrap();
+    assert!(g3.is_none(), "same client, same name: queued behind g2");
+    drop(g2);
+    facts.wait_gone(
+        &format!("{name}/{:x}", b.lease_id().unwrap()),
+        Duration::from_secs(5),
+    );
+    let g4 = ma
+        .try_lock_for(Duration::from_secs(5))
+        .unwrap()
+        .expect("free after drop");
+    assert!(g4.token() > t1);
+    g4.release().unwrap();
+}
+
+#[test]
+fn fences_strictly_increase_across_holders() {
+    let server = EtcdServer::shared();
+    let name = lock_name("fences");
+    let clients: Vec<_> = (0..3).map(|_| connect(server)).collect();
+    let gate = Arc::new(FenceGate::new());
+    let tokens = Arc::new(parking_lot::Mutex::new(Vec::new()));
+    let inside = Arc::new(AtomicBool::new(false));
+    let threads: Vec<_> = clients
+        .iter()
+        .map(|c| {
+            let m = c.mutex(&name).unwrap();
+            let (gate, tokens, inside) = (gate.clone(), tokens.clone(), inside.clone());
+            std::thread::spawn(move || {
+                for _ in 0..10 {
+                    let g = m.lock().unwrap();
+                    assert!(!inside.swap(true, Ordering::SeqCst), "two holders at once");
+                    gate.admit(g.token()).unwrap();
+                    tokens.lock().push(g.token());
+                    inside.store(false, Ordering::SeqCst);
+                    g.release().unwrap();
+                }
+            })
+        })
+        .collect();
+    for t in threads {
+        t.join().unwrap();
+    }
+    let tokens = tokens.lock();
+    assert_eq!(tokens.len(), 30);
+    assert!(
+        tokens.windows(2).all(|w| w[0] < w[1]),
+        "strictly increasing in acquisition order: {tokens:?}"
+    );
+}
+
+#[test]
+fn a_waiter_acquires_after_release() {
+    let server = EtcdServer::shared();
+    let facts = server.facts();
+    let (a, b) = (connect(server), connect(server));
+    let name = lock_name("waiter");
+    let g = a.mutex(&name).unwrap().lock().unwrap();
+    let waiter = queue_waiter(&facts, &b, &name);
+    let t1 = g.token();
+    g.release().unwrap();
+    let (t2, _, g2) = waiter.join().unwrap().unwrap();
+    assert!(t2 > t1);
+    assert!(!g2.is_lost());
+    g2.release().unwrap();
+}
+
+#[test]
+fn waiters_take_turns_in_arrival_order() {
+    let server = EtcdServer::shared();
+    let facts = server.facts();
+    let name = lock_name("order");
+    let holder = connect(server);
+    let g = holder.mutex(&name).unwrap().lock().unwrap();
+    let (tx, rx) = crossbeam_channel::unbounded();
+    let mut threads = Vec::new();
+    let clients: Vec<_> = (0..4).map(|_| connect(server)).collect();
+    for (i, c) in clients.iter().enumerate() {
+        let m = c.mutex(&name).unwrap();
+        let tx = tx.clone();
+        threads.push(std::thread::spawn(move || {
+            let g = m.lock().unwrap();
+            tx.send(i).unwrap();
+            g.release().unwrap();
+        }));
+        // The next waiter queues only after this one's key exists.
+        wait_keys(&facts, &name, i + 2);
+    }
+    g.release().unwrap();
+    let order: Vec<usize> = (0..4)
+        .map(|_| rx.recv_timeout(scale(Duration::from_secs(10))).unwrap())
+        .collect();
+    assert_eq!(order, vec![0, 1, 2, 3]);
+    for t in threads {
+        t.join().unwrap();
+    }
+}
+
+#[test]
+fn nested_names_do_not_block_each_other() {
+    let server = EtcdServer::shared();
+    let facts = server.facts();
+    let (a, b) = (connect(server), connect(server));
+    let outer = lock_name("nested");
+    let inner = format!("{outer}/b");
+    // The inner lock first: its key is older than the outer lock's.
+    let gi = b
+        .mutex(&inner)
+        .unwrap()
+        .try_lock()
+        .unwrap()
+        .expect("inner free");
+    let go = a
+        .mutex(&outer)
+        .unwrap()
+        .try_lock()
+        .unwrap()
+        .expect("outer free despite an older nested key");
+    assert!(b.mutex(&outer).unwrap().try_lock().unwrap().is_none());
+    assert!(a.mutex(&inner).unwrap().try_lock().unwrap().is_none());
+    go.release().unwrap();
+    gi.release().unwrap();
+
+    // More nested keys than one read returns, all older than ours: the
+    // ownership read pages past them, in both directions.
+    let mut raw = facts.client();
+    let nested = outer.clone();
+    block_on(async move {
+        for i in 0..40 {
+            raw.put(format!("{nested}/n{i:02}/k"), "", None)
+                .await
+                .unwrap();
+        }
+    });
+    let ma = a.mutex(&outer).unwrap();
+    let mb = b.mutex(&outer).unwrap();
+    let g = ma.try_lock().unwrap().expect("only nested keys are older");
+    assert!(mb.try_lock().unwrap().is_none(), "a holds it");
+    let waiter = std::thread::spawn(move || mb.lock().map(|g| g.token()));
+    wait_until("b waits", Duration::from_secs(10), || {
+        keys(&facts, &outer)
+            .iter()
+            .filter(|k| !k[outer.len() + 1..].contains('/'))
+            .count()
+            == 2
+    });
+    let t = g.token();
+    g.release().unwrap();
+    assert!(waiter.join().unwrap().unwrap() > t);
+    let mut raw = facts.client();
+    let prefix = format!("{outer}/");
+    block_on(async move {
+        raw.delete(
+            prefix,
+            Some(etcd_client::DeleteOptions::new().with_prefix()),
+        )
+        .await
+        .unwrap();
+    });
+}
+
+#[test]
+fn a_timed_out_or_failed_try_leaves_no_key() {
+    let server = EtcdServer::shared();
+    let facts = server.facts();
+    let (a, b) = (connect(server), connect(server));
+    let name = lock_name("timeout");
+    let g = a.mutex(&name).unwrap().lock().unwrap();
+    let mb = b.mutex(&name).unwrap();
+    let b_key = format!("{name}/{:x}", b.lease_id().unwrap());
+    for wait in [
+        Duration::ZERO,
+        Duration::from_millis(1),
+        Duration::from_millis(200),
+    ] {
+        assert!(mb.try_lock_for(wait).unwrap().is_none());
+        facts.wait_gone(&b_key, Duration::from_secs(5));
+        assert_eq!(keys(&facts, &name), vec![g.holder().to_owned()]);
+    }
+    // A waiter whose deadline passes while it waits on a watch.
+    let waiter = std::thread::spawn(move || {
+        mb.try_lock_for(Duration::from_millis(500))
+            .map(|g| g.is_none())
+    });
+    assert!(waiter.join().unwrap().unwrap());
+    facts.wait_gone(&b_key, Duration::from_secs(5));
+    g.release().unwrap();
+}
+
+#[test]
+fn deleting_the_key_fires_loss_and_fenced_writes_are_rejected() {
+    let server = EtcdServer::shared();
+    let facts = server.facts();
+    let a = connect(server);
+    let name = lock_name("deleted");
+    let data = format!("{name}-data");
+    let g = a.mutex(&name).unwrap().lock().unwrap();
+    let rev = g.lease().put(data.as_str(), "one").unwrap();
+    assert!(rev > g.lease().create_revision());
+    assert_eq!(facts.get(&data).as_deref(), Some(&b"one"[..]));
+    g.lease().delete(data.as_str()).unwrap();
+    assert!(!facts.exists(&data));
+
+    let mut raw = facts.client();
+    let key = g.holder().to_owned();
+    block_on(async move { raw.delete(key, None).await }).unwrap();
+    assert_eq!(
+        g.lost().wait_timeout(scale(Duration::from_secs(5))),
+        Some(LossReason::Deleted)
+    );
+    assert!(matches!(
+        g.check(),
+        Err(Error::LeaseLost {
+            reason: LossReason::Deleted
+        })
+    ));
+    match g.lease().put(data.as_str(), "stale") {
+        Err(e @ Error::FenceRejected { .. }) => assert!(e.is_terminal()),
+        other => panic!("expected FenceRejected, got {other:?}"),
+    }
+    assert!(!facts.exists(&data), "the stale write was not applied");
+    // The client goes on: the session survived, a new acquisition works.
+    let g2 = a
+        .mutex(&name)
+        .unwrap()
+        .try_lock_for(Duration::from_secs(5))
+        .unwrap()
+        .expect("free");
+    assert!(g2.token() > g.token());
+    drop(g);
+    g2.release().unwrap();
+}
+
+#[test]
+fn one_client_queues_its_own_acquisitions_of_a_name() {
+    let server = EtcdServer::shared();
+    let facts = server.facts();
+    let a = connect(server);
+    let name = lock_name("same-client");
+    let m1 = a.mutex(&name).unwrap();
+    let m2 = a.mutex(&name).unwrap();
+    let g1 = m1.lock().unwrap();
+    assert!(
+        m2.try_lock().unwrap().is_none(),
+        "one lease, one key: no second holder"
+    );
+    let waiter = std::thread::spawn(move || {
+        m2.lock()
+            .map(|g| (g.token(), g.lease().create_revision(), g))
+    });
+    let (t1, c1) = (g1.token(), g1.lease().create_revision());
+    assert_eq!(keys(&facts, &name).len(), 1);
+    assert!(!waiter.is_finished());
+    g1.release().unwrap();
+    let (t2, c2, g2) = waiter.join().unwrap().unwrap();
+    assert!(t2 > t1 && c2 > c1, "a new key, a new fence");
+    g2.release().unwrap();
+}
+
+#[test]
+fn bad_names_and_settings_are_invalid_arguments() {
+    let server = EtcdServer::shared();
+    let a = connect(server);
+    for bad in [
+        "",
+        "locks/x",
+        "/locks/x/",
+        "/",
+        "/a//b",
+        "/a\nb",
+        "/a\u{7f}",
+    ] {
+        match a.mutex(bad) {
+            Err(Error::InvalidArgument(msg)) => assert!(!msg.is_empty()),
+            other => panic!("{bad:?}: expected InvalidArgument, got {other:?}"),
+        }
+    }
+    for ttl in [Duration::ZERO, Duration::from_secs(9_000_000_001)] {
+        match EtcdClient::builder(server.endpoints()).ttl(ttl).connect() {
+            Err(Error::InvalidArgument(msg)) => assert!(msg.contains("TTL"), "{msg}"),
+            other => panic!("TTL {ttl:?}: expected InvalidArgument, got {other:?}"),
+        }
+    }
+}
+
+#[test]
+fn the_session_reports_its_lease() {
+    let server = EtcdServer::shared();
+    let facts = server.facts();
+    let a = connect_with_ttl(server, Duration::from_millis(2500));
+    assert_eq!(
+        a.session_ttl(),
+        Duration::from_secs(3),
+        "rounded up to whole seconds"
+    );
+    let lease = a.lease_id().unwrap();
+    let ttl = facts.lease_time_to_live(lease);
+    assert!((1..=3).contains(&ttl), "server TTL {ttl}");
+    // Keep-alives renew it: the deadline moves forward.
+    let first = a.valid_until().unwrap();
+    wait_until(
+        "a keep-alive moves the deadline",
+        Duration::from_secs(5),
+        || a.valid_until().unwrap() > first,
+    );
+    assert!(a.valid_until().unwrap() <= BootInstant::now() + Duration::from_secs(3));
+    a.close(Duration::from_secs(2));
+    assert_eq!(
+        facts.lease_time_to_live(lease),
+        -1,
+        "close revokes the lease"
+    );
+}
+
+#[test]
+fn close_revokes_the_lease_and_frees_the_lock() {
+    let server = EtcdServer::shared();
+    let (a, b) = (connect(server), connect(server));
+    let name = lock_name("close");
+    let g = a.mutex(&name).unwrap().lock().unwrap();
+    let waiter = queue_waiter(&server.facts(), &b, &name);
+    a.close(Duration::from_secs(2));
+    assert_eq!(
+        g.lost().wait_timeout(scale(Duration::from_secs(5))),
+        Some(LossReason::Closed)
+    );
+    assert!(waiter.join().unwrap().unwrap().0 > g.token());
+    assert!(matches!(
+        a.mutex(&name).unwrap().try_lock(),
+        Err(Error::Closed)
+    ));
+}
+
+#[test]
+fn a_revoked_lease_fires_loss_frees_others_and_is_replaced() {
+    let server = EtcdServer::shared();
+    let facts = server.facts();
+    let (a, b) = (connect(server), connect(server));
+    let name = lock_name("revoked");
+    let g = a.mutex(&name).unwrap().lock().unwrap();
+    let waiter = queue_waiter(&facts, &b, &name);
+    let lease = a.lease_id().unwrap();
+    let mut raw = facts.client();
+    block_on(async move { raw.lease_revoke(lease).await }).unwrap();
+    let reason = g.lost().wait_timeout(scale(Duration::from_secs(5)));
+    assert!(
+        matches!(reason, Some(LossReason::Deleted | LossReason::Revoked)),
+        "{reason:?}"
+    );
+    assert!(waiter.join().unwrap().unwrap().0 > g.token());
+    assert!(matches!(
+        g.lease().put(format!("{name}-x"), "x"),
+        Err(Error::FenceRejected { .. })
+    ));
+    // The keep-alive stream hears of it; the next acquisition gets a new lease.
+    wait_until("a sees its lease gone", Duration::from_secs(10), || {
+        a.is_session_lost()
+    });
+    let g2 = a
+        .mutex(&name)
+        .unwrap()
+        .try_lock_for(Duration::from_secs(5))
+        .unwrap()
+        .expect("free");
+    assert_ne!(a.lease_id(), Some(lease));
+    assert_eq!(g2.holder(), format!("{name}/{:x}", a.lease_id().unwrap()));
+    g2.release().unwrap();
+}
+
+/// A client that stops renewing (as a crashed process would) keeps its key
+/// until the server expires its lease; its guard is lost before then.
+#[test]
+fn an_orphaned_lease_frees_the_lock_after_its_ttl_fault() {
+    let server = EtcdServer::shared();
+    let facts = server.facts();
+    let a = connect_with_ttl(server, SHORT_TTL);
+    let b = connect(server);
+    let name = lock_name("orphan");
+    let g = a.mutex(&name).unwrap().lock().unwrap();
+    let lease = a.lease_id().unwrap();
+    let waiter = queue_waiter(&facts, &b, &name);
+    a.orphan();
+    let last_ack_deadline = g.valid_until().unwrap();
+    let (t2, acquired_at, g2) = waiter.join().unwrap().unwrap();
+    assert!(t2 > g.token());
+    // Normally the local deadline fires first; the key's deletion (when the
+    // server expires the lease) comes later, by at least the margin.
+    let reason = g.lost().reason();
+    assert!(
+        matches!(
+            reason,
+            Some(LossReason::DeadlineExpired | LossReason::Deleted)
+        ),
+        "{reason:?}"
+    );
+    let lost_at = g.valid_until().unwrap();
+    assert!(lost_at <= last_ack_deadline);
+    assert!(
+        lost_at < acquired_at,
+        "lost locally ({lost_at:?}) before the server gave the lock away ({acquired_at:?})"
+    );
+    assert_eq!(facts.lease_time_to_live(lease), -1);
+    // A new lease serves the next acquisition.
+    let g3 = a
+        .mutex(&lock_name("orphan-next"))
+        .unwrap()
+        .try_lock()
+        .unwrap()
+        .expect("free");
+    assert_ne!(a.lease_id(), Some(lease));
+    g3.release().unwrap();
+    g2.release().unwrap();
+    drop(g);
+}
+
+/// The server stops answering: keep-alives go unacknowledged and the guard
+/// is lost at its local deadline, which ends before the server's lease.
+#[test]
+fn a_paused_server_loses_the_guard_at_its_deadline_fault() {
+    let server = EtcdServer::start();
+    let a = connect_with_ttl(&server, SHORT_TTL);
+    let name = lock_name("paused");
+    let g = a.mutex(&name).unwrap().lock().unwrap();
+    let lease = a.lease_id().unwrap();
+    let paused_at = BootInstant::now();
+    server.pause();
+    let reason = g.lost().wait_timeout(scale(Duration::from_secs(10)));
+    server.resume();
+    assert_eq!(reason, Some(LossReason::DeadlineExpired));
+    let lost = g.valid_until().unwrap();
+    // Lower bound, unscaled: the deadline came from an acknowledgement sent
+    // before the pause, so it is at most one TTL after it.
+    assert!(lost <= paused_at + SHORT_TTL, "{lost:?} vs {paused_at:?}");
+    // The lost session revokes its lease once the server answers again (or
+    // the server expires it); then the store refuses the old holder.
+    server
+        .facts()
+        .wait_lease_gone(lease, Duration::from_secs(10));
+    assert!(matches!(
+        g.lease().put(format!("{name}-x"), "x"),
+        Err(Error::FenceRejected { .. })
+    ));
+    drop(g);
+    // The client recovers with a new lease.
+    let g2 = a
+        .mutex(&name)
+        .unwrap()
+        .try_lock_for(Duration::from_secs(10))
+        .unwrap()
+        .expect("free");
+    g2.release().unwrap();
+}
+
+/// etcd-client does not re-open a keep-alive stream whose member died; the
+/// session does, and the lease (persisted by the server) lives on.
+#[test]
+fn the_keep_alive_stream_reopens_after_a_server_restart_fault() {
+    let server = EtcdServer::start();
+    let facts = server.facts();
+    let a = connect_with_ttl(&server, Duration::from_secs(10));
+    let name = lock_name("restart");
+    let g = a.mutex(&name).unwrap().lock().unwrap();
+    server.restart();
+    // The old process is gone with its stream: a later deadline can only
+    // come from a keep-alive acknowledged on a new stream.
+    let before = a.valid_until().unwrap();
+    wait_until("keep-alives resume", Duration::from_secs(10), || {
+        a.valid_until().is_some_and(|v| v > before)
+    });
+    assert!(!g.is_lost(), "{:?}", g.lost().reason());
+    assert!(facts.exists(g.holder()));
+    let b = connect(&server);
+    assert!(b.mutex(&name).unwrap().try_lock().unwrap().is_none());
+    // The key watch was re-established too: a deletion is still seen.
+    let mut raw = facts.client();
+    let key = g.holder().to_owned();
+    block_on(async move { raw.delete(key, None).await }).unwrap();
+    assert_eq!(
+        g.lost().wait_timeout(scale(Duration::from_secs(10))),
+        Some(LossReason::Deleted)
+    );
+}
+
+#[test]
+fn a_ttl_below_the_server_minimum_is_raised_and_reported() {
+    let config = EtcdConfig::default()
+        .with_election(Duration::from_millis(100), Duration::from_millis(1500));
+    let min = config.min_lease_ttl();
+    assert_eq!(min, Duration::from_secs(3));
+    let server = EtcdServer::start_with(config);
+    let a = connect_with_ttl(&server, Duration::from_secs(1));
+    assert_eq!(a.session_ttl(), min);
+    let g = a.mutex(&lock_name("min-ttl")).unwrap().lock().unwrap();
+    // The deadline is computed from what was granted.
+    assert!(g.valid_until().unwrap() > BootInstant::now() + Duration::from_millis(1500));
+    g.release().unwrap();
+}
+
+/// `etcdctl lock` (Go's concurrency.Mutex) and ours contend for one lock
+/// and share one increasing fence sequence; both fences are the revision at
+/// which ownership was confirmed.
+#[test]
+fn etcdctl_lock_contends_with_ours() {
+    // Its own server: nothing else writes, so each fence can be compared
+    // with the store's revision right after the hand-over.
+    let server = EtcdServer::start();
+    let facts = server.facts();
+    let dir = integration::test_dir::TestDir::new("etcdctl-lock");
+    let name = lock_name("etcdctl");
+    let clients: Vec<_> = (0..2).map(|_| connect(&server)).collect();
+    let mut fences: Vec<(String, i64)> = Vec::new();
+
+    let mut ours = Some(clients[0].mutex(&name).unwrap().lock().unwrap());
+    fences.push(("ours".into(), ours.as_ref().unwrap().token().get() as i64));
+    assert_eq!(fences[0].1, store_revision(&facts));
+    for round in 0..3 {
+        // etcdctl waits while we hold.
+        let mut ctl = Etcdctl::lock(&server, &name, dir.path(), round);
+        wait_keys(&facts, &name, 2);
+        assert!(
+            ctl.rev(Duration::ZERO).is_none(),
+            "etcdctl must wait while we hold"
+        );
+        ours.take().unwrap().release().unwrap();
+        let rev = ctl
+            .rev(scale(Duration::from_secs(10)))
+            .expect("etcdctl acquires");
+        assert_eq!(
+            rev,
+            store_revision(&facts),
+            "ETCD_LOCK_REV is the confirming read's revision"
+        );
+        fences.push(("etcdctl".into(), rev));
+        // Ours waits while etcdctl holds.
+        let m = clients[round % 2].mutex(&name).unwrap();
+        let waiter = std::thread::spawn(move || m.lock());
+        wait_keys(&facts, &name, 2);
+        assert!(!waiter.is_finished(), "we must wait while etcdctl holds");
+        ctl.unlock();
+        let g = waiter.join().unwrap().unwrap();
+        assert_eq!(g.token().get() as i64, store_revision(&facts));
+        fences.push(("ours".into(), g.token().get() as i64));
+        ours = Some(g);
+    }
+    ours.take().unwrap().release().unwrap();
+    println!("fence sequence: {fences:?}");
+    assert!(
+        fences.windows(2).all(|w| w[0].1 < w[1].1),
+        "one strictly increasing sequence: {fences:?}"
+    );
+}
+
+/// `etcdctl lock <name> sh -c …`: prints `ETCD_LOCK_REV`, then holds the
+/// lock until the test writes to a fifo.
+struct Etcdctl {
+    child: Child,
+    lines: crossbeam_channel::Receiver<String>,
+    fifo: std::path::PathBuf,
+}
+
+impl Etcdctl {
+    fn lock(server: &EtcdServer, name: &str, dir: &std::path::Path, round: usize) -> Etcdctl {
+        let fifo = dir.join(format!("release-{round}"));
+        let made = Command::new("mkfifo").arg(&fifo).status().expect("mkfifo");
+        assert!(made.success());
+        let script = format!("echo REV=$ETCD_LOCK_REV; read x < '{}'", fifo.display());
+        let mut child = Command::new("/usr/bin/etcdctl")
+            .env("ETCDCTL_API", "3")
+            .arg(format!("--endpoints={}", server.endpoint()))
+            .args(["lock", name, "--", "sh", "-c", &script])
+            .stdout(Stdio::piped())
+            .stderr(Stdio::inherit())
+            .spawn()
+            .expect("run etcdctl");
+        let out = child.stdout.take().unwrap();
+        let (tx, lines) = crossbeam_channel::unbounded();
+        std::thread::spawn(move || {
+            for line in BufReader::new(out).lines().map_while(Result::ok) {
+                let _ = tx.send(line);
+            }
+        });
+        Etcdctl { child, lines, fifo }
+    }
+
+    /// The `ETCD_LOCK_REV` its command printed, waiting up to `wait`.
+    fn rev(&mut self, wait: Duration) -> Option<i64> {
+        let line = self.lines.recv_timeout(wait).ok()?;
+        Some(line.strip_prefix("REV=").expect(&line).parse().unwrap())
+    }
+
+    /// Let its command end: etcdctl then unlocks and exits.
+    fn unlock(mut self) {
+        std::fs::OpenOptions::new()
+            .write(true)
+            .open(&self.fifo)
+            .and_then(|mut f| f.write_all(b"go\n"))
+            .expect("write the fifo");
+        let status = wait_for("etcdctl exits", Duration::from_secs(10), || {
+            self.child.try_wait().unwrap()
+        });
+        assert!(status.success(), "etcdctl: {status}");
+    }
+}
+
+impl Drop for Etcdctl {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+/// Two or more clients hand one lock back and forth as fast as they can.
+/// Each acquisition after the first waits on a synced watch.
+#[test]
+fn contended_handoff_rate() {
+    let server = EtcdServer::shared();
+    let name = lock_name("rate");
+    let run_for = Duration::from_secs(3);
+    for contenders in [2, 4] {
+        let clients: Vec<_> = (0..contenders).map(|_| connect(server)).collect();
+        let count = Arc::new(AtomicU64::new(0));
+        let gate = Arc::new(FenceGate::new());
+        let stop_at = Instant::now() + run_for;
+        let threads: Vec<_> = clients
+            .iter()
+            .map(|c| {
+                let m = c.mutex(&name).unwrap();
+                let (count, gate) = (count.clone(), gate.clone());
+                std::thread::spawn(move || {
+                    let mut last = FencingToken(0);
+                    while Instant::now() < stop_at {
+                        let g: MutexGuard = m.lock().unwrap();
+                        assert!(g.token() > last);
+                        last = g.token();
+                        gate.admit(g.token()).unwrap();
+                        count.fetch_add(1, Ordering::Relaxed);
+                        g.release().unwrap();
+                    }
+                })
+            })
+            .collect();
+        let started = Instant::now();
+        for t in threads {
+            t.join().unwrap();
+        }
+        let rate = count.load(Ordering::Relaxed) as f64 / started.elapsed().as_secs_f64();
+        println!("contended acquisitions per second with {contenders} contenders: {rate:.0}");
+        // Go's Mutex (a watch from a past revision) manages 30–40/s here.
+        let floor = 100.0 / integration::env::slow_factor();
+        assert!(rate > floor, "{rate:.0}/s, expected more than {floor:.0}/s");
+    }
+}
+
+/// Each member of a cluster dies in turn (and comes back): whichever one
+/// carried our keep-alive stream, the stream is opened again on another and
+/// the lock is never lost.
+#[test]
+fn member_kills_do_not_lose_the_lock_fault() {
+    let cluster = EtcdCluster::start();
+    let ttl = Duration::from_secs(5);
+    let a = EtcdClient::builder(cluster.endpoints())
+        .ttl(ttl)
+        .connect()
+        .unwrap();
+    let b = EtcdClient::builder(cluster.endpoints()).connect().unwrap();
+    let name = lock_name("member-kill");
+    let g = a.mutex(&name).unwrap().lock().unwrap();
+    for i in 0..cluster.members().len() {
+        let member = cluster.member(i);
+        member.kill();
+        let killed_at = BootInstant::now();
+        // Only a keep-alive sent after the kill can reach this deadline.
+        let renewed = killed_at + ttl - margin(ttl, DEFAULT_SLACK);
+        wait_until_with(
+            &format!("a keep-alive acknowledged after member {i} died"),
+            Duration::from_secs(10),
+            || a.valid_until().is_some_and(|v| v >= renewed),
+            || cluster.log_tail(),
+        );
+        assert!(!g.is_lost(), "{:?}", g.lost().reason());
+        member.restart();
+        cluster.wait_serving(Duration::from_secs(30));
+    }
+    assert!(b.mutex(&name).unwrap().try_lock().unwrap().is_none());
+    let t = g.token();
+    g.release().unwrap();
+    let g2 = b.mutex(&name).unwrap().try_lock().unwrap().expect("free");
+    assert!(g2.token() > t);
+    g2.release().unwrap();
+}
