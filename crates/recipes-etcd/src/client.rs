@@ -370,6 +370,15 @@ impl EtcdClient {
         self.inner.current().and_then(|s| s.epoch().valid_until())
     }
 
+    /// Send time of the newest keep-alive (or grant) the server
+    /// acknowledged for the current lease. The server keeps the lease at
+    /// least until this plus the granted TTL.
+    pub fn last_acknowledged(&self) -> Option<BootInstant> {
+        self.inner
+            .current()
+            .and_then(|s| s.epoch().last_acknowledged_send())
+    }
+
     /// Whether the current lease is lost: its deadline passed, the server
     /// said it is gone, or it was orphaned or revoked. The next acquisition
     /// then grants a new lease.

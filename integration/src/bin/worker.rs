@@ -5,7 +5,7 @@
 //! `ERR <kind> <message>`. Requests:
 //!
 //! - `connect zk <hosts> <session_timeout_ms>` → `OK session=<hex> timeout_ms=<n>`
-//! - `connect etcd <endpoint[,endpoint…]>` → `OK`
+//! - `connect etcd <endpoint[,endpoint…]> <ttl_ms>` → `OK`
 //! - `connect zk <hosts> <session_timeout_ms> [deadline|disconnect]` (the
 //!   loss policy, default deadline)
 //! - `ping` → `OK rtt_us=<n>`
@@ -45,36 +45,42 @@ enum Client {
 /// What the worker holds.
 enum Held {
     Zk(recipes_zk::MutexGuard),
+    Etcd(recipes_etcd::MutexGuard),
 }
 
 impl Held {
     fn token(&self) -> u64 {
         match self {
             Held::Zk(g) => g.token().get(),
+            Held::Etcd(g) => g.token().get(),
         }
     }
 
     fn holder(&self) -> &str {
         match self {
             Held::Zk(g) => g.holder(),
+            Held::Etcd(g) => g.holder(),
         }
     }
 
     fn lost(&self) -> &recipes_core::LossSignal {
         match self {
             Held::Zk(g) => g.lost(),
+            Held::Etcd(g) => g.lost(),
         }
     }
 
     fn write(&self, path: &str, value: &str) -> Result<(), Error> {
         match self {
             Held::Zk(g) => g.lease().put(path, value.as_bytes()),
+            Held::Etcd(g) => g.lease().put(path, value).map(drop),
         }
     }
 
     fn release(self) -> Result<(), Error> {
         match self {
             Held::Zk(g) => g.release(),
+            Held::Etcd(g) => g.release(),
         }
     }
 }
@@ -118,6 +124,14 @@ fn usage(msg: &str) -> String {
 }
 
 impl Worker {
+    fn last_acknowledged(&self) -> Option<BootInstant> {
+        match &self.client {
+            Client::Zk(c) => c.last_acknowledged(),
+            Client::Etcd(c) => c.last_acknowledged(),
+            Client::None => None,
+        }
+    }
+
     fn handle(&mut self, line: &str) -> Reply {
         let words: Vec<&str> = line.split_whitespace().collect();
         match words.as_slice() {
@@ -143,8 +157,12 @@ impl Worker {
                 self.client = Client::Zk(c);
                 Ok(reply)
             }
-            ["connect", "etcd", endpoints] => {
-                let c = EtcdClient::connect(endpoints.split(',')).map_err(|e| err(&e))?;
+            ["connect", "etcd", endpoints, ttl_ms] => {
+                let ms: u64 = ttl_ms.parse().map_err(|_| usage("ttl_ms is a number"))?;
+                let c = EtcdClient::builder(endpoints.split(','))
+                    .ttl(Duration::from_millis(ms))
+                    .connect()
+                    .map_err(|e| err(&e))?;
                 self.client = Client::Etcd(c);
                 Ok(String::new())
             }
@@ -179,7 +197,16 @@ impl Worker {
                         .map_err(|e| err(&e))?
                         .map(Held::Zk)
                     }
-                    Client::Etcd(_) => return Err(usage("etcd locks are not built yet")),
+                    Client::Etcd(c) => {
+                        let m = c.mutex(name).map_err(|e| err(&e))?;
+                        match wait {
+                            None => Some(m.lock()),
+                            Some(w) => m.try_lock_for(w).transpose(),
+                        }
+                        .transpose()
+                        .map_err(|e| err(&e))?
+                        .map(Held::Etcd)
+                    }
                     Client::None => return Err(usage("connect first")),
                 };
                 match held {
@@ -197,10 +224,7 @@ impl Worker {
                     None => "no".to_owned(),
                     Some(r) => format!("{r:?}"),
                 };
-                let last_ack = match &self.client {
-                    Client::Zk(c) => c.last_acknowledged(),
-                    _ => None,
-                };
+                let last_ack = self.last_acknowledged();
                 Ok(format!(
                     "lost={lost} token={} valid_until_ms={} last_ack_ms={}",
                     h.token(),
@@ -269,10 +293,7 @@ impl Worker {
                         t.filter(|_| s.has_leadership())
                     }
                 };
-                let last_ack = match &self.client {
-                    Client::Zk(c) => c.last_acknowledged(),
-                    _ => None,
-                };
+                let last_ack = self.last_acknowledged();
                 Ok(match token {
                     Some(t) => format!("leading=yes token={t} last_ack_ms={}", boot_ms(last_ack)),
                     None => format!("leading=no token=0 last_ack_ms={}", boot_ms(last_ack)),
