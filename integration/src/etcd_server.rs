@@ -33,6 +33,7 @@ pub const ETCD_PROBE_TIMEOUT: Duration = Duration::from_millis(500);
 pub struct EtcdConfig {
     heartbeat_interval: Duration,
     election_timeout: Duration,
+    fsync: bool,
 }
 
 impl Default for EtcdConfig {
@@ -40,11 +41,19 @@ impl Default for EtcdConfig {
         EtcdConfig {
             heartbeat_interval: Duration::from_millis(50),
             election_timeout: Duration::from_millis(500),
+            fsync: false,
         }
     }
 }
 
 impl EtcdConfig {
+    /// Sync writes to disk (no `--unsafe-no-fsync`), as benchmarks want;
+    /// functional tests run without.
+    pub fn with_fsync(mut self, fsync: bool) -> Self {
+        self.fsync = fsync;
+        self
+    }
+
     /// Sets `--heartbeat-interval` and `--election-timeout` (etcd wants the
     /// election timeout ≥ 5 × the heartbeat).
     pub fn with_election(
@@ -181,7 +190,7 @@ impl EtcdServer {
             format!("--initial-cluster-token={}", membership.token),
             // Ignored on restart: the data folder then exists.
             "--initial-cluster-state=new".to_owned(),
-            "--unsafe-no-fsync".to_owned(),
+            format!("--unsafe-no-fsync={}", !config.fsync),
             format!(
                 "--heartbeat-interval={}",
                 config.heartbeat_interval.as_millis()

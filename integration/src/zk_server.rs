@@ -52,6 +52,7 @@ pub struct ZkConfig {
     tick_time: Duration,
     min_session_timeout: Duration,
     max_session_timeout: Duration,
+    fsync: bool,
 }
 
 impl Default for ZkConfig {
@@ -60,11 +61,19 @@ impl Default for ZkConfig {
             tick_time: Duration::from_millis(200),
             min_session_timeout: Duration::from_millis(400),
             max_session_timeout: Duration::from_secs(20),
+            fsync: false,
         }
     }
 }
 
 impl ZkConfig {
+    /// Sync the transaction log to disk (`forceSync=yes`), as benchmarks
+    /// want; functional tests run without.
+    pub fn with_fsync(mut self, fsync: bool) -> Self {
+        self.fsync = fsync;
+        self
+    }
+
     /// Sets `tickTime` (at most 500 ms for functional tests; expiry is
     /// checked once per tick).
     pub fn with_tick_time(mut self, tick_time: Duration) -> Self {
@@ -114,7 +123,7 @@ impl ZkConfig {
         );
         // The default of 60 per client address breaks a 50-waiter test.
         cfg.push_str("maxClientCnxns=0\n");
-        cfg.push_str("forceSync=no\n");
+        cfg.push_str(if self.fsync { "forceSync=yes\n" } else { "forceSync=no\n" });
         cfg.push_str("admin.enableServer=false\n");
         cfg.push_str("4lw.commands.whitelist=srvr,mntr,cons,wchc,wchp,stat,ruok,dump\n");
         cfg.push_str("autopurge.purgeInterval=0\n");
