@@ -816,3 +816,82 @@ fn member_kills_do_not_lose_the_lock_fault() {
     assert!(g2.token() > t);
     g2.release().unwrap();
 }
+
+/// The store's read and transaction counters (`/metrics`).
+fn requests_served(server: &EtcdServer) -> u64 {
+    let (status, body) = integration::http::http_request(
+        server.client_addr(),
+        "GET",
+        "/metrics",
+        "",
+        Duration::from_secs(5),
+    )
+    .expect("read /metrics");
+    assert_eq!(status, 200, "{body}");
+    ["etcd_mvcc_range_total ", "etcd_mvcc_txn_total "]
+        .iter()
+        .map(|name| {
+            body.lines()
+                .find_map(|l| l.strip_prefix(name))
+                .and_then(|v| v.trim().parse::<f64>().ok())
+                .unwrap_or_else(|| panic!("no {name} in /metrics")) as u64
+        })
+        .sum()
+}
+
+fn watchers(server: &EtcdServer) -> u64 {
+    let (_, body) = integration::http::http_request(
+        server.client_addr(),
+        "GET",
+        "/metrics",
+        "",
+        Duration::from_secs(5),
+    )
+    .expect("read /metrics");
+    body.lines()
+        .find_map(|l| l.strip_prefix("etcd_debugging_mvcc_watcher_total "))
+        .and_then(|v| v.trim().parse::<f64>().ok())
+        .expect("the watcher gauge") as u64
+}
+
+#[test]
+fn no_herd_one_release_wakes_one_waiter() {
+    // Its own server, so the counters see only this test.
+    let server = EtcdServer::start();
+    let name = lock_name("herd");
+    let holder = connect(&server).mutex(&name).unwrap().lock().unwrap();
+    let acquired = Arc::new(AtomicU64::new(0));
+    let (go_tx, go_rx) = crossbeam_channel::unbounded::<()>();
+    let waiters: Vec<_> = (0..50)
+        .map(|_| {
+            let m = connect(&server).mutex(&name).unwrap();
+            let (acquired, go) = (acquired.clone(), go_rx.clone());
+            std::thread::spawn(move || {
+                let g = m.lock().unwrap();
+                acquired.fetch_add(1, Ordering::SeqCst);
+                let _ = go.recv();
+                g.release().unwrap();
+            })
+        })
+        .collect();
+    // Every waiter is queued and watching: its own key and the one ahead.
+    wait_keys(&server.facts(), &name, 51);
+    wait_until("every waiter watches", Duration::from_secs(20), || {
+        watchers(&server) >= 2 * 50 + 1
+    });
+    let before = requests_served(&server);
+    holder.release().unwrap();
+    wait_until("one waiter acquired", Duration::from_secs(10), || {
+        acquired.load(Ordering::SeqCst) == 1
+    });
+    let served = requests_served(&server) - before;
+    eprintln!("herd: {served} reads and txns after one release");
+    // The release, the woken waiter's confirming read and its own
+    // bookkeeping: a handful, not one read per waiter.
+    assert!(served <= 8, "{served} reads and txns after one release");
+    assert_eq!(acquired.load(Ordering::SeqCst), 1);
+    drop(go_tx);
+    for w in waiters {
+        w.join().unwrap();
+    }
+}
