@@ -71,10 +71,14 @@
 #![deny(missing_debug_implementations)]
 
 mod client;
+mod election;
 mod error;
+mod latch;
 mod lock;
 mod mutex;
 mod names;
+mod selector;
+mod semaphore;
 mod session;
 mod watch;
 
@@ -82,12 +86,17 @@ pub use client::{
     EtcdClient, EtcdClientBuilder, DEFAULT_CONNECT_TIMEOUT, DEFAULT_RPC_TIMEOUT, DEFAULT_TTL,
     HTTP2_KEEP_ALIVE, MAX_TTL,
 };
+pub use election::{Election, EtcdElection, EtcdLeadership, LeaderObserver, Leadership};
 /// The etcd client crate, for the transaction operations of
 /// [`EtcdLock::txn`].
 pub use etcd_client;
+pub use latch::{LatchEvent, LeaderLatch, Participant};
 pub use lock::EtcdLock;
 pub use mutex::{EtcdMutex, Mutex};
+pub use recipes_core::LeaderInfo;
 pub use recipes_core::{Error, Result};
+pub use selector::LeaderSelector;
+pub use semaphore::{EtcdPermit, EtcdSemaphore, Semaphore, SemaphorePermit};
 
 /// A held [`Mutex`]: its token, loss signal, and fenced writes through
 /// [`lease`](recipes_core::MutexGuard::lease).

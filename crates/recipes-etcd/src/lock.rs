@@ -34,15 +34,15 @@ type Turn = Arc<parking_lot::Mutex<Option<OwnedMutexGuard<()>>>>;
 /// deleted — gets [`Error::FenceRejected`], whatever its loss signal says.
 pub struct EtcdLock {
     client: EtcdClient,
-    session: Arc<Session>,
+    pub(crate) session: Arc<Session>,
     key: String,
     create_revision: i64,
     token: FencingToken,
-    trigger: LossTrigger,
+    pub(crate) trigger: LossTrigger,
     signal: LossSignal,
     // This process's turn at the name; given back once the key is gone
     // (released, or deleted by someone: the watch gives it back then).
-    turn: Turn,
+    pub(crate) turn: Turn,
     // Dropping it stops the key watch.
     _stop_watch: oneshot::Sender<()>,
 }

@@ -82,10 +82,10 @@ pub type Mutex = recipes_core::Mutex<EtcdMutex>;
 
 /// How many keys one ownership read returns. Nested locks' keys (which do
 /// not count) can fill a page; the read then goes on below the page.
-const PAGE: i64 = 16;
+pub(crate) const PAGE: i64 = 16;
 
 /// How long to wait before retrying a failed read.
-const RETRY_PAUSE: Duration = Duration::from_millis(20);
+pub(crate) const RETRY_PAUSE: Duration = Duration::from_millis(20);
 
 /// The etcd mutex backend; use it through [`Mutex`], which documents what
 /// holds under pause and partition.
@@ -152,7 +152,7 @@ enum Attempt {
 }
 
 /// What to do next in an attempt.
-enum Next {
+pub(crate) enum Next {
     /// Ours is the oldest contender, confirmed by a read at this revision.
     Owner { fence: i64 },
     /// Wait for this contender, the one just ahead of ours, to go.
@@ -366,7 +366,7 @@ async fn attempt(
 }
 
 /// One sending of `txn` (a fresh handle per try, for [`retrying`]).
-fn txn_request(
+pub(crate) fn txn_request(
     etcd: &etcd_client::Client,
     txn: &Txn,
 ) -> impl std::future::Future<Output = std::result::Result<TxnResponse, etcd_client::Error>> {
@@ -374,13 +374,13 @@ fn txn_request(
     async move { etcd.txn(txn).await }
 }
 
-fn passed(deadline: Option<Instant>) -> bool {
+pub(crate) fn passed(deadline: Option<Instant>) -> bool {
     deadline.is_some_and(|d| Instant::now() >= d)
 }
 
 /// When a waiter wakes up at the latest: the acquisition's deadline, or the
 /// session's local deadline (to notice a lost session).
-fn wake_at(session: &Session, deadline: Option<Instant>) -> Instant {
+pub(crate) fn wake_at(session: &Session, deadline: Option<Instant>) -> Instant {
     let lease_end = session
         .epoch()
         .valid_until()
@@ -393,7 +393,7 @@ fn wake_at(session: &Session, deadline: Option<Instant>) -> Instant {
 }
 
 /// Decide from the acquire transaction's page of oldest keys.
-fn decide_from_oldest(
+pub(crate) fn decide_from_oldest(
     oldest: &GetResponse,
     prefix: &str,
     key: &str,
@@ -426,7 +426,7 @@ fn decide_from_oldest(
 /// One read (a read-only transaction, linearizable): does our key still
 /// exist, and which contender was created just before it? Pages past
 /// nested locks' keys.
-async fn check_owner(
+pub(crate) async fn check_owner(
     etcd: &etcd_client::Client,
     rpc_timeout: Duration,
     prefix: &str,
@@ -477,21 +477,21 @@ async fn check_owner(
     }
 }
 
-fn header_revision(resp: &TxnResponse) -> Result<i64> {
+pub(crate) fn header_revision(resp: &TxnResponse) -> Result<i64> {
     resp.header()
         .map(|h| h.revision())
         .ok_or_else(|| unexpected("a transaction reply without a header"))
 }
 
 /// The `index`th reply of a transaction, which must be a range read.
-fn read_at(resp: &TxnResponse, index: usize) -> Result<GetResponse> {
+pub(crate) fn read_at(resp: &TxnResponse, index: usize) -> Result<GetResponse> {
     match resp.op_responses().into_iter().nth(index) {
         Some(TxnOpResponse::Get(get)) => Ok(get),
         _ => Err(unexpected("a transaction reply without its reads")),
     }
 }
 
-fn unexpected(what: &str) -> Error {
+pub(crate) fn unexpected(what: &str) -> Error {
     Error::Backend {
         message: format!("unexpected reply from etcd: {what}"),
         retryable: false,
@@ -506,12 +506,12 @@ fn unexpected(what: &str) -> Error {
 #[derive(Debug)]
 pub(crate) struct Cleanup {
     // `None` once run or disarmed.
-    rt: Option<Runtime>,
-    session: Arc<Session>,
-    key: String,
+    pub(crate) rt: Option<Runtime>,
+    pub(crate) session: Arc<Session>,
+    pub(crate) key: String,
     /// `None` while the put's outcome is unknown.
-    create_revision: Option<i64>,
-    turn: Option<OwnedMutexGuard<()>>,
+    pub(crate) create_revision: Option<i64>,
+    pub(crate) turn: Option<OwnedMutexGuard<()>>,
 }
 
 impl Cleanup {
@@ -522,7 +522,7 @@ impl Cleanup {
     }
 
     /// Delete the key now, on the caller's task.
-    async fn run(mut self) {
+    pub(crate) async fn run(mut self) {
         self.rt = None;
         let turn = self.turn.take();
         delete_until_done(

@@ -1,0 +1,913 @@
+//! The etcd election: etcd's `concurrency` election layout, the same
+//! synced-watch wait as the mutex, and a fence from the write that confirms
+//! the win.
+//!
+//! # Protocol
+//!
+//! An election named `/elections/x` has the key prefix `/elections/x/`; a
+//! candidate owns `/elections/x/<lease id in hex>` with its value, bound to
+//! its client's lease. The leader is the candidate key exactly one level
+//! below the prefix with the lowest `create_revision`. Go's
+//! `concurrency.Election` and `etcdctl elect` use the same layout and rule
+//! (except that they count nested keys too, which only makes them more
+//! careful), so they campaign against ours correctly.
+//!
+//! 1. One transaction: if our key does not exist, put it with our value and
+//!    lease; either way read it and the oldest keys under the prefix. A
+//!    synced watch on our own key starts alongside (see `watch.rs`).
+//! 2. While a candidate is ahead of ours, watch the one just ahead (synced),
+//!    read again, and wait for it to go — exactly as the mutex waits.
+//! 3. Once a read finds none ahead of us, put our key again — same value,
+//!    same lease, guarded by `create_revision == ours`. That write's
+//!    revision (our key's `mod_revision` right after it) is the fencing
+//!    token: it comes after the previous leader's key was deleted, so after
+//!    every write of the previous term. Our key's `mod_revision` itself is
+//!    no fence: it moves with every proclaim and, across a hand-over, can be
+//!    lower than the previous leader's.
+
+use std::fmt;
+use std::sync::Arc;
+use std::time::Instant as StdInstant;
+
+use crossbeam_channel::{Receiver, RecvTimeoutError, Sender};
+use etcd_client::{
+    Compare, CompareOp, EventType, GetOptions, PutOptions, SortOrder, SortTarget, Txn, TxnOp,
+    TxnResponse, WatchOptions,
+};
+use recipes_core::{
+    ElectionBackend, Error, FencedLease, FencingToken, HeldLease, LeaderInfo, LeadershipLease,
+    LossReason, LossSignal, LossTrigger, Result, Runtime,
+};
+use tokio::sync::{oneshot, watch, OwnedMutexGuard};
+use tokio::time::Instant;
+
+use crate::client::EtcdClient;
+use crate::error::{from_etcd, retrying};
+use crate::lock::EtcdLock;
+use crate::mutex::{
+    check_owner, decide_from_oldest, delete_until_done, header_revision, passed, read_at,
+    txn_request, unexpected, wake_at, Acquired, Cleanup, Next, PAGE, RETRY_PAUSE,
+};
+use crate::names::{contender_key, is_contender, key_prefix, validate_name};
+use crate::session::Session;
+use crate::watch::WatchSet;
+
+/// A leader election shared with every process that campaigns on the same
+/// name through etcd's `concurrency` package (Go's `concurrency.Election`,
+/// `etcdctl elect`).
+///
+/// Made by [`EtcdClient::election`]. Campaign with
+/// [`campaign`](recipes_core::Election::campaign) (or the `try_` and timed
+/// variants, which return `Ok(None)` when the deadline passes and leave no
+/// key behind), read the leader with
+/// [`leader`](recipes_core::Election::leader), follow it with
+/// [`backend().observe()`](EtcdElection::observe). Two campaigns on one name
+/// through one client wait for each other in the client (they would share a
+/// key otherwise).
+///
+/// # Under pause and partition
+///
+/// Guaranteed (clocks within 500 ppm of the server's): a [`Leadership`]'s
+/// loss signal fires before etcd can expire the client's lease and let
+/// another candidate win; fencing tokens strictly increase across terms;
+/// proclaims and fenced writes are refused by etcd once our key is gone.
+/// Not guaranteed: that a leader stops in time — a process paused right
+/// after checking its signal runs on after another leader was elected; only
+/// the fence stops its writes. A partitioned leader loses leadership at its
+/// local deadline even if etcd still keeps the lease. Leaders elected by
+/// `etcdctl elect` or Go's `concurrency.Election` have no fence of ours.
+///
+/// Only keys exactly one level below the prefix are candidates: Go's
+/// package lets the elections `/a` and `/a/b` block each other (and its
+/// `Leader()` may name a key of `/a/b` as the leader of `/a`); ours does
+/// not. Mixing the two on nested names is still never unsafe — Go only
+/// waits longer.
+pub type Election = recipes_core::Election<EtcdElection>;
+
+/// A won etcd election: its fence, loss signal, `proclaim`, and fenced
+/// writes through [`lease`](recipes_core::Leadership::lease). Dropping it
+/// resigns in the background.
+///
+/// Under pause and partition its loss signal fires before etcd can let
+/// another candidate win (see [`Election`]); it cannot stop a leader paused
+/// right after checking it — pass the token with every write.
+pub type Leadership = recipes_core::Leadership<EtcdLeadership>;
+
+/// The etcd election backend; use it through [`Election`], which documents
+/// what holds under pause and partition. Its own addition is
+/// [`observe`](EtcdElection::observe), reached with
+/// [`Election::backend`](recipes_core::Election::backend).
+#[derive(Clone)]
+pub struct EtcdElection {
+    client: EtcdClient,
+    name: String,
+    prefix: String,
+    // Ends an unbounded campaign once it reads `true` (or its sender is
+    // gone): a selector's close.
+    cancel: Option<watch::Receiver<bool>>,
+}
+
+impl EtcdElection {
+    pub(crate) fn new(client: EtcdClient, name: &str) -> Result<EtcdElection> {
+        validate_election_name(name)?;
+        Ok(EtcdElection {
+            client,
+            name: name.to_owned(),
+            prefix: key_prefix(name),
+            cancel: None,
+        })
+    }
+
+    /// The same election; a campaign ends with `Ok(None)` once `cancel`
+    /// reads `true` or its sender is dropped.
+    pub(crate) fn cancelled_by(mut self, cancel: watch::Receiver<bool>) -> EtcdElection {
+        self.cancel = Some(cancel);
+        self
+    }
+
+    pub(crate) fn client(&self) -> &EtcdClient {
+        &self.client
+    }
+
+    /// The key prefix its candidates' keys live under (`<name>/`).
+    pub fn key_prefix(&self) -> &str {
+        &self.prefix
+    }
+
+    /// Follow the leader: the returned observer first receives the current
+    /// leader (if any), then every change — a new leader, or a new value
+    /// proclaimed by the leader. A moment without a leader is not reported.
+    ///
+    /// When this returns, a synced watch on the prefix is in place: no change
+    /// after it is missed. The watch is opened again (and the leader read
+    /// again) if its stream breaks, so changes in between are coalesced into
+    /// the newest. The channel disconnects when the client closes; dropping
+    /// the observer stops the watch.
+    ///
+    /// Under pause and partition: what the observer reports is what etcd
+    /// said, late by however long the observer was cut off; it is no proof
+    /// of leadership — only a [`Leadership`] is.
+    ///
+    /// # Errors
+    ///
+    /// Backend errors if the watch or the first read failed within the RPC
+    /// timeout.
+    pub fn observe(&self) -> Result<LeaderObserver> {
+        let (client, prefix) = (self.client.clone(), self.prefix.clone());
+        let (tx, rx) = crossbeam_channel::unbounded();
+        let (stop, stopped) = oneshot::channel();
+        let handle = self.client.runtime().handle().clone();
+        self.client.call("observe the election", async move {
+            let session = client.live_session().await?;
+            let etcd = session.etcd()?;
+            let timeout = session.rpc_timeout();
+            drop(session);
+            let stream = open_prefix_watch(&etcd, &prefix, timeout).await?;
+            let mut last = None;
+            publish(&etcd, &prefix, timeout, &tx, &mut last).await?;
+            handle.spawn(async move {
+                tokio::select! {
+                    _ = stopped => {}
+                    _ = follow(etcd, prefix, timeout, stream, tx, last) => {}
+                }
+            });
+            Ok(())
+        })?;
+        Ok(LeaderObserver { rx, _stop: stop })
+    }
+}
+
+impl fmt::Debug for EtcdElection {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("EtcdElection")
+            .field("name", &self.name)
+            .field("client", &self.client)
+            .finish()
+    }
+}
+
+impl ElectionBackend for EtcdElection {
+    type Leadership = EtcdLeadership;
+
+    fn name(&self) -> &str {
+        &self.name
+    }
+
+    fn campaign(
+        &self,
+        value: &[u8],
+        deadline: Option<StdInstant>,
+    ) -> Result<Option<EtcdLeadership>> {
+        let this = self.clone();
+        let value = value.to_vec();
+        let won = self
+            .client
+            .runtime()
+            .call_until("campaign", None, async move {
+                let deadline = deadline.map(Instant::from_std);
+                let run = campaign(&this.client, &this.name, &this.prefix, &value, deadline);
+                match this.cancel {
+                    Some(mut cancel) => tokio::select! {
+                        r = run => r,
+                        _ = cancel.wait_for(|c| *c) => Ok(None),
+                    },
+                    None => run.await,
+                }
+            })?;
+        Ok(won.map(|a| EtcdLeadership::held(self.client.clone(), a)))
+    }
+
+    fn leader(&self) -> Result<Option<LeaderInfo>> {
+        let (client, prefix) = (self.client.clone(), self.prefix.clone());
+        self.client.call("read the leader", async move {
+            let session = client.live_session().await?;
+            let leader = read_leader(&session.etcd()?, session.rpc_timeout(), &prefix).await?;
+            Ok(leader.map(|c| c.info))
+        })
+    }
+}
+
+/// Election names follow the lock names' rules; the message says which.
+fn validate_election_name(name: &str) -> Result<()> {
+    validate_name(name).map_err(|e| match e {
+        Error::InvalidArgument(msg) => {
+            Error::InvalidArgument(msg.replacen("etcd lock name", "etcd election name", 1))
+        }
+        other => other,
+    })
+}
+
+/// Follows an election's leader; made by [`EtcdElection::observe`].
+///
+/// Dropping it stops the watch. The channel disconnects when the client
+/// closes.
+///
+/// Under pause and partition it reports what etcd said, late by as long as
+/// the observer was paused or cut off, and changes in between may be
+/// coalesced into the newest. A reported leader may already be gone: it is
+/// no proof of leadership and carries no fence.
+#[derive(Debug)]
+pub struct LeaderObserver {
+    rx: Receiver<LeaderInfo>,
+    // Dropping it stops the watch task.
+    _stop: oneshot::Sender<()>,
+}
+
+impl LeaderObserver {
+    /// The leader changes, for `crossbeam_channel::select!`; it disconnects
+    /// when the client closes.
+    pub fn receiver(&self) -> &Receiver<LeaderInfo> {
+        &self.rx
+    }
+
+    /// The next change, waiting at most `timeout`.
+    ///
+    /// # Errors
+    ///
+    /// [`RecvTimeoutError::Timeout`] when nothing changed in time;
+    /// [`RecvTimeoutError::Disconnected`] once the client closed.
+    pub fn recv_timeout(
+        &self,
+        timeout: std::time::Duration,
+    ) -> std::result::Result<LeaderInfo, RecvTimeoutError> {
+        self.rx.recv_timeout(timeout)
+    }
+}
+
+/// A won etcd election: our candidate key, its loss watch, its fence and
+/// fenced writes. The lease behind a [`Leadership`].
+///
+/// Its loss signal fires when the client's lease may be gone (the local
+/// deadline passed without an acknowledged keep-alive, or a reply said it is
+/// gone), when our key is deleted by anyone, at resignation, and when the
+/// client closes. Proclaims and fenced writes ([`put`](EtcdLeadership::put),
+/// [`delete`](EtcdLeadership::delete), [`txn`](EtcdLeadership::txn)) are
+/// applied by etcd only while the key we created still exists: a leader that
+/// lost — paused, partitioned, its key deleted — is refused, whatever its
+/// loss signal says.
+pub struct EtcdLeadership {
+    lock: EtcdLock,
+}
+
+impl EtcdLeadership {
+    pub(crate) fn held(client: EtcdClient, a: Acquired) -> EtcdLeadership {
+        log::info!(
+            "[{} key={}] leadership gained (fence {})",
+            a.session.label(),
+            a.key,
+            a.fence
+        );
+        EtcdLeadership {
+            lock: EtcdLock::held(client, a),
+        }
+    }
+
+    /// Our key, `<name>/<lease id in hex>`.
+    pub fn key(&self) -> &str {
+        self.lock.key()
+    }
+
+    /// The id of the lease our key is bound to.
+    pub fn lease_id(&self) -> i64 {
+        self.lock.lease_id()
+    }
+
+    /// The `create_revision` of our key: the compare target of proclaims and
+    /// fenced writes, as Go's `Election.Rev()`. Not the fencing token.
+    pub fn create_revision(&self) -> i64 {
+        self.lock.create_revision()
+    }
+
+    /// Put `key` = `value`, only while we lead: one transaction guarded by
+    /// `create_revision(our key) == ours`. Returns the write's revision.
+    ///
+    /// # Errors
+    ///
+    /// [`Error::FenceRejected`] when our key is gone (leadership was lost);
+    /// [`Error::Indeterminate`] when no reply came; other backend errors.
+    pub fn put(&self, key: impl Into<Vec<u8>>, value: impl Into<Vec<u8>>) -> Result<i64> {
+        self.lock.put(key, value)
+    }
+
+    /// Delete `key`, only while we lead. Returns the write's revision.
+    ///
+    /// # Errors
+    ///
+    /// As for [`put`](EtcdLeadership::put).
+    pub fn delete(&self, key: impl Into<Vec<u8>>) -> Result<i64> {
+        self.lock.delete(key)
+    }
+
+    /// Run `ops` in one transaction, only while we lead.
+    ///
+    /// # Errors
+    ///
+    /// As for [`put`](EtcdLeadership::put).
+    pub fn txn(&self, ops: Vec<TxnOp>) -> Result<TxnResponse> {
+        self.lock.txn(ops)
+    }
+
+    /// The trigger of this term's loss signal (a selector fires it on close).
+    pub(crate) fn trigger(&self) -> &LossTrigger {
+        &self.lock.trigger
+    }
+
+    /// Resign on the runtime: fire the signal, delete our key (retrying
+    /// until done or the session is lost), then give this process's turn at
+    /// the name back.
+    pub(crate) async fn resign_on_runtime(self) {
+        let lock = self.lock;
+        lock.trigger.fire(LossReason::Released);
+        let turn = lock.turn.lock().take();
+        let (session, key, rev) = (
+            lock.session.clone(),
+            lock.key().to_owned(),
+            lock.create_revision(),
+        );
+        delete_until_done(session, key, Some(rev), turn).await;
+    }
+}
+
+impl HeldLease for EtcdLeadership {
+    fn loss_signal(&self) -> &LossSignal {
+        self.lock.loss_signal()
+    }
+
+    fn holder(&self) -> &str {
+        self.lock.key()
+    }
+
+    fn release(self) -> Result<()> {
+        self.lock.release()
+    }
+
+    fn release_in_background(self) {
+        self.lock.release_in_background();
+    }
+}
+
+impl FencedLease for EtcdLeadership {
+    fn token(&self) -> FencingToken {
+        self.lock.token()
+    }
+}
+
+impl LeadershipLease for EtcdLeadership {
+    /// Put our key again with `value` (and our lease), guarded by
+    /// `create_revision == ours`, as Go's `Election.Proclaim`. Observers see
+    /// the new value; the fence does not change.
+    ///
+    /// # Errors
+    ///
+    /// [`Error::NotHeld`] when our key is gone (leadership is lost: the loss
+    /// signal fires too); [`Error::Indeterminate`] when no reply came.
+    fn proclaim(&self, value: &[u8]) -> Result<()> {
+        let put = TxnOp::put(
+            self.key(),
+            value.to_vec(),
+            Some(PutOptions::new().with_lease(self.lease_id())),
+        );
+        match self.lock.txn(vec![put]) {
+            Ok(_) => Ok(()),
+            Err(Error::FenceRejected { .. }) => {
+                self.trigger().fire(LossReason::Deleted);
+                Err(Error::NotHeld {
+                    what: format!(
+                        "leadership of {}: our key (created at revision {}) is gone",
+                        self.key(),
+                        self.create_revision()
+                    ),
+                })
+            }
+            Err(e) => Err(e),
+        }
+    }
+}
+
+impl fmt::Debug for EtcdLeadership {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("EtcdLeadership")
+            .field("key", &self.key())
+            .field("create_revision", &self.create_revision())
+            .field("token", &self.token())
+            .field("lost", &self.loss_signal().reason())
+            .finish()
+    }
+}
+
+/// The outcome of one attempt.
+enum Attempt {
+    Won(Box<Acquired>),
+    TimedOut,
+    /// The session was lost or our key vanished while waiting: start over
+    /// with a new key.
+    Restart,
+}
+
+/// Campaign with `value` until elected or `deadline` (which bounds the wait
+/// only: the transaction and its read always run, so a try of a free
+/// election wins). A stuck request is cut off an RPC timeout after the
+/// deadline; every way out but a win deletes our key.
+pub(crate) async fn campaign(
+    client: &EtcdClient,
+    name: &str,
+    prefix: &str,
+    value: &[u8],
+    deadline: Option<Instant>,
+) -> Result<Option<Acquired>> {
+    loop {
+        let session = client.live_session().await?;
+        let Some(turn) = session.queue_turn(name, deadline).await else {
+            return Ok(None);
+        };
+        let rt = client.runtime().clone();
+        let outcome = match deadline {
+            Some(d) => {
+                let hard = d + session.rpc_timeout();
+                let attempt = attempt(rt, &session, prefix, value, turn, Some(d));
+                match tokio::time::timeout_at(hard, attempt).await {
+                    Ok(r) => r?,
+                    // The attempt was dropped: its cleanup runs.
+                    Err(_) => Attempt::TimedOut,
+                }
+            }
+            None => attempt(rt, &session, prefix, value, turn, None).await?,
+        };
+        match outcome {
+            Attempt::Won(a) => return Ok(Some(*a)),
+            Attempt::TimedOut => return Ok(None),
+            Attempt::Restart if passed(deadline) => return Ok(None),
+            Attempt::Restart => {
+                log::debug!("[{}] campaigning again on {prefix}", session.label());
+            }
+        }
+    }
+}
+
+async fn attempt(
+    rt: Runtime,
+    session: &Arc<Session>,
+    prefix: &str,
+    value: &[u8],
+    turn: OwnedMutexGuard<()>,
+    deadline: Option<Instant>,
+) -> Result<Attempt> {
+    let key = contender_key(prefix, session.lease());
+    let mut cleanup = Cleanup {
+        rt: Some(rt),
+        session: session.clone(),
+        key: key.clone(),
+        create_revision: None,
+        turn: Some(turn),
+    };
+    let etcd = session.etcd()?;
+    let rpc_timeout = session.rpc_timeout();
+    let ours = || {
+        TxnOp::put(
+            key.clone(),
+            value.to_vec(),
+            Some(PutOptions::new().with_lease(session.lease())),
+        )
+    };
+    let oldest = GetOptions::new()
+        .with_prefix()
+        .with_sort(SortTarget::Create, SortOrder::Ascend)
+        .with_limit(PAGE)
+        .with_keys_only();
+    let txn = Txn::new()
+        .when([Compare::create_revision(key.clone(), CompareOp::Equal, 0)])
+        .and_then([ours(), TxnOp::get(prefix, Some(oldest.clone()))])
+        .or_else([
+            TxnOp::get(key.clone(), None),
+            TxnOp::get(prefix, Some(oldest)),
+        ]);
+    let mut watch_etcd = etcd.clone();
+    let what = format!("campaign on {prefix}");
+    let (resp, opened) = tokio::join!(
+        // Safe to send twice: a second run finds our key and reads it.
+        retrying(&what, rpc_timeout, || txn_request(&etcd, &txn)),
+        WatchSet::open(&mut watch_etcd, &key, rpc_timeout),
+    );
+    // On error the cleanup deletes the key: the put may have been applied.
+    let resp = resp?;
+    let mut watches = opened
+        .map_err(|e| log::debug!("[{}] watch on {key} failed: {e}", session.label()))
+        .ok();
+    let header = header_revision(&resp)?;
+    let oldest = read_at(&resp, 1)?;
+    let create_revision = if resp.succeeded() {
+        header
+    } else {
+        // Our key existed (a leftover of this lease, held by no guard of
+        // ours: this process's queue sees to that). Go on with it as Go
+        // does, with our value.
+        let existing = read_at(&resp, 0)?;
+        let Some(kv) = existing.kvs().first() else {
+            return Err(unexpected(
+                "our key vanished inside the campaign transaction",
+            ));
+        };
+        let rev = kv.create_revision();
+        cleanup.create_revision = Some(rev);
+        if kv.value() != value
+            && guarded(&etcd, rpc_timeout, &key, rev, ours())
+                .await?
+                .is_none()
+        {
+            cleanup.run().await;
+            return Ok(Attempt::Restart);
+        }
+        rev
+    };
+    cleanup.create_revision = Some(create_revision);
+    log::debug!(
+        "[{}] {key} created at revision {create_revision}",
+        session.label()
+    );
+    let mut next = decide_from_oldest(&oldest, prefix, &key, create_revision, header);
+    loop {
+        next = match next {
+            Next::Owner { .. } => {
+                // The win-confirming write: its revision is the fence.
+                match guarded(&etcd, rpc_timeout, &key, create_revision, ours()).await? {
+                    Some(fence) => {
+                        // The watch covers our key from the fence on only if
+                        // it existed by then; otherwise the lock's watch
+                        // starts afresh (and reads the key again).
+                        let watches = watches.filter(|w| w.synced_at() <= fence);
+                        let won = Acquired {
+                            session: session.clone(),
+                            key,
+                            create_revision,
+                            fence,
+                            watches,
+                            cleanup,
+                        };
+                        return Ok(Attempt::Won(Box::new(won)));
+                    }
+                    None => Next::OursGone,
+                }
+            }
+            Next::OursGone => {
+                log::debug!("[{}] {key} vanished while campaigning", session.label());
+                cleanup.run().await;
+                return Ok(Attempt::Restart);
+            }
+            Next::Check => {
+                if session.is_lost() {
+                    cleanup.run().await;
+                    return Ok(Attempt::Restart);
+                }
+                match check_owner(&etcd, rpc_timeout, prefix, &key, create_revision).await {
+                    Ok(next) => next,
+                    Err(e) if e.is_retryable() && !passed(deadline) => {
+                        log::debug!("[{}] leader read failed: {e}; retrying", session.label());
+                        tokio::time::sleep(RETRY_PAUSE).await;
+                        Next::Check
+                    }
+                    Err(e) => return Err(e),
+                }
+            }
+            Next::Wait(ahead) => {
+                if passed(deadline) {
+                    cleanup.run().await;
+                    return Ok(Attempt::TimedOut);
+                }
+                if session.is_lost() {
+                    cleanup.run().await;
+                    return Ok(Attempt::Restart);
+                }
+                let outcome = match watches.as_mut() {
+                    // Both watches were confirmed before the read that named
+                    // `ahead`: neither deletion can be missed.
+                    Some(w) if w.ahead() == Some(ahead.as_slice()) => {
+                        let wake = wake_at(session, deadline);
+                        tokio::select! {
+                            gone = w.next() => Some(gone.map(drop)),
+                            _ = tokio::time::sleep_until(wake) => None,
+                            _ = session.lost() => None,
+                        }
+                    }
+                    Some(w) => Some(w.watch_ahead(&ahead, rpc_timeout).await),
+                    None => match WatchSet::open(&mut watch_etcd, &key, rpc_timeout).await {
+                        Ok(w) => {
+                            watches = Some(w);
+                            Some(Ok(()))
+                        }
+                        Err(e) => Some(Err(e)),
+                    },
+                };
+                match outcome {
+                    Some(Ok(())) => Next::Check,
+                    Some(Err(e)) if e.is_retryable() => {
+                        log::debug!("[{}] watch broke: {e}", session.label());
+                        watches = None;
+                        tokio::time::sleep(RETRY_PAUSE).await;
+                        Next::Check
+                    }
+                    Some(Err(e)) => return Err(e),
+                    None => Next::Wait(ahead),
+                }
+            }
+        };
+    }
+}
+
+/// Run `op` only while our key has `create_revision`; the write's revision,
+/// or `None` when our key is gone. Sent again after a retryable failure: a
+/// second put of the same value and lease means the same, and its revision
+/// is as good a fence (it too comes after the read that confirmed us).
+async fn guarded(
+    etcd: &etcd_client::Client,
+    rpc_timeout: std::time::Duration,
+    key: &str,
+    create_revision: i64,
+    op: TxnOp,
+) -> Result<Option<i64>> {
+    let txn = Txn::new()
+        .when([Compare::create_revision(
+            key,
+            CompareOp::Equal,
+            create_revision,
+        )])
+        .and_then([op]);
+    let resp = retrying(&format!("put {key}"), rpc_timeout, || {
+        txn_request(etcd, &txn)
+    })
+    .await?;
+    if !resp.succeeded() {
+        return Ok(None);
+    }
+    header_revision(&resp).map(Some)
+}
+
+/// A candidate key as read from etcd.
+#[derive(Debug, Clone)]
+pub(crate) struct Candidate {
+    pub(crate) info: LeaderInfo,
+    pub(crate) create_revision: i64,
+}
+
+fn candidate(kv: &etcd_client::KeyValue) -> Candidate {
+    Candidate {
+        info: LeaderInfo {
+            holder: String::from_utf8_lossy(kv.key()).into_owned(),
+            value: kv.value().to_vec(),
+        },
+        create_revision: kv.create_revision(),
+    }
+}
+
+/// The candidates under `prefix` (keys exactly one level below it), oldest
+/// first: the first one leads. One linearizable read.
+pub(crate) async fn read_candidates(
+    etcd: &etcd_client::Client,
+    timeout: std::time::Duration,
+    prefix: &str,
+) -> Result<Vec<Candidate>> {
+    let options = GetOptions::new()
+        .with_prefix()
+        .with_sort(SortTarget::Create, SortOrder::Ascend);
+    let resp = retrying(&format!("read {prefix}"), timeout, || {
+        let (mut etcd, options) = (etcd.clone(), options.clone());
+        async move { etcd.get(prefix, Some(options)).await }
+    })
+    .await?;
+    Ok(resp
+        .kvs()
+        .iter()
+        .filter(|kv| is_contender(prefix, kv.key()))
+        .map(candidate)
+        .collect())
+}
+
+/// The leader under `prefix`: the oldest candidate key. Pages past nested
+/// elections' keys, which do not count.
+pub(crate) async fn read_leader(
+    etcd: &etcd_client::Client,
+    timeout: std::time::Duration,
+    prefix: &str,
+) -> Result<Option<Candidate>> {
+    let mut from = 0;
+    loop {
+        let options = GetOptions::new()
+            .with_prefix()
+            .with_min_create_revision(from)
+            .with_sort(SortTarget::Create, SortOrder::Ascend)
+            .with_limit(PAGE);
+        let resp = retrying(&format!("read {prefix}"), timeout, || {
+            let (mut etcd, options) = (etcd.clone(), options.clone());
+            async move { etcd.get(prefix, Some(options)).await }
+        })
+        .await?;
+        if let Some(kv) = resp.kvs().iter().find(|kv| is_contender(prefix, kv.key())) {
+            return Ok(Some(candidate(kv)));
+        }
+        match resp.kvs().last() {
+            // A key created before `from` while we paged would have a newer
+            // revision: nothing is missed.
+            Some(last) if resp.more() => from = last.create_revision() + 1,
+            _ => return Ok(None),
+        }
+    }
+}
+
+/// A synced watch on every key under `prefix`, puts and deletes.
+async fn open_prefix_watch(
+    etcd: &etcd_client::Client,
+    prefix: &str,
+    timeout: std::time::Duration,
+) -> Result<etcd_client::WatchStream> {
+    let opened = async {
+        let mut etcd = etcd.clone();
+        let mut stream = etcd
+            .watch(prefix, Some(WatchOptions::new().with_prefix()))
+            .await
+            .map_err(|e| from_etcd("watch the election", e))?;
+        loop {
+            match stream.message().await {
+                Ok(Some(reply)) if reply.canceled() => {
+                    return Err(Error::Backend {
+                        message: format!(
+                            "etcd cancelled the watch on {prefix}: {}",
+                            reply.cancel_reason()
+                        ),
+                        retryable: true,
+                        source: None,
+                    })
+                }
+                Ok(Some(reply)) if reply.created() => return Ok(stream),
+                Ok(Some(_)) => {}
+                Ok(None) => return Err(Error::ConnectionLoss),
+                Err(e) => return Err(from_etcd("watch the election", e)),
+            }
+        }
+    };
+    tokio::time::timeout(timeout, opened)
+        .await
+        .map_err(|_| Error::Timeout {
+            what: format!("watch {prefix}"),
+            after: timeout,
+        })?
+}
+
+/// What an observer last reported: the leader's key, term and value.
+type Reported = Option<(String, i64, Vec<u8>)>;
+
+/// Read the leader; send it if it differs from what was last reported.
+async fn publish(
+    etcd: &etcd_client::Client,
+    prefix: &str,
+    timeout: std::time::Duration,
+    tx: &Sender<LeaderInfo>,
+    last: &mut Reported,
+) -> Result<()> {
+    let Some(leader) = read_leader(etcd, timeout, prefix).await? else {
+        return Ok(());
+    };
+    let now = (
+        leader.info.holder.clone(),
+        leader.create_revision,
+        leader.info.value.clone(),
+    );
+    if last.as_ref() != Some(&now) {
+        *last = Some(now);
+        // The receiver lives in the observer, which stops this task when
+        // dropped.
+        let _ = tx.send(leader.info);
+    }
+    Ok(())
+}
+
+/// Follow the prefix: after each batch of changes to candidate keys, read
+/// the leader again. A broken stream is opened again (then read).
+async fn follow(
+    etcd: etcd_client::Client,
+    prefix: String,
+    timeout: std::time::Duration,
+    stream: etcd_client::WatchStream,
+    tx: Sender<LeaderInfo>,
+    mut last: Reported,
+) {
+    let mut stream = Some(stream);
+    let mut pause = RETRY_PAUSE;
+    loop {
+        let mut s = match stream.take() {
+            Some(s) => s,
+            None => match open_prefix_watch(&etcd, &prefix, timeout).await {
+                Ok(s) => {
+                    if let Err(e) = publish(&etcd, &prefix, timeout, &tx, &mut last).await {
+                        log::debug!("[prefix={prefix}] observer read failed: {e}");
+                        tokio::time::sleep(pause).await;
+                        continue;
+                    }
+                    pause = RETRY_PAUSE;
+                    s
+                }
+                Err(e) => {
+                    log::debug!("[prefix={prefix}] observer watch failed: {e}");
+                    tokio::time::sleep(pause).await;
+                    pause = (pause * 2).min(std::time::Duration::from_secs(1));
+                    continue;
+                }
+            },
+        };
+        loop {
+            let reply = match s.message().await {
+                Ok(Some(reply)) if !reply.canceled() => reply,
+                Ok(_) => break,
+                Err(e) => {
+                    log::debug!("[prefix={prefix}] observer watch broke: {e}");
+                    break;
+                }
+            };
+            let relevant = reply.events().iter().any(|ev| {
+                matches!(ev.event_type(), EventType::Put | EventType::Delete)
+                    && ev.kv().is_some_and(|kv| is_contender(&prefix, kv.key()))
+            });
+            if relevant {
+                if let Err(e) = publish(&etcd, &prefix, timeout, &tx, &mut last).await {
+                    log::debug!("[prefix={prefix}] observer read failed: {e}");
+                    break;
+                }
+            }
+        }
+    }
+}
+
+impl EtcdClient {
+    /// An election named `name` (etcd's `concurrency` layout: keys
+    /// `<name>/<lease id>` holding the candidates' values), shared with Go's
+    /// `concurrency.Election` and `etcdctl elect <name>`.
+    ///
+    /// # Errors
+    ///
+    /// [`Error::InvalidArgument`] for a name that is empty, does not start
+    /// with `/`, ends with `/`, has an empty component or a control
+    /// character.
+    ///
+    /// # Examples
+    ///
+    /// ```no_run
+    /// # fn main() -> Result<(), recipes_etcd::Error> {
+    /// use std::time::Duration;
+    /// let client = recipes_etcd::EtcdClient::connect(["127.0.0.1:2379"])?;
+    /// let election = client.election("/elections/scheduler")?;
+    /// let observer = election.backend().observe()?;
+    /// if let Some(leader) = election.try_campaign_for(b"host-a", Duration::from_secs(5))? {
+    ///     // Pass leader.token() with every write to the protected resource.
+    ///     leader.proclaim(b"host-a: ready")?;
+    ///     let seen = observer.recv_timeout(Duration::from_secs(5));
+    ///     println!("observed {seen:?}, fence {}", leader.token());
+    ///     leader.resign()?;
+    /// }
+    /// # Ok(())
+    /// # }
+    /// ```
+    pub fn election(&self, name: &str) -> Result<Election> {
+        Ok(Election::from_backend(EtcdElection::new(
+            self.clone(),
+            name,
+        )?))
+    }
+}
