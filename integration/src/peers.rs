@@ -26,7 +26,7 @@ use crate::worker::Worker;
 /// Where Debian installs Java libraries.
 const JAVA_SHARE: &str = "/usr/share/java";
 
-/// The jars (in [`JAVA_SHARE`]) the Curator peer compiles and runs with:
+/// The jars (in `/usr/share/java`) the Curator peer compiles and runs with:
 /// what the JVM actually loads classes from (`java -verbose:class`).
 /// Curator's jars name most of them again in their manifests' `Class-Path`;
 /// listing them keeps the classpath explicit. Neither netty nor jackson is

@@ -6,41 +6,20 @@ mod conformance;
 use std::net::SocketAddr;
 use std::time::Duration;
 
-use conformance::Kit;
+use conformance::{Kit, Server};
 use integration::{EtcdFacts, EtcdServer};
 use recipes_etcd::{EtcdClient, EtcdMutex};
 
-enum Server {
-    Shared(&'static EtcdServer),
-    Own(Box<EtcdServer>),
-}
-
 struct EtcdKit {
-    server: Server,
+    server: Server<EtcdServer>,
     facts: EtcdFacts,
 }
 
 impl EtcdKit {
-    fn shared() -> EtcdKit {
-        let server = EtcdServer::shared();
+    fn on(server: Server<EtcdServer>) -> EtcdKit {
         EtcdKit {
             facts: server.facts(),
-            server: Server::Shared(server),
-        }
-    }
-
-    fn own() -> EtcdKit {
-        let server = EtcdServer::start();
-        EtcdKit {
-            facts: server.facts(),
-            server: Server::Own(Box::new(server)),
-        }
-    }
-
-    fn server(&self) -> &EtcdServer {
-        match &self.server {
-            Server::Shared(s) => s,
-            Server::Own(s) => s,
+            server,
         }
     }
 
@@ -55,8 +34,16 @@ impl EtcdKit {
 impl Kit for EtcdKit {
     type Mutex = EtcdMutex;
 
+    fn shared() -> Self {
+        EtcdKit::on(Server::Shared(EtcdServer::shared()))
+    }
+
+    fn own() -> Self {
+        EtcdKit::on(Server::Own(Box::new(EtcdServer::start())))
+    }
+
     fn mutex(&self, name: &str, ttl: Duration) -> recipes_etcd::Mutex {
-        self.client(self.server().endpoints(), ttl)
+        self.client(self.server.endpoints(), ttl)
             .mutex(name)
             .unwrap()
     }
@@ -68,13 +55,13 @@ impl Kit for EtcdKit {
     }
 
     fn server_addr(&self) -> SocketAddr {
-        self.server().client_addr()
+        self.server.client_addr()
     }
 
     fn worker_connect(&self, ttl: Duration) -> String {
         format!(
             "connect etcd {} {}",
-            self.server().endpoints().join(","),
+            self.server.endpoints().join(","),
             ttl.as_millis()
         )
     }
@@ -92,7 +79,7 @@ impl Kit for EtcdKit {
     fn granted(&self, ttl: Duration) -> Duration {
         // Whole seconds, and never below the server's minimum.
         let secs = Duration::from_secs(ttl.as_millis().div_ceil(1000) as u64);
-        secs.max(self.server().config().min_lease_ttl())
+        secs.max(self.server.config().min_lease_ttl())
     }
 
     fn expiry_granularity(&self) -> Duration {
@@ -101,28 +88,4 @@ impl Kit for EtcdKit {
     }
 }
 
-#[test]
-fn mutual_exclusion_four_workers() {
-    conformance::mutual_exclusion(&EtcdKit::shared(), 4, 25);
-}
-
-#[test]
-fn fault_killed_holder_frees_the_lock_within_the_ttl() {
-    conformance::killed_holder_frees_the_lock_within_the_lease(
-        &EtcdKit::own(),
-        Duration::from_secs(2),
-    );
-}
-
-#[test]
-fn fault_paused_holder_is_fenced_out() {
-    conformance::paused_holder_is_fenced_out(&EtcdKit::own(), Duration::from_secs(2));
-}
-
-#[test]
-fn fault_blackholed_holder_loses_before_another_acquires() {
-    conformance::blackholed_holder_loses_before_another_acquires(
-        &EtcdKit::own(),
-        Duration::from_secs(2),
-    );
-}
+conformance_suite!(EtcdKit);

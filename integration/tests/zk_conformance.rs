@@ -6,41 +6,20 @@ mod conformance;
 use std::net::SocketAddr;
 use std::time::Duration;
 
-use conformance::Kit;
+use conformance::{Kit, Server};
 use integration::{ZkFacts, ZkServer};
 use recipes_zk::{ZkClient, ZkMutex};
 
-enum Server {
-    Shared(&'static ZkServer),
-    Own(Box<ZkServer>),
-}
-
 struct ZkKit {
-    server: Server,
+    server: Server<ZkServer>,
     facts: ZkFacts,
 }
 
 impl ZkKit {
-    fn shared() -> ZkKit {
-        let server = ZkServer::shared();
+    fn on(server: Server<ZkServer>) -> ZkKit {
         ZkKit {
             facts: server.facts(),
-            server: Server::Shared(server),
-        }
-    }
-
-    fn own() -> ZkKit {
-        let server = ZkServer::start();
-        ZkKit {
-            facts: server.facts(),
-            server: Server::Own(Box::new(server)),
-        }
-    }
-
-    fn server(&self) -> &ZkServer {
-        match &self.server {
-            Server::Shared(s) => s,
-            Server::Own(s) => s,
+            server,
         }
     }
 
@@ -55,8 +34,16 @@ impl ZkKit {
 impl Kit for ZkKit {
     type Mutex = ZkMutex;
 
+    fn shared() -> Self {
+        ZkKit::on(Server::Shared(ZkServer::shared()))
+    }
+
+    fn own() -> Self {
+        ZkKit::on(Server::Own(Box::new(ZkServer::start())))
+    }
+
     fn mutex(&self, name: &str, ttl: Duration) -> recipes_zk::InterProcessMutex {
-        self.client(self.server().connect_string(), ttl)
+        self.client(self.server.connect_string(), ttl)
             .mutex(name)
             .unwrap()
     }
@@ -71,13 +58,13 @@ impl Kit for ZkKit {
     }
 
     fn server_addr(&self) -> SocketAddr {
-        self.server().client_addr()
+        self.server.client_addr()
     }
 
     fn worker_connect(&self, ttl: Duration) -> String {
         format!(
             "connect zk {} {}",
-            self.server().connect_string(),
+            self.server.connect_string(),
             ttl.as_millis()
         )
     }
@@ -93,81 +80,14 @@ impl Kit for ZkKit {
     }
 
     fn granted(&self, ttl: Duration) -> Duration {
-        let c = self.server().config();
+        let c = self.server.config();
         ttl.clamp(c.min_session_timeout(), c.max_session_timeout())
     }
 
     fn expiry_granularity(&self) -> Duration {
-        self.server().config().tick_time()
+        // The server checks sessions once per tick.
+        self.server.config().tick_time()
     }
 }
 
-#[test]
-fn mutual_exclusion_four_workers() {
-    conformance::mutual_exclusion(&ZkKit::shared(), 4, 25);
-}
-
-#[test]
-fn fault_killed_holder_frees_the_lock_within_the_session_timeout() {
-    conformance::killed_holder_frees_the_lock_within_the_lease(
-        &ZkKit::own(),
-        Duration::from_secs(2),
-    );
-}
-
-#[test]
-fn fault_paused_holder_is_fenced_out() {
-    conformance::paused_holder_is_fenced_out(&ZkKit::own(), Duration::from_secs(2));
-}
-
-#[test]
-fn fault_blackholed_holder_loses_before_another_acquires() {
-    conformance::blackholed_holder_loses_before_another_acquires(
-        &ZkKit::own(),
-        Duration::from_secs(2),
-    );
-}
-
-#[test]
-fn fault_latch_leader_killed_fails_over() {
-    use conformance::{LeaderRecipe, Takeout};
-    conformance::leader_failover(
-        &ZkKit::own(),
-        LeaderRecipe::Latch,
-        Takeout::Kill,
-        Duration::from_secs(2),
-    );
-}
-
-#[test]
-fn fault_latch_leader_paused_is_fenced_out() {
-    use conformance::{LeaderRecipe, Takeout};
-    conformance::leader_failover(
-        &ZkKit::own(),
-        LeaderRecipe::Latch,
-        Takeout::Pause,
-        Duration::from_secs(2),
-    );
-}
-
-#[test]
-fn fault_selector_leader_killed_fails_over() {
-    use conformance::{LeaderRecipe, Takeout};
-    conformance::leader_failover(
-        &ZkKit::own(),
-        LeaderRecipe::Selector,
-        Takeout::Kill,
-        Duration::from_secs(2),
-    );
-}
-
-#[test]
-fn fault_selector_leader_paused_is_fenced_out() {
-    use conformance::{LeaderRecipe, Takeout};
-    conformance::leader_failover(
-        &ZkKit::own(),
-        LeaderRecipe::Selector,
-        Takeout::Pause,
-        Duration::from_secs(2),
-    );
-}
+conformance_suite!(ZkKit);

@@ -89,6 +89,8 @@ impl Held {
 enum Participant {
     Latch(recipes_zk::LeaderLatch),
     Selector(recipes_zk::LeaderSelector, Arc<Mutex<Option<u64>>>),
+    EtcdLatch(recipes_etcd::LeaderLatch),
+    EtcdSelector(recipes_etcd::LeaderSelector, Arc<Mutex<Option<u64>>>),
 }
 
 struct Worker {
@@ -259,29 +261,50 @@ impl Worker {
                 Ok(String::new())
             }
             ["latch", path, id] => {
-                let Client::Zk(c) = &self.client else {
-                    return Err(usage("latches need a ZooKeeper client"));
-                };
-                let latch = c.leader_latch(path, id).map_err(|e| err(&e))?;
-                latch.start();
-                self.participant = Some(Participant::Latch(latch));
+                self.participant = Some(match &self.client {
+                    Client::Zk(c) => {
+                        let latch = c.leader_latch(path, id).map_err(|e| err(&e))?;
+                        latch.start();
+                        Participant::Latch(latch)
+                    }
+                    Client::Etcd(c) => {
+                        let latch = c.leader_latch(path, id).map_err(|e| err(&e))?;
+                        latch.start();
+                        Participant::EtcdLatch(latch)
+                    }
+                    Client::None => return Err(usage("connect first")),
+                });
                 Ok(String::new())
             }
             ["selector", path, id] => {
-                let Client::Zk(c) = &self.client else {
-                    return Err(usage("selectors need a ZooKeeper client"));
-                };
-                let selector = c.leader_selector(path, id).map_err(|e| err(&e))?;
+                // The closure leads until its loss signal fires.
                 let term = Arc::new(Mutex::new(None));
                 let t = term.clone();
-                selector
-                    .start(true, move |guard| {
-                        *t.lock().unwrap() = Some(guard.token().get());
-                        guard.lost().wait();
-                        *t.lock().unwrap() = None;
-                    })
-                    .map_err(|e| err(&e))?;
-                self.participant = Some(Participant::Selector(selector, term));
+                self.participant = Some(match &self.client {
+                    Client::Zk(c) => {
+                        let selector = c.leader_selector(path, id).map_err(|e| err(&e))?;
+                        selector
+                            .start(true, move |guard| {
+                                *t.lock().unwrap() = Some(guard.token().get());
+                                guard.lost().wait();
+                                *t.lock().unwrap() = None;
+                            })
+                            .map_err(|e| err(&e))?;
+                        Participant::Selector(selector, term)
+                    }
+                    Client::Etcd(c) => {
+                        let selector = c.leader_selector(path, id).map_err(|e| err(&e))?;
+                        selector
+                            .start(true, move |leadership| {
+                                *t.lock().unwrap() = Some(leadership.token().get());
+                                leadership.lost().wait();
+                                *t.lock().unwrap() = None;
+                            })
+                            .map_err(|e| err(&e))?;
+                        Participant::EtcdSelector(selector, term)
+                    }
+                    Client::None => return Err(usage("connect first")),
+                });
                 Ok(String::new())
             }
             ["leader-status"] => {
@@ -289,6 +312,11 @@ impl Worker {
                     None => return Err(usage("no latch or selector")),
                     Some(Participant::Latch(l)) => l.leadership().map(|(t, _)| t.get()),
                     Some(Participant::Selector(s, term)) => {
+                        let t = *term.lock().unwrap();
+                        t.filter(|_| s.has_leadership())
+                    }
+                    Some(Participant::EtcdLatch(l)) => l.leadership().map(|(t, _)| t.get()),
+                    Some(Participant::EtcdSelector(s, term)) => {
                         let t = *term.lock().unwrap();
                         t.filter(|_| s.has_leadership())
                     }

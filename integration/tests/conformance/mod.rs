@@ -26,10 +26,34 @@ use integration::{scale, wait_for, wait_until};
 use parking_lot::Mutex as PlMutex;
 use recipes_core::{BootInstant, FenceGate, FencingToken, MutexBackend};
 
+/// A server shared by the tests of one binary, or one a test owns.
+pub enum Server<S: 'static> {
+    /// For tests that do not break the server.
+    Shared(&'static S),
+    /// For tests that kill, pause or partition.
+    Own(Box<S>),
+}
+
+impl<S> std::ops::Deref for Server<S> {
+    type Target = S;
+    fn deref(&self) -> &S {
+        match self {
+            Server::Shared(s) => s,
+            Server::Own(s) => s,
+        }
+    }
+}
+
 /// What the suite needs from a backend.
 pub trait Kit: Sized {
     /// The mutex backend.
     type Mutex: MutexBackend;
+
+    /// A kit on the server shared by this test binary.
+    fn shared() -> Self;
+
+    /// A kit on a server of its own (for fault tests).
+    fn own() -> Self;
 
     /// A client (its own session) with lease `ttl`, and a mutex on `name`.
     fn mutex(&self, name: &str, ttl: Duration) -> recipes_core::Mutex<Self::Mutex>;
@@ -396,4 +420,79 @@ pub fn leader_failover<K: Kit>(kit: &K, recipe: LeaderRecipe, takeout: Takeout, 
             "the deposed leader is fenced out"
         );
     }
+}
+
+/// The whole suite for one backend's [`Kit`]: every test, unchanged. Tests
+/// whose names contain `fault` get their own server and run one at a time.
+#[macro_export]
+macro_rules! conformance_suite {
+    ($kit:ty) => {
+        const LEASE: std::time::Duration = std::time::Duration::from_secs(2);
+
+        #[test]
+        fn mutual_exclusion_four_workers() {
+            conformance::mutual_exclusion(&<$kit as conformance::Kit>::shared(), 4, 25);
+        }
+
+        #[test]
+        fn fault_killed_holder_frees_the_lock_within_the_lease() {
+            conformance::killed_holder_frees_the_lock_within_the_lease(
+                &<$kit as conformance::Kit>::own(),
+                LEASE,
+            );
+        }
+
+        #[test]
+        fn fault_paused_holder_is_fenced_out() {
+            conformance::paused_holder_is_fenced_out(&<$kit as conformance::Kit>::own(), LEASE);
+        }
+
+        #[test]
+        fn fault_blackholed_holder_loses_before_another_acquires() {
+            conformance::blackholed_holder_loses_before_another_acquires(
+                &<$kit as conformance::Kit>::own(),
+                LEASE,
+            );
+        }
+
+        #[test]
+        fn fault_latch_leader_killed_fails_over() {
+            conformance::leader_failover(
+                &<$kit as conformance::Kit>::own(),
+                conformance::LeaderRecipe::Latch,
+                conformance::Takeout::Kill,
+                LEASE,
+            );
+        }
+
+        #[test]
+        fn fault_latch_leader_paused_is_fenced_out() {
+            conformance::leader_failover(
+                &<$kit as conformance::Kit>::own(),
+                conformance::LeaderRecipe::Latch,
+                conformance::Takeout::Pause,
+                LEASE,
+            );
+        }
+
+        #[test]
+        fn fault_selector_leader_killed_fails_over() {
+            conformance::leader_failover(
+                &<$kit as conformance::Kit>::own(),
+                conformance::LeaderRecipe::Selector,
+                conformance::Takeout::Kill,
+                LEASE,
+            );
+        }
+
+        #[test]
+        fn fault_selector_leader_paused_is_fenced_out() {
+            conformance::leader_failover(
+                &<$kit as conformance::Kit>::own(),
+                conformance::LeaderRecipe::Selector,
+                conformance::Takeout::Pause,
+                LEASE,
+            );
+        }
+    };
 }
