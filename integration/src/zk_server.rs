@@ -123,7 +123,11 @@ impl ZkConfig {
         );
         // The default of 60 per client address breaks a 50-waiter test.
         cfg.push_str("maxClientCnxns=0\n");
-        cfg.push_str(if self.fsync { "forceSync=yes\n" } else { "forceSync=no\n" });
+        cfg.push_str(if self.fsync {
+            "forceSync=yes\n"
+        } else {
+            "forceSync=no\n"
+        });
         cfg.push_str("admin.enableServer=false\n");
         cfg.push_str("4lw.commands.whitelist=srvr,mntr,cons,wchc,wchp,stat,ruok,dump\n");
         cfg.push_str("autopurge.purgeInterval=0\n");
