@@ -1,0 +1,273 @@
+//! The command line: global options, subcommands, and how usage errors
+//! become exit status 64.
+
+use std::ffi::OsString;
+use std::time::Duration;
+
+use clap::parser::ValueSource;
+use clap::{ArgMatches, Args, CommandFactory, FromArgMatches, Parser, Subcommand};
+
+use crate::duration::parse_duration;
+use crate::exit;
+
+const MAIN_EXAMPLES: &str = "\
+Examples:
+  # Run the nightly report on at most one machine at a time:
+  recipes --zk 127.0.0.1:2181 lock /locks/nightly-report -- ./report.sh
+
+  # At most 3 concurrent backups, give up after a minute of waiting:
+  RECIPES_ETCD=127.0.0.1:2379 recipes semaphore /sem/backup --permits 3 --wait 1m -- ./backup.sh
+
+Exit status: CMD's own status (128+n if signal n killed it); 64 usage error;
+69 backend unreachable; 75 not acquired (--conflict-exit-code); 76 lease lost
+(--lost-exit-code); 126/127 CMD not executable / not found.";
+
+const LOCK_EXAMPLES: &str = "\
+Example:
+  recipes --zk 127.0.0.1:2181 --ttl 10s lock /locks/nightly-report --wait 30s -- \\
+      sh -c 'echo \"fence $RECIPES_FENCE\"; ./report.sh --fence \"$RECIPES_FENCE\"'
+
+CMD gets RECIPES_FENCE (the decimal fencing token: pass it with every write
+so the resource can refuse a stale holder), RECIPES_NAME and RECIPES_HOLDER
+(the lock node or key). If the lease is lost while CMD runs, CMD's process
+group gets SIGTERM, then SIGKILL after --grace or at the earliest moment the
+server may expire the lease, whichever comes first; recipes exits 76.";
+
+const SEMAPHORE_EXAMPLES: &str = "\
+Example:
+  recipes --etcd 127.0.0.1:2379 semaphore /sem/backup --permits 3 --no-wait -- ./backup.sh
+
+CMD gets RECIPES_PERMIT and RECIPES_HOLDER (the permit's node or key) and
+RECIPES_NAME, but no RECIPES_FENCE: permits are concurrent and have no
+shared order. Every holder must ask for the same --permits.";
+
+const ELECT_EXAMPLES: &str = "\
+Example:
+  recipes --zk 127.0.0.1:2181 --id web-1 elect /elections/scheduler -- ./scheduler
+
+Waits until leader (ZooKeeper: a LeaderLatch in Curator's layout; etcd: an
+election in etcd's concurrency layout with --id as the value), runs CMD with
+RECIPES_FENCE while leading, resigns when CMD exits.";
+
+const STATUS_EXAMPLES: &str = "\
+Example:
+  recipes --zk 127.0.0.1:2181 status /locks/nightly-report --json
+
+Lists the contenders on NAME in queue order: the first (for a semaphore, the
+first N) hold it, the others wait. ZooKeeper shows each node's czxid, which
+is the fencing token of a mutex or latch holder; etcd shows each key's
+create_revision (an etcd mutex's fence is the revision of the read that
+confirmed it, which the store does not keep).";
+
+/// Run a command under a distributed lock, semaphore permit or leadership,
+/// over ZooKeeper or etcd — like flock(1), across machines, with fencing.
+#[derive(Debug, Parser)]
+#[command(name = "recipes", version, after_help = MAIN_EXAMPLES)]
+pub struct Cli {
+    /// ZooKeeper connect string, e.g. 127.0.0.1:2181,127.0.0.1:2182.
+    #[arg(long, env = "RECIPES_ZK", value_name = "HOSTS", global = true)]
+    pub zk: Option<String>,
+
+    /// etcd endpoints, comma-separated, e.g. 127.0.0.1:2379.
+    #[arg(long, env = "RECIPES_ETCD", value_name = "ENDPOINTS", global = true)]
+    pub etcd: Option<String>,
+
+    /// ZooKeeper session timeout or etcd lease TTL (2s, 500ms, 1m).
+    #[arg(
+        long,
+        env = "RECIPES_TTL",
+        value_name = "DURATION",
+        default_value = "10s",
+        value_parser = parse_duration,
+        global = true
+    )]
+    pub ttl: Duration,
+
+    /// Participant id (default: host name and pid, e.g. web-1-4242).
+    #[arg(long, value_name = "ID", global = true)]
+    pub id: Option<String>,
+
+    /// What to do.
+    #[command(subcommand)]
+    pub command: Command,
+}
+
+/// The subcommands.
+#[derive(Debug, Subcommand)]
+pub enum Command {
+    /// Hold a mutex on NAME while CMD runs.
+    #[command(after_help = LOCK_EXAMPLES)]
+    Lock(LockArgs),
+    /// Hold one of N permits on NAME while CMD runs.
+    #[command(after_help = SEMAPHORE_EXAMPLES)]
+    Semaphore(SemaphoreArgs),
+    /// Become leader on NAME, run CMD while leading, resign when it exits.
+    #[command(after_help = ELECT_EXAMPLES)]
+    Elect(ElectArgs),
+    /// Show who holds NAME, with fences, and who waits, in order.
+    #[command(after_help = STATUS_EXAMPLES)]
+    Status(StatusArgs),
+}
+
+/// How to wait, and what to do on conflict and loss.
+#[derive(Debug, Args)]
+pub struct RunOptions {
+    /// Give up (exit 75) if not acquired within DURATION.
+    #[arg(long, value_name = "DURATION", value_parser = parse_duration, conflicts_with = "no_wait")]
+    pub wait: Option<Duration>,
+
+    /// Give up (exit 75) unless acquired at once.
+    #[arg(long)]
+    pub no_wait: bool,
+
+    /// After loss: how long CMD may take to stop after SIGTERM before
+    /// SIGKILL (cut short by the lease's estimated server-side expiry).
+    #[arg(long, value_name = "DURATION", default_value = "5s", value_parser = parse_duration)]
+    pub grace: Duration,
+
+    /// Exit status when not acquired in time.
+    #[arg(long, value_name = "N", default_value_t = exit::CONFLICT as u8)]
+    pub conflict_exit_code: u8,
+
+    /// Exit status when the lease is lost.
+    #[arg(long, value_name = "N", default_value_t = exit::LOST as u8)]
+    pub lost_exit_code: u8,
+
+    /// The command to run, after `--`.
+    #[arg(last = true, required = true, value_name = "CMD")]
+    pub command: Vec<OsString>,
+}
+
+/// `recipes lock`.
+#[derive(Debug, Args)]
+pub struct LockArgs {
+    /// The lock: a path such as /locks/nightly-report.
+    pub name: String,
+    #[command(flatten)]
+    #[allow(missing_docs)]
+    pub run: RunOptions,
+}
+
+/// `recipes semaphore`.
+#[derive(Debug, Args)]
+pub struct SemaphoreArgs {
+    /// The semaphore: a path such as /sem/backup.
+    pub name: String,
+    /// How many permits exist (the same for every holder).
+    #[arg(long, value_name = "N", value_parser = clap::value_parser!(u32).range(1..))]
+    pub permits: u32,
+    #[command(flatten)]
+    #[allow(missing_docs)]
+    pub run: RunOptions,
+}
+
+/// `recipes elect`.
+#[derive(Debug, Args)]
+pub struct ElectArgs {
+    /// The election: a path such as /elections/scheduler.
+    pub name: String,
+    #[command(flatten)]
+    #[allow(missing_docs)]
+    pub run: RunOptions,
+}
+
+/// `recipes status`.
+#[derive(Debug, Args)]
+pub struct StatusArgs {
+    /// The lock, semaphore or election to show.
+    pub name: String,
+    /// Print JSON instead of text.
+    #[arg(long)]
+    pub json: bool,
+}
+
+/// The one backend chosen.
+#[derive(Debug, Clone)]
+pub enum BackendChoice {
+    /// ZooKeeper connect string.
+    Zk(String),
+    /// etcd endpoints.
+    Etcd(Vec<String>),
+}
+
+/// Parse the command line. `Err` is the exit status after help, version or
+/// a usage error has been printed.
+pub fn parse<I: IntoIterator<Item = OsString>>(args: I) -> Result<(Cli, BackendChoice), i32> {
+    let matches = match Cli::command().try_get_matches_from(args) {
+        Ok(m) => m,
+        Err(e) => {
+            let _ = e.print();
+            return Err(if e.use_stderr() { exit::USAGE } else { 0 });
+        }
+    };
+    let cli = Cli::from_arg_matches(&matches).map_err(|e| {
+        let _ = e.print();
+        exit::USAGE
+    })?;
+    let backend = choose_backend(&cli, &matches).map_err(|msg| {
+        eprintln!("recipes: {msg}");
+        exit::USAGE
+    })?;
+    Ok((cli, backend))
+}
+
+/// Exactly one backend. A flag beats an environment variable, including
+/// the other backend's: `--zk` works with `RECIPES_ETCD` set.
+fn choose_backend(cli: &Cli, matches: &ArgMatches) -> Result<BackendChoice, String> {
+    let from_flag = |id: &str| {
+        let sub = matches.subcommand().map(|(_, m)| m);
+        [Some(matches), sub]
+            .into_iter()
+            .flatten()
+            .any(|m| m.value_source(id) == Some(ValueSource::CommandLine))
+    };
+    let zk = cli.zk.as_deref().filter(|s| !s.trim().is_empty());
+    let etcd = cli.etcd.as_deref().filter(|s| !s.trim().is_empty());
+    let (zk, etcd) = match (zk, etcd) {
+        (Some(_), Some(_)) => match (from_flag("zk"), from_flag("etcd")) {
+            (true, false) => (zk, None),
+            (false, true) => (None, etcd),
+            _ => {
+                return Err(
+                    "give either --zk (RECIPES_ZK) or --etcd (RECIPES_ETCD), not both".into(),
+                )
+            }
+        },
+        other => other,
+    };
+    match (zk, etcd) {
+        (Some(hosts), None) => Ok(BackendChoice::Zk(hosts.trim().to_owned())),
+        (None, Some(endpoints)) => Ok(BackendChoice::Etcd(
+            endpoints
+                .split(',')
+                .map(str::trim)
+                .filter(|e| !e.is_empty())
+                .map(str::to_owned)
+                .collect(),
+        )),
+        _ => Err(
+            "no backend: give --zk HOSTS (or RECIPES_ZK) or --etcd ENDPOINTS (or RECIPES_ETCD)"
+                .into(),
+        ),
+    }
+}
+
+/// The participant id: `--id`, or `<host name>-<pid>`.
+pub fn participant_id(cli: &Cli) -> String {
+    if let Some(id) = &cli.id {
+        return id.clone();
+    }
+    format!("{}-{}", host_name(), std::process::id())
+}
+
+fn host_name() -> String {
+    let mut buf = [0u8; 256];
+    // SAFETY: the buffer is valid for its length; gethostname writes at most
+    // that many bytes.
+    let rc = unsafe { libc::gethostname(buf.as_mut_ptr().cast(), buf.len()) };
+    if rc != 0 {
+        return "localhost".into();
+    }
+    let len = buf.iter().position(|&b| b == 0).unwrap_or(buf.len());
+    String::from_utf8_lossy(&buf[..len]).into_owned()
+}

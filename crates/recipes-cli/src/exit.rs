@@ -1,0 +1,32 @@
+//! Exit statuses of `recipes`, after BSD `sysexits.h` where one fits.
+
+use recipes_core::Error;
+
+/// Bad command line or unusable name (`EX_USAGE`).
+pub const USAGE: i32 = 64;
+/// The backend could not be reached or failed (`EX_UNAVAILABLE`).
+pub const UNAVAILABLE: i32 = 69;
+/// Default: not acquired within `--wait` / at once with `--no-wait`
+/// (`EX_TEMPFAIL`).
+pub const CONFLICT: i32 = 75;
+/// Default: the lease was lost while CMD ran or before it started
+/// (`EX_PROTOCOL`).
+pub const LOST: i32 = 76;
+/// CMD could not be executed (as `env(1)`): found but not runnable.
+pub const CANNOT_EXECUTE: i32 = 126;
+/// CMD was not found (as `env(1)`).
+pub const NOT_FOUND: i32 = 127;
+
+/// The exit status for a backend error: bad input is a usage error,
+/// everything else means the service was not usable.
+pub fn for_error(err: &Error) -> i32 {
+    match err {
+        Error::InvalidArgument(_) => USAGE,
+        _ => UNAVAILABLE,
+    }
+}
+
+/// The shell's convention for a process ended by signal `n`.
+pub fn for_signal(n: i32) -> i32 {
+    128 + n
+}

@@ -1,0 +1,137 @@
+//! One subcommand from start to exit status: connect, acquire (a signal
+//! ends the wait), supervise CMD, release, close.
+
+use std::time::{Duration, Instant};
+
+use crossbeam_channel::{select, Receiver};
+
+use crate::backend::{Backend, Recipe, Wait};
+use crate::cli::{BackendChoice, RunOptions};
+use crate::exit;
+use crate::signals;
+use crate::status;
+use crate::supervise::{self, Job, Outcome};
+
+/// How long closing the session may take: closing deletes what the session
+/// still holds at once, instead of after the TTL.
+const CLOSE_GRACE: Duration = Duration::from_secs(2);
+
+fn describe(choice: &BackendChoice) -> String {
+    match choice {
+        BackendChoice::Zk(hosts) => format!("ZooKeeper at {hosts}"),
+        BackendChoice::Etcd(endpoints) => format!("etcd at {}", endpoints.join(",")),
+    }
+}
+
+/// `recipes lock|semaphore|elect`: the exit status.
+pub fn run_under(
+    choice: &BackendChoice,
+    ttl: Duration,
+    recipe: Recipe,
+    name: &str,
+    opts: &RunOptions,
+    forwarded: &Receiver<libc::c_int>,
+) -> i32 {
+    let backend = match Backend::connect(choice, ttl) {
+        Ok(b) => b,
+        Err(e) => {
+            eprintln!("recipes: cannot connect to {}: {e}", describe(choice));
+            return exit::for_error(&e);
+        }
+    };
+    let wait = match (opts.no_wait, opts.wait) {
+        (true, _) => Wait::AtOnce,
+        (false, Some(d)) => Instant::now()
+            .checked_add(d)
+            .map_or(Wait::Forever, Wait::Until),
+        (false, None) => Wait::Forever,
+    };
+    // The acquisition blocks; it runs aside so a signal can end the wait.
+    let (tx, acquired) = crossbeam_channel::bounded(1);
+    {
+        let (client, recipe, name) = (backend.clone(), recipe.clone(), name.to_owned());
+        let started = std::thread::Builder::new()
+            .name("recipes-acquire".into())
+            .spawn(move || {
+                let _ = tx.send(client.acquire(&recipe, &name, wait));
+            });
+        if let Err(e) = started {
+            eprintln!("recipes: cannot start a thread: {e}");
+            backend.close(CLOSE_GRACE);
+            return exit::UNAVAILABLE;
+        }
+    }
+    let held = select! {
+        recv(acquired) -> result => match result {
+            Ok(Ok(Some(held))) => held,
+            Ok(Ok(None)) => {
+                eprintln!("recipes: {name}: not acquired{}", match wait {
+                    Wait::AtOnce => " (held elsewhere, --no-wait)".to_owned(),
+                    _ => format!(" within {:?}", opts.wait.unwrap_or_default()),
+                });
+                backend.close(CLOSE_GRACE);
+                return i32::from(opts.conflict_exit_code);
+            }
+            Ok(Err(e)) => {
+                eprintln!("recipes: {name}: {e}");
+                backend.close(CLOSE_GRACE);
+                return exit::for_error(&e);
+            }
+            Err(_) => {
+                eprintln!("recipes: {name}: the acquiring thread died");
+                backend.close(CLOSE_GRACE);
+                return exit::UNAVAILABLE;
+            }
+        },
+        recv(forwarded) -> sig => {
+            let sig = sig.unwrap_or(libc::SIGTERM);
+            eprintln!("recipes: {name}: {} while waiting; giving up", signals::name(sig));
+            // Closing the session removes a half-made acquisition at once.
+            backend.close(CLOSE_GRACE);
+            return exit::for_signal(sig);
+        }
+    };
+    let job = Job {
+        name,
+        argv: &opts.command,
+        permit: matches!(recipe, Recipe::Semaphore(_)),
+        grace: opts.grace,
+        lost_exit_code: i32::from(opts.lost_exit_code),
+    };
+    let outcome = supervise::run(&job, &held, forwarded);
+    let code = match outcome {
+        Outcome::Exited(code) | Outcome::NotStarted(code) => {
+            if let Err(e) = held.release() {
+                eprintln!(
+                    "recipes: {name}: warning: release failed ({e}); \
+                     the lease ends by itself within the TTL"
+                );
+            }
+            code
+        }
+        Outcome::Lost => {
+            // Whatever is left is gone, or goes with the session below.
+            let _ = held.release();
+            job.lost_exit_code
+        }
+    };
+    backend.close(CLOSE_GRACE);
+    code
+}
+
+/// `recipes status`: the exit status.
+pub fn status(choice: &BackendChoice, name: &str, json: bool) -> i32 {
+    match status::read(choice, name) {
+        Ok(s) => {
+            print!(
+                "{}",
+                status::render(&s, name, matches!(choice, BackendChoice::Zk(_)), json)
+            );
+            0
+        }
+        Err(e) => {
+            eprintln!("recipes: status of {name} on {}: {e}", describe(choice));
+            exit::for_error(&e)
+        }
+    }
+}

@@ -1,0 +1,154 @@
+//! Running CMD under a held lease: start it only while the lease is valid,
+//! forward our signals to it, and stop it when the lease is lost.
+
+use std::ffi::OsString;
+use std::time::{Duration, Instant};
+
+use crossbeam_channel::{after, select, Receiver};
+use recipes_core::{BootInstant, LossReason, LossSignal, DEFAULT_SLACK};
+
+use crate::backend::Held;
+use crate::child::{self, RunningCmd};
+use crate::signals;
+
+/// How often the lease is re-checked against the clock, besides the loss
+/// signal itself (after a process pause this thread may run first).
+const RECHECK: Duration = Duration::from_millis(200);
+
+/// What CMD needs to run.
+#[derive(Debug)]
+pub struct Job<'a> {
+    /// The lock, semaphore or election name.
+    pub name: &'a str,
+    /// CMD and its arguments.
+    pub argv: &'a [OsString],
+    /// Whether CMD gets `RECIPES_PERMIT` (a semaphore) instead of
+    /// `RECIPES_FENCE`.
+    pub permit: bool,
+    /// How long CMD may take to stop after SIGTERM on loss.
+    pub grace: Duration,
+    /// Our exit status on loss.
+    pub lost_exit_code: i32,
+}
+
+/// How CMD's run ended.
+#[derive(Debug)]
+pub enum Outcome {
+    /// CMD ended by itself (or after a forwarded signal) with this exit
+    /// status of ours.
+    Exited(i32),
+    /// The lease was lost (before or while CMD ran); CMD is gone.
+    Lost,
+    /// CMD could not be started; this exit status.
+    NotStarted(i32),
+}
+
+/// Run CMD while `held` is valid; returns once CMD is gone. Does not
+/// release `held`.
+pub fn run(job: &Job<'_>, held: &Held, forwarded: &Receiver<libc::c_int>) -> Outcome {
+    if let Some(reason) = held.lost.reason() {
+        eprintln!(
+            "recipes: {}: lost between acquiring and starting CMD ({reason}); not starting it",
+            job.name
+        );
+        return Outcome::Lost;
+    }
+    let mut env = vec![
+        ("RECIPES_NAME", job.name.to_owned()),
+        ("RECIPES_HOLDER", held.holder.clone()),
+    ];
+    let removed: &[&str] = if job.permit {
+        env.push(("RECIPES_PERMIT", held.holder.clone()));
+        &["RECIPES_FENCE"]
+    } else if let Some(fence) = held.fence {
+        env.push(("RECIPES_FENCE", fence.to_string()));
+        &["RECIPES_PERMIT"]
+    } else {
+        &["RECIPES_FENCE", "RECIPES_PERMIT"]
+    };
+    let cmd = match child::spawn(job.argv, &env, removed) {
+        Ok(cmd) => cmd,
+        Err(e) => {
+            eprintln!("recipes: cannot run {}: {e}", job.argv[0].to_string_lossy());
+            return Outcome::NotStarted(child::spawn_failure_code(&e));
+        }
+    };
+    let outcome = loop {
+        select! {
+            recv(cmd.exited) -> status => {
+                break Outcome::Exited(child::exit_code(&status.unwrap_or_else(|_| {
+                    Err(std::io::Error::other("CMD's wait thread is gone"))
+                })));
+            }
+            recv(held.lost.receiver()) -> _ => {
+                stop_after_loss(job, &held.lost, &cmd);
+                break Outcome::Lost;
+            }
+            recv(forwarded) -> sig => {
+                if let Ok(sig) = sig {
+                    cmd.signal_group(sig);
+                }
+            }
+            recv(after(RECHECK)) -> _ => {
+                if held.lost.is_lost() {
+                    stop_after_loss(job, &held.lost, &cmd);
+                    break Outcome::Lost;
+                }
+            }
+        }
+    };
+    cmd.restore_terminal();
+    outcome
+}
+
+/// The earliest moment the server may give the lease away: now if it
+/// already did (expired session, deleted node or key, revoked lease), else
+/// the local deadline plus the scheduling slack — `valid_until` is the send
+/// time of the last acknowledged request plus the granted TTL less a margin
+/// of clock drift and slack, and only the drift part is needed to stay
+/// ahead of a server whose clock runs fast.
+fn server_expiry(lost: &LossSignal, reason: LossReason) -> BootInstant {
+    let now = BootInstant::now();
+    match reason {
+        LossReason::SessionExpired | LossReason::Deleted | LossReason::Revoked => now,
+        _ => lost.valid_until().map_or(now, |v| v + DEFAULT_SLACK),
+    }
+}
+
+/// SIGTERM to CMD's group, SIGKILL when the grace ends or the lease's
+/// server-side expiry arrives, whichever comes first; then wait until CMD
+/// is gone.
+fn stop_after_loss(job: &Job<'_>, lost: &LossSignal, cmd: &RunningCmd) {
+    let reason = lost.reason().unwrap_or(LossReason::DeadlineExpired);
+    let expiry = server_expiry(lost, reason)
+        .saturating_duration_since(BootInstant::now())
+        .min(job.grace);
+    let when = if expiry.is_zero() {
+        "at once: the store may already have given the lease away".to_owned()
+    } else {
+        format!("in {expiry:?} unless it exits")
+    };
+    eprintln!(
+        "recipes: {}: lease lost while CMD ran: {reason}; sending SIGTERM to CMD (pid {}), \
+         SIGKILL {when}",
+        job.name,
+        cmd.pid(),
+    );
+    cmd.signal_group(libc::SIGTERM);
+    let kill_at = Instant::now() + expiry;
+    select! {
+        recv(cmd.exited) -> _ => {
+            // CMD is gone; others it started in its group may not be.
+            cmd.signal_group(libc::SIGKILL);
+            return;
+        }
+        recv(after(kill_at.saturating_duration_since(Instant::now()))) -> _ => {}
+    }
+    eprintln!(
+        "recipes: {}: CMD still running; sending {}",
+        job.name,
+        signals::name(libc::SIGKILL)
+    );
+    cmd.signal_group(libc::SIGKILL);
+    let _ = cmd.exited.recv();
+}

@@ -1,0 +1,664 @@
+//! The `recipes` binary against real ZooKeeper and etcd servers: exit
+//! statuses and their overrides, CMD's environment, mutual exclusion with
+//! increasing fences, and what happens to CMD when the lease is lost or
+//! `recipes` is killed.
+//!
+//! Tests named `fault_*` pause or kill the `recipes` process (never the
+//! shared servers).
+
+use std::fs;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, ExitStatus, Stdio};
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::time::Duration;
+
+use integration::{wait_for, wait_until, EtcdServer, ZkServer};
+
+const BIN: &str = env!("CARGO_BIN_EXE_recipes");
+
+/// Upper bound (scaled by the harness) for a `recipes` run that should end.
+const RUN_BOUND: Duration = Duration::from_secs(30);
+
+#[derive(Clone, Copy, Debug)]
+enum Store {
+    Zk,
+    Etcd,
+}
+
+impl Store {
+    fn flag(self) -> [String; 2] {
+        match self {
+            Store::Zk => ["--zk".into(), ZkServer::shared().connect_string()],
+            Store::Etcd => ["--etcd".into(), EtcdServer::shared().endpoint()],
+        }
+    }
+
+    /// Wait until the store no longer has `holder` (node path or key).
+    fn wait_gone(self, holder: &str) {
+        match self {
+            Store::Zk => ZkServer::shared()
+                .facts()
+                .wait_gone(holder, Duration::from_secs(20)),
+            Store::Etcd => EtcdServer::shared()
+                .facts()
+                .wait_gone(holder, Duration::from_secs(20)),
+        }
+    }
+}
+
+/// A fresh name and scratch folder per test.
+struct Scene {
+    name: String,
+    dir: PathBuf,
+}
+
+impl Scene {
+    fn new(test: &str) -> Scene {
+        static N: AtomicUsize = AtomicUsize::new(0);
+        let n = N.fetch_add(1, Ordering::SeqCst);
+        let pid = std::process::id();
+        let dir = std::env::temp_dir().join(format!("recipes-cli-{pid}-{test}-{n}"));
+        let _ = fs::remove_dir_all(&dir);
+        fs::create_dir_all(&dir).unwrap();
+        Scene {
+            name: format!("/cli-tests/{test}-{pid}-{n}"),
+            dir,
+        }
+    }
+
+    fn file(&self, name: &str) -> PathBuf {
+        self.dir.join(name)
+    }
+}
+
+impl Drop for Scene {
+    fn drop(&mut self) {
+        let _ = fs::remove_dir_all(&self.dir);
+    }
+}
+
+/// `recipes` with no `RECIPES_*` from the test's own environment.
+fn recipes() -> Command {
+    let mut cmd = Command::new(BIN);
+    for (k, _) in std::env::vars() {
+        if k.starts_with("RECIPES_") && k != "RECIPES_TEST_SLOW" {
+            cmd.env_remove(k);
+        }
+    }
+    cmd.stdin(Stdio::null());
+    cmd
+}
+
+fn with_store(store: Store, ttl: &str) -> Command {
+    let mut cmd = recipes();
+    cmd.args(store.flag()).args(["--ttl", ttl]);
+    cmd
+}
+
+/// Run to completion; status and stderr.
+fn run(cmd: &mut Command) -> (ExitStatus, String) {
+    let out = cmd
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .output()
+        .unwrap();
+    (
+        out.status,
+        String::from_utf8_lossy(&out.stderr).into_owned(),
+    )
+}
+
+fn code(cmd: &mut Command) -> i32 {
+    let (status, stderr) = run(cmd);
+    status
+        .code()
+        .unwrap_or_else(|| panic!("recipes died by a signal: {status:?}; stderr: {stderr}"))
+}
+
+fn read_when_written(path: &Path) -> String {
+    wait_for(&format!("{} is written", path.display()), RUN_BOUND, || {
+        fs::read_to_string(path).ok().filter(|s| s.ends_with('\n'))
+    })
+}
+
+fn wait_exit(child: &mut Child) -> ExitStatus {
+    wait_for("recipes exits", RUN_BOUND, || child.try_wait().unwrap())
+}
+
+/// A process is gone: no /proc entry, or a zombie nobody reaped yet.
+fn process_gone(pid: u32) -> bool {
+    match fs::read_to_string(format!("/proc/{pid}/stat")) {
+        Err(_) => true,
+        Ok(stat) => stat
+            .rsplit(')')
+            .next()
+            .is_some_and(|rest| rest.trim_start().starts_with('Z')),
+    }
+}
+
+fn signal(child: &Child, sig: libc::c_int) {
+    // SAFETY: kill has no memory preconditions.
+    assert_eq!(unsafe { libc::kill(child.id() as libc::pid_t, sig) }, 0);
+}
+
+/// Start `recipes lock` holding NAME with a CMD that writes its pid and
+/// holder to `ready` and then runs `sleep 30`. Returns the child and what
+/// CMD wrote (`pid holder fence`).
+fn hold(store: Store, ttl: &str, scene: &Scene, extra: &[&str]) -> (Child, Vec<String>) {
+    let ready = scene.file("ready");
+    let script = format!(
+        "echo \"$$ $RECIPES_HOLDER $RECIPES_FENCE\" > {}.tmp && mv {0}.tmp {0} && exec sleep 30",
+        ready.display()
+    );
+    let child = with_store(store, ttl)
+        .args(["lock", &scene.name])
+        .args(extra)
+        .args(["--", "sh", "-c", &script])
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let line = read_when_written(&ready);
+    (child, line.split_whitespace().map(str::to_owned).collect())
+}
+
+#[test]
+fn usage_errors_exit_64() {
+    // No backend.
+    assert_eq!(code(recipes().args(["lock", "/x", "--", "true"])), 64);
+    // Both backends from the environment.
+    assert_eq!(
+        code(
+            recipes()
+                .env("RECIPES_ZK", "127.0.0.1:1")
+                .env("RECIPES_ETCD", "127.0.0.1:1")
+                .args(["lock", "/x", "--", "true"])
+        ),
+        64
+    );
+    // Both as flags.
+    assert_eq!(
+        code(recipes().args([
+            "--zk",
+            "127.0.0.1:1",
+            "--etcd",
+            "127.0.0.1:1",
+            "lock",
+            "/x",
+            "--",
+            "true"
+        ])),
+        64
+    );
+    // A duration without a unit, CMD without `--`, no CMD, zero permits.
+    let zk = ["--zk", "127.0.0.1:1"];
+    for args in [
+        &["--ttl", "2", "lock", "/x", "--", "true"][..],
+        &["lock", "/x", "true"],
+        &["lock", "/x"],
+        &["semaphore", "/x", "--permits", "0", "--", "true"],
+        &["lock", "/x", "--wait", "1s", "--no-wait", "--", "true"],
+        &["frobnicate"],
+    ] {
+        assert_eq!(code(recipes().args(zk).args(args)), 64, "{args:?}");
+    }
+    // Help is not an error, and shows an example.
+    for sub in [&[][..], &["lock"], &["semaphore"], &["elect"], &["status"]] {
+        let out = recipes().args(sub).arg("--help").output().unwrap();
+        assert!(out.status.success(), "{sub:?}");
+        assert!(
+            String::from_utf8_lossy(&out.stdout).contains("recipes --"),
+            "{sub:?} --help shows no example"
+        );
+    }
+}
+
+#[test]
+fn bad_name_is_a_usage_error_zk() {
+    let zk = ZkServer::shared().connect_string();
+    assert_eq!(
+        code(recipes().args(["--zk", &zk, "lock", "no-slash", "--", "true"])),
+        64
+    );
+}
+
+#[test]
+fn unreachable_backend_exits_69() {
+    let port = {
+        let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        l.local_addr().unwrap().port()
+    };
+    let addr = format!("127.0.0.1:{port}");
+    let ran = std::env::temp_dir().join(format!("recipes-cli-69-{}", std::process::id()));
+    for flag in ["--zk", "--etcd"] {
+        let (status, stderr) = run(recipes().args([
+            flag,
+            &addr,
+            "--ttl",
+            "2s",
+            "lock",
+            "/cli-tests/unreachable",
+            "--",
+            "touch",
+            ran.to_str().unwrap(),
+        ]));
+        assert_eq!(status.code(), Some(69), "{flag}: {stderr}");
+        assert!(!ran.exists(), "CMD ran without a backend");
+    }
+}
+
+#[test]
+fn a_flag_beats_the_other_backends_environment_variable() {
+    let scene = Scene::new("flag-wins");
+    assert_eq!(
+        code(
+            recipes()
+                .env("RECIPES_ETCD", "127.0.0.1:1")
+                .args(["--zk", &ZkServer::shared().connect_string()])
+                .args(["lock", &scene.name, "--", "true"])
+        ),
+        0
+    );
+    // And the environment alone works.
+    assert_eq!(
+        code(
+            recipes()
+                .env("RECIPES_ZK", ZkServer::shared().connect_string())
+                .env("RECIPES_TTL", "3s")
+                .args(["lock", &scene.name, "--", "true"])
+        ),
+        0
+    );
+}
+
+fn environment_reaches_cmd(store: Store) {
+    let scene = Scene::new("env");
+    let out = scene.file("env");
+    let script = format!(
+        "echo \"${{RECIPES_FENCE:-none}}|$RECIPES_NAME|$RECIPES_HOLDER|${{RECIPES_PERMIT:-none}}\" > {}",
+        out.display()
+    );
+    assert_eq!(
+        code(
+            with_store(store, "5s")
+                .env("RECIPES_PERMIT", "stale")
+                .args(["lock", &scene.name, "--", "sh", "-c", &script])
+        ),
+        0
+    );
+    let line = fs::read_to_string(&out).unwrap();
+    let parts: Vec<&str> = line.trim().split('|').collect();
+    let fence: u64 = parts[0]
+        .parse()
+        .unwrap_or_else(|_| panic!("fence in {line:?}"));
+    assert!(fence > 0);
+    assert_eq!(parts[1], scene.name);
+    assert!(
+        parts[2].starts_with(&format!("{}/", scene.name)),
+        "holder {line:?}"
+    );
+    assert_eq!(parts[3], "none", "a lock's CMD got RECIPES_PERMIT");
+
+    // CMD's status is ours; a signal that killed it is 128+n.
+    assert_eq!(
+        code(with_store(store, "5s").args(["lock", &scene.name, "--", "sh", "-c", "exit 3"])),
+        3
+    );
+    assert_eq!(
+        code(with_store(store, "5s").args([
+            "lock",
+            &scene.name,
+            "--",
+            "sh",
+            "-c",
+            "kill -TERM $$"
+        ])),
+        128 + libc::SIGTERM
+    );
+    assert_eq!(
+        code(with_store(store, "5s").args(["lock", &scene.name, "--", "/nonexistent/cmd"])),
+        127
+    );
+}
+
+#[test]
+fn environment_reaches_cmd_zk() {
+    environment_reaches_cmd(Store::Zk);
+}
+
+#[test]
+fn environment_reaches_cmd_etcd() {
+    environment_reaches_cmd(Store::Etcd);
+}
+
+fn conflict_exits_75_and_sigterm_is_forwarded(store: Store) {
+    let scene = Scene::new("conflict");
+    let (mut holder, _) = hold(store, "5s", &scene, &[]);
+    let ran = scene.file("ran");
+    let touch = ["--", "touch", ran.to_str().unwrap()];
+    assert_eq!(
+        code(
+            with_store(store, "5s")
+                .args(["lock", &scene.name, "--no-wait"])
+                .args(touch)
+        ),
+        75
+    );
+    assert_eq!(
+        code(
+            with_store(store, "5s")
+                .args([
+                    "lock",
+                    &scene.name,
+                    "--wait",
+                    "300ms",
+                    "--conflict-exit-code",
+                    "9"
+                ])
+                .args(touch)
+        ),
+        9
+    );
+    assert!(!ran.exists(), "CMD ran without the lock");
+    // SIGTERM to `recipes` reaches CMD (sleep dies of it), then the lock
+    // is released.
+    signal(&holder, libc::SIGTERM);
+    let status = wait_exit(&mut holder);
+    assert_eq!(status.code(), Some(128 + libc::SIGTERM));
+    assert_eq!(
+        code(
+            with_store(store, "5s")
+                .args(["lock", &scene.name, "--no-wait"])
+                .args(touch)
+        ),
+        0
+    );
+    assert!(ran.exists());
+}
+
+#[test]
+fn conflict_exits_75_and_sigterm_is_forwarded_zk() {
+    conflict_exits_75_and_sigterm_is_forwarded(Store::Zk);
+}
+
+#[test]
+fn conflict_exits_75_and_sigterm_is_forwarded_etcd() {
+    conflict_exits_75_and_sigterm_is_forwarded(Store::Etcd);
+}
+
+/// Contenders append `start <fence>` / `end <fence>` around a short
+/// workload; the log must show no overlap and increasing fences.
+fn never_two_at_once(store: Store) {
+    let scene = Scene::new("exclusion");
+    let log = scene.file("log");
+    let script = format!(
+        "echo \"start $RECIPES_FENCE\" >> {0}; sleep 0.05; echo \"end $RECIPES_FENCE\" >> {0}",
+        log.display()
+    );
+    const CONTENDERS: usize = 4;
+    const ROUNDS: usize = 3;
+    let workers: Vec<_> = (0..CONTENDERS)
+        .map(|_| {
+            let (name, script, store) = (scene.name.clone(), script.clone(), store);
+            std::thread::spawn(move || {
+                for _ in 0..ROUNDS {
+                    assert_eq!(
+                        code(
+                            with_store(store, "5s")
+                                .args(["lock", &name, "--", "sh", "-c", &script])
+                        ),
+                        0
+                    );
+                }
+            })
+        })
+        .collect();
+    for w in workers {
+        w.join().unwrap();
+    }
+    let text = fs::read_to_string(&log).unwrap();
+    let lines: Vec<&str> = text.lines().collect();
+    assert_eq!(lines.len(), 2 * CONTENDERS * ROUNDS, "{text}");
+    let mut last = 0u64;
+    for pair in lines.chunks(2) {
+        let start = pair[0].strip_prefix("start ").expect(&text);
+        let end = pair[1].strip_prefix("end ").expect(&text);
+        assert_eq!(start, end, "overlap:\n{text}");
+        let fence: u64 = start.parse().unwrap();
+        assert!(fence > last, "fences not increasing:\n{text}");
+        last = fence;
+    }
+}
+
+#[test]
+fn never_two_at_once_zk() {
+    never_two_at_once(Store::Zk);
+}
+
+#[test]
+fn never_two_at_once_etcd() {
+    never_two_at_once(Store::Etcd);
+}
+
+fn semaphore_permits(store: Store) {
+    let scene = Scene::new("semaphore");
+    let mut holders = Vec::new();
+    for i in 0..2 {
+        let ready = scene.file(&format!("ready{i}"));
+        let script = format!(
+            "echo \"${{RECIPES_FENCE:-none}} $RECIPES_PERMIT\" > {0}.tmp && mv {0}.tmp {0} && exec sleep 30",
+            ready.display()
+        );
+        let child = with_store(store, "5s")
+            .env("RECIPES_FENCE", "stale")
+            .args(["semaphore", &scene.name, "--permits", "2", "--"])
+            .args(["sh", "-c", &script])
+            .stderr(Stdio::null())
+            .spawn()
+            .unwrap();
+        let line = read_when_written(&ready);
+        let mut parts = line.split_whitespace();
+        assert_eq!(parts.next(), Some("none"), "a permit's CMD got a fence");
+        assert!(parts.next().unwrap().starts_with(&scene.name));
+        holders.push(child);
+    }
+    assert_eq!(
+        code(with_store(store, "5s").args([
+            "semaphore",
+            &scene.name,
+            "--permits",
+            "2",
+            "--no-wait",
+            "--",
+            "true"
+        ])),
+        75
+    );
+    for mut h in holders {
+        signal(&h, libc::SIGTERM);
+        assert_eq!(wait_exit(&mut h).code(), Some(128 + libc::SIGTERM));
+    }
+}
+
+#[test]
+fn semaphore_permits_zk() {
+    semaphore_permits(Store::Zk);
+}
+
+#[test]
+fn semaphore_permits_etcd() {
+    semaphore_permits(Store::Etcd);
+}
+
+fn elect_runs_cmd_while_leader(store: Store) {
+    let scene = Scene::new("elect");
+    let ready = scene.file("ready");
+    let script = format!(
+        "echo \"$RECIPES_FENCE\" > {0}.tmp && mv {0}.tmp {0} && exec sleep 30",
+        ready.display()
+    );
+    let mut leader = with_store(store, "5s")
+        .args([
+            "--id",
+            "first",
+            "elect",
+            &scene.name,
+            "--",
+            "sh",
+            "-c",
+            &script,
+        ])
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    let fence: u64 = read_when_written(&ready).trim().parse().unwrap();
+    assert!(fence > 0);
+    assert_eq!(
+        code(with_store(store, "5s").args([
+            "--id",
+            "second",
+            "elect",
+            &scene.name,
+            "--no-wait",
+            "--",
+            "true"
+        ])),
+        75
+    );
+    signal(&leader, libc::SIGTERM);
+    assert_eq!(wait_exit(&mut leader).code(), Some(128 + libc::SIGTERM));
+    let out = scene.file("second");
+    let script = format!("echo \"$RECIPES_FENCE\" > {}", out.display());
+    assert_eq!(
+        code(with_store(store, "5s").args([
+            "--id",
+            "second",
+            "elect",
+            &scene.name,
+            "--wait",
+            "10s",
+            "--",
+            "sh",
+            "-c",
+            &script
+        ])),
+        0
+    );
+    let second: u64 = fs::read_to_string(&out).unwrap().trim().parse().unwrap();
+    assert!(second > fence, "{second} <= {fence}");
+}
+
+#[test]
+fn elect_runs_cmd_while_leader_zk() {
+    elect_runs_cmd_while_leader(Store::Zk);
+}
+
+#[test]
+fn elect_runs_cmd_while_leader_etcd() {
+    elect_runs_cmd_while_leader(Store::Etcd);
+}
+
+fn status_shows_holder_and_waiter(store: Store) {
+    let scene = Scene::new("status");
+    let (mut holder, info) = hold(store, "5s", &scene, &[]);
+    let mut waiter = with_store(store, "5s")
+        .args(["lock", &scene.name, "--", "true"])
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    let json = wait_for("status shows a waiter", RUN_BOUND, || {
+        let out = with_store(store, "5s")
+            .args(["status", &scene.name, "--json"])
+            .output()
+            .unwrap();
+        assert!(out.status.success());
+        let text = String::from_utf8_lossy(&out.stdout).into_owned();
+        (!text.contains("\"waiters\":[]")).then_some(text)
+    });
+    assert!(
+        json.contains(&format!("\"holders\":[{{\"holder\":\"{}\"", info[1])),
+        "{json}"
+    );
+    if let Store::Zk = store {
+        assert!(json.contains(&format!("\"fence\":{}", info[2])), "{json}");
+    }
+    signal(&holder, libc::SIGTERM);
+    wait_exit(&mut holder);
+    assert_eq!(wait_exit(&mut waiter).code(), Some(0));
+    let out = with_store(store, "5s")
+        .args(["status", &scene.name])
+        .output()
+        .unwrap();
+    assert!(String::from_utf8_lossy(&out.stdout).contains("free"));
+}
+
+#[test]
+fn status_shows_holder_and_waiter_zk() {
+    status_shows_holder_and_waiter(Store::Zk);
+}
+
+#[test]
+fn status_shows_holder_and_waiter_etcd() {
+    status_shows_holder_and_waiter(Store::Etcd);
+}
+
+/// SIGSTOP `recipes` past its TTL; once the store has dropped its holder
+/// node/key, SIGCONT: CMD is killed and `recipes` exits 76 (or the
+/// override).
+fn fault_lease_lost_kills_cmd(store: Store, extra: &[&str], expect: i32) {
+    let scene = Scene::new("lost");
+    let (mut holder, info) = hold(store, "2s", &scene, extra);
+    let cmd_pid: u32 = info[0].parse().unwrap();
+    signal(&holder, libc::SIGSTOP);
+    store.wait_gone(&info[1]);
+    signal(&holder, libc::SIGCONT);
+    let status = wait_exit(&mut holder);
+    let mut stderr = String::new();
+    use std::io::Read as _;
+    holder
+        .stderr
+        .take()
+        .unwrap()
+        .read_to_string(&mut stderr)
+        .unwrap();
+    assert_eq!(status.code(), Some(expect), "{stderr}");
+    assert!(stderr.contains("lease lost"), "{stderr}");
+    assert!(process_gone(cmd_pid), "CMD still runs after the loss");
+}
+
+#[test]
+fn fault_lease_lost_kills_cmd_zk() {
+    fault_lease_lost_kills_cmd(Store::Zk, &[], 76);
+}
+
+#[test]
+fn fault_lease_lost_kills_cmd_etcd() {
+    fault_lease_lost_kills_cmd(Store::Etcd, &[], 76);
+}
+
+#[test]
+fn fault_lease_lost_exit_code_override_zk() {
+    fault_lease_lost_kills_cmd(Store::Zk, &["--lost-exit-code", "42"], 42);
+}
+
+fn fault_sigkill_of_recipes_kills_cmd(store: Store) {
+    let scene = Scene::new("sigkill");
+    let (mut holder, info) = hold(store, "5s", &scene, &[]);
+    let cmd_pid: u32 = info[0].parse().unwrap();
+    assert!(!process_gone(cmd_pid));
+    signal(&holder, libc::SIGKILL);
+    holder.wait().unwrap();
+    wait_until("CMD is gone after recipes was killed", RUN_BOUND, || {
+        process_gone(cmd_pid)
+    });
+}
+
+#[test]
+fn fault_sigkill_of_recipes_kills_cmd_zk() {
+    fault_sigkill_of_recipes_kills_cmd(Store::Zk);
+}
+
+#[test]
+fn fault_sigkill_of_recipes_kills_cmd_etcd() {
+    fault_sigkill_of_recipes_kills_cmd(Store::Etcd);
+}
