@@ -190,7 +190,7 @@ fn a_worker_process_runs_a_client_of_each_kind() {
     let mut e = Worker::start(&worker_binary(), "w2", dir.path());
     e.ok(
         &format!(
-            "connect etcd {}",
+            "connect etcd {} 10000",
             EtcdServer::shared().endpoints().join(",")
         ),
         Duration::from_secs(15),
