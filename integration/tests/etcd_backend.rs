@@ -12,13 +12,14 @@ use std::sync::Arc;
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
-use integration::runtime::block_on;
+use integration::runtime::{block_on, block_on_timeout};
 use integration::{
     scale, wait_for, wait_until, wait_until_with, EtcdCluster, EtcdConfig, EtcdFacts, EtcdServer,
 };
 use recipes_core::{
     margin, BootInstant, Error, FenceGate, FencingToken, LossReason, DEFAULT_SLACK,
 };
+use recipes_etcd::etcd_client::WatchOptions;
 use recipes_etcd::{EtcdClient, MutexGuard};
 
 /// A TTL short enough for expiry tests, long enough for a loaded machine.
@@ -359,30 +360,190 @@ fn deleting_the_key_fires_loss_and_fenced_writes_are_rejected() {
     g2.release().unwrap();
 }
 
+/// The lease a contender key `<name>/<lease hex>` is bound to.
+fn lease_of(key: &str) -> i64 {
+    let hex = key.rsplit('/').next().expect("a key with a '/'");
+    u64::from_str_radix(hex, 16).expect("a lease id in hex") as i64
+}
+
+/// The keys put or deleted under `<name>/` after revision `after`: a watch
+/// from `after + 1` replays the history up to a marker key put last.
+fn changes_since(facts: &EtcdFacts, name: &str, after: i64) -> Vec<String> {
+    let mut client = facts.client();
+    let prefix = format!("{name}/");
+    let marker = format!("{name}/~marker/end");
+    let changes = block_on_timeout(scale(Duration::from_secs(10)), async {
+        client.put(marker.as_str(), "", None).await?;
+        let options = WatchOptions::new()
+            .with_prefix()
+            .with_start_revision(after + 1);
+        let mut stream = client.watch(prefix.as_str(), Some(options)).await?;
+        let mut seen = Vec::new();
+        while let Some(reply) = stream.message().await? {
+            for event in reply.events() {
+                let key = event
+                    .kv()
+                    .map(|kv| String::from_utf8_lossy(kv.key()).into_owned())
+                    .unwrap_or_default();
+                if key == marker {
+                    client.delete(marker.as_str(), None).await?;
+                    return Ok(seen);
+                }
+                seen.push(key);
+            }
+        }
+        Ok::<_, recipes_etcd::etcd_client::Error>(seen)
+    });
+    changes
+        .expect("the watch replays up to the marker in time")
+        .expect("watch the history")
+}
+
 #[test]
-fn one_client_queues_its_own_acquisitions_of_a_name() {
+fn two_handles_of_one_name_in_one_client_contend_on_two_leases() {
     let server = EtcdServer::shared();
     let facts = server.facts();
     let a = connect(server);
-    let name = lock_name("same-client");
-    let m1 = a.mutex(&name).unwrap();
-    let m2 = a.mutex(&name).unwrap();
+    let name = lock_name("two-handles");
+    let (m1, m2) = (a.mutex(&name).unwrap(), a.mutex(&name).unwrap());
+    let primary = a.lease_id().unwrap();
     let g1 = m1.lock().unwrap();
-    assert!(
-        m2.try_lock().unwrap().is_none(),
-        "one lease, one key: no second holder"
+    assert_eq!(g1.lease().lease_id(), primary, "the client's own lease");
+
+    // The second handle contends in etcd, on another lease, and times out.
+    assert!(m2
+        .try_lock_for(Duration::from_millis(300))
+        .unwrap()
+        .is_none());
+    let left = facts.wait_keys(
+        &format!("{name}/"),
+        "only g1's",
+        Duration::from_secs(5),
+        |k| k.len() == 1,
     );
-    let waiter = std::thread::spawn(move || {
-        m2.lock()
-            .map(|g| (g.token(), g.lease().create_revision(), g))
-    });
-    let (t1, c1) = (g1.token(), g1.lease().create_revision());
-    assert_eq!(keys(&facts, &name).len(), 1);
-    assert!(!waiter.is_finished());
+    assert_eq!(
+        left,
+        vec![g1.holder().to_owned()],
+        "the timed-out try left no key"
+    );
+
+    // While it waits its key exists, bound to a lease that is not g1's.
+    let waiter = std::thread::spawn(move || m2.lock().map(|g| (g, m2)));
+    let both = wait_keys(&facts, &name, 2);
+    assert!(both.contains(&g1.holder().to_owned()), "{both:?}");
+    let other = both.iter().find(|k| *k != g1.holder()).unwrap().clone();
+    let pooled = lease_of(&other);
+    assert_ne!(pooled, primary, "two holders are never one identity");
+    assert!(facts.lease_time_to_live(pooled) > 0, "a live lease");
+    assert!(!waiter.is_finished(), "waits while g1 holds");
+    assert_eq!(
+        a.lease_id(),
+        Some(primary),
+        "the client's lease is unchanged"
+    );
+
+    let t1 = g1.token();
     g1.release().unwrap();
-    let (t2, c2, g2) = waiter.join().unwrap().unwrap();
-    assert!(t2 > t1 && c2 > c1, "a new key, a new fence");
+    let (g2, m2) = waiter.join().unwrap().unwrap();
+    assert!(g2.token() > t1, "{} > {t1}", g2.token());
+    assert_eq!(g2.holder(), other);
+    assert_eq!(g2.lease().lease_id(), pooled);
+
+    // The client's lease serves the next acquisition once it is free for
+    // the name, and the pooled lease is reused while it is.
+    let t2 = g2.token();
     g2.release().unwrap();
+    let g1 = m1.lock().unwrap();
+    assert_eq!(
+        g1.lease().lease_id(),
+        primary,
+        "the client's lease was free"
+    );
+    assert!(g1.token() > t2);
+    let waiter = std::thread::spawn(move || m2.lock());
+    let both = wait_keys(&facts, &name, 2);
+    assert!(
+        both.contains(&format!("{name}/{pooled:x}")),
+        "the pooled lease again: {both:?}"
+    );
+    let t3 = g1.token();
+    g1.release().unwrap();
+    let g2 = waiter.join().unwrap().unwrap();
+    assert!(g2.token() > t3);
+    assert_eq!(g2.lease().lease_id(), pooled);
+    g2.release().unwrap();
+    assert!(keys(&facts, &name).is_empty());
+}
+
+#[test]
+fn one_handle_shared_by_threads_queues_them_locally() {
+    let server = EtcdServer::shared();
+    let facts = server.facts();
+    let a = connect(server);
+    let name = lock_name("shared-handle");
+    let m = Arc::new(a.mutex(&name).unwrap());
+    let g1 = m.lock().unwrap();
+    let before = store_revision(&facts);
+
+    // A timed wait of another thread on the same handle: no key, no write.
+    let other = m.clone();
+    let timed = std::thread::spawn(move || other.try_lock_for(Duration::from_millis(300)));
+    assert!(timed.join().unwrap().unwrap().is_none(), "g1 holds");
+    assert_eq!(
+        changes_since(&facts, &name, before),
+        Vec::<String>::new(),
+        "the waiting thread wrote nothing to etcd"
+    );
+    assert_eq!(keys(&facts, &name), vec![g1.holder().to_owned()]);
+
+    // An unbounded one gets the lock once g1 is released.
+    let (started, has_started) = crossbeam_channel::bounded(1);
+    let other = m.clone();
+    let waiter = std::thread::spawn(move || {
+        started.send(()).unwrap();
+        other.lock()
+    });
+    has_started.recv().unwrap();
+    assert_eq!(keys(&facts, &name), vec![g1.holder().to_owned()], "one key");
+    assert!(!waiter.is_finished(), "waits while g1 holds");
+    let t1 = g1.token();
+    g1.release().unwrap();
+    let g2 = waiter.join().unwrap().unwrap();
+    assert!(g2.token() > t1, "{} > {t1}", g2.token());
+    assert_eq!(
+        g2.lease().lease_id(),
+        a.lease_id().unwrap(),
+        "no pooled lease"
+    );
+    assert_eq!(keys(&facts, &name), vec![g2.holder().to_owned()]);
+    g2.release().unwrap();
+}
+
+#[test]
+fn close_revokes_the_pooled_leases() {
+    let server = EtcdServer::shared();
+    let facts = server.facts();
+    let a = connect(server);
+    let name = lock_name("pool-close");
+    let (m1, m2) = (a.mutex(&name).unwrap(), a.mutex(&name).unwrap());
+    let primary = a.lease_id().unwrap();
+    let g1 = m1.lock().unwrap();
+    let waiter = std::thread::spawn(move || m2.lock());
+    wait_keys(&facts, &name, 2);
+    g1.release().unwrap();
+    let g2 = waiter.join().unwrap().unwrap();
+    let pooled = g2.lease().lease_id();
+    assert_ne!(pooled, primary);
+    assert!(facts.lease_time_to_live(pooled) > 0);
+
+    a.close(Duration::from_secs(2));
+    assert_eq!(facts.lease_time_to_live(pooled), -1, "the pooled lease");
+    assert_eq!(facts.lease_time_to_live(primary), -1, "the client's lease");
+    assert_eq!(
+        g2.lost().wait_timeout(scale(Duration::from_secs(5))),
+        Some(LossReason::Closed)
+    );
+    assert!(keys(&facts, &name).is_empty());
 }
 
 #[test]

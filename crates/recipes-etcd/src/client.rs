@@ -8,6 +8,8 @@ use std::time::{Duration, Instant};
 use recipes_core::{BootInstant, Error, LossReason, Result, Runtime, DEFAULT_SLACK};
 
 use crate::error::from_etcd;
+use tokio::sync::OwnedMutexGuard;
+
 use crate::session::{Session, SessionSettings};
 
 /// The default deadline of one request.
@@ -62,7 +64,8 @@ impl EtcdClientBuilder {
     }
 
     /// The TTL of the client's lease (default [`DEFAULT_TTL`]), rounded up
-    /// to whole seconds. Every lock of the client lives on this lease: a
+    /// to whole seconds; pooled leases (see [`EtcdClient`]) ask for the
+    /// same. Every lock of the client lives on such a lease: a
     /// holder that stops renewing it (a crash, a partition, a pause) blocks
     /// others for at most about this long, and its guards report the loss
     /// before the server can give the lock away. etcd silently raises a TTL
@@ -184,6 +187,7 @@ impl EtcdClientBuilder {
                 settings: self,
                 session: parking_lot::Mutex::new(None),
                 new_session: tokio::sync::Mutex::new(()),
+                pool: parking_lot::Mutex::new(Vec::new()),
                 closed: AtomicBool::new(false),
             }),
         };
@@ -204,6 +208,9 @@ struct Inner {
     // orphaned; nothing held on the old one carries over.
     session: parking_lot::Mutex<Option<Arc<Session>>>,
     new_session: tokio::sync::Mutex<()>,
+    // Extra sessions for concurrent acquisitions of one name (see
+    // `session_for`). Kept while live; revoked with the client.
+    pool: parking_lot::Mutex<Vec<Arc<Session>>>,
     closed: AtomicBool,
 }
 
@@ -232,6 +239,13 @@ impl Inner {
         if let Some(s) = self.usable_session()? {
             return Ok(s);
         }
+        let session = self.grant("session").await?;
+        *self.session.lock() = Some(session.clone());
+        Ok(session)
+    }
+
+    /// Grant a new lease and start its session.
+    async fn grant(&self, what: &str) -> Result<Arc<Session>> {
         let settings = SessionSettings {
             ttl: self.settings.ttl,
             rpc_timeout: self.settings.rpc_timeout,
@@ -246,21 +260,75 @@ impl Inner {
             return Err(Error::Closed);
         }
         log::debug!(
-            "[endpoints={}] new session: lease {:x}, TTL {:?}",
+            "[endpoints={}] new {what}: lease {:x}, TTL {:?}",
             self.settings.endpoints.join(","),
             session.lease(),
             session.ttl()
         );
-        *self.session.lock() = Some(session.clone());
         Ok(session)
+    }
+
+    /// A session for an acquisition of the lock `name`, with its turn at
+    /// the name: the primary session when its turn is free (no acquisition
+    /// of `name` through it is under way or held), else a pooled live
+    /// session whose turn is free, else a new lease added to the pool. Two
+    /// acquisitions of one name in this process so never share a key.
+    async fn session_for(&self, name: &str) -> Result<(Arc<Session>, OwnedMutexGuard<()>)> {
+        let primary = self.session().await?;
+        if let Some(turn) = primary.try_turn(name) {
+            return Ok((primary, turn));
+        }
+        let pooled = {
+            let mut pool = self.pool.lock();
+            // A lost session is never reused; its loop revokes its lease.
+            pool.retain(|s| s.is_usable());
+            pool.clone()
+        };
+        for session in pooled {
+            if let Some(turn) = session.try_turn(name) {
+                return Ok((session, turn));
+            }
+        }
+        let session = self.grant("pooled session").await?;
+        let turn = session.try_turn(name).ok_or_else(|| Error::Backend {
+            message: "a new session already had a turn at the lock".into(),
+            retryable: true,
+            source: None,
+        })?;
+        {
+            let mut pool = self.pool.lock();
+            // `close` sets `closed` before it empties the pool: a session
+            // added after that is revoked here.
+            if !self.closed.load(Ordering::SeqCst) {
+                pool.push(session.clone());
+                return Ok((session, turn));
+            }
+        }
+        drop(turn);
+        let _ = session.revoke(LossReason::Closed).await;
+        Err(Error::Closed)
+    }
+
+    /// Every session: the primary (if any) and the pooled ones, taken out.
+    fn take_sessions(&self) -> Vec<Arc<Session>> {
+        let mut all: Vec<_> = self.session.lock().take().into_iter().collect();
+        all.append(&mut self.pool.lock());
+        all
+    }
+
+    /// Every session still in use, without taking them out.
+    fn sessions(&self) -> Vec<Arc<Session>> {
+        let mut all: Vec<_> = self.current().into_iter().collect();
+        all.extend(self.pool.lock().iter().cloned());
+        all
     }
 }
 
 impl Drop for Inner {
     fn drop(&mut self) {
-        // Revoke the lease in the background: the runtime's shutdown gives
-        // it a grace period. An orphaned session is left to expire.
-        if let Some(session) = self.session.lock().take() {
+        // Revoke the leases in the background: the runtime's shutdown
+        // gives it a grace period. An orphaned session is left to expire.
+        for session in self.take_sessions() {
             if !session.is_orphaned() {
                 self.rt.spawn(async move {
                     let _ = session.revoke(LossReason::Closed).await;
@@ -275,11 +343,31 @@ impl Drop for Inner {
 }
 
 /// An etcd client on its own runtime thread, holding one lease (its
-/// session) that every lock it takes is bound to.
+/// session) that its locks are bound to.
+///
+/// One lease serves every lock, election and semaphore of the client: one
+/// keep-alive stream, and an uncontended acquire costs one transaction, a
+/// release one delete. Two acquisitions of the *same* name through one
+/// client must not share that lease — they would own the same key
+/// `<name>/<lease id>`, one identity in etcd (etcd#11360) — so:
+///
+/// - threads sharing one handle (a [`Mutex`](crate::Mutex) or
+///   [`Election`](crate::Election), and its clones) take turns in the
+///   process, holding no key while they wait;
+/// - separate handles of one name contend in etcd: when the client's lease
+///   already has an acquisition of the name under way or held, the next one
+///   takes another lease from the client's pool — a pooled one with no
+///   acquisition of that name, or a newly granted one with its own
+///   keep-alive stream and deadline. Pooled leases are kept while they live
+///   (the pool is no larger than the peak number of concurrent
+///   acquisitions of one name, less one) and revoked with the client; a
+///   lost one is never reused. [`lease_id`](EtcdClient::lease_id) and the
+///   other session accessors describe the client's own lease; a guard's
+///   `lease_id` names the lease its key is bound to.
 ///
 /// Cheap to clone; it closes when the last clone (and every guard made from
 /// it) is dropped, or at [`close`](EtcdClient::close). Closing or dropping
-/// it revokes the lease, so its locks are free at once.
+/// it revokes its leases, so its locks are free at once.
 ///
 /// # Under pause and partition
 ///
@@ -383,16 +471,17 @@ impl EtcdClient {
     /// said it is gone, or it was orphaned or revoked. The next acquisition
     /// then grants a new lease.
     pub fn is_session_lost(&self) -> bool {
-        self.inner.current().map_or(true, |s| !s.is_usable())
+        self.inner.current().is_none_or(|s| !s.is_usable())
     }
 
-    /// Stop renewing the current lease without revoking it, as a crashed
-    /// process would: the server deletes its keys when the TTL runs out, and
-    /// guards held on it fire their loss signal at their local deadline
-    /// (before that). Later acquisitions grant a new lease; `close` and
-    /// `Drop` leave the orphaned one to expire.
+    /// Stop renewing the current lease — and the pooled ones — without
+    /// revoking them, as a crashed process would: the server deletes their
+    /// keys when the TTL runs out, and guards held on them fire their loss
+    /// signal at their local deadline (before that). Later acquisitions
+    /// grant a new lease; `close` and `Drop` leave the orphaned ones to
+    /// expire.
     pub fn orphan(&self) {
-        if let Some(s) = self.inner.current() {
+        for s in self.inner.sessions() {
             s.orphan();
         }
     }
@@ -400,6 +489,16 @@ impl EtcdClient {
     /// The current session, or a new one (on the runtime).
     pub(crate) async fn live_session(&self) -> Result<Arc<Session>> {
         self.inner.session().await
+    }
+
+    /// A session and its turn for an acquisition of the lock `name`: the
+    /// current session, or one from the pool when an acquisition of `name`
+    /// already uses the current one (on the runtime).
+    pub(crate) async fn session_for(
+        &self,
+        name: &str,
+    ) -> Result<(Arc<Session>, OwnedMutexGuard<()>)> {
+        self.inner.session_for(name).await
     }
 
     /// Run one request on the runtime with the RPC timeout.
@@ -418,24 +517,38 @@ impl EtcdClient {
         &self.inner.rt
     }
 
-    /// Close: revoke the client's lease (every key of its locks goes at
-    /// once; waiting up to `grace` for the reply), then stop the runtime
-    /// thread, waiting for pending background releases for up to `grace`.
-    /// Fires every loss signal. Other clones stop working too. An orphaned
-    /// lease is not revoked.
+    /// Close: revoke the client's leases — the current one and the pooled
+    /// ones — so every key of its locks goes at once (waiting up to `grace`
+    /// for the replies), then stop the runtime thread, waiting for pending
+    /// background releases for up to `grace`. Fires every loss signal.
+    /// Other clones stop working too. An orphaned lease is not revoked.
     pub fn close(&self, grace: Duration) {
         self.inner.closed.store(true, Ordering::SeqCst);
-        if let Some(session) = self.inner.session.lock().take() {
-            if !session.is_orphaned() {
-                let r = self
-                    .inner
-                    .rt
-                    .call("revoke the client's lease", grace, async move {
-                        session.revoke(LossReason::Closed).await
-                    });
-                if let Err(e) = r {
-                    log::debug!("close: revoke failed: {e}; the server expires the lease");
-                }
+        let live: Vec<_> = self
+            .inner
+            .take_sessions()
+            .into_iter()
+            .filter(|s| !s.is_orphaned())
+            .collect();
+        if !live.is_empty() {
+            let r = self
+                .inner
+                .rt
+                .call("revoke the client's leases", grace, async move {
+                    let mut revokes = tokio::task::JoinSet::new();
+                    for session in live {
+                        revokes.spawn(async move { session.revoke(LossReason::Closed).await });
+                    }
+                    let mut outcome = Ok(());
+                    while let Some(done) = revokes.join_next().await {
+                        if let Ok(Err(e)) = done {
+                            outcome = Err(e);
+                        }
+                    }
+                    outcome
+                });
+            if let Err(e) = r {
+                log::debug!("close: revoke failed: {e}; the server expires the lease");
             }
         }
         if let Some(client) = self.inner.client.lock().take() {

@@ -46,10 +46,11 @@ use crate::error::{from_etcd, retrying};
 use crate::lock::EtcdLock;
 use crate::mutex::{
     check_owner, decide_from_oldest, delete_until_done, header_revision, passed, read_at,
-    txn_request, unexpected, wake_at, Acquired, Cleanup, Next, PAGE, RETRY_PAUSE,
+    session_turn, txn_request, unexpected, wake_at, Acquired, Cleanup, Next, Via, PAGE,
+    RETRY_PAUSE,
 };
 use crate::names::{contender_key, is_contender, key_prefix, validate_name};
-use crate::session::Session;
+use crate::session::{HandleQueue, Session};
 use crate::watch::WatchSet;
 
 /// A leader election shared with every process that campaigns on the same
@@ -61,9 +62,12 @@ use crate::watch::WatchSet;
 /// variants, which return `Ok(None)` when the deadline passes and leave no
 /// key behind), read the leader with
 /// [`leader`](recipes_core::Election::leader), follow it with
-/// [`backend().observe()`](EtcdElection::observe). Two campaigns on one name
-/// through one client wait for each other in the client (they would share a
-/// key otherwise).
+/// [`backend().observe()`](EtcdElection::observe). Threads campaigning
+/// through one handle take turns in the process (the second has no key in
+/// etcd while it waits); separate handles of one name — latches and
+/// selectors are handles of their own — campaign against each other in
+/// etcd, the later one on another lease from the client's pool (see
+/// [`EtcdClient`]), so two candidates are never one identity in etcd.
 ///
 /// # Under pause and partition
 ///
@@ -105,6 +109,8 @@ pub struct EtcdElection {
     // Ends an unbounded campaign once it reads `true` (or its sender is
     // gone): a selector's close.
     cancel: Option<watch::Receiver<bool>>,
+    // Shared by clones: they are one handle.
+    queue: HandleQueue,
 }
 
 impl EtcdElection {
@@ -115,6 +121,7 @@ impl EtcdElection {
             name: name.to_owned(),
             prefix: key_prefix(name),
             cancel: None,
+            queue: HandleQueue::default(),
         })
     }
 
@@ -127,6 +134,11 @@ impl EtcdElection {
 
     pub(crate) fn client(&self) -> &EtcdClient {
         &self.client
+    }
+
+    /// This handle's local queue.
+    pub(crate) fn queue(&self) -> &HandleQueue {
+        &self.queue
     }
 
     /// The key prefix its candidates' keys live under (`<name>/`).
@@ -205,7 +217,14 @@ impl ElectionBackend for EtcdElection {
             .runtime()
             .call_until("campaign", None, async move {
                 let deadline = deadline.map(Instant::from_std);
-                let run = campaign(&this.client, &this.name, &this.prefix, &value, deadline);
+                let run = campaign(
+                    &this.client,
+                    &this.name,
+                    &this.prefix,
+                    &this.queue,
+                    &value,
+                    deadline,
+                );
                 match this.cancel {
                     Some(mut cancel) => tokio::select! {
                         r = run => r,
@@ -353,12 +372,12 @@ impl EtcdLeadership {
     }
 
     /// Resign on the runtime: fire the signal, delete our key (retrying
-    /// until done or the session is lost), then give this process's turn at
-    /// the name back.
+    /// until done or the session is lost), then give this process's turns
+    /// at the name back.
     pub(crate) async fn resign_on_runtime(self) {
         let lock = self.lock;
         lock.trigger.fire(LossReason::Released);
-        let turn = lock.turn.lock().take();
+        let turn = lock.turn.lock().take().unwrap_or_default();
         let (session, key, rev) = (
             lock.session.clone(),
             lock.key().to_owned(),
@@ -452,12 +471,18 @@ pub(crate) async fn campaign(
     client: &EtcdClient,
     name: &str,
     prefix: &str,
+    queue: &HandleQueue,
     value: &[u8],
     deadline: Option<Instant>,
 ) -> Result<Option<Acquired>> {
+    // The handle's turn first, then a session whose turn at the name is
+    // free (the client's, or one from its pool).
+    let Some(handle_turn) = queue.turn(deadline).await else {
+        return Ok(None);
+    };
+    let via = Via::Handle(queue);
     loop {
-        let session = client.live_session().await?;
-        let Some(turn) = session.queue_turn(name, deadline).await else {
+        let Some((session, turn)) = session_turn(client, name, via, deadline).await? else {
             return Ok(None);
         };
         let rt = client.runtime().clone();
@@ -474,7 +499,10 @@ pub(crate) async fn campaign(
             None => attempt(rt, &session, prefix, value, turn, None).await?,
         };
         match outcome {
-            Attempt::Won(a) => return Ok(Some(*a)),
+            Attempt::Won(mut a) => {
+                a.handle_turn = Some(handle_turn);
+                return Ok(Some(*a));
+            }
             Attempt::TimedOut => return Ok(None),
             Attempt::Restart if passed(deadline) => return Ok(None),
             Attempt::Restart => {
@@ -582,6 +610,7 @@ async fn attempt(
                             fence,
                             watches,
                             cleanup,
+                            handle_turn: None,
                         };
                         return Ok(Attempt::Won(Box::new(won)));
                     }

@@ -246,8 +246,16 @@ async fn run(inner: Arc<LatchInner>) {
         if *close.borrow() {
             break;
         }
+        let run = campaign(
+            e.client(),
+            e.name(),
+            e.key_prefix(),
+            e.queue(),
+            inner.id.as_bytes(),
+            None,
+        );
         let won = tokio::select! {
-            r = campaign(e.client(), e.name(), e.key_prefix(), inner.id.as_bytes(), None) => r,
+            r = run => r,
             () = closed(&mut close) => break,
         };
         let leadership = match won {

@@ -8,20 +8,21 @@ use etcd_client::{Compare, CompareOp, Txn, TxnOp, TxnResponse};
 use recipes_core::{
     Error, FencedLease, FencingToken, HeldLease, LossReason, LossSignal, LossTrigger, Result,
 };
-use tokio::sync::{oneshot, OwnedMutexGuard};
+use tokio::sync::oneshot;
 
 use crate::client::EtcdClient;
 use crate::error::{indeterminate, retrying, rpc};
 use crate::mutex::{delete_key, delete_until_done, Acquired};
-use crate::session::Session;
+use crate::session::{Session, Turns};
 use crate::watch::{Gone, WatchSet};
 
 /// How long the key watch waits before trying again after an error.
 const WATCH_RETRY_PAUSE: Duration = Duration::from_millis(50);
 
-/// This process's turn at a lock name, shared by a held lock and its key
-/// watch: whoever learns first that the key is gone gives it back.
-type Turn = Arc<parking_lot::Mutex<Option<OwnedMutexGuard<()>>>>;
+/// This process's turns at a lock name (the session's and the handle's),
+/// shared by a held lock and its key watch: whoever learns first that the
+/// key is gone gives them back.
+type Turn = Arc<parking_lot::Mutex<Option<Turns>>>;
 
 /// A held etcd mutex key: the lease behind a [`MutexGuard`](crate::MutexGuard).
 ///
@@ -40,8 +41,9 @@ pub struct EtcdLock {
     token: FencingToken,
     pub(crate) trigger: LossTrigger,
     signal: LossSignal,
-    // This process's turn at the name; given back once the key is gone
-    // (released, or deleted by someone: the watch gives it back then).
+    // This process's turns at the name (the session's and the handle's);
+    // given back once the key is gone (released, or deleted by someone: the
+    // watch gives them back then).
     pub(crate) turn: Turn,
     // Dropping it stops the key watch.
     _stop_watch: oneshot::Sender<()>,
@@ -51,7 +53,8 @@ impl EtcdLock {
     pub(crate) fn held(client: EtcdClient, a: Acquired) -> EtcdLock {
         let trigger = a.session.epoch().trigger().child();
         let signal = trigger.signal();
-        let turn: Turn = Arc::new(parking_lot::Mutex::new(a.cleanup.disarm()));
+        let turns = Turns::new(a.cleanup.disarm(), a.handle_turn);
+        let turn: Turn = Arc::new(parking_lot::Mutex::new(Some(turns)));
         let (stop_watch, stopped) = oneshot::channel();
         client.runtime().handle().spawn(watch_own_key(
             a.session.clone(),
@@ -275,7 +278,7 @@ impl HeldLease for EtcdLock {
             self.session.clone(),
             self.key.clone(),
             Some(self.create_revision),
-            self.turn.lock().take(),
+            self.turn.lock().take().unwrap_or_default(),
         );
         if !self.client.runtime().spawn(task) {
             log::warn!(

@@ -57,16 +57,19 @@ use crate::client::EtcdClient;
 use crate::error::retrying;
 use crate::lock::EtcdLock;
 use crate::names::{contender_key, is_contender, key_prefix, validate_name};
-use crate::session::Session;
+use crate::session::{HandleQueue, Session, Turns};
 use crate::watch::WatchSet;
 
 /// A mutex shared with every process that locks the same name through
 /// etcd's `concurrency` package (Go's `concurrency.Mutex`, `etcdctl lock`).
 ///
-/// Made by [`EtcdClient::mutex`]. Not reentrant. Two acquisitions of one
-/// name through one client wait for each other in the client before they
-/// contend in etcd (they would share a key otherwise); separate clients
-/// contend in etcd.
+/// Made by [`EtcdClient::mutex`]. Not reentrant. Threads sharing one
+/// handle take turns in the process: the second waits, with no key in etcd,
+/// until the first one's guard is gone. Separate handles of one name
+/// contend in etcd, like separate clients: when the client's lease already
+/// has an acquisition of the name, the next handle's key is bound to
+/// another lease from the client's pool (see [`EtcdClient`]), so two
+/// holders are never one identity in etcd.
 ///
 /// # Under pause and partition
 ///
@@ -94,6 +97,8 @@ pub struct EtcdMutex {
     client: EtcdClient,
     name: String,
     prefix: String,
+    // Shared by clones: they are one handle.
+    queue: HandleQueue,
 }
 
 impl EtcdMutex {
@@ -103,6 +108,7 @@ impl EtcdMutex {
             client,
             name: name.to_owned(),
             prefix: key_prefix(name),
+            queue: HandleQueue::default(),
         })
     }
 
@@ -123,7 +129,8 @@ impl MutexBackend for EtcdMutex {
         let this = self.clone();
         let acquired = self.client.runtime().call_until("lock", None, async move {
             let deadline = deadline.map(Instant::from_std);
-            acquire(&this.client, &this.name, &this.prefix, deadline).await
+            let via = Via::Handle(&this.queue);
+            acquire(&this.client, &this.name, &this.prefix, via, deadline).await
         })?;
         Ok(acquired.map(|a| EtcdLock::held(self.client.clone(), a)))
     }
@@ -140,6 +147,20 @@ pub(crate) struct Acquired {
     pub(crate) watches: Option<WatchSet>,
     /// Deletes the key if this is dropped before a lock is made of it.
     pub(crate) cleanup: Cleanup,
+    /// The handle's turn, kept while the lock is held.
+    pub(crate) handle_turn: Option<OwnedMutexGuard<()>>,
+}
+
+/// How an acquisition keeps clear of this process's other acquisitions of
+/// the name (see the `session` module).
+#[derive(Clone, Copy)]
+pub(crate) enum Via<'a> {
+    /// A handle's: take the handle's turn, then a session whose turn at the
+    /// name is free — the client's, or one from its pool.
+    Handle(&'a HandleQueue),
+    /// Wait for the turn at the name on the client's own session (a
+    /// semaphore's internal mutex).
+    ClientSession,
 }
 
 /// The outcome of one attempt.
@@ -172,12 +193,18 @@ pub(crate) async fn acquire(
     client: &EtcdClient,
     name: &str,
     prefix: &str,
+    via: Via<'_>,
     deadline: Option<Instant>,
 ) -> Result<Option<Acquired>> {
+    let handle_turn = match via {
+        Via::Handle(queue) => match queue.turn(deadline).await {
+            Some(t) => Some(t),
+            None => return Ok(None),
+        },
+        Via::ClientSession => None,
+    };
     loop {
-        let session = client.live_session().await?;
-        // Our turn among this process's acquisitions of the name.
-        let Some(turn) = session.queue_turn(name, deadline).await else {
+        let Some((session, turn)) = session_turn(client, name, via, deadline).await? else {
             return Ok(None);
         };
         let rt = client.runtime().clone();
@@ -194,12 +221,35 @@ pub(crate) async fn acquire(
             None => attempt(rt, &session, prefix, turn, None).await?,
         };
         match outcome {
-            Attempt::Acquired(a) => return Ok(Some(*a)),
+            Attempt::Acquired(mut a) => {
+                a.handle_turn = handle_turn;
+                return Ok(Some(*a));
+            }
             Attempt::TimedOut => return Ok(None),
             Attempt::Restart if deadline.is_some_and(|d| Instant::now() >= d) => return Ok(None),
             Attempt::Restart => {
                 log::debug!("[{}] starting over on {prefix}", session.label());
             }
+        }
+    }
+}
+
+/// A session and its turn at `name`, as `via` says; `None` when the
+/// deadline passed first.
+pub(crate) async fn session_turn(
+    client: &EtcdClient,
+    name: &str,
+    via: Via<'_>,
+    deadline: Option<Instant>,
+) -> Result<Option<(Arc<Session>, OwnedMutexGuard<()>)>> {
+    match via {
+        Via::Handle(_) => client.session_for(name).await.map(Some),
+        Via::ClientSession => {
+            let session = client.live_session().await?;
+            Ok(session
+                .queue_turn(name, deadline)
+                .await
+                .map(|turn| (session, turn)))
         }
     }
 }
@@ -287,6 +337,7 @@ async fn attempt(
                     fence,
                     watches,
                     cleanup,
+                    handle_turn: None,
                 };
                 return Ok(Attempt::Acquired(Box::new(acquired)));
             }
@@ -451,10 +502,10 @@ pub(crate) async fn check_owner(
         .await?;
         let header = header_revision(&resp)?;
         let (ours, ahead) = (read_at(&resp, 0)?, read_at(&resp, 1)?);
-        if !ours
+        if ours
             .kvs()
             .first()
-            .is_some_and(|kv| kv.create_revision() == create_revision)
+            .is_none_or(|kv| kv.create_revision() != create_revision)
         {
             return Ok(Next::OursGone);
         }
@@ -525,11 +576,12 @@ impl Cleanup {
     pub(crate) async fn run(mut self) {
         self.rt = None;
         let turn = self.turn.take();
+        let turns = Turns::new(turn, None);
         delete_until_done(
             self.session.clone(),
             self.key.clone(),
             self.create_revision,
-            turn,
+            turns,
         )
         .await;
     }
@@ -538,11 +590,12 @@ impl Cleanup {
 impl Drop for Cleanup {
     fn drop(&mut self) {
         if let Some(rt) = self.rt.take() {
+            let turns = Turns::new(self.turn.take(), None);
             let task = delete_until_done(
                 self.session.clone(),
                 std::mem::take(&mut self.key),
                 self.create_revision,
-                self.turn.take(),
+                turns,
             );
             if !rt.spawn(task) {
                 log::debug!(
@@ -582,12 +635,13 @@ pub(crate) async fn delete_key(
 }
 
 /// Delete our key, retrying until done or the session is lost (its lease
-/// then takes the key along, or is revoked). Releases the turn afterwards.
+/// then takes the key along, or is revoked). Gives the turns back
+/// afterwards.
 pub(crate) async fn delete_until_done(
     session: Arc<Session>,
     key: String,
     create_revision: Option<i64>,
-    turn: Option<OwnedMutexGuard<()>>,
+    turn: Turns,
 ) {
     let mut pause = RETRY_PAUSE;
     loop {

@@ -224,8 +224,14 @@ impl EtcdSemaphore {
 
     /// Hold the internal mutex, wait for a permit, give the mutex back.
     async fn attempt(&self, deadline: Option<Instant>) -> Result<Admission> {
-        let lock =
-            mutex::acquire(&self.client, &self.lock_name, &self.lock_prefix, deadline).await?;
+        let lock = mutex::acquire(
+            &self.client,
+            &self.lock_name,
+            &self.lock_prefix,
+            mutex::Via::ClientSession,
+            deadline,
+        )
+        .await?;
         let Some(mut lock) = lock else {
             return Ok(Admission::TimedOut);
         };
@@ -300,6 +306,7 @@ impl EtcdSemaphore {
                         fence: revision,
                         watches,
                         cleanup,
+                        handle_turn: None,
                     })));
                 }
                 Next::OursGone => {
@@ -454,10 +461,10 @@ impl EtcdSemaphore {
         let resp: TxnResponse = retrying(&what, rpc_timeout, || txn_request(etcd, &txn)).await?;
         let header = header_revision(&resp)?;
         let ours = read_at(&resp, 0)?;
-        if !ours
+        if ours
             .kvs()
             .first()
-            .is_some_and(|kv| kv.create_revision() == create_revision)
+            .is_none_or(|kv| kv.create_revision() != create_revision)
         {
             return Ok(Next::OursGone);
         }

@@ -13,10 +13,34 @@
 //! client grants a new lease for the next acquisition, and every key of the
 //! old one goes (with the lease, which is revoked when possible).
 //!
-//! Acquisitions of one lock name through one session are queued here, in
-//! the process, before they touch etcd: all of them would own the same key
-//! `<prefix>/<lease id>`, and two holders of one key are one identity in
-//! etcd (etcd#11360).
+//! # One key per lease and name
+//!
+//! Every key of a lock or election name is `<prefix>/<lease id>`, so two
+//! acquisitions of one name on one lease would own the same key, and two
+//! holders of one key are one identity in etcd (etcd#11360). Each session
+//! therefore hands out one *turn* per lock name at a time
+//! (`Session::try_turn`, `Session::queue_turn`); an acquisition holds
+//! its turn until its key is gone.
+//!
+//! The client keeps one primary session that serves every lock (one
+//! keep-alive stream; an uncontended acquire costs one transaction and a
+//! release one delete). When an acquisition of a name starts while the
+//! primary session's turn at that name is taken — another handle of the
+//! same name in this process is acquiring or holds it — the client takes
+//! another session from its pool: a pooled live session whose turn at the
+//! name is free, or else a newly granted lease (its own keep-alive stream
+//! and deadline), added to the pool. The two acquisitions then contend in
+//! etcd like separate processes. Pooled sessions stay (the pool grows no
+//! larger than the peak number of concurrent acquisitions of one name, less
+//! one) until they are lost or the client closes, which revokes them. A
+//! lost session is never reused, pooled or not.
+//!
+//! Threads that share one handle (`HandleQueue`) take turns in the
+//! process instead, before they touch etcd: the second waits, holding no
+//! key, until the first one's guard is gone. A semaphore's internal mutex
+//! keeps to the primary session and waits for its turn there
+//! (`Session::queue_turn`): every permit has a key of its own
+//! (`<lease id>-<n>`), so one lease serves any number of them.
 
 use std::collections::{HashMap, VecDeque};
 use std::fmt;
@@ -207,6 +231,20 @@ impl Session {
         Ok(())
     }
 
+    /// The queue of this session's acquisitions of the lock `name`.
+    fn queue(&self, name: &str) -> Arc<tokio::sync::Mutex<()>> {
+        let mut queues = self.queues.lock();
+        queues.retain(|_, q| q.strong_count() > 0);
+        match queues.get(name).and_then(Weak::upgrade) {
+            Some(q) => q,
+            None => {
+                let q = Arc::new(tokio::sync::Mutex::new(()));
+                queues.insert(name.to_owned(), Arc::downgrade(&q));
+                q
+            }
+        }
+    }
+
     /// Wait for this process's turn at the lock `name` on this session,
     /// until `deadline`. `None` when the deadline passed first.
     pub(crate) async fn queue_turn(
@@ -214,23 +252,61 @@ impl Session {
         name: &str,
         deadline: Option<Instant>,
     ) -> Option<OwnedMutexGuard<()>> {
-        let queue = {
-            let mut queues = self.queues.lock();
-            queues.retain(|_, q| q.strong_count() > 0);
-            match queues.get(name).and_then(Weak::upgrade) {
-                Some(q) => q,
-                None => {
-                    let q = Arc::new(tokio::sync::Mutex::new(()));
-                    queues.insert(name.to_owned(), Arc::downgrade(&q));
-                    q
-                }
-            }
-        };
-        match deadline {
-            // `timeout_at` polls once even with a deadline in the past, so a
-            // free queue is taken by a try-lock.
-            Some(d) => tokio::time::timeout_at(d, queue.lock_owned()).await.ok(),
-            None => Some(queue.lock_owned().await),
+        wait_turn(self.queue(name), deadline).await
+    }
+
+    /// This session's turn at the lock `name` if nobody in this process has
+    /// it (no acquisition of the name on this lease is under way or held).
+    pub(crate) fn try_turn(&self, name: &str) -> Option<OwnedMutexGuard<()>> {
+        self.queue(name).try_lock_owned().ok()
+    }
+}
+
+/// Take a turn in `queue`, waiting until `deadline` at most.
+async fn wait_turn(
+    queue: Arc<tokio::sync::Mutex<()>>,
+    deadline: Option<Instant>,
+) -> Option<OwnedMutexGuard<()>> {
+    match deadline {
+        // `timeout_at` polls once even with a deadline in the past, so a
+        // free queue is taken by a try-lock.
+        Some(d) => tokio::time::timeout_at(d, queue.lock_owned()).await.ok(),
+        None => Some(queue.lock_owned().await),
+    }
+}
+
+/// The local queue of one lock or election handle (and its clones): threads
+/// that share the handle take turns here, holding no key while they wait.
+/// A turn is kept for as long as the guard it led to holds its key.
+#[derive(Debug, Clone, Default)]
+pub(crate) struct HandleQueue(Arc<tokio::sync::Mutex<()>>);
+
+impl HandleQueue {
+    /// Wait for this handle's turn until `deadline`; `None` when it passed
+    /// first.
+    pub(crate) async fn turn(&self, deadline: Option<Instant>) -> Option<OwnedMutexGuard<()>> {
+        wait_turn(self.0.clone(), deadline).await
+    }
+}
+
+/// An acquisition's places in this process's queues, given back together
+/// once its key is gone: the session's turn at the name (one key per lease
+/// and name) and the handle's turn (threads sharing the handle).
+#[derive(Debug, Default)]
+pub(crate) struct Turns {
+    // Held for their `Drop` only.
+    _session: Option<OwnedMutexGuard<()>>,
+    _handle: Option<OwnedMutexGuard<()>>,
+}
+
+impl Turns {
+    pub(crate) fn new(
+        session: Option<OwnedMutexGuard<()>>,
+        handle: Option<OwnedMutexGuard<()>>,
+    ) -> Turns {
+        Turns {
+            _session: session,
+            _handle: handle,
         }
     }
 }
