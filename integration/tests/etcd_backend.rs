@@ -1056,3 +1056,85 @@ fn no_herd_one_release_wakes_one_waiter() {
         w.join().unwrap();
     }
 }
+
+/// Run `etcdctl` against `server` and insist it succeeds.
+fn etcdctl(server: &EtcdServer, args: &[&str]) -> String {
+    let out = Command::new("etcdctl")
+        .env("ETCDCTL_API", "3")
+        .arg(format!("--endpoints={}", server.endpoint()))
+        .args(args)
+        .output()
+        .expect("run etcdctl");
+    assert!(
+        out.status.success(),
+        "etcdctl {args:?}: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    String::from_utf8_lossy(&out.stdout).into_owned()
+}
+
+#[test]
+fn user_and_password_authenticate_the_client() {
+    // Its own server: enabling auth is server-wide.
+    let server = EtcdServer::start();
+    etcdctl(&server, &["user", "add", "root:rootpw"]);
+    etcdctl(&server, &["auth", "enable"]);
+    let name = lock_name("auth");
+    let client = EtcdClient::builder(server.endpoints())
+        .user("root", "rootpw")
+        .connect()
+        .expect("the right password connects");
+    let guard = client.mutex(&name).unwrap().lock().unwrap();
+    guard.check().unwrap();
+    guard.release().unwrap();
+    // Without credentials the client connects (etcd lets anyone grant a
+    // lease) but may not touch keys.
+    let anonymous = EtcdClient::builder(server.endpoints()).connect().unwrap();
+    let refused = anonymous.mutex(&name).unwrap().try_lock();
+    assert!(refused.is_err(), "no credentials: {refused:?}");
+    let wrong = EtcdClient::builder(server.endpoints())
+        .user("root", "nope")
+        .connect();
+    assert!(wrong.is_err(), "a wrong password: {wrong:?}");
+}
+
+#[test]
+fn cluster_blackholed_keep_alive_loses_before_another_acquires_fault() {
+    // A 3-member cluster; the holder reaches it only through a proxy to one
+    // member, which then drops everything on the floor.
+    let cluster = EtcdCluster::start();
+    let proxy = integration::Proxy::start(cluster.member(0).client_addr());
+    let name = lock_name("cluster-blackhole");
+    let holder = EtcdClient::builder([format!("http://{}", proxy.addr())])
+        .ttl(SHORT_TTL)
+        .connect()
+        .unwrap();
+    let held = holder.mutex(&name).unwrap().lock().unwrap();
+    let other = EtcdClient::builder(cluster.endpoints())
+        .ttl(Duration::from_secs(10))
+        .connect()
+        .unwrap()
+        .mutex(&name)
+        .unwrap();
+    let (tx, rx) = crossbeam_channel::bounded(1);
+    let taker = std::thread::spawn(move || {
+        let g = other.lock().expect("the other client acquires");
+        tx.send(BootInstant::now()).unwrap();
+        g
+    });
+    proxy.blackhole();
+    held.lost()
+        .wait_timeout(scale(Duration::from_secs(10)))
+        .expect("the black-holed holder's signal fires");
+    let valid_until = held.valid_until().expect("a deadline");
+    let taken_at = rx
+        .recv_timeout(scale(Duration::from_secs(15)))
+        .expect("the other client acquires after the lease ends");
+    assert!(
+        valid_until <= taken_at,
+        "valid_until {valid_until:?} passed only after the other acquired at {taken_at:?}"
+    );
+    let new = taker.join().unwrap();
+    assert!(new.token() > held.token());
+    proxy.restore();
+}
