@@ -662,3 +662,70 @@ fn fault_sigkill_of_recipes_kills_cmd_zk() {
 fn fault_sigkill_of_recipes_kills_cmd_etcd() {
     fault_sigkill_of_recipes_kills_cmd(Store::Etcd);
 }
+
+#[test]
+fn lock_excludes_a_held_etcdctl_lock_etcd() {
+    let scene = Scene::new("etcdctl");
+    let server = EtcdServer::shared();
+    let facts = server.facts();
+    // etcdctl holds the lock while its command runs.
+    let mut etcdctl = Command::new("etcdctl")
+        .env("ETCDCTL_API", "3")
+        .arg(format!("--endpoints={}", server.endpoint()))
+        .args(["lock", "--ttl=2", &scene.name, "sleep", "30"])
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .expect("start etcdctl lock");
+    facts.wait_keys(
+        &format!("{}/", scene.name),
+        "etcdctl's key",
+        Duration::from_secs(10),
+        |k| k.len() == 1,
+    );
+    let held =
+        code(with_store(Store::Etcd, "10s").args(["lock", &scene.name, "--no-wait", "--", "true"]));
+    assert_eq!(held, 75, "ours must not acquire while etcdctl holds");
+    let _ = etcdctl.kill();
+    let _ = etcdctl.wait();
+    // etcdctl's session lease ends 2 s after it was killed.
+    let freed = code(with_store(Store::Etcd, "10s").args([
+        "lock",
+        &scene.name,
+        "--wait",
+        "30s",
+        "--",
+        "true",
+    ]));
+    assert_eq!(freed, 0, "ours acquires once etcdctl is gone");
+}
+
+#[test]
+fn lock_excludes_a_curator_holder_zk() {
+    let scene = Scene::new("curator");
+    let connect = ZkServer::shared().connect_string();
+    let mut curator = integration::peers::CuratorPeer::start(
+        "holder",
+        &connect,
+        Duration::from_secs(10),
+        &scene.dir,
+    );
+    assert!(
+        curator.lock_for(&scene.name, Duration::from_secs(10)),
+        "Curator acquires a free lock"
+    );
+    let held =
+        code(with_store(Store::Zk, "10s").args(["lock", &scene.name, "--no-wait", "--", "true"]));
+    assert_eq!(held, 75, "ours must not acquire while Curator holds");
+    curator.release();
+    let freed = code(with_store(Store::Zk, "10s").args([
+        "lock",
+        &scene.name,
+        "--wait",
+        "20s",
+        "--",
+        "true",
+    ]));
+    assert_eq!(freed, 0, "ours acquires once Curator released");
+    curator.exit();
+}
