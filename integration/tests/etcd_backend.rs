@@ -5,6 +5,10 @@
 //! that wait for a lease to expire, are named `*_fault` (nextest runs them
 //! one at a time) and start their own server when they break it.
 
+mod etcd_common;
+
+use etcd_common::*;
+
 use std::io::{BufRead, BufReader, Write};
 use std::process::{Child, Command, Stdio};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
@@ -22,40 +26,6 @@ use recipes_core::{
 use recipes_etcd::etcd_client::WatchOptions;
 use recipes_etcd::{EtcdClient, MutexGuard};
 
-/// A TTL short enough for expiry tests, long enough for a loaded machine.
-const SHORT_TTL: Duration = Duration::from_secs(2);
-
-fn connect(server: &EtcdServer) -> EtcdClient {
-    connect_with_ttl(server, Duration::from_secs(10))
-}
-
-fn connect_with_ttl(server: &EtcdServer, ttl: Duration) -> EtcdClient {
-    EtcdClient::builder(server.endpoints())
-        .ttl(ttl)
-        .connect()
-        .unwrap_or_else(|e| {
-            panic!(
-                "connect to {:?}: {e}\n{}",
-                server.endpoints(),
-                server.log_tail()
-            )
-        })
-}
-
-/// A lock name no other test (or run) uses.
-fn lock_name(test: &str) -> String {
-    static N: AtomicU64 = AtomicU64::new(0);
-    format!(
-        "/recipes-test/{test}-{}-{}",
-        std::process::id(),
-        N.fetch_add(1, Ordering::Relaxed)
-    )
-}
-
-fn keys(facts: &EtcdFacts, name: &str) -> Vec<String> {
-    facts.keys_with_prefix(&format!("{name}/"))
-}
-
 /// The store's current revision, as a read's header says.
 fn store_revision(facts: &EtcdFacts) -> i64 {
     let mut client = facts.client();
@@ -64,15 +34,6 @@ fn store_revision(facts: &EtcdFacts) -> i64 {
         .header()
         .expect("a header")
         .revision()
-}
-
-fn wait_keys(facts: &EtcdFacts, name: &str, n: usize) -> Vec<String> {
-    facts.wait_keys(
-        &format!("{name}/"),
-        &format!("number {n}"),
-        Duration::from_secs(10),
-        |k| k.len() == n,
-    )
 }
 
 /// What a waiter thread returns: its guard, token and when it acquired.

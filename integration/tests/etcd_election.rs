@@ -6,9 +6,13 @@
 //! lease to expire are named `*_fault` (nextest runs them one at a time);
 //! those that break the server start their own.
 
+mod etcd_common;
+
+use etcd_common::*;
+
 use std::io::{BufRead, BufReader};
 use std::process::{Child, Command, Stdio};
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -17,48 +21,8 @@ use integration::{scale, wait_for, wait_until, EtcdFacts, EtcdServer};
 use recipes_core::{BootInstant, Error, FenceGate, FencingToken, LossReason};
 use recipes_etcd::{EtcdClient, LatchEvent, LeaderInfo, LeaderLatch, Leadership};
 
-/// A TTL short enough for expiry tests, long enough for a loaded machine.
-const SHORT_TTL: Duration = Duration::from_secs(2);
-
 /// Upper bound (scaled) for anything that should happen at once.
 const SOON: Duration = Duration::from_secs(10);
-
-fn connect(server: &EtcdServer) -> EtcdClient {
-    connect_with_ttl(server, Duration::from_secs(10))
-}
-
-fn connect_with_ttl(server: &EtcdServer, ttl: Duration) -> EtcdClient {
-    EtcdClient::builder(server.endpoints())
-        .ttl(ttl)
-        .connect()
-        .unwrap_or_else(|e| {
-            panic!(
-                "connect to {:?}: {e}\n{}",
-                server.endpoints(),
-                server.log_tail()
-            )
-        })
-}
-
-/// An election name no other test (or run) uses.
-fn election_name(test: &str) -> String {
-    static N: AtomicU64 = AtomicU64::new(0);
-    format!(
-        "/recipes-test/election/{test}-{}-{}",
-        std::process::id(),
-        N.fetch_add(1, Ordering::Relaxed)
-    )
-}
-
-fn keys(facts: &EtcdFacts, name: &str) -> Vec<String> {
-    facts.keys_with_prefix(&format!("{name}/"))
-}
-
-fn wait_keys(facts: &EtcdFacts, name: &str, n: usize) -> Vec<String> {
-    facts.wait_keys(&format!("{name}/"), &format!("number {n}"), SOON, |k| {
-        k.len() == n
-    })
-}
 
 fn key_of(client: &EtcdClient, name: &str) -> String {
     format!("{name}/{:x}", client.lease_id().unwrap())

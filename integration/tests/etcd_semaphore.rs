@@ -5,7 +5,11 @@
 //! lease to expire are named `*_fault` (nextest runs them one at a time)
 //! and start their own server when they break it.
 
-use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
+mod etcd_common;
+
+use etcd_common::*;
+
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
@@ -13,40 +17,10 @@ use std::time::{Duration, Instant};
 use integration::runtime::block_on;
 use integration::{scale, wait_until, EtcdFacts, EtcdServer};
 use recipes_core::{BootInstant, Error, LossReason};
-use recipes_etcd::{EtcdClient, Semaphore, SemaphorePermit};
-
-/// A TTL short enough for expiry tests, long enough for a loaded machine.
-const SHORT_TTL: Duration = Duration::from_secs(2);
+use recipes_etcd::{Semaphore, SemaphorePermit};
 
 /// Upper bound (scaled) for anything that should happen promptly.
 const PROMPTLY: Duration = Duration::from_secs(10);
-
-fn connect(server: &EtcdServer) -> EtcdClient {
-    connect_with_ttl(server, Duration::from_secs(10))
-}
-
-fn connect_with_ttl(server: &EtcdServer, ttl: Duration) -> EtcdClient {
-    EtcdClient::builder(server.endpoints())
-        .ttl(ttl)
-        .connect()
-        .unwrap_or_else(|e| {
-            panic!(
-                "connect to {:?}: {e}\n{}",
-                server.endpoints(),
-                server.log_tail()
-            )
-        })
-}
-
-/// A semaphore name no other test (or run) uses.
-fn sem_name(test: &str) -> String {
-    static N: AtomicU64 = AtomicU64::new(0);
-    format!(
-        "/recipes-test/sem-{test}-{}-{}",
-        std::process::id(),
-        N.fetch_add(1, Ordering::Relaxed)
-    )
-}
 
 fn lease_keys(facts: &EtcdFacts, name: &str) -> Vec<String> {
     facts.keys_with_prefix(&format!("{name}/leases/"))

@@ -1,0 +1,71 @@
+//! Helpers the etcd test binaries share: clients, unique names, key reads.
+
+#![allow(dead_code)]
+
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::Duration;
+
+use integration::{EtcdFacts, EtcdServer};
+use recipes_etcd::EtcdClient;
+
+/// A TTL short enough for expiry tests, long enough for a loaded machine.
+pub const SHORT_TTL: Duration = Duration::from_secs(2);
+
+/// A client of `server` with the default 10 s TTL.
+pub fn connect(server: &EtcdServer) -> EtcdClient {
+    connect_with_ttl(server, Duration::from_secs(10))
+}
+
+/// A client of `server` with lease `ttl`; a failure quotes the server log.
+pub fn connect_with_ttl(server: &EtcdServer, ttl: Duration) -> EtcdClient {
+    EtcdClient::builder(server.endpoints())
+        .ttl(ttl)
+        .connect()
+        .unwrap_or_else(|e| {
+            panic!(
+                "connect to {:?}: {e}\n{}",
+                server.endpoints(),
+                server.log_tail()
+            )
+        })
+}
+
+/// `<prefix><test>-<pid>-<n>`: a name no other test (or run) uses.
+fn unique(prefix: &str, test: &str) -> String {
+    static N: AtomicU64 = AtomicU64::new(0);
+    format!(
+        "{prefix}{test}-{}-{}",
+        std::process::id(),
+        N.fetch_add(1, Ordering::Relaxed)
+    )
+}
+
+/// A lock name no other test uses.
+pub fn lock_name(test: &str) -> String {
+    unique("/recipes-test/", test)
+}
+
+/// An election name no other test uses.
+pub fn election_name(test: &str) -> String {
+    unique("/recipes-test/election/", test)
+}
+
+/// A semaphore name no other test uses.
+pub fn sem_name(test: &str) -> String {
+    unique("/recipes-test/sem-", test)
+}
+
+/// The keys exactly under `name/`.
+pub fn keys(facts: &EtcdFacts, name: &str) -> Vec<String> {
+    facts.keys_with_prefix(&format!("{name}/"))
+}
+
+/// Wait until exactly `n` keys are under `name/`; returns them.
+pub fn wait_keys(facts: &EtcdFacts, name: &str, n: usize) -> Vec<String> {
+    facts.wait_keys(
+        &format!("{name}/"),
+        &format!("number {n}"),
+        Duration::from_secs(10),
+        |k| k.len() == n,
+    )
+}
