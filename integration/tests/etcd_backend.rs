@@ -155,6 +155,35 @@ fn a_waiter_acquires_after_release() {
     g2.release().unwrap();
 }
 
+/// Closing a client ends an acquisition another thread waits in: its key
+/// is gone when `close` returns (the lease was revoked, not left to run
+/// out), and the waiting `lock()` returns `Closed`.
+#[test]
+fn close_ends_a_waiting_acquisition_and_its_key() {
+    let server = EtcdServer::shared();
+    let facts = server.facts();
+    let (a, b) = (connect(server), connect(server));
+    let name = lock_name("close-waiting");
+    let g = a.mutex(&name).unwrap().lock().unwrap();
+    let waiter = queue_waiter(&facts, &b, &name);
+    b.close(Duration::from_secs(5));
+    assert_eq!(
+        keys(&facts, &name),
+        vec![g.holder().to_owned()],
+        "only the holder's key is left once close returned"
+    );
+    wait_until(
+        "the waiting lock() returns",
+        Duration::from_secs(10),
+        || waiter.is_finished(),
+    );
+    match waiter.join().unwrap() {
+        Err(Error::Closed) => {}
+        other => panic!("expected Closed, got {:?}", other.map(|(t, ..)| t)),
+    }
+    g.release().unwrap();
+}
+
 #[test]
 fn waiters_take_turns_in_arrival_order() {
     let server = EtcdServer::shared();

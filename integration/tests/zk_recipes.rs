@@ -264,6 +264,52 @@ fn no_herd_one_release_wakes_one_waiter() {
     }
 }
 
+/// Closing a client ends what waits on its session: a thread blocked in
+/// `lock()` gets `Closed`, a latch contending in the background stops, and
+/// their nodes are gone when `close` returns (the session was closed, not
+/// left to time out, although both still held a handle of it).
+#[test]
+fn close_ends_waiting_acquisitions_and_their_nodes() {
+    let (lock_path, latch_path) = (path("close-waiting-lock"), path("close-waiting-latch"));
+    let facts = ZkServer::shared().facts();
+    let holder = client();
+    let guard = holder.mutex(&lock_path).unwrap().lock().unwrap();
+    let leader = holder.leader_latch(&latch_path, "leader").unwrap();
+    leader.start();
+    assert!(leader.await_leadership(Duration::from_secs(10)));
+    let waiter = client();
+    let mutex = waiter.mutex(&lock_path).unwrap();
+    let blocked = std::thread::spawn(move || mutex.lock().map(drop));
+    let latch = waiter.leader_latch(&latch_path, "waiter").unwrap();
+    latch.start();
+    wait_until("both wait in line", Duration::from_secs(10), || {
+        facts.children(&lock_path).len() == 2 && facts.children(&latch_path).len() == 2
+    });
+    waiter.close(Duration::from_secs(5));
+    assert_eq!(
+        facts.children(&lock_path).len(),
+        1,
+        "the waiter's lock node outlived close"
+    );
+    assert_eq!(
+        facts.children(&latch_path).len(),
+        1,
+        "the waiter's latch node outlived close"
+    );
+    wait_until(
+        "the blocked lock() returns",
+        Duration::from_secs(10),
+        || blocked.is_finished(),
+    );
+    match blocked.join().unwrap() {
+        Err(Error::Closed) => {}
+        other => panic!("expected Closed, got {other:?}"),
+    }
+    assert!(!latch.has_leadership());
+    drop(guard);
+    leader.close().unwrap();
+}
+
 #[test]
 fn bad_input_is_a_typed_error() {
     let c = client();

@@ -518,11 +518,13 @@ impl EtcdClient {
     }
 
     /// Close: revoke the client's leases — the current one and the pooled
-    /// ones — so every key of its locks goes at once (waiting up to `grace`
-    /// for the replies), then stop the runtime thread, waiting for pending
-    /// background releases for up to `grace`. Fires every loss signal.
+    /// ones — so every key of its locks goes at once, then stop the runtime
+    /// thread once pending background releases are done; `grace` bounds
+    /// the whole. Fires every loss signal.
     /// Other clones stop working too. An orphaned lease is not revoked.
     pub fn close(&self, grace: Duration) {
+        // One budget for every step.
+        let until = Instant::now() + grace;
         self.inner.closed.store(true, Ordering::SeqCst);
         let live: Vec<_> = self
             .inner
@@ -555,7 +557,9 @@ impl EtcdClient {
             let _enter = self.inner.rt.enter();
             drop(client);
         }
-        self.inner.rt.shutdown(grace);
+        self.inner
+            .rt
+            .shutdown(until.saturating_duration_since(Instant::now()));
     }
 }
 

@@ -6,7 +6,7 @@ use std::time::{Duration, Instant};
 
 use std::sync::atomic::{AtomicBool, Ordering};
 
-use recipes_core::{BootInstant, Error, LossPolicy, Result, Runtime, DEFAULT_SLACK};
+use recipes_core::{BootInstant, Error, LossPolicy, LossReason, Result, Runtime, DEFAULT_SLACK};
 use zookeeper_client as zk;
 
 use crate::error::from_zk;
@@ -419,16 +419,26 @@ impl ZkClient {
         &self.inner.rt
     }
 
-    /// Close the session and stop the runtime thread, waiting for pending
-    /// background releases for up to `grace`. Fires every loss signal.
+    /// Close the session and stop the runtime thread once pending
+    /// background releases are done; `grace` bounds the whole. Fires every
+    /// loss signal; an
+    /// acquisition another thread waits in returns [`Error::Closed`], and
+    /// the session's nodes (held or queued) are gone when this returns
+    /// in time.
     ///
     /// Other clones of this client stop working too.
     pub fn close(&self, grace: Duration) {
+        // One budget for every step.
+        let until = Instant::now() + grace;
         self.inner.closed.store(true, Ordering::SeqCst);
         // A closed session deletes its ephemeral nodes at once rather than
         // after the session timeout. The close request goes out when the last
         // handle is gone; wait (up to `grace`) until the session says so.
         if let Some(session) = self.inner.session.lock().take() {
+            // Whatever still waits on this session (a queued acquisition, a
+            // latch contending in the background) holds a handle of it;
+            // ending the epoch wakes it, and it finds the client closed.
+            session.current_epoch().fire(LossReason::Closed);
             let mut states = session.zk().state_watcher();
             {
                 let _enter = self.inner.rt.enter();
@@ -449,7 +459,9 @@ impl ZkClient {
                 Ok(())
             });
         }
-        self.inner.rt.shutdown(grace);
+        self.inner
+            .rt
+            .shutdown(until.saturating_duration_since(Instant::now()));
     }
 }
 
