@@ -30,8 +30,10 @@ Example:
 CMD gets RECIPES_FENCE (the decimal fencing token: pass it with every write
 so the resource can refuse a stale holder), RECIPES_NAME and RECIPES_HOLDER
 (the lock node or key). If the lease is lost while CMD runs, CMD's process
-group gets SIGTERM, then SIGKILL after --grace or at the earliest moment the
-server may expire the lease, whichever comes first; recipes exits 76.";
+group gets SIGTERM, then SIGKILL after --grace or just before the earliest
+moment the store may give the lease away, whichever comes first; recipes
+exits 76. The lease counts as lost min(--grace, TTL/5) + 100ms before that
+moment, so CMD has a window to stop even when the store cannot be reached.";
 
 const SEMAPHORE_EXAMPLES: &str = "\
 Example:
@@ -121,7 +123,8 @@ pub struct RunOptions {
     pub no_wait: bool,
 
     /// After loss: how long CMD may take to stop after SIGTERM before
-    /// SIGKILL (cut short by the lease's estimated server-side expiry).
+    /// SIGKILL (cut short just before the lease's earliest server-side
+    /// expiry).
     #[arg(long, value_name = "DURATION", default_value = "5s", value_parser = parse_duration)]
     pub grace: Duration,
 

@@ -5,7 +5,7 @@ use std::time::{Duration, Instant};
 
 use crossbeam_channel::{select, Receiver};
 
-use crate::backend::{Backend, Recipe, Wait};
+use crate::backend::{self, Backend, Recipe, Wait};
 use crate::cli::{BackendChoice, RunOptions};
 use crate::exit;
 use crate::signals;
@@ -32,7 +32,8 @@ pub fn run_under(
     opts: &RunOptions,
     forwarded: &Receiver<libc::c_int>,
 ) -> i32 {
-    let backend = match Backend::connect(choice, ttl) {
+    let lease_slack = backend::lease_slack(ttl, opts.grace);
+    let backend = match Backend::connect(choice, ttl, lease_slack) {
         Ok(b) => b,
         Err(e) => {
             eprintln!("recipes: cannot connect to {}: {e}", describe(choice));
@@ -96,6 +97,7 @@ pub fn run_under(
         argv: &opts.command,
         permit: matches!(recipe, Recipe::Semaphore(_)),
         grace: opts.grace,
+        lease_slack,
         lost_exit_code: i32::from(opts.lost_exit_code),
     };
     let outcome = supervise::run(&job, &held, forwarded);
@@ -110,8 +112,10 @@ pub fn run_under(
             code
         }
         Outcome::Lost => {
-            // Whatever is left is gone, or goes with the session below.
-            let _ = held.release();
+            // Whatever is left is gone, or goes with the session below; a
+            // release would wait for a store that may not answer (the
+            // guard's drop still tries, within the close's grace).
+            drop(held);
             job.lost_exit_code
         }
     };

@@ -5,9 +5,9 @@ use std::ffi::OsString;
 use std::time::{Duration, Instant};
 
 use crossbeam_channel::{after, select, Receiver};
-use recipes_core::{BootInstant, LossReason, LossSignal, DEFAULT_SLACK};
+use recipes_core::{BootInstant, LossReason, LossSignal};
 
-use crate::backend::Held;
+use crate::backend::{Held, KILL_MARGIN};
 use crate::child::{self, RunningCmd};
 use crate::signals;
 
@@ -27,6 +27,9 @@ pub struct Job<'a> {
     pub permit: bool,
     /// How long CMD may take to stop after SIGTERM on loss.
     pub grace: Duration,
+    /// The slack the client subtracts from the lease deadline: the lease's
+    /// earliest server-side expiry is this much after `valid_until`.
+    pub lease_slack: Duration,
     /// Our exit status on loss.
     pub lost_exit_code: i32,
 }
@@ -101,26 +104,28 @@ pub fn run(job: &Job<'_>, held: &Held, forwarded: &Receiver<libc::c_int>) -> Out
     outcome
 }
 
-/// The earliest moment the server may give the lease away: now if it
-/// already did (expired session, deleted node or key, revoked lease), else
-/// the local deadline plus the scheduling slack — `valid_until` is the send
-/// time of the last acknowledged request plus the granted TTL less a margin
-/// of clock drift and slack, and only the drift part is needed to stay
-/// ahead of a server whose clock runs fast.
-fn server_expiry(lost: &LossSignal, reason: LossReason) -> BootInstant {
+/// When CMD must be gone after a loss for `reason`: at once if the store
+/// already gave the lease away (expired session, deleted node or key,
+/// revoked lease); else [`KILL_MARGIN`] before the earliest moment it may.
+/// `valid_until` is the send time of the last acknowledged renewal plus the
+/// TTL less the clock-drift margin and `lease_slack`, so that moment is
+/// `valid_until + lease_slack`.
+fn kill_by(lost: &LossSignal, reason: LossReason, lease_slack: Duration) -> BootInstant {
     let now = BootInstant::now();
     match reason {
         LossReason::SessionExpired | LossReason::Deleted | LossReason::Revoked => now,
-        _ => lost.valid_until().map_or(now, |v| v + DEFAULT_SLACK),
+        _ => lost
+            .valid_until()
+            .map_or(now, |v| v + lease_slack.saturating_sub(KILL_MARGIN)),
     }
 }
 
-/// SIGTERM to CMD's group, SIGKILL when the grace ends or the lease's
-/// server-side expiry arrives, whichever comes first; then wait until CMD
-/// is gone.
+/// SIGTERM to CMD's group, SIGKILL when the grace ends or just before the
+/// lease's earliest server-side expiry, whichever comes first; then wait
+/// until CMD is gone.
 fn stop_after_loss(job: &Job<'_>, lost: &LossSignal, cmd: &RunningCmd) {
     let reason = lost.reason().unwrap_or(LossReason::DeadlineExpired);
-    let expiry = server_expiry(lost, reason)
+    let expiry = kill_by(lost, reason, job.lease_slack)
         .saturating_duration_since(BootInstant::now())
         .min(job.grace);
     let when = if expiry.is_zero() {

@@ -7,12 +7,14 @@
 //! shared servers).
 
 use std::fs;
+use std::io::{Read as _, Write as _};
+use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, ExitStatus, Stdio};
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::Duration;
 
-use integration::{wait_for, wait_until, EtcdServer, ZkServer};
+use integration::{wait_for, wait_until, EtcdServer, Proxy, ZkServer};
 
 const BIN: &str = env!("CARGO_BIN_EXE_recipes");
 
@@ -30,6 +32,23 @@ impl Store {
         match self {
             Store::Zk => ["--zk".into(), ZkServer::shared().connect_string()],
             Store::Etcd => ["--etcd".into(), EtcdServer::shared().endpoint()],
+        }
+    }
+
+    /// The shared server's client address.
+    fn addr(self) -> SocketAddr {
+        match self {
+            Store::Zk => ZkServer::shared().client_addr(),
+            Store::Etcd => EtcdServer::shared().client_addr(),
+        }
+    }
+
+    /// The backend flag for a client that reaches the server through
+    /// `proxy`.
+    fn flag_via(self, proxy: &Proxy) -> [String; 2] {
+        match self {
+            Store::Zk => ["--zk".into(), proxy.addr().to_string()],
+            Store::Etcd => ["--etcd".into(), format!("http://{}", proxy.addr())],
         }
     }
 
@@ -77,14 +96,20 @@ impl Drop for Scene {
     }
 }
 
-/// `recipes` with no `RECIPES_*` from the test's own environment.
-fn recipes() -> Command {
-    let mut cmd = Command::new(BIN);
+/// `program` with no `RECIPES_*` from the test's own environment.
+fn without_recipes_env(program: &str) -> Command {
+    let mut cmd = Command::new(program);
     for (k, _) in std::env::vars() {
         if k.starts_with("RECIPES_") && k != "RECIPES_TEST_SLOW" {
             cmd.env_remove(k);
         }
     }
+    cmd
+}
+
+/// `recipes` with no `RECIPES_*` from the test's own environment.
+fn recipes() -> Command {
+    let mut cmd = without_recipes_env(BIN);
     cmd.stdin(Stdio::null());
     cmd
 }
@@ -145,14 +170,27 @@ fn signal(child: &Child, sig: libc::c_int) {
 /// holder to `ready` and then runs `sleep 30`. Returns the child and what
 /// CMD wrote (`pid holder fence`).
 fn hold(store: Store, ttl: &str, scene: &Scene, extra: &[&str]) -> (Child, Vec<String>) {
+    let mut sub = vec!["lock", scene.name.as_str()];
+    sub.extend_from_slice(extra);
+    start_holder(with_store(store, ttl), &sub, scene, "exec sleep 30")
+}
+
+/// Start `base` with the subcommand `sub` and a CMD that writes its pid,
+/// holder and fence to `ready`, then runs the shell code `then`. Returns
+/// the child (stderr piped) and what CMD wrote.
+fn start_holder(
+    mut base: Command,
+    sub: &[&str],
+    scene: &Scene,
+    then: &str,
+) -> (Child, Vec<String>) {
     let ready = scene.file("ready");
     let script = format!(
-        "echo \"$$ $RECIPES_HOLDER $RECIPES_FENCE\" > {}.tmp && mv {0}.tmp {0} && exec sleep 30",
+        "echo \"$$ $RECIPES_HOLDER $RECIPES_FENCE\" > {}.tmp && mv {0}.tmp {0} && {then}",
         ready.display()
     );
-    let child = with_store(store, ttl)
-        .args(["lock", &scene.name])
-        .args(extra)
+    let child = base
+        .args(sub)
         .args(["--", "sh", "-c", &script])
         .stdout(Stdio::null())
         .stderr(Stdio::piped())
@@ -160,6 +198,15 @@ fn hold(store: Store, ttl: &str, scene: &Scene, extra: &[&str]) -> (Child, Vec<S
         .unwrap();
     let line = read_when_written(&ready);
     (child, line.split_whitespace().map(str::to_owned).collect())
+}
+
+/// Everything the exited `child` wrote to its piped stderr.
+fn stderr_of(child: &mut Child) -> String {
+    let mut stderr = String::new();
+    if let Some(mut pipe) = child.stderr.take() {
+        pipe.read_to_string(&mut stderr).unwrap();
+    }
+    stderr
 }
 
 #[test]
@@ -613,14 +660,7 @@ fn fault_lease_lost_kills_cmd(store: Store, extra: &[&str], expect: i32) {
     store.wait_gone(&info[1]);
     signal(&holder, libc::SIGCONT);
     let status = wait_exit(&mut holder);
-    let mut stderr = String::new();
-    use std::io::Read as _;
-    holder
-        .stderr
-        .take()
-        .unwrap()
-        .read_to_string(&mut stderr)
-        .unwrap();
+    let stderr = stderr_of(&mut holder);
     assert_eq!(status.code(), Some(expect), "{stderr}");
     assert!(stderr.contains("lease lost"), "{stderr}");
     assert!(process_gone(cmd_pid), "CMD still runs after the loss");
@@ -728,4 +768,209 @@ fn lock_excludes_a_curator_holder_zk() {
     ]));
     assert_eq!(freed, 0, "ours acquires once Curator released");
     curator.exit();
+}
+
+/// SIGTERM to a `recipes` still waiting for NAME: it exits 128+15 without
+/// running CMD, and its queued node or key is gone by the time it has
+/// exited, long before its 20 s TTL could have removed it (closing the
+/// session deletes it at once, even while a campaign waits in the
+/// background).
+fn sigterm_while_waiting_leaves_nothing_behind(store: Store, sub: &str) {
+    let scene = Scene::new("waiting");
+    let (mut holder, _) = start_holder(
+        with_store(store, "5s"),
+        &[sub, &scene.name],
+        &scene,
+        "exec sleep 30",
+    );
+    let ran = scene.file("ran");
+    let mut waiter = with_store(store, "20s")
+        .args([sub, &scene.name, "--", "touch", ran.to_str().unwrap()])
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    let status = |store: Store| {
+        let out = with_store(store, "5s")
+            .args(["status", &scene.name, "--json"])
+            .output()
+            .unwrap();
+        assert!(out.status.success());
+        String::from_utf8_lossy(&out.stdout).into_owned()
+    };
+    wait_until("status shows the waiter", RUN_BOUND, || {
+        !status(store).contains("\"waiters\":[]")
+    });
+    signal(&waiter, libc::SIGTERM);
+    assert_eq!(wait_exit(&mut waiter).code(), Some(128 + libc::SIGTERM));
+    let after = status(store);
+    assert!(
+        after.contains("\"waiters\":[]"),
+        "the waiter's node or key outlived it: {after}"
+    );
+    assert!(!ran.exists(), "CMD ran without the {sub}");
+    signal(&holder, libc::SIGTERM);
+    wait_exit(&mut holder);
+}
+
+#[test]
+fn sigterm_while_waiting_leaves_nothing_behind_lock_zk() {
+    sigterm_while_waiting_leaves_nothing_behind(Store::Zk, "lock");
+}
+
+#[test]
+fn sigterm_while_waiting_leaves_nothing_behind_elect_zk() {
+    sigterm_while_waiting_leaves_nothing_behind(Store::Zk, "elect");
+}
+
+#[test]
+fn sigterm_while_waiting_leaves_nothing_behind_lock_etcd() {
+    sigterm_while_waiting_leaves_nothing_behind(Store::Etcd, "lock");
+}
+
+#[test]
+fn sigterm_while_waiting_leaves_nothing_behind_elect_etcd() {
+    sigterm_while_waiting_leaves_nothing_behind(Store::Etcd, "elect");
+}
+
+/// A holder cut off from the store (its traffic black-holed: no reply and
+/// no error tells it the lease ended) runs a CMD whose every process
+/// ignores SIGTERM, with a grace far longer than the TTL. Only the kill
+/// before the lease's earliest server-side expiry can stop CMD in time:
+/// when another `recipes lock` holds NAME, no process of the first CMD's
+/// group may still run.
+fn fault_partitioned_holder_is_killed_before_takeover(store: Store) {
+    let scene = Scene::new("partition");
+    let proxy = Proxy::start(store.addr());
+    let mut base = recipes();
+    base.args(store.flag_via(&proxy)).args(["--ttl", "3s"]);
+    let (mut holder, info) = start_holder(
+        base,
+        &["lock", &scene.name, "--grace", "300s"],
+        &scene,
+        // An ignored signal stays ignored across exec: `sleep` ignores it too.
+        "trap '' TERM; while :; do sleep 1; done",
+    );
+    let group = &info[0];
+    proxy.blackhole();
+    // Runs under the lock once the store gave it away: lists the live
+    // (not zombie) processes of the first CMD's process group.
+    let survivors = scene.file("survivors");
+    let check = format!(
+        "for f in /proc/[0-9]*/stat; do \
+           set -- $(sed 's/.*) //' \"$f\" 2>/dev/null); \
+           if [ \"$1\" != Z ] && [ \"$3\" = {group} ]; then echo \"${{f%/stat}}\"; fi; \
+         done > {}",
+        survivors.display()
+    );
+    let taken = code(with_store(store, "3s").args([
+        "lock",
+        &scene.name,
+        "--wait",
+        "60s",
+        "--",
+        "sh",
+        "-c",
+        &check,
+    ]));
+    assert_eq!(taken, 0, "the other holder acquires once the lease ended");
+    let left = fs::read_to_string(&survivors).unwrap();
+    assert!(
+        left.is_empty(),
+        "the partitioned holder's CMD still ran when another acquired: {left}"
+    );
+    let status = wait_exit(&mut holder);
+    let stderr = stderr_of(&mut holder);
+    assert_eq!(status.code(), Some(76), "{stderr}");
+    assert!(
+        stderr.contains("CMD still running; sending SIGKILL"),
+        "{stderr}"
+    );
+}
+
+#[test]
+fn fault_partitioned_holder_is_killed_before_takeover_zk() {
+    fault_partitioned_holder_is_killed_before_takeover(Store::Zk);
+}
+
+#[test]
+fn fault_partitioned_holder_is_killed_before_takeover_etcd() {
+    fault_partitioned_holder_is_killed_before_takeover(Store::Etcd);
+}
+
+/// `pgrp tpgid` of the shell that runs this line: its process group and the
+/// foreground process group of its terminal (fields 3 and 6 after the
+/// command name in /proc/PID/stat).
+const GROUP_AND_FOREGROUND: &str = "set -- $(sed 's/.*) //' /proc/$$/stat); echo \"$3 $6\"";
+
+/// Two numbers written as `a b`, equal.
+fn same_pair(line: &str) -> bool {
+    let v: Vec<&str> = line.split_whitespace().collect();
+    v.len() == 2 && v[0] == v[1]
+}
+
+/// Run interactively (script(1) gives `recipes` a terminal it is the
+/// foreground of), CMD gets the terminal while it runs: it is the
+/// foreground process group, it reads what is typed, and Ctrl-C reaches it
+/// (CMD dies of SIGINT, `recipes` exits 130 and releases). Then `recipes`
+/// has given the terminal back to the shell that started it.
+#[test]
+fn cmd_gets_the_terminal_when_run_interactively_zk() {
+    let scene = Scene::new("terminal");
+    let f = |name: &str| scene.file(name).display().to_string();
+    let cmd = format!(
+        "{GROUP_AND_FOREGROUND} > {group}.tmp && mv {group}.tmp {group}\n\
+         read line && echo \"$line\" > {line}\n\
+         exec sleep 30\n",
+        group = f("cmd-group"),
+        line = f("line"),
+    );
+    let [backend, hosts] = Store::Zk.flag();
+    let run = format!(
+        "'{BIN}' {backend} {hosts} lock {name} -- sh {cmd_sh}\n\
+         echo $? > {exit}\n\
+         {GROUP_AND_FOREGROUND} > {after}\n",
+        name = scene.name,
+        cmd_sh = f("cmd.sh"),
+        exit = f("exit"),
+        after = f("after"),
+    );
+    fs::write(scene.file("cmd.sh"), cmd).unwrap();
+    fs::write(scene.file("run.sh"), run).unwrap();
+    let mut terminal = without_recipes_env("script")
+        .args([
+            "-q",
+            "-e",
+            "-c",
+            &format!("sh {}", f("run.sh")),
+            "/dev/null",
+        ])
+        .stdin(Stdio::piped())
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .expect("start script(1) (package bsdutils)");
+    let group = read_when_written(&scene.file("cmd-group"));
+    assert!(
+        same_pair(&group),
+        "CMD is not the terminal's foreground group (pgrp tpgid: {group})"
+    );
+    let mut keys = terminal.stdin.take().unwrap();
+    keys.write_all(b"typed\n").unwrap();
+    keys.flush().unwrap();
+    // A background group that reads its terminal is stopped (SIGTTIN).
+    assert_eq!(read_when_written(&scene.file("line")), "typed\n");
+    keys.write_all(b"\x03").unwrap(); // Ctrl-C
+    keys.flush().unwrap();
+    assert_eq!(
+        read_when_written(&scene.file("exit")),
+        format!("{}\n", 128 + libc::SIGINT)
+    );
+    let after = read_when_written(&scene.file("after"));
+    assert!(
+        same_pair(&after),
+        "the shell did not get the terminal back (pgrp tpgid: {after})"
+    );
+    drop(keys);
+    let status = wait_exit(&mut terminal);
+    assert!(status.success(), "script(1): {status:?}");
 }
