@@ -85,6 +85,21 @@ impl fmt::Debug for Held {
 }
 
 impl Held {
+    /// A held lock, permit or leadership; `release` gives it up.
+    pub fn new(
+        fence: Option<FencingToken>,
+        holder: String,
+        lost: LossSignal,
+        release: impl FnOnce() -> Result<()> + Send + 'static,
+    ) -> Held {
+        Held {
+            fence,
+            holder,
+            lost,
+            release: Box::new(release),
+        }
+    }
+
     /// Give it up and wait until the store confirmed.
     ///
     /// # Errors
@@ -155,11 +170,9 @@ fn lock<B: recipes_core::MutexBackend>(
         Wait::AtOnce => mutex.try_lock()?,
         Wait::Until(t) => mutex.try_lock_until(t)?,
     };
-    Ok(guard.map(|g| Held {
-        fence: Some(g.token()),
-        holder: g.holder().to_owned(),
-        lost: g.lost().clone(),
-        release: Box::new(move || g.release()),
+    Ok(guard.map(|g| {
+        let (token, holder, lost) = (g.token(), g.holder().to_owned(), g.lost().clone());
+        Held::new(Some(token), holder, lost, move || g.release())
     }))
 }
 
@@ -172,11 +185,9 @@ fn permit<B: recipes_core::SemaphoreBackend>(
         Wait::AtOnce => semaphore.try_acquire()?,
         Wait::Until(t) => semaphore.try_acquire_until(t)?,
     };
-    Ok(permit.map(|p| Held {
-        fence: None,
-        holder: p.holder().to_owned(),
-        lost: p.lost().clone(),
-        release: Box::new(move || p.release()),
+    Ok(permit.map(|p| {
+        let (holder, lost) = (p.holder().to_owned(), p.lost().clone());
+        Held::new(None, holder, lost, move || p.release())
     }))
 }
 
@@ -187,11 +198,9 @@ fn etcd_campaign(client: &EtcdClient, name: &str, id: &str, wait: Wait) -> Resul
         Wait::AtOnce => election.try_campaign(id.as_bytes())?,
         Wait::Until(t) => election.try_campaign_until(id.as_bytes(), t)?,
     };
-    Ok(leadership.map(|l| Held {
-        fence: Some(l.token()),
-        holder: l.holder().to_owned(),
-        lost: l.lost().clone(),
-        release: Box::new(move || l.resign()),
+    Ok(leadership.map(|l| {
+        let (token, holder, lost) = (l.token(), l.holder().to_owned(), l.lost().clone());
+        Held::new(Some(token), holder, lost, move || l.resign())
     }))
 }
 
@@ -233,10 +242,7 @@ fn zk_latch(client: &ZkClient, name: &str, id: &str, wait: Wait) -> Result<Optio
         .and_then(|ps| ps.into_iter().find(|p| p.is_leader && p.id == id))
         .map(|p| p.node)
         .unwrap_or_else(|| name.to_owned());
-    Ok(Some(Held {
-        fence: Some(token),
-        holder,
-        lost,
-        release: Box::new(move || latch.close()),
-    }))
+    Ok(Some(Held::new(Some(token), holder, lost, move || {
+        latch.close()
+    })))
 }

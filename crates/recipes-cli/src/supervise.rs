@@ -157,3 +157,110 @@ fn stop_after_loss(job: &Job<'_>, lost: &LossSignal, cmd: &RunningCmd) {
     cmd.signal_group(libc::SIGKILL);
     let _ = cmd.exited.recv();
 }
+
+#[cfg(test)]
+mod tests {
+    use std::path::PathBuf;
+
+    use recipes_core::{FencingToken, LossTrigger};
+
+    use super::*;
+
+    /// A scratch folder of this test process.
+    fn scratch(test: &str) -> PathBuf {
+        let dir =
+            std::env::temp_dir().join(format!("recipes-supervise-{}-{test}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        std::fs::create_dir_all(&dir).unwrap();
+        dir
+    }
+
+    fn job(argv: &[OsString]) -> Job<'_> {
+        Job {
+            name: "/test",
+            argv,
+            permit: false,
+            grace: Duration::from_secs(300),
+            lease_slack: Duration::from_millis(500),
+            lost_exit_code: 76,
+        }
+    }
+
+    fn held(trigger: &LossTrigger) -> Held {
+        Held::new(
+            Some(FencingToken(7)),
+            "/test/node".into(),
+            trigger.signal(),
+            || Ok(()),
+        )
+    }
+
+    /// `supervise::run` in a thread; its outcome within `bound`.
+    fn run_within(argv: Vec<OsString>, held: Held, bound: Duration) -> Outcome {
+        let (tx, done) = crossbeam_channel::bounded(1);
+        std::thread::spawn(move || {
+            let (_signals, forwarded) = crossbeam_channel::unbounded();
+            let _ = tx.send(run(&job(&argv), &held, &forwarded));
+        });
+        done.recv_timeout(bound)
+            .unwrap_or_else(|_| panic!("supervise::run did not return within {bound:?}"))
+    }
+
+    #[test]
+    fn a_lease_lost_before_cmd_starts_never_runs_it() {
+        let dir = scratch("lost-before");
+        let ran = dir.join("ran");
+        let trigger = LossTrigger::root();
+        trigger.fire(LossReason::Deleted);
+        let argv = vec!["touch".into(), ran.clone().into()];
+        let outcome = run_within(argv, held(&trigger), Duration::from_secs(60));
+        assert!(matches!(outcome, Outcome::Lost), "{outcome:?}");
+        assert!(!ran.exists(), "CMD ran after the lease was lost");
+        let _ = std::fs::remove_dir_all(dir);
+    }
+
+    /// The store already gave the lease away (our node was deleted): a CMD
+    /// that ignores SIGTERM is killed at once, whatever the grace (300 s).
+    #[test]
+    fn a_lease_the_store_gave_away_kills_cmd_at_once() {
+        let dir = scratch("given-away");
+        let ready = dir.join("ready");
+        let script = format!(
+            "trap '' TERM; echo $$ > {0}.tmp && mv {0}.tmp {0}; while :; do sleep 1; done",
+            ready.display()
+        );
+        let trigger = LossTrigger::root();
+        let fire = trigger.clone();
+        let watch = ready.clone();
+        std::thread::spawn(move || {
+            let until = Instant::now() + Duration::from_secs(60);
+            while !watch.exists() && Instant::now() < until {
+                std::thread::sleep(Duration::from_millis(10));
+            }
+            fire.fire(LossReason::Deleted);
+        });
+        let argv = vec!["sh".into(), "-c".into(), script.into()];
+        let outcome = run_within(argv, held(&trigger), Duration::from_secs(60));
+        assert!(matches!(outcome, Outcome::Lost), "{outcome:?}");
+        let pid = std::fs::read_to_string(&ready).unwrap();
+        assert!(
+            !PathBuf::from(format!("/proc/{}", pid.trim())).exists(),
+            "CMD (pid {pid}) still exists after run returned"
+        );
+        let _ = std::fs::remove_dir_all(dir);
+    }
+
+    #[test]
+    fn cmds_status_is_ours() {
+        let trigger = LossTrigger::root();
+        let argv = vec!["sh".into(), "-c".into(), "exit 3".into()];
+        let outcome = run_within(argv, held(&trigger), Duration::from_secs(60));
+        assert!(matches!(outcome, Outcome::Exited(3)), "{outcome:?}");
+        let argv = vec!["sh".into(), "-c".into(), "kill -TERM $$".into()];
+        let outcome = run_within(argv, held(&trigger), Duration::from_secs(60));
+        assert!(
+            matches!(outcome, Outcome::Exited(143)),
+            "128 + SIGTERM: {outcome:?}"
+        );
+    }
+}

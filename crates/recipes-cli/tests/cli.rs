@@ -974,3 +974,38 @@ fn cmd_gets_the_terminal_when_run_interactively_zk() {
     let status = wait_exit(&mut terminal);
     assert!(status.success(), "script(1): {status:?}");
 }
+
+/// CMD ends while the store cannot be reached, so the release fails: CMD's
+/// own status stands, and a warning says the lease ends by itself.
+fn release_failure_keeps_cmds_status(store: Store) {
+    let scene = Scene::new("release-fails");
+    let proxy = Proxy::start(store.addr());
+    let go = scene.file("go");
+    let mut base = recipes();
+    base.args(store.flag_via(&proxy)).args(["--ttl", "3s"]);
+    let (mut holder, _) = start_holder(
+        base,
+        &["lock", &scene.name],
+        &scene,
+        &format!(
+            "while [ ! -e {} ]; do sleep 0.05; done; exit 3",
+            go.display()
+        ),
+    );
+    proxy.blackhole();
+    fs::write(&go, "").unwrap();
+    let status = wait_exit(&mut holder);
+    let stderr = stderr_of(&mut holder);
+    assert_eq!(status.code(), Some(3), "{stderr}");
+    assert!(stderr.contains("warning: release failed"), "{stderr}");
+}
+
+#[test]
+fn release_failure_keeps_cmds_status_zk() {
+    release_failure_keeps_cmds_status(Store::Zk);
+}
+
+#[test]
+fn release_failure_keeps_cmds_status_etcd() {
+    release_failure_keeps_cmds_status(Store::Etcd);
+}
