@@ -366,6 +366,17 @@ fn environment_reaches_cmd(store: Store) {
         code(with_store(store, "5s").args(["lock", &scene.name, "--", "/nonexistent/cmd"])),
         127
     );
+    let not_executable = scene.file("not-executable");
+    fs::write(&not_executable, "#!/bin/sh\n").unwrap();
+    assert_eq!(
+        code(with_store(store, "5s").args([
+            "lock",
+            &scene.name,
+            "--",
+            not_executable.to_str().unwrap()
+        ])),
+        126
+    );
 }
 
 #[test]
