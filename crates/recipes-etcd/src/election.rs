@@ -26,32 +26,25 @@
 //!    lower than the previous leader's.
 
 use std::fmt;
-use std::sync::Arc;
 use std::time::Instant as StdInstant;
 
 use crossbeam_channel::{Receiver, RecvTimeoutError, Sender};
 use etcd_client::{
-    Compare, CompareOp, EventType, GetOptions, PutOptions, SortOrder, SortTarget, Txn, TxnOp,
-    TxnResponse, WatchOptions,
+    EventType, GetOptions, PutOptions, SortOrder, SortTarget, TxnOp, TxnResponse, WatchOptions,
 };
 use recipes_core::{
     ElectionBackend, Error, FencedLease, FencingToken, HeldLease, LeaderInfo, LeadershipLease,
-    LossReason, LossSignal, LossTrigger, Result, Runtime,
+    LossReason, LossSignal, LossTrigger, Result,
 };
-use tokio::sync::{oneshot, watch, OwnedMutexGuard};
+use tokio::sync::{oneshot, watch};
 use tokio::time::Instant;
 
 use crate::client::EtcdClient;
 use crate::error::{from_etcd, retrying};
 use crate::lock::EtcdLock;
-use crate::mutex::{
-    check_owner, decide_from_oldest, delete_until_done, header_revision, passed, read_at,
-    session_turn, txn_request, unexpected, wake_at, Acquired, Cleanup, Next, Via, PAGE,
-    RETRY_PAUSE,
-};
-use crate::names::{contender_key, is_contender, key_prefix, validate_name};
-use crate::session::{HandleQueue, Session};
-use crate::watch::WatchSet;
+use crate::mutex::{self, delete_until_done, Acquired, Claim, Via, PAGE, RETRY_PAUSE};
+use crate::names::{is_contender, key_prefix, validate_name};
+use crate::session::HandleQueue;
 
 /// A leader election shared with every process that campaigns on the same
 /// name through etcd's `concurrency` package (Go's `concurrency.Election`,
@@ -454,19 +447,10 @@ impl fmt::Debug for EtcdLeadership {
     }
 }
 
-/// The outcome of one attempt.
-enum Attempt {
-    Won(Box<Acquired>),
-    TimedOut,
-    /// The session was lost or our key vanished while waiting: start over
-    /// with a new key.
-    Restart,
-}
-
-/// Campaign with `value` until elected or `deadline` (which bounds the wait
-/// only: the transaction and its read always run, so a try of a free
-/// election wins). A stuck request is cut off an RPC timeout after the
-/// deadline; every way out but a win deletes our key.
+/// Campaign with `value` until elected or `deadline`: the mutex's wait
+/// (see [`mutex::acquire`]) with a win confirmed by a write. The deadline
+/// bounds the wait only, so a try of a free election wins; every way out
+/// but a win deletes our key.
 pub(crate) async fn campaign(
     client: &EtcdClient,
     name: &str,
@@ -475,239 +459,8 @@ pub(crate) async fn campaign(
     value: &[u8],
     deadline: Option<Instant>,
 ) -> Result<Option<Acquired>> {
-    // The handle's turn first, then a session whose turn at the name is
-    // free (the client's, or one from its pool).
-    let Some(handle_turn) = queue.turn(deadline).await else {
-        return Ok(None);
-    };
     let via = Via::Handle(queue);
-    loop {
-        let Some((session, turn)) = session_turn(client, name, via, deadline).await? else {
-            return Ok(None);
-        };
-        let rt = client.runtime().clone();
-        let outcome = match deadline {
-            Some(d) => {
-                let hard = d + session.rpc_timeout();
-                let attempt = attempt(rt, &session, prefix, value, turn, Some(d));
-                match tokio::time::timeout_at(hard, attempt).await {
-                    Ok(r) => r?,
-                    // The attempt was dropped: its cleanup runs.
-                    Err(_) => Attempt::TimedOut,
-                }
-            }
-            None => attempt(rt, &session, prefix, value, turn, None).await?,
-        };
-        match outcome {
-            Attempt::Won(mut a) => {
-                a.handle_turn = Some(handle_turn);
-                return Ok(Some(*a));
-            }
-            Attempt::TimedOut => return Ok(None),
-            Attempt::Restart if passed(deadline) => return Ok(None),
-            Attempt::Restart => {
-                log::debug!("[{}] campaigning again on {prefix}", session.label());
-            }
-        }
-    }
-}
-
-async fn attempt(
-    rt: Runtime,
-    session: &Arc<Session>,
-    prefix: &str,
-    value: &[u8],
-    turn: OwnedMutexGuard<()>,
-    deadline: Option<Instant>,
-) -> Result<Attempt> {
-    let key = contender_key(prefix, session.lease());
-    let mut cleanup = Cleanup {
-        rt: Some(rt),
-        session: session.clone(),
-        key: key.clone(),
-        create_revision: None,
-        turn: Some(turn),
-    };
-    let etcd = session.etcd()?;
-    let rpc_timeout = session.rpc_timeout();
-    let ours = || {
-        TxnOp::put(
-            key.clone(),
-            value.to_vec(),
-            Some(PutOptions::new().with_lease(session.lease())),
-        )
-    };
-    let oldest = GetOptions::new()
-        .with_prefix()
-        .with_sort(SortTarget::Create, SortOrder::Ascend)
-        .with_limit(PAGE)
-        .with_keys_only();
-    let txn = Txn::new()
-        .when([Compare::create_revision(key.clone(), CompareOp::Equal, 0)])
-        .and_then([ours(), TxnOp::get(prefix, Some(oldest.clone()))])
-        .or_else([
-            TxnOp::get(key.clone(), None),
-            TxnOp::get(prefix, Some(oldest)),
-        ]);
-    let mut watch_etcd = etcd.clone();
-    let what = format!("campaign on {prefix}");
-    let (resp, opened) = tokio::join!(
-        // Safe to send twice: a second run finds our key and reads it.
-        retrying(&what, rpc_timeout, || txn_request(&etcd, &txn)),
-        WatchSet::open(&mut watch_etcd, &key, rpc_timeout),
-    );
-    // On error the cleanup deletes the key: the put may have been applied.
-    let resp = resp?;
-    let mut watches = opened
-        .map_err(|e| log::debug!("[{}] watch on {key} failed: {e}", session.label()))
-        .ok();
-    let header = header_revision(&resp)?;
-    let oldest = read_at(&resp, 1)?;
-    let create_revision = if resp.succeeded() {
-        header
-    } else {
-        // Our key existed (a leftover of this lease, held by no guard of
-        // ours: this process's queue sees to that). Go on with it as Go
-        // does, with our value.
-        let existing = read_at(&resp, 0)?;
-        let Some(kv) = existing.kvs().first() else {
-            return Err(unexpected(
-                "our key vanished inside the campaign transaction",
-            ));
-        };
-        let rev = kv.create_revision();
-        cleanup.create_revision = Some(rev);
-        if kv.value() != value
-            && guarded(&etcd, rpc_timeout, &key, rev, ours())
-                .await?
-                .is_none()
-        {
-            cleanup.run().await;
-            return Ok(Attempt::Restart);
-        }
-        rev
-    };
-    cleanup.create_revision = Some(create_revision);
-    log::debug!(
-        "[{}] {key} created at revision {create_revision}",
-        session.label()
-    );
-    let mut next = decide_from_oldest(&oldest, prefix, &key, create_revision, header);
-    loop {
-        next = match next {
-            Next::Owner { .. } => {
-                // The win-confirming write: its revision is the fence.
-                match guarded(&etcd, rpc_timeout, &key, create_revision, ours()).await? {
-                    Some(fence) => {
-                        // The watch covers our key from the fence on only if
-                        // it existed by then; otherwise the lock's watch
-                        // starts afresh (and reads the key again).
-                        let watches = watches.filter(|w| w.synced_at() <= fence);
-                        let won = Acquired {
-                            session: session.clone(),
-                            key,
-                            create_revision,
-                            fence,
-                            watches,
-                            cleanup,
-                            handle_turn: None,
-                        };
-                        return Ok(Attempt::Won(Box::new(won)));
-                    }
-                    None => Next::OursGone,
-                }
-            }
-            Next::OursGone => {
-                log::debug!("[{}] {key} vanished while campaigning", session.label());
-                cleanup.run().await;
-                return Ok(Attempt::Restart);
-            }
-            Next::Check => {
-                if session.is_lost() {
-                    cleanup.run().await;
-                    return Ok(Attempt::Restart);
-                }
-                match check_owner(&etcd, rpc_timeout, prefix, &key, create_revision).await {
-                    Ok(next) => next,
-                    Err(e) if e.is_retryable() && !passed(deadline) => {
-                        log::debug!("[{}] leader read failed: {e}; retrying", session.label());
-                        tokio::time::sleep(RETRY_PAUSE).await;
-                        Next::Check
-                    }
-                    Err(e) => return Err(e),
-                }
-            }
-            Next::Wait(ahead) => {
-                if passed(deadline) {
-                    cleanup.run().await;
-                    return Ok(Attempt::TimedOut);
-                }
-                if session.is_lost() {
-                    cleanup.run().await;
-                    return Ok(Attempt::Restart);
-                }
-                let outcome = match watches.as_mut() {
-                    // Both watches were confirmed before the read that named
-                    // `ahead`: neither deletion can be missed.
-                    Some(w) if w.ahead() == Some(ahead.as_slice()) => {
-                        let wake = wake_at(session, deadline);
-                        tokio::select! {
-                            gone = w.next() => Some(gone.map(drop)),
-                            _ = tokio::time::sleep_until(wake) => None,
-                            _ = session.lost() => None,
-                        }
-                    }
-                    Some(w) => Some(w.watch_ahead(&ahead, rpc_timeout).await),
-                    None => match WatchSet::open(&mut watch_etcd, &key, rpc_timeout).await {
-                        Ok(w) => {
-                            watches = Some(w);
-                            Some(Ok(()))
-                        }
-                        Err(e) => Some(Err(e)),
-                    },
-                };
-                match outcome {
-                    Some(Ok(())) => Next::Check,
-                    Some(Err(e)) if e.is_retryable() => {
-                        log::debug!("[{}] watch broke: {e}", session.label());
-                        watches = None;
-                        tokio::time::sleep(RETRY_PAUSE).await;
-                        Next::Check
-                    }
-                    Some(Err(e)) => return Err(e),
-                    None => Next::Wait(ahead),
-                }
-            }
-        };
-    }
-}
-
-/// Run `op` only while our key has `create_revision`; the write's revision,
-/// or `None` when our key is gone. Sent again after a retryable failure: a
-/// second put of the same value and lease means the same, and its revision
-/// is as good a fence (it too comes after the read that confirmed us).
-async fn guarded(
-    etcd: &etcd_client::Client,
-    rpc_timeout: std::time::Duration,
-    key: &str,
-    create_revision: i64,
-    op: TxnOp,
-) -> Result<Option<i64>> {
-    let txn = Txn::new()
-        .when([Compare::create_revision(
-            key,
-            CompareOp::Equal,
-            create_revision,
-        )])
-        .and_then([op]);
-    let resp = retrying(&format!("put {key}"), rpc_timeout, || {
-        txn_request(etcd, &txn)
-    })
-    .await?;
-    if !resp.succeeded() {
-        return Ok(None);
-    }
-    header_revision(&resp).map(Some)
+    mutex::acquire(client, name, prefix, via, Claim::Campaign(value), deadline).await
 }
 
 /// A candidate key as read from etcd.

@@ -130,7 +130,15 @@ impl MutexBackend for EtcdMutex {
         let acquired = self.client.runtime().call_until("lock", None, async move {
             let deadline = deadline.map(Instant::from_std);
             let via = Via::Handle(&this.queue);
-            acquire(&this.client, &this.name, &this.prefix, via, deadline).await
+            acquire(
+                &this.client,
+                &this.name,
+                &this.prefix,
+                via,
+                Claim::Lock,
+                deadline,
+            )
+            .await
         })?;
         Ok(acquired.map(|a| EtcdLock::held(self.client.clone(), a)))
     }
@@ -163,6 +171,34 @@ pub(crate) enum Via<'a> {
     ClientSession,
 }
 
+/// What a contender's key holds, and what confirms that it won.
+#[derive(Clone, Copy)]
+pub(crate) enum Claim<'a> {
+    /// A mutex's key, with no value. The read that finds no contender
+    /// ahead confirms the win; its header revision is the fence.
+    Lock,
+    /// An election candidate's key, with this value. After that read, our
+    /// key is put again (same value, guarded by its `create_revision`);
+    /// that write's revision is the fence (see the `election` module).
+    Campaign(&'a [u8]),
+}
+
+impl<'a> Claim<'a> {
+    fn value(self) -> &'a [u8] {
+        match self {
+            Claim::Lock => &[],
+            Claim::Campaign(value) => value,
+        }
+    }
+
+    fn what(self) -> &'static str {
+        match self {
+            Claim::Lock => "lock",
+            Claim::Campaign(_) => "campaign on",
+        }
+    }
+}
+
 /// The outcome of one attempt.
 enum Attempt {
     Acquired(Box<Acquired>),
@@ -184,16 +220,18 @@ pub(crate) enum Next {
     OursGone,
 }
 
-/// Contend until the lock is ours or `deadline`.
+/// Contend until the lock (or election, as `claim` says) is ours or
+/// `deadline`.
 ///
 /// The deadline bounds the wait only: the transaction and its read always
 /// run, so a try-lock of a free lock succeeds. A stuck request is cut off an
-/// RPC timeout after the deadline; the cleanup then deletes our key.
+/// RPC timeout after the deadline; every way out but a win deletes our key.
 pub(crate) async fn acquire(
     client: &EtcdClient,
     name: &str,
     prefix: &str,
     via: Via<'_>,
+    claim: Claim<'_>,
     deadline: Option<Instant>,
 ) -> Result<Option<Acquired>> {
     let handle_turn = match via {
@@ -211,14 +249,14 @@ pub(crate) async fn acquire(
         let outcome = match deadline {
             Some(d) => {
                 let hard = d + session.rpc_timeout();
-                let attempt = attempt(rt, &session, prefix, turn, Some(d));
+                let attempt = attempt(rt, &session, prefix, claim, turn, Some(d));
                 match tokio::time::timeout_at(hard, attempt).await {
                     Ok(r) => r?,
                     // The attempt was dropped: its cleanup runs.
                     Err(_) => Attempt::TimedOut,
                 }
             }
-            None => attempt(rt, &session, prefix, turn, None).await?,
+            None => attempt(rt, &session, prefix, claim, turn, None).await?,
         };
         match outcome {
             Attempt::Acquired(mut a) => {
@@ -226,7 +264,7 @@ pub(crate) async fn acquire(
                 return Ok(Some(*a));
             }
             Attempt::TimedOut => return Ok(None),
-            Attempt::Restart if deadline.is_some_and(|d| Instant::now() >= d) => return Ok(None),
+            Attempt::Restart if passed(deadline) => return Ok(None),
             Attempt::Restart => {
                 log::debug!("[{}] starting over on {prefix}", session.label());
             }
@@ -258,6 +296,7 @@ async fn attempt(
     rt: Runtime,
     session: &Arc<Session>,
     prefix: &str,
+    claim: Claim<'_>,
     turn: OwnedMutexGuard<()>,
     deadline: Option<Instant>,
 ) -> Result<Attempt> {
@@ -271,6 +310,13 @@ async fn attempt(
     };
     let etcd = session.etcd()?;
     let rpc_timeout = session.rpc_timeout();
+    let ours = || {
+        TxnOp::put(
+            key.clone(),
+            claim.value().to_vec(),
+            Some(PutOptions::new().with_lease(session.lease())),
+        )
+    };
     let oldest = GetOptions::new()
         .with_prefix()
         .with_sort(SortTarget::Create, SortOrder::Ascend)
@@ -278,14 +324,7 @@ async fn attempt(
         .with_keys_only();
     let txn = Txn::new()
         .when([Compare::create_revision(key.clone(), CompareOp::Equal, 0)])
-        .and_then([
-            TxnOp::put(
-                key.clone(),
-                Vec::new(),
-                Some(PutOptions::new().with_lease(session.lease())),
-            ),
-            TxnOp::get(prefix, Some(oldest.clone())),
-        ])
+        .and_then([ours(), TxnOp::get(prefix, Some(oldest.clone()))])
         .or_else([
             TxnOp::get(key.clone(), None),
             TxnOp::get(prefix, Some(oldest)),
@@ -293,7 +332,7 @@ async fn attempt(
     // The watch on our own key is opened alongside the transaction: it
     // reports our key's deletion while we wait and after we hold.
     let mut watch_etcd = etcd.clone();
-    let what = format!("lock {prefix}");
+    let what = format!("{} {prefix}", claim.what());
     let (resp, opened) = tokio::join!(
         // Safe to send twice: a second run finds our key and reads it.
         retrying(&what, rpc_timeout, || txn_request(&etcd, &txn)),
@@ -309,13 +348,28 @@ async fn attempt(
     let create_revision = if resp.succeeded() {
         header
     } else {
-        // Our key existed (a leftover of this lease): go on with it, as Go
-        // does. This process's queue makes sure no guard of ours holds it.
-        match read_at(&resp, 0)?.kvs().first() {
-            Some(kv) => kv.create_revision(),
+        // Our key existed (a leftover of this lease, held by no guard of
+        // ours: this process's queue sees to that). Go on with it as Go
+        // does, with our value.
+        let existing = read_at(&resp, 0)?;
+        let Some(kv) = existing.kvs().first() else {
             // Gone between the compare and the read: impossible in one txn.
-            None => return Err(unexpected("our key vanished inside the lock transaction")),
+            return Err(unexpected(&format!(
+                "our key vanished inside the {} transaction",
+                claim.what()
+            )));
+        };
+        let rev = kv.create_revision();
+        cleanup.create_revision = Some(rev);
+        if kv.value() != claim.value()
+            && guarded(&etcd, rpc_timeout, &key, rev, ours())
+                .await?
+                .is_none()
+        {
+            cleanup.run().await;
+            return Ok(Attempt::Restart);
         }
+        rev
     };
     cleanup.create_revision = Some(create_revision);
     log::debug!(
@@ -325,21 +379,35 @@ async fn attempt(
     let mut next = decide_from_oldest(&oldest, prefix, &key, create_revision, header);
     loop {
         next = match next {
-            Next::Owner { fence } => {
-                // The watch covers our key from the confirming read on only
-                // if it existed by then; otherwise the lock's watch starts
-                // afresh (and reads the key again).
-                let watches = watches.filter(|w| w.synced_at() <= fence);
-                let acquired = Acquired {
-                    session: session.clone(),
-                    key,
-                    create_revision,
-                    fence,
-                    watches,
-                    cleanup,
-                    handle_turn: None,
+            Next::Owner {
+                fence: confirmed_at,
+            } => {
+                let fence = match claim {
+                    Claim::Lock => Some(confirmed_at),
+                    // The win-confirming write: its revision is the fence.
+                    Claim::Campaign(_) => {
+                        guarded(&etcd, rpc_timeout, &key, create_revision, ours()).await?
+                    }
                 };
-                return Ok(Attempt::Acquired(Box::new(acquired)));
+                match fence {
+                    Some(fence) => {
+                        // The watch covers our key from the fence on only
+                        // if it existed by then; otherwise the guard's watch
+                        // starts afresh (and reads the key again).
+                        let watches = watches.filter(|w| w.synced_at() <= fence);
+                        let acquired = Acquired {
+                            session: session.clone(),
+                            key,
+                            create_revision,
+                            fence,
+                            watches,
+                            cleanup,
+                            handle_turn: None,
+                        };
+                        return Ok(Attempt::Acquired(Box::new(acquired)));
+                    }
+                    None => Next::OursGone,
+                }
             }
             Next::OursGone => {
                 log::debug!("[{}] {key} vanished while waiting", session.label());
@@ -414,6 +482,34 @@ async fn attempt(
             }
         };
     }
+}
+
+/// Run `op` only while our key has `create_revision`; the write's revision,
+/// or `None` when our key is gone. Sent again after a retryable failure: a
+/// second put of the same value and lease means the same, and its revision
+/// is as good a fence (it too comes after the read that confirmed us).
+pub(crate) async fn guarded(
+    etcd: &etcd_client::Client,
+    rpc_timeout: std::time::Duration,
+    key: &str,
+    create_revision: i64,
+    op: TxnOp,
+) -> Result<Option<i64>> {
+    let txn = Txn::new()
+        .when([Compare::create_revision(
+            key,
+            CompareOp::Equal,
+            create_revision,
+        )])
+        .and_then([op]);
+    let resp = retrying(&format!("put {key}"), rpc_timeout, || {
+        txn_request(etcd, &txn)
+    })
+    .await?;
+    if !resp.succeeded() {
+        return Ok(None);
+    }
+    header_revision(&resp).map(Some)
 }
 
 /// One sending of `txn` (a fresh handle per try, for [`retrying`]).

@@ -229,6 +229,7 @@ impl EtcdSemaphore {
             &self.lock_name,
             &self.lock_prefix,
             mutex::Via::ClientSession,
+            mutex::Claim::Lock,
             deadline,
         )
         .await?;
