@@ -364,7 +364,7 @@ fn a_latch_elects_one_of_three_and_fails_over_on_close() {
     assert!(parts[0].is_leader && parts[1..].iter().all(|p| !p.is_leader));
     assert_eq!(parts[0].id, latches[first].id());
     assert_eq!(
-        parts[0].key,
+        parts[0].holder,
         format!("{name}/{:x}", clients[first].lease_id().unwrap())
     );
     assert_eq!(latches[2].leader().unwrap().unwrap(), parts[0]);
@@ -657,14 +657,14 @@ fn an_orphaned_latch_leader_is_replaced_and_starts_over_with_a_new_lease_fault()
         let parts = lb.participants().unwrap();
         parts
             .iter()
-            .any(|p| p.key == key && p.id == "a")
+            .any(|p| p.holder == key && p.id == "a")
             .then_some(key)
     });
     assert!(!la.has_leadership() && lb.has_leadership());
     lb.close().unwrap();
     let ta2 = gained(&la);
     assert!(ta2 > tb);
-    assert_eq!(la.leader().unwrap().unwrap().key, new_key);
+    assert_eq!(la.leader().unwrap().unwrap().holder, new_key);
     la.close().unwrap();
 }
 

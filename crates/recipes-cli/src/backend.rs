@@ -240,7 +240,7 @@ fn zk_latch(client: &ZkClient, name: &str, id: &str, wait: Wait) -> Result<Optio
         .participants()
         .ok()
         .and_then(|ps| ps.into_iter().find(|p| p.is_leader && p.id == id))
-        .map(|p| p.node)
+        .map(|p| p.holder)
         .unwrap_or_else(|| name.to_owned());
     Ok(Some(Held::new(Some(token), holder, lost, move || {
         latch.close()

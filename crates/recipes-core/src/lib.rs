@@ -52,6 +52,7 @@ mod election;
 mod error;
 mod fence;
 mod guard;
+mod leader;
 mod lease;
 mod loss;
 mod mutex;
@@ -69,6 +70,10 @@ pub use deadline::{margin, DeadlineTracker, CLOCK_DRIFT_PPM, DEFAULT_SLACK};
 pub use election::{Election, Leadership};
 pub use error::{BackendSource, Error, Result};
 pub use fence::{FenceGate, FencingToken};
+pub use leader::{
+    validate_participant_id, LatchBackend, LatchEvent, LeaderLatch, LeaderSelector, Participant,
+    SelectorBackend,
+};
 pub use lease::{LossPolicy, SessionLease};
 pub use loss::{LossReason, LossSignal, LossTrigger};
 pub use mutex::{Mutex, MutexGuard};

@@ -36,7 +36,7 @@ use recipes_core::{
     ElectionBackend, Error, FencedLease, FencingToken, HeldLease, LeaderInfo, LeadershipLease,
     LossReason, LossSignal, LossTrigger, Result,
 };
-use tokio::sync::{oneshot, watch};
+use tokio::sync::oneshot;
 use tokio::time::Instant;
 
 use crate::client::EtcdClient;
@@ -101,7 +101,7 @@ pub struct EtcdElection {
     prefix: String,
     // Ends an unbounded campaign once it reads `true` (or its sender is
     // gone): a selector's close.
-    cancel: Option<watch::Receiver<bool>>,
+    cancel: Option<LossSignal>,
     // Shared by clones: they are one handle.
     queue: HandleQueue,
 }
@@ -119,8 +119,8 @@ impl EtcdElection {
     }
 
     /// The same election; a campaign ends with `Ok(None)` once `cancel`
-    /// reads `true` or its sender is dropped.
-    pub(crate) fn cancelled_by(mut self, cancel: watch::Receiver<bool>) -> EtcdElection {
+    /// fires.
+    pub(crate) fn cancelled_by(mut self, cancel: LossSignal) -> EtcdElection {
         self.cancel = Some(cancel);
         self
     }
@@ -219,9 +219,9 @@ impl ElectionBackend for EtcdElection {
                     deadline,
                 );
                 match this.cancel {
-                    Some(mut cancel) => tokio::select! {
+                    Some(cancel) => tokio::select! {
                         r = run => r,
-                        _ = cancel.wait_for(|c| *c) => Ok(None),
+                        _ = cancel.fired() => Ok(None),
                     },
                     None => run.await,
                 }

@@ -90,12 +90,12 @@ pub use election::{Election, EtcdElection, EtcdLeadership, LeaderObserver, Leade
 /// The etcd client crate, for the transaction operations of
 /// [`EtcdLock::txn`].
 pub use etcd_client;
-pub use latch::{LatchEvent, LeaderLatch, Participant};
+pub use latch::{EtcdLatch, LeaderLatch};
 pub use lock::EtcdLock;
 pub use mutex::{EtcdMutex, Mutex};
 pub use recipes_core::LeaderInfo;
-pub use recipes_core::{Error, Result};
-pub use selector::LeaderSelector;
+pub use recipes_core::{Error, LatchEvent, Participant, Result};
+pub use selector::{EtcdSelector, LeaderSelector};
 pub use semaphore::{EtcdPermit, EtcdSemaphore, Semaphore, SemaphorePermit};
 
 /// A held [`Mutex`]: its token, loss signal, and fenced writes through

@@ -92,11 +92,11 @@ pub use client::{
     ZkClient, ZkClientBuilder, DEFAULT_CONNECT_TIMEOUT, DEFAULT_RPC_TIMEOUT,
     DEFAULT_SESSION_TIMEOUT, MIN_SESSION_TIMEOUT,
 };
-pub use latch::{LatchEvent, LeaderLatch, Participant};
+pub use latch::{LeaderLatch, ZkLatch};
 pub use mutex::{InterProcessMutex, ZkLock, ZkMutex};
 pub use node_lease::ZkNodeLease;
-pub use recipes_core::{Error, LossPolicy, Result};
-pub use selector::LeaderSelector;
+pub use recipes_core::{Error, LatchEvent, LossPolicy, Participant, Result};
+pub use selector::{LeaderSelector, ZkSelector};
 pub use semaphore::{InterProcessSemaphore, ZkPermit, ZkSemaphore};
 pub use session::SessionState;
 
