@@ -106,6 +106,36 @@ fn zk_bad_settings_are_typed_errors() {
             .connect(),
     );
     assert!(msg.contains("at least"), "{msg}");
+    let msg = invalid(
+        ZkClient::builder("127.0.0.1:2181")
+            .session_timeout(Duration::from_secs(2))
+            .lease_slack(Duration::from_millis(1500))
+            .connect(),
+    );
+    assert!(msg.contains("lease slack"), "{msg}");
+}
+
+/// The server grants at most its maxSessionTimeout (20 s for the shared
+/// one): a slack that the requested 60 s could carry but the granted 20 s
+/// cannot is refused at connect, not turned into locks that are lost the
+/// moment they are taken.
+#[test]
+fn zk_a_grant_too_short_for_the_slack_is_a_typed_error() {
+    let server = ZkServer::shared();
+    assert_eq!(
+        server.config().max_session_timeout(),
+        Duration::from_secs(20)
+    );
+    let msg = invalid(
+        ZkClient::builder(server.connect_string())
+            .session_timeout(Duration::from_secs(60))
+            .lease_slack(Duration::from_secs(15))
+            .connect(),
+    );
+    assert!(
+        msg.contains("the session timeout the server granted of 20s"),
+        "{msg}"
+    );
 }
 
 #[test]
@@ -156,6 +186,13 @@ fn etcd_bad_settings_are_typed_errors() {
             .rpc_timeout(Duration::ZERO)
             .connect(),
     );
+    let msg = invalid(
+        EtcdClient::builder(["127.0.0.1:2379"])
+            .ttl(Duration::from_secs(2))
+            .lease_slack(Duration::from_millis(1500))
+            .connect(),
+    );
+    assert!(msg.contains("lease slack"), "{msg}");
 }
 
 #[test]

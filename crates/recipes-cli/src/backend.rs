@@ -17,21 +17,6 @@ fn connect_timeout(ttl: Duration) -> Duration {
     ttl.clamp(Duration::from_secs(2), Duration::from_secs(10))
 }
 
-/// How long before the earliest moment the store may give a lost lease
-/// away CMD is killed: room for `recipes` to be scheduled and for SIGKILL
-/// to take effect.
-pub const KILL_MARGIN: Duration = recipes_core::DEFAULT_SLACK;
-
-/// The lease slack `recipes` asks of the client: the part of the TTL left
-/// between the moment the lease counts as lost (SIGTERM) and the earliest
-/// moment the store may give it away. It holds the kill margin and a window
-/// for CMD to stop by itself after SIGTERM: the grace, at most a fifth of
-/// the TTL (a larger slack would call the lease lost after fewer missed
-/// renewals).
-pub fn lease_slack(ttl: Duration, grace: Duration) -> Duration {
-    KILL_MARGIN + grace.min(ttl / 5)
-}
-
 /// A connected client of either store.
 #[derive(Debug, Clone)]
 pub enum Backend {
@@ -112,26 +97,33 @@ impl Held {
 
 impl Backend {
     /// Connect to the chosen store with `ttl` as the session timeout or
-    /// lease TTL and `slack` as the lease slack (see [`lease_slack`]).
+    /// lease TTL.
     ///
     /// # Errors
     ///
     /// [`recipes_core::Error::InvalidArgument`] for unusable settings, other errors when
     /// no server answered.
-    pub fn connect(choice: &BackendChoice, ttl: Duration, slack: Duration) -> Result<Backend> {
+    pub fn connect(choice: &BackendChoice, ttl: Duration) -> Result<Backend> {
         match choice {
             BackendChoice::Zk(hosts) => ZkClient::builder(hosts.clone())
                 .session_timeout(ttl)
                 .connect_timeout(connect_timeout(ttl))
-                .lease_slack(slack)
                 .connect()
                 .map(Backend::Zk),
             BackendChoice::Etcd(endpoints) => EtcdClient::builder(endpoints.clone())
                 .ttl(ttl)
                 .connect_timeout(connect_timeout(ttl))
-                .lease_slack(slack)
                 .connect()
                 .map(Backend::Etcd),
+        }
+    }
+
+    /// The session timeout or lease TTL the server granted (it may differ
+    /// from the one asked for).
+    pub fn granted_ttl(&self) -> Duration {
+        match self {
+            Backend::Zk(c) => c.session_timeout(),
+            Backend::Etcd(c) => c.session_ttl(),
         }
     }
 

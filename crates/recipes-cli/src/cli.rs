@@ -29,11 +29,11 @@ Example:
 
 CMD gets RECIPES_FENCE (the decimal fencing token: pass it with every write
 so the resource can refuse a stale holder), RECIPES_NAME and RECIPES_HOLDER
-(the lock node or key). If the lease is lost while CMD runs, CMD's process
-group gets SIGTERM, then SIGKILL after --grace or just before the earliest
-moment the store may give the lease away, whichever comes first; recipes
-exits 76. The lease counts as lost min(--grace, TTL/5) + 100ms before that
-moment, so CMD has a window to stop even when the store cannot be reached.";
+(the lock node or key). If the lease is at risk (not renewed, and its
+deadline min(--grace, TTL/5) away) or lost while CMD runs, CMD's process
+group gets SIGTERM; then SIGKILL once the lease is lost (its deadline, just
+before the earliest moment the store may give it away) or --grace ends,
+whichever comes first; recipes exits 76.";
 
 const SEMAPHORE_EXAMPLES: &str = "\
 Example:
@@ -122,9 +122,8 @@ pub struct RunOptions {
     #[arg(long)]
     pub no_wait: bool,
 
-    /// After loss: how long CMD may take to stop after SIGTERM before
-    /// SIGKILL (cut short just before the lease's earliest server-side
-    /// expiry).
+    /// After SIGTERM for a lease at risk or lost: how long CMD may take to
+    /// stop before SIGKILL (cut short when the lease is lost).
     #[arg(long, value_name = "DURATION", default_value = "5s", value_parser = parse_duration)]
     pub grace: Duration,
 

@@ -5,7 +5,7 @@ use std::time::{Duration, Instant};
 
 use crossbeam_channel::{select, Receiver};
 
-use crate::backend::{self, Backend, Recipe, Wait};
+use crate::backend::{Backend, Recipe, Wait};
 use crate::cli::{BackendChoice, RunOptions};
 use crate::exit;
 use crate::signals;
@@ -32,8 +32,7 @@ pub fn run_under(
     opts: &RunOptions,
     forwarded: &Receiver<libc::c_int>,
 ) -> i32 {
-    let lease_slack = backend::lease_slack(ttl, opts.grace);
-    let backend = match Backend::connect(choice, ttl, lease_slack) {
+    let backend = match Backend::connect(choice, ttl) {
         Ok(b) => b,
         Err(e) => {
             eprintln!("recipes: cannot connect to {}: {e}", describe(choice));
@@ -97,7 +96,7 @@ pub fn run_under(
         argv: &opts.command,
         permit: matches!(recipe, Recipe::Semaphore(_)),
         grace: opts.grace,
-        lease_slack,
+        warning: supervise::warning(opts.grace, backend.granted_ttl()),
         lost_exit_code: i32::from(opts.lost_exit_code),
     };
     let outcome = supervise::run(&job, &held, forwarded);

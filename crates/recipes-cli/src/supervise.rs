@@ -1,13 +1,20 @@
 //! Running CMD under a held lease: start it only while the lease is valid,
-//! forward our signals to it, and stop it when the lease is lost.
+//! forward our signals to it, and stop it when the lease is at risk or lost.
+//!
+//! Stopping: SIGTERM to CMD's process group once the lease is at risk (no
+//! renewal acknowledged, and its deadline is [`warning`] away) or lost;
+//! SIGKILL once it is lost — at its local deadline, which the client puts
+//! ahead of the earliest moment the store may give it away by the clock
+//! drift and a scheduling slack (the margin for the kill to land) — or
+//! when the grace ends, whichever comes first.
 
 use std::ffi::OsString;
 use std::time::{Duration, Instant};
 
-use crossbeam_channel::{after, select, Receiver};
-use recipes_core::{BootInstant, LossReason, LossSignal};
+use crossbeam_channel::{after, never, select, Receiver};
+use recipes_core::{BootInstant, LossSignal};
 
-use crate::backend::{Held, KILL_MARGIN};
+use crate::backend::Held;
 use crate::child::{self, RunningCmd};
 use crate::signals;
 
@@ -25,13 +32,22 @@ pub struct Job<'a> {
     /// Whether CMD gets `RECIPES_PERMIT` (a semaphore) instead of
     /// `RECIPES_FENCE`.
     pub permit: bool,
-    /// How long CMD may take to stop after SIGTERM on loss.
+    /// How long CMD may take to stop after SIGTERM.
     pub grace: Duration,
-    /// The slack the client subtracts from the lease deadline: the lease's
-    /// earliest server-side expiry is this much after `valid_until`.
-    pub lease_slack: Duration,
+    /// How long before the lease's deadline an unrenewed lease counts as
+    /// at risk, and CMD gets SIGTERM (see [`warning`]).
+    pub warning: Duration,
     /// Our exit status on loss.
     pub lost_exit_code: i32,
+}
+
+/// How long before its deadline an unrenewed lease is at risk: the grace,
+/// at most a fifth of the `ttl` the server granted. Renewals come every
+/// third (etcd) or quarter (ZooKeeper) of it, so a healthy lease never gets
+/// this close; CMD gets that long between SIGTERM and SIGKILL even when the
+/// store cannot be reached.
+pub fn warning(grace: Duration, ttl: Duration) -> Duration {
+    grace.min(ttl / 5)
 }
 
 /// How CMD's run ended.
@@ -40,7 +56,8 @@ pub enum Outcome {
     /// CMD ended by itself (or after a forwarded signal) with this exit
     /// status of ours.
     Exited(i32),
-    /// The lease was lost (before or while CMD ran); CMD is gone.
+    /// The lease was lost or at risk (before or while CMD ran); CMD is
+    /// gone.
     Lost,
     /// CMD could not be started; this exit status.
     NotStarted(i32),
@@ -77,6 +94,7 @@ pub fn run(job: &Job<'_>, held: &Held, forwarded: &Receiver<libc::c_int>) -> Out
         }
     };
     let outcome = loop {
+        let check = until_at_risk(&held.lost, job.warning).map_or(RECHECK, |d| d.min(RECHECK));
         select! {
             recv(cmd.exited) -> status => {
                 break Outcome::Exited(child::exit_code(&status.unwrap_or_else(|_| {
@@ -84,7 +102,7 @@ pub fn run(job: &Job<'_>, held: &Held, forwarded: &Receiver<libc::c_int>) -> Out
                 })));
             }
             recv(held.lost.receiver()) -> _ => {
-                stop_after_loss(job, &held.lost, &cmd);
+                stop(job, &held.lost, &cmd);
                 break Outcome::Lost;
             }
             recv(forwarded) -> sig => {
@@ -92,9 +110,9 @@ pub fn run(job: &Job<'_>, held: &Held, forwarded: &Receiver<libc::c_int>) -> Out
                     cmd.signal_group(sig);
                 }
             }
-            recv(after(RECHECK)) -> _ => {
-                if held.lost.is_lost() {
-                    stop_after_loss(job, &held.lost, &cmd);
+            recv(after(check)) -> _ => {
+                if held.lost.is_lost() || at_risk(&held.lost, job.warning) {
+                    stop(job, &held.lost, &cmd);
                     break Outcome::Lost;
                 }
             }
@@ -104,50 +122,72 @@ pub fn run(job: &Job<'_>, held: &Held, forwarded: &Receiver<libc::c_int>) -> Out
     outcome
 }
 
-/// When CMD must be gone after a loss for `reason`: at once if the store
-/// already gave the lease away (expired session, deleted node or key,
-/// revoked lease); else [`KILL_MARGIN`] before the earliest moment it may.
-/// `valid_until` is the send time of the last acknowledged renewal plus the
-/// TTL less the clock-drift margin and `lease_slack`, so that moment is
-/// `valid_until + lease_slack`.
-fn kill_by(lost: &LossSignal, reason: LossReason, lease_slack: Duration) -> BootInstant {
-    let now = BootInstant::now();
-    match reason {
-        LossReason::SessionExpired | LossReason::Deleted | LossReason::Revoked => now,
-        _ => lost
-            .valid_until()
-            .map_or(now, |v| v + lease_slack.saturating_sub(KILL_MARGIN)),
-    }
+/// How long until the lease is at risk (its deadline `warning` away), as
+/// things stand; zero when it is. `None` when it has no deadline (its loss
+/// is only ever signalled).
+fn until_at_risk(lost: &LossSignal, warning: Duration) -> Option<Duration> {
+    lost.valid_until().map(|v| {
+        v.saturating_duration_since(BootInstant::now())
+            .saturating_sub(warning)
+    })
 }
 
-/// SIGTERM to CMD's group, SIGKILL when the grace ends or just before the
-/// lease's earliest server-side expiry, whichever comes first; then wait
-/// until CMD is gone.
-fn stop_after_loss(job: &Job<'_>, lost: &LossSignal, cmd: &RunningCmd) {
-    let reason = lost.reason().unwrap_or(LossReason::DeadlineExpired);
-    let expiry = kill_by(lost, reason, job.lease_slack)
-        .saturating_duration_since(BootInstant::now())
-        .min(job.grace);
-    let when = if expiry.is_zero() {
-        "at once: the store may already have given the lease away".to_owned()
+fn at_risk(lost: &LossSignal, warning: Duration) -> bool {
+    until_at_risk(lost, warning).is_some_and(|d| d.is_zero())
+}
+
+/// A channel that delivers once `d` from now (never, if that is out of
+/// range).
+fn after_or_never(d: Duration) -> Receiver<Instant> {
+    Instant::now()
+        .checked_add(d)
+        .map_or_else(never, crossbeam_channel::at)
+}
+
+/// SIGTERM to CMD's group; SIGKILL once the lease is lost or the grace
+/// ends, whichever comes first; then wait until CMD is gone.
+fn stop(job: &Job<'_>, lost: &LossSignal, cmd: &RunningCmd) {
+    let why = match lost.reason() {
+        Some(reason) => format!("lease lost while CMD ran: {reason}"),
+        None => format!(
+            "lease at risk while CMD ran: no renewal acknowledged, and it ends in {:?} \
+             unless one comes",
+            until_at_risk(lost, Duration::ZERO).unwrap_or_default()
+        ),
+    };
+    let kill = if lost.is_lost() {
+        "at once: the store may give the lease away any moment".to_owned()
     } else {
-        format!("in {expiry:?} unless it exits")
+        format!("when it is lost, or in {:?} unless CMD exits", job.grace)
     };
     eprintln!(
-        "recipes: {}: lease lost while CMD ran: {reason}; sending SIGTERM to CMD (pid {}), \
-         SIGKILL {when}",
+        "recipes: {}: {why}; sending SIGTERM to CMD (pid {}), SIGKILL {kill}",
         job.name,
         cmd.pid(),
     );
     cmd.signal_group(libc::SIGTERM);
-    let kill_at = Instant::now() + expiry;
-    select! {
-        recv(cmd.exited) -> _ => {
-            // CMD is gone; others it started in its group may not be.
-            cmd.signal_group(libc::SIGKILL);
-            return;
+    let grace_ends = after_or_never(job.grace);
+    loop {
+        // Once lost, the kill is due now: wait on nothing more.
+        let (lost_rx, recheck) = if lost.is_lost() {
+            (never(), after(Duration::ZERO))
+        } else {
+            (lost.receiver().clone(), after(RECHECK))
+        };
+        select! {
+            recv(cmd.exited) -> _ => {
+                // CMD is gone; others it started in its group may not be.
+                cmd.signal_group(libc::SIGKILL);
+                return;
+            }
+            recv(grace_ends) -> _ => break,
+            recv(lost_rx) -> _ => {}
+            recv(recheck) -> _ => {
+                if lost.is_lost() {
+                    break;
+                }
+            }
         }
-        recv(after(kill_at.saturating_duration_since(Instant::now()))) -> _ => {}
     }
     eprintln!(
         "recipes: {}: CMD still running; sending {}",
@@ -162,7 +202,7 @@ fn stop_after_loss(job: &Job<'_>, lost: &LossSignal, cmd: &RunningCmd) {
 mod tests {
     use std::path::PathBuf;
 
-    use recipes_core::{FencingToken, LossTrigger};
+    use recipes_core::{FencingToken, LossReason, LossTrigger};
 
     use super::*;
 
@@ -181,7 +221,7 @@ mod tests {
             argv,
             permit: false,
             grace: Duration::from_secs(300),
-            lease_slack: Duration::from_millis(500),
+            warning: Duration::from_millis(500),
             lost_exit_code: 76,
         }
     }

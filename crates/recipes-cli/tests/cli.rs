@@ -1020,3 +1020,31 @@ fn release_failure_keeps_cmds_status_zk() {
 fn release_failure_keeps_cmds_status_etcd() {
     release_failure_keeps_cmds_status(Store::Etcd);
 }
+
+/// Asking for more than the server grants (the shared ZooKeeper caps
+/// sessions at 20 s) still runs CMD: the SIGTERM window follows the granted
+/// timeout, not the requested one.
+#[test]
+fn a_ttl_the_server_caps_still_runs_cmd_zk() {
+    let scene = Scene::new("capped");
+    let out = scene.file("fence");
+    let script = format!("echo \"$RECIPES_FENCE\" > {}", out.display());
+    let mut cmd = with_store(Store::Zk, "5m");
+    cmd.args([
+        "lock",
+        &scene.name,
+        "--grace",
+        "90s",
+        "--",
+        "sh",
+        "-c",
+        &script,
+    ]);
+    let (status, stderr) = run(&mut cmd);
+    assert_eq!(status.code(), Some(0), "{stderr}");
+    assert!(fs::read_to_string(&out)
+        .unwrap()
+        .trim()
+        .parse::<u64>()
+        .is_ok());
+}

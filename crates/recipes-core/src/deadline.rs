@@ -4,6 +4,7 @@
 use std::time::Duration;
 
 use crate::clock::BootInstant;
+use crate::error::{Error, Result};
 
 /// The worst clock-rate difference we assume between this host and the
 /// server, in parts per million (each side may drift this much, so the
@@ -20,6 +21,26 @@ pub const DEFAULT_SLACK: Duration = Duration::from_millis(100);
 pub fn margin(granted: Duration, slack: Duration) -> Duration {
     let drift_nanos = granted.as_nanos() * 2 * u128::from(CLOCK_DRIFT_PPM) / 1_000_000;
     Duration::from_nanos(u64::try_from(drift_nanos).unwrap_or(u64::MAX)).saturating_add(slack)
+}
+
+/// Check that a lease of `granted` is usable with `slack`: its safety
+/// margin must leave at least half of it, so the lease stays valid across a
+/// renewal interval (a third or a quarter of the lease). `what` names the
+/// lease for the message ("the session timeout", "the TTL").
+///
+/// # Errors
+///
+/// [`Error::InvalidArgument`] saying what to change.
+pub fn check_lease(what: &str, granted: Duration, slack: Duration) -> Result<()> {
+    let m = margin(granted, slack);
+    if m > granted / 2 {
+        return Err(Error::invalid(format!(
+            "{what} of {granted:?} is too short for a lease slack of {slack:?}: the safety \
+             margin ({m:?}, the slack plus clock drift) must leave at least half of it; ask \
+             for a longer one (the server may cap it) or set a smaller lease slack"
+        )));
+    }
+    Ok(())
 }
 
 /// Turns acknowledgements into a conservative local deadline.

@@ -66,7 +66,7 @@ pub use backend::{
     SemaphoreBackend,
 };
 pub use clock::{system_clock, BootInstant, Clock, ManualClock, SharedClock, SystemClock};
-pub use deadline::{margin, DeadlineTracker, CLOCK_DRIFT_PPM, DEFAULT_SLACK};
+pub use deadline::{check_lease, margin, DeadlineTracker, CLOCK_DRIFT_PPM, DEFAULT_SLACK};
 pub use election::{Election, Leadership};
 pub use error::{BackendSource, Error, Result};
 pub use fence::{FenceGate, FencingToken};

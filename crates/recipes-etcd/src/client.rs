@@ -128,13 +128,7 @@ impl EtcdClientBuilder {
                 self.ttl
             )));
         }
-        if self.lease_slack >= self.ttl {
-            return Err(Error::invalid(format!(
-                "the lease slack of {:?} leaves nothing of the TTL of {:?}; use a smaller slack",
-                self.lease_slack, self.ttl
-            )));
-        }
-        Ok(())
+        recipes_core::check_lease("the lease TTL", self.ttl, self.lease_slack)
     }
 
     /// Connect: start the runtime thread, open the channel, make one round

@@ -119,6 +119,9 @@ impl Session {
         if ttl != Duration::from_secs(asked.unsigned_abs()) {
             log::info!("[{label}] asked for a TTL of {asked} s, etcd granted {ttl:?}");
         }
+        // An unusable grant would make every acquisition lost at once; the
+        // lease is left to expire.
+        recipes_core::check_lease("the TTL etcd granted", ttl, settings.slack)?;
         let epoch = SessionLease::start(
             &label,
             &settings.loss_parent,

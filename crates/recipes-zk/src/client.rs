@@ -151,6 +151,11 @@ impl ZkClientBuilder {
                 self.session_timeout
             )));
         }
+        recipes_core::check_lease(
+            "the session timeout",
+            self.session_timeout,
+            self.lease_slack,
+        )?;
         Ok(())
     }
 
@@ -227,6 +232,14 @@ impl Inner {
                 })
             }
         };
+        // The server may grant less than asked (its maxSessionTimeout); an
+        // unusable grant would make every acquisition lost at once. Dropping
+        // `zk` closes the session.
+        recipes_core::check_lease(
+            "the session timeout the server granted",
+            zk.session_timeout(),
+            self.settings.lease_slack,
+        )?;
         let zk = match &self.settings.chroot {
             None => zk,
             Some(chroot) => {
