@@ -10,11 +10,27 @@
 //! a slow machine makes things later, never earlier, so scaling a lower bound
 //! would only weaken the assertion.
 
+use std::ffi::OsStr;
+use std::process::Command;
 use std::sync::OnceLock;
 use std::time::Duration;
 
 /// Name of the environment variable that holds the slow-machine factor.
 pub const SLOW_FACTOR_VAR: &str = "RECIPES_TEST_SLOW";
+
+/// A command for `program` that inherits none of the test's own
+/// `RECIPES_*` variables (a developer's `RECIPES_ZK`, say) but the slow
+/// factor: whatever it is told comes from the test.
+pub fn command_without_recipes_env(program: impl AsRef<OsStr>) -> Command {
+    let mut cmd = Command::new(program);
+    for (k, _) in std::env::vars_os() {
+        let name = k.to_string_lossy();
+        if name.starts_with("RECIPES_") && name != SLOW_FACTOR_VAR {
+            cmd.env_remove(&k);
+        }
+    }
+    cmd
+}
 
 /// The slow-machine factor from `RECIPES_TEST_SLOW`, read once per process.
 ///

@@ -4,9 +4,10 @@
 //! (`cargo build --workspace --examples`, which `scripts/test` runs first).
 
 use std::path::PathBuf;
-use std::process::{Command, Stdio};
+use std::process::Stdio;
 use std::time::Duration;
 
+use integration::env::command_without_recipes_env;
 use integration::{wait_for, EtcdServer, ZkServer};
 
 /// Upper bound (scaled by the harness) for one example's run; the longest
@@ -38,12 +39,7 @@ fn example(name: &str) -> PathBuf {
 
 /// Run example `name` against `store`'s shared server; its stdout.
 fn run(name: &str, store: Store) -> String {
-    let mut cmd = Command::new(example(name));
-    for (k, _) in std::env::vars() {
-        if k.starts_with("RECIPES_") && k != "RECIPES_TEST_SLOW" {
-            cmd.env_remove(k);
-        }
-    }
+    let mut cmd = command_without_recipes_env(example(name));
     match store {
         Store::Zk => cmd.env("RECIPES_ZK", ZkServer::shared().connect_string()),
         Store::Etcd => cmd.env(

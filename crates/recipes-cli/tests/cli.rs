@@ -14,6 +14,7 @@ use std::process::{Child, Command, ExitStatus, Stdio};
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::Duration;
 
+use integration::env::command_without_recipes_env;
 use integration::{wait_for, wait_until, EtcdServer, Proxy, ZkServer};
 
 const BIN: &str = env!("CARGO_BIN_EXE_recipes");
@@ -96,20 +97,9 @@ impl Drop for Scene {
     }
 }
 
-/// `program` with no `RECIPES_*` from the test's own environment.
-fn without_recipes_env(program: &str) -> Command {
-    let mut cmd = Command::new(program);
-    for (k, _) in std::env::vars() {
-        if k.starts_with("RECIPES_") && k != "RECIPES_TEST_SLOW" {
-            cmd.env_remove(k);
-        }
-    }
-    cmd
-}
-
 /// `recipes` with no `RECIPES_*` from the test's own environment.
 fn recipes() -> Command {
-    let mut cmd = without_recipes_env(BIN);
+    let mut cmd = command_without_recipes_env(BIN);
     cmd.stdin(Stdio::null());
     cmd
 }
@@ -947,7 +937,7 @@ fn cmd_gets_the_terminal_when_run_interactively_zk() {
     );
     fs::write(scene.file("cmd.sh"), cmd).unwrap();
     fs::write(scene.file("run.sh"), run).unwrap();
-    let mut terminal = without_recipes_env("script")
+    let mut terminal = command_without_recipes_env("script")
         .args([
             "-q",
             "-e",

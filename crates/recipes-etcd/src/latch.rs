@@ -116,8 +116,6 @@ pub(crate) fn participants(election: &EtcdElection) -> Result<Vec<Participant>> 
     })
 }
 
-pub(crate) use recipes_core::validate_participant_id as validate_id;
-
 impl EtcdClient {
     /// A leader latch on the election `name` for the participant `id` (the
     /// value of its key). Call [`start`](recipes_core::LeaderLatch::start) to
@@ -147,7 +145,7 @@ impl EtcdClient {
     /// ```
     pub fn leader_latch(&self, name: &str, id: &str) -> Result<LeaderLatch> {
         let election = EtcdElection::new(self.clone(), name)?;
-        validate_id("latch", id)?;
+        recipes_core::validate_participant_id("latch", id)?;
         Ok(LeaderLatch::from_backend(EtcdLatch {
             election,
             id: id.to_owned(),

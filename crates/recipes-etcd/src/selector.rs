@@ -15,7 +15,7 @@ use recipes_core::{
 
 use crate::client::EtcdClient;
 use crate::election::{Election, EtcdElection, Leadership};
-use crate::latch::{participants, validate_id};
+use crate::latch::participants;
 
 /// Runs a closure while this participant leads (etcd's election layout;
 /// see [`recipes_core::LeaderSelector`] for the API). The closure gets the
@@ -109,7 +109,7 @@ impl EtcdClient {
     /// ```
     pub fn leader_selector(&self, name: &str, id: &str) -> Result<LeaderSelector> {
         let election = EtcdElection::new(self.clone(), name)?;
-        validate_id("selector", id)?;
+        recipes_core::validate_participant_id("selector", id)?;
         Ok(LeaderSelector::from_backend(EtcdSelector {
             election,
             id: id.to_owned(),

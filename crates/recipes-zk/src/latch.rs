@@ -86,8 +86,6 @@ impl LatchBackend for ZkLatch {
     }
 }
 
-pub(crate) use recipes_core::validate_participant_id as validate_id;
-
 /// A contender of a latch or selector at `path`: `<path>/_c_<uuid>-<lock_name><seq>`
 /// with the id as data.
 pub(crate) fn contender(
@@ -97,7 +95,7 @@ pub(crate) fn contender(
     lock_name: &'static str,
 ) -> Result<Contender> {
     validate_path(path)?;
-    validate_id(what, id)?;
+    recipes_core::validate_participant_id(what, id)?;
     Ok(Contender {
         dir: path.to_owned(),
         lock_name,

@@ -32,7 +32,9 @@ use std::io::{self, BufRead, Write};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use recipes_core::{BootInstant, Error, LossPolicy};
+use recipes_core::{
+    BootInstant, Error, LatchBackend, LeaderLatch, LeaderSelector, LossPolicy, SelectorBackend,
+};
 use recipes_etcd::EtcdClient;
 use recipes_zk::ZkClient;
 
@@ -85,12 +87,38 @@ impl Held {
     }
 }
 
-/// A latch or selector this worker runs.
-enum Participant {
-    Latch(recipes_zk::LeaderLatch),
-    Selector(recipes_zk::LeaderSelector, Arc<Mutex<Option<u64>>>),
-    EtcdLatch(recipes_etcd::LeaderLatch),
-    EtcdSelector(recipes_etcd::LeaderSelector, Arc<Mutex<Option<u64>>>),
+/// A latch or selector this worker runs (dropping it closes it): the token
+/// of the term it leads now, if any.
+struct Participant {
+    leading: Box<dyn Fn() -> Option<u64>>,
+}
+
+impl Participant {
+    /// Start `latch`.
+    fn latch<B: LatchBackend>(latch: LeaderLatch<B>) -> Participant {
+        latch.start();
+        Participant {
+            leading: Box::new(move || latch.leadership().map(|(t, _)| t.get())),
+        }
+    }
+
+    /// Start `selector` with a closure that leads until its loss signal
+    /// fires.
+    fn selector<B: SelectorBackend>(selector: LeaderSelector<B>) -> Result<Participant, Error> {
+        let term = Arc::new(Mutex::new(None));
+        let t = term.clone();
+        selector.start(true, move |guard| {
+            *t.lock().unwrap() = Some(B::token(guard).get());
+            B::trigger(guard).signal().wait();
+            *t.lock().unwrap() = None;
+        })?;
+        Ok(Participant {
+            leading: Box::new(move || {
+                let t = *term.lock().unwrap();
+                t.filter(|_| selector.has_leadership())
+            }),
+        })
+    }
 }
 
 struct Worker {
@@ -263,64 +291,29 @@ impl Worker {
             ["latch", path, id] => {
                 self.participant = Some(match &self.client {
                     Client::Zk(c) => {
-                        let latch = c.leader_latch(path, id).map_err(|e| err(&e))?;
-                        latch.start();
-                        Participant::Latch(latch)
+                        Participant::latch(c.leader_latch(path, id).map_err(|e| err(&e))?)
                     }
                     Client::Etcd(c) => {
-                        let latch = c.leader_latch(path, id).map_err(|e| err(&e))?;
-                        latch.start();
-                        Participant::EtcdLatch(latch)
+                        Participant::latch(c.leader_latch(path, id).map_err(|e| err(&e))?)
                     }
                     Client::None => return Err(usage("connect first")),
                 });
                 Ok(String::new())
             }
             ["selector", path, id] => {
-                // The closure leads until its loss signal fires.
-                let term = Arc::new(Mutex::new(None));
-                let t = term.clone();
-                self.participant = Some(match &self.client {
-                    Client::Zk(c) => {
-                        let selector = c.leader_selector(path, id).map_err(|e| err(&e))?;
-                        selector
-                            .start(true, move |guard| {
-                                *t.lock().unwrap() = Some(guard.token().get());
-                                guard.lost().wait();
-                                *t.lock().unwrap() = None;
-                            })
-                            .map_err(|e| err(&e))?;
-                        Participant::Selector(selector, term)
-                    }
-                    Client::Etcd(c) => {
-                        let selector = c.leader_selector(path, id).map_err(|e| err(&e))?;
-                        selector
-                            .start(true, move |leadership| {
-                                *t.lock().unwrap() = Some(leadership.token().get());
-                                leadership.lost().wait();
-                                *t.lock().unwrap() = None;
-                            })
-                            .map_err(|e| err(&e))?;
-                        Participant::EtcdSelector(selector, term)
-                    }
+                let started = match &self.client {
+                    Client::Zk(c) => c.leader_selector(path, id).and_then(Participant::selector),
+                    Client::Etcd(c) => c.leader_selector(path, id).and_then(Participant::selector),
                     Client::None => return Err(usage("connect first")),
-                });
+                };
+                self.participant = Some(started.map_err(|e| err(&e))?);
                 Ok(String::new())
             }
             ["leader-status"] => {
-                let token = match self.participant.as_ref() {
-                    None => return Err(usage("no latch or selector")),
-                    Some(Participant::Latch(l)) => l.leadership().map(|(t, _)| t.get()),
-                    Some(Participant::Selector(s, term)) => {
-                        let t = *term.lock().unwrap();
-                        t.filter(|_| s.has_leadership())
-                    }
-                    Some(Participant::EtcdLatch(l)) => l.leadership().map(|(t, _)| t.get()),
-                    Some(Participant::EtcdSelector(s, term)) => {
-                        let t = *term.lock().unwrap();
-                        t.filter(|_| s.has_leadership())
-                    }
-                };
+                let participant = self.participant.as_ref();
+                let token = (participant
+                    .ok_or_else(|| usage("no latch or selector"))?
+                    .leading)();
                 let last_ack = self.last_acknowledged();
                 Ok(match token {
                     Some(t) => format!("leading=yes token={t} last_ack_ms={}", boot_ms(last_ack)),
