@@ -842,10 +842,8 @@ fn sigterm_while_waiting_leaves_nothing_behind_elect_etcd() {
 fn fault_partitioned_holder_is_killed_before_takeover(store: Store) {
     let scene = Scene::new("partition");
     let proxy = Proxy::start(store.addr());
-    let mut base = recipes();
-    base.args(store.flag_via(&proxy)).args(["--ttl", "3s"]);
     let (mut holder, info) = start_holder(
-        base,
+        through(&proxy, store, "3s"),
         &["lock", &scene.name, "--grace", "300s"],
         &scene,
         // An ignored signal stays ignored across exec: `sleep` ignores it too.
@@ -886,6 +884,48 @@ fn fault_partitioned_holder_is_killed_before_takeover(store: Store) {
         stderr.contains("CMD still running; sending SIGKILL"),
         "{stderr}"
     );
+}
+
+/// `recipes` with lease `ttl` on `store`, reached through `proxy`.
+fn through(proxy: &Proxy, store: Store, ttl: &str) -> Command {
+    let mut cmd = recipes();
+    cmd.args(store.flag_via(proxy)).args(["--ttl", ttl]);
+    cmd
+}
+
+/// A cut-off holder whose CMD stops cleanly on SIGTERM gets the chance:
+/// SIGTERM comes while the lease is at risk (before it is lost), CMD's
+/// handler runs, and no SIGKILL is needed. (TTL 5 s: a 1 s window.)
+fn fault_partitioned_holder_gets_sigterm_before_the_kill(store: Store) {
+    let scene = Scene::new("partition-term");
+    let proxy = Proxy::start(store.addr());
+    let clean = scene.file("clean");
+    let (mut holder, _) = start_holder(
+        through(&proxy, store, "5s"),
+        &["lock", &scene.name, "--grace", "300s"],
+        &scene,
+        &format!(
+            "trap 'echo stopped > {}; exit 0' TERM; while :; do sleep 1; done",
+            clean.display()
+        ),
+    );
+    proxy.blackhole();
+    let status = wait_exit(&mut holder);
+    let stderr = stderr_of(&mut holder);
+    assert_eq!(status.code(), Some(76), "{stderr}");
+    assert!(stderr.contains("lease at risk"), "{stderr}");
+    assert!(!stderr.contains("sending SIGKILL"), "{stderr}");
+    assert_eq!(fs::read_to_string(&clean).unwrap(), "stopped\n");
+}
+
+#[test]
+fn fault_partitioned_holder_gets_sigterm_before_the_kill_zk() {
+    fault_partitioned_holder_gets_sigterm_before_the_kill(Store::Zk);
+}
+
+#[test]
+fn fault_partitioned_holder_gets_sigterm_before_the_kill_etcd() {
+    fault_partitioned_holder_gets_sigterm_before_the_kill(Store::Etcd);
 }
 
 #[test]
@@ -982,10 +1022,8 @@ fn release_failure_keeps_cmds_status(store: Store) {
     let scene = Scene::new("release-fails");
     let proxy = Proxy::start(store.addr());
     let go = scene.file("go");
-    let mut base = recipes();
-    base.args(store.flag_via(&proxy)).args(["--ttl", "3s"]);
     let (mut holder, _) = start_holder(
-        base,
+        through(&proxy, store, "3s"),
         &["lock", &scene.name],
         &scene,
         &format!(
