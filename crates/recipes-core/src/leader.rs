@@ -22,6 +22,9 @@ use crate::runtime::Runtime;
 const RETRY_PAUSE: Duration = Duration::from_millis(50);
 const MAX_RETRY_PAUSE: Duration = Duration::from_secs(2);
 
+/// How long a selector waits before contending again after an error.
+const SELECTOR_RETRY_PAUSE: Duration = Duration::from_millis(200);
+
 /// What happened to a latch participant's leadership.
 ///
 /// Events arrive on a channel after the fact: under a pause a `Lost` event
@@ -464,7 +467,7 @@ impl<B: SelectorBackend> LeaderSelector<B> {
                     Ok(None) | Err(Error::Closed) => return,
                     Err(e) => {
                         log::warn!("{label} selector: {e}; contending again");
-                        if closing.wait_timeout(RETRY_PAUSE * 4).is_some() {
+                        if closing.wait_timeout(SELECTOR_RETRY_PAUSE).is_some() {
                             return;
                         }
                         continue;
