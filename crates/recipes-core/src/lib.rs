@@ -46,9 +46,11 @@
 #![deny(missing_debug_implementations)]
 
 mod backend;
+mod backoff;
 mod clock;
 mod deadline;
 mod election;
+pub mod engine;
 mod error;
 mod fence;
 mod guard;
@@ -65,6 +67,7 @@ pub use backend::{
     ElectionBackend, FencedLease, HeldLease, LeaderInfo, LeadershipLease, MutexBackend,
     SemaphoreBackend,
 };
+pub use backoff::Backoff;
 pub use clock::{system_clock, BootInstant, Clock, ManualClock, SharedClock, SystemClock};
 pub use deadline::{check_lease, margin, DeadlineTracker, CLOCK_DRIFT_PPM, DEFAULT_SLACK};
 pub use election::{Election, Leadership};

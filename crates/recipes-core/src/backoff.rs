@@ -1,0 +1,77 @@
+//! The one retry pause every recipe uses: doubling from a first pause up to
+//! a cap, so a store that is down is not hammered and one that comes back
+//! is found soon.
+
+use std::time::Duration;
+
+/// A doubling pause between retries.
+///
+/// Deterministic (no jitter): contenders that retry in step are already
+/// ordered by the store, and a deterministic pause keeps the engine's
+/// simulation replayable.
+#[derive(Debug, Clone)]
+pub struct Backoff {
+    first: Duration,
+    next: Duration,
+    cap: Duration,
+}
+
+impl Backoff {
+    /// The pause after a failed read or write: 20 ms, doubling to 1 s.
+    pub const RETRY: Backoff = Backoff::new(Duration::from_millis(20), Duration::from_secs(1));
+
+    /// The pause before a recipe contends again after an error (a latch or
+    /// selector starting over): 50 ms, doubling to 2 s.
+    pub const CONTEND_AGAIN: Backoff =
+        Backoff::new(Duration::from_millis(50), Duration::from_secs(2));
+
+    /// Pauses starting at `first`, doubling up to `cap`.
+    pub const fn new(first: Duration, cap: Duration) -> Backoff {
+        Backoff {
+            first,
+            next: first,
+            cap,
+        }
+    }
+
+    /// The pause to take now; the one after it is twice as long (at most
+    /// the cap).
+    pub fn next_pause(&mut self) -> Duration {
+        let pause = self.next.min(self.cap);
+        self.next = self.next.saturating_mul(2).min(self.cap);
+        pause
+    }
+
+    /// Start again from the first pause (after a success).
+    pub fn reset(&mut self) {
+        self.next = self.first;
+    }
+
+    /// Sleep for [`next_pause`](Backoff::next_pause) on the tokio clock.
+    pub async fn pause(&mut self) {
+        tokio::time::sleep(self.next_pause()).await;
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn pauses_double_up_to_the_cap_and_reset() {
+        let mut b = Backoff::new(Duration::from_millis(10), Duration::from_millis(35));
+        let got: Vec<_> = (0..4).map(|_| b.next_pause().as_millis()).collect();
+        assert_eq!(got, [10, 20, 35, 35]);
+        b.reset();
+        assert_eq!(b.next_pause(), Duration::from_millis(10));
+    }
+
+    #[test]
+    fn a_huge_cap_never_overflows() {
+        let mut b = Backoff::new(Duration::MAX / 2, Duration::MAX);
+        for _ in 0..4 {
+            b.next_pause();
+        }
+        assert_eq!(b.next_pause(), Duration::MAX);
+    }
+}

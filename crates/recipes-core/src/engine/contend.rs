@@ -1,0 +1,223 @@
+//! The contend loop, written once: enter our entry, read the queue, wait
+//! for the one entry ahead, confirm, and remove our entry on every other
+//! way out.
+
+use tokio::time::Instant;
+
+use super::decide::{gets_the_lock, Decision};
+use super::driver::{ContendDriver, Listing};
+use crate::backoff::Backoff;
+use crate::error::Result;
+
+/// Removes our entry unless disarmed, always from a task on the driver's
+/// runtime, so that a removal finishes even when the acquisition's future
+/// is dropped (a cut-off attempt, a cancelled caller) while it runs.
+/// [`run`](Cleanup::run) also waits for it.
+struct Cleanup<'d, D: ContendDriver> {
+    driver: &'d D,
+    ticket: Option<D::Ticket>,
+}
+
+impl<D: ContendDriver> Cleanup<'_, D> {
+    fn ticket(&mut self) -> &mut D::Ticket {
+        self.ticket
+            .as_mut()
+            .expect("the ticket is present until the cleanup runs or is disarmed")
+    }
+
+    async fn run(mut self) {
+        if let Some(t) = self.ticket.take() {
+            let (done, removed) = tokio::sync::oneshot::channel();
+            self.driver.spawn(async move {
+                D::remove(t).await;
+                let _ = done.send(());
+            });
+            // An error: the runtime is gone, and the session's end removes
+            // the entry.
+            let _ = removed.await;
+        }
+    }
+
+    fn disarm(mut self) -> D::Ticket {
+        self.ticket
+            .take()
+            .expect("the ticket is present until the cleanup runs or is disarmed")
+    }
+}
+
+impl<D: ContendDriver> Drop for Cleanup<'_, D> {
+    fn drop(&mut self) {
+        if let Some(t) = self.ticket.take() {
+            self.driver.spawn(D::remove(t));
+        }
+    }
+}
+
+/// How one attempt (one entry, one epoch) ended.
+enum Attempt<W> {
+    Won(W),
+    TimedOut,
+    /// The epoch was lost or our entry vanished: start over.
+    Restart,
+}
+
+fn passed(deadline: Option<Instant>) -> bool {
+    deadline.is_some_and(|d| Instant::now() >= d)
+}
+
+/// Contend until ours holds (`Some`) or `deadline` passes (`None`).
+///
+/// The deadline bounds the *wait* for the entries ahead of ours: the create
+/// and the first read always run, as in Curator, so a try-lock of a free
+/// lock succeeds. An attempt still stuck in a request
+/// [`rpc_timeout`](ContendDriver::rpc_timeout) after the deadline is cut
+/// off. After an epoch loss, or when our entry vanishes, the engine removes
+/// what is left and starts over with a new entry (never regaining a lease
+/// on an old one) until the deadline. Retryable errors of reads and waits
+/// are retried with [`Backoff::RETRY`] until the deadline; other errors end
+/// the acquisition.
+///
+/// Dropping the future abandons the acquisition; our entry is removed in
+/// the background.
+///
+/// # Errors
+///
+/// Whatever the driver returns that cannot be retried, or a retryable one
+/// once the deadline has passed. Our entry is removed first.
+pub async fn contend<D: ContendDriver>(
+    driver: &D,
+    deadline: Option<Instant>,
+) -> Result<Option<D::Won>> {
+    let mut backoff = Backoff::RETRY;
+    loop {
+        let Some(epoch) = driver.epoch(deadline).await? else {
+            return Ok(None);
+        };
+        let hard = deadline.and_then(|d| d.checked_add(driver.rpc_timeout()));
+        let one = attempt(driver, epoch, deadline, &mut backoff);
+        let outcome = match hard {
+            Some(hard) => match tokio::time::timeout_at(hard, one).await {
+                Ok(r) => r?,
+                // The attempt was dropped: its cleanup runs in the background.
+                Err(_) => Attempt::TimedOut,
+            },
+            None => one.await?,
+        };
+        match outcome {
+            Attempt::Won(w) => return Ok(Some(w)),
+            Attempt::TimedOut => return Ok(None),
+            Attempt::Restart if passed(deadline) => return Ok(None),
+            Attempt::Restart => {
+                log::debug!("contend: starting over with a new entry");
+                backoff.pause().await;
+            }
+        }
+    }
+}
+
+async fn attempt<D: ContendDriver>(
+    driver: &D,
+    epoch: D::Epoch,
+    deadline: Option<Instant>,
+    backoff: &mut Backoff,
+) -> Result<Attempt<D::Won>> {
+    let lost = driver.epoch_signal(&epoch);
+    let mut cleanup = Cleanup {
+        driver,
+        ticket: Some(driver.ticket(&epoch)),
+    };
+    let (mut entry, mut listing) = match driver.enter(&epoch, cleanup.ticket()).await {
+        Ok(entered) => entered,
+        Err(e) => {
+            // The create may have been applied before it failed.
+            cleanup.run().await;
+            return Err(e);
+        }
+    };
+    let ours = driver.ours(&entry).clone();
+    loop {
+        if lost.is_lost() {
+            cleanup.run().await;
+            return Ok(Attempt::Restart);
+        }
+        let read = match listing.take() {
+            Some(read) => read,
+            None => match driver.list(&epoch, &mut entry).await {
+                Ok(read) => read,
+                Err(e) if e.is_retryable() && !passed(deadline) => {
+                    log::debug!("contend: reading the queue failed: {e}; retrying");
+                    backoff.pause().await;
+                    continue;
+                }
+                Err(e) => {
+                    cleanup.run().await;
+                    return Err(e);
+                }
+            },
+        };
+        let ahead = match gets_the_lock(&read.contenders, &ours, driver.max_leases()) {
+            // The read may have taken long enough for the epoch to end.
+            Decision::Acquired if lost.is_lost() => continue,
+            Decision::Acquired => {
+                return confirm(driver, epoch, cleanup, entry, &read).await;
+            }
+            Decision::Gone => {
+                log::debug!("contend: our entry {ours:?} vanished");
+                cleanup.run().await;
+                return Ok(Attempt::Restart);
+            }
+            Decision::WaitFor(ahead) => ahead.clone(),
+        };
+        if passed(deadline) {
+            cleanup.run().await;
+            return Ok(Attempt::TimedOut);
+        }
+        let until = async {
+            match deadline {
+                Some(d) => tokio::time::sleep_until(d).await,
+                None => std::future::pending().await,
+            }
+        };
+        tokio::select! {
+            waited = driver.wait(&epoch, &mut entry, &ahead) => match waited {
+                Ok(()) => backoff.reset(),
+                Err(e) if e.is_retryable() => {
+                    log::debug!("contend: waiting for {ahead:?} failed: {e}; reading again");
+                    backoff.pause().await;
+                }
+                Err(e) => {
+                    cleanup.run().await;
+                    return Err(e);
+                }
+            },
+            _ = lost.fired() => {}
+            () = until => {
+                cleanup.run().await;
+                return Ok(Attempt::TimedOut);
+            }
+        }
+    }
+}
+
+async fn confirm<D: ContendDriver>(
+    driver: &D,
+    epoch: D::Epoch,
+    cleanup: Cleanup<'_, D>,
+    mut entry: D::Entry,
+    read: &Listing<D::Id>,
+) -> Result<Attempt<D::Won>> {
+    match driver.confirm(&epoch, &mut entry, read).await {
+        Ok(Some(fence)) => {
+            let ticket = cleanup.disarm();
+            Ok(Attempt::Won(driver.won(epoch, ticket, entry, fence)))
+        }
+        Ok(None) => {
+            cleanup.run().await;
+            Ok(Attempt::Restart)
+        }
+        Err(e) => {
+            cleanup.run().await;
+            Err(e)
+        }
+    }
+}

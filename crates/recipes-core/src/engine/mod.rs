@@ -1,0 +1,41 @@
+//! The contend engine every store shares, in the shape of Curator's
+//! `LockInternals` and its driver.
+//!
+//! ```text
+//!            recipes (core)                      drivers (one per store)
+//!  Mutex ──────────┐
+//!  Election ───────┼──► contend(driver, deadline) ──► epoch · ticket · enter
+//!  LeaderLatch ────┤        │  gets_the_lock()        list · wait · confirm
+//!  LeaderSelector ─┘        │  Backoff · Cleanup      remove · won
+//!  Semaphore ──► admit(semaphore driver)
+//!                 = ensure_size, contend(internal mutex), contend(permits)
+//! ```
+//!
+//! [`contend`] runs the loop once for every store: enter our entry, read the
+//! queue, decide with the pure [`gets_the_lock`], wait for the one entry
+//! that must go, confirm and mint the fence; remove our entry on every
+//! other way out (error, timeout, lost epoch, a dropped future); start over
+//! with a new entry after an epoch loss; back off between retries. A store
+//! is a [`ContendDriver`]: its few async verbs, no loop and no decision.
+//! [`admit`] composes the semaphore (Curator's `InterProcessSemaphoreV2`
+//! structure) from two drivers and a stored size.
+//!
+//! The engine is deterministic given its driver and the tokio clock: it
+//! starts no threads and sleeps only in [`Backoff`](crate::Backoff) and in
+//! waits it races against the deadline, so the simulation in this module's
+//! tests (an in-memory driver under tokio's paused clock, seeded faults)
+//! replays every schedule from its seed.
+
+mod contend;
+mod decide;
+mod driver;
+mod semaphore;
+#[cfg(test)]
+mod sim;
+#[cfg(test)]
+mod sim_store;
+
+pub use contend::contend;
+pub use decide::{gets_the_lock, Decision};
+pub use driver::{ContendDriver, Entered, Listing};
+pub use semaphore::{admit, SemaphoreDriver};

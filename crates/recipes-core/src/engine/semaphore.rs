@@ -1,0 +1,62 @@
+//! The semaphore, composed once: Curator's `InterProcessSemaphoreV2`
+//! structure over any store — a stored size, an internal mutex that lets
+//! one waiter at a time in, and permit entries of which the first N hold.
+
+use std::future::Future;
+
+use tokio::time::Instant;
+
+use super::contend::contend;
+use super::driver::ContendDriver;
+use crate::error::Result;
+
+/// A store's side of a semaphore: two contend drivers and the stored size.
+///
+/// The permit driver's `max_leases` is the semaphore's size N. Its
+/// entries are created only while the internal mutex is held, so at most
+/// one waiter's entry exists; the first N entries in the queue hold. At
+/// most N permits are held even if the internal mutex is broken (its entry
+/// deleted by hand): each holder had fewer than N entries ahead of it when
+/// admitted, and entries are never re-created.
+pub trait SemaphoreDriver: Send + Sync {
+    /// The internal mutex (`max_leases` 1).
+    type Lock: ContendDriver;
+    /// The permit entries (`max_leases` N).
+    type Permit: ContendDriver;
+
+    /// Store our size if none is stored; refuse with
+    /// [`Error::InvalidArgument`](crate::Error::InvalidArgument) if another
+    /// size is.
+    fn ensure_size(&self) -> impl Future<Output = Result<()>> + Send;
+
+    /// The internal mutex's driver.
+    fn lock(&self) -> &Self::Lock;
+
+    /// The permits' driver.
+    fn permits(&self) -> &Self::Permit;
+
+    /// Give the internal mutex back, waiting until the store confirmed or
+    /// the session is gone.
+    fn unlock(held: <Self::Lock as ContendDriver>::Won) -> impl Future<Output = ()> + Send;
+}
+
+/// Acquire one permit, waiting until `deadline`: check the size, hold the
+/// internal mutex, contend among the permits, give the mutex back however
+/// that ended.
+///
+/// # Errors
+///
+/// A size that differs from the stored one; the drivers' errors. Nothing is
+/// left in the store when it fails.
+pub async fn admit<S: SemaphoreDriver>(
+    semaphore: &S,
+    deadline: Option<Instant>,
+) -> Result<Option<<S::Permit as ContendDriver>::Won>> {
+    semaphore.ensure_size().await?;
+    let Some(lock) = contend(semaphore.lock(), deadline).await? else {
+        return Ok(None);
+    };
+    let admitted = contend(semaphore.permits(), deadline).await;
+    S::unlock(lock).await;
+    admitted
+}
