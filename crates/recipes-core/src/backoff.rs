@@ -20,10 +20,10 @@ impl Backoff {
     /// The pause after a failed read or write: 20 ms, doubling to 1 s.
     pub const RETRY: Backoff = Backoff::new(Duration::from_millis(20), Duration::from_secs(1));
 
-    /// The pause before a recipe contends again after an error (a latch or
-    /// selector starting over): 50 ms, doubling to 2 s.
-    pub const CONTEND_AGAIN: Backoff =
-        Backoff::new(Duration::from_millis(50), Duration::from_secs(2));
+    /// The pause for work that waits for the store to come back (a latch
+    /// or selector contending again after an error, a removal that keeps
+    /// failing): 50 ms, doubling to 2 s.
+    pub const RECOVER: Backoff = Backoff::new(Duration::from_millis(50), Duration::from_secs(2));
 
     /// Pauses starting at `first`, doubling up to `cap`.
     pub const fn new(first: Duration, cap: Duration) -> Backoff {

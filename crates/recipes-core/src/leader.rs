@@ -12,18 +12,11 @@ use std::time::{Duration, Instant};
 use crossbeam_channel::{Receiver, Sender};
 use parking_lot::{Condvar, Mutex};
 
+use crate::backoff::Backoff;
 use crate::error::{Error, Result};
 use crate::fence::FencingToken;
 use crate::loss::{LossReason, LossSignal, LossTrigger};
 use crate::runtime::Runtime;
-
-/// The first pause before contending again after an error; it doubles up to
-/// [`MAX_RETRY_PAUSE`].
-const RETRY_PAUSE: Duration = Duration::from_millis(50);
-const MAX_RETRY_PAUSE: Duration = Duration::from_secs(2);
-
-/// How long a selector waits before contending again after an error.
-const SELECTOR_RETRY_PAUSE: Duration = Duration::from_millis(200);
 
 /// What happened to a latch participant's leadership.
 ///
@@ -310,7 +303,7 @@ impl<B: LatchBackend> LatchInner<B> {
 async fn run<B: LatchBackend>(inner: Arc<LatchInner<B>>) {
     let closing = inner.closing.signal();
     let label = inner.label();
-    let mut pause = RETRY_PAUSE;
+    let mut backoff = Backoff::RECOVER;
     loop {
         if closing.is_lost() {
             break;
@@ -326,14 +319,13 @@ async fn run<B: LatchBackend>(inner: Arc<LatchInner<B>>) {
             Err(e) => {
                 log::warn!("{label} latch: {e}; campaigning again");
                 tokio::select! {
-                    () = tokio::time::sleep(pause) => {}
+                    () = backoff.pause() => {}
                     _ = closing.fired() => break,
                 }
-                pause = (pause * 2).min(MAX_RETRY_PAUSE);
                 continue;
             }
         };
-        pause = RETRY_PAUSE;
+        backoff.reset();
         let token = B::token(&term);
         let lost = B::loss_signal(&term);
         log::info!("{label} leadership gained (fence {token})");
@@ -459,6 +451,7 @@ impl<B: SelectorBackend> LeaderSelector<B> {
         let (backend, term) = (self.backend.clone(), self.term.clone());
         let closing = self.closing.signal();
         let label = format!("[{} id={}]", backend.name(), backend.id());
+        let mut backoff = Backoff::RECOVER;
         let spawned = std::thread::Builder::new()
             .name("recipes-selector".into())
             .spawn(move || loop {
@@ -467,12 +460,13 @@ impl<B: SelectorBackend> LeaderSelector<B> {
                     Ok(None) | Err(Error::Closed) => return,
                     Err(e) => {
                         log::warn!("{label} selector: {e}; contending again");
-                        if closing.wait_timeout(SELECTOR_RETRY_PAUSE).is_some() {
+                        if closing.wait_timeout(backoff.next_pause()).is_some() {
                             return;
                         }
                         continue;
                     }
                 };
+                backoff.reset();
                 let trigger = B::trigger(&guard).clone();
                 *term.lock() = Some(trigger.clone());
                 // After publishing the trigger: a close from now on fires

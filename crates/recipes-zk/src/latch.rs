@@ -15,8 +15,8 @@ use recipes_core::{
 };
 
 use crate::client::ZkClient;
+use crate::driver::{Contender, NodeDriver};
 use crate::error::from_zk;
-use crate::lock_internals::{acquire, Contender};
 use crate::names::{queue_order, validate_path};
 use crate::node_lease::ZkNodeLease;
 
@@ -41,7 +41,7 @@ pub type LeaderLatch = recipes_core::LeaderLatch<ZkLatch>;
 #[derive(Debug)]
 pub struct ZkLatch {
     client: ZkClient,
-    contender: Contender,
+    driver: NodeDriver,
     id: String,
 }
 
@@ -49,7 +49,7 @@ impl LatchBackend for ZkLatch {
     type Term = ZkNodeLease;
 
     fn name(&self) -> &str {
-        &self.contender.dir
+        &self.driver.contender.dir
     }
 
     fn id(&self) -> &str {
@@ -61,7 +61,7 @@ impl LatchBackend for ZkLatch {
     }
 
     async fn contend(&self) -> Result<Option<ZkNodeLease>> {
-        let acquired = acquire(&self.client, &self.contender, None).await?;
+        let acquired = self.driver.acquire(None).await?;
         Ok(acquired.map(|a| ZkNodeLease::held(self.client.clone(), a)))
     }
 
@@ -78,7 +78,7 @@ impl LatchBackend for ZkLatch {
     }
 
     fn participants(&self) -> Result<Vec<Participant>> {
-        participants(&self.client, &self.contender.dir)
+        participants(&self.client, &self.driver.contender.dir)
     }
 
     fn close_timeout(&self) -> Duration {
@@ -151,7 +151,7 @@ impl ZkClient {
     pub fn leader_latch(&self, path: &str, id: &str) -> Result<LeaderLatch> {
         Ok(LeaderLatch::from_backend(ZkLatch {
             client: self.clone(),
-            contender: contender("latch", path, id, "latch-")?,
+            driver: NodeDriver::new(self, contender("latch", path, id, "latch-")?),
             id: id.to_owned(),
         }))
     }

@@ -78,9 +78,9 @@
 #![deny(missing_debug_implementations)]
 
 mod client;
+mod driver;
 mod error;
 mod latch;
-mod lock_internals;
 mod mutex;
 mod names;
 mod node_lease;

@@ -20,7 +20,7 @@ use std::time::Instant;
 use recipes_core::{FencedLease, FencingToken, HeldLease, LossSignal, MutexBackend, Result};
 
 use crate::client::ZkClient;
-use crate::lock_internals::{acquire, Acquired, Contender};
+use crate::driver::{Acquired, Contender, NodeDriver};
 use crate::names::validate_path;
 use crate::node_lease::ZkNodeLease;
 
@@ -35,21 +35,20 @@ pub type InterProcessMutex = recipes_core::Mutex<ZkMutex>;
 /// by [`ZkClient::mutex`].
 #[derive(Debug, Clone)]
 pub struct ZkMutex {
-    client: ZkClient,
-    contender: Contender,
+    driver: NodeDriver,
 }
 
 impl ZkMutex {
     pub(crate) fn new(client: ZkClient, path: &str) -> Result<ZkMutex> {
         validate_path(path)?;
+        let contender = Contender {
+            dir: path.to_owned(),
+            lock_name: "lock-",
+            data: Vec::new(),
+            max_leases: 1,
+        };
         Ok(ZkMutex {
-            client,
-            contender: Contender {
-                dir: path.to_owned(),
-                lock_name: "lock-",
-                data: Vec::new(),
-                max_leases: 1,
-            },
+            driver: NodeDriver::new(&client, contender),
         })
     }
 }
@@ -58,16 +57,17 @@ impl MutexBackend for ZkMutex {
     type Lease = ZkLock;
 
     fn name(&self) -> &str {
-        &self.contender.dir
+        &self.driver.contender.dir
     }
 
     fn acquire(&self, deadline: Option<Instant>) -> Result<Option<ZkLock>> {
-        let (client, contender) = (self.client.clone(), self.contender.clone());
-        let acquired = self.client.runtime().call_until("lock", None, async move {
-            let deadline = deadline.map(tokio::time::Instant::from_std);
-            acquire(&client, &contender, deadline).await
+        let (driver, client) = (self.driver.clone(), &self.driver.client);
+        let acquired = client.runtime().call_until("lock", None, async move {
+            driver
+                .acquire(deadline.map(tokio::time::Instant::from_std))
+                .await
         })?;
-        Ok(acquired.map(|a| ZkLock::held(self.client.clone(), a)))
+        Ok(acquired.map(|a| ZkLock::held(client.clone(), a)))
     }
 }
 

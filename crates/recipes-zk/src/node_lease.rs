@@ -5,12 +5,12 @@ use std::fmt;
 use std::sync::{Arc, Weak};
 use std::time::Duration;
 
-use recipes_core::{Error, HeldLease, LossReason, LossSignal, LossTrigger, Result};
+use recipes_core::{Backoff, Error, HeldLease, LossReason, LossSignal, LossTrigger, Result};
 use zookeeper_client as zk;
 
 use crate::client::ZkClient;
+use crate::driver::Acquired;
 use crate::error::{connection_trouble, from_zk};
-use crate::lock_internals::Acquired;
 use crate::session::Session;
 
 /// A held ephemeral node: its loss signal fires when the session's lease
@@ -227,14 +227,13 @@ async fn delete_node(session: &Session, node: &str) -> Result<()> {
 
 /// Delete `node` on `session`, retrying until it or the session is gone.
 pub(crate) async fn delete_until_done(session: Arc<Session>, node: String) {
-    let mut pause = Duration::from_millis(50);
+    let mut backoff = Backoff::RECOVER;
     while let Err(e) = delete_node(&session, &node).await {
         log::warn!(
             "[{}] release of {node} failed: {e}; retrying",
             session.label()
         );
-        tokio::time::sleep(pause).await;
-        pause = (pause * 2).min(Duration::from_secs(2));
+        backoff.pause().await;
     }
     session.untrack(&node);
 }

@@ -10,8 +10,8 @@
 use recipes_core::{FencingToken, LossSignal, LossTrigger, Participant, Result, SelectorBackend};
 
 use crate::client::ZkClient;
+use crate::driver::NodeDriver;
 use crate::latch::{contender, participants};
-use crate::lock_internals::{acquire, Contender};
 use crate::mutex::ZkLock;
 use crate::MutexGuard;
 
@@ -34,7 +34,7 @@ pub type LeaderSelector = recipes_core::LeaderSelector<ZkSelector>;
 #[derive(Debug)]
 pub struct ZkSelector {
     client: ZkClient,
-    contender: Contender,
+    driver: NodeDriver,
     id: String,
 }
 
@@ -42,7 +42,7 @@ impl SelectorBackend for ZkSelector {
     type Guard = MutexGuard;
 
     fn name(&self) -> &str {
-        &self.contender.dir
+        &self.driver.contender.dir
     }
 
     fn id(&self) -> &str {
@@ -50,14 +50,14 @@ impl SelectorBackend for ZkSelector {
     }
 
     fn contend(&self, closing: &LossSignal) -> Result<Option<MutexGuard>> {
-        let (client, contender) = (self.client.clone(), self.contender.clone());
+        let driver = self.driver.clone();
         let closing = closing.clone();
         let acquired =
             self.client
                 .runtime()
                 .call_until("queue for leadership", None, async move {
                     tokio::select! {
-                        r = acquire(&client, &contender, None) => r,
+                        r = driver.acquire(None) => r,
                         _ = closing.fired() => Ok(None),
                     }
                 })?;
@@ -77,7 +77,7 @@ impl SelectorBackend for ZkSelector {
     }
 
     fn participants(&self) -> Result<Vec<Participant>> {
-        participants(&self.client, &self.contender.dir)
+        participants(&self.client, &self.driver.contender.dir)
     }
 }
 
@@ -94,7 +94,7 @@ impl ZkClient {
     pub fn leader_selector(&self, path: &str, id: &str) -> Result<LeaderSelector> {
         Ok(LeaderSelector::from_backend(ZkSelector {
             client: self.clone(),
-            contender: contender("selector", path, id, "lock-")?,
+            driver: NodeDriver::new(self, contender("selector", path, id, "lock-")?),
             id: id.to_owned(),
         }))
     }

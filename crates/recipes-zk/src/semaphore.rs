@@ -14,16 +14,15 @@
 
 use std::time::Instant;
 
-use recipes_core::{Error, Result, SemaphoreBackend};
+use recipes_core::engine::{admit, SemaphoreDriver};
+use recipes_core::{Backoff, Error, Result, SemaphoreBackend};
 use tokio::time::Instant as TokioInstant;
 use zookeeper_client as zk;
 
 use crate::client::ZkClient;
+use crate::driver::{Acquired, Contender, NodeDriver};
 use crate::error::{connection_trouble, from_zk};
-use crate::lock_internals::{
-    acquire, create_protected, delete_ours, Acquired, Contender, RETRY_PAUSE,
-};
-use crate::names::{fresh_uuid, validate_path};
+use crate::names::validate_path;
 use crate::node_lease::{delete_until_done, ZkNodeLease};
 
 /// A counting semaphore shared with every process, Java (Curator
@@ -42,153 +41,87 @@ pub type ZkPermit = ZkNodeLease;
 /// [`InterProcessSemaphore`], made by [`ZkClient::semaphore`].
 #[derive(Debug, Clone)]
 pub struct ZkSemaphore {
+    inner: Drivers,
+}
+
+/// The store's side of the semaphore: its size and its two folders.
+#[derive(Debug, Clone)]
+struct Drivers {
     client: ZkClient,
     path: String,
     permits: u32,
+    lock: NodeDriver,
+    leases: NodeDriver,
 }
 
-impl ZkSemaphore {
-    fn lock_contender(&self) -> Contender {
-        Contender {
-            dir: format!("{}/locks", self.path),
-            lock_name: "lock-",
-            data: Vec::new(),
-            max_leases: 1,
-        }
-    }
+impl SemaphoreDriver for Drivers {
+    type Lock = NodeDriver;
+    type Permit = NodeDriver;
 
-    fn lease_contender(&self) -> Contender {
-        Contender {
-            dir: format!("{}/leases", self.path),
-            lock_name: "lease-",
-            data: Vec::new(),
-            max_leases: self.permits as usize,
-        }
-    }
-}
-
-/// Make sure `<path>` stores `permits`, creating it if needed.
-async fn check_size(client: &ZkClient, path: &str, permits: u32) -> Result<()> {
-    let session = client.live_session().await?;
-    let zk = session.zk();
-    let wanted = permits.to_string();
-    loop {
-        match zk.get_data(path).await {
-            Ok((data, stat)) => {
-                if data.is_empty() {
-                    // A parent made by another client (Curator stores no
-                    // size): claim it, unless someone else just did.
-                    match zk
-                        .set_data(path, wanted.as_bytes(), Some(stat.version))
-                        .await
-                    {
+    /// Make sure `<path>` stores our size, creating it if needed.
+    async fn ensure_size(&self) -> Result<()> {
+        let (path, permits) = (self.path.as_str(), self.permits);
+        let session = self.client.live_session().await?;
+        let zk = session.zk();
+        let wanted = permits.to_string();
+        let mut backoff = Backoff::RETRY;
+        loop {
+            match zk.get_data(path).await {
+                Ok((data, stat)) => {
+                    if data.is_empty() {
+                        // A parent made by another client (Curator stores no
+                        // size): claim it, unless someone else just did.
+                        match zk
+                            .set_data(path, wanted.as_bytes(), Some(stat.version))
+                            .await
+                        {
+                            Ok(_) => return Ok(()),
+                            Err(zk::Error::BadVersion) => continue,
+                            Err(e) => return Err(from_zk(&format!("store the size at {path}"), e)),
+                        }
+                    }
+                    let stored = String::from_utf8_lossy(&data);
+                    return match stored.trim().parse::<u32>() {
+                        Ok(n) if n == permits => Ok(()),
+                        Ok(n) => Err(Error::invalid(format!(
+                            "the semaphore at {path} has {n} permits; this client asked for \
+                             {permits}: use {n}, or another path"
+                        ))),
+                        Err(_) => Err(Error::invalid(format!(
+                            "{path} holds {stored:?}, not a semaphore size; choose another path"
+                        ))),
+                    };
+                }
+                Err(zk::Error::NoNode) => {
+                    let parent = &path[..path.rfind('/').unwrap_or(0)];
+                    if !parent.is_empty() {
+                        zk.mkdir(parent, &session.options(zk::CreateMode::Container))
+                            .await
+                            .map_err(|e| from_zk(&format!("create {parent}"), e))?;
+                    }
+                    let container = session.options(zk::CreateMode::Container);
+                    match zk.create(path, wanted.as_bytes(), &container).await {
                         Ok(_) => return Ok(()),
-                        Err(zk::Error::BadVersion) => continue,
-                        Err(e) => return Err(from_zk(&format!("store the size at {path}"), e)),
+                        Err(zk::Error::NodeExists) => continue,
+                        Err(e) => return Err(from_zk(&format!("create {path}"), e)),
                     }
                 }
-                let stored = String::from_utf8_lossy(&data);
-                return match stored.trim().parse::<u32>() {
-                    Ok(n) if n == permits => Ok(()),
-                    Ok(n) => Err(Error::invalid(format!(
-                        "the semaphore at {path} has {n} permits; this client asked for \
-                         {permits}: use {n}, or another path"
-                    ))),
-                    Err(_) => Err(Error::invalid(format!(
-                        "{path} holds {stored:?}, not a semaphore size; choose another path"
-                    ))),
-                };
+                Err(e) if connection_trouble(&e) => backoff.pause().await,
+                Err(e) => return Err(from_zk(&format!("read {path}"), e)),
             }
-            Err(zk::Error::NoNode) => {
-                let parent = &path[..path.rfind('/').unwrap_or(0)];
-                if !parent.is_empty() {
-                    zk.mkdir(parent, &session.options(zk::CreateMode::Container))
-                        .await
-                        .map_err(|e| from_zk(&format!("create {parent}"), e))?;
-                }
-                match zk
-                    .create(
-                        path,
-                        wanted.as_bytes(),
-                        &session.options(zk::CreateMode::Container),
-                    )
-                    .await
-                {
-                    Ok(_) => return Ok(()),
-                    Err(zk::Error::NodeExists) => continue,
-                    Err(e) => return Err(from_zk(&format!("create {path}"), e)),
-                }
-            }
-            Err(e) if connection_trouble(&e) => tokio::time::sleep(RETRY_PAUSE).await,
-            Err(e) => return Err(from_zk(&format!("read {path}"), e)),
         }
     }
-}
 
-/// With the internal mutex held: create our permit node and wait until at
-/// most `permits` exist.
-async fn admit(
-    client: &ZkClient,
-    leases: &Contender,
-    deadline: Option<TokioInstant>,
-) -> Result<Option<Acquired>> {
-    let session = client.live_session().await?;
-    let epoch = session.live_epoch().await?;
-    let uuid = fresh_uuid();
-    let (node, czxid, _) = create_protected(&session, leases, &uuid).await?;
-    let name = node.rsplit('/').next().unwrap_or_default().to_owned();
-    let outcome = async {
-        loop {
-            let (children, watcher) = match session.zk().get_and_watch_children(&leases.dir).await {
-                Ok((children, _, watcher)) => (children, watcher),
-                Err(e) if connection_trouble(&e) => {
-                    tokio::time::sleep(RETRY_PAUSE).await;
-                    continue;
-                }
-                Err(e) => return Err(from_zk(&format!("list {}", leases.dir), e)),
-            };
-            if !children.contains(&name) {
-                return Err(Error::LeaseLost {
-                    reason: recipes_core::LossReason::Deleted,
-                });
-            }
-            if children.len() <= leases.max_leases {
-                return Ok(true);
-            }
-            if epoch.is_lost() {
-                return Err(Error::LeaseLost {
-                    reason: epoch
-                        .signal()
-                        .reason()
-                        .unwrap_or(recipes_core::LossReason::Closed),
-                });
-            }
-            let until = async {
-                match deadline {
-                    Some(d) => tokio::time::sleep_until(d).await,
-                    None => std::future::pending().await,
-                }
-            };
-            let lost = epoch.signal();
-            tokio::select! {
-                _ = watcher.changed() => {}
-                _ = lost.fired() => {}
-                () = until => return Ok(false),
-            }
-        }
+    fn lock(&self) -> &NodeDriver {
+        &self.lock
     }
-    .await;
-    match outcome {
-        Ok(true) => Ok(Some(Acquired {
-            session,
-            epoch,
-            node,
-            czxid,
-        })),
-        other => {
-            delete_ours(&session, &leases.dir, &uuid).await;
-            other.map(|_| None)
-        }
+
+    fn permits(&self) -> &NodeDriver {
+        &self.leases
+    }
+
+    fn unlock(held: Acquired) -> impl std::future::Future<Output = ()> + Send + 'static {
+        delete_until_done(held.session, held.node)
     }
 }
 
@@ -196,31 +129,22 @@ impl SemaphoreBackend for ZkSemaphore {
     type Permit = ZkPermit;
 
     fn name(&self) -> &str {
-        &self.path
+        &self.inner.path
     }
 
     fn permits(&self) -> u32 {
-        self.permits
+        self.inner.permits
     }
 
     fn acquire(&self, deadline: Option<Instant>) -> Result<Option<ZkPermit>> {
-        let this = self.clone();
-        let acquired = self
-            .client
+        let this = self.inner.clone();
+        let client = &self.inner.client;
+        let acquired = client
             .runtime()
             .call_until("acquire a permit", None, async move {
-                let deadline = deadline.map(TokioInstant::from_std);
-                check_size(&this.client, &this.path, this.permits).await?;
-                let Some(lock) = acquire(&this.client, &this.lock_contender(), deadline).await?
-                else {
-                    return Ok(None);
-                };
-                let admitted = admit(&this.client, &this.lease_contender(), deadline).await;
-                // The internal mutex is released whatever happened.
-                delete_until_done(lock.session.clone(), lock.node.clone()).await;
-                admitted
+                admit(&this, deadline.map(TokioInstant::from_std)).await
             })?;
-        Ok(acquired.map(|a| ZkNodeLease::held(self.client.clone(), a)))
+        Ok(acquired.map(|a| ZkNodeLease::held(client.clone(), a)))
     }
 }
 
@@ -240,10 +164,22 @@ impl ZkClient {
                 "a semaphore needs at least one permit; ask for 1 or more",
             ));
         }
-        Ok(InterProcessSemaphore::from_backend(ZkSemaphore {
+        let folder = |name: &str, lock_name, max_leases| {
+            let contender = Contender {
+                dir: format!("{path}/{name}"),
+                lock_name,
+                data: Vec::new(),
+                max_leases,
+            };
+            NodeDriver::new(self, contender)
+        };
+        let inner = Drivers {
             client: self.clone(),
             path: path.to_owned(),
             permits,
-        }))
+            lock: folder("locks", "lock-", 1),
+            leases: folder("leases", "lease-", permits as usize),
+        };
+        Ok(InterProcessSemaphore::from_backend(ZkSemaphore { inner }))
     }
 }

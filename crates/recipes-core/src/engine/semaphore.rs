@@ -35,9 +35,34 @@ pub trait SemaphoreDriver: Send + Sync {
     /// The permits' driver.
     fn permits(&self) -> &Self::Permit;
 
-    /// Give the internal mutex back, waiting until the store confirmed or
+    /// Give the internal mutex back, retrying until the store confirmed or
     /// the session is gone.
-    fn unlock(held: <Self::Lock as ContendDriver>::Won) -> impl Future<Output = ()> + Send;
+    fn unlock(
+        held: <Self::Lock as ContendDriver>::Won,
+    ) -> impl Future<Output = ()> + Send + 'static;
+}
+
+/// Gives the internal mutex back however the admission ends, the
+/// admission's future being dropped included (then from a task).
+struct Unlock<'s, S: SemaphoreDriver> {
+    semaphore: &'s S,
+    held: Option<<S::Lock as ContendDriver>::Won>,
+}
+
+impl<S: SemaphoreDriver> Unlock<'_, S> {
+    async fn now(mut self) {
+        if let Some(held) = self.held.take() {
+            S::unlock(held).await;
+        }
+    }
+}
+
+impl<S: SemaphoreDriver> Drop for Unlock<'_, S> {
+    fn drop(&mut self) {
+        if let Some(held) = self.held.take() {
+            self.semaphore.lock().spawn(S::unlock(held));
+        }
+    }
 }
 
 /// Acquire one permit, waiting until `deadline`: check the size, hold the
@@ -56,7 +81,11 @@ pub async fn admit<S: SemaphoreDriver>(
     let Some(lock) = contend(semaphore.lock(), deadline).await? else {
         return Ok(None);
     };
+    let unlock = Unlock {
+        semaphore,
+        held: Some(lock),
+    };
     let admitted = contend(semaphore.permits(), deadline).await;
-    S::unlock(lock).await;
+    unlock.now().await;
     admitted
 }

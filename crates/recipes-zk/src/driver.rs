@@ -1,0 +1,352 @@
+//! The ZooKeeper driver of the core contend engine
+//! ([`recipes_core::engine`]): a folder of protected ephemeral-sequential
+//! nodes, Curator's layout. The engine runs the loop; this file says how
+//! ZooKeeper creates, lists, watches and deletes.
+//!
+//! - **enter**: create `<dir>/_c_<uuid>-<lock_name><seq>`; when the reply is
+//!   lost, find the node by its uuid.
+//! - **list**: the children, in serial-number order around our sequence.
+//! - **wait**: a one-shot watch on the node ahead (a mutex, a latch) or on
+//!   the folder's children (semaphore permits: any release may admit us).
+//! - **confirm**: nothing to ask; the fence is our node's czxid.
+//! - **remove**: list the children on the same session — the server answers
+//!   it after a create still queued in the client — and delete the one with
+//!   our uuid.
+
+use std::future::Future;
+use std::sync::Arc;
+use std::time::Duration;
+
+use recipes_core::engine::{ContendDriver, Entered, Listing};
+use recipes_core::{Backoff, Error, LossSignal, Result, SessionLease};
+use tokio::time::Instant;
+use zookeeper_client as zk;
+
+use crate::client::ZkClient;
+use crate::error::{connection_trouble, from_zk};
+use crate::names::{fresh_uuid, is_ours, protected_prefix, queue_order, sequence_of};
+use crate::session::Session;
+
+/// What a contender asks for.
+#[derive(Debug, Clone)]
+pub(crate) struct Contender {
+    /// The folder the contenders' nodes live in.
+    pub(crate) dir: String,
+    /// Curator's lock name: `lock-`, `latch-`, `lease-`.
+    pub(crate) lock_name: &'static str,
+    /// The node's data.
+    pub(crate) data: Vec<u8>,
+    /// How many nodes at the head of the queue hold (1 for a mutex).
+    pub(crate) max_leases: usize,
+}
+
+/// A node at the head of the queue.
+#[derive(Debug)]
+pub(crate) struct Acquired {
+    pub(crate) session: Arc<Session>,
+    pub(crate) epoch: Arc<SessionLease>,
+    pub(crate) node: String,
+    pub(crate) czxid: i64,
+}
+
+/// The contend driver over one folder of a client.
+#[derive(Debug, Clone)]
+pub(crate) struct NodeDriver {
+    pub(crate) client: ZkClient,
+    pub(crate) contender: Contender,
+}
+
+/// Names our node before it exists: the session and the uuid.
+#[derive(Debug)]
+pub(crate) struct Ticket {
+    session: Arc<Session>,
+    dir: String,
+    uuid: String,
+}
+
+/// Our node as created.
+#[derive(Debug)]
+pub(crate) struct Entry {
+    node: String,
+    /// The node's name within the folder: its id in the queue.
+    name: String,
+    seq: i32,
+    czxid: i64,
+}
+
+/// The engine's epoch: the session and its lease epoch.
+pub(crate) type Epoch = (Arc<Session>, Arc<SessionLease>);
+
+impl NodeDriver {
+    pub(crate) fn new(client: &ZkClient, contender: Contender) -> NodeDriver {
+        NodeDriver {
+            client: client.clone(),
+            contender,
+        }
+    }
+
+    /// Contend until held or `deadline`; on the runtime.
+    pub(crate) async fn acquire(&self, deadline: Option<Instant>) -> Result<Option<Acquired>> {
+        recipes_core::engine::contend(self, deadline).await
+    }
+}
+
+/// A request that failed with connection trouble is retryable: its outcome
+/// is unknown and the session may well be alive.
+fn read_error(what: &str, e: zk::Error) -> Error {
+    if connection_trouble(&e) {
+        Error::ConnectionLoss
+    } else {
+        from_zk(what, e)
+    }
+}
+
+impl ContendDriver for NodeDriver {
+    type Epoch = Epoch;
+    type Ticket = Ticket;
+    type Entry = Entry;
+    type Id = String;
+    type Won = Acquired;
+
+    fn max_leases(&self) -> usize {
+        self.contender.max_leases
+    }
+
+    fn spawn(&self, task: impl Future<Output = ()> + Send + 'static) {
+        if !self.client.runtime().spawn(task) {
+            log::debug!("client closed: the session's end removes our node");
+        }
+    }
+
+    fn rpc_timeout(&self) -> Duration {
+        self.client.rpc_timeout()
+    }
+
+    async fn epoch(&self, _deadline: Option<Instant>) -> Result<Option<Epoch>> {
+        let session = self.client.live_session().await?;
+        let epoch = session.live_epoch().await?;
+        Ok(Some((session, epoch)))
+    }
+
+    fn epoch_signal(&self, epoch: &Epoch) -> LossSignal {
+        epoch.1.signal()
+    }
+
+    fn ticket(&self, epoch: &Epoch) -> Ticket {
+        Ticket {
+            session: epoch.0.clone(),
+            dir: self.contender.dir.clone(),
+            uuid: fresh_uuid(),
+        }
+    }
+
+    async fn enter(&self, epoch: &Epoch, ticket: &mut Ticket) -> Result<Entered<Self>> {
+        let session = &epoch.0;
+        let (node, czxid, owner) = create_protected(session, &self.contender, &ticket.uuid).await?;
+        if owner != session.id() {
+            return Err(Error::Backend {
+                message: format!(
+                    "{node} belongs to session {owner:#x}, not ours ({:#x})",
+                    session.id()
+                ),
+                retryable: true,
+                source: None,
+            });
+        }
+        let name = node.rsplit('/').next().unwrap_or_default().to_owned();
+        let seq = sequence_of(&name).ok_or_else(|| Error::Backend {
+            message: format!("the server named our node {node}, which has no sequence suffix"),
+            retryable: false,
+            source: None,
+        })?;
+        let entry = Entry {
+            node,
+            name,
+            seq,
+            czxid,
+        };
+        Ok((entry, None))
+    }
+
+    fn ours<'e>(&self, entry: &'e Entry) -> &'e String {
+        &entry.name
+    }
+
+    async fn list(&self, epoch: &Epoch, entry: &mut Entry) -> Result<Listing<String>> {
+        let dir = &self.contender.dir;
+        let children = epoch
+            .0
+            .zk()
+            .list_children(dir)
+            .await
+            .map_err(|e| read_error(&format!("list {dir}"), e))?;
+        let contenders = queue_order(&children, entry.seq)
+            .into_iter()
+            .map(|(_, name)| name)
+            .collect();
+        Ok(Listing {
+            contenders,
+            revision: 0,
+        })
+    }
+
+    async fn wait(&self, epoch: &Epoch, entry: &mut Entry, ahead: &String) -> Result<()> {
+        let (session, dir) = (&epoch.0, &self.contender.dir);
+        // The watch fires when the node changes or goes, and on session
+        // expiry; the engine also wakes at the deadline and on epoch loss.
+        let watcher = if self.contender.max_leases > 1 {
+            // Any permit's release may admit us, not only the one ahead.
+            let (children, _, watcher) = session
+                .zk()
+                .get_and_watch_children(dir)
+                .await
+                .map_err(|e| read_error(&format!("watch {dir}"), e))?;
+            if !children.contains(ahead) {
+                return Ok(());
+            }
+            watcher
+        } else {
+            let watched = format!("{dir}/{ahead}");
+            match session.zk().get_and_watch_data(&watched).await {
+                Ok((_, _, watcher)) => watcher,
+                Err(zk::Error::NoNode) => return Ok(()),
+                Err(e) => return Err(read_error(&format!("watch {watched}"), e)),
+            }
+        };
+        log::debug!("[{}] {} waits for {ahead}", session.label(), entry.node);
+        watcher.changed().await;
+        Ok(())
+    }
+
+    async fn confirm(
+        &self,
+        _epoch: &Epoch,
+        entry: &mut Entry,
+        _listing: &Listing<String>,
+    ) -> Result<Option<i64>> {
+        Ok(Some(entry.czxid))
+    }
+
+    async fn remove(ticket: Ticket) {
+        delete_ours(&ticket.session, &ticket.dir, &ticket.uuid).await;
+    }
+
+    fn won(&self, epoch: Epoch, _ticket: Ticket, entry: Entry, _fence: i64) -> Acquired {
+        let (session, epoch) = epoch;
+        Acquired {
+            session,
+            epoch,
+            node: entry.node,
+            czxid: entry.czxid,
+        }
+    }
+}
+
+/// Delete every child of `dir` created with `uuid`, on `session`. Retries
+/// until done or the session is gone (which deletes ephemerals anyway).
+pub(crate) async fn delete_ours(session: &Session, dir: &str, uuid: &str) {
+    let mut backoff = Backoff::RECOVER;
+    loop {
+        match session.zk().list_children(dir).await {
+            Ok(children) => {
+                let mut done = true;
+                for child in children.iter().filter(|c| is_ours(c, uuid)) {
+                    let path = format!("{dir}/{child}");
+                    match session.zk().delete(&path, None).await {
+                        Ok(()) | Err(zk::Error::NoNode) => {
+                            log::debug!("[{}] deleted abandoned node {path}", session.label())
+                        }
+                        Err(zk::Error::SessionExpired | zk::Error::ClientClosed) => return,
+                        Err(e) => {
+                            log::debug!(
+                                "[{}] delete {path} failed: {e}; retrying",
+                                session.label()
+                            );
+                            done = false;
+                        }
+                    }
+                }
+                if done {
+                    return;
+                }
+            }
+            Err(zk::Error::NoNode | zk::Error::SessionExpired | zk::Error::ClientClosed) => return,
+            Err(e) => log::debug!("[{}] list {dir} failed: {e}; retrying", session.label()),
+        }
+        backoff.pause().await;
+    }
+}
+
+/// Create `dir` and its missing parents as container nodes.
+async fn make_dirs(session: &Session, dir: &str) -> Result<()> {
+    session
+        .zk()
+        .mkdir(dir, &session.options(zk::CreateMode::Container))
+        .await
+        .map_err(|e| from_zk(&format!("create the folder {dir}"), e))
+}
+
+/// Create our protected node; recover it by its uuid when the reply was
+/// lost. Returns the node's path, czxid and owner session.
+async fn create_protected(
+    session: &Session,
+    c: &Contender,
+    uuid: &str,
+) -> Result<(String, i64, i64)> {
+    let prefix = format!("{}/{}", c.dir, protected_prefix(uuid, c.lock_name));
+    let mut made_dirs = false;
+    let mut backoff = Backoff::RETRY;
+    loop {
+        match session
+            .zk()
+            .create(
+                &prefix,
+                &c.data,
+                &session.options(zk::CreateMode::EphemeralSequential),
+            )
+            .await
+        {
+            Ok((stat, seq)) => {
+                let node = format!("{prefix}{seq}");
+                return Ok((node, stat.czxid, stat.ephemeral_owner));
+            }
+            Err(zk::Error::NoNode) if !made_dirs => {
+                make_dirs(session, &c.dir).await?;
+                made_dirs = true;
+            }
+            Err(e) if connection_trouble(&e) => {
+                // The create may have been applied: look for our uuid.
+                if let Some(found) = find_ours(session, c, uuid).await? {
+                    return Ok(found);
+                }
+                backoff.pause().await;
+            }
+            Err(e) => return Err(from_zk(&format!("create a node under {}", c.dir), e)),
+        }
+    }
+}
+
+async fn find_ours(
+    session: &Session,
+    c: &Contender,
+    uuid: &str,
+) -> Result<Option<(String, i64, i64)>> {
+    let mut backoff = Backoff::RETRY;
+    let children = loop {
+        match session.zk().list_children(&c.dir).await {
+            Ok(children) => break children,
+            Err(e) if connection_trouble(&e) => backoff.pause().await,
+            Err(zk::Error::NoNode) => return Ok(None),
+            Err(e) => return Err(from_zk(&format!("list {}", c.dir), e)),
+        }
+    };
+    let Some(name) = children.iter().find(|n| is_ours(n, uuid)) else {
+        return Ok(None);
+    };
+    let node = format!("{}/{name}", c.dir);
+    match session.zk().check_stat(&node).await {
+        Ok(Some(stat)) => Ok(Some((node, stat.czxid, stat.ephemeral_owner))),
+        Ok(None) => Ok(None),
+        Err(e) => Err(from_zk(&format!("read {node}"), e)),
+    }
+}
