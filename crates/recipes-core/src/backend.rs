@@ -16,6 +16,7 @@
 
 use std::time::Instant;
 
+use crate::election::LeaderObserver;
 use crate::error::Result;
 use crate::fence::FencingToken;
 use crate::loss::LossSignal;
@@ -128,4 +129,15 @@ pub trait ElectionBackend: Send + Sync + 'static {
     ///
     /// Backend errors.
     fn leader(&self) -> Result<Option<LeaderInfo>>;
+
+    /// Follow the leader: first the current one (if any), then every change
+    /// — a new leader, or a new value it proclaimed. When this returns, the
+    /// watch is in place: no change after it is missed (changes may be
+    /// coalesced into the newest). A moment without a leader is not
+    /// reported.
+    ///
+    /// # Errors
+    ///
+    /// Backend errors if the watch or the first read failed.
+    fn observe(&self) -> Result<LeaderObserver>;
 }

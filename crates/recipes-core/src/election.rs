@@ -3,6 +3,9 @@
 use std::fmt;
 use std::time::{Duration, Instant};
 
+use crossbeam_channel::{Receiver, RecvTimeoutError};
+use tokio::sync::oneshot;
+
 use crate::backend::{ElectionBackend, LeaderInfo, LeadershipLease};
 use crate::error::Result;
 use crate::fence::FencingToken;
@@ -89,6 +92,58 @@ impl<B: ElectionBackend> Election<B> {
     /// Backend errors.
     pub fn leader(&self) -> Result<Option<LeaderInfo>> {
         self.backend.leader()
+    }
+
+    /// Follow the leader: the observer first receives the current leader
+    /// (if any), then every change — a new leader, or a new value the
+    /// leader proclaimed. See [`ElectionBackend::observe`].
+    ///
+    /// # Errors
+    ///
+    /// Backend errors if the watch or the first read failed.
+    pub fn observe(&self) -> Result<LeaderObserver> {
+        self.backend.observe()
+    }
+}
+
+/// Follows an election's leader; made by [`Election::observe`].
+///
+/// Dropping it stops the watch; the channel disconnects when the client
+/// closes. Under pause and partition it reports what the store said, late
+/// by as long as the observer was paused or cut off, and changes in between
+/// may be coalesced into the newest. A reported leader may already be gone:
+/// it is no proof of leadership and carries no fence.
+#[derive(Debug)]
+pub struct LeaderObserver {
+    rx: Receiver<LeaderInfo>,
+    // Dropping it stops the backend's watch task.
+    _stop: oneshot::Sender<()>,
+}
+
+impl LeaderObserver {
+    /// An observer fed by a backend's watch task through `rx`; the task
+    /// stops when `stop`'s receiver sees it dropped.
+    pub fn new(rx: Receiver<LeaderInfo>, stop: oneshot::Sender<()>) -> LeaderObserver {
+        LeaderObserver { rx, _stop: stop }
+    }
+
+    /// The leader changes, for `crossbeam_channel::select!`; it disconnects
+    /// when the client closes.
+    pub fn receiver(&self) -> &Receiver<LeaderInfo> {
+        &self.rx
+    }
+
+    /// The next change, waiting at most `timeout`.
+    ///
+    /// # Errors
+    ///
+    /// [`RecvTimeoutError::Timeout`] when nothing changed in time;
+    /// [`RecvTimeoutError::Disconnected`] once the client closed.
+    pub fn recv_timeout(
+        &self,
+        timeout: Duration,
+    ) -> std::result::Result<LeaderInfo, RecvTimeoutError> {
+        self.rx.recv_timeout(timeout)
     }
 }
 

@@ -70,7 +70,7 @@ pub use backend::{
 pub use backoff::Backoff;
 pub use clock::{system_clock, BootInstant, Clock, ManualClock, SharedClock, SystemClock};
 pub use deadline::{check_lease, margin, DeadlineTracker, CLOCK_DRIFT_PPM, DEFAULT_SLACK};
-pub use election::{Election, Leadership};
+pub use election::{Election, LeaderObserver, Leadership};
 pub use error::{BackendSource, Error, Result};
 pub use fence::{FenceGate, FencingToken};
 pub use leader::{

@@ -28,13 +28,13 @@
 use std::fmt;
 use std::time::Instant as StdInstant;
 
-use crossbeam_channel::{Receiver, RecvTimeoutError, Sender};
+use crossbeam_channel::Sender;
 use etcd_client::{
     EventType, GetOptions, PutOptions, SortOrder, SortTarget, TxnOp, TxnResponse, WatchOptions,
 };
 use recipes_core::{
-    ElectionBackend, Error, FencedLease, FencingToken, HeldLease, LeaderInfo, LeadershipLease,
-    LossReason, LossSignal, LossTrigger, Result,
+    ElectionBackend, Error, FencedLease, FencingToken, HeldLease, LeaderInfo, LeaderObserver,
+    LeadershipLease, LossReason, LossSignal, LossTrigger, Result,
 };
 use tokio::sync::oneshot;
 use tokio::time::Instant;
@@ -178,7 +178,7 @@ impl EtcdElection {
             });
             Ok(())
         })?;
-        Ok(LeaderObserver { rx, _stop: stop })
+        Ok(LeaderObserver::new(rx, stop))
     }
 }
 
@@ -237,6 +237,10 @@ impl ElectionBackend for EtcdElection {
             Ok(leader.map(|c| c.info))
         })
     }
+
+    fn observe(&self) -> Result<LeaderObserver> {
+        EtcdElection::observe(self)
+    }
 }
 
 /// Election names follow the lock names' rules; the message says which.
@@ -247,43 +251,6 @@ fn validate_election_name(name: &str) -> Result<()> {
         }
         other => other,
     })
-}
-
-/// Follows an election's leader; made by [`EtcdElection::observe`].
-///
-/// Dropping it stops the watch. The channel disconnects when the client
-/// closes.
-///
-/// Under pause and partition it reports what etcd said, late by as long as
-/// the observer was paused or cut off, and changes in between may be
-/// coalesced into the newest. A reported leader may already be gone: it is
-/// no proof of leadership and carries no fence.
-#[derive(Debug)]
-pub struct LeaderObserver {
-    rx: Receiver<LeaderInfo>,
-    // Dropping it stops the watch task.
-    _stop: oneshot::Sender<()>,
-}
-
-impl LeaderObserver {
-    /// The leader changes, for `crossbeam_channel::select!`; it disconnects
-    /// when the client closes.
-    pub fn receiver(&self) -> &Receiver<LeaderInfo> {
-        &self.rx
-    }
-
-    /// The next change, waiting at most `timeout`.
-    ///
-    /// # Errors
-    ///
-    /// [`RecvTimeoutError::Timeout`] when nothing changed in time;
-    /// [`RecvTimeoutError::Disconnected`] once the client closed.
-    pub fn recv_timeout(
-        &self,
-        timeout: std::time::Duration,
-    ) -> std::result::Result<LeaderInfo, RecvTimeoutError> {
-        self.rx.recv_timeout(timeout)
-    }
 }
 
 /// A won etcd election: our candidate key, its loss watch, its fence and

@@ -86,15 +86,15 @@ pub use client::{
     EtcdClient, EtcdClientBuilder, DEFAULT_CONNECT_TIMEOUT, DEFAULT_RPC_TIMEOUT, DEFAULT_TTL,
     HTTP2_KEEP_ALIVE, MAX_TTL,
 };
-pub use election::{Election, EtcdElection, EtcdLeadership, LeaderObserver, Leadership};
+pub use election::{Election, EtcdElection, EtcdLeadership, Leadership};
 /// The etcd client crate, for the transaction operations of
 /// [`EtcdLock::txn`].
 pub use etcd_client;
 pub use latch::{EtcdLatch, LeaderLatch};
 pub use lock::EtcdLock;
 pub use mutex::{EtcdMutex, Mutex};
-pub use recipes_core::LeaderInfo;
 pub use recipes_core::{Error, LatchEvent, Participant, Result};
+pub use recipes_core::{LeaderInfo, LeaderObserver};
 pub use selector::{EtcdSelector, LeaderSelector};
 pub use semaphore::{EtcdPermit, EtcdSemaphore, Semaphore, SemaphorePermit};
 

@@ -79,11 +79,13 @@
 
 mod client;
 mod driver;
+mod election;
 mod error;
 mod latch;
 mod mutex;
 mod names;
 mod node_lease;
+mod observe;
 mod selector;
 mod semaphore;
 mod session;
@@ -92,6 +94,7 @@ pub use client::{
     ZkClient, ZkClientBuilder, DEFAULT_CONNECT_TIMEOUT, DEFAULT_RPC_TIMEOUT,
     DEFAULT_SESSION_TIMEOUT, MIN_SESSION_TIMEOUT,
 };
+pub use election::{Election, Leadership, ZkElection, ZkLeadership};
 pub use latch::{LeaderLatch, ZkLatch};
 pub use mutex::{InterProcessMutex, ZkLock, ZkMutex};
 pub use node_lease::ZkNodeLease;

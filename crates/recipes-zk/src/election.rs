@@ -1,0 +1,194 @@
+//! The ZooKeeper election: campaign, proclaim, observe, resign, in Curator's
+//! latch layout, contended by the same engine driver as every other recipe.
+//!
+//! A candidate owns `<path>/_c_<uuid>-latch-<seq10>`, ephemeral-sequential,
+//! with its value as the node's data. The leader is the first node in queue
+//! order; a waiting candidate watches only the node ahead of its own. A
+//! [`LeaderLatch`](crate::LeaderLatch) on the same path is a candidate of
+//! the same election (its value is its id), and Curator's `LeaderLatch`
+//! too. The fence is the leader node's czxid: it is created after every
+//! node that led before it, and a proclaim (a fenced `setData` on our own
+//! node) does not move it.
+
+use std::fmt;
+use std::time::Instant;
+
+use recipes_core::{
+    ElectionBackend, Error, FencedLease, FencingToken, HeldLease, LeaderInfo, LeaderObserver,
+    LeadershipLease, LossReason, LossSignal, Result,
+};
+
+use crate::client::ZkClient;
+use crate::driver::{Contender, NodeDriver};
+use crate::names::validate_path;
+use crate::node_lease::ZkNodeLease;
+use crate::observe::{read_leader, watch_leader};
+
+/// A leader election among every process that campaigns on the same path
+/// (Curator's `LeaderLatch` layout). Made by [`ZkClient::election`].
+///
+/// # Under pause and partition
+///
+/// Guaranteed (clocks within 500 ppm): a [`Leadership`]'s loss signal fires
+/// before the server can expire the session and let another candidate
+/// lead; fences (node czxids) strictly increase across terms; proclaims and
+/// fenced writes land only while our node exists. Not guaranteed: that a
+/// leader stops in time — a process paused right after checking its signal
+/// runs on after another was elected; only the fence stops its writes.
+pub type Election = recipes_core::Election<ZkElection>;
+
+/// A won ZooKeeper election. Dropping it resigns in the background.
+pub type Leadership = recipes_core::Leadership<ZkLeadership>;
+
+/// The ZooKeeper election backend; use it through [`Election`].
+#[derive(Debug, Clone)]
+pub struct ZkElection {
+    client: ZkClient,
+    path: String,
+}
+
+impl ElectionBackend for ZkElection {
+    type Leadership = ZkLeadership;
+
+    fn name(&self) -> &str {
+        &self.path
+    }
+
+    fn campaign(&self, value: &[u8], deadline: Option<Instant>) -> Result<Option<ZkLeadership>> {
+        let contender = Contender {
+            dir: self.path.clone(),
+            lock_name: "latch-",
+            data: value.to_vec(),
+            max_leases: 1,
+        };
+        let driver = NodeDriver::new(&self.client, contender);
+        let won = self
+            .client
+            .runtime()
+            .call_until("campaign", None, async move {
+                driver
+                    .acquire(deadline.map(tokio::time::Instant::from_std))
+                    .await
+            })?;
+        Ok(won.map(|a| {
+            let lease = ZkNodeLease::held(self.client.clone(), a);
+            ZkLeadership {
+                token: FencingToken(lease.czxid() as u64),
+                lease,
+            }
+        }))
+    }
+
+    fn leader(&self) -> Result<Option<LeaderInfo>> {
+        let (client, path) = (self.client.clone(), self.path.clone());
+        self.client.call("read the leader", async move {
+            let session = client.live_session().await?;
+            Ok(read_leader(&session, &path).await?.map(|(info, _)| info))
+        })
+    }
+
+    fn observe(&self) -> Result<LeaderObserver> {
+        watch_leader(&self.client, &self.path)
+    }
+}
+
+/// A won ZooKeeper election: our node, its fence and fenced writes (it
+/// dereferences to a [`ZkNodeLease`]).
+pub struct ZkLeadership {
+    lease: ZkNodeLease,
+    token: FencingToken,
+}
+
+impl std::ops::Deref for ZkLeadership {
+    type Target = ZkNodeLease;
+    fn deref(&self) -> &ZkNodeLease {
+        &self.lease
+    }
+}
+
+impl HeldLease for ZkLeadership {
+    fn loss_signal(&self) -> &LossSignal {
+        self.lease.loss_signal()
+    }
+
+    fn holder(&self) -> &str {
+        self.lease.holder()
+    }
+
+    fn release(self) -> Result<()> {
+        self.lease.release()
+    }
+
+    fn release_in_background(self) {
+        self.lease.release_in_background()
+    }
+}
+
+impl FencedLease for ZkLeadership {
+    fn token(&self) -> FencingToken {
+        self.token
+    }
+}
+
+impl LeadershipLease for ZkLeadership {
+    /// Set our node's data to `value`, only while the node exists (one
+    /// `multi(check(our node), setData(our node))`). Observers see the new
+    /// value; the fence does not change.
+    ///
+    /// # Errors
+    ///
+    /// [`Error::NotHeld`] when our node or its session is gone (the loss
+    /// signal fires too); [`Error::Indeterminate`] when no reply came.
+    fn proclaim(&self, value: &[u8]) -> Result<()> {
+        let node = self.lease.node();
+        match self.lease.set_data(node, value, None) {
+            Err(Error::FenceRejected { what }) => {
+                self.lease.trigger().fire(LossReason::Deleted);
+                Err(Error::NotHeld {
+                    what: format!("leadership of {node}: {what}"),
+                })
+            }
+            other => other,
+        }
+    }
+}
+
+impl fmt::Debug for ZkLeadership {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("ZkLeadership")
+            .field("node", &self.lease.node())
+            .field("token", &self.token)
+            .finish()
+    }
+}
+
+impl ZkClient {
+    /// An election at `path` (Curator's `LeaderLatch` layout: candidates
+    /// `<path>/_c_<uuid>-latch-<seq10>`, the value as data). Leader latches
+    /// on the same path are candidates too.
+    ///
+    /// # Errors
+    ///
+    /// [`Error::InvalidArgument`] for a path ZooKeeper refuses.
+    ///
+    /// # Examples
+    ///
+    /// ```no_run
+    /// # fn main() -> Result<(), recipes_zk::Error> {
+    /// let client = recipes_zk::ZkClient::connect("127.0.0.1:2181")?;
+    /// let election = client.election("/elections/primary")?;
+    /// let leadership = election.campaign(b"host-a")?;
+    /// leadership.proclaim(b"host-a, serving")?;
+    /// println!("leading with fence {}", leadership.token());
+    /// leadership.resign()?;
+    /// # Ok(())
+    /// # }
+    /// ```
+    pub fn election(&self, path: &str) -> Result<Election> {
+        validate_path(path)?;
+        Ok(Election::from_backend(ZkElection {
+            client: self.clone(),
+            path: path.to_owned(),
+        }))
+    }
+}
