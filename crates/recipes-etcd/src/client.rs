@@ -437,6 +437,18 @@ impl EtcdClient {
         self.inner.current().map(|s| s.ttl()).unwrap_or_default()
     }
 
+    /// The longest a lease of this client can outlive its newest
+    /// acknowledged keep-alive: the granted TTL, or the configured one once
+    /// the session is gone, whichever is longer.
+    pub(crate) fn lease_span(&self) -> Duration {
+        self.inner.settings.ttl.max(self.session_ttl())
+    }
+
+    /// The deadline of one request.
+    pub(crate) fn rpc_timeout(&self) -> Duration {
+        self.inner.settings.rpc_timeout
+    }
+
     /// The id of the current lease, which every key of this client's locks
     /// is bound to; `None` once closed.
     pub fn lease_id(&self) -> Option<i64> {
