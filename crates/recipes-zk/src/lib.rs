@@ -78,6 +78,7 @@
 #![deny(missing_debug_implementations)]
 
 mod client;
+mod contenders;
 mod error;
 mod latch;
 mod lock_internals;
@@ -92,6 +93,7 @@ pub use client::{
     ZkClient, ZkClientBuilder, DEFAULT_CONNECT_TIMEOUT, DEFAULT_RPC_TIMEOUT,
     DEFAULT_SESSION_TIMEOUT, MIN_SESSION_TIMEOUT,
 };
+pub use contenders::QueuedNode;
 pub use latch::{LeaderLatch, ZkLatch};
 pub use mutex::{InterProcessMutex, ZkLock, ZkMutex};
 pub use node_lease::ZkNodeLease;
