@@ -303,11 +303,6 @@ impl Runtime {
         &self.inner.name
     }
 
-    /// Whether the current thread is the runtime thread.
-    pub fn is_runtime_thread(&self) -> bool {
-        std::thread::current().id() == self.inner.thread_id
-    }
-
     /// Stop the runtime: fire every loss signal, give background work up to
     /// `grace`, cancel the rest, and join the thread (unless called on the
     /// runtime thread itself, where the join is skipped). Later calls return

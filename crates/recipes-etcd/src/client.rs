@@ -18,7 +18,7 @@ pub const DEFAULT_RPC_TIMEOUT: Duration = Duration::from_secs(5);
 pub const DEFAULT_CONNECT_TIMEOUT: Duration = Duration::from_secs(5);
 /// HTTP/2 keep-alive: ping interval and the time to wait for the answer.
 /// Without it a black-holed connection is never noticed.
-pub const HTTP2_KEEP_ALIVE: (Duration, Duration) = (Duration::from_secs(1), Duration::from_secs(2));
+const HTTP2_KEEP_ALIVE: (Duration, Duration) = (Duration::from_secs(1), Duration::from_secs(2));
 /// The default lease TTL asked for.
 pub const DEFAULT_TTL: Duration = Duration::from_secs(10);
 /// The longest lease TTL etcd grants (its `MaxLeaseTTL`).
