@@ -165,6 +165,23 @@ fn zk_runtime_death_closes_the_client() {
     assert!(matches!(client.ping(), Err(Error::Closed)));
 }
 
+/// A latch whose runtime died has no task left to wait for: `close`
+/// returns at once instead of timing out.
+#[test]
+fn a_latch_closed_after_its_runtime_died_returns_at_once() {
+    let client = EtcdClient::connect(EtcdServer::shared().endpoints()).unwrap();
+    let name = format!("/recipes-test/clients/latch-{}", std::process::id());
+    let latch = client.leader_latch(&name, "a").unwrap();
+    latch.start();
+    assert!(latch.await_leadership(scale(Duration::from_secs(10))));
+    let root = client.runtime().loss_root().signal();
+    client.runtime().crash_for_tests();
+    assert!(root.wait_timeout(scale(Duration::from_secs(5))).is_some());
+    let started = Instant::now();
+    latch.close().unwrap();
+    assert!(started.elapsed() < scale(Duration::from_secs(1)));
+}
+
 #[test]
 fn etcd_client_connects_round_trips_and_closes() {
     let server = EtcdServer::shared();

@@ -668,6 +668,39 @@ fn an_orphaned_latch_leader_is_replaced_and_starts_over_with_a_new_lease_fault()
     la.close().unwrap();
 }
 
+/// `close` of a latch whose client was closed — its session gone — while
+/// the term still ends against a server that does not answer waits for
+/// the latch to stop, within the configured TTL and RPC timeout, instead
+/// of timing out at once.
+#[test]
+fn a_latch_closed_after_its_session_is_gone_waits_for_its_term_to_end_fault() {
+    let server = EtcdServer::start();
+    let name = election_name("close-after-session");
+    let a = EtcdClient::builder(server.endpoints())
+        .ttl(SHORT_TTL)
+        .rpc_timeout(Duration::from_secs(1))
+        .connect()
+        .unwrap();
+    let latch = a.leader_latch(&name, "a").unwrap();
+    latch.start();
+    gained(&latch);
+    server.pause();
+    let closer = {
+        let a = a.clone();
+        std::thread::spawn(move || a.close(scale(SOON)))
+    };
+    // The session is taken before its loss fires; the latch now deletes
+    // its key from the paused server until that RPC gives up.
+    match latch.events().recv_timeout(scale(SOON)) {
+        Ok(LatchEvent::Lost { .. }) => {}
+        other => panic!("expected Lost, got {other:?}"),
+    }
+    assert_eq!(a.session_ttl(), Duration::ZERO, "the session is gone");
+    latch.close().unwrap();
+    server.resume();
+    closer.join().unwrap();
+}
+
 /// The server stops answering: the running closure is told to stop at the
 /// leadership's local deadline; once etcd dropped the lease its fenced
 /// write is refused, and the selector campaigns again with a new lease.

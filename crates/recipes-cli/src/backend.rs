@@ -6,7 +6,7 @@ use std::time::{Duration, Instant};
 
 use recipes_core::{FencingToken, LossSignal, Result};
 use recipes_etcd::EtcdClient;
-use recipes_zk::ZkClient;
+use recipes_zk::{LeaderLatch, ZkClient};
 
 use crate::cli::BackendChoice;
 
@@ -200,29 +200,17 @@ fn etcd_campaign(client: &EtcdClient, name: &str, id: &str, wait: Wait) -> Resul
 /// the latch is closed on every way out, so an abandoned or lost campaign
 /// never leads again in the background.
 fn zk_latch(client: &ZkClient, name: &str, id: &str, wait: Wait) -> Result<Option<Held>> {
-    // A try without waiting still needs the round trips that create our
-    // node and read the queue.
-    const AT_ONCE: Duration = Duration::from_secs(2);
     let latch = client.leader_latch(name, id)?;
+    // Another leader now is the whole answer to --no-wait: joining would
+    // only queue behind it.
+    if matches!(wait, Wait::AtOnce) && latch.leader()?.is_some() {
+        return Ok(None);
+    }
     latch.start();
-    let deadline = match wait {
-        Wait::Forever => None,
-        Wait::AtOnce => Some(Instant::now() + AT_ONCE),
-        Wait::Until(t) => Some(t),
-    };
-    let leading = loop {
-        let step = match deadline {
-            None => Duration::from_secs(3600),
-            Some(t) => t.saturating_duration_since(Instant::now()),
-        };
-        if latch.await_leadership(step) {
-            if let Some(leading) = latch.leadership() {
-                break Some(leading);
-            }
-        }
-        if deadline.is_some_and(|t| Instant::now() >= t) {
-            break None;
-        }
+    let leading = match wait {
+        Wait::AtOnce => lead_unless_another_leads(&latch, id, client.session_timeout()),
+        Wait::Forever => await_leadership(&latch, None),
+        Wait::Until(t) => await_leadership(&latch, Some(t)),
     };
     let Some((token, lost)) = leading else {
         let _ = latch.close();
@@ -237,4 +225,52 @@ fn zk_latch(client: &ZkClient, name: &str, id: &str, wait: Wait) -> Result<Optio
     Ok(Some(Held::new(Some(token), holder, lost, move || {
         latch.close()
     })))
+}
+
+/// Leadership of the started `latch`, waiting until `deadline` (`None`:
+/// as long as it takes).
+fn await_leadership(
+    latch: &LeaderLatch,
+    deadline: Option<Instant>,
+) -> Option<(FencingToken, LossSignal)> {
+    loop {
+        let step = match deadline {
+            None => Duration::from_secs(3600),
+            Some(t) => t.saturating_duration_since(Instant::now()),
+        };
+        if latch.await_leadership(step) {
+            if let Some(leading) = latch.leadership() {
+                return Some(leading);
+            }
+        }
+        if deadline.is_some_and(|t| Instant::now() >= t) {
+            return None;
+        }
+    }
+}
+
+/// Leadership of the just started `latch` if its node comes first: waits
+/// only for the node's creation and the queue's read, and answers `None` as
+/// soon as the store shows another participant leading. `bound` ends the
+/// wait when neither comes — a store that does not answer, or a leader
+/// with our own `id`, whose node cannot be told from ours.
+fn lead_unless_another_leads(
+    latch: &LeaderLatch,
+    id: &str,
+    bound: Duration,
+) -> Option<(FencingToken, LossSignal)> {
+    // How often the queue is read while our node is on its way.
+    const POLL: Duration = Duration::from_millis(20);
+    let until = Instant::now() + bound;
+    loop {
+        if latch.await_leadership(POLL) {
+            if let Some(leading) = latch.leadership() {
+                return Some(leading);
+            }
+        }
+        let another = latch.leader().ok().flatten().is_some_and(|l| l.id != id);
+        if another || Instant::now() >= until {
+            return None;
+        }
+    }
 }

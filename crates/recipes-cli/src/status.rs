@@ -1,8 +1,8 @@
 //! `recipes status`: who holds NAME and who waits, read from the store.
 //!
 //! ZooKeeper: the children of NAME (for a semaphore, of `NAME/leases`, with
-//! N from NAME's data) in sequence order, each with its czxid — the fencing
-//! token of a mutex or latch holder. etcd: the keys exactly one level below
+//! N from NAME's data) in the queue order the recipes use, each with its
+//! czxid — the fencing token of a mutex or latch holder. etcd: the keys exactly one level below
 //! `NAME/` (for a semaphore, below `NAME/leases/`, with N from
 //! `NAME/config`) by create_revision. The first (first N) hold, the rest
 //! wait.
@@ -12,6 +12,7 @@ use std::time::Duration;
 
 use recipes_core::{Error, Result, Runtime};
 use recipes_etcd::etcd_client::{self, GetOptions, SortOrder, SortTarget};
+use recipes_zk::{QueuedNode, ZkClient};
 
 use crate::cli::BackendChoice;
 
@@ -48,14 +49,16 @@ pub fn read(choice: &BackendChoice, name: &str) -> Result<Status> {
             "{name:?} is not a name like /locks/nightly-report"
         )));
     }
-    let rt = Runtime::new("recipes-status")?;
-    let name = name.to_owned();
-    let result = match choice.clone() {
-        BackendChoice::Zk(hosts) => rt.call("read from ZooKeeper", TIMEOUT, zk_status(hosts, name)),
-        BackendChoice::Etcd(endpoints) => {
-            rt.call("read from etcd", TIMEOUT, etcd_status(endpoints, name))
-        }
+    let endpoints = match choice {
+        BackendChoice::Zk(hosts) => return zk_status(hosts, name),
+        BackendChoice::Etcd(endpoints) => endpoints.clone(),
     };
+    let rt = Runtime::new("recipes-status")?;
+    let result = rt.call(
+        "read from etcd",
+        TIMEOUT,
+        etcd_status(endpoints, name.to_owned()),
+    );
     rt.shutdown(Duration::from_secs(1));
     result
 }
@@ -64,68 +67,38 @@ fn backend_error(what: &str, e: impl std::error::Error + Send + Sync + 'static) 
     Error::backend(what, true, e)
 }
 
-/// The trailing ten-digit sequence of a node name (`…-lock-0000000042`,
-/// kazoo's `…__lock__0000000042`).
-fn sequence(child: &str) -> Option<i64> {
-    let tail = child.get(child.len().checked_sub(10)?..)?;
-    tail.bytes()
-        .all(|b| b.is_ascii_digit())
-        .then(|| tail.parse().ok())
-        .flatten()
+/// The queue in the order the recipes use (`ZkClient::contenders`): NAME's
+/// own contenders (mutex, latch, selector), else a semaphore's permit
+/// nodes under `NAME/leases`.
+fn zk_status(hosts: &str, name: &str) -> Result<Status> {
+    let client = ZkClient::builder(hosts)
+        .session_timeout(Duration::from_secs(4))
+        .connect_timeout(Duration::from_secs(4))
+        .connect()?;
+    let read = || -> Result<Status> {
+        let own = client.contenders(name)?;
+        let (permits, nodes) = if own.is_empty() {
+            let permits = client.semaphore_size(name)?.unwrap_or(1);
+            (permits, client.contenders(&format!("{name}/leases"))?)
+        } else {
+            (1, own)
+        };
+        Ok(Status {
+            permits,
+            entries: nodes.into_iter().map(entry).collect(),
+        })
+    };
+    let status = read();
+    client.close(Duration::from_secs(1));
+    status
 }
 
-async fn zk_status(hosts: String, name: String) -> Result<Status> {
-    use zookeeper_client as zk;
-    let client = zk::Client::connector()
-        .with_session_timeout(Duration::from_secs(4))
-        .with_connection_timeout(Duration::from_secs(4))
-        .connect(&hosts)
-        .await
-        .map_err(|e| backend_error(&format!("connect to ZooKeeper at {hosts}"), e))?;
-    let leases = format!("{name}/leases");
-    let (dir, permits) = match client.get_data(&name).await {
-        Ok((data, _)) => match client.check_stat(&leases).await {
-            Ok(Some(_)) => {
-                let n = String::from_utf8_lossy(&data).trim().parse().unwrap_or(1);
-                (leases, n)
-            }
-            _ => (name.clone(), 1),
-        },
-        Err(zk::Error::NoNode) => {
-            return Ok(Status {
-                permits: 1,
-                entries: Vec::new(),
-            })
-        }
-        Err(e) => return Err(backend_error(&format!("read {name}"), e)),
-    };
-    let children = match client.get_children(&dir).await {
-        Ok((children, _)) => children,
-        Err(zk::Error::NoNode) => Vec::new(),
-        Err(e) => return Err(backend_error(&format!("list {dir}"), e)),
-    };
-    let mut entries = Vec::new();
-    for child in children.into_iter().filter(|c| sequence(c).is_some()) {
-        let path = format!("{dir}/{child}");
-        match client.get_data(&path).await {
-            Ok((data, stat)) => entries.push((
-                sequence(&child),
-                Entry {
-                    holder: path,
-                    order: stat.czxid,
-                    value: String::from_utf8_lossy(&data).into_owned(),
-                },
-            )),
-            // Released between the listing and the read.
-            Err(zk::Error::NoNode) => {}
-            Err(e) => return Err(backend_error(&format!("read {path}"), e)),
-        }
+fn entry(node: QueuedNode) -> Entry {
+    Entry {
+        holder: node.path,
+        order: node.czxid,
+        value: String::from_utf8_lossy(&node.data).into_owned(),
     }
-    entries.sort_by_key(|(seq, e)| (*seq, e.order));
-    Ok(Status {
-        permits,
-        entries: entries.into_iter().map(|(_, e)| e).collect(),
-    })
 }
 
 async fn etcd_status(endpoints: Vec<String>, name: String) -> Result<Status> {
@@ -247,14 +220,6 @@ pub fn render(status: &Status, name: &str, zk: bool, json: bool) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn sequences() {
-        assert_eq!(sequence("_c_ab-lock-0000000042"), Some(42));
-        assert_eq!(sequence("x__lock__0000000001"), Some(1));
-        assert_eq!(sequence("leases"), None);
-        assert_eq!(sequence("locks"), None);
-    }
 
     #[test]
     fn json_escapes() {

@@ -299,8 +299,19 @@ impl<B: LatchBackend> LatchInner<B> {
     }
 }
 
+/// Marks the latch finished however its task ends, cancelled with the
+/// runtime included: `close` never waits for a task that is gone.
+struct Finish<B: LatchBackend>(Arc<LatchInner<B>>);
+
+impl<B: LatchBackend> Drop for Finish<B> {
+    fn drop(&mut self) {
+        self.0.finish();
+    }
+}
+
 /// The latch's life on the runtime: campaign, lead until loss, start over.
 async fn run<B: LatchBackend>(inner: Arc<LatchInner<B>>) {
+    let _finish = Finish(inner.clone());
     let closing = inner.closing.signal();
     let label = inner.label();
     let mut backoff = Backoff::RECOVER;
@@ -347,7 +358,6 @@ async fn run<B: LatchBackend>(inner: Arc<LatchInner<B>>) {
             break;
         }
     }
-    inner.finish();
 }
 
 /// A store's side of a [`LeaderSelector`]: waiting for leadership on the

@@ -27,7 +27,10 @@ use crate::loss::{LossReason, LossTrigger};
 pub const DEFAULT_SHUTDOWN_GRACE: Duration = Duration::from_secs(2);
 
 enum Control {
-    Shutdown { grace: Duration },
+    Shutdown {
+        grace: Duration,
+    },
+    #[cfg(any(test, feature = "test-hooks"))]
     Crash,
 }
 
@@ -128,6 +131,7 @@ impl Runtime {
                     let _ = ready_tx.send(Ok((rt.handle().clone(), std::thread::current().id())));
                     rt.block_on(async move {
                         let grace = match control_rx.recv().await {
+                            #[cfg(any(test, feature = "test-hooks"))]
                             Some(Control::Crash) => {
                                 panic!("runtime thread crash injected by a test")
                             }
@@ -299,11 +303,6 @@ impl Runtime {
         &self.inner.name
     }
 
-    /// Whether the current thread is the runtime thread.
-    pub fn is_runtime_thread(&self) -> bool {
-        std::thread::current().id() == self.inner.thread_id
-    }
-
     /// Stop the runtime: fire every loss signal, give background work up to
     /// `grace`, cancel the rest, and join the thread (unless called on the
     /// runtime thread itself, where the join is skipped). Later calls return
@@ -312,8 +311,10 @@ impl Runtime {
         self.inner.shutdown(grace);
     }
 
-    #[doc(hidden)]
     /// Make the runtime thread panic, to test what happens when it dies.
+    /// Only with the `test-hooks` feature, which no release build enables.
+    #[cfg(any(test, feature = "test-hooks"))]
+    #[doc(hidden)]
     pub fn crash_for_tests(&self) {
         let _ = self.inner.control.send(Control::Crash);
     }

@@ -18,7 +18,7 @@ pub const DEFAULT_RPC_TIMEOUT: Duration = Duration::from_secs(5);
 pub const DEFAULT_CONNECT_TIMEOUT: Duration = Duration::from_secs(5);
 /// HTTP/2 keep-alive: ping interval and the time to wait for the answer.
 /// Without it a black-holed connection is never noticed.
-pub const HTTP2_KEEP_ALIVE: (Duration, Duration) = (Duration::from_secs(1), Duration::from_secs(2));
+const HTTP2_KEEP_ALIVE: (Duration, Duration) = (Duration::from_secs(1), Duration::from_secs(2));
 /// The default lease TTL asked for.
 pub const DEFAULT_TTL: Duration = Duration::from_secs(10);
 /// The longest lease TTL etcd grants (its `MaxLeaseTTL`).
@@ -435,6 +435,18 @@ impl EtcdClient {
     /// asked: etcd raises a TTL below its minimum). Zero once closed.
     pub fn session_ttl(&self) -> Duration {
         self.inner.current().map(|s| s.ttl()).unwrap_or_default()
+    }
+
+    /// The longest a lease of this client can outlive its newest
+    /// acknowledged keep-alive: the granted TTL, or the configured one once
+    /// the session is gone, whichever is longer.
+    pub(crate) fn lease_span(&self) -> Duration {
+        self.inner.settings.ttl.max(self.session_ttl())
+    }
+
+    /// The deadline of one request.
+    pub(crate) fn rpc_timeout(&self) -> Duration {
+        self.inner.settings.rpc_timeout
     }
 
     /// The id of the current lease, which every key of this client's locks

@@ -91,10 +91,14 @@ impl LatchBackend for EtcdLatch {
         participants(&self.election)
     }
 
-    /// Resigning retries until the key is deleted or the session is lost:
-    /// within a TTL either way.
+    /// Resigning retries until the key is deleted or the session is lost,
+    /// which its deadline bounds by a TTL; the delete in flight then gives
+    /// up within an RPC timeout, and one more covers the retry pause and
+    /// the latch's last step. Taken from the settings, not the live
+    /// session: after the client closed there is none.
     fn close_timeout(&self) -> Duration {
-        self.election.client().session_ttl()
+        let client = self.election.client();
+        client.lease_span() + 2 * client.rpc_timeout()
     }
 }
 

@@ -84,7 +84,7 @@ mod watch;
 
 pub use client::{
     EtcdClient, EtcdClientBuilder, DEFAULT_CONNECT_TIMEOUT, DEFAULT_RPC_TIMEOUT, DEFAULT_TTL,
-    HTTP2_KEEP_ALIVE, MAX_TTL,
+    MAX_TTL,
 };
 pub use election::{Election, EtcdElection, EtcdLeadership, Leadership};
 /// The etcd client crate, for the transaction operations of

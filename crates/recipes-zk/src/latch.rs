@@ -15,9 +15,9 @@ use recipes_core::{
 };
 
 use crate::client::ZkClient;
+use crate::contenders::read_queue;
 use crate::driver::{Contender, NodeDriver};
-use crate::error::from_zk;
-use crate::names::{queue_order, validate_path};
+use crate::names::validate_path;
 use crate::node_lease::ZkNodeLease;
 
 /// A leader latch: among all participants on a path, one leads (Curator's
@@ -109,33 +109,16 @@ pub(crate) fn participants(client: &ZkClient, dir: &str) -> Result<Vec<Participa
     let (c, dir) = (client.clone(), dir.to_owned());
     client.call("list participants", async move {
         let session = c.live_session().await?;
-        let children = match session.zk().list_children(&dir).await {
-            Ok(ch) => ch,
-            Err(zookeeper_client::Error::NoNode) => return Ok(Vec::new()),
-            Err(e) => return Err(from_zk(&format!("list {dir}"), e)),
-        };
-        let anchor = children
-            .iter()
-            .filter_map(|c| crate::names::sequence_of(c))
-            .min()
-            .unwrap_or(0);
-        let mut out = Vec::new();
-        for (_, name) in queue_order(&children, anchor) {
-            let node = format!("{dir}/{name}");
-            match session.zk().get_data(&node).await {
-                Ok((data, _)) => out.push(Participant {
-                    id: String::from_utf8_lossy(&data).into_owned(),
-                    holder: node,
-                    is_leader: false,
-                }),
-                Err(zookeeper_client::Error::NoNode) => {}
-                Err(e) => return Err(from_zk(&format!("read {node}"), e)),
-            }
-        }
-        if let Some(first) = out.first_mut() {
-            first.is_leader = true;
-        }
-        Ok(out)
+        let queue = read_queue(session.zk(), &dir).await?;
+        Ok(queue
+            .into_iter()
+            .enumerate()
+            .map(|(i, node)| Participant {
+                id: String::from_utf8_lossy(&node.data).into_owned(),
+                holder: node.path,
+                is_leader: i == 0,
+            })
+            .collect())
     })
 }
 

@@ -78,6 +78,7 @@
 #![deny(missing_debug_implementations)]
 
 mod client;
+mod contenders;
 mod driver;
 mod election;
 mod error;
@@ -94,6 +95,7 @@ pub use client::{
     ZkClient, ZkClientBuilder, DEFAULT_CONNECT_TIMEOUT, DEFAULT_RPC_TIMEOUT,
     DEFAULT_SESSION_TIMEOUT, MIN_SESSION_TIMEOUT,
 };
+pub use contenders::QueuedNode;
 pub use election::{Election, Leadership, ZkElection, ZkLeadership};
 pub use latch::{LeaderLatch, ZkLatch};
 pub use mutex::{InterProcessMutex, ZkLock, ZkMutex};

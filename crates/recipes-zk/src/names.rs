@@ -142,6 +142,15 @@ pub(crate) fn queue_order(children: &[String], anchor: i32) -> Vec<(i32, String)
     queue
 }
 
+/// Contenders in queue order as seen by an observer with no node of its
+/// own: anchored at the lowest sequence present. While all contenders lie
+/// within 2^31 creations of each other, any present sequence as the anchor
+/// gives the order each contender computes around its own.
+pub(crate) fn observed_order(children: &[String]) -> Vec<(i32, String)> {
+    let anchor = children.iter().filter_map(|c| sequence_of(c)).min();
+    queue_order(children, anchor.unwrap_or(0))
+}
+
 fn serial_cmp(a: i32, b: i32, anchor: i32) -> Ordering {
     a.wrapping_sub(anchor).cmp(&b.wrapping_sub(anchor))
 }
@@ -225,6 +234,38 @@ mod tests {
             .map(|(s, _)| s)
             .collect();
         assert_eq!(order, vec![i32::MAX - 1, i32::MAX, i32::MIN, i32::MIN + 1]);
+    }
+
+    /// What `recipes status` lists: the order every contender's own
+    /// `queue_order` gives, across the counter's wrap and layouts.
+    #[test]
+    fn an_observer_sees_the_order_every_contender_sees_across_the_wrap() {
+        let names: Vec<String> = [
+            "_c_d-lock--2147483646",
+            "x__lock__2147483647",
+            "_c_a-lock-2147483645",
+            "_c_c-lock--2147483648",
+            "_c_e-lock--000000007",
+            "locks",
+        ]
+        .iter()
+        .map(|s| s.to_string())
+        .collect();
+        let seen = observed_order(&names);
+        let order: Vec<&str> = seen.iter().map(|(_, n)| n.as_str()).collect();
+        assert_eq!(
+            order,
+            [
+                "_c_a-lock-2147483645",
+                "x__lock__2147483647",
+                "_c_c-lock--2147483648",
+                "_c_d-lock--2147483646",
+                "_c_e-lock--000000007",
+            ]
+        );
+        for (ours, _) in &seen {
+            assert_eq!(queue_order(&names, *ours), seen, "around {ours}");
+        }
     }
 
     #[test]

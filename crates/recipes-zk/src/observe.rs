@@ -8,7 +8,7 @@ use zookeeper_client as zk;
 
 use crate::client::ZkClient;
 use crate::error::from_zk;
-use crate::names::{queue_order, sequence_of};
+use crate::names::observed_order;
 use crate::session::Session;
 
 /// The leader of the election at `dir`, and a watch on its node's data and
@@ -22,11 +22,7 @@ pub(crate) async fn read_leader(
         Err(zk::Error::NoNode) => return Ok(None),
         Err(e) => return Err(from_zk(&format!("list {dir}"), e)),
     };
-    // Any candidate anchors the serial order: all lie within 2^31 of it.
-    let Some(anchor) = children.iter().find_map(|c| sequence_of(c)) else {
-        return Ok(None);
-    };
-    for (_, name) in queue_order(&children, anchor) {
+    for (_, name) in observed_order(&children) {
         let node = format!("{dir}/{name}");
         match session.zk().get_and_watch_data(&node).await {
             Ok((value, _, watcher)) => {
