@@ -128,6 +128,19 @@ impl EtcdFacts {
         self.or_panic(self.try_get(key))
     }
 
+    /// Delete `key`, as an operator would with `etcdctl del`.
+    ///
+    /// # Panics
+    ///
+    /// When the delete fails; the message quotes the server logs.
+    pub fn delete(&self, key: &str) {
+        let key = key.to_owned();
+        let deleted = self.query(&format!("delete {key}"), |mut client| async move {
+            client.delete(key, None).await.map(drop)
+        });
+        self.or_panic(deleted)
+    }
+
     /// The keys starting with `prefix`, sorted.
     ///
     /// # Panics

@@ -130,6 +130,15 @@ impl ZkFacts {
         }
     }
 
+    /// Delete `path` (any version), as an operator would by hand.
+    ///
+    /// # Panics
+    ///
+    /// When the delete fails; the message quotes the server logs.
+    pub fn delete(&self, path: &str) {
+        self.or_panic(self.query(&format!("delete {path}"), self.client().delete(path, None)))
+    }
+
     /// The children of `path`, sorted; empty when `path` does not exist.
     ///
     /// # Panics

@@ -8,7 +8,7 @@ use std::time::Duration;
 
 use conformance::{Kit, Server};
 use integration::{EtcdFacts, EtcdServer};
-use recipes_etcd::{EtcdClient, EtcdMutex};
+use recipes_etcd::{EtcdClient, EtcdElection, EtcdMutex};
 
 struct EtcdKit {
     server: Server<EtcdServer>,
@@ -46,6 +46,22 @@ impl Kit for EtcdKit {
         self.client(self.server.endpoints(), ttl)
             .mutex(name)
             .unwrap()
+    }
+
+    type Election = EtcdElection;
+
+    fn election(&self, name: &str, ttl: Duration) -> recipes_etcd::Election {
+        self.client(self.server.endpoints(), ttl)
+            .election(name)
+            .unwrap()
+    }
+
+    fn entries_under(&self, name: &str) -> Vec<String> {
+        self.facts.keys_with_prefix(&format!("{name}/"))
+    }
+
+    fn delete_entry(&self, holder: &str) {
+        self.facts.delete(holder)
     }
 
     fn mutex_via(&self, proxy: SocketAddr, name: &str, ttl: Duration) -> recipes_etcd::Mutex {

@@ -8,7 +8,7 @@ use std::time::Duration;
 
 use conformance::{Kit, Server};
 use integration::{ZkFacts, ZkServer};
-use recipes_zk::{ZkClient, ZkMutex};
+use recipes_zk::{ZkClient, ZkElection, ZkMutex};
 
 struct ZkKit {
     server: Server<ZkServer>,
@@ -46,6 +46,26 @@ impl Kit for ZkKit {
         self.client(self.server.connect_string(), ttl)
             .mutex(name)
             .unwrap()
+    }
+
+    type Election = ZkElection;
+
+    fn election(&self, name: &str, ttl: Duration) -> recipes_zk::Election {
+        self.client(self.server.connect_string(), ttl)
+            .election(name)
+            .unwrap()
+    }
+
+    fn entries_under(&self, name: &str) -> Vec<String> {
+        let children = self.facts.children(name);
+        children
+            .into_iter()
+            .map(|c| format!("{name}/{c}"))
+            .collect()
+    }
+
+    fn delete_entry(&self, holder: &str) {
+        self.facts.delete(holder)
     }
 
     fn mutex_via(

@@ -16,6 +16,8 @@
 
 #![allow(dead_code)]
 
+pub mod election;
+
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
@@ -24,7 +26,7 @@ use integration::test_dir::TestDir;
 use integration::worker::{worker_binary, Worker};
 use integration::{scale, wait_for, wait_until};
 use parking_lot::Mutex as PlMutex;
-use recipes_core::{BootInstant, FenceGate, FencingToken, MutexBackend};
+use recipes_core::{BootInstant, ElectionBackend, FenceGate, FencingToken, MutexBackend};
 
 /// A server shared by the tests of one binary, or one a test owns.
 pub enum Server<S: 'static> {
@@ -57,6 +59,19 @@ pub trait Kit: Sized {
 
     /// A client (its own session) with lease `ttl`, and a mutex on `name`.
     fn mutex(&self, name: &str, ttl: Duration) -> recipes_core::Mutex<Self::Mutex>;
+
+    /// The election backend.
+    type Election: ElectionBackend;
+
+    /// A client (its own session) with lease `ttl`, and an election on
+    /// `name`.
+    fn election(&self, name: &str, ttl: Duration) -> recipes_core::Election<Self::Election>;
+
+    /// The entries (node paths or keys) directly below a recipe's name.
+    fn entries_under(&self, name: &str) -> Vec<String>;
+
+    /// Delete an entry behind its holder's back.
+    fn delete_entry(&self, holder: &str);
 
     /// A client reached through `proxy_addr` instead of the server.
     fn mutex_via(
@@ -432,6 +447,22 @@ macro_rules! conformance_suite {
         #[test]
         fn mutual_exclusion_four_workers() {
             conformance::mutual_exclusion(&<$kit as conformance::Kit>::shared(), 4, 25);
+        }
+
+        #[test]
+        fn election_terms_fence_in_order_and_observers_follow() {
+            conformance::election::terms_fence_in_order_and_observers_follow(
+                &<$kit as conformance::Kit>::shared(),
+                LEASE,
+            );
+        }
+
+        #[test]
+        fn election_a_deleted_leader_cannot_proclaim() {
+            conformance::election::a_deleted_leader_cannot_proclaim(
+                &<$kit as conformance::Kit>::shared(),
+                LEASE,
+            );
         }
 
         #[test]

@@ -1,0 +1,102 @@
+//! Election properties, the same on every backend: terms fence in order,
+//! observers follow leaders and proclaimed values, a timed-out campaign
+//! leaves no entry, resigning hands over, and nothing is left at the end.
+
+use std::time::Duration;
+
+use super::{name, Kit};
+use integration::{scale, wait_until};
+
+/// The next leader change an observer reports, within the upper bound.
+fn next_value(observer: &recipes_core::LeaderObserver, what: &str) -> String {
+    let info = observer
+        .recv_timeout(scale(Duration::from_secs(10)))
+        .unwrap_or_else(|e| panic!("observer: no change ({what}): {e:?}"));
+    String::from_utf8(info.value).expect("utf-8 value")
+}
+
+/// Campaign, proclaim, observe, try-campaign, resign and hand over between
+/// clients of their own, asserting what the store shows at each step.
+pub fn terms_fence_in_order_and_observers_follow<K: Kit>(kit: &K, ttl: Duration) {
+    let name = name("election");
+    let (a, b, c) = (
+        kit.election(&name, ttl),
+        kit.election(&name, ttl),
+        kit.election(&name, ttl),
+    );
+    assert!(
+        c.leader().unwrap().is_none(),
+        "no leader before any campaign"
+    );
+    let observer = c.observe().unwrap();
+
+    let first = a.campaign(b"a").unwrap();
+    assert_eq!(next_value(&observer, "a campaigned"), "a");
+    let leader = c.leader().unwrap().expect("a leads");
+    assert_eq!(leader.holder, first.holder());
+    assert_eq!(leader.value, b"a");
+    first.proclaim(b"a, serving").unwrap();
+    assert_eq!(next_value(&observer, "a proclaimed"), "a, serving");
+    assert_eq!(c.leader().unwrap().unwrap().value, b"a, serving");
+
+    // While a leads: a try-campaign and a timed one fail and leave nothing.
+    assert!(c.try_campaign(b"c").unwrap().is_none());
+    let timed = c.try_campaign_for(b"c", Duration::from_millis(200));
+    assert!(timed.unwrap().is_none());
+    assert_eq!(
+        kit.entries_under(&name),
+        vec![first.holder().to_owned()],
+        "only the leader's entry is left"
+    );
+
+    let waiter = std::thread::spawn(move || b.campaign(b"b").map(|l| (l.token(), l)));
+    wait_until(
+        "b's entry is queued",
+        scale(Duration::from_secs(10)),
+        || kit.entries_under(&name).len() == 2,
+    );
+    let first_token = first.token();
+    first.resign().unwrap();
+    let (second_token, second) = waiter.join().unwrap().unwrap();
+    assert!(
+        second_token > first_token,
+        "fences increase across terms: {first_token} then {second_token}"
+    );
+    assert_eq!(next_value(&observer, "b won"), "b");
+    assert_eq!(c.leader().unwrap().unwrap().holder, second.holder());
+    assert!(!second.is_lost());
+
+    second.resign().unwrap();
+    wait_until(
+        "the election is empty",
+        scale(Duration::from_secs(10)),
+        || kit.entries_under(&name).is_empty(),
+    );
+    assert!(
+        c.leader().unwrap().is_none(),
+        "no leader after both resigned"
+    );
+}
+
+/// A leader whose entry was deleted behind its back loses at once: its
+/// loss signal fires and a proclaim is refused with `NotHeld`.
+pub fn a_deleted_leader_cannot_proclaim<K: Kit>(kit: &K, ttl: Duration) {
+    let name = name("election-deleted");
+    let leadership = kit.election(&name, ttl).campaign(b"x").unwrap();
+    kit.delete_entry(leadership.holder());
+    assert!(
+        leadership
+            .lost()
+            .wait_timeout(scale(Duration::from_secs(10)))
+            .is_some(),
+        "the loss signal fires when our entry is deleted"
+    );
+    match leadership.proclaim(b"late") {
+        Err(recipes_core::Error::NotHeld { .. } | recipes_core::Error::LeaseLost { .. }) => {}
+        other => panic!("a deleted leader's proclaim: {other:?}"),
+    }
+    assert!(
+        kit.entries_under(&name).is_empty(),
+        "nothing was re-created"
+    );
+}
