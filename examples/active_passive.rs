@@ -17,81 +17,10 @@
 
 use std::time::{Duration, Instant};
 
-use recipes_core::{Error, FenceGate, FencingToken, LossSignal};
+use recipes_core::{Client, Error, FenceGate};
 
 const NAME: &str = "/examples/active-passive";
 const TTL: Duration = Duration::from_secs(4);
-
-/// The latch of either backend: they offer the same calls.
-enum Latch {
-    Zk(recipes_zk::ZkClient, recipes_zk::LeaderLatch),
-    Etcd(recipes_etcd::EtcdClient, recipes_etcd::LeaderLatch),
-}
-
-impl Latch {
-    fn join(id: &str) -> Result<Latch, Error> {
-        let zk = std::env::var("RECIPES_ZK").ok();
-        let latch = match (zk, std::env::var("RECIPES_ETCD").ok()) {
-            (None, Some(endpoint)) => {
-                let client = recipes_etcd::EtcdClient::builder([endpoint.as_str()])
-                    .ttl(TTL)
-                    .connect()?;
-                println!("[{id}] connected to etcd at {endpoint}");
-                let latch = client.leader_latch(NAME, id)?;
-                latch.start();
-                Latch::Etcd(client, latch)
-            }
-            (hosts, _) => {
-                let hosts = hosts.unwrap_or_else(|| "127.0.0.1:2181".into());
-                let client = recipes_zk::ZkClient::builder(hosts.as_str())
-                    .session_timeout(TTL)
-                    .connect()?;
-                println!("[{id}] connected to ZooKeeper at {hosts}");
-                let latch = client.leader_latch(NAME, id)?;
-                latch.start();
-                Latch::Zk(client, latch)
-            }
-        };
-        Ok(latch)
-    }
-
-    fn await_leadership(&self, timeout: Duration) -> bool {
-        match self {
-            Latch::Zk(_, l) => l.await_leadership(timeout),
-            Latch::Etcd(_, l) => l.await_leadership(timeout),
-        }
-    }
-
-    /// This term's fence and loss signal, while active.
-    fn leadership(&self) -> Option<(FencingToken, LossSignal)> {
-        match self {
-            Latch::Zk(_, l) => l.leadership(),
-            Latch::Etcd(_, l) => l.leadership(),
-        }
-    }
-
-    /// The id of the active replica, as the store shows it now.
-    fn leader(&self) -> Option<String> {
-        match self {
-            Latch::Zk(_, l) => l.leader().ok().flatten().map(|p| p.id),
-            Latch::Etcd(_, l) => l.leader().ok().flatten().map(|p| p.id),
-        }
-    }
-
-    fn close(self) {
-        let closed = match &self {
-            Latch::Zk(_, l) => l.close(),
-            Latch::Etcd(_, l) => l.close(),
-        };
-        if let Err(e) = closed {
-            println!("leaving the election: {e}");
-        }
-        match self {
-            Latch::Zk(client, _) => client.close(Duration::from_secs(2)),
-            Latch::Etcd(client, _) => client.close(Duration::from_secs(2)),
-        }
-    }
-}
 
 fn main() -> Result<(), Error> {
     let mut args = std::env::args().skip(1);
@@ -101,7 +30,31 @@ fn main() -> Result<(), Error> {
     let run_for = Duration::from_secs(args.next().and_then(|s| s.parse().ok()).unwrap_or(15));
     let stop_at = Instant::now() + run_for;
 
-    let latch = Latch::join(&id)?;
+    let zk = std::env::var("RECIPES_ZK").ok();
+    match (zk, std::env::var("RECIPES_ETCD").ok()) {
+        (None, Some(endpoint)) => {
+            let client = recipes_etcd::EtcdClient::builder([endpoint.as_str()])
+                .ttl(TTL)
+                .connect()?;
+            println!("[{id}] connected to etcd at {endpoint}");
+            run(client, &id, stop_at)
+        }
+        (hosts, _) => {
+            let hosts = hosts.unwrap_or_else(|| "127.0.0.1:2181".into());
+            let client = recipes_zk::ZkClient::builder(hosts.as_str())
+                .ttl(TTL)
+                .connect()?;
+            println!("[{id}] connected to ZooKeeper at {hosts}");
+            run(client, &id, stop_at)
+        }
+    }
+}
+
+/// The same code for every store: it only needs the core `Client`.
+fn run<C: Client>(client: C, id: &str, stop_at: Instant) -> Result<(), Error> {
+    let latch = client.leader_latch(NAME, id)?;
+    latch.start();
+    let run_for = stop_at.saturating_duration_since(Instant::now());
     println!("[{id}] joined {NAME} as a standby; running for {run_for:?}");
 
     // The resource the active replica writes to. In-memory here, so each
@@ -115,7 +68,7 @@ fn main() -> Result<(), Error> {
     while Instant::now() < stop_at {
         let left = stop_at.saturating_duration_since(Instant::now());
         if !latch.await_leadership(left.min(Duration::from_secs(1))) {
-            let leader = latch.leader();
+            let leader = latch.leader().ok().flatten().map(|p| p.id);
             if leader != seen_leader {
                 match &leader {
                     Some(other) => println!("[{id}] standby: {other} is active"),
@@ -129,7 +82,7 @@ fn main() -> Result<(), Error> {
             continue;
         };
         println!("[{id}] ACTIVE now, with fence {fence}: every write carries it");
-        seen_leader = Some(id.clone());
+        seen_leader = Some(id.to_owned());
         while Instant::now() < stop_at {
             // Check before each write; the fence covers a pause after it.
             if lost.is_lost() {
@@ -155,6 +108,8 @@ fn main() -> Result<(), Error> {
         }
     }
     println!("[{id}] time is up after {writes} writes: leaving the election (a standby, if any, takes over)");
-    latch.close();
-    Ok(())
+    if let Err(e) = latch.close() {
+        println!("leaving the election: {e}");
+    }
+    client.close()
 }

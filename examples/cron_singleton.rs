@@ -17,124 +17,67 @@
 use std::thread;
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
-use recipes_core::Error;
+use recipes_core::{Client, Error};
 
 const LOCK: &str = "/examples/cron-singleton";
 const RECORD: &str = "/examples/cron-singleton-last-run";
 const INTERVAL: Duration = Duration::from_secs(5);
 const RUN_FOR: Duration = Duration::from_secs(12);
-
-enum Store {
-    Zk {
-        client: recipes_zk::ZkClient,
-        mutex: recipes_zk::InterProcessMutex,
-        hosts: String,
-    },
-    Etcd {
-        client: recipes_etcd::EtcdClient,
-        mutex: recipes_etcd::Mutex,
-    },
-}
+const TTL: Duration = Duration::from_secs(5);
 
 fn main() -> Result<(), Error> {
     let name = std::env::args()
         .nth(1)
         .unwrap_or_else(|| format!("replica-{}", std::process::id()));
-    let store = connect()?;
+    let zk = std::env::var("RECIPES_ZK").ok();
+    match (zk, std::env::var("RECIPES_ETCD").ok()) {
+        (None, Some(endpoint)) => {
+            let client = recipes_etcd::EtcdClient::builder([endpoint.as_str()])
+                .ttl(TTL)
+                .connect()?;
+            println!("connected to etcd at {endpoint}");
+            run(client, &name)
+        }
+        (hosts, _) => {
+            let hosts = hosts.unwrap_or_else(|| "127.0.0.1:2181".into());
+            let client = recipes_zk::ZkClient::builder(hosts.as_str())
+                .ttl(TTL)
+                .connect()?;
+            println!("connected to ZooKeeper at {hosts}");
+            run(client, &name)
+        }
+    }
+}
+
+/// The same code for every store: it only needs the core `Client`.
+fn run<C: Client>(client: C, name: &str) -> Result<(), Error> {
+    let mutex = client.mutex(LOCK)?;
     println!(
         "[{name}] the job runs at most once every {INTERVAL:?} across all replicas; \
          trying every second for {RUN_FOR:?}"
     );
     let stop_at = Instant::now() + RUN_FOR;
     while Instant::now() < stop_at {
-        if let Err(e) = store.attempt(&name) {
+        let attempt = || -> Result<(), Error> {
+            let Some(guard) = mutex.try_lock()? else {
+                println!("[{name}] another replica is checking right now: skip");
+                return Ok(());
+            };
+            let last = client.read(RECORD)?;
+            if let Some(record) = due(name, guard.token().get(), last.as_deref()) {
+                // Lands only while our lock's own entry exists.
+                guard.put(RECORD, record.as_bytes())?;
+                println!("[{name}] recorded the run with a fenced write");
+            }
+            guard.release()
+        };
+        if let Err(e) = attempt() {
             println!("[{name}] this attempt failed: {e}; trying again next time");
         }
         thread::sleep(Duration::from_secs(1));
     }
     println!("[{name}] done");
-    store.close();
-    Ok(())
-}
-
-fn connect() -> Result<Store, Error> {
-    let zk = std::env::var("RECIPES_ZK").ok();
-    Ok(match (zk, std::env::var("RECIPES_ETCD").ok()) {
-        (None, Some(endpoint)) => {
-            let client = recipes_etcd::EtcdClient::builder([endpoint.as_str()])
-                .ttl(Duration::from_secs(5))
-                .connect()?;
-            println!("connected to etcd at {endpoint}");
-            Store::Etcd {
-                mutex: client.mutex(LOCK)?,
-                client,
-            }
-        }
-        (hosts, _) => {
-            let hosts = hosts.unwrap_or_else(|| "127.0.0.1:2181".into());
-            let client = recipes_zk::ZkClient::builder(hosts.as_str())
-                .session_timeout(Duration::from_secs(5))
-                .connect()?;
-            println!("connected to ZooKeeper at {hosts}");
-            Store::Zk {
-                mutex: client.mutex(LOCK)?,
-                client,
-                hosts,
-            }
-        }
-    })
-}
-
-impl Store {
-    fn attempt(&self, name: &str) -> Result<(), Error> {
-        match self {
-            Store::Zk {
-                client,
-                mutex,
-                hosts,
-            } => {
-                let Some(guard) = mutex.try_lock()? else {
-                    println!("[{name}] another replica is checking right now: skip");
-                    return Ok(());
-                };
-                let last = read_zk(client, hosts)?;
-                if let Some(record) = due(name, guard.token().get(), last.as_deref()) {
-                    // Lands only while our lock node exists.
-                    guard.lease().put(RECORD, record.as_bytes())?;
-                    println!("[{name}] recorded the run with a fenced write");
-                }
-                guard.release()
-            }
-            Store::Etcd { mutex, .. } => {
-                use recipes_etcd::etcd_client::{TxnOp, TxnOpResponse};
-                let Some(guard) = mutex.try_lock()? else {
-                    println!("[{name}] another replica is checking right now: skip");
-                    return Ok(());
-                };
-                // The read is fenced too: one txn guarded by our lock key.
-                let resp = guard.lease().txn(vec![TxnOp::get(RECORD, None)])?;
-                let last = match resp.op_responses().first() {
-                    Some(TxnOpResponse::Get(get)) => {
-                        get.kvs().first().map(|kv| kv.value().to_vec())
-                    }
-                    _ => None,
-                };
-                if let Some(record) = due(name, guard.token().get(), last.as_deref()) {
-                    // Lands only while our lock key exists.
-                    guard.lease().put(RECORD, record)?;
-                    println!("[{name}] recorded the run with a fenced write");
-                }
-                guard.release()
-            }
-        }
-    }
-
-    fn close(self) {
-        match self {
-            Store::Zk { client, .. } => client.close(Duration::from_secs(2)),
-            Store::Etcd { client, .. } => client.close(Duration::from_secs(2)),
-        }
-    }
+    client.close()
 }
 
 /// Holding the lock: run the job if the interval has passed since the last
@@ -169,27 +112,4 @@ fn due(name: &str, fence: u64, last: Option<&[u8]>) -> Option<String> {
     println!("[{name}] >>> running the job");
     thread::sleep(Duration::from_millis(300));
     Some(format!("{} {fence} {name}", now.as_millis()))
-}
-
-/// Read the record. recipes-zk writes under a fence but has no plain read,
-/// so this uses the ZooKeeper client directly, on the client's runtime.
-fn read_zk(client: &recipes_zk::ZkClient, hosts: &str) -> Result<Option<Vec<u8>>, Error> {
-    let hosts = hosts.to_owned();
-    client
-        .runtime()
-        .call("read the record", Duration::from_secs(10), async move {
-            let zk = zookeeper_client::Client::connect(&hosts)
-                .await
-                .map_err(|e| Error::backend("connect", true, e))?;
-            // sync: read what the ensemble's leader has, not a lagging copy.
-            let read = match zk.sync(RECORD).await {
-                Ok(()) | Err(zookeeper_client::Error::NoNode) => zk.get_data(RECORD).await,
-                Err(e) => Err(e),
-            };
-            match read {
-                Ok((data, _)) => Ok(Some(data)),
-                Err(zookeeper_client::Error::NoNode) => Ok(None),
-                Err(e) => Err(Error::backend("read the record", true, e)),
-            }
-        })
 }

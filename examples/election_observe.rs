@@ -1,36 +1,54 @@
-//! Follow an etcd election from the outside: who leads, and what value the
-//! leader proclaims (etcd only).
+//! Follow an election from the outside: who leads, and what value the
+//! leader proclaims.
 //!
 //! ```sh
+//! cargo run --example election_observe                        # ZooKeeper at 127.0.0.1:2181
 //! RECIPES_ETCD=127.0.0.1:2379 cargo run --example election_observe
 //! ```
 //!
 //! An observer watches the election `/examples/election-observe`. Two
 //! campaigners, alice and bob, campaign; alice wins, proclaims a few values
 //! and resigns; bob, who was waiting, takes over, proclaims and resigns. The
-//! observer prints each change as etcd reports it. What an observer sees is
+//! observer prints each change as the store reports it. What an observer sees is
 //! news, not proof: only a `Leadership` (with its fence) proves leadership.
 
 use std::thread;
 use std::time::Duration;
 
-use recipes_core::Error;
-use recipes_etcd::EtcdClient;
+use recipes_core::{Client, Error};
 
 const NAME: &str = "/examples/election-observe";
+const TTL: Duration = Duration::from_secs(5);
 
 fn main() -> Result<(), Error> {
-    let endpoint = std::env::var("RECIPES_ETCD").unwrap_or_else(|_| "127.0.0.1:2379".into());
-    println!("election_observe uses etcd only; connecting to {endpoint} (RECIPES_ETCD)");
-    let connect = || {
-        EtcdClient::builder([endpoint.as_str()])
-            .ttl(Duration::from_secs(5))
-            .connect()
-    };
-    // One client per participant, as if each ran on its own machine.
-    let (watcher, alice, bob) = (connect()?, connect()?, connect()?);
+    let zk = std::env::var("RECIPES_ZK").ok();
+    match (zk, std::env::var("RECIPES_ETCD").ok()) {
+        (None, Some(endpoint)) => {
+            println!("connecting to etcd at {endpoint}");
+            let connect = || {
+                recipes_etcd::EtcdClient::builder([endpoint.as_str()])
+                    .ttl(TTL)
+                    .connect()
+            };
+            run(connect()?, connect()?, connect()?)
+        }
+        (hosts, _) => {
+            let hosts = hosts.unwrap_or_else(|| "127.0.0.1:2181".into());
+            println!("connecting to ZooKeeper at {hosts}");
+            let connect = || {
+                recipes_zk::ZkClient::builder(hosts.as_str())
+                    .ttl(TTL)
+                    .connect()
+            };
+            run(connect()?, connect()?, connect()?)
+        }
+    }
+}
 
-    let observer = watcher.election(NAME)?.backend().observe()?;
+/// The same code for every store. One client per participant, as if each
+/// ran on its own machine.
+fn run<C: Client>(watcher: C, alice: C, bob: C) -> Result<(), Error> {
+    let observer = watcher.election(NAME)?.observe()?;
     println!("observer: watching {NAME}");
     let follow = thread::spawn(move || {
         // Stops once nothing has changed for 3 s (the story is over).
@@ -75,7 +93,7 @@ fn main() -> Result<(), Error> {
     bob_turn.join().expect("bob panicked")?;
     follow.join().expect("the observer panicked");
     for client in [alice, bob, watcher] {
-        client.close(Duration::from_secs(2));
+        let _ = client.close_within(Duration::from_secs(2));
     }
     println!("done");
     Ok(())

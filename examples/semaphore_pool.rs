@@ -31,16 +31,16 @@ fn main() -> Result<(), Error> {
                 .connect()?;
             println!("connected to etcd at {endpoint}");
             run(&client.semaphore(NAME, PERMITS)?)?;
-            client.close(Duration::from_secs(2));
+            let _ = client.close_within(Duration::from_secs(2));
         }
         (hosts, _) => {
             let hosts = hosts.unwrap_or_else(|| "127.0.0.1:2181".into());
             let client = recipes_zk::ZkClient::builder(hosts.as_str())
-                .session_timeout(Duration::from_secs(5))
+                .ttl(Duration::from_secs(5))
                 .connect()?;
             println!("connected to ZooKeeper at {hosts}");
             run(&client.semaphore(NAME, PERMITS)?)?;
-            client.close(Duration::from_secs(2));
+            let _ = client.close_within(Duration::from_secs(2));
         }
     }
     Ok(())

@@ -39,6 +39,6 @@ fn main() -> Result<(), Error> {
     guard.check()?;
     println!("wrote under fence {}; releasing", guard.token());
     guard.release()?;
-    client.close(Duration::from_secs(2));
+    let _ = client.close_within(Duration::from_secs(2));
     Ok(())
 }

@@ -23,6 +23,11 @@
 //! The harness panics instead of returning errors: it only runs in tests.
 //! Every panic about a server quotes the tail of its log.
 
+/// The README's code blocks, compiled as doc tests.
+#[cfg(doctest)]
+#[doc = include_str!("../../README.md")]
+pub struct ReadmeDoctests;
+
 pub mod env;
 pub mod etcd_cluster;
 pub mod etcd_facts;

@@ -166,7 +166,7 @@ fn close_ends_a_waiting_acquisition_and_its_key() {
     let name = lock_name("close-waiting");
     let g = a.mutex(&name).unwrap().lock().unwrap();
     let waiter = queue_waiter(&facts, &b, &name);
-    b.close(Duration::from_secs(5));
+    let _ = b.close_within(Duration::from_secs(5));
     assert_eq!(
         keys(&facts, &name),
         vec![g.holder().to_owned()],
@@ -526,7 +526,7 @@ fn close_revokes_the_pooled_leases() {
     assert_ne!(pooled, primary);
     assert!(facts.lease_time_to_live(pooled) > 0);
 
-    a.close(Duration::from_secs(2));
+    let _ = a.close_within(Duration::from_secs(2));
     assert_eq!(facts.lease_time_to_live(pooled), -1, "the pooled lease");
     assert_eq!(facts.lease_time_to_live(primary), -1, "the client's lease");
     assert_eq!(
@@ -583,7 +583,7 @@ fn the_session_reports_its_lease() {
         || a.valid_until().unwrap() > first,
     );
     assert!(a.valid_until().unwrap() <= BootInstant::now() + Duration::from_secs(3));
-    a.close(Duration::from_secs(2));
+    let _ = a.close_within(Duration::from_secs(2));
     assert_eq!(
         facts.lease_time_to_live(lease),
         -1,
@@ -598,7 +598,7 @@ fn close_revokes_the_lease_and_frees_the_lock() {
     let name = lock_name("close");
     let g = a.mutex(&name).unwrap().lock().unwrap();
     let waiter = queue_waiter(&server.facts(), &b, &name);
-    a.close(Duration::from_secs(2));
+    let _ = a.close_within(Duration::from_secs(2));
     assert_eq!(
         g.lost().wait_timeout(scale(Duration::from_secs(5))),
         Some(LossReason::Closed)

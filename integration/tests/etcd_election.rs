@@ -174,7 +174,7 @@ fn proclaims_are_seen_by_observers_and_leader() {
     );
 
     // The channel disconnects when the observing client closes.
-    c.close(Duration::from_secs(2));
+    let _ = c.close_within(Duration::from_secs(2));
     assert!(matches!(
         observer.recv_timeout(scale(SOON)),
         Err(crossbeam_channel::RecvTimeoutError::Disconnected)
@@ -687,7 +687,7 @@ fn a_latch_closed_after_its_session_is_gone_waits_for_its_term_to_end_fault() {
     server.pause();
     let closer = {
         let a = a.clone();
-        std::thread::spawn(move || a.close(scale(SOON)))
+        std::thread::spawn(move || a.close_within(scale(SOON)))
     };
     // The session is taken before its loss fires; the latch now deletes
     // its key from the paused server until that RPC gives up.
@@ -698,7 +698,7 @@ fn a_latch_closed_after_its_session_is_gone_waits_for_its_term_to_end_fault() {
     assert_eq!(a.session_ttl(), Duration::ZERO, "the session is gone");
     latch.close().unwrap();
     server.resume();
-    closer.join().unwrap();
+    let _ = closer.join().unwrap();
 }
 
 /// The server stops answering: the running closure is told to stop at the

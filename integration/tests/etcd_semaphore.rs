@@ -423,11 +423,11 @@ fn closing_a_client_frees_its_permits_and_ends_its_waits() {
     wait_lock_count(&facts, &name, 2);
     // An abandoned wait: c's keys go with its lease.
     let c_lease = c.lease_id().unwrap();
-    c.close(Duration::from_secs(2));
+    let _ = c.close_within(Duration::from_secs(2));
     assert!(matches!(wc.join().unwrap(), Err(Error::Closed)));
     facts.wait_lease_gone(c_lease, PROMPTLY);
     wait_lock_count(&facts, &name, 1);
-    a.close(Duration::from_secs(2));
+    let _ = a.close_within(Duration::from_secs(2));
     assert_eq!(
         p.lost().wait_timeout(scale(Duration::from_secs(5))),
         Some(LossReason::Closed)

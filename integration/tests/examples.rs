@@ -147,10 +147,20 @@ fn semaphore_pool_etcd() {
     semaphore_pool(Store::Etcd);
 }
 
-#[test]
-fn election_observe_etcd() {
-    let out = run("election_observe", Store::Etcd);
+fn election_observe(store: Store) {
+    let out = run("election_observe", store);
     says(&out, "alice: won the election");
+    says(&out, "with value \"alice: step 2\"");
     says(&out, "with value \"bob: taking over\"");
     says(&out, "bob: resigned");
+}
+
+#[test]
+fn election_observe_zk() {
+    election_observe(Store::Zk);
+}
+
+#[test]
+fn election_observe_etcd() {
+    election_observe(Store::Etcd);
 }

@@ -22,9 +22,9 @@
 //! - The parent-death signal reaches CMD itself, not processes CMD started:
 //!   if `recipes` is SIGKILLed, CMD's own children live on unless CMD ends
 //!   them.
-//! - `elect` on ZooKeeper uses a `LeaderLatch` (Curator's latch layout):
-//!   Curator latches on the same path contend with it, Curator
-//!   `LeaderSelector`s (lock layout) do not.
+//! - `elect` on ZooKeeper campaigns in Curator's latch layout: Curator
+//!   latches on the same path contend with it, Curator `LeaderSelector`s
+//!   (lock layout) do not.
 
 #![warn(missing_docs)]
 #![deny(missing_debug_implementations)]
@@ -39,7 +39,7 @@ mod signals;
 mod status;
 mod supervise;
 
-use backend::Recipe;
+use backend::{on_client, Recipe};
 use cli::Command;
 
 fn main() {
@@ -63,27 +63,24 @@ fn real_main() -> i32 {
             return exit::UNAVAILABLE;
         }
     };
-    let id = cli::participant_id(&cli);
-    match &cli.command {
-        Command::Lock(a) => {
-            run::run_under(&choice, cli.ttl, Recipe::Lock, &a.name, &a.run, &forwarded)
+    let store = run::describe(&choice);
+    let connected = match backend::connect(&choice, cli.ttl) {
+        Ok(c) => c,
+        Err(e) => {
+            eprintln!("recipes: cannot connect to {store}: {e}");
+            return exit::for_error(&e);
         }
-        Command::Semaphore(a) => run::run_under(
-            &choice,
-            cli.ttl,
-            Recipe::Semaphore(a.permits),
-            &a.name,
-            &a.run,
-            &forwarded,
-        ),
-        Command::Elect(a) => run::run_under(
-            &choice,
-            cli.ttl,
-            Recipe::Elect(id),
-            &a.name,
-            &a.run,
-            &forwarded,
-        ),
-        Command::Status(a) => run::status(&choice, &a.name, a.json),
-    }
+    };
+    let id = cli::participant_id(&cli);
+    on_client!(connected, client => match &cli.command {
+        Command::Lock(a) => run::run_under(client, Recipe::Lock, &a.name, &a.run, &forwarded),
+        Command::Semaphore(a) => {
+            let recipe = Recipe::Semaphore(a.permits);
+            run::run_under(client, recipe, &a.name, &a.run, &forwarded)
+        }
+        Command::Elect(a) => {
+            run::run_under(client, Recipe::Elect(id), &a.name, &a.run, &forwarded)
+        }
+        Command::Status(a) => run::status(client, &store, &a.name, a.json),
+    })
 }

@@ -5,7 +5,9 @@ use std::time::{Duration, Instant};
 
 use crossbeam_channel::{select, Receiver};
 
-use crate::backend::{Backend, Recipe, Wait};
+use recipes_core::Client;
+
+use crate::backend::{acquire, Recipe, Wait};
 use crate::cli::{BackendChoice, RunOptions};
 use crate::exit;
 use crate::signals;
@@ -16,29 +18,31 @@ use crate::supervise::{self, Job, Outcome};
 /// still holds at once, instead of after the TTL.
 const CLOSE_GRACE: Duration = Duration::from_secs(2);
 
-fn describe(choice: &BackendChoice) -> String {
+/// The store as messages name it.
+pub fn describe(choice: &BackendChoice) -> String {
     match choice {
         BackendChoice::Zk(hosts) => format!("ZooKeeper at {hosts}"),
         BackendChoice::Etcd(endpoints) => format!("etcd at {}", endpoints.join(",")),
     }
 }
 
-/// `recipes lock|semaphore|elect`: the exit status.
-pub fn run_under(
-    choice: &BackendChoice,
-    ttl: Duration,
+/// Close the session: what it still holds goes at once, not after the TTL.
+fn close<C: Client>(client: &C) {
+    if let Err(e) = client.close_within(CLOSE_GRACE) {
+        eprintln!(
+            "recipes: warning: the session did not close in time ({e}); it ends within the TTL"
+        );
+    }
+}
+
+/// `recipes lock|semaphore|elect` through `backend`: the exit status.
+pub fn run_under<C: Client>(
+    backend: C,
     recipe: Recipe,
     name: &str,
     opts: &RunOptions,
     forwarded: &Receiver<libc::c_int>,
 ) -> i32 {
-    let backend = match Backend::connect(choice, ttl) {
-        Ok(b) => b,
-        Err(e) => {
-            eprintln!("recipes: cannot connect to {}: {e}", describe(choice));
-            return exit::for_error(&e);
-        }
-    };
     let wait = match (opts.no_wait, opts.wait) {
         (true, _) => Wait::AtOnce,
         (false, Some(d)) => Instant::now()
@@ -53,11 +57,11 @@ pub fn run_under(
         let started = std::thread::Builder::new()
             .name("recipes-acquire".into())
             .spawn(move || {
-                let _ = tx.send(client.acquire(&recipe, &name, wait));
+                let _ = tx.send(acquire(&client, &recipe, &name, wait));
             });
         if let Err(e) = started {
             eprintln!("recipes: cannot start a thread: {e}");
-            backend.close(CLOSE_GRACE);
+            close(&backend);
             return exit::UNAVAILABLE;
         }
     }
@@ -69,17 +73,17 @@ pub fn run_under(
                     Wait::AtOnce => " (held elsewhere, --no-wait)".to_owned(),
                     _ => format!(" within {:?}", opts.wait.unwrap_or_default()),
                 });
-                backend.close(CLOSE_GRACE);
+                close(&backend);
                 return i32::from(opts.conflict_exit_code);
             }
             Ok(Err(e)) => {
                 eprintln!("recipes: {name}: {e}");
-                backend.close(CLOSE_GRACE);
+                close(&backend);
                 return exit::for_error(&e);
             }
             Err(_) => {
                 eprintln!("recipes: {name}: the acquiring thread died");
-                backend.close(CLOSE_GRACE);
+                close(&backend);
                 return exit::UNAVAILABLE;
             }
         },
@@ -87,7 +91,7 @@ pub fn run_under(
             let sig = sig.unwrap_or(libc::SIGTERM);
             eprintln!("recipes: {name}: {} while waiting; giving up", signals::name(sig));
             // Closing the session removes a half-made acquisition at once.
-            backend.close(CLOSE_GRACE);
+            close(&backend);
             return exit::for_signal(sig);
         }
     };
@@ -118,22 +122,21 @@ pub fn run_under(
             job.lost_exit_code
         }
     };
-    backend.close(CLOSE_GRACE);
+    close(&backend);
     code
 }
 
-/// `recipes status`: the exit status.
-pub fn status(choice: &BackendChoice, name: &str, json: bool) -> i32 {
-    match status::read(choice, name) {
+/// `recipes status` through `client`: the exit status.
+pub fn status<C: Client>(client: C, store: &str, name: &str, json: bool) -> i32 {
+    let read = status::read(&client, name);
+    let _ = client.close_within(CLOSE_GRACE);
+    match read {
         Ok(s) => {
-            print!(
-                "{}",
-                status::render(&s, name, matches!(choice, BackendChoice::Zk(_)), json)
-            );
+            print!("{}", status::render(&s, name, client.store() == "zk", json));
             0
         }
         Err(e) => {
-            eprintln!("recipes: status of {name} on {}: {e}", describe(choice));
+            eprintln!("recipes: status of {name} on {store}: {e}");
             exit::for_error(&e)
         }
     }

@@ -8,15 +8,8 @@
 //! wait.
 
 use std::fmt::Write as _;
-use std::time::Duration;
 
-use recipes_core::{Error, Result, Runtime};
-use recipes_etcd::etcd_client::{self, GetOptions, SortOrder, SortTarget};
-use recipes_zk::{QueuedNode, ZkClient};
-
-use crate::cli::BackendChoice;
-
-const TIMEOUT: Duration = Duration::from_secs(10);
+use recipes_core::{Client, Contender, Result};
 
 /// One contender in queue order.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -38,111 +31,39 @@ pub struct Status {
     pub entries: Vec<Entry>,
 }
 
-/// Read NAME's contenders from the store.
+/// Read NAME's contenders in the order the recipes use
+/// ([`Client::contenders`]): a semaphore's permits when NAME stores a
+/// size, else NAME's own contenders (mutex, election, latch, selector).
 ///
 /// # Errors
 ///
-/// Connection and read errors.
-pub fn read(choice: &BackendChoice, name: &str) -> Result<Status> {
-    if !name.starts_with('/') || (name.len() > 1 && name.ends_with('/')) {
-        return Err(Error::invalid(format!(
-            "{name:?} is not a name like /locks/nightly-report"
-        )));
-    }
-    let endpoints = match choice {
-        BackendChoice::Zk(hosts) => return zk_status(hosts, name),
-        BackendChoice::Etcd(endpoints) => endpoints.clone(),
+/// A name the store refuses; connection and read errors.
+pub fn read<C: Client>(client: &C, name: &str) -> Result<Status> {
+    let (size, permits) = client.permits(name)?;
+    let (permits, contenders) = match size {
+        Some(n) => (n, permits),
+        None => {
+            let own = client.contenders(name)?;
+            // A semaphore only Curator used stores no size.
+            if own.is_empty() && !permits.is_empty() {
+                (1, permits)
+            } else {
+                (1, own)
+            }
+        }
     };
-    let rt = Runtime::new("recipes-status")?;
-    let result = rt.call(
-        "read from etcd",
-        TIMEOUT,
-        etcd_status(endpoints, name.to_owned()),
-    );
-    rt.shutdown(Duration::from_secs(1));
-    result
+    Ok(Status {
+        permits,
+        entries: contenders.into_iter().map(entry).collect(),
+    })
 }
 
-fn backend_error(what: &str, e: impl std::error::Error + Send + Sync + 'static) -> Error {
-    Error::backend(what, true, e)
-}
-
-/// The queue in the order the recipes use (`ZkClient::contenders`): NAME's
-/// own contenders (mutex, latch, selector), else a semaphore's permit
-/// nodes under `NAME/leases`.
-fn zk_status(hosts: &str, name: &str) -> Result<Status> {
-    let client = ZkClient::builder(hosts)
-        .session_timeout(Duration::from_secs(4))
-        .connect_timeout(Duration::from_secs(4))
-        .connect()?;
-    let read = || -> Result<Status> {
-        let own = client.contenders(name)?;
-        let (permits, nodes) = if own.is_empty() {
-            let permits = client.semaphore_size(name)?.unwrap_or(1);
-            (permits, client.contenders(&format!("{name}/leases"))?)
-        } else {
-            (1, own)
-        };
-        Ok(Status {
-            permits,
-            entries: nodes.into_iter().map(entry).collect(),
-        })
-    };
-    let status = read();
-    client.close(Duration::from_secs(1));
-    status
-}
-
-fn entry(node: QueuedNode) -> Entry {
+fn entry(c: Contender) -> Entry {
     Entry {
-        holder: node.path,
-        order: node.czxid,
-        value: String::from_utf8_lossy(&node.data).into_owned(),
+        holder: c.holder,
+        order: c.created,
+        value: String::from_utf8_lossy(&c.value).into_owned(),
     }
-}
-
-async fn etcd_status(endpoints: Vec<String>, name: String) -> Result<Status> {
-    let what = format!("connect to etcd at {}", endpoints.join(","));
-    let options = etcd_client::ConnectOptions::new().with_connect_timeout(Duration::from_secs(4));
-    let mut client = etcd_client::Client::connect(&endpoints, Some(options))
-        .await
-        .map_err(|e| backend_error(&what, e))?;
-    let config = format!("{name}/config");
-    let got = client
-        .get(config.as_str(), None)
-        .await
-        .map_err(|e| backend_error(&format!("read {config}"), e))?;
-    let (prefix, permits) = match got.kvs().first() {
-        Some(kv) => (
-            format!("{name}/leases/"),
-            String::from_utf8_lossy(kv.value())
-                .trim()
-                .parse()
-                .unwrap_or(1),
-        ),
-        None => (format!("{name}/"), 1),
-    };
-    let options = GetOptions::new()
-        .with_prefix()
-        .with_sort(SortTarget::Create, SortOrder::Ascend);
-    let got = client
-        .get(prefix.as_str(), Some(options))
-        .await
-        .map_err(|e| backend_error(&format!("list {prefix}"), e))?;
-    let entries = got
-        .kvs()
-        .iter()
-        .filter_map(|kv| {
-            let key = kv.key_str().ok()?;
-            let rest = key.strip_prefix(prefix.as_str())?;
-            (!rest.is_empty() && !rest.contains('/')).then(|| Entry {
-                holder: key.to_owned(),
-                order: kv.create_revision(),
-                value: String::from_utf8_lossy(kv.value()).into_owned(),
-            })
-        })
-        .collect();
-    Ok(Status { permits, entries })
 }
 
 fn json_string(s: &str) -> String {

@@ -47,6 +47,7 @@
 
 mod backend;
 mod backoff;
+mod client;
 mod clock;
 mod deadline;
 mod election;
@@ -68,6 +69,7 @@ pub use backend::{
     SemaphoreBackend,
 };
 pub use backoff::Backoff;
+pub use client::{Client, Contender, FencedWrites};
 pub use clock::{system_clock, BootInstant, Clock, ManualClock, SharedClock, SystemClock};
 pub use deadline::{check_lease, margin, DeadlineTracker, CLOCK_DRIFT_PPM, DEFAULT_SLACK};
 pub use election::{Election, LeaderObserver, Leadership};

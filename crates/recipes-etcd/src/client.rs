@@ -528,7 +528,14 @@ impl EtcdClient {
     /// thread once pending background releases are done; `grace` bounds
     /// the whole. Fires every loss signal.
     /// Other clones stop working too. An orphaned lease is not revoked.
-    pub fn close(&self, grace: Duration) {
+    /// Dropping the last clone closes on a best-effort basis.
+    ///
+    /// # Errors
+    ///
+    /// When a revoke was not confirmed within `grace` (etcd then expires
+    /// the lease after its TTL).
+    pub fn close_within(&self, grace: Duration) -> Result<()> {
+        let mut closed = Ok(());
         // One budget for every step.
         let until = Instant::now() + grace;
         self.inner.closed.store(true, Ordering::SeqCst);
@@ -557,6 +564,7 @@ impl EtcdClient {
                 });
             if let Err(e) = r {
                 log::debug!("close: revoke failed: {e}; the server expires the lease");
+                closed = Err(e);
             }
         }
         if let Some(client) = self.inner.client.lock().take() {
@@ -566,6 +574,17 @@ impl EtcdClient {
         self.inner
             .rt
             .shutdown(until.saturating_duration_since(Instant::now()));
+        closed
+    }
+
+    /// [`close_within`](EtcdClient::close_within) the default grace
+    /// ([`DEFAULT_SHUTDOWN_GRACE`](recipes_core::DEFAULT_SHUTDOWN_GRACE)).
+    ///
+    /// # Errors
+    ///
+    /// As for [`close_within`](EtcdClient::close_within).
+    pub fn close(self) -> Result<()> {
+        self.close_within(recipes_core::DEFAULT_SHUTDOWN_GRACE)
     }
 }
 

@@ -20,7 +20,7 @@
 //!     println!("fence {}", guard.token());
 //!     guard.release()?;
 //! }
-//! client.close(Duration::from_secs(2));
+//! client.close()?;
 //! # Ok(())
 //! # }
 //! ```
@@ -80,6 +80,7 @@ mod names;
 mod selector;
 mod semaphore;
 mod session;
+mod surface;
 mod watch;
 
 pub use client::{
@@ -93,8 +94,13 @@ pub use etcd_client;
 pub use latch::{EtcdLatch, LeaderLatch};
 pub use lock::EtcdLock;
 pub use mutex::{EtcdMutex, Mutex};
-pub use recipes_core::{Error, LatchEvent, Participant, Result};
-pub use recipes_core::{LeaderInfo, LeaderObserver};
+pub use recipes_core;
+/// What users of this crate touch from `recipes-core`, so that one
+/// dependency line is enough; the whole core crate is [`recipes_core`].
+pub use recipes_core::{
+    BootInstant, Client, Contender, Error, FenceGate, FencedWrites, FencingToken, LatchEvent,
+    LeaderInfo, LeaderObserver, LossReason, LossSignal, Participant, Result,
+};
 pub use selector::{EtcdSelector, LeaderSelector};
 pub use semaphore::{EtcdPermit, EtcdSemaphore, Semaphore, SemaphorePermit};
 

@@ -51,6 +51,13 @@ impl fmt::Debug for ZkClientBuilder {
 }
 
 impl ZkClientBuilder {
+    /// The lease to ask for: on ZooKeeper, the session timeout (the same
+    /// setting as [`session_timeout`](ZkClientBuilder::session_timeout);
+    /// etcd's builder calls its lease TTL `ttl` too).
+    pub fn ttl(self, ttl: Duration) -> Self {
+        self.session_timeout(ttl)
+    }
+
     /// The session timeout to ask for. The server clamps it to its
     /// `[minSessionTimeout, maxSessionTimeout]`;
     /// [`ZkClient::session_timeout`] reports what was granted.
@@ -434,19 +441,23 @@ impl ZkClient {
 
     /// Close the session and stop the runtime thread once pending
     /// background releases are done; `grace` bounds the whole. Fires every
-    /// loss signal; an
-    /// acquisition another thread waits in returns [`Error::Closed`], and
-    /// the session's nodes (held or queued) are gone when this returns
-    /// in time.
+    /// loss signal; an acquisition another thread waits in returns
+    /// [`Error::Closed`], and the session's nodes (held or queued) are gone
+    /// when this returns `Ok`. Other clones of this client stop working
+    /// too. Dropping the last clone closes on a best-effort basis.
     ///
-    /// Other clones of this client stop working too.
-    pub fn close(&self, grace: Duration) {
+    /// # Errors
+    ///
+    /// [`Error::Timeout`] when the server did not confirm the close within
+    /// `grace` (it expires the session after its timeout instead).
+    pub fn close_within(&self, grace: Duration) -> Result<()> {
         // One budget for every step.
         let until = Instant::now() + grace;
         self.inner.closed.store(true, Ordering::SeqCst);
         // A closed session deletes its ephemeral nodes at once rather than
         // after the session timeout. The close request goes out when the last
         // handle is gone; wait (up to `grace`) until the session says so.
+        let mut closed = Ok(());
         if let Some(session) = self.inner.session.lock().take() {
             // Whatever still waits on this session (a queued acquisition, a
             // latch contending in the background) holds a handle of it;
@@ -457,7 +468,7 @@ impl ZkClient {
                 let _enter = self.inner.rt.enter();
                 drop(session);
             }
-            let _ = self.inner.rt.call("close the session", grace, async move {
+            closed = self.inner.rt.call("close the session", grace, async move {
                 let terminal = |s| {
                     matches!(
                         s,
@@ -475,6 +486,17 @@ impl ZkClient {
         self.inner
             .rt
             .shutdown(until.saturating_duration_since(Instant::now()));
+        closed
+    }
+
+    /// [`close_within`](ZkClient::close_within) the default grace
+    /// ([`DEFAULT_SHUTDOWN_GRACE`](recipes_core::DEFAULT_SHUTDOWN_GRACE)).
+    ///
+    /// # Errors
+    ///
+    /// As for [`close_within`](ZkClient::close_within).
+    pub fn close(self) -> Result<()> {
+        self.close_within(recipes_core::DEFAULT_SHUTDOWN_GRACE)
     }
 }
 

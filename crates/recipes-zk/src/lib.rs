@@ -90,6 +90,7 @@ mod observe;
 mod selector;
 mod semaphore;
 mod session;
+mod surface;
 
 pub use client::{
     ZkClient, ZkClientBuilder, DEFAULT_CONNECT_TIMEOUT, DEFAULT_RPC_TIMEOUT,
@@ -100,7 +101,13 @@ pub use election::{Election, Leadership, ZkElection, ZkLeadership};
 pub use latch::{LeaderLatch, ZkLatch};
 pub use mutex::{InterProcessMutex, ZkLock, ZkMutex};
 pub use node_lease::ZkNodeLease;
-pub use recipes_core::{Error, LatchEvent, LossPolicy, Participant, Result};
+pub use recipes_core;
+/// What users of this crate touch from `recipes-core`, so that one
+/// dependency line is enough; the whole core crate is [`recipes_core`].
+pub use recipes_core::{
+    BootInstant, Client, Contender, Error, FenceGate, FencedWrites, FencingToken, LatchEvent,
+    LeaderInfo, LeaderObserver, LossPolicy, LossReason, LossSignal, Participant, Result,
+};
 pub use selector::{LeaderSelector, ZkSelector};
 pub use semaphore::{InterProcessSemaphore, ZkPermit, ZkSemaphore};
 pub use session::SessionState;

@@ -96,10 +96,6 @@ impl ZkNodeLease {
     ///
     /// As for [`set_data`](ZkNodeLease::set_data).
     pub fn put(&self, path: &str, data: &[u8]) -> Result<()> {
-        let is = |e: &Error, code: &zk::Error| {
-            matches!(e, Error::Backend { source: Some(s), .. }
-                if s.downcast_ref::<zk::Error>() == Some(code))
-        };
         match self.set_data(path, data, None) {
             Err(e) if is(&e, &zk::Error::NoNode) => match self.create(path, data) {
                 Err(e) if is(&e, &zk::Error::NodeExists) => self.set_data(path, data, None),
@@ -128,6 +124,18 @@ impl ZkNodeLease {
     pub fn delete(&self, path: &str, version: Option<i32>) -> Result<()> {
         let path = path.to_owned();
         self.fenced("delete", move |w| w.add_delete(&path, version))
+    }
+
+    /// Delete `path` if it exists, only while our node exists.
+    ///
+    /// # Errors
+    ///
+    /// As for [`set_data`](ZkNodeLease::set_data).
+    pub fn delete_if_exists(&self, path: &str) -> Result<()> {
+        match self.delete(path, None) {
+            Err(e) if is(&e, &zk::Error::NoNode) => Ok(()),
+            other => other,
+        }
     }
 
     fn fenced<F>(&self, what: &'static str, add: F) -> Result<()>
@@ -165,6 +173,12 @@ impl ZkNodeLease {
             }
         })
     }
+}
+
+/// Whether `e` carries this ZooKeeper error code.
+fn is(e: &Error, code: &zk::Error) -> bool {
+    matches!(e, Error::Backend { source: Some(s), .. }
+        if s.downcast_ref::<zk::Error>() == Some(code))
 }
 
 /// Watch our own node: its deletion, or the session's end, is loss.

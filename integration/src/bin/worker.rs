@@ -1,5 +1,7 @@
 //! A client in its own OS process, driven over stdin/stdout, so a test can
 //! pause it (SIGSTOP) like a long garbage-collection pause, or kill it.
+//! Written once against [`recipes_core::Client`]: the `connect` request
+//! picks the store, everything after it is the same code.
 //!
 //! One request per line, one reply per line: `OK [fields…]` or
 //! `ERR <kind> <message>`. Requests:
@@ -33,59 +35,11 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use recipes_core::{
-    BootInstant, Error, LatchBackend, LeaderLatch, LeaderSelector, LossPolicy, SelectorBackend,
+    BootInstant, Client, Error, LatchBackend, LeaderLatch, LeaderSelector, LossPolicy,
+    MutexBackend, MutexGuard, SelectorBackend,
 };
 use recipes_etcd::EtcdClient;
 use recipes_zk::ZkClient;
-
-enum Client {
-    None,
-    Zk(ZkClient),
-    Etcd(EtcdClient),
-}
-
-/// What the worker holds.
-enum Held {
-    Zk(recipes_zk::MutexGuard),
-    Etcd(recipes_etcd::MutexGuard),
-}
-
-impl Held {
-    fn token(&self) -> u64 {
-        match self {
-            Held::Zk(g) => g.token().get(),
-            Held::Etcd(g) => g.token().get(),
-        }
-    }
-
-    fn holder(&self) -> &str {
-        match self {
-            Held::Zk(g) => g.holder(),
-            Held::Etcd(g) => g.holder(),
-        }
-    }
-
-    fn lost(&self) -> &recipes_core::LossSignal {
-        match self {
-            Held::Zk(g) => g.lost(),
-            Held::Etcd(g) => g.lost(),
-        }
-    }
-
-    fn write(&self, path: &str, value: &str) -> Result<(), Error> {
-        match self {
-            Held::Zk(g) => g.lease().put(path, value.as_bytes()),
-            Held::Etcd(g) => g.lease().put(path, value).map(drop),
-        }
-    }
-
-    fn release(self) -> Result<(), Error> {
-        match self {
-            Held::Zk(g) => g.release(),
-            Held::Etcd(g) => g.release(),
-        }
-    }
-}
 
 /// A latch or selector this worker runs (dropping it closes it): the token
 /// of the term it leads now, if any.
@@ -121,9 +75,12 @@ impl Participant {
     }
 }
 
-struct Worker {
-    client: Client,
-    held: Option<Held>,
+/// The held lock of a client of type `C`.
+type Held<C> = MutexGuard<<<C as Client>::Mutex as MutexBackend>::Lease>;
+
+struct Worker<C: Client> {
+    client: C,
+    held: Option<Held<C>>,
     participant: Option<Participant>,
 }
 
@@ -153,56 +110,17 @@ fn usage(msg: &str) -> String {
     format!("usage {msg}")
 }
 
-impl Worker {
-    fn last_acknowledged(&self) -> Option<BootInstant> {
-        match &self.client {
-            Client::Zk(c) => c.last_acknowledged(),
-            Client::Etcd(c) => c.last_acknowledged(),
-            Client::None => None,
-        }
-    }
+fn millis(ms: &str, what: &str) -> Result<Duration, String> {
+    ms.parse()
+        .map(Duration::from_millis)
+        .map_err(|_| usage(&format!("{what} is a number")))
+}
 
-    fn handle(&mut self, line: &str) -> Reply {
-        let words: Vec<&str> = line.split_whitespace().collect();
-        match words.as_slice() {
-            ["connect", "zk", hosts, timeout_ms, rest @ ..] => {
-                let ms: u64 = timeout_ms
-                    .parse()
-                    .map_err(|_| usage("timeout_ms is a number"))?;
-                let policy = match rest {
-                    [] | ["deadline"] => LossPolicy::Deadline,
-                    ["disconnect"] => LossPolicy::OnDisconnect,
-                    _ => return Err(usage("loss policy is deadline or disconnect")),
-                };
-                let c = ZkClient::builder(*hosts)
-                    .session_timeout(Duration::from_millis(ms))
-                    .loss_policy(policy)
-                    .connect()
-                    .map_err(|e| err(&e))?;
-                let reply = format!(
-                    "session={:#x} timeout_ms={}",
-                    c.session_id(),
-                    c.session_timeout().as_millis()
-                );
-                self.client = Client::Zk(c);
-                Ok(reply)
-            }
-            ["connect", "etcd", endpoints, ttl_ms] => {
-                let ms: u64 = ttl_ms.parse().map_err(|_| usage("ttl_ms is a number"))?;
-                let c = EtcdClient::builder(endpoints.split(','))
-                    .ttl(Duration::from_millis(ms))
-                    .connect()
-                    .map_err(|e| err(&e))?;
-                self.client = Client::Etcd(c);
-                Ok(String::new())
-            }
+impl<C: Client> Worker<C> {
+    fn handle(&mut self, words: &[&str]) -> Reply {
+        match words {
             ["ping"] => {
-                let rtt = match &self.client {
-                    Client::Zk(c) => c.ping(),
-                    Client::Etcd(c) => c.ping(),
-                    Client::None => return Err(usage("connect first")),
-                }
-                .map_err(|e| err(&e))?;
+                let rtt = self.client.ping().map_err(|e| err(&e))?;
                 Ok(format!("rtt_us={}", rtt.as_micros()))
             }
             ["lock", name, rest @ ..] => {
@@ -211,35 +129,15 @@ impl Worker {
                 }
                 let wait = match rest {
                     [] => None,
-                    [ms] => Some(Duration::from_millis(
-                        ms.parse().map_err(|_| usage("wait_ms is a number"))?,
-                    )),
+                    [ms] => Some(millis(ms, "wait_ms")?),
                     _ => return Err(usage("lock <name> [wait_ms]")),
                 };
-                let held = match &self.client {
-                    Client::Zk(c) => {
-                        let m = c.mutex(name).map_err(|e| err(&e))?;
-                        match wait {
-                            None => Some(m.lock()),
-                            Some(w) => m.try_lock_for(w).transpose(),
-                        }
-                        .transpose()
-                        .map_err(|e| err(&e))?
-                        .map(Held::Zk)
-                    }
-                    Client::Etcd(c) => {
-                        let m = c.mutex(name).map_err(|e| err(&e))?;
-                        match wait {
-                            None => Some(m.lock()),
-                            Some(w) => m.try_lock_for(w).transpose(),
-                        }
-                        .transpose()
-                        .map_err(|e| err(&e))?
-                        .map(Held::Etcd)
-                    }
-                    Client::None => return Err(usage("connect first")),
+                let m = self.client.mutex(name).map_err(|e| err(&e))?;
+                let held = match wait {
+                    None => m.lock().map(Some),
+                    Some(w) => m.try_lock_for(w),
                 };
-                match held {
+                match held.map_err(|e| err(&e))? {
                     None => Ok("timeout".to_owned()),
                     Some(h) => {
                         let reply = format!("token={} holder={}", h.token(), h.holder());
@@ -254,12 +152,11 @@ impl Worker {
                     None => "no".to_owned(),
                     Some(r) => format!("{r:?}"),
                 };
-                let last_ack = self.last_acknowledged();
                 Ok(format!(
                     "lost={lost} token={} valid_until_ms={} last_ack_ms={}",
                     h.token(),
                     boot_ms(h.lost().valid_until()),
-                    boot_ms(last_ack)
+                    boot_ms(self.client.last_acknowledged())
                 ))
             }
             ["write", path, value] => {
@@ -269,7 +166,7 @@ impl Worker {
                 // value is the same, so applying it twice is harmless.
                 let mut tries = 0;
                 loop {
-                    match h.write(path, value) {
+                    match h.put(path, value.as_bytes()) {
                         Err(Error::Indeterminate { .. } | Error::ConnectionLoss) if tries < 50 => {
                             tries += 1;
                             std::thread::sleep(Duration::from_millis(100));
@@ -289,23 +186,15 @@ impl Worker {
                 Ok(String::new())
             }
             ["latch", path, id] => {
-                self.participant = Some(match &self.client {
-                    Client::Zk(c) => {
-                        Participant::latch(c.leader_latch(path, id).map_err(|e| err(&e))?)
-                    }
-                    Client::Etcd(c) => {
-                        Participant::latch(c.leader_latch(path, id).map_err(|e| err(&e))?)
-                    }
-                    Client::None => return Err(usage("connect first")),
-                });
+                let latch = self.client.leader_latch(path, id).map_err(|e| err(&e))?;
+                self.participant = Some(Participant::latch(latch));
                 Ok(String::new())
             }
             ["selector", path, id] => {
-                let started = match &self.client {
-                    Client::Zk(c) => c.leader_selector(path, id).and_then(Participant::selector),
-                    Client::Etcd(c) => c.leader_selector(path, id).and_then(Participant::selector),
-                    Client::None => return Err(usage("connect first")),
-                };
+                let started = self
+                    .client
+                    .leader_selector(path, id)
+                    .and_then(Participant::selector);
                 self.participant = Some(started.map_err(|e| err(&e))?);
                 Ok(String::new())
             }
@@ -314,40 +203,97 @@ impl Worker {
                 let token = (participant
                     .ok_or_else(|| usage("no latch or selector"))?
                     .leading)();
-                let last_ack = self.last_acknowledged();
+                let last_ack = boot_ms(self.client.last_acknowledged());
                 Ok(match token {
-                    Some(t) => format!("leading=yes token={t} last_ack_ms={}", boot_ms(last_ack)),
-                    None => format!("leading=no token=0 last_ack_ms={}", boot_ms(last_ack)),
+                    Some(t) => format!("leading=yes token={t} last_ack_ms={last_ack}"),
+                    None => format!("leading=no token=0 last_ack_ms={last_ack}"),
                 })
             }
             ["pid"] => Ok(std::process::id().to_string()),
-            _ => Err(usage(&format!("unknown request {line:?}"))),
+            _ => Err(usage(&format!("unknown request {:?}", words.join(" ")))),
         }
+    }
+
+    /// Close before exiting, so the session ends at once.
+    fn close(mut self) {
+        drop(self.held.take());
+        drop(self.participant.take());
+        let _ = self.client.close_within(Duration::from_secs(2));
+    }
+}
+
+/// A connected worker of either store.
+enum Connected {
+    Zk(Worker<ZkClient>),
+    Etcd(Worker<EtcdClient>),
+}
+
+fn worker<C: Client>(client: C) -> Worker<C> {
+    Worker {
+        client,
+        held: None,
+        participant: None,
+    }
+}
+
+fn connect(words: &[&str]) -> Result<(Connected, String), String> {
+    match words {
+        ["connect", "zk", hosts, timeout_ms, rest @ ..] => {
+            let policy = match rest {
+                [] | ["deadline"] => LossPolicy::Deadline,
+                ["disconnect"] => LossPolicy::OnDisconnect,
+                _ => return Err(usage("loss policy is deadline or disconnect")),
+            };
+            let c = ZkClient::builder(*hosts)
+                .session_timeout(millis(timeout_ms, "timeout_ms")?)
+                .loss_policy(policy)
+                .connect()
+                .map_err(|e| err(&e))?;
+            let reply = format!(
+                "session={:#x} timeout_ms={}",
+                c.session_id(),
+                c.session_timeout().as_millis()
+            );
+            Ok((Connected::Zk(worker(c)), reply))
+        }
+        ["connect", "etcd", endpoints, ttl_ms] => {
+            let c = EtcdClient::builder(endpoints.split(','))
+                .ttl(millis(ttl_ms, "ttl_ms")?)
+                .connect()
+                .map_err(|e| err(&e))?;
+            Ok((Connected::Etcd(worker(c)), String::new()))
+        }
+        _ => Err(usage("connect first")),
     }
 }
 
 fn main() {
     let stdin = io::stdin();
     let mut out = io::stdout().lock();
-    let mut worker = Worker {
-        client: Client::None,
-        held: None,
-        participant: None,
-    };
+    let mut connected: Option<Connected> = None;
     let _ = writeln!(out, "READY");
     let _ = out.flush();
     for line in stdin.lock().lines() {
         let Ok(line) = line else { break };
-        let line = line.trim();
-        if line.is_empty() {
+        let words: Vec<&str> = line.split_whitespace().collect();
+        if words.is_empty() {
             continue;
         }
-        if line == "exit" {
+        if words == ["exit"] {
             let _ = writeln!(out, "OK");
             let _ = out.flush();
             break;
         }
-        let reply = match worker.handle(line) {
+        let reply = match (&mut connected, words.as_slice()) {
+            (_, ["pid"]) => Ok(std::process::id().to_string()),
+            (None, _) => connect(&words).map(|(c, reply)| {
+                connected = Some(c);
+                reply
+            }),
+            (Some(Connected::Zk(w)), _) => w.handle(&words),
+            (Some(Connected::Etcd(w)), _) => w.handle(&words),
+        };
+        let reply = match reply {
             Ok(fields) if fields.is_empty() => "OK".to_owned(),
             Ok(fields) => format!("OK {fields}"),
             Err(e) => format!("ERR {e}"),
@@ -355,12 +301,9 @@ fn main() {
         let _ = writeln!(out, "{reply}");
         let _ = out.flush();
     }
-    // Close the clients before exiting, so sessions end at once.
-    drop(worker.held.take());
-    drop(worker.participant.take());
-    match worker.client {
-        Client::Zk(c) => c.close(Duration::from_secs(2)),
-        Client::Etcd(c) => c.close(Duration::from_secs(2)),
-        Client::None => {}
+    match connected {
+        Some(Connected::Zk(w)) => w.close(),
+        Some(Connected::Etcd(w)) => w.close(),
+        None => {}
     }
 }

@@ -1,0 +1,195 @@
+//! The one client surface every backend implements: make recipes by name,
+//! list a name's contenders, read a key, write fenced, close. Tools (the
+//! `recipes` command, the test worker, the examples) are written once
+//! against it.
+
+use std::fmt;
+use std::time::Duration;
+
+use crate::backend::{ElectionBackend, FencedLease, HeldLease, MutexBackend, SemaphoreBackend};
+use crate::clock::BootInstant;
+use crate::election::{Election, Leadership};
+use crate::error::Result;
+use crate::leader::{LatchBackend, LeaderLatch, LeaderSelector, SelectorBackend};
+use crate::mutex::{Mutex, MutexGuard};
+use crate::semaphore::{Semaphore, SemaphorePermit};
+
+/// Writes fenced in the store by a held lease: applied only while the
+/// lease's own entry (node or key) still exists — that is, while no other
+/// holder can exist. The same signature on every backend.
+pub trait FencedWrites {
+    /// Set `key` (a ZooKeeper node path, an etcd key) to `value`, creating
+    /// it if missing.
+    ///
+    /// # Errors
+    ///
+    /// [`Error::FenceRejected`](crate::Error::FenceRejected) once our entry
+    /// is gone; [`Error::Indeterminate`](crate::Error::Indeterminate) when no
+    /// reply came; backend errors.
+    fn put(&self, key: &str, value: &[u8]) -> Result<()>;
+
+    /// Delete `key` (no error if it does not exist).
+    ///
+    /// # Errors
+    ///
+    /// As for [`put`](FencedWrites::put).
+    fn delete(&self, key: &str) -> Result<()>;
+}
+
+/// One contender of a name, as the store shows it at the moment of the
+/// read — under partition or pause, possibly no longer so.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Contender {
+    /// Where it lives in the store: its node path or its key.
+    pub holder: String,
+    /// When the store created it: the node's czxid (on ZooKeeper also the
+    /// holder's fencing token), or the key's create revision (on etcd a
+    /// lock's fence is the later revision of the read that confirmed it).
+    pub created: i64,
+    /// Its data: a latch, selector or election candidate's value.
+    pub value: Vec<u8>,
+}
+
+/// A connected client of one store, through which every recipe is made.
+///
+/// Cheap to clone; clones share the session. Dropping the last handle
+/// closes it on a best-effort basis; [`close`](Client::close) reports the
+/// outcome.
+pub trait Client: Clone + Send + Sync + fmt::Debug + 'static {
+    /// The mutex backend; its leases write fenced.
+    type Mutex: MutexBackend<Lease: FencedWrites>;
+    /// The semaphore backend; its permits write fenced by their own entry.
+    type Semaphore: SemaphoreBackend<Permit: FencedWrites>;
+    /// The election backend; its leaderships write fenced.
+    type Election: ElectionBackend<Leadership: FencedWrites>;
+    /// The leader latch backend.
+    type Latch: LatchBackend;
+    /// The leader selector backend.
+    type Selector: SelectorBackend;
+
+    /// The store's short name: `zk`, `etcd`.
+    fn store(&self) -> &'static str;
+
+    /// A mutex named `name`.
+    ///
+    /// # Errors
+    ///
+    /// [`Error::InvalidArgument`](crate::Error::InvalidArgument) for a name
+    /// the store refuses, saying what to change.
+    fn mutex(&self, name: &str) -> Result<Mutex<Self::Mutex>>;
+
+    /// A semaphore of `permits` permits named `name`.
+    ///
+    /// # Errors
+    ///
+    /// As for [`mutex`](Client::mutex); zero permits.
+    fn semaphore(&self, name: &str, permits: u32) -> Result<Semaphore<Self::Semaphore>>;
+
+    /// An election named `name`.
+    ///
+    /// # Errors
+    ///
+    /// As for [`mutex`](Client::mutex).
+    fn election(&self, name: &str) -> Result<Election<Self::Election>>;
+
+    /// A leader latch on `name` for participant `id`.
+    ///
+    /// # Errors
+    ///
+    /// As for [`mutex`](Client::mutex); an empty id.
+    fn leader_latch(&self, name: &str, id: &str) -> Result<LeaderLatch<Self::Latch>>;
+
+    /// A leader selector on `name` for participant `id`.
+    ///
+    /// # Errors
+    ///
+    /// As for [`leader_latch`](Client::leader_latch).
+    fn leader_selector(&self, name: &str, id: &str) -> Result<LeaderSelector<Self::Selector>>;
+
+    /// The contenders of the mutex, election, latch or selector `name`, in
+    /// the order the recipe itself uses: the first holds or leads.
+    ///
+    /// # Errors
+    ///
+    /// As for [`mutex`](Client::mutex); connection and read errors.
+    fn contenders(&self, name: &str) -> Result<Vec<Contender>>;
+
+    /// The semaphore `name`: its stored size (`None` if none is stored) and
+    /// its permit entries in queue order, whose first N hold.
+    ///
+    /// # Errors
+    ///
+    /// As for [`contenders`](Client::contenders).
+    fn permits(&self, name: &str) -> Result<(Option<u32>, Vec<Contender>)>;
+
+    /// A plain (unfenced, linearizable) read of `key`; `None` when it does
+    /// not exist.
+    ///
+    /// # Errors
+    ///
+    /// As for [`contenders`](Client::contenders).
+    fn read(&self, key: &str) -> Result<Option<Vec<u8>>>;
+
+    /// The session timeout or lease TTL the server granted (it may differ
+    /// from the one asked for).
+    fn granted_ttl(&self) -> Duration;
+
+    /// One round trip to the store, timed.
+    ///
+    /// # Errors
+    ///
+    /// Connection errors within the RPC timeout.
+    fn ping(&self) -> Result<Duration>;
+
+    /// The send time of the newest acknowledged request of the session (on
+    /// the boot-time clock), from which its lease deadline is computed.
+    fn last_acknowledged(&self) -> Option<BootInstant>;
+
+    /// Close the session — what it still holds goes at once — waiting at
+    /// most `grace`. Every loss signal fires. Other clones stop working.
+    ///
+    /// # Errors
+    ///
+    /// When the store did not confirm within `grace`; the session's own
+    /// timeout then removes what it held.
+    fn close_within(&self, grace: Duration) -> Result<()>;
+
+    /// [`close_within`](Client::close_within) the runtime's default grace.
+    ///
+    /// # Errors
+    ///
+    /// As for [`close_within`](Client::close_within).
+    fn close(self) -> Result<()> {
+        self.close_within(crate::runtime::DEFAULT_SHUTDOWN_GRACE)
+    }
+}
+
+macro_rules! fenced_guard {
+    ($guard:ident, $bound:path) => {
+        impl<L: $bound + FencedWrites> $guard<L> {
+            /// A write of `value` at `key`, fenced in the store by this
+            /// holding (see [`FencedWrites::put`]).
+            ///
+            /// # Errors
+            ///
+            /// [`Error::FenceRejected`](crate::Error::FenceRejected) once it
+            /// is gone; backend errors.
+            pub fn put(&self, key: &str, value: &[u8]) -> Result<()> {
+                self.lease().put(key, value)
+            }
+
+            /// A delete of `key`, fenced in the store by this holding.
+            ///
+            /// # Errors
+            ///
+            /// As for `put`.
+            pub fn delete(&self, key: &str) -> Result<()> {
+                self.lease().delete(key)
+            }
+        }
+    };
+}
+
+fenced_guard!(MutexGuard, FencedLease);
+fenced_guard!(SemaphorePermit, HeldLease);
+fenced_guard!(Leadership, crate::backend::LeadershipLease);
