@@ -57,6 +57,7 @@ mod fence;
 mod guard;
 mod leader;
 mod lease;
+mod limits;
 mod loss;
 mod mutex;
 mod runtime;
@@ -80,6 +81,10 @@ pub use leader::{
     SelectorBackend,
 };
 pub use lease::{LossPolicy, SessionLease};
+pub use limits::{
+    check_timeout, check_ttl, DEFAULT_CONNECT_TIMEOUT, DEFAULT_RPC_TIMEOUT, DEFAULT_TTL,
+    MAX_DURATION, MIN_TTL,
+};
 pub use loss::{LossReason, LossSignal, LossTrigger};
 pub use mutex::{Mutex, MutexGuard};
 pub use runtime::{Runtime, DEFAULT_SHUTDOWN_GRACE};

@@ -5,24 +5,19 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use recipes_core::{BootInstant, Error, LossReason, Result, Runtime, DEFAULT_SLACK};
+use recipes_core::{
+    BootInstant, Error, LossReason, Result, Runtime, DEFAULT_CONNECT_TIMEOUT, DEFAULT_RPC_TIMEOUT,
+    DEFAULT_SLACK, DEFAULT_TTL,
+};
 
 use crate::error::from_etcd;
 use tokio::sync::OwnedMutexGuard;
 
 use crate::session::{Session, SessionSettings};
 
-/// The default deadline of one request.
-pub const DEFAULT_RPC_TIMEOUT: Duration = Duration::from_secs(5);
-/// The default time allowed to reach a member at connect.
-pub const DEFAULT_CONNECT_TIMEOUT: Duration = Duration::from_secs(5);
 /// HTTP/2 keep-alive: ping interval and the time to wait for the answer.
 /// Without it a black-holed connection is never noticed.
 const HTTP2_KEEP_ALIVE: (Duration, Duration) = (Duration::from_secs(1), Duration::from_secs(2));
-/// The default lease TTL asked for.
-pub const DEFAULT_TTL: Duration = Duration::from_secs(10);
-/// The longest lease TTL etcd grants (its `MaxLeaseTTL`).
-pub const MAX_TTL: Duration = Duration::from_secs(9_000_000_000);
 
 /// Settings for an [`EtcdClient`]; see [`EtcdClient::builder`].
 #[derive(Clone)]
@@ -104,30 +99,9 @@ impl EtcdClientBuilder {
                 "etcd endpoint {bad:?} is empty or holds a comma; give one host:port per endpoint"
             )));
         }
-        for (what, d) in [
-            ("rpc timeout", self.rpc_timeout),
-            ("connect timeout", self.connect_timeout),
-        ] {
-            if d.is_zero() {
-                return Err(Error::invalid(format!("the {what} must be more than zero")));
-            }
-            if d > Duration::from_secs(24 * 3600) {
-                return Err(Error::invalid(format!(
-                    "the {what} of {d:?} is absurd; use at most a day"
-                )));
-            }
-        }
-        if self.ttl.is_zero() {
-            return Err(Error::invalid(
-                "the lease TTL must be more than zero; give whole seconds, such as 10 s",
-            ));
-        }
-        if self.ttl > MAX_TTL {
-            return Err(Error::invalid(format!(
-                "the lease TTL of {:?} is above etcd's maximum of {MAX_TTL:?}",
-                self.ttl
-            )));
-        }
+        recipes_core::check_ttl(self.ttl)?;
+        recipes_core::check_timeout("connect timeout", self.connect_timeout)?;
+        recipes_core::check_timeout("rpc timeout", self.rpc_timeout)?;
         recipes_core::check_lease("the lease TTL", self.ttl, self.lease_slack)
     }
 

@@ -83,10 +83,7 @@ mod session;
 mod surface;
 mod watch;
 
-pub use client::{
-    EtcdClient, EtcdClientBuilder, DEFAULT_CONNECT_TIMEOUT, DEFAULT_RPC_TIMEOUT, DEFAULT_TTL,
-    MAX_TTL,
-};
+pub use client::{EtcdClient, EtcdClientBuilder};
 pub use election::{Election, EtcdElection, EtcdLeadership, Leadership};
 /// The etcd client crate, for the transaction operations of
 /// [`EtcdLock::txn`].
@@ -100,6 +97,7 @@ pub use recipes_core;
 pub use recipes_core::{
     BootInstant, Client, Contender, Error, FenceGate, FencedWrites, FencingToken, LatchEvent,
     LeaderInfo, LeaderObserver, LossReason, LossSignal, Participant, Result,
+    DEFAULT_CONNECT_TIMEOUT, DEFAULT_RPC_TIMEOUT, DEFAULT_TTL, MAX_DURATION, MIN_TTL,
 };
 pub use selector::{EtcdSelector, LeaderSelector};
 pub use semaphore::{EtcdPermit, EtcdSemaphore, Semaphore, SemaphorePermit};

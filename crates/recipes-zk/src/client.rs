@@ -6,22 +6,14 @@ use std::time::{Duration, Instant};
 
 use std::sync::atomic::{AtomicBool, Ordering};
 
-use recipes_core::{BootInstant, Error, LossPolicy, LossReason, Result, Runtime, DEFAULT_SLACK};
+use recipes_core::{
+    BootInstant, Error, LossPolicy, LossReason, Result, Runtime, DEFAULT_CONNECT_TIMEOUT,
+    DEFAULT_RPC_TIMEOUT, DEFAULT_SLACK, DEFAULT_TTL,
+};
 use zookeeper_client as zk;
 
 use crate::error::from_zk;
 use crate::session::{Session, SessionState};
-
-/// The default requested session timeout.
-pub const DEFAULT_SESSION_TIMEOUT: Duration = Duration::from_secs(10);
-/// The shortest session timeout a client may ask for. zookeeper-client
-/// derives its connection timeouts from it; below this they are too short to
-/// connect even on loopback.
-pub const MIN_SESSION_TIMEOUT: Duration = Duration::from_secs(1);
-/// The default time allowed to establish the first session.
-pub const DEFAULT_CONNECT_TIMEOUT: Duration = Duration::from_secs(10);
-/// The default deadline of one request.
-pub const DEFAULT_RPC_TIMEOUT: Duration = Duration::from_secs(10);
 
 /// Settings for a [`ZkClient`]; see [`ZkClient::builder`].
 #[derive(Clone)]
@@ -127,20 +119,9 @@ impl ZkClientBuilder {
                 self.hosts
             )));
         }
-        for (what, d) in [
-            ("session timeout", self.session_timeout),
-            ("connect timeout", self.connect_timeout),
-            ("rpc timeout", self.rpc_timeout),
-        ] {
-            if d.is_zero() {
-                return Err(Error::invalid(format!("the {what} must be more than zero")));
-            }
-            if d > Duration::from_secs(24 * 3600) {
-                return Err(Error::invalid(format!(
-                    "the {what} of {d:?} is absurd; use at most a day"
-                )));
-            }
-        }
+        recipes_core::check_ttl(self.session_timeout)?;
+        recipes_core::check_timeout("connect timeout", self.connect_timeout)?;
+        recipes_core::check_timeout("rpc timeout", self.rpc_timeout)?;
         if let Some(chroot) = &self.chroot {
             crate::names::validate_path(chroot)?;
         }
@@ -150,13 +131,6 @@ impl ZkClientBuilder {
                     "digest user {user:?} must be non-empty and hold no ':'"
                 )));
             }
-        }
-        if self.session_timeout < MIN_SESSION_TIMEOUT {
-            return Err(Error::invalid(format!(
-                "the session timeout of {:?} is below {MIN_SESSION_TIMEOUT:?}; ask for at least \
-                 that (servers grant no less than 2 × tickTime anyway)",
-                self.session_timeout
-            )));
         }
         recipes_core::check_lease(
             "the session timeout",
@@ -327,7 +301,7 @@ impl ZkClient {
     pub fn builder(hosts: impl Into<String>) -> ZkClientBuilder {
         ZkClientBuilder {
             hosts: hosts.into(),
-            session_timeout: DEFAULT_SESSION_TIMEOUT,
+            session_timeout: DEFAULT_TTL,
             connect_timeout: DEFAULT_CONNECT_TIMEOUT,
             rpc_timeout: DEFAULT_RPC_TIMEOUT,
             loss_policy: LossPolicy::default(),

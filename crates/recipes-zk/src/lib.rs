@@ -92,10 +92,7 @@ mod semaphore;
 mod session;
 mod surface;
 
-pub use client::{
-    ZkClient, ZkClientBuilder, DEFAULT_CONNECT_TIMEOUT, DEFAULT_RPC_TIMEOUT,
-    DEFAULT_SESSION_TIMEOUT, MIN_SESSION_TIMEOUT,
-};
+pub use client::{ZkClient, ZkClientBuilder};
 pub use contenders::QueuedNode;
 pub use election::{Election, Leadership, ZkElection, ZkLeadership};
 pub use latch::{LeaderLatch, ZkLatch};
@@ -107,6 +104,7 @@ pub use recipes_core;
 pub use recipes_core::{
     BootInstant, Client, Contender, Error, FenceGate, FencedWrites, FencingToken, LatchEvent,
     LeaderInfo, LeaderObserver, LossPolicy, LossReason, LossSignal, Participant, Result,
+    DEFAULT_CONNECT_TIMEOUT, DEFAULT_RPC_TIMEOUT, DEFAULT_TTL, MAX_DURATION, MIN_TTL,
 };
 pub use selector::{LeaderSelector, ZkSelector};
 pub use semaphore::{InterProcessSemaphore, ZkPermit, ZkSemaphore};

@@ -1,0 +1,92 @@
+//! One set of defaults and limits for every backend: the same setting has
+//! the same name, default and bounds whatever the store, and a value out of
+//! bounds gets the same [`Error::InvalidArgument`] saying what to change.
+
+use std::time::Duration;
+
+use crate::error::{Error, Result};
+
+/// The lease a client asks for when not told: the ZooKeeper session
+/// timeout, the etcd lease TTL.
+pub const DEFAULT_TTL: Duration = Duration::from_secs(10);
+
+/// The shortest lease a client may ask for. ZooKeeper grants no less than
+/// 2 × tickTime and etcd no less than its minimum TTL anyway.
+pub const MIN_TTL: Duration = Duration::from_secs(1);
+
+/// The longest lease, connect timeout or RPC timeout a client may ask
+/// for: past a day, a crashed holder would block its lock for longer than
+/// anyone waits.
+pub const MAX_DURATION: Duration = Duration::from_secs(24 * 3600);
+
+/// How long connecting may take when not told.
+pub const DEFAULT_CONNECT_TIMEOUT: Duration = Duration::from_secs(10);
+
+/// How long one request may take when not told.
+pub const DEFAULT_RPC_TIMEOUT: Duration = Duration::from_secs(10);
+
+/// Check a lease length the caller asked for.
+///
+/// # Errors
+///
+/// [`Error::InvalidArgument`] below [`MIN_TTL`] or above [`MAX_DURATION`].
+pub fn check_ttl(ttl: Duration) -> Result<()> {
+    if ttl < MIN_TTL {
+        return Err(Error::invalid(format!(
+            "a lease (TTL, session timeout) of {ttl:?} is below the minimum of {MIN_TTL:?}; \
+             ask for at least that, such as 10 s"
+        )));
+    }
+    check_at_most_a_day("lease (TTL, session timeout)", ttl)
+}
+
+/// Check a timeout (`what` names it): more than zero, at most a day.
+///
+/// # Errors
+///
+/// [`Error::InvalidArgument`] saying which bound was crossed.
+pub fn check_timeout(what: &str, d: Duration) -> Result<()> {
+    if d.is_zero() {
+        return Err(Error::invalid(format!("the {what} must be more than zero")));
+    }
+    check_at_most_a_day(what, d)
+}
+
+fn check_at_most_a_day(what: &str, d: Duration) -> Result<()> {
+    if d > MAX_DURATION {
+        return Err(Error::invalid(format!(
+            "the {what} of {d:?} is above the maximum of {MAX_DURATION:?} (a day); ask for less"
+        )));
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn leases_and_timeouts_have_one_set_of_bounds() {
+        assert!(check_ttl(DEFAULT_TTL).is_ok());
+        assert!(check_ttl(MIN_TTL).is_ok());
+        assert!(check_ttl(MAX_DURATION).is_ok());
+        for bad in [
+            Duration::ZERO,
+            Duration::from_millis(999),
+            MAX_DURATION + Duration::from_secs(1),
+        ] {
+            assert!(
+                matches!(check_ttl(bad), Err(Error::InvalidArgument(_))),
+                "{bad:?}"
+            );
+        }
+        assert!(
+            matches!(check_timeout("rpc timeout", Duration::ZERO), Err(Error::InvalidArgument(m)) if m.contains("rpc timeout"))
+        );
+        assert!(matches!(
+            check_timeout("rpc timeout", Duration::MAX),
+            Err(Error::InvalidArgument(_))
+        ));
+        assert!(check_timeout("rpc timeout", Duration::from_millis(1)).is_ok());
+    }
+}
