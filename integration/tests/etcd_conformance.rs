@@ -48,6 +48,14 @@ impl Kit for EtcdKit {
             .unwrap()
     }
 
+    type Client = EtcdClient;
+
+    fn connect(&self, ttl: Duration) -> recipes_core::Result<EtcdClient> {
+        EtcdClient::builder(self.server.endpoints())
+            .ttl(ttl)
+            .connect()
+    }
+
     type Election = EtcdElection;
 
     fn election(&self, name: &str, ttl: Duration) -> recipes_etcd::Election {

@@ -48,6 +48,14 @@ impl Kit for ZkKit {
             .unwrap()
     }
 
+    type Client = ZkClient;
+
+    fn connect(&self, ttl: Duration) -> recipes_core::Result<ZkClient> {
+        ZkClient::builder(self.server.connect_string())
+            .ttl(ttl)
+            .connect()
+    }
+
     type Election = ZkElection;
 
     fn election(&self, name: &str, ttl: Duration) -> recipes_zk::Election {

@@ -57,15 +57,15 @@ pub struct Contender {
 /// outcome.
 pub trait Client: Clone + Send + Sync + fmt::Debug + 'static {
     /// The mutex backend; its leases write fenced.
-    type Mutex: MutexBackend<Lease: FencedWrites>;
+    type Mutex: MutexBackend<Lease: FencedWrites> + fmt::Debug;
     /// The semaphore backend; its permits write fenced by their own entry.
-    type Semaphore: SemaphoreBackend<Permit: FencedWrites>;
+    type Semaphore: SemaphoreBackend<Permit: FencedWrites> + fmt::Debug;
     /// The election backend; its leaderships write fenced.
-    type Election: ElectionBackend<Leadership: FencedWrites>;
+    type Election: ElectionBackend<Leadership: FencedWrites> + fmt::Debug;
     /// The leader latch backend.
-    type Latch: LatchBackend;
+    type Latch: LatchBackend + fmt::Debug;
     /// The leader selector backend.
-    type Selector: SelectorBackend;
+    type Selector: SelectorBackend + fmt::Debug;
 
     /// The store's short name: `zk`, `etcd`.
     fn store(&self) -> &'static str;

@@ -40,7 +40,7 @@ impl<B: ElectionBackend> Election<B> {
     pub fn campaign(&self, value: &[u8]) -> Result<Leadership<B::Leadership>> {
         self.backend
             .campaign(value, None)?
-            .map(Leadership::new)
+            .map(Leadership::from_lease)
             .ok_or_else(|| unbounded_wait_ended("campaign"))
     }
 
@@ -66,7 +66,7 @@ impl<B: ElectionBackend> Election<B> {
         Ok(self
             .backend
             .campaign(value, deadline_after(timeout))?
-            .map(Leadership::new))
+            .map(Leadership::from_lease))
     }
 
     /// Campaign until `deadline`.
@@ -82,7 +82,7 @@ impl<B: ElectionBackend> Election<B> {
         Ok(self
             .backend
             .campaign(value, Some(deadline))?
-            .map(Leadership::new))
+            .map(Leadership::from_lease))
     }
 
     /// The current leader, if any.
@@ -167,7 +167,9 @@ pub struct Leadership<L: LeadershipLease> {
 impl<L: LeadershipLease> Leadership<L> {
     lease_accessors!("leadership");
 
-    fn new(lease: L) -> Leadership<L> {
+    /// A leadership over a lease a backend won by other means (a leader
+    /// selector's term, say). It resigns when dropped.
+    pub fn from_lease(lease: L) -> Leadership<L> {
         let token = lease.token();
         Leadership {
             hold: Hold::new(lease),

@@ -19,7 +19,7 @@ use recipes_core::{
 };
 
 use crate::client::ZkClient;
-use crate::driver::{Contender, NodeDriver};
+use crate::driver::{Acquired, Contender, NodeDriver};
 use crate::names::validate_path;
 use crate::node_lease::ZkNodeLease;
 use crate::observe::{read_leader, watch_leader};
@@ -70,13 +70,7 @@ impl ElectionBackend for ZkElection {
                     .acquire(deadline.map(tokio::time::Instant::from_std))
                     .await
             })?;
-        Ok(won.map(|a| {
-            let lease = ZkNodeLease::held(self.client.clone(), a);
-            ZkLeadership {
-                token: FencingToken(lease.czxid() as u64),
-                lease,
-            }
-        }))
+        Ok(won.map(|a| ZkLeadership::held(self.client.clone(), a)))
     }
 
     fn leader(&self) -> Result<Option<LeaderInfo>> {
@@ -92,11 +86,22 @@ impl ElectionBackend for ZkElection {
     }
 }
 
-/// A won ZooKeeper election: our node, its fence and fenced writes (it
-/// dereferences to a [`ZkNodeLease`]).
+/// A won ZooKeeper election, or a leader selector's term: our node, its
+/// fence and fenced writes (it dereferences to a [`ZkNodeLease`]).
 pub struct ZkLeadership {
     lease: ZkNodeLease,
     token: FencingToken,
+}
+
+impl ZkLeadership {
+    /// A leadership over the node `a` names; its fence is the czxid.
+    pub(crate) fn held(client: ZkClient, a: Acquired) -> ZkLeadership {
+        let lease = ZkNodeLease::held(client, a);
+        ZkLeadership {
+            token: FencingToken(lease.czxid() as u64),
+            lease,
+        }
+    }
 }
 
 impl std::ops::Deref for ZkLeadership {

@@ -2,7 +2,8 @@
 //! which is its mutex: `<path>/_c_<uuid>-lock-<seq10>`, data = the id).
 //!
 //! The closure runs on the selector's own thread, never on the runtime. It
-//! gets the held lock (fence, loss signal, fenced writes); when leadership
+//! gets the held [`Leadership`] (fence, loss signal, fenced writes, and a
+//! `proclaim` that sets our node's data), as on every store; when leadership
 //! may be gone — or the selector is closed — the guard's loss signal fires
 //! and the closure must stop. After it returns, leadership is released and,
 //! with `requeue`, the selector queues again.
@@ -11,13 +12,12 @@ use recipes_core::{FencingToken, LossSignal, LossTrigger, Participant, Result, S
 
 use crate::client::ZkClient;
 use crate::driver::NodeDriver;
+use crate::election::{Leadership, ZkLeadership};
 use crate::latch::{contender, participants};
-use crate::mutex::ZkLock;
-use crate::MutexGuard;
 
 /// Runs a closure while this participant leads (Curator's
 /// `LeaderSelector` layout; see [`recipes_core::LeaderSelector`] for the
-/// API). The closure gets the held [`MutexGuard`].
+/// API). The closure gets the held [`Leadership`].
 ///
 /// Made by [`ZkClient::leader_selector`].
 ///
@@ -39,7 +39,7 @@ pub struct ZkSelector {
 }
 
 impl SelectorBackend for ZkSelector {
-    type Guard = MutexGuard;
+    type Guard = Leadership;
 
     fn name(&self) -> &str {
         &self.driver.contender.dir
@@ -49,7 +49,7 @@ impl SelectorBackend for ZkSelector {
         &self.id
     }
 
-    fn contend(&self, closing: &LossSignal) -> Result<Option<MutexGuard>> {
+    fn contend(&self, closing: &LossSignal) -> Result<Option<Leadership>> {
         let driver = self.driver.clone();
         let closing = closing.clone();
         let acquired =
@@ -61,19 +61,19 @@ impl SelectorBackend for ZkSelector {
                         _ = closing.fired() => Ok(None),
                     }
                 })?;
-        Ok(acquired.map(|a| MutexGuard::from_lease(ZkLock::held(self.client.clone(), a))))
+        Ok(acquired.map(|a| Leadership::from_lease(ZkLeadership::held(self.client.clone(), a))))
     }
 
-    fn trigger(guard: &MutexGuard) -> &LossTrigger {
+    fn trigger(guard: &Leadership) -> &LossTrigger {
         guard.lease().trigger()
     }
 
-    fn token(guard: &MutexGuard) -> FencingToken {
+    fn token(guard: &Leadership) -> FencingToken {
         guard.token()
     }
 
-    fn release(guard: MutexGuard) -> Result<()> {
-        guard.release()
+    fn release(guard: Leadership) -> Result<()> {
+        guard.resign()
     }
 
     fn participants(&self) -> Result<Vec<Participant>> {

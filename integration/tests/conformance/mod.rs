@@ -17,6 +17,7 @@
 #![allow(dead_code)]
 
 pub mod election;
+pub mod errors;
 
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
@@ -59,6 +60,13 @@ pub trait Kit: Sized {
 
     /// A client (its own session) with lease `ttl`, and a mutex on `name`.
     fn mutex(&self, name: &str, ttl: Duration) -> recipes_core::Mutex<Self::Mutex>;
+
+    /// The client type.
+    type Client: recipes_core::Client;
+
+    /// A client of its own session with lease `ttl`, or the store's
+    /// refusal of the settings.
+    fn connect(&self, ttl: Duration) -> recipes_core::Result<Self::Client>;
 
     /// The election backend.
     type Election: ElectionBackend;
@@ -447,6 +455,27 @@ macro_rules! conformance_suite {
         #[test]
         fn mutual_exclusion_four_workers() {
             conformance::mutual_exclusion(&<$kit as conformance::Kit>::shared(), 4, 25);
+        }
+
+        #[test]
+        fn errors_bad_input_is_invalid_argument() {
+            conformance::errors::bad_input_is_invalid_argument(
+                &<$kit as conformance::Kit>::shared(),
+            );
+        }
+
+        #[test]
+        fn errors_a_mismatched_semaphore_size_is_invalid_argument() {
+            conformance::errors::a_mismatched_semaphore_size_is_invalid_argument(
+                &<$kit as conformance::Kit>::shared(),
+            );
+        }
+
+        #[test]
+        fn errors_held_lost_and_closed_outcomes_are_the_same() {
+            conformance::errors::held_lost_and_closed_outcomes_are_the_same(
+                &<$kit as conformance::Kit>::shared(),
+            );
         }
 
         #[test]

@@ -1,0 +1,115 @@
+//! The error table of `docs/architecture.md`, asserted on every backend:
+//! the same condition gets the same `Error` variant (or outcome) whatever
+//! the store, and nothing is left behind in the store.
+
+use std::time::Duration;
+
+use recipes_core::{Client, Error, LossReason};
+
+use super::{name, Kit};
+
+fn invalid<T: std::fmt::Debug>(what: &str, r: recipes_core::Result<T>) {
+    match r {
+        Err(Error::InvalidArgument(msg)) => assert!(!msg.is_empty(), "{what}: an empty message"),
+        other => panic!("{what}: expected InvalidArgument, got {other:?}"),
+    }
+}
+
+/// Bad names, sizes, ids and leases: `InvalidArgument`, before anything is
+/// written.
+pub fn bad_input_is_invalid_argument<K: Kit>(kit: &K) {
+    let client = kit.connect(Duration::from_secs(5)).expect("connect");
+    for bad in ["", "locks/x", "/a/", "/a//b", "/a\u{1}b"] {
+        invalid(&format!("mutex {bad:?}"), client.mutex(bad));
+        invalid(&format!("semaphore {bad:?}"), client.semaphore(bad, 2));
+        invalid(&format!("election {bad:?}"), client.election(bad));
+        invalid(&format!("latch {bad:?}"), client.leader_latch(bad, "id"));
+        invalid(
+            &format!("selector {bad:?}"),
+            client.leader_selector(bad, "id"),
+        );
+        invalid(&format!("contenders {bad:?}"), client.contenders(bad));
+    }
+    let ok = name("errors-ok");
+    invalid("zero permits", client.semaphore(&ok, 0));
+    invalid("an empty latch id", client.leader_latch(&ok, ""));
+    invalid("an empty selector id", client.leader_selector(&ok, ""));
+    for ttl in [
+        Duration::ZERO,
+        Duration::from_millis(500),
+        Duration::from_secs(2 * 86_400),
+    ] {
+        invalid(&format!("a TTL of {ttl:?}"), kit.connect(ttl));
+    }
+    assert!(kit.entries_under(&ok).is_empty(), "nothing was written");
+    let _ = client.close();
+}
+
+/// A semaphore opened with another size than the stored one is refused
+/// with `InvalidArgument`, and its refused acquisition leaves no permit.
+pub fn a_mismatched_semaphore_size_is_invalid_argument<K: Kit>(kit: &K) {
+    let client = kit.connect(Duration::from_secs(5)).expect("connect");
+    let sem = name("errors-size");
+    let permit = client.semaphore(&sem, 2).unwrap().acquire().unwrap();
+    let other = client.semaphore(&sem, 3).and_then(|s| s.try_acquire());
+    invalid("a semaphore of 3 where 2 is stored", other);
+    let (size, permits) = client.permits(&sem).unwrap();
+    assert_eq!(size, Some(2));
+    assert_eq!(permits.len(), 1, "only the first permit: {permits:?}");
+    permit.release().unwrap();
+    let _ = client.close();
+}
+
+/// A held lock: a try-lock elsewhere is `Ok(None)` and leaves no entry;
+/// once the holder's entry is deleted its loss fires with `Deleted`, its
+/// `check` is `LeaseLost`, its fenced write is `FenceRejected`; a call on a
+/// closed client is `Closed`.
+pub fn held_lost_and_closed_outcomes_are_the_same<K: Kit>(kit: &K) {
+    let (a, b) = (
+        kit.connect(Duration::from_secs(5)).expect("connect"),
+        kit.connect(Duration::from_secs(5)).expect("connect"),
+    );
+    let lock = name("errors-held");
+    let guard = a.mutex(&lock).unwrap().lock().unwrap();
+    assert!(b.mutex(&lock).unwrap().try_lock().unwrap().is_none());
+    let timed = b
+        .mutex(&lock)
+        .unwrap()
+        .try_lock_for(Duration::from_millis(100));
+    assert!(timed.unwrap().is_none());
+    assert_eq!(
+        kit.entries_under(&lock),
+        vec![guard.holder().to_owned()],
+        "timed-out acquisitions left nothing"
+    );
+    let contenders = b.contenders(&lock).unwrap();
+    assert_eq!(contenders.len(), 1);
+    assert_eq!(contenders[0].holder, guard.holder());
+
+    kit.delete_entry(guard.holder());
+    let reason = guard
+        .lost()
+        .wait_timeout(integration::scale(Duration::from_secs(10)));
+    assert_eq!(reason, Some(LossReason::Deleted));
+    assert!(matches!(
+        guard.check(),
+        Err(Error::LeaseLost {
+            reason: LossReason::Deleted
+        })
+    ));
+    let resource = format!("{lock}-resource");
+    match guard.put(&resource, b"late") {
+        Err(Error::FenceRejected { .. }) => {}
+        other => panic!("a fenced write after our entry went: {other:?}"),
+    }
+    assert_eq!(kit.value(&resource), None, "the refused write did not land");
+    drop(guard);
+
+    let closed = a.clone();
+    let _ = a.close();
+    assert!(matches!(
+        closed.mutex(&lock).and_then(|m| m.try_lock()),
+        Err(Error::Closed)
+    ));
+    let _ = b.close();
+}
