@@ -10,6 +10,22 @@ use conformance::{Kit, Server};
 use integration::{EtcdFacts, EtcdServer};
 use recipes_etcd::{EtcdClient, EtcdElection, EtcdMutex};
 
+/// The server's watcher gauge.
+fn watchers_of(server: &EtcdServer) -> u64 {
+    let (_, body) = integration::http::http_request(
+        server.client_addr(),
+        "GET",
+        "/metrics",
+        "",
+        Duration::from_secs(5),
+    )
+    .expect("read /metrics");
+    body.lines()
+        .find_map(|l| l.strip_prefix("etcd_debugging_mvcc_watcher_total "))
+        .and_then(|v| v.trim().parse::<f64>().ok())
+        .expect("the watcher gauge") as u64
+}
+
 struct EtcdKit {
     server: Server<EtcdServer>,
     facts: EtcdFacts,
@@ -21,6 +37,10 @@ impl EtcdKit {
             facts: server.facts(),
             server,
         }
+    }
+
+    fn watchers(&self) -> u64 {
+        watchers_of(&self.server)
     }
 
     fn client(&self, endpoints: Vec<String>, ttl: Duration) -> EtcdClient {
@@ -66,6 +86,13 @@ impl Kit for EtcdKit {
 
     fn entries_under(&self, name: &str) -> Vec<String> {
         self.facts.keys_with_prefix(&format!("{name}/"))
+    }
+
+    fn all_waiters_watch(&self, name: &str, waiters: usize) -> bool {
+        // On a server of its own: each waiter watches its own key and the
+        // one ahead, the holder its own key.
+        let queued = self.facts.keys_with_prefix(&format!("{name}/")).len() == waiters + 1;
+        queued && self.watchers() > 2 * waiters as u64
     }
 
     fn delete_entry(&self, holder: &str) {

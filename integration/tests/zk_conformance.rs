@@ -72,6 +72,22 @@ impl Kit for ZkKit {
             .collect()
     }
 
+    fn all_waiters_watch(&self, name: &str, waiters: usize) -> bool {
+        // A waiter's watch: one on a lock node by a session that does not
+        // own it (a holder watches its own node too).
+        let watching: usize = self
+            .server
+            .watches_by_path()
+            .into_iter()
+            .filter(|(path, _)| path.starts_with(&format!("{name}/")))
+            .map(|(path, sessions)| {
+                let owner = self.facts.ephemeral_owner(&path);
+                sessions.iter().filter(|s| Some(**s) != owner).count()
+            })
+            .sum();
+        watching == waiters
+    }
+
     fn delete_entry(&self, holder: &str) {
         self.facts.delete(holder)
     }

@@ -9,7 +9,8 @@
 //!    renewal + the lease, and no later than the kill + the lease + slack;
 //! 3. a paused holder's loss signal has fired when it resumes, and its
 //!    writes are refused by the store and by a `FenceGate`;
-//! 4. an expired holder's release never removes the new holder's entry;
+//! 4. an expired holder's release never removes the new holder's entry
+//!    (asserted at the end of property 3's test, on the same holders);
 //! 6. no herd: one release wakes one waiter;
 //! 7. under `LossPolicy::Deadline`, a black-holed holder's `valid_until()`
 //!    passes before another client acquires.
@@ -78,6 +79,10 @@ pub trait Kit: Sized {
     /// The entries (node paths or keys) directly below a recipe's name.
     fn entries_under(&self, name: &str) -> Vec<String>;
 
+    /// Whether `waiters` waiters of the lock `name` have their watches set
+    /// in the store (the holder's own watch aside).
+    fn all_waiters_watch(&self, name: &str, waiters: usize) -> bool;
+
     /// Delete an entry behind its holder's back.
     fn delete_entry(&self, holder: &str);
 
@@ -132,6 +137,49 @@ fn token_of(reply: &str) -> FencingToken {
 
 fn boot(ms: &str) -> BootInstant {
     BootInstant::from_since_boot(Duration::from_millis(ms.parse().expect("boot ms")))
+}
+
+/// Property 6: no herd — with `waiters` queued behind a holder, one
+/// release makes exactly one waiter read the queue again (the one it woke),
+/// and that one acquires.
+pub fn one_release_wakes_one_waiter<K: Kit>(kit: &K, waiters: usize) {
+    use std::sync::atomic::AtomicUsize;
+    let name = name("herd");
+    let holder = kit.mutex(&name, Duration::from_secs(10)).lock().unwrap();
+    let acquired = Arc::new(AtomicUsize::new(0));
+    let (go_tx, go_rx) = crossbeam_channel::unbounded::<()>();
+    let threads: Vec<_> = (0..waiters)
+        .map(|_| {
+            let m = kit.mutex(&name, Duration::from_secs(10));
+            let (acquired, go) = (acquired.clone(), go_rx.clone());
+            std::thread::spawn(move || {
+                let g = m.lock().unwrap();
+                acquired.fetch_add(1, Ordering::SeqCst);
+                // Hold until told, so no second release happens.
+                let _ = go.recv();
+                g.release().unwrap();
+            })
+        })
+        .collect();
+    wait_until(
+        "every waiter is queued and watching",
+        scale(Duration::from_secs(30)),
+        || kit.all_waiters_watch(&name, waiters),
+    );
+    let before = recipes_core::engine::queue_reads();
+    holder.release().unwrap();
+    wait_until(
+        "one waiter acquired",
+        scale(Duration::from_secs(10)),
+        || acquired.load(Ordering::SeqCst) == 1,
+    );
+    let reads = recipes_core::engine::queue_reads() - before;
+    assert_eq!(reads, 1, "queue reads after one release, {waiters} waiting");
+    assert_eq!(acquired.load(Ordering::SeqCst), 1);
+    drop(go_tx);
+    for t in threads {
+        t.join().unwrap();
+    }
 }
 
 /// Property 1: ≥ 4 worker processes × many acquisitions, no overlap, fences
@@ -455,6 +503,11 @@ macro_rules! conformance_suite {
         #[test]
         fn mutual_exclusion_four_workers() {
             conformance::mutual_exclusion(&<$kit as conformance::Kit>::shared(), 4, 25);
+        }
+
+        #[test]
+        fn no_herd_one_release_wakes_one_of_twenty_waiters() {
+            conformance::one_release_wakes_one_waiter(&<$kit as conformance::Kit>::own(), 20);
         }
 
         #[test]

@@ -2,6 +2,8 @@
 //! for the one entry ahead, confirm, and remove our entry on every other
 //! way out.
 
+use std::sync::atomic::{AtomicU64, Ordering};
+
 use tokio::time::Instant;
 
 use super::decide::{gets_the_lock, Decision};
@@ -59,6 +61,18 @@ enum Attempt<W> {
     TimedOut,
     /// The epoch was lost or our entry vanished: start over.
     Restart,
+}
+
+/// Queue reads this process's engine made, every recipe and client
+/// together.
+static QUEUE_READS: AtomicU64 = AtomicU64::new(0);
+
+/// How many times this process's engine has read a queue
+/// ([`ContendDriver::list`]), over every client and recipe. A release
+/// should cost one read — the woken waiter's — however many wait: what
+/// the no-herd tests count, and a number worth exporting.
+pub fn queue_reads() -> u64 {
+    QUEUE_READS.load(Ordering::Relaxed)
 }
 
 fn passed(deadline: Option<Instant>) -> bool {
@@ -142,7 +156,10 @@ async fn attempt<D: ContendDriver>(
         }
         let read = match listing.take() {
             Some(read) => read,
-            None => match driver.list(&epoch, &mut entry).await {
+            None => match {
+                QUEUE_READS.fetch_add(1, Ordering::Relaxed);
+                driver.list(&epoch, &mut entry).await
+            } {
                 Ok(read) => read,
                 Err(e) if e.is_retryable() && !passed(deadline) => {
                     log::debug!("contend: reading the queue failed: {e}; retrying");

@@ -35,7 +35,7 @@ mod sim;
 #[cfg(test)]
 mod sim_store;
 
-pub use contend::contend;
+pub use contend::{contend, queue_reads};
 pub use decide::{gets_the_lock, Decision};
 pub use driver::{ContendDriver, Entered, Listing};
 pub use semaphore::{admit, SemaphoreDriver};
