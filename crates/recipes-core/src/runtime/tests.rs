@@ -1,0 +1,176 @@
+//! The runtime bridge's tests.
+use super::*;
+use crate::clock::{system_clock, BootInstant};
+use crate::lease::SessionLease;
+
+fn wait_for(what: &str, timeout: Duration, mut cond: impl FnMut() -> bool) {
+    let end = Instant::now() + timeout;
+    while !cond() {
+        assert!(Instant::now() < end, "timed out waiting for {what}");
+        std::thread::sleep(Duration::from_millis(2));
+    }
+}
+
+#[test]
+fn one_named_worker_thread_answers_calls() {
+    let rt = Runtime::new("recipes-test-rt").unwrap();
+    let name = rt
+        .call("name", Duration::from_secs(5), async {
+            Ok(std::thread::current().name().map(str::to_owned))
+        })
+        .unwrap();
+    assert_eq!(name.as_deref(), Some("recipes-test-rt"));
+    assert_eq!(rt.handle().metrics().num_workers(), 1);
+}
+
+#[test]
+fn tasks_run_while_no_caller_blocks() {
+    let rt = Runtime::new("rt").unwrap();
+    let ticks = Arc::new(AtomicUsize::new(0));
+    let t = ticks.clone();
+    rt.handle().spawn(async move {
+        loop {
+            tokio::time::sleep(Duration::from_millis(1)).await;
+            t.fetch_add(1, Ordering::SeqCst);
+        }
+    });
+    // No call is made; the heartbeat-like task still advances.
+    wait_for("ticks", Duration::from_secs(5), || {
+        ticks.load(Ordering::SeqCst) >= 20
+    });
+}
+
+#[test]
+fn a_slow_call_times_out_and_is_cancelled() {
+    struct Flag(Arc<AtomicBool>);
+    impl Drop for Flag {
+        fn drop(&mut self) {
+            self.0.store(true, Ordering::SeqCst);
+        }
+    }
+    let rt = Runtime::new("rt").unwrap();
+    let dropped = Arc::new(AtomicBool::new(false));
+    let flag = Flag(dropped.clone());
+    let r = rt.call("slow", Duration::from_millis(50), async move {
+        let _flag = flag;
+        std::future::pending::<()>().await;
+        Ok(())
+    });
+    match r {
+        Err(Error::Timeout { what, after }) => {
+            assert_eq!(what, "slow");
+            assert!(after >= Duration::from_millis(50));
+        }
+        other => panic!("expected a timeout, got {other:?}"),
+    }
+    wait_for("cancelled future dropped", Duration::from_secs(5), || {
+        dropped.load(Ordering::SeqCst)
+    });
+}
+
+#[test]
+fn calls_work_from_spawn_blocking_of_another_runtime() {
+    let rt = Runtime::new("rt").unwrap();
+    let other = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(1)
+        .build()
+        .unwrap();
+    let rt2 = rt.clone();
+    let v = other
+        .block_on(async move {
+            tokio::task::spawn_blocking(move || {
+                rt2.call("add", Duration::from_secs(5), async { Ok(40 + 2) })
+            })
+            .await
+        })
+        .unwrap()
+        .unwrap();
+    assert_eq!(v, 42);
+}
+
+#[test]
+fn a_blocking_call_on_the_runtime_thread_is_an_error_not_a_deadlock() {
+    let rt = Runtime::new("rt").unwrap();
+    let (tx, rx) = crossbeam_channel::bounded(1);
+    let rt2 = rt.clone();
+    rt.spawn(async move {
+        let r = rt2.call("nested", Duration::from_secs(60), async { Ok(()) });
+        let _ = tx.send(r);
+    });
+    let r = rx
+        .recv_timeout(Duration::from_secs(5))
+        .expect("answered, no deadlock");
+    match r {
+        Err(Error::InvalidArgument(msg)) => assert!(msg.contains("nested"), "{msg}"),
+        other => panic!("expected InvalidArgument, got {other:?}"),
+    }
+}
+
+#[test]
+fn dropping_the_last_handle_joins_the_thread() {
+    let rt = Runtime::new("rt").unwrap();
+    let alive = rt.inner.alive.clone();
+    let root = rt.loss_root().signal();
+    drop(rt);
+    // The join has happened when drop returned.
+    assert!(!alive.load(Ordering::SeqCst));
+    assert_eq!(root.reason(), Some(LossReason::Closed));
+}
+
+#[test]
+fn shutdown_finishes_background_work_within_the_grace() {
+    let rt = Runtime::new("rt").unwrap();
+    let done = Arc::new(AtomicBool::new(false));
+    let d = done.clone();
+    assert!(rt.spawn(async move {
+        tokio::time::sleep(Duration::from_millis(30)).await;
+        d.store(true, Ordering::SeqCst);
+    }));
+    rt.shutdown(Duration::from_secs(5));
+    assert!(
+        done.load(Ordering::SeqCst),
+        "background release ran before the join"
+    );
+    assert!(matches!(
+        rt.call("late", Duration::from_secs(1), async { Ok(()) }),
+        Err(Error::Closed)
+    ));
+    assert!(!rt.spawn(async {}));
+}
+
+#[test]
+fn a_dead_thread_closes_calls_and_fires_every_loss_signal() {
+    let rt = Runtime::new("rt").unwrap();
+    let lease = SessionLease::start("s", rt.loss_root(), system_clock(), Duration::ZERO).unwrap();
+    lease.acknowledged(BootInstant::now(), Duration::from_secs(60));
+    let guard = lease.trigger().child().signal();
+    // A caller blocked in a call when the thread dies gets `Closed`.
+    let rt2 = rt.clone();
+    let blocked = std::thread::spawn(move || {
+        rt2.call_until("forever", None, async {
+            std::future::pending::<()>().await;
+            Ok(())
+        })
+    });
+    // Whether the call starts before or after the crash, it must end
+    // with `Closed`.
+    rt.crash_for_tests();
+    assert_eq!(
+        guard.wait_timeout(Duration::from_secs(5)),
+        Some(LossReason::Closed)
+    );
+    assert!(matches!(blocked.join().unwrap(), Err(Error::Closed)));
+    assert!(!rt.is_alive());
+    assert!(matches!(
+        rt.call("after", Duration::from_secs(1), async { Ok(()) }),
+        Err(Error::Closed)
+    ));
+}
+
+#[test]
+fn a_name_with_nul_is_rejected() {
+    assert!(matches!(
+        Runtime::new("a\0b"),
+        Err(Error::InvalidArgument(_))
+    ));
+}
