@@ -233,6 +233,27 @@ impl EtcdServer {
         self.client_addr
     }
 
+    /// The value of the metric `name` on the server's `/metrics` page.
+    ///
+    /// # Panics
+    ///
+    /// When the page cannot be read or has no such metric.
+    pub fn metric(&self, name: &str) -> f64 {
+        let (status, body) = crate::http::http_request(
+            self.client_addr,
+            "GET",
+            "/metrics",
+            "",
+            std::time::Duration::from_secs(5),
+        )
+        .expect("read /metrics");
+        assert_eq!(status, 200, "{body}");
+        body.lines()
+            .find_map(|l| l.strip_prefix(name)?.strip_prefix(' '))
+            .and_then(|v| v.trim().parse().ok())
+            .unwrap_or_else(|| panic!("no {name} in /metrics"))
+    }
+
     /// Its peer (raft) address.
     pub fn peer_addr(&self) -> SocketAddr {
         self.peer_addr

@@ -970,39 +970,11 @@ fn member_kills_do_not_lose_the_lock_fault() {
 
 /// The store's read and transaction counters (`/metrics`).
 fn requests_served(server: &EtcdServer) -> u64 {
-    let (status, body) = integration::http::http_request(
-        server.client_addr(),
-        "GET",
-        "/metrics",
-        "",
-        Duration::from_secs(5),
-    )
-    .expect("read /metrics");
-    assert_eq!(status, 200, "{body}");
-    ["etcd_mvcc_range_total ", "etcd_mvcc_txn_total "]
-        .iter()
-        .map(|name| {
-            body.lines()
-                .find_map(|l| l.strip_prefix(name))
-                .and_then(|v| v.trim().parse::<f64>().ok())
-                .unwrap_or_else(|| panic!("no {name} in /metrics")) as u64
-        })
-        .sum()
+    (server.metric("etcd_mvcc_range_total") + server.metric("etcd_mvcc_txn_total")) as u64
 }
 
 fn watchers(server: &EtcdServer) -> u64 {
-    let (_, body) = integration::http::http_request(
-        server.client_addr(),
-        "GET",
-        "/metrics",
-        "",
-        Duration::from_secs(5),
-    )
-    .expect("read /metrics");
-    body.lines()
-        .find_map(|l| l.strip_prefix("etcd_debugging_mvcc_watcher_total "))
-        .and_then(|v| v.trim().parse::<f64>().ok())
-        .expect("the watcher gauge") as u64
+    server.metric("etcd_debugging_mvcc_watcher_total") as u64
 }
 
 #[test]

@@ -10,22 +10,6 @@ use conformance::{Kit, Server};
 use integration::{EtcdFacts, EtcdServer};
 use recipes_etcd::{EtcdClient, EtcdElection, EtcdMutex};
 
-/// The server's watcher gauge.
-fn watchers_of(server: &EtcdServer) -> u64 {
-    let (_, body) = integration::http::http_request(
-        server.client_addr(),
-        "GET",
-        "/metrics",
-        "",
-        Duration::from_secs(5),
-    )
-    .expect("read /metrics");
-    body.lines()
-        .find_map(|l| l.strip_prefix("etcd_debugging_mvcc_watcher_total "))
-        .and_then(|v| v.trim().parse::<f64>().ok())
-        .expect("the watcher gauge") as u64
-}
-
 struct EtcdKit {
     server: Server<EtcdServer>,
     facts: EtcdFacts,
@@ -40,7 +24,7 @@ impl EtcdKit {
     }
 
     fn watchers(&self) -> u64 {
-        watchers_of(&self.server)
+        self.server.metric("etcd_debugging_mvcc_watcher_total") as u64
     }
 
     fn client(&self, endpoints: Vec<String>, ttl: Duration) -> EtcdClient {

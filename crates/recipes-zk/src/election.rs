@@ -10,16 +10,12 @@
 //! node that led before it, and a proclaim (a fenced `setData` on our own
 //! node) does not move it.
 
-use std::fmt;
 use std::time::Instant;
 
-use recipes_core::{
-    ElectionBackend, Error, FencedLease, FencingToken, HeldLease, LeaderInfo, LeaderObserver,
-    LeadershipLease, LossReason, LossSignal, Result,
-};
+use recipes_core::{ElectionBackend, LeaderInfo, LeaderObserver, Result};
 
 use crate::client::ZkClient;
-use crate::driver::{Acquired, Contender, NodeDriver};
+use crate::driver::{Contender, NodeDriver};
 use crate::names::validate_path;
 use crate::node_lease::ZkNodeLease;
 use crate::observe::{read_leader, watch_leader};
@@ -70,7 +66,7 @@ impl ElectionBackend for ZkElection {
                     .acquire(deadline.map(tokio::time::Instant::from_std))
                     .await
             })?;
-        Ok(won.map(|a| ZkLeadership::held(self.client.clone(), a)))
+        Ok(won.map(|a| ZkNodeLease::held(self.client.clone(), a)))
     }
 
     fn leader(&self) -> Result<Option<LeaderInfo>> {
@@ -86,86 +82,10 @@ impl ElectionBackend for ZkElection {
     }
 }
 
-/// A won ZooKeeper election, or a leader selector's term: our node, its
-/// fence and fenced writes (it dereferences to a [`ZkNodeLease`]).
-pub struct ZkLeadership {
-    lease: ZkNodeLease,
-    token: FencingToken,
-}
-
-impl ZkLeadership {
-    /// A leadership over the node `a` names; its fence is the czxid.
-    pub(crate) fn held(client: ZkClient, a: Acquired) -> ZkLeadership {
-        let lease = ZkNodeLease::held(client, a);
-        ZkLeadership {
-            token: FencingToken(lease.czxid() as u64),
-            lease,
-        }
-    }
-}
-
-impl std::ops::Deref for ZkLeadership {
-    type Target = ZkNodeLease;
-    fn deref(&self) -> &ZkNodeLease {
-        &self.lease
-    }
-}
-
-impl HeldLease for ZkLeadership {
-    fn loss_signal(&self) -> &LossSignal {
-        self.lease.loss_signal()
-    }
-
-    fn holder(&self) -> &str {
-        self.lease.holder()
-    }
-
-    fn release(self) -> Result<()> {
-        self.lease.release()
-    }
-
-    fn release_in_background(self) {
-        self.lease.release_in_background()
-    }
-}
-
-impl FencedLease for ZkLeadership {
-    fn token(&self) -> FencingToken {
-        self.token
-    }
-}
-
-impl LeadershipLease for ZkLeadership {
-    /// Set our node's data to `value`, only while the node exists (one
-    /// `multi(check(our node), setData(our node))`). Observers see the new
-    /// value; the fence does not change.
-    ///
-    /// # Errors
-    ///
-    /// [`Error::NotHeld`] when our node or its session is gone (the loss
-    /// signal fires too); [`Error::Indeterminate`] when no reply came.
-    fn proclaim(&self, value: &[u8]) -> Result<()> {
-        let node = self.lease.node();
-        match self.lease.set_data(node, value, None) {
-            Err(Error::FenceRejected { what }) => {
-                self.lease.trigger().fire(LossReason::Deleted);
-                Err(Error::NotHeld {
-                    what: format!("leadership of {node}: {what}"),
-                })
-            }
-            other => other,
-        }
-    }
-}
-
-impl fmt::Debug for ZkLeadership {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.debug_struct("ZkLeadership")
-            .field("node", &self.lease.node())
-            .field("token", &self.token)
-            .finish()
-    }
-}
+/// A won ZooKeeper election, or a leader selector's term: a held node
+/// whose fence is its czxid, with fenced writes, and `proclaim` as a fenced
+/// `setData` on the node itself.
+pub type ZkLeadership = ZkNodeLease;
 
 impl ZkClient {
     /// An election at `path` (Curator's `LeaderLatch` layout: candidates

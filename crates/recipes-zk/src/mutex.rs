@@ -17,10 +17,10 @@
 
 use std::time::Instant;
 
-use recipes_core::{FencedLease, FencingToken, HeldLease, LossSignal, MutexBackend, Result};
+use recipes_core::{MutexBackend, Result};
 
 use crate::client::ZkClient;
-use crate::driver::{Acquired, Contender, NodeDriver};
+use crate::driver::{Contender, NodeDriver};
 use crate::names::validate_path;
 use crate::node_lease::ZkNodeLease;
 
@@ -67,60 +67,14 @@ impl MutexBackend for ZkMutex {
                 .acquire(deadline.map(tokio::time::Instant::from_std))
                 .await
         })?;
-        Ok(acquired.map(|a| ZkLock::held(client.clone(), a)))
+        Ok(acquired.map(|a| ZkNodeLease::held(client.clone(), a)))
     }
 }
 
 /// A held ZooKeeper lock: the lease behind a
-/// [`MutexGuard`](recipes_core::MutexGuard). Its fence is the lock node's
-/// czxid. Fenced writes in the store go through [`ZkNodeLease`] (it
-/// dereferences to one).
-#[derive(Debug)]
-pub struct ZkLock {
-    lease: ZkNodeLease,
-    token: FencingToken,
-}
-
-impl ZkLock {
-    pub(crate) fn held(client: ZkClient, a: Acquired) -> ZkLock {
-        let lease = ZkNodeLease::held(client, a);
-        ZkLock {
-            token: FencingToken(lease.czxid() as u64),
-            lease,
-        }
-    }
-}
-
-impl std::ops::Deref for ZkLock {
-    type Target = ZkNodeLease;
-    fn deref(&self) -> &ZkNodeLease {
-        &self.lease
-    }
-}
-
-impl HeldLease for ZkLock {
-    fn loss_signal(&self) -> &LossSignal {
-        self.lease.loss_signal()
-    }
-
-    fn holder(&self) -> &str {
-        self.lease.holder()
-    }
-
-    fn release(self) -> Result<()> {
-        self.lease.release()
-    }
-
-    fn release_in_background(self) {
-        self.lease.release_in_background()
-    }
-}
-
-impl FencedLease for ZkLock {
-    fn token(&self) -> FencingToken {
-        self.token
-    }
-}
+/// [`MutexGuard`](recipes_core::MutexGuard), a held node whose fence is its
+/// czxid, with fenced writes in the store.
+pub type ZkLock = ZkNodeLease;
 
 impl ZkClient {
     /// A mutex at `path` (Curator's `InterProcessMutex` layout).

@@ -5,7 +5,10 @@ use std::fmt;
 use std::sync::{Arc, Weak};
 use std::time::Duration;
 
-use recipes_core::{Backoff, Error, HeldLease, LossReason, LossSignal, LossTrigger, Result};
+use recipes_core::{
+    Backoff, Error, FencedLease, FencingToken, HeldLease, LeadershipLease, LossReason, LossSignal,
+    LossTrigger, Result,
+};
 use zookeeper_client as zk;
 
 use crate::client::ZkClient;
@@ -250,6 +253,36 @@ pub(crate) async fn delete_until_done(session: Arc<Session>, node: String) {
         backoff.pause().await;
     }
     session.untrack(&node);
+}
+
+/// A held node's fence is its czxid: a node is created after every node
+/// that held (or led) before it.
+impl FencedLease for ZkNodeLease {
+    fn token(&self) -> FencingToken {
+        FencingToken(self.czxid as u64)
+    }
+}
+
+impl LeadershipLease for ZkNodeLease {
+    /// Set our node's data to `value`, only while the node exists (one
+    /// `multi(check(our node), setData(our node))`). Observers see the new
+    /// value; the fence does not change.
+    ///
+    /// # Errors
+    ///
+    /// [`Error::NotHeld`] when our node or its session is gone (the loss
+    /// signal fires too); [`Error::Indeterminate`] when no reply came.
+    fn proclaim(&self, value: &[u8]) -> Result<()> {
+        match self.set_data(&self.node, value, None) {
+            Err(Error::FenceRejected { what }) => {
+                self.trigger.fire(LossReason::Deleted);
+                Err(Error::NotHeld {
+                    what: format!("leadership of {}: {what}", self.node),
+                })
+            }
+            other => other,
+        }
+    }
 }
 
 impl HeldLease for ZkNodeLease {

@@ -12,8 +12,9 @@ use recipes_core::{FencingToken, LossSignal, LossTrigger, Participant, Result, S
 
 use crate::client::ZkClient;
 use crate::driver::NodeDriver;
-use crate::election::{Leadership, ZkLeadership};
+use crate::election::Leadership;
 use crate::latch::{contender, participants};
+use crate::node_lease::ZkNodeLease;
 
 /// Runs a closure while this participant leads (Curator's
 /// `LeaderSelector` layout; see [`recipes_core::LeaderSelector`] for the
@@ -61,7 +62,7 @@ impl SelectorBackend for ZkSelector {
                         _ = closing.fired() => Ok(None),
                     }
                 })?;
-        Ok(acquired.map(|a| Leadership::from_lease(ZkLeadership::held(self.client.clone(), a))))
+        Ok(acquired.map(|a| Leadership::from_lease(ZkNodeLease::held(self.client.clone(), a))))
     }
 
     fn trigger(guard: &Leadership) -> &LossTrigger {

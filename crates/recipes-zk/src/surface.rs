@@ -8,10 +8,10 @@ use recipes_core::{BootInstant, Client, Contender, FencedWrites, Result};
 use zookeeper_client as zk;
 
 use crate::client::ZkClient;
-use crate::election::{Election, ZkElection, ZkLeadership};
+use crate::election::{Election, ZkElection};
 use crate::error::from_zk;
 use crate::latch::{LeaderLatch, ZkLatch};
-use crate::mutex::{InterProcessMutex, ZkLock, ZkMutex};
+use crate::mutex::{InterProcessMutex, ZkMutex};
 use crate::names::validate_path;
 use crate::node_lease::ZkNodeLease;
 use crate::selector::{LeaderSelector, ZkSelector};
@@ -27,23 +27,6 @@ impl FencedWrites for ZkNodeLease {
         self.delete_if_exists(key)
     }
 }
-
-macro_rules! fenced_through_node {
-    ($lease:ty) => {
-        impl FencedWrites for $lease {
-            fn put(&self, key: &str, value: &[u8]) -> Result<()> {
-                ZkNodeLease::put(self, key, value)
-            }
-
-            fn delete(&self, key: &str) -> Result<()> {
-                self.delete_if_exists(key)
-            }
-        }
-    };
-}
-
-fenced_through_node!(ZkLock);
-fenced_through_node!(ZkLeadership);
 
 fn contender(node: QueuedNode) -> Contender {
     Contender {

@@ -156,10 +156,7 @@ async fn attempt<D: ContendDriver>(
         }
         let read = match listing.take() {
             Some(read) => read,
-            None => match {
-                QUEUE_READS.fetch_add(1, Ordering::Relaxed);
-                driver.list(&epoch, &mut entry).await
-            } {
+            None => match read_queue(driver, &epoch, &mut entry).await {
                 Ok(read) => read,
                 Err(e) if e.is_retryable() && !passed(deadline) => {
                     log::debug!("contend: reading the queue failed: {e}; retrying");
@@ -214,6 +211,15 @@ async fn attempt<D: ContendDriver>(
             }
         }
     }
+}
+
+async fn read_queue<D: ContendDriver>(
+    driver: &D,
+    epoch: &D::Epoch,
+    entry: &mut D::Entry,
+) -> Result<Listing<D::Id>> {
+    QUEUE_READS.fetch_add(1, Ordering::Relaxed);
+    driver.list(epoch, entry).await
 }
 
 async fn confirm<D: ContendDriver>(
