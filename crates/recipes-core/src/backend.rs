@@ -14,12 +14,14 @@
 //!   never blocks (it is called from `Drop`) and retries on the backend's
 //!   runtime.
 
-use std::time::Instant;
+use std::future::Future;
+use std::time::{Duration, Instant};
 
 use crate::election::LeaderObserver;
 use crate::error::Result;
 use crate::fence::FencingToken;
-use crate::loss::LossSignal;
+use crate::loss::{LossSignal, LossTrigger};
+use crate::runtime::Runtime;
 
 /// Something held under a lease: a lock, a permit, a leadership.
 pub trait HeldLease: Send + 'static {
@@ -61,6 +63,17 @@ pub trait LeadershipLease: FencedLease {
     /// [`Error::NotHeld`](crate::Error::NotHeld) or
     /// [`Error::LeaseLost`](crate::Error::LeaseLost) if leadership is gone.
     fn proclaim(&self, value: &[u8]) -> Result<()>;
+
+    /// The trigger of this term's loss signal: firing it ends the term
+    /// locally (a selector that closes tells its closure to stop).
+    fn trigger(&self) -> &LossTrigger;
+
+    /// Resign from a task on the client's runtime (where the blocking
+    /// [`release`](HeldLease::release) must not be called): delete our
+    /// entry, retrying until done or the session is lost.
+    fn resign_async(self) -> impl Future<Output = ()> + Send
+    where
+        Self: Sized;
 }
 
 /// A distributed mutex.
@@ -107,7 +120,10 @@ pub struct LeaderInfo {
     pub value: Vec<u8>,
 }
 
-/// A leader election.
+/// A leader election: what the [`Election`](crate::Election) front end,
+/// [`LeaderLatch`](crate::LeaderLatch) and
+/// [`LeaderSelector`](crate::LeaderSelector) are built on, once for every
+/// store.
 pub trait ElectionBackend: Send + Sync + 'static {
     /// What a won campaign holds.
     type Leadership: LeadershipLease;
@@ -115,13 +131,43 @@ pub trait ElectionBackend: Send + Sync + 'static {
     /// The election's name (path or key prefix).
     fn name(&self) -> &str;
 
-    /// Campaign with `value` until leader or `deadline`.
+    /// The client's runtime, where campaigns run.
+    fn runtime(&self) -> &Runtime;
+
+    /// Campaign with `value` until leader or `deadline`, as a future for
+    /// the client's runtime. Dropping it abandons the campaign; its entry
+    /// is removed in the background.
+    fn campaign_async(
+        &self,
+        value: Vec<u8>,
+        deadline: Option<tokio::time::Instant>,
+    ) -> impl Future<Output = Result<Option<Self::Leadership>>> + Send + 'static;
+
+    /// Campaign with `value` until leader or `deadline`, blocking.
     ///
     /// # Errors
     ///
     /// Backend errors; `Ok(None)` when the deadline passed first.
-    fn campaign(&self, value: &[u8], deadline: Option<Instant>)
-        -> Result<Option<Self::Leadership>>;
+    fn campaign(
+        &self,
+        value: &[u8],
+        deadline: Option<Instant>,
+    ) -> Result<Option<Self::Leadership>> {
+        let deadline = deadline.map(tokio::time::Instant::from_std);
+        let campaign = self.campaign_async(value.to_vec(), deadline);
+        self.runtime().call_until("campaign", None, campaign)
+    }
+
+    /// Every candidate, first in line first (the first leads), with its
+    /// value: a snapshot.
+    ///
+    /// # Errors
+    ///
+    /// Backend errors.
+    fn candidates(&self) -> Result<Vec<LeaderInfo>>;
+
+    /// How long a latch's `close` may wait for its term to end.
+    fn close_timeout(&self) -> Duration;
 
     /// The current leader, if any.
     ///

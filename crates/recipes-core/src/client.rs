@@ -10,7 +10,7 @@ use crate::backend::{ElectionBackend, FencedLease, HeldLease, MutexBackend, Sema
 use crate::clock::BootInstant;
 use crate::election::{Election, Leadership};
 use crate::error::Result;
-use crate::leader::{LatchBackend, LeaderLatch, LeaderSelector, SelectorBackend};
+use crate::leader::{LeaderLatch, LeaderSelector};
 use crate::mutex::{Mutex, MutexGuard};
 use crate::semaphore::{Semaphore, SemaphorePermit};
 
@@ -62,10 +62,6 @@ pub trait Client: Clone + Send + Sync + fmt::Debug + 'static {
     type Semaphore: SemaphoreBackend<Permit: FencedWrites> + fmt::Debug;
     /// The election backend; its leaderships write fenced.
     type Election: ElectionBackend<Leadership: FencedWrites> + fmt::Debug;
-    /// The leader latch backend.
-    type Latch: LatchBackend + fmt::Debug;
-    /// The leader selector backend.
-    type Selector: SelectorBackend + fmt::Debug;
 
     /// The store's short name: `zk`, `etcd`.
     fn store(&self) -> &'static str;
@@ -97,14 +93,14 @@ pub trait Client: Clone + Send + Sync + fmt::Debug + 'static {
     /// # Errors
     ///
     /// As for [`mutex`](Client::mutex); an empty id.
-    fn leader_latch(&self, name: &str, id: &str) -> Result<LeaderLatch<Self::Latch>>;
+    fn leader_latch(&self, name: &str, id: &str) -> Result<LeaderLatch<Self::Election>>;
 
     /// A leader selector on `name` for participant `id`.
     ///
     /// # Errors
     ///
     /// As for [`leader_latch`](Client::leader_latch).
-    fn leader_selector(&self, name: &str, id: &str) -> Result<LeaderSelector<Self::Selector>>;
+    fn leader_selector(&self, name: &str, id: &str) -> Result<LeaderSelector<Self::Election>>;
 
     /// The contenders of the mutex, election, latch or selector `name`, in
     /// the order the recipe itself uses: the first holds or leads.

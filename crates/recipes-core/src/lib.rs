@@ -76,10 +76,7 @@ pub use deadline::{check_lease, margin, DeadlineTracker, CLOCK_DRIFT_PPM, DEFAUL
 pub use election::{Election, LeaderObserver, Leadership};
 pub use error::{BackendSource, Error, Result};
 pub use fence::{FenceGate, FencingToken};
-pub use leader::{
-    validate_participant_id, LatchBackend, LatchEvent, LeaderLatch, LeaderSelector, Participant,
-    SelectorBackend,
-};
+pub use leader::{validate_participant_id, LatchEvent, LeaderLatch, LeaderSelector, Participant};
 pub use lease::{LossPolicy, SessionLease};
 pub use limits::{
     check_timeout, check_ttl, DEFAULT_CONNECT_TIMEOUT, DEFAULT_RPC_TIMEOUT, DEFAULT_TTL,

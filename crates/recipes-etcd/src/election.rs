@@ -26,7 +26,7 @@
 //!    lower than the previous leader's.
 
 use std::fmt;
-use std::time::Instant as StdInstant;
+use std::time::Duration;
 
 use crossbeam_channel::Sender;
 use etcd_client::{
@@ -34,7 +34,7 @@ use etcd_client::{
 };
 use recipes_core::{
     ElectionBackend, Error, FencedLease, FencingToken, HeldLease, LeaderInfo, LeaderObserver,
-    LeadershipLease, LossReason, LossSignal, LossTrigger, Result,
+    LeadershipLease, LossReason, LossSignal, LossTrigger, Result, Runtime,
 };
 use tokio::sync::oneshot;
 use tokio::time::Instant;
@@ -99,9 +99,6 @@ pub struct EtcdElection {
     client: EtcdClient,
     name: String,
     prefix: String,
-    // Ends an unbounded campaign once it reads `true` (or its sender is
-    // gone): a selector's close.
-    cancel: Option<LossSignal>,
     // Shared by clones: they are one handle.
     queue: HandleQueue,
 }
@@ -113,25 +110,8 @@ impl EtcdElection {
             client,
             name: name.to_owned(),
             prefix: key_prefix(name),
-            cancel: None,
             queue: HandleQueue::default(),
         })
-    }
-
-    /// The same election; a campaign ends with `Ok(None)` once `cancel`
-    /// fires.
-    pub(crate) fn cancelled_by(mut self, cancel: LossSignal) -> EtcdElection {
-        self.cancel = Some(cancel);
-        self
-    }
-
-    pub(crate) fn client(&self) -> &EtcdClient {
-        &self.client
-    }
-
-    /// This handle's local queue.
-    pub(crate) fn queue(&self) -> &HandleQueue {
-        &self.queue
     }
 
     /// The key prefix its candidates' keys live under (`<name>/`).
@@ -198,35 +178,47 @@ impl ElectionBackend for EtcdElection {
         &self.name
     }
 
-    fn campaign(
+    fn runtime(&self) -> &Runtime {
+        self.client.runtime()
+    }
+
+    fn campaign_async(
         &self,
-        value: &[u8],
-        deadline: Option<StdInstant>,
-    ) -> Result<Option<EtcdLeadership>> {
+        value: Vec<u8>,
+        deadline: Option<Instant>,
+    ) -> impl std::future::Future<Output = Result<Option<EtcdLeadership>>> + Send + 'static {
         let this = self.clone();
-        let value = value.to_vec();
-        let won = self
-            .client
-            .runtime()
-            .call_until("campaign", None, async move {
-                let deadline = deadline.map(Instant::from_std);
-                let run = campaign(
-                    &this.client,
-                    &this.name,
-                    &this.prefix,
-                    &this.queue,
-                    &value,
-                    deadline,
-                );
-                match this.cancel {
-                    Some(cancel) => tokio::select! {
-                        r = run => r,
-                        _ = cancel.fired() => Ok(None),
-                    },
-                    None => run.await,
-                }
-            })?;
-        Ok(won.map(|a| EtcdLeadership::held(self.client.clone(), a)))
+        async move {
+            let run = campaign(
+                &this.client,
+                &this.name,
+                &this.prefix,
+                &this.queue,
+                &value,
+                deadline,
+            );
+            let won = run.await?;
+            Ok(won.map(|a| EtcdLeadership::held(this.client.clone(), a)))
+        }
+    }
+
+    fn candidates(&self) -> Result<Vec<LeaderInfo>> {
+        let (client, prefix) = (self.client.clone(), self.prefix.clone());
+        self.client.call("list candidates", async move {
+            let session = client.live_session().await?;
+            let candidates =
+                read_candidates(&session.etcd()?, session.rpc_timeout(), &prefix).await?;
+            Ok(candidates.into_iter().map(|c| c.info).collect())
+        })
+    }
+
+    /// Resigning retries until the key is deleted or the session is lost,
+    /// which its deadline bounds by a TTL; the delete in flight then gives
+    /// up within an RPC timeout, and one more covers the retry pause and
+    /// the latch's last step. Taken from the settings, not the live
+    /// session: after the client closed there is none.
+    fn close_timeout(&self) -> Duration {
+        self.client.lease_span() + 2 * self.client.rpc_timeout()
     }
 
     fn leader(&self) -> Result<Option<LeaderInfo>> {
@@ -326,11 +318,6 @@ impl EtcdLeadership {
         self.lock.txn(ops)
     }
 
-    /// The trigger of this term's loss signal (a selector fires it on close).
-    pub(crate) fn trigger(&self) -> &LossTrigger {
-        &self.lock.trigger
-    }
-
     /// Resign on the runtime: fire the signal, delete our key (retrying
     /// until done or the session is lost), then give this process's turns
     /// at the name back.
@@ -372,6 +359,14 @@ impl FencedLease for EtcdLeadership {
 }
 
 impl LeadershipLease for EtcdLeadership {
+    fn trigger(&self) -> &LossTrigger {
+        &self.lock.trigger
+    }
+
+    fn resign_async(self) -> impl std::future::Future<Output = ()> + Send {
+        self.resign_on_runtime()
+    }
+
     /// Put our key again with `value` (and our lease), guarded by
     /// `create_revision == ours`, as Go's `Election.Proclaim`. Observers see
     /// the new value; the fence does not change.

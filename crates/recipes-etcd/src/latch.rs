@@ -6,16 +6,10 @@
 //! After any loss the latch starts over with a new key — and a new lease if
 //! the session was lost: it never regains leadership on an old one.
 
-use std::future::Future;
-use std::time::Duration;
-
-use recipes_core::{
-    ElectionBackend, FencedLease, FencingToken, HeldLease, LatchBackend, LossSignal, Participant,
-    Result, Runtime,
-};
+use recipes_core::Result;
 
 use crate::client::EtcdClient;
-use crate::election::{campaign, read_candidates, EtcdElection, EtcdLeadership};
+use crate::election::EtcdElection;
 
 /// A leader latch: among all participants of an election name, one leads
 /// (etcd's election layout, with the id as the value; see
@@ -37,88 +31,7 @@ use crate::election::{campaign, read_candidates, EtcdElection, EtcdLeadership};
 /// with the fence of [`LatchEvent::Gained`](recipes_core::LatchEvent::Gained)
 /// and the resource refuses a deposed leader. A partitioned leader loses its
 /// term at the local deadline even if etcd still keeps the lease.
-pub type LeaderLatch = recipes_core::LeaderLatch<EtcdLatch>;
-
-/// The etcd side of a [`LeaderLatch`].
-#[derive(Debug)]
-pub struct EtcdLatch {
-    election: EtcdElection,
-    id: String,
-}
-
-impl LatchBackend for EtcdLatch {
-    type Term = EtcdLeadership;
-
-    fn name(&self) -> &str {
-        self.election.name()
-    }
-
-    fn id(&self) -> &str {
-        &self.id
-    }
-
-    fn runtime(&self) -> &Runtime {
-        self.election.client().runtime()
-    }
-
-    async fn contend(&self) -> Result<Option<EtcdLeadership>> {
-        let e = &self.election;
-        let won = campaign(
-            e.client(),
-            e.name(),
-            e.key_prefix(),
-            e.queue(),
-            self.id.as_bytes(),
-            None,
-        )
-        .await?;
-        Ok(won.map(|a| EtcdLeadership::held(e.client().clone(), a)))
-    }
-
-    fn token(term: &EtcdLeadership) -> FencingToken {
-        FencedLease::token(term)
-    }
-
-    fn loss_signal(term: &EtcdLeadership) -> LossSignal {
-        term.loss_signal().clone()
-    }
-
-    fn end(term: EtcdLeadership) -> impl Future<Output = ()> + Send {
-        term.resign_on_runtime()
-    }
-
-    fn participants(&self) -> Result<Vec<Participant>> {
-        participants(&self.election)
-    }
-
-    /// Resigning retries until the key is deleted or the session is lost,
-    /// which its deadline bounds by a TTL; the delete in flight then gives
-    /// up within an RPC timeout, and one more covers the retry pause and
-    /// the latch's last step. Taken from the settings, not the live
-    /// session: after the client closed there is none.
-    fn close_timeout(&self) -> Duration {
-        let client = self.election.client();
-        client.lease_span() + 2 * client.rpc_timeout()
-    }
-}
-
-/// The participants of `election`, oldest first.
-pub(crate) fn participants(election: &EtcdElection) -> Result<Vec<Participant>> {
-    let (client, prefix) = (election.client().clone(), election.key_prefix().to_owned());
-    election.client().call("list participants", async move {
-        let session = client.live_session().await?;
-        let candidates = read_candidates(&session.etcd()?, session.rpc_timeout(), &prefix).await?;
-        Ok(candidates
-            .into_iter()
-            .enumerate()
-            .map(|(i, c)| Participant {
-                id: String::from_utf8_lossy(&c.info.value).into_owned(),
-                holder: c.info.holder,
-                is_leader: i == 0,
-            })
-            .collect())
-    })
-}
+pub type LeaderLatch = recipes_core::LeaderLatch<EtcdElection>;
 
 impl EtcdClient {
     /// A leader latch on the election `name` for the participant `id` (the
@@ -148,11 +61,7 @@ impl EtcdClient {
     /// # }
     /// ```
     pub fn leader_latch(&self, name: &str, id: &str) -> Result<LeaderLatch> {
-        let election = EtcdElection::new(self.clone(), name)?;
-        recipes_core::validate_participant_id("latch", id)?;
-        Ok(LeaderLatch::from_backend(EtcdLatch {
-            election,
-            id: id.to_owned(),
-        }))
+        // Each latch or selector is a handle of its own (see `EtcdClient`).
+        LeaderLatch::new(EtcdElection::new(self.clone(), name)?, id)
     }
 }

@@ -88,7 +88,7 @@ pub use election::{Election, EtcdElection, EtcdLeadership, Leadership};
 /// The etcd client crate, for the transaction operations of
 /// [`EtcdLock::txn`].
 pub use etcd_client;
-pub use latch::{EtcdLatch, LeaderLatch};
+pub use latch::LeaderLatch;
 pub use lock::EtcdLock;
 pub use mutex::{EtcdMutex, Mutex};
 pub use recipes_core;
@@ -99,7 +99,7 @@ pub use recipes_core::{
     LeaderInfo, LeaderObserver, LossReason, LossSignal, Participant, Result,
     DEFAULT_CONNECT_TIMEOUT, DEFAULT_RPC_TIMEOUT, DEFAULT_TTL, MAX_DURATION, MIN_TTL,
 };
-pub use selector::{EtcdSelector, LeaderSelector};
+pub use selector::LeaderSelector;
 pub use semaphore::{EtcdPermit, EtcdSemaphore, Semaphore, SemaphorePermit};
 
 /// A held [`Mutex`]: its token, loss signal, and fenced writes through

@@ -7,15 +7,10 @@
 //! loss signal fires and the closure must stop. After it returns, the
 //! selector resigns and, with `requeue`, campaigns again with a new key.
 
-use std::time::Duration;
-
-use recipes_core::{
-    ElectionBackend, FencingToken, LossSignal, LossTrigger, Participant, Result, SelectorBackend,
-};
+use recipes_core::Result;
 
 use crate::client::EtcdClient;
-use crate::election::{Election, EtcdElection, Leadership};
-use crate::latch::participants;
+use crate::election::EtcdElection;
 
 /// Runs a closure while this participant leads (etcd's election layout;
 /// see [`recipes_core::LeaderSelector`] for the API). The closure gets the
@@ -35,48 +30,7 @@ use crate::latch::participants;
 /// writes fenced with the token (or through the leadership's fenced writes)
 /// are refused. Do not rely on the closure having stopped; rely on the
 /// fence.
-pub type LeaderSelector = recipes_core::LeaderSelector<EtcdSelector>;
-
-/// The etcd side of a [`LeaderSelector`].
-#[derive(Debug)]
-pub struct EtcdSelector {
-    election: EtcdElection,
-    id: String,
-}
-
-impl SelectorBackend for EtcdSelector {
-    type Guard = Leadership;
-
-    fn name(&self) -> &str {
-        self.election.name()
-    }
-
-    fn id(&self) -> &str {
-        &self.id
-    }
-
-    fn contend(&self, closing: &LossSignal) -> Result<Option<Leadership>> {
-        let election = Election::from_backend(self.election.clone().cancelled_by(closing.clone()));
-        // No deadline: `Ok(None)` only once `closing` fires.
-        election.try_campaign_for(self.id.as_bytes(), Duration::MAX)
-    }
-
-    fn trigger(guard: &Leadership) -> &LossTrigger {
-        guard.lease().trigger()
-    }
-
-    fn token(guard: &Leadership) -> FencingToken {
-        guard.token()
-    }
-
-    fn release(guard: Leadership) -> Result<()> {
-        guard.resign()
-    }
-
-    fn participants(&self) -> Result<Vec<Participant>> {
-        participants(&self.election)
-    }
-}
+pub type LeaderSelector = recipes_core::LeaderSelector<EtcdElection>;
 
 impl EtcdClient {
     /// A leader selector on the election `name` for participant `id` (the
@@ -108,11 +62,7 @@ impl EtcdClient {
     /// # }
     /// ```
     pub fn leader_selector(&self, name: &str, id: &str) -> Result<LeaderSelector> {
-        let election = EtcdElection::new(self.clone(), name)?;
-        recipes_core::validate_participant_id("selector", id)?;
-        Ok(LeaderSelector::from_backend(EtcdSelector {
-            election,
-            id: id.to_owned(),
-        }))
+        // Each latch or selector is a handle of its own (see `EtcdClient`).
+        LeaderSelector::new(EtcdElection::new(self.clone(), name)?, id)
     }
 }

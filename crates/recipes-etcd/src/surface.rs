@@ -10,11 +10,11 @@ use recipes_core::{BootInstant, Client, Contender, FencedWrites, Result};
 use crate::client::EtcdClient;
 use crate::election::{Election, EtcdElection, EtcdLeadership};
 use crate::error::retrying;
-use crate::latch::{EtcdLatch, LeaderLatch};
+use crate::latch::LeaderLatch;
 use crate::lock::EtcdLock;
 use crate::mutex::{EtcdMutex, Mutex};
 use crate::names::{is_contender, key_prefix, validate_name};
-use crate::selector::{EtcdSelector, LeaderSelector};
+use crate::selector::LeaderSelector;
 use crate::semaphore::{EtcdPermit, EtcdSemaphore, Semaphore};
 
 macro_rules! fenced_by_key {
@@ -96,8 +96,6 @@ impl Client for EtcdClient {
     type Mutex = EtcdMutex;
     type Semaphore = EtcdSemaphore;
     type Election = EtcdElection;
-    type Latch = EtcdLatch;
-    type Selector = EtcdSelector;
 
     fn store(&self) -> &'static str {
         "etcd"

@@ -10,9 +10,12 @@
 //! node that led before it, and a proclaim (a fenced `setData` on our own
 //! node) does not move it.
 
-use std::time::Instant;
+use std::future::Future;
+use std::time::Duration;
 
-use recipes_core::{ElectionBackend, LeaderInfo, LeaderObserver, Result};
+use tokio::time::Instant;
+
+use recipes_core::{ElectionBackend, LeaderInfo, LeaderObserver, Result, Runtime};
 
 use crate::client::ZkClient;
 use crate::driver::{Contender, NodeDriver};
@@ -36,11 +39,32 @@ pub type Election = recipes_core::Election<ZkElection>;
 /// A won ZooKeeper election. Dropping it resigns in the background.
 pub type Leadership = recipes_core::Leadership<ZkLeadership>;
 
-/// The ZooKeeper election backend; use it through [`Election`].
+/// The ZooKeeper election backend; use it through [`Election`] (and
+/// [`LeaderLatch`](crate::LeaderLatch), [`LeaderSelector`](crate::LeaderSelector)).
 #[derive(Debug, Clone)]
 pub struct ZkElection {
     client: ZkClient,
     path: String,
+    /// Curator's node name: `latch-` for elections and latches, `lock-` for
+    /// selectors (Curator's selector is its mutex).
+    lock_name: &'static str,
+}
+
+impl ZkElection {
+    /// An election at `path` whose candidates' nodes are named
+    /// `_c_<uuid>-<lock_name><seq>`.
+    pub(crate) fn new(
+        client: &ZkClient,
+        path: &str,
+        lock_name: &'static str,
+    ) -> Result<ZkElection> {
+        validate_path(path)?;
+        Ok(ZkElection {
+            client: client.clone(),
+            path: path.to_owned(),
+            lock_name,
+        })
+    }
 }
 
 impl ElectionBackend for ZkElection {
@@ -50,23 +74,42 @@ impl ElectionBackend for ZkElection {
         &self.path
     }
 
-    fn campaign(&self, value: &[u8], deadline: Option<Instant>) -> Result<Option<ZkLeadership>> {
+    fn runtime(&self) -> &Runtime {
+        self.client.runtime()
+    }
+
+    fn campaign_async(
+        &self,
+        value: Vec<u8>,
+        deadline: Option<Instant>,
+    ) -> impl Future<Output = Result<Option<ZkLeadership>>> + Send + 'static {
         let contender = Contender {
             dir: self.path.clone(),
-            lock_name: "latch-",
-            data: value.to_vec(),
+            lock_name: self.lock_name,
+            data: value,
             max_leases: 1,
         };
         let driver = NodeDriver::new(&self.client, contender);
-        let won = self
-            .client
-            .runtime()
-            .call_until("campaign", None, async move {
-                driver
-                    .acquire(deadline.map(tokio::time::Instant::from_std))
-                    .await
-            })?;
-        Ok(won.map(|a| ZkNodeLease::held(self.client.clone(), a)))
+        async move {
+            let won = driver.acquire(deadline).await?;
+            Ok(won.map(|a| ZkNodeLease::held(driver.client.clone(), a)))
+        }
+    }
+
+    fn candidates(&self) -> Result<Vec<LeaderInfo>> {
+        let queue = self.client.contenders(&self.path)?;
+        Ok(queue
+            .into_iter()
+            .map(|node| LeaderInfo {
+                holder: node.path,
+                value: node.data,
+            })
+            .collect())
+    }
+
+    fn close_timeout(&self) -> Duration {
+        // The term's end: one delete, retried within an RPC timeout.
+        2 * self.client.rpc_timeout()
     }
 
     fn leader(&self) -> Result<Option<LeaderInfo>> {
@@ -110,10 +153,8 @@ impl ZkClient {
     /// # }
     /// ```
     pub fn election(&self, path: &str) -> Result<Election> {
-        validate_path(path)?;
-        Ok(Election::from_backend(ZkElection {
-            client: self.clone(),
-            path: path.to_owned(),
-        }))
+        Ok(Election::from_backend(ZkElection::new(
+            self, path, "latch-",
+        )?))
     }
 }

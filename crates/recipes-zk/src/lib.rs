@@ -95,7 +95,7 @@ mod surface;
 pub use client::{ZkClient, ZkClientBuilder};
 pub use contenders::QueuedNode;
 pub use election::{Election, Leadership, ZkElection, ZkLeadership};
-pub use latch::{LeaderLatch, ZkLatch};
+pub use latch::LeaderLatch;
 pub use mutex::{InterProcessMutex, ZkLock, ZkMutex};
 pub use node_lease::ZkNodeLease;
 pub use recipes_core;
@@ -106,7 +106,7 @@ pub use recipes_core::{
     LeaderInfo, LeaderObserver, LossPolicy, LossReason, LossSignal, Participant, Result,
     DEFAULT_CONNECT_TIMEOUT, DEFAULT_RPC_TIMEOUT, DEFAULT_TTL, MAX_DURATION, MIN_TTL,
 };
-pub use selector::{LeaderSelector, ZkSelector};
+pub use selector::LeaderSelector;
 pub use semaphore::{InterProcessSemaphore, ZkPermit, ZkSemaphore};
 pub use session::SessionState;
 

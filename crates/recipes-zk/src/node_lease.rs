@@ -67,10 +67,6 @@ impl ZkNodeLease {
         &self.node
     }
 
-    pub(crate) fn trigger(&self) -> &LossTrigger {
-        &self.trigger
-    }
-
     /// Release from a task on the runtime (where the blocking `release`
     /// must not be called).
     pub(crate) async fn release_async(self) {
@@ -282,6 +278,14 @@ impl LeadershipLease for ZkNodeLease {
             }
             other => other,
         }
+    }
+
+    fn trigger(&self) -> &LossTrigger {
+        &self.trigger
+    }
+
+    fn resign_async(self) -> impl std::future::Future<Output = ()> + Send {
+        self.release_async()
     }
 }
 

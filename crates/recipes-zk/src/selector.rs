@@ -2,23 +2,21 @@
 //! which is its mutex: `<path>/_c_<uuid>-lock-<seq10>`, data = the id).
 //!
 //! The closure runs on the selector's own thread, never on the runtime. It
-//! gets the held [`Leadership`] (fence, loss signal, fenced writes, and a
+//! gets the held [`Leadership`](crate::Leadership) (fence, loss signal, fenced writes, and a
 //! `proclaim` that sets our node's data), as on every store; when leadership
 //! may be gone — or the selector is closed — the guard's loss signal fires
 //! and the closure must stop. After it returns, leadership is released and,
-//! with `requeue`, the selector queues again.
+//! with `requeue`, the selector queues again. It is an election whose
+//! candidates use the mutex's node names.
 
-use recipes_core::{FencingToken, LossSignal, LossTrigger, Participant, Result, SelectorBackend};
+use recipes_core::Result;
 
 use crate::client::ZkClient;
-use crate::driver::NodeDriver;
-use crate::election::Leadership;
-use crate::latch::{contender, participants};
-use crate::node_lease::ZkNodeLease;
+use crate::election::ZkElection;
 
 /// Runs a closure while this participant leads (Curator's
 /// `LeaderSelector` layout; see [`recipes_core::LeaderSelector`] for the
-/// API). The closure gets the held [`Leadership`].
+/// API). The closure gets the held [`Leadership`](crate::Leadership).
 ///
 /// Made by [`ZkClient::leader_selector`].
 ///
@@ -29,58 +27,7 @@ use crate::node_lease::ZkNodeLease;
 /// writes fenced with the guard's token (or through the lock's fenced
 /// writes) are refused. Do not rely on the closure having stopped; rely on
 /// the fence.
-pub type LeaderSelector = recipes_core::LeaderSelector<ZkSelector>;
-
-/// The ZooKeeper side of a [`LeaderSelector`].
-#[derive(Debug)]
-pub struct ZkSelector {
-    client: ZkClient,
-    driver: NodeDriver,
-    id: String,
-}
-
-impl SelectorBackend for ZkSelector {
-    type Guard = Leadership;
-
-    fn name(&self) -> &str {
-        &self.driver.contender.dir
-    }
-
-    fn id(&self) -> &str {
-        &self.id
-    }
-
-    fn contend(&self, closing: &LossSignal) -> Result<Option<Leadership>> {
-        let driver = self.driver.clone();
-        let closing = closing.clone();
-        let acquired =
-            self.client
-                .runtime()
-                .call_until("queue for leadership", None, async move {
-                    tokio::select! {
-                        r = driver.acquire(None) => r,
-                        _ = closing.fired() => Ok(None),
-                    }
-                })?;
-        Ok(acquired.map(|a| Leadership::from_lease(ZkNodeLease::held(self.client.clone(), a))))
-    }
-
-    fn trigger(guard: &Leadership) -> &LossTrigger {
-        guard.lease().trigger()
-    }
-
-    fn token(guard: &Leadership) -> FencingToken {
-        guard.token()
-    }
-
-    fn release(guard: Leadership) -> Result<()> {
-        guard.resign()
-    }
-
-    fn participants(&self) -> Result<Vec<Participant>> {
-        participants(&self.client, &self.driver.contender.dir)
-    }
-}
+pub type LeaderSelector = recipes_core::LeaderSelector<ZkElection>;
 
 impl ZkClient {
     /// A leader selector at `path` for participant `id` (Curator's
@@ -93,10 +40,6 @@ impl ZkClient {
     /// [`Error::InvalidArgument`](recipes_core::Error::InvalidArgument) for
     /// a bad path or an empty id.
     pub fn leader_selector(&self, path: &str, id: &str) -> Result<LeaderSelector> {
-        Ok(LeaderSelector::from_backend(ZkSelector {
-            client: self.clone(),
-            driver: NodeDriver::new(self, contender("selector", path, id, "lock-")?),
-            id: id.to_owned(),
-        }))
+        LeaderSelector::new(ZkElection::new(self, path, "lock-")?, id)
     }
 }

@@ -10,11 +10,11 @@ use zookeeper_client as zk;
 use crate::client::ZkClient;
 use crate::election::{Election, ZkElection};
 use crate::error::from_zk;
-use crate::latch::{LeaderLatch, ZkLatch};
+use crate::latch::LeaderLatch;
 use crate::mutex::{InterProcessMutex, ZkMutex};
 use crate::names::validate_path;
 use crate::node_lease::ZkNodeLease;
-use crate::selector::{LeaderSelector, ZkSelector};
+use crate::selector::LeaderSelector;
 use crate::semaphore::{InterProcessSemaphore, ZkSemaphore};
 use crate::QueuedNode;
 
@@ -112,8 +112,6 @@ impl Client for ZkClient {
     type Mutex = ZkMutex;
     type Semaphore = ZkSemaphore;
     type Election = ZkElection;
-    type Latch = ZkLatch;
-    type Selector = ZkSelector;
 
     fn store(&self) -> &'static str {
         "zk"

@@ -35,8 +35,8 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use recipes_core::{
-    BootInstant, Client, Error, LatchBackend, LeaderLatch, LeaderSelector, LossPolicy,
-    MutexBackend, MutexGuard, SelectorBackend,
+    BootInstant, Client, ElectionBackend, Error, LeaderLatch, LeaderSelector, LossPolicy,
+    MutexBackend, MutexGuard,
 };
 use recipes_etcd::EtcdClient;
 use recipes_zk::ZkClient;
@@ -49,7 +49,7 @@ struct Participant {
 
 impl Participant {
     /// Start `latch`.
-    fn latch<B: LatchBackend>(latch: LeaderLatch<B>) -> Participant {
+    fn latch<E: ElectionBackend>(latch: LeaderLatch<E>) -> Participant {
         latch.start();
         Participant {
             leading: Box::new(move || latch.leadership().map(|(t, _)| t.get())),
@@ -58,12 +58,12 @@ impl Participant {
 
     /// Start `selector` with a closure that leads until its loss signal
     /// fires.
-    fn selector<B: SelectorBackend>(selector: LeaderSelector<B>) -> Result<Participant, Error> {
+    fn selector<E: ElectionBackend>(selector: LeaderSelector<E>) -> Result<Participant, Error> {
         let term = Arc::new(Mutex::new(None));
         let t = term.clone();
         selector.start(true, move |guard| {
-            *t.lock().unwrap() = Some(B::token(guard).get());
-            B::trigger(guard).signal().wait();
+            *t.lock().unwrap() = Some(guard.token().get());
+            guard.lost().wait();
             *t.lock().unwrap() = None;
         })?;
         Ok(Participant {

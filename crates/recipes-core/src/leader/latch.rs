@@ -1,0 +1,276 @@
+//! The leader latch: among all participants of an election, one leads;
+//! the others wait in line, and events say when this one gains or loses.
+
+use std::fmt;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use crossbeam_channel::{Receiver, Sender};
+use parking_lot::{Condvar, Mutex};
+
+use super::{participants, validate_participant_id, LatchEvent, Participant};
+use crate::backend::{ElectionBackend, FencedLease, HeldLease, LeadershipLease};
+use crate::backoff::Backoff;
+use crate::error::{Error, Result};
+use crate::fence::FencingToken;
+use crate::loss::{LossReason, LossSignal, LossTrigger};
+
+#[derive(Default)]
+struct LatchState {
+    started: bool,
+    finished: bool,
+    leading: Option<(FencingToken, LossSignal)>,
+}
+
+struct LatchInner<E> {
+    election: E,
+    id: String,
+    state: Mutex<LatchState>,
+    changed: Condvar,
+    events: (Sender<LatchEvent>, Receiver<LatchEvent>),
+    // Fired by close and drop; the latch's task ends when it sees it.
+    closing: LossTrigger,
+}
+
+/// A leader latch: among all participants of a name, one leads.
+///
+/// Campaigns run on the client's runtime thread; events are delivered on a
+/// channel and never block it. A term is held while the participant's
+/// entry exists and the session's lease deadline has not passed; after any
+/// loss the latch starts over with a new entry, so it never regains
+/// leadership on an old one, and its next term has a higher fence.
+/// [`has_leadership`](LeaderLatch::has_leadership) reads the lease deadline
+/// itself: after a pause it says `false` before any event is delivered.
+pub struct LeaderLatch<E: ElectionBackend> {
+    inner: Arc<LatchInner<E>>,
+}
+
+impl<E: ElectionBackend> LeaderLatch<E> {
+    /// A latch on `election` for the participant `id` (its campaign value);
+    /// call [`start`](LeaderLatch::start) to join.
+    ///
+    /// # Errors
+    ///
+    /// [`Error::InvalidArgument`] for an empty id.
+    pub fn new(election: E, id: &str) -> Result<LeaderLatch<E>> {
+        validate_participant_id("latch", id)?;
+        Ok(LeaderLatch {
+            inner: Arc::new(LatchInner {
+                election,
+                id: id.to_owned(),
+                state: Mutex::new(LatchState::default()),
+                changed: Condvar::new(),
+                events: crossbeam_channel::unbounded(),
+                closing: LossTrigger::root(),
+            }),
+        })
+    }
+
+    /// The election it campaigns in.
+    pub fn election(&self) -> &E {
+        &self.inner.election
+    }
+
+    /// Join the election: campaign in the background and follow our entry.
+    /// Calling it twice does nothing more.
+    pub fn start(&self) {
+        {
+            let mut st = self.inner.state.lock();
+            if st.started {
+                return;
+            }
+            st.started = true;
+        }
+        let inner = self.inner.clone();
+        if !self.inner.election.runtime().spawn(run(inner)) {
+            log::warn!("{} latch not started: client closed", self.inner.label());
+            self.inner.finish();
+        }
+    }
+
+    /// Whether this participant leads now (reads the lease deadline).
+    pub fn has_leadership(&self) -> bool {
+        self.leadership().is_some()
+    }
+
+    /// The current term's fence and loss signal, while leading.
+    pub fn leadership(&self) -> Option<(FencingToken, LossSignal)> {
+        leading(&self.inner.state.lock())
+    }
+
+    /// Block until this participant leads or `timeout` passes; whether it
+    /// leads.
+    pub fn await_leadership(&self, timeout: Duration) -> bool {
+        let deadline = Instant::now().checked_add(timeout);
+        let mut st = self.inner.state.lock();
+        loop {
+            if leading(&st).is_some() {
+                return true;
+            }
+            match deadline {
+                Some(d) => {
+                    if self.inner.changed.wait_until(&mut st, d).timed_out() {
+                        return leading(&st).is_some();
+                    }
+                }
+                None => self.inner.changed.wait(&mut st),
+            }
+        }
+    }
+
+    /// Leadership events, delivered without blocking the latch.
+    pub fn events(&self) -> Receiver<LatchEvent> {
+        self.inner.events.1.clone()
+    }
+
+    /// This participant's id.
+    pub fn id(&self) -> &str {
+        &self.inner.id
+    }
+
+    /// Every participant, first in line first (the first leads); a
+    /// snapshot that may be stale by the time it is used.
+    ///
+    /// # Errors
+    ///
+    /// Backend errors.
+    pub fn participants(&self) -> Result<Vec<Participant>> {
+        participants(&self.inner.election)
+    }
+
+    /// The current leader, if any.
+    ///
+    /// # Errors
+    ///
+    /// Backend errors.
+    pub fn leader(&self) -> Result<Option<Participant>> {
+        Ok(self.participants()?.into_iter().next())
+    }
+
+    /// Leave the election: end the term (its loss signal fires with
+    /// [`LossReason::Released`]), delete our entry and stop. Returns once
+    /// the entry is deleted — or the session is lost, which takes it.
+    ///
+    /// # Errors
+    ///
+    /// [`Error::Timeout`] if that took longer than the backend allows (the
+    /// entry is still deleted in the background, or goes with the session).
+    pub fn close(&self) -> Result<()> {
+        self.inner.closing.fire(LossReason::Closed);
+        let timeout = self.inner.election.close_timeout();
+        let deadline = Instant::now() + timeout;
+        let mut st = self.inner.state.lock();
+        while st.started && !st.finished {
+            if self.inner.changed.wait_until(&mut st, deadline).timed_out() {
+                return Err(Error::Timeout {
+                    what: "close the latch".into(),
+                    after: timeout,
+                });
+            }
+        }
+        Ok(())
+    }
+}
+
+impl<E: ElectionBackend> Drop for LeaderLatch<E> {
+    fn drop(&mut self) {
+        // Never blocks: the task sees it and deletes our entry.
+        self.inner.closing.fire(LossReason::Closed);
+    }
+}
+
+impl<E: ElectionBackend> fmt::Debug for LeaderLatch<E> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("LeaderLatch")
+            .field("name", &self.inner.election.name())
+            .field("id", &self.id())
+            .field("leading", &self.has_leadership())
+            .finish()
+    }
+}
+
+fn leading(st: &LatchState) -> Option<(FencingToken, LossSignal)> {
+    st.leading.clone().filter(|(_, lost)| !lost.is_lost())
+}
+
+impl<E: ElectionBackend> LatchInner<E> {
+    fn label(&self) -> String {
+        format!("[{} id={}]", self.election.name(), self.id)
+    }
+
+    fn set_leading(&self, leading: Option<(FencingToken, LossSignal)>) {
+        self.state.lock().leading = leading;
+        self.changed.notify_all();
+    }
+
+    fn emit(&self, event: LatchEvent) {
+        // The receiver end lives in `self`: sending cannot fail.
+        let _ = self.events.0.send(event);
+    }
+
+    fn finish(&self) {
+        self.state.lock().finished = true;
+        self.changed.notify_all();
+    }
+}
+
+/// Marks the latch finished however its task ends, cancelled with the
+/// runtime included: `close` never waits for a task that is gone.
+struct Finish<E: ElectionBackend>(Arc<LatchInner<E>>);
+
+impl<E: ElectionBackend> Drop for Finish<E> {
+    fn drop(&mut self) {
+        self.0.finish();
+    }
+}
+
+/// The latch's life on the runtime: campaign, lead until loss, start over.
+async fn run<E: ElectionBackend>(inner: Arc<LatchInner<E>>) {
+    let _finish = Finish(inner.clone());
+    let closing = inner.closing.signal();
+    let label = inner.label();
+    let mut backoff = Backoff::RECOVER;
+    loop {
+        if closing.is_lost() {
+            break;
+        }
+        let won = tokio::select! {
+            r = inner.election.campaign_async(inner.id.as_bytes().to_vec(), None) => r,
+            _ = closing.fired() => break,
+        };
+        let term = match won {
+            Ok(Some(term)) => term,
+            Ok(None) => continue,
+            Err(Error::Closed) => break,
+            Err(e) => {
+                log::warn!("{label} latch: {e}; campaigning again");
+                tokio::select! {
+                    () = backoff.pause() => {}
+                    _ = closing.fired() => break,
+                }
+                continue;
+            }
+        };
+        backoff.reset();
+        let token = term.token();
+        let lost = term.loss_signal().clone();
+        log::info!("{label} leadership gained (fence {token})");
+        inner.set_leading(Some((token, lost.clone())));
+        inner.emit(LatchEvent::Gained {
+            token,
+            lost: lost.clone(),
+        });
+        let ended = tokio::select! {
+            reason = lost.fired() => Some(reason),
+            _ = closing.fired() => None,
+        };
+        inner.set_leading(None);
+        let reason = ended.unwrap_or(LossReason::Released);
+        log::info!("{label} leadership lost: {reason}");
+        inner.emit(LatchEvent::Lost { reason });
+        term.resign_async().await;
+        if ended.is_none() {
+            break;
+        }
+    }
+}
