@@ -15,7 +15,8 @@ use recipes_core::{
 };
 
 use crate::client::EtcdClient;
-use crate::election::{campaign, read_candidates, EtcdElection, EtcdLeadership};
+use crate::election::{EtcdElection, EtcdLeadership};
+use crate::observe::read_candidates;
 
 /// A leader latch: among all participants of an election name, one leads
 /// (etcd's election layout, with the id as the value; see
@@ -62,17 +63,7 @@ impl LatchBackend for EtcdLatch {
     }
 
     async fn contend(&self) -> Result<Option<EtcdLeadership>> {
-        let e = &self.election;
-        let won = campaign(
-            e.client(),
-            e.name(),
-            e.key_prefix(),
-            e.queue(),
-            self.id.as_bytes(),
-            None,
-        )
-        .await?;
-        Ok(won.map(|a| EtcdLeadership::held(e.client().clone(), a)))
+        self.election.campaign_until(self.id.as_bytes(), None).await
     }
 
     fn token(term: &EtcdLeadership) -> FencingToken {

@@ -70,33 +70,41 @@
 #![warn(missing_docs)]
 #![deny(missing_debug_implementations)]
 
+mod builder;
 mod client;
+mod contend;
 mod election;
-mod error;
+mod key;
 mod latch;
 mod lock;
 mod mutex;
 mod names;
+mod observe;
+mod permit;
+mod rpc;
 mod selector;
 mod semaphore;
 mod session;
 mod watch;
 
-pub use client::{
-    EtcdClient, EtcdClientBuilder, DEFAULT_CONNECT_TIMEOUT, DEFAULT_RPC_TIMEOUT, DEFAULT_TTL,
-    HTTP2_KEEP_ALIVE, MAX_TTL,
+pub use builder::{
+    EtcdClientBuilder, DEFAULT_CONNECT_TIMEOUT, DEFAULT_RPC_TIMEOUT, DEFAULT_TTL, HTTP2_KEEP_ALIVE,
+    MAX_TTL,
 };
-pub use election::{Election, EtcdElection, EtcdLeadership, LeaderObserver, Leadership};
+pub use client::EtcdClient;
+pub use election::{Election, EtcdElection, EtcdLeadership, Leadership};
 /// The etcd client crate, for the transaction operations of
 /// [`EtcdLock::txn`].
 pub use etcd_client;
 pub use latch::{EtcdLatch, LeaderLatch};
 pub use lock::EtcdLock;
 pub use mutex::{EtcdMutex, Mutex};
+pub use observe::LeaderObserver;
+pub use permit::EtcdPermit;
 pub use recipes_core::LeaderInfo;
 pub use recipes_core::{Error, LatchEvent, Participant, Result};
 pub use selector::{EtcdSelector, LeaderSelector};
-pub use semaphore::{EtcdPermit, EtcdSemaphore, Semaphore, SemaphorePermit};
+pub use semaphore::{EtcdSemaphore, Semaphore, SemaphorePermit};
 
 /// A held [`Mutex`]: its token, loss signal, and fenced writes through
 /// [`lease`](recipes_core::MutexGuard::lease).
