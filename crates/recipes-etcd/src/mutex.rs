@@ -35,18 +35,7 @@
 //! holder's key was deleted, and that deletion came after the previous
 //! holder's own confirming read.
 //!
-//! # Under pause and partition
-//!
-//! A guard's loss signal fires when the session's local deadline passes
-//! without an acknowledged keep-alive (a partition, a paused process, a
-//! stalled runtime), when a keep-alive reply says the lease is gone, when
-//! our key is deleted (a watch on it; etcd 3.4.23 can revoke a lease that is
-//! still kept alive, etcd#15247), at release, and when the client closes.
-//! The deadline is computed from send times, so it always ends before the
-//! server's lease does (with clocks within 500 ppm). What is **not**
-//! guaranteed: that a holder stops working in time — a process paused right
-//! after checking its signal runs on after the server gave the lock away.
-//! That is what the fencing token and [`EtcdLock`]'s fenced writes are for.
+//! What holds under pause and partition: see [`Mutex`].
 
 use std::time::Instant as StdInstant;
 

@@ -43,17 +43,7 @@
 //! was seen by its admitting read, so they number fewer than N. The mutex
 //! keeps to one the waiters that wake at every release.
 //!
-//! # Under pause and partition
-//!
-//! A permit is a lease like a lock: its loss signal fires at the session's
-//! local deadline (no acknowledged keep-alive: a partition, a paused
-//! process), when a keep-alive reply says the lease is gone, when its key
-//! is deleted (watched), at release, and when the client closes. A holder
-//! paused right after checking its signal may run on after etcd expired
-//! its lease and admitted another: N + 1 workers can overlap for a while.
-//! Permits have no shared fencing order (they are concurrent by design);
-//! each permit's writes in etcd are fenced by its own key
-//! (`create_revision(permit key) == ours`).
+//! What holds under pause and partition: see [`Semaphore`].
 
 use std::time::Instant as StdInstant;
 
