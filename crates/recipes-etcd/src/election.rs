@@ -16,7 +16,8 @@
 //!    lease; either way read it and the oldest keys under the prefix. A
 //!    synced watch on our own key starts alongside (see `watch.rs`).
 //! 2. While a candidate is ahead of ours, watch the one just ahead (synced),
-//!    read again, and wait for it to go — exactly as the mutex waits.
+//!    read again, and wait for it to go — exactly as the mutex waits (the
+//!    same engine and driver, `contend.rs`).
 //! 3. Once a read finds none ahead of us, put our key again — same value,
 //!    same lease, guarded by `create_revision == ours`. That write's
 //!    revision (our key's `mod_revision` right after it) is the fencing
@@ -26,24 +27,22 @@
 //!    lower than the previous leader's.
 
 use std::fmt;
+use std::future::Future;
 use std::time::Duration;
 
-use crossbeam_channel::Sender;
-use etcd_client::{
-    EventType, GetOptions, PutOptions, SortOrder, SortTarget, TxnOp, TxnResponse, WatchOptions,
-};
+use etcd_client::{PutOptions, TxnOp, TxnResponse};
 use recipes_core::{
     ElectionBackend, Error, FencedLease, FencingToken, HeldLease, LeaderInfo, LeaderObserver,
     LeadershipLease, LossReason, LossSignal, LossTrigger, Result, Runtime,
 };
-use tokio::sync::oneshot;
 use tokio::time::Instant;
 
 use crate::client::EtcdClient;
-use crate::error::{from_etcd, retrying};
+use crate::contend::{contend, Claim, Via};
+use crate::key::Acquired;
 use crate::lock::EtcdLock;
-use crate::mutex::{self, delete_until_done, Acquired, Claim, Via, PAGE, RETRY_PAUSE};
-use crate::names::{is_contender, key_prefix, validate_name};
+use crate::names::{key_prefix, validate_name};
+use crate::observe::{read_candidates, read_leader};
 use crate::session::HandleQueue;
 
 /// A leader election shared with every process that campaigns on the same
@@ -114,51 +113,27 @@ impl EtcdElection {
         })
     }
 
+    pub(crate) fn client(&self) -> &EtcdClient {
+        &self.client
+    }
+
     /// The key prefix its candidates' keys live under (`<name>/`).
     pub fn key_prefix(&self) -> &str {
         &self.prefix
     }
 
-    /// Follow the leader: the returned observer first receives the current
-    /// leader (if any), then every change — a new leader, or a new value
-    /// proclaimed by the leader. A moment without a leader is not reported.
-    ///
-    /// When this returns, a synced watch on the prefix is in place: no change
-    /// after it is missed. The watch is opened again (and the leader read
-    /// again) if its stream breaks, so changes in between are coalesced into
-    /// the newest. The channel disconnects when the client closes; dropping
-    /// the observer stops the watch.
-    ///
-    /// Under pause and partition: what the observer reports is what etcd
-    /// said, late by however long the observer was cut off; it is no proof
-    /// of leadership — only a [`Leadership`] is.
-    ///
-    /// # Errors
-    ///
-    /// Backend errors if the watch or the first read failed within the RPC
-    /// timeout.
-    pub fn observe(&self) -> Result<LeaderObserver> {
-        let (client, prefix) = (self.client.clone(), self.prefix.clone());
-        let (tx, rx) = crossbeam_channel::unbounded();
-        let (stop, stopped) = oneshot::channel();
-        let handle = self.client.runtime().handle().clone();
-        self.client.call("observe the election", async move {
-            let session = client.live_session().await?;
-            let etcd = session.etcd()?;
-            let timeout = session.rpc_timeout();
-            drop(session);
-            let stream = open_prefix_watch(&etcd, &prefix, timeout).await?;
-            let mut last = None;
-            publish(&etcd, &prefix, timeout, &tx, &mut last).await?;
-            handle.spawn(async move {
-                tokio::select! {
-                    _ = stopped => {}
-                    _ = follow(etcd, prefix, timeout, stream, tx, last) => {}
-                }
-            });
-            Ok(())
-        })?;
-        Ok(LeaderObserver::new(rx, stop))
+    /// Campaign with `value` until elected or `deadline` (on the runtime):
+    /// the mutex's contention with a win confirmed by a write. The deadline
+    /// bounds the wait only, so a try of a free election wins; every way
+    /// out but a win deletes our key.
+    pub(crate) async fn campaign_until(
+        &self,
+        value: &[u8],
+        deadline: Option<Instant>,
+    ) -> Result<Option<EtcdLeadership>> {
+        let (via, claim) = (Via::Handle(&self.queue), Claim::Campaign(value));
+        let won = contend(&self.client, &self.name, &self.prefix, via, claim, deadline).await?;
+        Ok(won.map(|a| EtcdLeadership::held(self.client.clone(), a)))
     }
 }
 
@@ -186,20 +161,9 @@ impl ElectionBackend for EtcdElection {
         &self,
         value: Vec<u8>,
         deadline: Option<Instant>,
-    ) -> impl std::future::Future<Output = Result<Option<EtcdLeadership>>> + Send + 'static {
+    ) -> impl Future<Output = Result<Option<EtcdLeadership>>> + Send + 'static {
         let this = self.clone();
-        async move {
-            let run = campaign(
-                &this.client,
-                &this.name,
-                &this.prefix,
-                &this.queue,
-                &value,
-                deadline,
-            );
-            let won = run.await?;
-            Ok(won.map(|a| EtcdLeadership::held(this.client.clone(), a)))
-        }
+        async move { this.campaign_until(&value, deadline).await }
     }
 
     fn candidates(&self) -> Result<Vec<LeaderInfo>> {
@@ -221,6 +185,10 @@ impl ElectionBackend for EtcdElection {
         self.client.lease_span() + 2 * self.client.rpc_timeout()
     }
 
+    fn observe(&self) -> Result<LeaderObserver> {
+        EtcdElection::observe(self)
+    }
+
     fn leader(&self) -> Result<Option<LeaderInfo>> {
         let (client, prefix) = (self.client.clone(), self.prefix.clone());
         self.client.call("read the leader", async move {
@@ -228,10 +196,6 @@ impl ElectionBackend for EtcdElection {
             let leader = read_leader(&session.etcd()?, session.rpc_timeout(), &prefix).await?;
             Ok(leader.map(|c| c.info))
         })
-    }
-
-    fn observe(&self) -> Result<LeaderObserver> {
-        EtcdElection::observe(self)
     }
 }
 
@@ -269,7 +233,7 @@ impl EtcdLeadership {
             a.fence
         );
         EtcdLeadership {
-            lock: EtcdLock::held(client, a),
+            lock: EtcdLock::held(client, a, "lock"),
         }
     }
 
@@ -318,19 +282,9 @@ impl EtcdLeadership {
         self.lock.txn(ops)
     }
 
-    /// Resign on the runtime: fire the signal, delete our key (retrying
-    /// until done or the session is lost), then give this process's turns
-    /// at the name back.
+    /// Resign on the runtime; see [`EtcdLock::released`].
     pub(crate) async fn resign_on_runtime(self) {
-        let lock = self.lock;
-        lock.trigger.fire(LossReason::Released);
-        let turn = lock.turn.lock().take().unwrap_or_default();
-        let (session, key, rev) = (
-            lock.session.clone(),
-            lock.key().to_owned(),
-            lock.create_revision(),
-        );
-        delete_until_done(session, key, Some(rev), turn).await;
+        self.lock.released().await;
     }
 }
 
@@ -363,7 +317,7 @@ impl LeadershipLease for EtcdLeadership {
         &self.lock.trigger
     }
 
-    fn resign_async(self) -> impl std::future::Future<Output = ()> + Send {
+    fn resign_async(self) -> impl Future<Output = ()> + Send {
         self.resign_on_runtime()
     }
 
@@ -406,216 +360,6 @@ impl fmt::Debug for EtcdLeadership {
             .field("token", &self.token())
             .field("lost", &self.loss_signal().reason())
             .finish()
-    }
-}
-
-/// Campaign with `value` until elected or `deadline`: the mutex's wait
-/// (see [`mutex::acquire`]) with a win confirmed by a write. The deadline
-/// bounds the wait only, so a try of a free election wins; every way out
-/// but a win deletes our key.
-pub(crate) async fn campaign(
-    client: &EtcdClient,
-    name: &str,
-    prefix: &str,
-    queue: &HandleQueue,
-    value: &[u8],
-    deadline: Option<Instant>,
-) -> Result<Option<Acquired>> {
-    let via = Via::Handle(queue);
-    mutex::acquire(client, name, prefix, via, Claim::Campaign(value), deadline).await
-}
-
-/// A candidate key as read from etcd.
-#[derive(Debug, Clone)]
-pub(crate) struct Candidate {
-    pub(crate) info: LeaderInfo,
-    pub(crate) create_revision: i64,
-}
-
-fn candidate(kv: &etcd_client::KeyValue) -> Candidate {
-    Candidate {
-        info: LeaderInfo {
-            holder: String::from_utf8_lossy(kv.key()).into_owned(),
-            value: kv.value().to_vec(),
-        },
-        create_revision: kv.create_revision(),
-    }
-}
-
-/// The candidates under `prefix` (keys exactly one level below it), oldest
-/// first: the first one leads. One linearizable read.
-pub(crate) async fn read_candidates(
-    etcd: &etcd_client::Client,
-    timeout: std::time::Duration,
-    prefix: &str,
-) -> Result<Vec<Candidate>> {
-    let options = GetOptions::new()
-        .with_prefix()
-        .with_sort(SortTarget::Create, SortOrder::Ascend);
-    let resp = retrying(&format!("read {prefix}"), timeout, || {
-        let (mut etcd, options) = (etcd.clone(), options.clone());
-        async move { etcd.get(prefix, Some(options)).await }
-    })
-    .await?;
-    Ok(resp
-        .kvs()
-        .iter()
-        .filter(|kv| is_contender(prefix, kv.key()))
-        .map(candidate)
-        .collect())
-}
-
-/// The leader under `prefix`: the oldest candidate key. Pages past nested
-/// elections' keys, which do not count.
-pub(crate) async fn read_leader(
-    etcd: &etcd_client::Client,
-    timeout: std::time::Duration,
-    prefix: &str,
-) -> Result<Option<Candidate>> {
-    let mut from = 0;
-    loop {
-        let options = GetOptions::new()
-            .with_prefix()
-            .with_min_create_revision(from)
-            .with_sort(SortTarget::Create, SortOrder::Ascend)
-            .with_limit(PAGE);
-        let resp = retrying(&format!("read {prefix}"), timeout, || {
-            let (mut etcd, options) = (etcd.clone(), options.clone());
-            async move { etcd.get(prefix, Some(options)).await }
-        })
-        .await?;
-        if let Some(kv) = resp.kvs().iter().find(|kv| is_contender(prefix, kv.key())) {
-            return Ok(Some(candidate(kv)));
-        }
-        match resp.kvs().last() {
-            // A key created before `from` while we paged would have a newer
-            // revision: nothing is missed.
-            Some(last) if resp.more() => from = last.create_revision() + 1,
-            _ => return Ok(None),
-        }
-    }
-}
-
-/// A synced watch on every key under `prefix`, puts and deletes.
-async fn open_prefix_watch(
-    etcd: &etcd_client::Client,
-    prefix: &str,
-    timeout: std::time::Duration,
-) -> Result<etcd_client::WatchStream> {
-    let opened = async {
-        let mut etcd = etcd.clone();
-        let mut stream = etcd
-            .watch(prefix, Some(WatchOptions::new().with_prefix()))
-            .await
-            .map_err(|e| from_etcd("watch the election", e))?;
-        loop {
-            match stream.message().await {
-                Ok(Some(reply)) if reply.canceled() => {
-                    return Err(Error::Backend {
-                        message: format!(
-                            "etcd cancelled the watch on {prefix}: {}",
-                            reply.cancel_reason()
-                        ),
-                        retryable: true,
-                        source: None,
-                    })
-                }
-                Ok(Some(reply)) if reply.created() => return Ok(stream),
-                Ok(Some(_)) => {}
-                Ok(None) => return Err(Error::ConnectionLoss),
-                Err(e) => return Err(from_etcd("watch the election", e)),
-            }
-        }
-    };
-    tokio::time::timeout(timeout, opened)
-        .await
-        .map_err(|_| Error::Timeout {
-            what: format!("watch {prefix}"),
-            after: timeout,
-        })?
-}
-
-/// What an observer last reported: the leader's key, term and value.
-type Reported = Option<(String, i64, Vec<u8>)>;
-
-/// Read the leader; send it if it differs from what was last reported.
-async fn publish(
-    etcd: &etcd_client::Client,
-    prefix: &str,
-    timeout: std::time::Duration,
-    tx: &Sender<LeaderInfo>,
-    last: &mut Reported,
-) -> Result<()> {
-    let Some(leader) = read_leader(etcd, timeout, prefix).await? else {
-        return Ok(());
-    };
-    let now = (
-        leader.info.holder.clone(),
-        leader.create_revision,
-        leader.info.value.clone(),
-    );
-    if last.as_ref() != Some(&now) {
-        *last = Some(now);
-        // The receiver lives in the observer, which stops this task when
-        // dropped.
-        let _ = tx.send(leader.info);
-    }
-    Ok(())
-}
-
-/// Follow the prefix: after each batch of changes to candidate keys, read
-/// the leader again. A broken stream is opened again (then read).
-async fn follow(
-    etcd: etcd_client::Client,
-    prefix: String,
-    timeout: std::time::Duration,
-    stream: etcd_client::WatchStream,
-    tx: Sender<LeaderInfo>,
-    mut last: Reported,
-) {
-    let mut stream = Some(stream);
-    let mut pause = RETRY_PAUSE;
-    loop {
-        let mut s = match stream.take() {
-            Some(s) => s,
-            None => match open_prefix_watch(&etcd, &prefix, timeout).await {
-                Ok(s) => {
-                    if let Err(e) = publish(&etcd, &prefix, timeout, &tx, &mut last).await {
-                        log::debug!("[prefix={prefix}] observer read failed: {e}");
-                        tokio::time::sleep(pause).await;
-                        continue;
-                    }
-                    pause = RETRY_PAUSE;
-                    s
-                }
-                Err(e) => {
-                    log::debug!("[prefix={prefix}] observer watch failed: {e}");
-                    tokio::time::sleep(pause).await;
-                    pause = (pause * 2).min(std::time::Duration::from_secs(1));
-                    continue;
-                }
-            },
-        };
-        loop {
-            let reply = match s.message().await {
-                Ok(Some(reply)) if !reply.canceled() => reply,
-                Ok(_) => break,
-                Err(e) => {
-                    log::debug!("[prefix={prefix}] observer watch broke: {e}");
-                    break;
-                }
-            };
-            let relevant = reply.events().iter().any(|ev| {
-                matches!(ev.event_type(), EventType::Put | EventType::Delete)
-                    && ev.kv().is_some_and(|kv| is_contender(&prefix, kv.key()))
-            });
-            if relevant {
-                if let Err(e) = publish(&etcd, &prefix, timeout, &tx, &mut last).await {
-                    log::debug!("[prefix={prefix}] observer read failed: {e}");
-                    break;
-                }
-            }
-        }
     }
 }
 

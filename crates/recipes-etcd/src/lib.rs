@@ -70,20 +70,26 @@
 #![warn(missing_docs)]
 #![deny(missing_debug_implementations)]
 
+mod builder;
 mod client;
+mod contend;
 mod election;
-mod error;
+mod key;
 mod latch;
 mod lock;
 mod mutex;
 mod names;
+mod observe;
+mod permit;
+mod rpc;
 mod selector;
 mod semaphore;
 mod session;
 mod surface;
 mod watch;
 
-pub use client::{EtcdClient, EtcdClientBuilder};
+pub use builder::EtcdClientBuilder;
+pub use client::EtcdClient;
 pub use election::{Election, EtcdElection, EtcdLeadership, Leadership};
 /// The etcd client crate, for the transaction operations of
 /// [`EtcdLock::txn`].
@@ -91,6 +97,7 @@ pub use etcd_client;
 pub use latch::LeaderLatch;
 pub use lock::EtcdLock;
 pub use mutex::{EtcdMutex, Mutex};
+pub use permit::EtcdPermit;
 pub use recipes_core;
 /// What users of this crate touch from `recipes-core`, so that one
 /// dependency line is enough; the whole core crate is [`recipes_core`].
@@ -100,7 +107,7 @@ pub use recipes_core::{
     DEFAULT_CONNECT_TIMEOUT, DEFAULT_RPC_TIMEOUT, DEFAULT_TTL, MAX_DURATION, MIN_TTL,
 };
 pub use selector::LeaderSelector;
-pub use semaphore::{EtcdPermit, EtcdSemaphore, Semaphore, SemaphorePermit};
+pub use semaphore::{EtcdSemaphore, Semaphore, SemaphorePermit};
 
 /// A held [`Mutex`]: its token, loss signal, and fenced writes through
 /// [`lease`](recipes_core::MutexGuard::lease).

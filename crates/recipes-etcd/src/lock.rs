@@ -2,22 +2,19 @@
 
 use std::fmt;
 use std::sync::Arc;
-use std::time::Duration;
 
 use etcd_client::{Compare, CompareOp, Txn, TxnOp, TxnResponse};
 use recipes_core::{
-    Error, FencedLease, FencingToken, HeldLease, LossReason, LossSignal, LossTrigger, Result,
+    Backoff, Error, FencedLease, FencingToken, HeldLease, LossReason, LossSignal, LossTrigger,
+    Result,
 };
 use tokio::sync::oneshot;
 
 use crate::client::EtcdClient;
-use crate::error::{indeterminate, retrying, rpc};
-use crate::mutex::{delete_key, delete_until_done, Acquired};
+use crate::key::{delete_key, delete_until_done, Acquired};
+use crate::rpc::{indeterminate, retrying, rpc};
 use crate::session::{Session, Turns};
 use crate::watch::{Gone, WatchSet};
-
-/// How long the key watch waits before trying again after an error.
-const WATCH_RETRY_PAUSE: Duration = Duration::from_millis(50);
 
 /// This process's turns at a lock name (the session's and the handle's),
 /// shared by a held lock and its key watch: whoever learns first that the
@@ -35,8 +32,10 @@ type Turn = Arc<parking_lot::Mutex<Option<Turns>>>;
 /// deleted — gets [`Error::FenceRejected`], whatever its loss signal says.
 pub struct EtcdLock {
     client: EtcdClient,
-    pub(crate) session: Arc<Session>,
+    session: Arc<Session>,
     key: String,
+    // What the key is, for messages: "lock" or "permit".
+    kind: &'static str,
     create_revision: i64,
     token: FencingToken,
     pub(crate) trigger: LossTrigger,
@@ -44,17 +43,17 @@ pub struct EtcdLock {
     // This process's turns at the name (the session's and the handle's);
     // given back once the key is gone (released, or deleted by someone: the
     // watch gives them back then).
-    pub(crate) turn: Turn,
+    turn: Turn,
     // Dropping it stops the key watch.
     _stop_watch: oneshot::Sender<()>,
 }
 
 impl EtcdLock {
-    pub(crate) fn held(client: EtcdClient, a: Acquired) -> EtcdLock {
+    /// Hold the key `a` won; `kind` names it in messages.
+    pub(crate) fn held(client: EtcdClient, a: Acquired, kind: &'static str) -> EtcdLock {
         let trigger = a.session.epoch().trigger().child();
         let signal = trigger.signal();
-        let turns = Turns::new(a.cleanup.disarm(), a.handle_turn);
-        let turn: Turn = Arc::new(parking_lot::Mutex::new(Some(turns)));
+        let turn: Turn = Arc::new(parking_lot::Mutex::new(Some(a.turns)));
         let (stop_watch, stopped) = oneshot::channel();
         client.runtime().handle().spawn(watch_own_key(
             a.session.clone(),
@@ -76,6 +75,7 @@ impl EtcdLock {
             client,
             session: a.session,
             key: a.key,
+            kind,
             create_revision: a.create_revision,
             token: FencingToken(a.fence.unsigned_abs()),
             trigger,
@@ -141,6 +141,7 @@ impl EtcdLock {
 
     fn fenced(&self, what: &'static str, ops: Vec<TxnOp>) -> Result<TxnResponse> {
         let (session, key, rev) = (self.session.clone(), self.key.clone(), self.create_revision);
+        let kind = self.kind;
         self.client.call(what, async move {
             let mut etcd = session.etcd()?;
             let txn = Txn::new()
@@ -151,7 +152,9 @@ impl EtcdLock {
                 .map_err(indeterminate)?;
             if !resp.succeeded() {
                 return Err(Error::FenceRejected {
-                    what: format!("{what}: our lock key {key} (created at revision {rev}) is gone"),
+                    what: format!(
+                        "{what}: our {kind} key {key} (created at revision {rev}) is gone"
+                    ),
                 });
             }
             Ok(resp)
@@ -182,6 +185,7 @@ async fn watch_own_key(
     };
     let watching = async {
         let mut handed_over = watches;
+        let mut backoff = Backoff::RETRY;
         loop {
             if trigger.is_fired() {
                 return;
@@ -189,14 +193,17 @@ async fn watch_own_key(
             let mut watch = match handed_over.take() {
                 Some(w) => w,
                 None => match watch_and_read(&session, &key, create_revision).await {
-                    Ok(Some(w)) => w,
+                    Ok(Some(w)) => {
+                        backoff.reset();
+                        w
+                    }
                     Ok(None) => {
                         gone("is gone");
                         return;
                     }
                     Err(e) => {
                         log::debug!("[{}] watch on {key} failed: {e}", session.label());
-                        tokio::time::sleep(WATCH_RETRY_PAUSE).await;
+                        backoff.pause().await;
                         continue;
                     }
                 },
@@ -229,9 +236,9 @@ async fn watch_and_read(
     key: &str,
     create_revision: i64,
 ) -> Result<Option<WatchSet>> {
-    let mut etcd = session.etcd()?;
+    let etcd = session.etcd()?;
     let timeout = session.rpc_timeout();
-    let watch = WatchSet::open(&mut etcd, key, timeout).await?;
+    let watch = WatchSet::open(&etcd, key, timeout).await?;
     let read = retrying(&format!("read {key}"), timeout, || {
         let mut etcd = etcd.clone();
         async move { etcd.get(key, None).await }
@@ -242,6 +249,17 @@ async fn watch_and_read(
         .first()
         .is_some_and(|kv| kv.create_revision() == create_revision);
     Ok(ours.then_some(watch))
+}
+
+impl EtcdLock {
+    /// Release on the runtime: fire the signal, delete our key (retrying
+    /// until done or the session is lost), then give this process's turns
+    /// at the name back.
+    pub(crate) fn released(self) -> impl std::future::Future<Output = ()> + Send + 'static {
+        self.trigger.fire(LossReason::Released);
+        let turns = self.turn.lock().take().unwrap_or_default();
+        delete_until_done(self.session, self.key, Some(self.create_revision), turns)
+    }
 }
 
 impl HeldLease for EtcdLock {
@@ -273,19 +291,13 @@ impl HeldLease for EtcdLock {
     }
 
     fn release_in_background(self) {
-        self.trigger.fire(LossReason::Released);
-        let task = delete_until_done(
-            self.session.clone(),
+        let (client, label, key) = (
+            self.client.clone(),
+            self.session.label().to_owned(),
             self.key.clone(),
-            Some(self.create_revision),
-            self.turn.lock().take().unwrap_or_default(),
         );
-        if !self.client.runtime().spawn(task) {
-            log::warn!(
-                "[{}] client closed: {} stays until the lease ends",
-                self.session.label(),
-                self.key
-            );
+        if !client.runtime().spawn(self.released()) {
+            log::warn!("[{label}] client closed: {key} stays until the lease ends");
         }
     }
 }

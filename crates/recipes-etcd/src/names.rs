@@ -7,7 +7,20 @@
 //! the prefix are contenders: `/locks/x/abc` counts for `/locks/x`,
 //! `/locks/x/y/abc` (a contender of the lock `/locks/x/y`) does not.
 
+use std::fmt;
+
 use recipes_core::{Error, Result};
+
+/// A contender's key as the contend engine compares them: the bytes etcd
+/// holds (another client's key need not be UTF-8).
+#[derive(Clone, PartialEq, Eq)]
+pub(crate) struct Key(pub(crate) Vec<u8>);
+
+impl fmt::Debug for Key {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{}", String::from_utf8_lossy(&self.0))
+    }
+}
 
 /// Check a lock's name, saying what to change when it is unusable.
 pub(crate) fn validate_name(name: &str) -> Result<()> {

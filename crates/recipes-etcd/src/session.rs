@@ -42,25 +42,20 @@
 //! (`Session::queue_turn`): every permit has a key of its own
 //! (`<lease id>-<n>`), so one lease serves any number of them.
 
-use std::collections::{HashMap, VecDeque};
+use std::collections::HashMap;
 use std::fmt;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Weak};
 use std::time::Duration;
 
 use parking_lot::Mutex;
-use recipes_core::{
-    BootInstant, Error, LossReason, LossTrigger, Result, SessionLease, SharedClock,
-};
+use recipes_core::{Error, LossReason, LossTrigger, Result, SessionLease, SharedClock};
 use tokio::sync::{Notify, OwnedMutexGuard};
 use tokio::time::Instant;
 
-use crate::error::retrying;
+use crate::rpc::retrying;
 
-/// The shortest keep-alive interval, whatever the TTL.
-const MIN_KEEP_ALIVE_INTERVAL: Duration = Duration::from_millis(100);
-/// The first pause before re-opening a broken keep-alive stream.
-const FIRST_RETRY_PAUSE: Duration = Duration::from_millis(20);
+mod keep_alive;
 
 /// What a new session needs.
 pub(crate) struct SessionSettings {
@@ -85,9 +80,6 @@ pub(crate) struct Session {
     // Set by `orphan` and `revoke`: the keep-alive loop stops.
     stopped: AtomicBool,
     stop: Notify,
-    // `true` once the keep-alive loop saw the lease gone or gave up on it;
-    // waiting acquisitions watch it to start over at once.
-    lost: tokio::sync::watch::Sender<bool>,
     // One in-process queue per lock name; see the module docs.
     queues: Mutex<HashMap<String, Weak<tokio::sync::Mutex<()>>>>,
 }
@@ -139,10 +131,11 @@ impl Session {
             handle: settings.handle.clone(),
             stopped: AtomicBool::new(false),
             stop: Notify::new(),
-            lost: tokio::sync::watch::channel(false).0,
             queues: Mutex::new(HashMap::new()),
         });
-        settings.handle.spawn(keep_alive(session.clone()));
+        settings
+            .handle
+            .spawn(keep_alive::keep_alive(session.clone()));
         log::debug!("[{}] session started, TTL {ttl:?}", session.label);
         Ok(session)
     }
@@ -174,7 +167,7 @@ impl Session {
     /// Whether new acquisitions may use this session: not lost, not
     /// orphaned, not revoked.
     pub(crate) fn is_usable(&self) -> bool {
-        !self.stopped.load(Ordering::SeqCst) && !*self.lost.borrow() && !self.epoch.is_lost()
+        !self.stopped.load(Ordering::SeqCst) && !self.epoch.is_lost()
     }
 
     /// Whether keep-alives were stopped (`orphan` or `revoke`).
@@ -184,18 +177,7 @@ impl Session {
 
     /// Whether the session is lost (the lease is gone or may be).
     pub(crate) fn is_lost(&self) -> bool {
-        *self.lost.borrow() || self.epoch.is_lost()
-    }
-
-    /// Resolves once the keep-alive loop declared the session lost. Wait on
-    /// the epoch's deadline too: that loss is fired by the deadline thread.
-    pub(crate) async fn lost(&self) {
-        let mut rx = self.lost.subscribe();
-        let _ = rx.wait_for(|lost| *lost).await;
-    }
-
-    fn declare_lost(&self) {
-        self.lost.send_replace(true);
+        self.epoch.is_lost()
     }
 
     /// Stop renewing the lease without revoking it: the server expires it
@@ -212,7 +194,6 @@ impl Session {
     pub(crate) async fn revoke(&self, reason: LossReason) -> Result<()> {
         self.epoch.fire(reason);
         self.orphan();
-        self.declare_lost();
         self.revoke_once().await
     }
 
@@ -312,6 +293,11 @@ impl Turns {
             _handle: handle,
         }
     }
+
+    /// Hold the handle's turn too.
+    pub(crate) fn hold_handle(&mut self, handle: Option<OwnedMutexGuard<()>>) {
+        self._handle = handle;
+    }
 }
 
 /// etcd wants whole seconds: round up, so the lease is never shorter than
@@ -330,160 +316,6 @@ pub(crate) fn is_lease_not_found(e: &etcd_client::Error) -> bool {
         etcd_client::Error::GRpcStatus(status) => status.message().contains("lease not found"),
         etcd_client::Error::LeaseKeepAliveError(msg) => msg.contains("not found"),
         _ => false,
-    }
-}
-
-/// How one keep-alive stream ended.
-enum StreamEnd {
-    /// Broken or silent: open another.
-    Broken,
-    /// The session is over (stopped, lost): keep-alives end.
-    Over,
-}
-
-/// Keeps the lease alive until the session is stopped or lost.
-async fn keep_alive(s: Arc<Session>) {
-    let interval = (s.ttl / 3).max(MIN_KEEP_ALIVE_INTERVAL);
-    // Never wait longer than a fraction of the TTL to re-open a stream.
-    let max_pause = (s.ttl / 6).max(FIRST_RETRY_PAUSE);
-    let mut pause = FIRST_RETRY_PAUSE;
-    loop {
-        if s.stopped.load(Ordering::SeqCst) {
-            return;
-        }
-        if s.epoch.is_lost() {
-            return after_loss(&s).await;
-        }
-        let Ok(etcd) = s.etcd() else { return };
-        let mut leases = etcd.lease_client();
-        // etcd-client sends the first request itself and swallows its reply
-        // (failing if its TTL is 0): count it with the granted TTL, which is
-        // what every reply of this lease carries.
-        let sent_at = s.epoch.now();
-        let opened = tokio::select! {
-            r = tokio::time::timeout(s.rpc_timeout, leases.keep_alive(s.lease)) => r,
-            _ = s.stop.notified() => return,
-        };
-        match opened {
-            Ok(Ok((keeper, stream))) => {
-                s.epoch.acknowledged(sent_at, s.ttl);
-                pause = FIRST_RETRY_PAUSE;
-                match run_stream(&s, keeper, stream, interval).await {
-                    StreamEnd::Broken => continue,
-                    StreamEnd::Over => {
-                        if s.epoch.is_lost() {
-                            return after_loss(&s).await;
-                        }
-                        return;
-                    }
-                }
-            }
-            Ok(Err(e)) if is_lease_not_found(&e) => {
-                log::info!("[{}] the lease is gone on the server", s.label);
-                s.epoch.fire(LossReason::Revoked);
-                s.declare_lost();
-                return;
-            }
-            Ok(Err(e)) => log::debug!("[{}] keep-alive stream failed: {e}", s.label),
-            Err(_) => log::debug!(
-                "[{}] keep-alive stream not opened within {:?}",
-                s.label,
-                s.rpc_timeout
-            ),
-        }
-        tokio::select! {
-            _ = tokio::time::sleep(pause) => {}
-            _ = s.stop.notified() => return,
-        }
-        pause = (pause * 2).min(max_pause);
-    }
-}
-
-/// Send a keep-alive every `interval` on one stream and match the replies
-/// to their send times in order.
-async fn run_stream(
-    s: &Session,
-    mut keeper: etcd_client::LeaseKeeper,
-    mut stream: etcd_client::LeaseKeepAliveStream,
-    interval: Duration,
-) -> StreamEnd {
-    let mut sent: VecDeque<BootInstant> = VecDeque::new();
-    let mut tick = tokio::time::interval_at(Instant::now() + interval, interval);
-    tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
-    loop {
-        tokio::select! {
-            _ = s.stop.notified() => return StreamEnd::Over,
-            _ = tick.tick() => {
-                if s.stopped.load(Ordering::SeqCst) || s.epoch.is_lost() {
-                    return StreamEnd::Over;
-                }
-                let now = s.epoch.now();
-                // A stream whose oldest request went unanswered for an RPC
-                // timeout is stuck (its member may be cut off): open another,
-                // which may reach another member.
-                if sent.front().is_some_and(|&oldest| now - oldest > s.rpc_timeout) {
-                    log::debug!("[{}] keep-alive unanswered for {:?}; re-opening the stream",
-                        s.label, s.rpc_timeout);
-                    return StreamEnd::Broken;
-                }
-                sent.push_back(now);
-                if let Err(e) = keeper.keep_alive().await {
-                    log::debug!("[{}] keep-alive send failed: {e}", s.label);
-                    return StreamEnd::Broken;
-                }
-            }
-            reply = stream.message() => match reply {
-                Ok(Some(reply)) => {
-                    let sent_at = sent.pop_front();
-                    if reply.ttl() <= 0 {
-                        log::info!("[{}] keep-alive reply says the lease is gone", s.label);
-                        s.epoch.fire(LossReason::Revoked);
-                        s.declare_lost();
-                        return StreamEnd::Over;
-                    }
-                    match sent_at {
-                        Some(sent_at) => {
-                            let ttl = Duration::from_secs(reply.ttl().unsigned_abs());
-                            s.epoch.acknowledged(sent_at, ttl);
-                        }
-                        None => log::warn!("[{}] a keep-alive reply without a request", s.label),
-                    }
-                }
-                Ok(None) => {
-                    log::debug!("[{}] keep-alive stream closed by the server", s.label);
-                    return StreamEnd::Broken;
-                }
-                Err(e) => {
-                    log::debug!("[{}] keep-alive stream broke: {e}", s.label);
-                    return StreamEnd::Broken;
-                }
-            }
-        }
-    }
-}
-
-/// The epoch is lost (its deadline passed without an acknowledgement): the
-/// lease may still live on the server with our keys, blocking others until
-/// it expires. Revoke it, trying for a TTL; orphaned sessions are left to
-/// expire, as asked.
-async fn after_loss(s: &Session) {
-    s.declare_lost();
-    if s.stopped.load(Ordering::SeqCst) {
-        return;
-    }
-    log::info!("[{}] session lost; revoking its lease", s.label);
-    let give_up = Instant::now() + s.ttl;
-    let mut pause = FIRST_RETRY_PAUSE;
-    while let Err(e) = s.revoke_once().await {
-        if Instant::now() >= give_up {
-            log::debug!(
-                "[{}] revoke failed: {e}; the server expires the lease",
-                s.label
-            );
-            return;
-        }
-        tokio::time::sleep(pause).await;
-        pause = (pause * 2).min(Duration::from_secs(1));
     }
 }
 

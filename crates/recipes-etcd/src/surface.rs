@@ -9,13 +9,14 @@ use recipes_core::{BootInstant, Client, Contender, FencedWrites, Result};
 
 use crate::client::EtcdClient;
 use crate::election::{Election, EtcdElection, EtcdLeadership};
-use crate::error::retrying;
 use crate::latch::LeaderLatch;
 use crate::lock::EtcdLock;
 use crate::mutex::{EtcdMutex, Mutex};
 use crate::names::{is_contender, key_prefix, validate_name};
+use crate::permit::EtcdPermit;
+use crate::rpc::retrying;
 use crate::selector::LeaderSelector;
-use crate::semaphore::{EtcdPermit, EtcdSemaphore, Semaphore};
+use crate::semaphore::{EtcdSemaphore, Semaphore};
 
 macro_rules! fenced_by_key {
     ($lease:ty) => {

@@ -1,4 +1,4 @@
-//! *Synced* watches for the deletion of our key and of the key ahead of it.
+//! *Synced* watches: on our key and the key ahead of it, and on a prefix.
 //!
 //! etcd serves a watch that starts at a past revision from its "unsynced"
 //! loop, which runs every 100 ms: a waiter watching that way wakes up to
@@ -9,16 +9,77 @@
 //! wait for the server's `created` reply, then read — whatever the read
 //! still shows, the watch will report going.
 //!
-//! One stream carries two watches: our own key (its deletion is loss, while
-//! waiting and while held) and the contender just ahead of ours (its
-//! deletion is our cue to read again).
+//! A [`WatchSet`] is one stream with two watches: our own key (its deletion
+//! is loss, while waiting and while held) and the contender just ahead of
+//! ours (its deletion is our cue to read again). A [`PrefixWatch`] follows
+//! every key under a prefix: a semaphore waiter's permit keys, an
+//! election's candidates for an observer.
 
 use std::time::Duration;
 
 use etcd_client::{EventType, WatchFilterType, WatchOptions, WatchResponse, WatchStream};
 use recipes_core::{Error, Result};
 
-use crate::error::from_etcd;
+use crate::rpc::from_etcd;
+
+/// Start a watch of `key` with `options` on a new stream and wait for the
+/// server's `created` reply, at most `timeout`: from then on the watch is
+/// synced, and reports every change after the reply's header revision.
+async fn open(
+    etcd: &etcd_client::Client,
+    key: &str,
+    options: WatchOptions,
+    timeout: Duration,
+) -> Result<(WatchStream, WatchResponse)> {
+    let opened = async {
+        let mut etcd = etcd.clone();
+        let mut stream = etcd
+            .watch(key, Some(options))
+            .await
+            .map_err(|e| from_etcd("start a watch", e))?;
+        loop {
+            let reply = message(&mut stream).await?;
+            if reply.canceled() {
+                return Err(cancelled(key, &reply));
+            }
+            if reply.created() {
+                return Ok((stream, reply));
+            }
+        }
+    };
+    within(timeout, "start a watch", opened).await
+}
+
+/// Deletions only.
+fn deletions() -> WatchOptions {
+    WatchOptions::new().with_filters([WatchFilterType::NoPut])
+}
+
+async fn message(stream: &mut WatchStream) -> Result<WatchResponse> {
+    match stream.message().await {
+        Ok(Some(reply)) => Ok(reply),
+        Ok(None) => Err(Error::ConnectionLoss),
+        Err(e) => Err(from_etcd("watch", e)),
+    }
+}
+
+fn cancelled(what: &str, reply: &WatchResponse) -> Error {
+    Error::Backend {
+        message: format!(
+            "etcd cancelled the watch on {what}: {}",
+            reply.cancel_reason()
+        ),
+        retryable: true,
+        source: None,
+    }
+}
+
+fn has_deletion(reply: &WatchResponse) -> bool {
+    reply
+        .events()
+        .iter()
+        .any(|ev| ev.event_type() == EventType::Delete)
+}
 
 /// Which watched key was deleted.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -41,54 +102,23 @@ pub(crate) struct WatchSet {
     ahead_gone: bool,
 }
 
-fn options() -> WatchOptions {
-    WatchOptions::new().with_filters([WatchFilterType::NoPut])
-}
-
-fn broken(what: &str, reply: &WatchResponse) -> Error {
-    Error::Backend {
-        message: format!("etcd cancelled {what}: {}", reply.cancel_reason()),
-        retryable: true,
-        source: None,
-    }
-}
-
 impl WatchSet {
     /// Watch `ours` for deletion from now on; returns once the server
     /// confirmed, at most `timeout` later.
     pub(crate) async fn open(
-        etcd: &mut etcd_client::Client,
+        etcd: &etcd_client::Client,
         ours: &str,
         timeout: Duration,
     ) -> Result<WatchSet> {
-        let opened = async {
-            let mut stream = etcd
-                .watch(ours, Some(options()))
-                .await
-                .map_err(|e| from_etcd("start a watch", e))?;
-            loop {
-                match stream.message().await {
-                    Ok(Some(reply)) if reply.canceled() => {
-                        return Err(broken("a new watch", &reply))
-                    }
-                    Ok(Some(reply)) if reply.created() => {
-                        let synced_at = reply.header().map(|h| h.revision()).unwrap_or(i64::MAX);
-                        return Ok(WatchSet {
-                            stream,
-                            ours: reply.watch_id(),
-                            ahead: None,
-                            synced_at,
-                            ours_gone: false,
-                            ahead_gone: false,
-                        });
-                    }
-                    Ok(Some(_)) => {}
-                    Ok(None) => return Err(Error::ConnectionLoss),
-                    Err(e) => return Err(from_etcd("start a watch", e)),
-                }
-            }
-        };
-        within(timeout, "start a watch", opened).await
+        let (stream, created) = open(etcd, ours, deletions(), timeout).await?;
+        Ok(WatchSet {
+            stream,
+            ours: created.watch_id(),
+            ahead: None,
+            synced_at: created.header().map(|h| h.revision()).unwrap_or(i64::MAX),
+            ours_gone: false,
+            ahead_gone: false,
+        })
     }
 
     /// The store revision when the watch on our key was created: every
@@ -103,7 +133,8 @@ impl WatchSet {
     }
 
     /// Watch `key` as the contender ahead of ours (instead of the previous
-    /// one); returns once the server confirmed.
+    /// one); returns once the server confirmed. Not cancel-safe: a set
+    /// whose call was dropped half-way must not be used again.
     pub(crate) async fn watch_ahead(&mut self, key: &[u8], timeout: Duration) -> Result<()> {
         let added = async {
             if let Some((id, _)) = self.ahead.take() {
@@ -114,14 +145,14 @@ impl WatchSet {
             }
             self.ahead_gone = false;
             self.stream
-                .watch(key.to_vec(), Some(options()))
+                .watch(key.to_vec(), Some(deletions()))
                 .await
                 .map_err(|e| from_etcd("start a watch", e))?;
             loop {
-                let reply = self.message().await?;
+                let reply = message(&mut self.stream).await?;
                 if reply.created() {
                     if reply.canceled() {
-                        return Err(broken("a new watch", &reply));
+                        return Err(cancelled("the key ahead", &reply));
                     }
                     self.ahead = Some((reply.watch_id(), key.to_vec()));
                     return Ok(());
@@ -133,7 +164,7 @@ impl WatchSet {
     }
 
     /// Resolves when a watched key is deleted. An error means the stream
-    /// broke: open another and read again.
+    /// broke: open another and read again. Cancel-safe.
     pub(crate) async fn next(&mut self) -> Result<Gone> {
         loop {
             if std::mem::take(&mut self.ours_gone) {
@@ -142,16 +173,8 @@ impl WatchSet {
             if std::mem::take(&mut self.ahead_gone) {
                 return Ok(Gone::Ahead);
             }
-            let reply = self.message().await?;
+            let reply = message(&mut self.stream).await?;
             self.note(&reply)?;
-        }
-    }
-
-    async fn message(&mut self) -> Result<WatchResponse> {
-        match self.stream.message().await {
-            Ok(Some(reply)) => Ok(reply),
-            Ok(None) => Err(Error::ConnectionLoss),
-            Err(e) => Err(from_etcd("watch", e)),
         }
     }
 
@@ -159,21 +182,73 @@ impl WatchSet {
     /// watches (a previous key ahead) are ignored.
     fn note(&mut self, reply: &WatchResponse) -> Result<()> {
         let id = reply.watch_id();
-        let deleted = reply
-            .events()
-            .iter()
-            .any(|ev| ev.event_type() == EventType::Delete);
         if id == self.ours {
             if reply.canceled() {
-                return Err(broken("the watch on our key", reply));
+                return Err(cancelled("our key", reply));
             }
-            self.ours_gone |= deleted;
+            self.ours_gone |= has_deletion(reply);
         } else if self.ahead.as_ref().is_some_and(|(ahead, _)| *ahead == id) {
             if reply.canceled() {
-                return Err(broken("the watch on the key ahead", reply));
+                return Err(cancelled("the key ahead", reply));
             }
-            self.ahead_gone |= deleted;
+            self.ahead_gone |= has_deletion(reply);
         }
+        Ok(())
+    }
+}
+
+/// A synced watch on every key under a prefix.
+#[derive(Debug)]
+pub(crate) struct PrefixWatch {
+    stream: WatchStream,
+    prefix: String,
+}
+
+impl PrefixWatch {
+    /// Watch deletions under `prefix` from now on (once this returns).
+    pub(crate) async fn deletions(
+        etcd: &etcd_client::Client,
+        prefix: &str,
+        timeout: Duration,
+    ) -> Result<PrefixWatch> {
+        PrefixWatch::open(etcd, prefix, deletions().with_prefix(), timeout).await
+    }
+
+    /// Watch puts and deletions under `prefix` from now on.
+    pub(crate) async fn changes(
+        etcd: &etcd_client::Client,
+        prefix: &str,
+        timeout: Duration,
+    ) -> Result<PrefixWatch> {
+        PrefixWatch::open(etcd, prefix, WatchOptions::new().with_prefix(), timeout).await
+    }
+
+    async fn open(
+        etcd: &etcd_client::Client,
+        prefix: &str,
+        options: WatchOptions,
+        timeout: Duration,
+    ) -> Result<PrefixWatch> {
+        let (stream, _) = open(etcd, prefix, options, timeout).await?;
+        Ok(PrefixWatch {
+            stream,
+            prefix: prefix.to_owned(),
+        })
+    }
+
+    /// The next batch of changes. An error means the stream broke: open
+    /// another and read again. Cancel-safe.
+    pub(crate) async fn next(&mut self) -> Result<WatchResponse> {
+        let reply = message(&mut self.stream).await?;
+        if reply.canceled() {
+            return Err(cancelled(&self.prefix, &reply));
+        }
+        Ok(reply)
+    }
+
+    /// Resolves when a key under the prefix is deleted. Cancel-safe.
+    pub(crate) async fn deleted(&mut self) -> Result<()> {
+        while !has_deletion(&self.next().await?) {}
         Ok(())
     }
 }

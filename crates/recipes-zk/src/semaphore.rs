@@ -120,8 +120,14 @@ impl SemaphoreDriver for Drivers {
         &self.leases
     }
 
-    fn unlock(held: Acquired) -> impl std::future::Future<Output = ()> + Send + 'static {
+    fn unlock(held: Acquired) -> impl std::future::Future<Output = ()> + Send {
         delete_until_done(held.session, held.node)
+    }
+
+    fn unlock_in_background(&self, held: Acquired) {
+        self.client
+            .runtime()
+            .spawn(delete_until_done(held.session, held.node));
     }
 }
 

@@ -14,7 +14,8 @@ use crate::error::Result;
 /// Removes our entry unless disarmed, always from a task on the driver's
 /// runtime, so that a removal finishes even when the acquisition's future
 /// is dropped (a cut-off attempt, a cancelled caller) while it runs.
-/// [`run`](Cleanup::run) also waits for it.
+/// [`run`](Cleanup::run) also waits for it, on a timeout or a restart, so
+/// that the next try finds the entry gone; an error only drops it.
 struct Cleanup<'d, D: ContendDriver> {
     driver: &'d D,
     ticket: Option<D::Ticket>,
@@ -97,7 +98,10 @@ fn passed(deadline: Option<Instant>) -> bool {
 /// # Errors
 ///
 /// Whatever the driver returns that cannot be retried, or a retryable one
-/// once the deadline has passed. Our entry is removed first.
+/// once the deadline has passed. Our entry's removal is then handed to the
+/// runtime, not awaited: an error often means the store is out of reach,
+/// and waiting for the removal would hold the caller as long (and end as a
+/// timeout, hiding the error).
 pub async fn contend<D: ContendDriver>(
     driver: &D,
     deadline: Option<Instant>,
@@ -142,11 +146,9 @@ async fn attempt<D: ContendDriver>(
     };
     let (mut entry, mut listing) = match driver.enter(&epoch, cleanup.ticket()).await {
         Ok(entered) => entered,
-        Err(e) => {
-            // The create may have been applied before it failed.
-            cleanup.run().await;
-            return Err(e);
-        }
+        // The create may have been applied before it failed: `cleanup`
+        // removes it in the background (see `contend`'s errors).
+        Err(e) => return Err(e),
     };
     let ours = driver.ours(&entry).clone();
     loop {
@@ -163,10 +165,7 @@ async fn attempt<D: ContendDriver>(
                     backoff.pause().await;
                     continue;
                 }
-                Err(e) => {
-                    cleanup.run().await;
-                    return Err(e);
-                }
+                Err(e) => return Err(e),
             },
         };
         let ahead = match gets_the_lock(&read.contenders, &ours, driver.max_leases()) {
@@ -199,10 +198,7 @@ async fn attempt<D: ContendDriver>(
                     log::debug!("contend: waiting for {ahead:?} failed: {e}; reading again");
                     backoff.pause().await;
                 }
-                Err(e) => {
-                    cleanup.run().await;
-                    return Err(e);
-                }
+                Err(e) => return Err(e),
             },
             _ = lost.fired() => {}
             () = until => {
@@ -229,18 +225,15 @@ async fn confirm<D: ContendDriver>(
     mut entry: D::Entry,
     read: &Listing<D::Id>,
 ) -> Result<Attempt<D::Won>> {
-    match driver.confirm(&epoch, &mut entry, read).await {
-        Ok(Some(fence)) => {
+    // On an error `cleanup` is dropped: the removal runs in the background.
+    match driver.confirm(&epoch, &mut entry, read).await? {
+        Some(fence) => {
             let ticket = cleanup.disarm();
             Ok(Attempt::Won(driver.won(epoch, ticket, entry, fence)))
         }
-        Ok(None) => {
+        None => {
             cleanup.run().await;
             Ok(Attempt::Restart)
-        }
-        Err(e) => {
-            cleanup.run().await;
-            Err(e)
         }
     }
 }

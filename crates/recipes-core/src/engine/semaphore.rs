@@ -37,9 +37,11 @@ pub trait SemaphoreDriver: Send + Sync {
 
     /// Give the internal mutex back, retrying until the store confirmed or
     /// the session is gone.
-    fn unlock(
-        held: <Self::Lock as ContendDriver>::Won,
-    ) -> impl Future<Output = ()> + Send + 'static;
+    fn unlock(held: <Self::Lock as ContendDriver>::Won) -> impl Future<Output = ()> + Send;
+
+    /// The same, handed to the client's runtime without blocking (the
+    /// admission's future was dropped while it held the mutex).
+    fn unlock_in_background(&self, held: <Self::Lock as ContendDriver>::Won);
 }
 
 /// Gives the internal mutex back however the admission ends, the
@@ -60,7 +62,7 @@ impl<S: SemaphoreDriver> Unlock<'_, S> {
 impl<S: SemaphoreDriver> Drop for Unlock<'_, S> {
     fn drop(&mut self) {
         if let Some(held) = self.held.take() {
-            self.semaphore.lock().spawn(S::unlock(held));
+            self.semaphore.unlock_in_background(held);
         }
     }
 }

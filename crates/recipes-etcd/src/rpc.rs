@@ -1,11 +1,19 @@
-//! From etcd-client's errors to ours.
+//! One etcd request: its deadline, its retries, its errors, its reply.
 
-use recipes_core::Error;
+use std::future::Future;
+use std::time::Duration;
+
+use etcd_client::{GetResponse, Txn, TxnOpResponse, TxnResponse};
+use recipes_core::{Backoff, Error, Result};
+use tokio::time::Instant;
 
 /// gRPC status codes (their numbers are part of the gRPC protocol).
 const DEADLINE_EXCEEDED: i32 = 4;
 const RESOURCE_EXHAUSTED: i32 = 8;
 const UNAVAILABLE: i32 = 14;
+
+/// The pause between sendings of an idempotent request.
+const RESEND: Backoff = Backoff::new(Duration::from_millis(10), Duration::from_millis(200));
 
 /// Map an etcd client error, saying what was being done.
 pub(crate) fn from_etcd(what: &str, e: etcd_client::Error) -> Error {
@@ -30,13 +38,9 @@ pub(crate) fn from_etcd(what: &str, e: etcd_client::Error) -> Error {
 /// A timed-out read is [`Error::Timeout`] (retryable). A timed-out write's
 /// outcome is unknown: callers that cannot repeat it blindly map that with
 /// [`indeterminate`].
-pub(crate) async fn rpc<T, F>(
-    what: &str,
-    timeout: std::time::Duration,
-    request: F,
-) -> Result<T, Error>
+pub(crate) async fn rpc<T, F>(what: &str, timeout: Duration, request: F) -> Result<T>
 where
-    F: std::future::Future<Output = Result<T, etcd_client::Error>>,
+    F: Future<Output = std::result::Result<T, etcd_client::Error>>,
 {
     match tokio::time::timeout(timeout, request).await {
         Ok(Ok(value)) => Ok(value),
@@ -66,29 +70,25 @@ pub(crate) fn indeterminate(e: Error) -> Error {
 /// that died (they fail with `Unavailable`) until it notices.
 ///
 /// Only for requests that mean the same when applied twice: reads, guarded
-/// deletes, our create-if-absent transaction, a revoke.
-pub(crate) async fn retrying<T, F, Fut>(
-    what: &str,
-    timeout: std::time::Duration,
-    mut request: F,
-) -> Result<T, Error>
+/// deletes, our create-if-absent transactions, a revoke.
+pub(crate) async fn retrying<T, F, Fut>(what: &str, timeout: Duration, mut request: F) -> Result<T>
 where
     F: FnMut() -> Fut,
-    Fut: std::future::Future<Output = Result<T, etcd_client::Error>>,
+    Fut: Future<Output = std::result::Result<T, etcd_client::Error>>,
 {
-    let deadline = tokio::time::Instant::now() + timeout;
-    let mut pause = std::time::Duration::from_millis(10);
+    let deadline = Instant::now() + timeout;
+    let mut backoff = RESEND;
     loop {
         match tokio::time::timeout_at(deadline, request()).await {
             Ok(Ok(value)) => return Ok(value),
             Ok(Err(e)) => {
                 let e = from_etcd(what, e);
-                if !e.is_retryable() || tokio::time::Instant::now() + pause >= deadline {
+                let pause = backoff.next_pause();
+                if !e.is_retryable() || Instant::now() + pause >= deadline {
                     return Err(e);
                 }
                 log::debug!("{what} failed: {e}; retrying");
                 tokio::time::sleep(pause).await;
-                pause = (pause * 2).min(std::time::Duration::from_millis(200));
             }
             Err(_) => {
                 return Err(Error::Timeout {
@@ -97,5 +97,43 @@ where
                 })
             }
         }
+    }
+}
+
+/// [`retrying`] for a transaction that means the same when applied twice.
+pub(crate) async fn retrying_txn(
+    etcd: &etcd_client::Client,
+    what: &str,
+    timeout: Duration,
+    txn: &Txn,
+) -> Result<TxnResponse> {
+    retrying(what, timeout, || {
+        let (mut etcd, txn) = (etcd.clone(), txn.clone());
+        async move { etcd.txn(txn).await }
+    })
+    .await
+}
+
+/// The revision of a transaction's reply.
+pub(crate) fn header_revision(resp: &TxnResponse) -> Result<i64> {
+    resp.header()
+        .map(|h| h.revision())
+        .ok_or_else(|| unexpected("a transaction reply without a header"))
+}
+
+/// The `index`th reply of a transaction, which must be a range read.
+pub(crate) fn read_at(resp: &TxnResponse, index: usize) -> Result<GetResponse> {
+    match resp.op_responses().into_iter().nth(index) {
+        Some(TxnOpResponse::Get(get)) => Ok(get),
+        _ => Err(unexpected("a transaction reply without its reads")),
+    }
+}
+
+/// A reply etcd should never give.
+pub(crate) fn unexpected(what: &str) -> Error {
+    Error::Backend {
+        message: format!("unexpected reply from etcd: {what}"),
+        retryable: false,
+        source: None,
     }
 }

@@ -1,0 +1,410 @@
+//! The contend driver of etcd's `concurrency` layout, shared by the mutex,
+//! the election (and so the latch and the selector) and a semaphore's
+//! internal mutex: the engine's verbs over one key `<prefix><lease hex>`.
+//! The loop is the engine's ([`recipes_core::engine::contend`]).
+//!
+//! - **enter**: one transaction — if our key does not exist, put it with
+//!   our lease; either way read it and the oldest [`PAGE`] keys under the
+//!   prefix — joined with a synced watch on our own key (`watch.rs`), which
+//!   reports its deletion while we wait and after we hold.
+//! - **list**: one read-only transaction: our key, and the contender
+//!   created just before it (paging past nested locks' keys).
+//! - **wait**: add a synced watch on the contender ahead to the same
+//!   stream (the engine then reads again, so its deletion cannot be
+//!   missed), then wait for it or our key to go.
+//! - **confirm**: a lock's fence is the header revision of the read that
+//!   found no contender ahead; a campaign puts its key again (same value
+//!   and lease, guarded by `create_revision == ours`) and that write's
+//!   revision is the fence.
+//! - **remove**: delete our key, guarded by its `create_revision` once
+//!   known, retrying until done or the session is lost.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use etcd_client::{
+    Compare, CompareOp, GetOptions, GetResponse, PutOptions, SortOrder, SortTarget, Txn, TxnOp,
+};
+use recipes_core::engine::{self, ContendDriver, Entered, Listing};
+use recipes_core::{LossSignal, Result};
+use tokio::sync::OwnedMutexGuard;
+use tokio::time::Instant;
+
+use crate::client::EtcdClient;
+use crate::key::{guarded, Acquired, Ticket};
+use crate::names::{contender_key, is_contender, Key};
+use crate::rpc::{header_revision, read_at, retrying_txn, unexpected};
+use crate::session::{HandleQueue, Session};
+use crate::watch::WatchSet;
+
+/// How many keys one ownership read returns. Nested locks' keys (which do
+/// not count) can fill a page; the read then goes on below the page.
+pub(crate) const PAGE: i64 = 16;
+
+/// How an acquisition keeps clear of this process's other acquisitions of
+/// the name (see the `session` module).
+#[derive(Clone, Copy)]
+pub(crate) enum Via<'a> {
+    /// A handle's: take the handle's turn, then a session whose turn at the
+    /// name is free — the client's, or one from its pool.
+    Handle(&'a HandleQueue),
+    /// Wait for the turn at the name on the client's own session (a
+    /// semaphore's internal mutex).
+    ClientSession,
+}
+
+/// What a contender's key holds, and what confirms that it won.
+#[derive(Clone, Copy)]
+pub(crate) enum Claim<'a> {
+    /// A mutex's key, with no value. The read that finds no contender
+    /// ahead confirms the win; its header revision is the fence.
+    Lock,
+    /// An election candidate's key, with this value. After that read, our
+    /// key is put again (same value, guarded by its `create_revision`);
+    /// that write's revision is the fence (see the `election` module).
+    Campaign(&'a [u8]),
+}
+
+impl<'a> Claim<'a> {
+    fn value(self) -> &'a [u8] {
+        match self {
+            Claim::Lock => &[],
+            Claim::Campaign(value) => value,
+        }
+    }
+
+    fn what(self) -> &'static str {
+        match self {
+            Claim::Lock => "lock",
+            Claim::Campaign(_) => "campaign on",
+        }
+    }
+}
+
+/// Contend for the lock (or election, as `claim` says) `name` until ours
+/// or `deadline`: the handle's turn first (if `via` is a handle), then the
+/// engine.
+pub(crate) async fn contend(
+    client: &EtcdClient,
+    name: &str,
+    prefix: &str,
+    via: Via<'_>,
+    claim: Claim<'_>,
+    deadline: Option<Instant>,
+) -> Result<Option<Acquired>> {
+    let handle_turn = match via {
+        Via::Handle(queue) => match queue.turn(deadline).await {
+            Some(t) => Some(t),
+            None => return Ok(None),
+        },
+        Via::ClientSession => None,
+    };
+    let driver = KeyContender {
+        client,
+        name,
+        prefix,
+        via,
+        claim,
+    };
+    let won = engine::contend(&driver, deadline).await?;
+    Ok(won.map(|mut a| {
+        a.turns.hold_handle(handle_turn);
+        a
+    }))
+}
+
+/// One acquisition's driver of the contend engine.
+pub(crate) struct KeyContender<'a> {
+    pub(crate) client: &'a EtcdClient,
+    pub(crate) name: &'a str,
+    pub(crate) prefix: &'a str,
+    pub(crate) via: Via<'a>,
+    pub(crate) claim: Claim<'a>,
+}
+
+/// A session and this process's turn at the name on it, until the ticket
+/// takes the turn.
+pub(crate) struct KeyEpoch {
+    session: Arc<Session>,
+    turn: parking_lot::Mutex<Option<OwnedMutexGuard<()>>>,
+}
+
+/// Our key while it contends.
+pub(crate) struct KeyEntry {
+    etcd: etcd_client::Client,
+    key: String,
+    id: Key,
+    create_revision: i64,
+    watches: Option<WatchSet>,
+}
+
+impl KeyContender<'_> {
+    fn put(&self, key: &str, lease: i64) -> TxnOp {
+        let options = PutOptions::new().with_lease(lease);
+        TxnOp::put(key, self.claim.value().to_vec(), Some(options))
+    }
+}
+
+impl ContendDriver for KeyContender<'_> {
+    type Epoch = KeyEpoch;
+    type Ticket = Ticket;
+    type Entry = KeyEntry;
+    type Id = Key;
+    type Won = Acquired;
+
+    fn max_leases(&self) -> usize {
+        1
+    }
+
+    fn spawn(&self, task: impl std::future::Future<Output = ()> + Send + 'static) {
+        if !self.client.runtime().spawn(task) {
+            log::debug!("[{}] client closed: the lease removes the key", self.prefix);
+        }
+    }
+
+    fn rpc_timeout(&self) -> Duration {
+        self.client.rpc_timeout()
+    }
+
+    async fn epoch(&self, deadline: Option<Instant>) -> Result<Option<KeyEpoch>> {
+        let (session, turn) = match self.via {
+            Via::Handle(_) => self.client.session_for(self.name).await?,
+            Via::ClientSession => {
+                let session = self.client.live_session().await?;
+                match session.queue_turn(self.name, deadline).await {
+                    Some(turn) => (session, turn),
+                    None => return Ok(None),
+                }
+            }
+        };
+        let turn = parking_lot::Mutex::new(Some(turn));
+        Ok(Some(KeyEpoch { session, turn }))
+    }
+
+    fn epoch_signal(&self, epoch: &KeyEpoch) -> LossSignal {
+        epoch.session.epoch().signal()
+    }
+
+    fn ticket(&self, epoch: &KeyEpoch) -> Ticket {
+        Ticket {
+            session: epoch.session.clone(),
+            key: contender_key(self.prefix, epoch.session.lease()),
+            create_revision: None,
+            turn: epoch.turn.lock().take(),
+        }
+    }
+
+    async fn enter(&self, epoch: &KeyEpoch, ticket: &mut Ticket) -> Result<Entered<Self>> {
+        let session = &epoch.session;
+        let (etcd, timeout) = (session.etcd()?, session.rpc_timeout());
+        let key = ticket.key.clone();
+        let oldest = GetOptions::new()
+            .with_prefix()
+            .with_sort(SortTarget::Create, SortOrder::Ascend)
+            .with_limit(PAGE)
+            .with_keys_only();
+        let txn = Txn::new()
+            .when([Compare::create_revision(key.as_str(), CompareOp::Equal, 0)])
+            .and_then([
+                self.put(&key, session.lease()),
+                TxnOp::get(self.prefix, Some(oldest.clone())),
+            ])
+            .or_else([
+                TxnOp::get(key.as_str(), None),
+                TxnOp::get(self.prefix, Some(oldest)),
+            ]);
+        let what = format!("{} {}", self.claim.what(), self.prefix);
+        let (resp, watches) = tokio::join!(
+            // Safe to send twice: a second run finds our key and reads it.
+            retrying_txn(&etcd, &what, timeout, &txn),
+            WatchSet::open(&etcd, &key, timeout),
+        );
+        let resp = resp?;
+        let watches = watches
+            .map_err(|e| log::debug!("[{}] watch on {key} failed: {e}", session.label()))
+            .ok();
+        let header = header_revision(&resp)?;
+        let mut first = None;
+        let create_revision = if resp.succeeded() {
+            header
+        } else {
+            // Our key existed (a leftover of this lease, held by no guard
+            // of ours: this process's turns see to that). Go on with it as
+            // Go does, with our value.
+            let existing = read_at(&resp, 0)?;
+            let Some(kv) = existing.kvs().first() else {
+                return Err(unexpected("our key vanished inside a transaction"));
+            };
+            ticket.create_revision = Some(kv.create_revision());
+            let put = self.put(&key, session.lease());
+            if kv.value() != self.claim.value()
+                && guarded(&etcd, timeout, &key, kv.create_revision(), put)
+                    .await?
+                    .is_none()
+            {
+                // Gone since: a listing without ours starts over.
+                first = Some(Listing {
+                    contenders: Vec::new(),
+                    revision: header,
+                });
+            }
+            kv.create_revision()
+        };
+        ticket.create_revision = Some(create_revision);
+        log::debug!(
+            "[{}] {key} created at revision {create_revision}",
+            session.label()
+        );
+        if first.is_none() {
+            first = first_listing(&read_at(&resp, 1)?, self.prefix, &key, header);
+        }
+        let entry = KeyEntry {
+            etcd,
+            id: Key(key.clone().into_bytes()),
+            key,
+            create_revision,
+            watches,
+        };
+        Ok((entry, first))
+    }
+
+    fn ours<'e>(&self, entry: &'e KeyEntry) -> &'e Key {
+        &entry.id
+    }
+
+    async fn list(&self, epoch: &KeyEpoch, entry: &mut KeyEntry) -> Result<Listing<Key>> {
+        check_owner(entry, self.prefix, epoch.session.rpc_timeout()).await
+    }
+
+    async fn wait(&self, epoch: &KeyEpoch, entry: &mut KeyEntry, ahead: &Key) -> Result<()> {
+        let timeout = epoch.session.rpc_timeout();
+        let waited = match entry.watches.take() {
+            // Both watches were confirmed before the read that named
+            // `ahead`: neither deletion can be missed. `next` is
+            // cancel-safe, so the set stays in the entry while it runs.
+            Some(w) if w.ahead() == Some(ahead.0.as_slice()) => {
+                let w = entry.watches.insert(w);
+                w.next().await.map(drop)
+            }
+            // The engine reads again once the watch exists. Out of the
+            // entry meanwhile: a half-added watch must not be used again.
+            Some(mut w) => {
+                log::debug!(
+                    "[{}] {} waits for {ahead:?}",
+                    epoch.session.label(),
+                    entry.key
+                );
+                let added = w.watch_ahead(&ahead.0, timeout).await;
+                entry.watches = added.is_ok().then_some(w);
+                added
+            }
+            None => WatchSet::open(&entry.etcd, &entry.key, timeout)
+                .await
+                .map(|w| entry.watches = Some(w)),
+        };
+        if waited.is_err() {
+            entry.watches = None;
+        }
+        waited
+    }
+
+    async fn confirm(
+        &self,
+        epoch: &KeyEpoch,
+        entry: &mut KeyEntry,
+        listing: &Listing<Key>,
+    ) -> Result<Option<i64>> {
+        match self.claim {
+            Claim::Lock => Ok(Some(listing.revision)),
+            // The win-confirming write: its revision is the fence.
+            Claim::Campaign(_) => {
+                let session = &epoch.session;
+                let put = self.put(&entry.key, session.lease());
+                let (key, rev) = (&entry.key, entry.create_revision);
+                guarded(&entry.etcd, session.rpc_timeout(), key, rev, put).await
+            }
+        }
+    }
+
+    fn remove(ticket: Ticket) -> impl std::future::Future<Output = ()> + Send + 'static {
+        ticket.remove()
+    }
+
+    fn won(&self, _epoch: KeyEpoch, ticket: Ticket, entry: KeyEntry, fence: i64) -> Acquired {
+        Acquired::new(ticket, entry.create_revision, fence, entry.watches)
+    }
+}
+
+/// The first listing, from the acquire transaction's page of oldest keys:
+/// every contender up to ours, when ours is on the page (sorted oldest
+/// first, the page then holds every key older than ours); `None` when it
+/// is not (nested locks' keys, or many contenders, filled the page).
+fn first_listing(page: &GetResponse, prefix: &str, key: &str, header: i64) -> Option<Listing<Key>> {
+    let mut contenders: Vec<Key> = page
+        .kvs()
+        .iter()
+        .filter(|kv| is_contender(prefix, kv.key()))
+        .map(|kv| Key(kv.key().to_vec()))
+        .collect();
+    let ours = contenders.iter().position(|c| c.0 == key.as_bytes())?;
+    contenders.truncate(ours + 1);
+    Some(Listing {
+        contenders,
+        revision: header,
+    })
+}
+
+/// One read (a read-only transaction, linearizable): does our key still
+/// exist, and which contender was created just before it? Pages past
+/// nested locks' keys. The listing is that contender and ours, ours alone
+/// when none is ahead, or empty when ours is gone.
+async fn check_owner(
+    entry: &KeyEntry,
+    prefix: &str,
+    rpc_timeout: Duration,
+) -> Result<Listing<Key>> {
+    let (key, create_revision) = (entry.key.as_str(), entry.create_revision);
+    let mut below = create_revision - 1;
+    loop {
+        let ahead = GetOptions::new()
+            .with_prefix()
+            .with_max_create_revision(below)
+            .with_sort(SortTarget::Create, SortOrder::Descend)
+            .with_limit(PAGE)
+            .with_keys_only();
+        let txn = Txn::new().and_then([
+            TxnOp::get(key, Some(GetOptions::new().with_keys_only())),
+            TxnOp::get(prefix, Some(ahead)),
+        ]);
+        let resp = retrying_txn(&entry.etcd, &format!("read {prefix}"), rpc_timeout, &txn).await?;
+        let revision = header_revision(&resp)?;
+        let listing = |contenders| Listing {
+            contenders,
+            revision,
+        };
+        let (ours, ahead) = (read_at(&resp, 0)?, read_at(&resp, 1)?);
+        if ours
+            .kvs()
+            .first()
+            .is_none_or(|kv| kv.create_revision() != create_revision)
+        {
+            return Ok(listing(Vec::new()));
+        }
+        // The revision bound is the server's filter too; checking it here
+        // keeps a `below` of 0 (which etcd reads as "no bound") harmless.
+        let is_ahead = |kv: &&etcd_client::KeyValue| {
+            kv.create_revision() < create_revision && is_contender(prefix, kv.key())
+        };
+        if let Some(kv) = ahead.kvs().iter().find(is_ahead) {
+            return Ok(listing(vec![Key(kv.key().to_vec()), entry.id.clone()]));
+        }
+        match ahead.kvs().last().map(|kv| kv.create_revision()) {
+            // Only nested keys on this page: read on below it. A key
+            // created below `lowest` while we paged would have a newer
+            // revision, so the newest read confirms us.
+            Some(lowest) if ahead.more() && lowest > 1 => below = lowest - 1,
+            // None ahead: ours is the oldest.
+            _ => return Ok(listing(vec![entry.id.clone()])),
+        }
+    }
+}

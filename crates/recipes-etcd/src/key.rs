@@ -1,0 +1,157 @@
+//! Our contender key in etcd: what names it before it exists, what it is
+//! once it won, its deletion on every way out, and writes guarded by it.
+
+use std::sync::Arc;
+
+use etcd_client::{Compare, CompareOp, Txn, TxnOp};
+use recipes_core::{Backoff, Result};
+use tokio::sync::OwnedMutexGuard;
+
+use crate::rpc::{header_revision, retrying, retrying_txn};
+use crate::session::{Session, Turns};
+use crate::watch::WatchSet;
+
+/// Names our key before it exists (the engine's ticket): enough to delete
+/// it even if the create's reply was lost. It holds this process's turn at
+/// the name until the key is gone, so that the next acquisition of the name
+/// through this session cannot find the old key.
+#[derive(Debug)]
+pub(crate) struct Ticket {
+    pub(crate) session: Arc<Session>,
+    pub(crate) key: String,
+    /// `None` while the put's outcome is unknown.
+    pub(crate) create_revision: Option<i64>,
+    pub(crate) turn: Option<OwnedMutexGuard<()>>,
+}
+
+impl Ticket {
+    /// Delete the key; see [`delete_until_done`].
+    pub(crate) async fn remove(self) {
+        let turns = Turns::new(self.turn, None);
+        delete_until_done(self.session, self.key, self.create_revision, turns).await;
+    }
+}
+
+/// A key that won, ready to become an [`EtcdLock`](crate::EtcdLock) (or,
+/// for a semaphore's internal mutex, to be deleted again).
+#[derive(Debug)]
+pub(crate) struct Acquired {
+    pub(crate) session: Arc<Session>,
+    pub(crate) key: String,
+    pub(crate) create_revision: i64,
+    pub(crate) fence: i64,
+    /// Watches our key since before the fence, when it did.
+    pub(crate) watches: Option<WatchSet>,
+    /// This process's turns at the name, kept while the key exists.
+    pub(crate) turns: Turns,
+}
+
+impl Acquired {
+    /// Made from the engine's win: the watch is kept only if it covers our
+    /// key from the fence on; otherwise the held lease starts afresh.
+    pub(crate) fn new(
+        ticket: Ticket,
+        create_revision: i64,
+        fence: i64,
+        watches: Option<WatchSet>,
+    ) -> Acquired {
+        Acquired {
+            session: ticket.session,
+            key: ticket.key,
+            create_revision,
+            fence,
+            watches: watches.filter(|w| w.synced_at() <= fence),
+            turns: Turns::new(ticket.turn, None),
+        }
+    }
+
+    /// Delete the key at once; see [`delete_until_done`].
+    pub(crate) async fn delete(self) {
+        let rev = Some(self.create_revision);
+        delete_until_done(self.session, self.key, rev, self.turns).await;
+    }
+}
+
+/// Run `op` only while our key has `create_revision`; the write's revision,
+/// or `None` when our key is gone. Sent again after a retryable failure: a
+/// second put of the same value and lease means the same, and its revision
+/// is as good a fence (it too comes after the read that confirmed us).
+pub(crate) async fn guarded(
+    etcd: &etcd_client::Client,
+    rpc_timeout: std::time::Duration,
+    key: &str,
+    create_revision: i64,
+    op: TxnOp,
+) -> Result<Option<i64>> {
+    let txn = Txn::new()
+        .when([Compare::create_revision(
+            key,
+            CompareOp::Equal,
+            create_revision,
+        )])
+        .and_then([op]);
+    let resp = retrying_txn(etcd, &format!("put {key}"), rpc_timeout, &txn).await?;
+    if !resp.succeeded() {
+        return Ok(None);
+    }
+    header_revision(&resp).map(Some)
+}
+
+/// Delete our key: guarded by its create revision when we know it, so a
+/// late retry never deletes a newer key.
+pub(crate) async fn delete_key(
+    session: &Session,
+    key: &str,
+    create_revision: Option<i64>,
+) -> Result<()> {
+    let etcd = session.etcd()?;
+    let what = format!("delete {key}");
+    match create_revision {
+        Some(rev) => {
+            let txn = Txn::new()
+                .when([Compare::create_revision(key, CompareOp::Equal, rev)])
+                .and_then([TxnOp::delete(key, None)]);
+            retrying_txn(&etcd, &what, session.rpc_timeout(), &txn).await?;
+        }
+        None => {
+            retrying(&what, session.rpc_timeout(), || {
+                let mut etcd = etcd.clone();
+                async move { etcd.delete(key, None).await }
+            })
+            .await?;
+        }
+    }
+    Ok(())
+}
+
+/// Delete our key, retrying until done or the session is lost (its lease
+/// then takes the key along, or is revoked). Gives the turns back
+/// afterwards.
+pub(crate) async fn delete_until_done(
+    session: Arc<Session>,
+    key: String,
+    create_revision: Option<i64>,
+    turns: Turns,
+) {
+    let mut backoff = Backoff::RETRY;
+    loop {
+        match delete_key(&session, &key, create_revision).await {
+            Ok(()) => break,
+            Err(_) if session.is_lost() => break,
+            Err(e) => {
+                log::warn!("[{}] delete {key} failed: {e}; retrying", session.label());
+                backoff.pause().await;
+            }
+        }
+    }
+    if create_revision.is_none() && !session.is_lost() {
+        // The put's reply never came; the request may still be applied
+        // after our delete. Look once more after an RPC timeout, in the
+        // background: the caller need not wait for it, the turns do.
+        tokio::spawn(async move {
+            tokio::time::sleep(session.rpc_timeout()).await;
+            let _ = delete_key(&session, &key, None).await;
+            drop(turns);
+        });
+    }
+}
