@@ -2,7 +2,7 @@
 //! (`<name>/<lease id in hex>` = the participant id).
 //!
 //! The closure runs on the selector's own thread, never on the runtime. It
-//! gets the held [`Leadership`] (fence, loss signal, proclaim, fenced
+//! gets the held [`Leadership`](crate::Leadership) (fence, loss signal, proclaim, fenced
 //! writes); when leadership may be gone — or the selector is closed — its
 //! loss signal fires and the closure must stop. After it returns, the
 //! selector resigns and, with `requeue`, campaigns again with a new key.
@@ -14,7 +14,7 @@ use crate::election::EtcdElection;
 
 /// Runs a closure while this participant leads (etcd's election layout;
 /// see [`recipes_core::LeaderSelector`] for the API). The closure gets the
-/// held [`Leadership`].
+/// held [`Leadership`](crate::Leadership).
 ///
 /// Made by [`EtcdClient::leader_selector`]; the same API as the ZooKeeper
 /// selector.
