@@ -137,7 +137,7 @@ impl ZkClient {
     ///
     /// # Errors
     ///
-    /// [`Error::InvalidArgument`] for a path ZooKeeper refuses.
+    /// [`Error::InvalidArgument`](crate::Error::InvalidArgument) for a path ZooKeeper refuses.
     ///
     /// # Examples
     ///
