@@ -21,7 +21,7 @@ use crate::election::EtcdElection;
 ///
 /// # Under pause and partition
 ///
-/// Guaranteed (clocks within 500 ppm): the closure's [`Leadership`] loss
+/// Guaranteed (clocks within 500 ppm): the closure's [`Leadership`](crate::Leadership) loss
 /// signal fires before etcd can expire the client's lease and let another
 /// participant lead, and fences strictly increase from one closure run to
 /// the next, across participants. Not guaranteed: that only one closure
