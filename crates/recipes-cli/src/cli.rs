@@ -47,8 +47,8 @@ const ELECT_EXAMPLES: &str = "\
 Example:
   recipes --zk 127.0.0.1:2181 --id web-1 elect /elections/scheduler -- ./scheduler
 
-Waits until leader (ZooKeeper: a LeaderLatch in Curator's layout; etcd: an
-election in etcd's concurrency layout with --id as the value), runs CMD with
+Waits until leader of the election NAME, with --id as the value (ZooKeeper:
+Curator's LeaderLatch layout; etcd: etcd's concurrency layout), runs CMD with
 RECIPES_FENCE while leading, resigns when CMD exits.";
 
 const STATUS_EXAMPLES: &str = "\
