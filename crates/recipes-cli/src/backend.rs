@@ -146,7 +146,10 @@ pub fn acquire<C: Client>(
     match recipe {
         Recipe::Lock => lock(&client.mutex(name)?, wait),
         Recipe::Semaphore(n) => permit(&client.semaphore(name, *n)?, wait),
-        Recipe::Elect(id) => campaign(&client.election(name)?, id, wait),
+        Recipe::Elect(id) => {
+            recipes_core::validate_participant_id("election", id)?;
+            campaign(&client.election(name)?, id, wait)
+        }
     }
 }
 

@@ -259,6 +259,32 @@ fn bad_name_is_a_usage_error_zk() {
     );
 }
 
+/// One rule on both stores: an empty participant id is a usage error and
+/// CMD does not run.
+#[test]
+fn elect_with_an_empty_id_is_a_usage_error_on_both_stores() {
+    let zk = ZkServer::shared().connect_string();
+    let etcd = integration::EtcdServer::shared().endpoints().join(",");
+    for (flag, addr) in [("--zk", zk.as_str()), ("--etcd", etcd.as_str())] {
+        let args = [
+            flag,
+            addr,
+            "--id",
+            "",
+            "elect",
+            "/cli-tests/empty-id",
+            "--",
+            "false",
+        ];
+        let (status, stderr) = run(recipes().args(args));
+        assert_eq!(status.code(), Some(64), "{flag}: {stderr}");
+        assert!(
+            stderr.contains("id"),
+            "{flag}: the message names the id: {stderr}"
+        );
+    }
+}
+
 #[test]
 fn unreachable_backend_exits_69() {
     let port = {
