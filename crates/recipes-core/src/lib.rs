@@ -60,6 +60,7 @@ mod lease;
 mod limits;
 mod loss;
 mod mutex;
+mod observe;
 mod runtime;
 mod semaphore;
 #[cfg(test)]
@@ -84,5 +85,6 @@ pub use limits::{
 };
 pub use loss::{LossReason, LossSignal, LossTrigger};
 pub use mutex::{Mutex, MutexGuard};
+pub use observe::{follow_leader, LeaderWatch};
 pub use runtime::{Runtime, DEFAULT_SHUTDOWN_GRACE};
 pub use semaphore::{Semaphore, SemaphorePermit};

@@ -5,11 +5,10 @@
 
 use std::time::Duration;
 
-use crossbeam_channel::Sender;
 use etcd_client::{EventType, GetOptions, SortOrder, SortTarget};
-use recipes_core::{Backoff, LeaderInfo, LeaderObserver, Result};
-use tokio::sync::oneshot;
+use recipes_core::{LeaderInfo, LeaderObserver, LeaderWatch, Result};
 
+use crate::client::EtcdClient;
 use crate::contend::PAGE;
 use crate::election::EtcdElection;
 use crate::names::is_contender;
@@ -36,27 +35,62 @@ impl EtcdElection {
     /// Backend errors if the watch or the first read failed within the RPC
     /// timeout.
     pub fn observe(&self) -> Result<LeaderObserver> {
-        let (client, prefix) = (self.client().clone(), self.key_prefix().to_owned());
-        let (tx, rx) = crossbeam_channel::unbounded();
-        let (stop, stopped) = oneshot::channel();
-        let handle = client.runtime().handle().clone();
-        self.client().call("observe the election", async move {
-            let session = client.live_session().await?;
-            let etcd = session.etcd()?;
-            let timeout = session.rpc_timeout();
-            drop(session);
-            let watch = PrefixWatch::changes(&etcd, &prefix, timeout).await?;
-            let mut last = None;
-            publish(&etcd, &prefix, timeout, &tx, &mut last).await?;
-            handle.spawn(async move {
-                tokio::select! {
-                    _ = stopped => {}
-                    _ = follow(etcd, prefix, timeout, watch, tx, last) => {}
+        let watch = Watch {
+            client: self.client().clone(),
+            prefix: self.key_prefix().to_owned(),
+            watch: None,
+        };
+        let client = self.client();
+        recipes_core::follow_leader(client.runtime(), client.rpc_timeout(), watch)
+    }
+}
+
+/// A synced watch on the election's prefix, and the reads after it.
+struct Watch {
+    client: EtcdClient,
+    prefix: String,
+    watch: Option<(etcd_client::Client, std::time::Duration, PrefixWatch)>,
+}
+
+impl LeaderWatch for Watch {
+    async fn look(&mut self) -> Result<Option<(LeaderInfo, i64)>> {
+        let (etcd, timeout) = match &self.watch {
+            Some((etcd, timeout, _)) => (etcd.clone(), *timeout),
+            None => {
+                let session = self.client.live_session().await?;
+                let (etcd, timeout) = (session.etcd()?, session.rpc_timeout());
+                let watch = PrefixWatch::changes(&etcd, &self.prefix, timeout).await?;
+                self.watch = Some((etcd.clone(), timeout, watch));
+                (etcd, timeout)
+            }
+        };
+        let leader = read_leader(&etcd, timeout, &self.prefix).await?;
+        // A key is one lease's: its create revision tells its terms apart.
+        Ok(leader.map(|c| (c.info, c.create_revision)))
+    }
+
+    async fn changed(&mut self) -> Result<()> {
+        let Some((_, _, w)) = self.watch.as_mut() else {
+            return Ok(());
+        };
+        loop {
+            let reply = match w.next().await {
+                Ok(reply) => reply,
+                Err(e) => {
+                    self.watch = None;
+                    return Err(e);
                 }
+            };
+            let relevant = reply.events().iter().any(|ev| {
+                matches!(ev.event_type(), EventType::Put | EventType::Delete)
+                    && ev
+                        .kv()
+                        .is_some_and(|kv| is_contender(&self.prefix, kv.key()))
             });
-            Ok(())
-        })?;
-        Ok(LeaderObserver::new(rx, stop))
+            if relevant {
+                return Ok(());
+            }
+        }
     }
 }
 
@@ -127,91 +161,6 @@ pub(crate) async fn read_leader(
             // revision: nothing is missed.
             Some(last) if resp.more() => from = last.create_revision() + 1,
             _ => return Ok(None),
-        }
-    }
-}
-
-/// What an observer last reported: the leader's key, term and value.
-type Reported = Option<(String, i64, Vec<u8>)>;
-
-/// Read the leader; send it if it differs from what was last reported.
-async fn publish(
-    etcd: &etcd_client::Client,
-    prefix: &str,
-    timeout: Duration,
-    tx: &Sender<LeaderInfo>,
-    last: &mut Reported,
-) -> Result<()> {
-    let Some(leader) = read_leader(etcd, timeout, prefix).await? else {
-        return Ok(());
-    };
-    let now = (
-        leader.info.holder.clone(),
-        leader.create_revision,
-        leader.info.value.clone(),
-    );
-    if last.as_ref() != Some(&now) {
-        *last = Some(now);
-        // The receiver lives in the observer, which stops this task when
-        // dropped.
-        let _ = tx.send(leader.info);
-    }
-    Ok(())
-}
-
-/// Follow the prefix: after each batch of changes to candidate keys, read
-/// the leader again. A broken stream is opened again (then read).
-async fn follow(
-    etcd: etcd_client::Client,
-    prefix: String,
-    timeout: Duration,
-    watch: PrefixWatch,
-    tx: Sender<LeaderInfo>,
-    mut last: Reported,
-) {
-    let mut watch = Some(watch);
-    let mut backoff = Backoff::RETRY;
-    loop {
-        let mut w = match watch.take() {
-            Some(w) => w,
-            None => {
-                let opened = match PrefixWatch::changes(&etcd, &prefix, timeout).await {
-                    Ok(w) => publish(&etcd, &prefix, timeout, &tx, &mut last)
-                        .await
-                        .map(|()| w),
-                    Err(e) => Err(e),
-                };
-                match opened {
-                    Ok(w) => {
-                        backoff.reset();
-                        w
-                    }
-                    Err(e) => {
-                        log::debug!("[prefix={prefix}] observer failed: {e}");
-                        backoff.pause().await;
-                        continue;
-                    }
-                }
-            }
-        };
-        loop {
-            let reply = match w.next().await {
-                Ok(reply) => reply,
-                Err(e) => {
-                    log::debug!("[prefix={prefix}] observer watch broke: {e}");
-                    break;
-                }
-            };
-            let relevant = reply.events().iter().any(|ev| {
-                matches!(ev.event_type(), EventType::Put | EventType::Delete)
-                    && ev.kv().is_some_and(|kv| is_contender(&prefix, kv.key()))
-            });
-            if relevant {
-                if let Err(e) = publish(&etcd, &prefix, timeout, &tx, &mut last).await {
-                    log::debug!("[prefix={prefix}] observer read failed: {e}");
-                    break;
-                }
-            }
         }
     }
 }

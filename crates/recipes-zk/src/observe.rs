@@ -1,9 +1,8 @@
 //! Reading and following an election's leader: the first node in queue
-//! order and its data, with one-shot watches on the folder's children and
-//! on the leader's node.
+//! order and its data; the observer ([`recipes_core::follow_leader`]) re-arms
+//! one-shot watches on the folder's children and on the leader's node.
 
-use recipes_core::{Backoff, Error, LeaderInfo, LeaderObserver, Result};
-use tokio::sync::oneshot;
+use recipes_core::{LeaderInfo, LeaderObserver, LeaderWatch, Result};
 use zookeeper_client as zk;
 
 use crate::client::ZkClient;
@@ -40,97 +39,61 @@ pub(crate) async fn read_leader(
     Ok(None)
 }
 
-/// One look: arm a watch on the folder (its children, or its creation),
-/// read the leader with a watch on its node, and publish it if it changed.
-/// Returns the watches to wait on; an error means the client is closed or
-/// the observer was dropped.
-async fn look(
-    session: &Session,
-    dir: &str,
-    last: &mut Option<LeaderInfo>,
-    tx: &crossbeam_channel::Sender<LeaderInfo>,
-) -> Result<(zk::OneshotWatcher, Option<zk::OneshotWatcher>)> {
-    let folder = match session.zk().get_and_watch_children(dir).await {
-        Ok((_, _, watcher)) => watcher,
-        Err(zk::Error::NoNode) => match session.zk().check_and_watch_stat(dir).await {
-            Ok((_, watcher)) => watcher,
-            Err(e) => return Err(from_zk(&format!("watch {dir}"), e)),
-        },
-        Err(e) => return Err(from_zk(&format!("watch {dir}"), e)),
-    };
-    let leader = read_leader(session, dir).await?;
-    let (info, node) = match leader {
-        Some((info, watcher)) => (Some(info), Some(watcher)),
-        None => (None, None),
-    };
-    // A moment without a leader is not reported.
-    if info.is_some() && info != *last {
-        if tx.send(info.clone().expect("checked")).is_err() {
-            return Err(Error::Closed);
-        }
-        *last = info;
-    }
-    Ok((folder, node))
-}
-
-/// Follow the leader at `dir`; returns once the first look is done (the
-/// watches are set, the current leader published).
-pub(crate) fn watch_leader(client: &ZkClient, dir: &str) -> Result<LeaderObserver> {
-    let (tx, rx) = crossbeam_channel::unbounded();
-    let (stop, stopped) = oneshot::channel();
-    let (ready, first) = oneshot::channel();
-    let (client2, dir) = (client.clone(), dir.to_owned());
-    let started = client.runtime().spawn(async move {
-        tokio::select! {
-            _ = stopped => {}
-            () = follow(client2, dir, tx, ready) => {}
-        }
-    });
-    if !started {
-        return Err(Error::Closed);
-    }
-    client.call("observe the election", async move {
-        first.await.unwrap_or(Err(Error::Closed))
-    })?;
-    Ok(LeaderObserver::new(rx, stop))
-}
-
-async fn follow(
+/// The watches of one look: on the folder (its children, or its creation)
+/// and on the leader's node.
+struct Watch {
     client: ZkClient,
     dir: String,
-    tx: crossbeam_channel::Sender<LeaderInfo>,
-    ready: oneshot::Sender<Result<()>>,
-) {
-    let mut ready = Some(ready);
-    let mut last = None;
-    let mut backoff = Backoff::RECOVER;
-    loop {
-        let looked = match client.live_session().await {
-            Ok(session) => look(&session, &dir, &mut last, &tx).await,
-            Err(e) => Err(e),
-        };
-        if let Some(r) = ready.take() {
-            let _ = r.send(looked.as_ref().map(drop).map_err(Clone::clone));
-        }
-        match looked {
-            Ok((folder, node)) => {
-                backoff.reset();
-                let node_changed = async {
-                    match node {
-                        Some(w) => drop(w.changed().await),
-                        None => std::future::pending().await,
-                    }
-                };
-                tokio::select! {
-                    _ = folder.changed() => {}
-                    () = node_changed => {}
-                }
-            }
-            Err(Error::Closed) => return,
-            Err(e) => {
-                log::debug!("observer of {dir}: {e}; looking again");
-                backoff.pause().await;
-            }
-        }
+    folder: Option<zk::OneshotWatcher>,
+    node: Option<zk::OneshotWatcher>,
+}
+
+/// Resolves when `watcher` fires; never when there is none.
+async fn fired(watcher: Option<zk::OneshotWatcher>) {
+    match watcher {
+        Some(w) => drop(w.changed().await),
+        None => std::future::pending().await,
     }
+}
+
+impl LeaderWatch for Watch {
+    async fn look(&mut self) -> Result<Option<(LeaderInfo, i64)>> {
+        let session = self.client.live_session().await?;
+        let dir = self.dir.as_str();
+        let folder = match session.zk().get_and_watch_children(dir).await {
+            Ok((_, _, watcher)) => watcher,
+            Err(zk::Error::NoNode) => match session.zk().check_and_watch_stat(dir).await {
+                Ok((_, watcher)) => watcher,
+                Err(e) => return Err(from_zk(&format!("watch {dir}"), e)),
+            },
+            Err(e) => return Err(from_zk(&format!("watch {dir}"), e)),
+        };
+        self.folder = Some(folder);
+        let leader = read_leader(&session, dir).await?;
+        Ok(leader.map(|(info, node)| {
+            self.node = Some(node);
+            // A node is one term: its path tells terms apart.
+            (info, 0)
+        }))
+    }
+
+    async fn changed(&mut self) -> Result<()> {
+        let (folder, node) = (self.folder.take(), self.node.take());
+        tokio::select! {
+            () = fired(folder) => {}
+            () = fired(node) => {}
+        }
+        Ok(())
+    }
+}
+
+/// Follow the leader at `dir` (see [`recipes_core::ElectionBackend::observe`]).
+pub(crate) fn watch_leader(client: &ZkClient, dir: &str) -> Result<LeaderObserver> {
+    let watch = Watch {
+        client: client.clone(),
+        dir: dir.to_owned(),
+        folder: None,
+        node: None,
+    };
+    recipes_core::follow_leader(client.runtime(), client.rpc_timeout(), watch)
 }
