@@ -120,10 +120,13 @@ fn at_most_n_permits_are_held_under_churn() {
                     // Work: a fenced write, and a little time inside.
                     p.lease().put(data.as_str(), round.to_string()).unwrap();
                     if entered.fetch_add(1, Ordering::SeqCst) < N as usize {
-                        // The first N holders stay until all N are in: the
-                        // limit is reached for certain, with waiters queued.
+                        // The first N holders stay until all N have entered:
+                        // the limit is reached for certain, with waiters
+                        // queued. A count that only grows: waiting for
+                        // `inside == N` could miss its moment and wait for
+                        // holders that have all finished.
                         wait_until("N holders at once", PROMPTLY, || {
-                            inside.load(Ordering::SeqCst) == N as usize
+                            entered.load(Ordering::SeqCst) >= N as usize
                         });
                     } else {
                         std::thread::sleep(Duration::from_millis(2));

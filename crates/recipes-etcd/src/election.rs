@@ -30,16 +30,15 @@ use std::fmt;
 use std::future::Future;
 use std::time::Duration;
 
-use etcd_client::{PutOptions, TxnOp, TxnResponse};
+use etcd_client::{PutOptions, TxnOp};
 use recipes_core::{
-    ElectionBackend, Error, FencedLease, FencingToken, HeldLease, LeaderInfo, LeaderObserver,
-    LeadershipLease, LossReason, LossSignal, LossTrigger, Result, Runtime,
+    ElectionBackend, Error, LeaderInfo, LeaderObserver, LeadershipLease, LossReason, LossTrigger,
+    Result, Runtime,
 };
 use tokio::time::Instant;
 
 use crate::client::EtcdClient;
 use crate::contend::{contend, Claim, Via};
-use crate::key::Acquired;
 use crate::lock::EtcdLock;
 use crate::names::{key_prefix, validate_name};
 use crate::observe::{read_candidates, read_leader};
@@ -133,7 +132,15 @@ impl EtcdElection {
     ) -> Result<Option<EtcdLeadership>> {
         let (via, claim) = (Via::Handle(&self.queue), Claim::Campaign(value));
         let won = contend(&self.client, &self.name, &self.prefix, via, claim, deadline).await?;
-        Ok(won.map(|a| EtcdLeadership::held(self.client.clone(), a)))
+        Ok(won.map(|a| {
+            log::info!(
+                "[{} key={}] leadership gained (fence {})",
+                a.session.label(),
+                a.key,
+                a.fence
+            );
+            EtcdLock::held(self.client.clone(), a, "leadership")
+        }))
     }
 }
 
@@ -209,116 +216,25 @@ fn validate_election_name(name: &str) -> Result<()> {
     })
 }
 
-/// A won etcd election: our candidate key, its loss watch, its fence and
-/// fenced writes. The lease behind a [`Leadership`].
+/// A won etcd election: our candidate key — held, watched, fenced and
+/// released exactly like a mutex key — its fence (the revision of the
+/// win-confirming re-put) and fenced writes. The lease behind a
+/// [`Leadership`].
 ///
-/// Its loss signal fires when the client's lease may be gone (the local
-/// deadline passed without an acknowledged keep-alive, or a reply said it is
-/// gone), when our key is deleted by anyone, at resignation, and when the
-/// client closes. Proclaims and fenced writes ([`put`](EtcdLeadership::put),
-/// [`delete`](EtcdLeadership::delete), [`txn`](EtcdLeadership::txn)) are
-/// applied by etcd only while the key we created still exists: a leader that
-/// lost — paused, partitioned, its key deleted — is refused, whatever its
-/// loss signal says.
-pub struct EtcdLeadership {
-    lock: EtcdLock,
-}
+/// Its loss signal fires when the client's lease may be gone, when our key
+/// is deleted by anyone, at resignation, and when the client closes.
+/// Proclaims and fenced writes are applied by etcd only while the key we
+/// created still exists: a leader that lost — paused, partitioned, its key
+/// deleted — is refused, whatever its loss signal says.
+pub type EtcdLeadership = EtcdLock;
 
-impl EtcdLeadership {
-    pub(crate) fn held(client: EtcdClient, a: Acquired) -> EtcdLeadership {
-        log::info!(
-            "[{} key={}] leadership gained (fence {})",
-            a.session.label(),
-            a.key,
-            a.fence
-        );
-        EtcdLeadership {
-            lock: EtcdLock::held(client, a, "lock"),
-        }
-    }
-
-    /// Our key, `<name>/<lease id in hex>`.
-    pub fn key(&self) -> &str {
-        self.lock.key()
-    }
-
-    /// The id of the lease our key is bound to.
-    pub fn lease_id(&self) -> i64 {
-        self.lock.lease_id()
-    }
-
-    /// The `create_revision` of our key: the compare target of proclaims and
-    /// fenced writes, as Go's `Election.Rev()`. Not the fencing token.
-    pub fn create_revision(&self) -> i64 {
-        self.lock.create_revision()
-    }
-
-    /// Put `key` = `value`, only while we lead: one transaction guarded by
-    /// `create_revision(our key) == ours`. Returns the write's revision.
-    ///
-    /// # Errors
-    ///
-    /// [`Error::FenceRejected`] when our key is gone (leadership was lost);
-    /// [`Error::Indeterminate`] when no reply came; other backend errors.
-    pub fn put(&self, key: impl Into<Vec<u8>>, value: impl Into<Vec<u8>>) -> Result<i64> {
-        self.lock.put(key, value)
-    }
-
-    /// Delete `key`, only while we lead. Returns the write's revision.
-    ///
-    /// # Errors
-    ///
-    /// As for [`put`](EtcdLeadership::put).
-    pub fn delete(&self, key: impl Into<Vec<u8>>) -> Result<i64> {
-        self.lock.delete(key)
-    }
-
-    /// Run `ops` in one transaction, only while we lead.
-    ///
-    /// # Errors
-    ///
-    /// As for [`put`](EtcdLeadership::put).
-    pub fn txn(&self, ops: Vec<TxnOp>) -> Result<TxnResponse> {
-        self.lock.txn(ops)
-    }
-
-    /// Resign on the runtime; see [`EtcdLock::released`].
-    pub(crate) async fn resign_on_runtime(self) {
-        self.lock.released().await;
-    }
-}
-
-impl HeldLease for EtcdLeadership {
-    fn loss_signal(&self) -> &LossSignal {
-        self.lock.loss_signal()
-    }
-
-    fn holder(&self) -> &str {
-        self.lock.key()
-    }
-
-    fn release(self) -> Result<()> {
-        self.lock.release()
-    }
-
-    fn release_in_background(self) {
-        self.lock.release_in_background();
-    }
-}
-
-impl FencedLease for EtcdLeadership {
-    fn token(&self) -> FencingToken {
-        self.lock.token()
-    }
-}
-
-impl LeadershipLease for EtcdLeadership {
+impl LeadershipLease for EtcdLock {
     fn trigger(&self) -> &LossTrigger {
-        &self.lock.trigger
+        &self.trigger
     }
 
     fn resign_async(self) -> impl Future<Output = ()> + Send {
-        self.resign_on_runtime()
+        self.released()
     }
 
     /// Put our key again with `value` (and our lease), guarded by
@@ -335,10 +251,10 @@ impl LeadershipLease for EtcdLeadership {
             value.to_vec(),
             Some(PutOptions::new().with_lease(self.lease_id())),
         );
-        match self.lock.txn(vec![put]) {
+        match self.txn(vec![put]) {
             Ok(_) => Ok(()),
             Err(Error::FenceRejected { .. }) => {
-                self.trigger().fire(LossReason::Deleted);
+                self.trigger.fire(LossReason::Deleted);
                 Err(Error::NotHeld {
                     what: format!(
                         "leadership of {}: our key (created at revision {}) is gone",
@@ -349,17 +265,6 @@ impl LeadershipLease for EtcdLeadership {
             }
             Err(e) => Err(e),
         }
-    }
-}
-
-impl fmt::Debug for EtcdLeadership {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.debug_struct("EtcdLeadership")
-            .field("key", &self.key())
-            .field("create_revision", &self.create_revision())
-            .field("token", &self.token())
-            .field("lost", &self.loss_signal().reason())
-            .finish()
     }
 }
 

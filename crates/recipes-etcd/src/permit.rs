@@ -13,7 +13,6 @@
 //!   internal mutex lets in), then the engine reads again.
 //! - **confirm**: the admitting read's revision; permits have no fence.
 
-use std::fmt;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
@@ -23,10 +22,9 @@ use etcd_client::{
     TxnResponse,
 };
 use recipes_core::engine::{ContendDriver, Entered, Listing};
-use recipes_core::{HeldLease, LossSignal, Result};
+use recipes_core::{LossSignal, Result};
 use tokio::time::Instant;
 
-use crate::client::EtcdClient;
 use crate::key::{Acquired, Ticket};
 use crate::lock::EtcdLock;
 use crate::names::{is_contender, Key};
@@ -273,106 +271,9 @@ impl ContendDriver for PermitContender<'_> {
     }
 }
 
-/// A held etcd permit key: the lease behind a [`SemaphorePermit`](crate::SemaphorePermit).
-///
-/// Its loss signal fires when the client's lease may be gone (the local
-/// deadline passed without an acknowledged keep-alive, or a reply said it
-/// is gone), when its key is deleted by anyone, at release, and when the
-/// client closes. Fenced writes ([`put`](EtcdPermit::put),
-/// [`delete`](EtcdPermit::delete), [`txn`](EtcdPermit::txn)) are applied by
-/// etcd only while this permit's key still exists: a holder that lost the
-/// permit — paused, partitioned, its key deleted — gets
-/// [`Error::FenceRejected`](crate::Error::FenceRejected), whatever its loss
-/// signal says. Other permits of the same semaphore, held at the same time,
-/// fence only their own writes: there is no order among permits.
-pub struct EtcdPermit {
-    // A permit key is held, watched, fenced and released exactly like a
-    // mutex key; only its fencing token (never exposed) means nothing.
-    lock: EtcdLock,
-}
-
-impl EtcdPermit {
-    pub(crate) fn held(client: EtcdClient, a: Acquired) -> EtcdPermit {
-        EtcdPermit {
-            lock: EtcdLock::held(client, a, "permit"),
-        }
-    }
-
-    /// Our key, `<name>/leases/<lease id in hex>-<n>`.
-    pub fn key(&self) -> &str {
-        self.lock.key()
-    }
-
-    /// The id of the lease our key is bound to.
-    pub fn lease_id(&self) -> i64 {
-        self.lock.lease_id()
-    }
-
-    /// The `create_revision` of our key: the compare target of fenced
-    /// writes (`create_revision(key) == this`). Not a fencing token:
-    /// permits have no order.
-    pub fn create_revision(&self) -> i64 {
-        self.lock.create_revision()
-    }
-
-    /// Put `key` = `value`, only while this permit is held: one transaction
-    /// guarded by `create_revision(our key) == ours`. Returns the revision
-    /// of the write.
-    ///
-    /// # Errors
-    ///
-    /// [`Error::FenceRejected`](crate::Error::FenceRejected) when our key is
-    /// gone (the permit was lost);
-    /// [`Error::Indeterminate`](crate::Error::Indeterminate) when no reply
-    /// came (the write may have been applied); other backend errors.
-    pub fn put(&self, key: impl Into<Vec<u8>>, value: impl Into<Vec<u8>>) -> Result<i64> {
-        self.lock.put(key, value)
-    }
-
-    /// Delete `key`, only while this permit is held. Returns the revision
-    /// of the write.
-    ///
-    /// # Errors
-    ///
-    /// As for [`put`](EtcdPermit::put).
-    pub fn delete(&self, key: impl Into<Vec<u8>>) -> Result<i64> {
-        self.lock.delete(key)
-    }
-
-    /// Run `ops` in one transaction, only while this permit is held.
-    ///
-    /// # Errors
-    ///
-    /// As for [`put`](EtcdPermit::put).
-    pub fn txn(&self, ops: Vec<TxnOp>) -> Result<TxnResponse> {
-        self.lock.txn(ops)
-    }
-}
-
-impl HeldLease for EtcdPermit {
-    fn loss_signal(&self) -> &LossSignal {
-        self.lock.loss_signal()
-    }
-
-    fn holder(&self) -> &str {
-        self.lock.holder()
-    }
-
-    fn release(self) -> Result<()> {
-        self.lock.release()
-    }
-
-    fn release_in_background(self) {
-        self.lock.release_in_background();
-    }
-}
-
-impl fmt::Debug for EtcdPermit {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.debug_struct("EtcdPermit")
-            .field("key", &self.key())
-            .field("create_revision", &self.create_revision())
-            .field("lost", &self.lock.loss_signal().reason())
-            .finish()
-    }
-}
+/// A held permit of a [`Semaphore`](crate::Semaphore): its key — held,
+/// watched, fenced and released exactly like a mutex key; only its fencing
+/// token (never exposed by the permit guard) means nothing, since permits
+/// have no order. Writes through it are guarded by
+/// `create_revision(permit key) == ours`.
+pub type EtcdPermit = EtcdLock;

@@ -55,6 +55,7 @@ use tokio::time::Instant;
 use crate::client::EtcdClient;
 use crate::contend::{Claim, KeyContender, Via};
 use crate::key::Acquired;
+use crate::lock::EtcdLock;
 use crate::names::validate_name;
 use crate::permit::{EtcdPermit, PermitContender};
 use crate::rpc::{read_at, retrying_txn, unexpected};
@@ -214,7 +215,7 @@ impl SemaphoreBackend for EtcdSemaphore {
                     permits: PermitContender { semaphore: &this },
                 };
                 let won = engine::admit(&admission, deadline.map(Instant::from_std)).await?;
-                Ok(won.map(|a| EtcdPermit::held(this.client.clone(), a)))
+                Ok(won.map(|a| EtcdLock::held(this.client.clone(), a, "permit")))
             })
     }
 }

@@ -8,12 +8,11 @@ use etcd_client::{GetOptions, SortOrder, SortTarget};
 use recipes_core::{BootInstant, Client, Contender, FencedWrites, Result};
 
 use crate::client::EtcdClient;
-use crate::election::{Election, EtcdElection, EtcdLeadership};
+use crate::election::{Election, EtcdElection};
 use crate::latch::LeaderLatch;
 use crate::lock::EtcdLock;
 use crate::mutex::{EtcdMutex, Mutex};
 use crate::names::{is_contender, key_prefix, validate_name};
-use crate::permit::EtcdPermit;
 use crate::rpc::retrying;
 use crate::selector::LeaderSelector;
 use crate::semaphore::{EtcdSemaphore, Semaphore};
@@ -33,8 +32,6 @@ macro_rules! fenced_by_key {
 }
 
 fenced_by_key!(EtcdLock);
-fenced_by_key!(EtcdLeadership);
-fenced_by_key!(EtcdPermit);
 
 impl EtcdClient {
     /// A plain linearizable read of `key`: its value, `None` when it does
