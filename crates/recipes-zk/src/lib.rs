@@ -112,3 +112,13 @@ pub use session::SessionState;
 
 /// A held [`InterProcessMutex`].
 pub type MutexGuard = recipes_core::MutexGuard<ZkLock>;
+
+/// The same names on every backend: [`InterProcessMutex`] (Curator's
+/// name) is also `Mutex`.
+pub type Mutex = InterProcessMutex;
+
+/// [`InterProcessSemaphore`] (Curator's name) is also `Semaphore`.
+pub type Semaphore = InterProcessSemaphore;
+
+/// A held permit of a [`Semaphore`].
+pub type SemaphorePermit = recipes_core::SemaphorePermit<ZkPermit>;
