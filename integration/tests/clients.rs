@@ -253,3 +253,45 @@ fn a_worker_process_runs_a_client_of_each_kind() {
     let err = e.request("bogus", Duration::from_secs(5)).unwrap_err();
     assert!(err.starts_with("usage"), "{err}");
 }
+
+/// No duration a caller can pass panics (issue 10, finding 1): the longest
+/// waits and graces saturate. Each call here returns promptly because what
+/// it waits for happens at once.
+#[test]
+fn extreme_durations_never_panic() {
+    let zk = ZkClient::builder(ZkServer::shared().connect_string())
+        .ttl(Duration::from_secs(4))
+        .connect()
+        .unwrap();
+    let etcd = EtcdClient::builder(EtcdServer::shared().endpoints())
+        .ttl(Duration::from_secs(4))
+        .connect()
+        .unwrap();
+    let name = format!("/clients/extreme-{}", std::process::id());
+    let guard = zk
+        .mutex(&name)
+        .unwrap()
+        .try_lock_for(Duration::MAX)
+        .unwrap();
+    let guard = guard.expect("a free lock is taken even with the longest wait");
+    let lost = guard.lost().clone();
+    guard.release().unwrap();
+    assert!(
+        lost.wait_timeout(Duration::MAX).is_some(),
+        "released: lost at once"
+    );
+    let guard = etcd
+        .mutex(&name)
+        .unwrap()
+        .try_lock_for(Duration::MAX)
+        .unwrap();
+    assert!(guard.is_some());
+    drop(guard);
+    let started = Instant::now();
+    zk.close_within(Duration::MAX).unwrap();
+    etcd.close_within(Duration::MAX).unwrap();
+    assert!(
+        started.elapsed() < scale(Duration::from_secs(10)),
+        "closes returned"
+    );
+}

@@ -61,9 +61,28 @@ fn check_at_most_a_day(what: &str, d: Duration) -> Result<()> {
     Ok(())
 }
 
+/// `d` from now, saturating: a duration too long for the clock (such as
+/// `Duration::MAX`) gives a moment centuries away instead of a panic.
+pub fn deadline_in(d: Duration) -> std::time::Instant {
+    let now = std::time::Instant::now();
+    now.checked_add(d)
+        .or_else(|| now.checked_add(FAR_AWAY))
+        .unwrap_or(now)
+}
+
+/// Later than any wait anyone means.
+const FAR_AWAY: Duration = Duration::from_secs(100 * 365 * 24 * 3600);
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_deadline_from_any_duration_saturates() {
+        let now = std::time::Instant::now();
+        assert!(deadline_in(Duration::MAX) > now + Duration::from_secs(3600 * 24 * 365));
+        assert!(deadline_in(Duration::ZERO) >= now);
+    }
 
     #[test]
     fn leases_and_timeouts_have_one_set_of_bounds() {

@@ -185,7 +185,7 @@ impl LossSignal {
     /// Block until the signal fires or `timeout` passes; the reason, or
     /// `None` if the lease is still held.
     pub fn wait_timeout(&self, timeout: Duration) -> Option<LossReason> {
-        self.wait_until(Instant::now() + timeout)
+        self.wait_until(crate::limits::deadline_in(timeout))
     }
 
     /// Block until the signal fires or `deadline` passes.

@@ -383,7 +383,7 @@ impl EtcdClient {
     pub fn close_within(&self, grace: Duration) -> Result<()> {
         let mut closed = Ok(());
         // One budget for every step.
-        let until = Instant::now() + grace;
+        let until = recipes_core::deadline_in(grace);
         self.inner.closed.store(true, Ordering::SeqCst);
         let live: Vec<_> = self
             .inner

@@ -426,7 +426,7 @@ impl ZkClient {
     /// `grace` (it expires the session after its timeout instead).
     pub fn close_within(&self, grace: Duration) -> Result<()> {
         // One budget for every step.
-        let until = Instant::now() + grace;
+        let until = recipes_core::deadline_in(grace);
         self.inner.closed.store(true, Ordering::SeqCst);
         // A closed session deletes its ephemeral nodes at once rather than
         // after the session timeout. The close request goes out when the last

@@ -158,7 +158,7 @@ impl<E: ElectionBackend> LeaderLatch<E> {
     pub fn close(&self) -> Result<()> {
         self.inner.closing.fire(LossReason::Closed);
         let timeout = self.inner.election.close_timeout();
-        let deadline = Instant::now() + timeout;
+        let deadline = crate::limits::deadline_in(timeout);
         let mut st = self.inner.state.lock();
         while st.started && !st.finished {
             if self.inner.changed.wait_until(&mut st, deadline).timed_out() {

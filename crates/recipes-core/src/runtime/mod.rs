@@ -200,7 +200,8 @@ impl Runtime {
         T: Send + 'static,
         F: Future<Output = Result<T>> + Send + 'static,
     {
-        self.call_until(what, Some(Instant::now() + timeout), fut)
+        // A timeout too long for the clock waits as long as it takes.
+        self.call_until(what, Instant::now().checked_add(timeout), fut)
     }
 
     /// Like [`call`](Runtime::call) with an absolute deadline; `None` waits
