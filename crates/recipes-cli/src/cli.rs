@@ -81,6 +81,7 @@ pub struct Cli {
         value_name = "DURATION",
         default_value = "10s",
         value_parser = parse_duration,
+        allow_hyphen_values = true,
         global = true
     )]
     pub ttl: Duration,
@@ -115,7 +116,13 @@ pub enum Command {
 #[derive(Debug, Args)]
 pub struct RunOptions {
     /// Give up (exit 75) if not acquired within DURATION.
-    #[arg(long, value_name = "DURATION", value_parser = parse_duration, conflicts_with = "no_wait")]
+    #[arg(
+        long,
+        value_name = "DURATION",
+        value_parser = parse_duration,
+        allow_hyphen_values = true,
+        conflicts_with = "no_wait"
+    )]
     pub wait: Option<Duration>,
 
     /// Give up (exit 75) unless acquired at once.
@@ -124,7 +131,13 @@ pub struct RunOptions {
 
     /// After SIGTERM for a lease at risk or lost: how long CMD may take to
     /// stop before SIGKILL (cut short when the lease is lost).
-    #[arg(long, value_name = "DURATION", default_value = "5s", value_parser = parse_duration)]
+    #[arg(
+        long,
+        value_name = "DURATION",
+        default_value = "5s",
+        value_parser = parse_duration,
+        allow_hyphen_values = true
+    )]
     pub grace: Duration,
 
     /// Exit status when not acquired in time.

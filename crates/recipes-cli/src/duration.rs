@@ -9,6 +9,11 @@ use std::time::Duration;
 /// A message saying what a valid duration looks like.
 pub fn parse_duration(text: &str) -> Result<Duration, String> {
     let text = text.trim();
+    if text.starts_with('-') {
+        return Err(format!(
+            "{text:?} is negative; a duration is zero or more, such as 2s, 500ms or 1m"
+        ));
+    }
     let split = text
         .find(|c: char| !(c.is_ascii_digit() || c == '.'))
         .unwrap_or(text.len());

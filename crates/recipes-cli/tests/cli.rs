@@ -285,6 +285,30 @@ fn elect_with_an_empty_id_is_a_usage_error_on_both_stores() {
     }
 }
 
+/// A negative duration is a usage error that says so — never clap's tip to
+/// pass it after `--`, which would make it part of CMD (issue 10, finding
+/// 10).
+#[test]
+fn negative_durations_are_usage_errors_that_say_so() {
+    let zk = ZkServer::shared().connect_string();
+    for flag in ["--wait", "--grace", "--ttl"] {
+        let args = [
+            "--zk",
+            &zk,
+            "lock",
+            "/cli-tests/negative",
+            flag,
+            "-5s",
+            "--",
+            "false",
+        ];
+        let (status, stderr) = run(recipes().args(args));
+        assert_eq!(status.code(), Some(64), "{flag}: {stderr}");
+        assert!(stderr.contains("negative"), "{flag}: {stderr}");
+        assert!(!stderr.contains("-- -5s"), "{flag} suggests CMD: {stderr}");
+    }
+}
+
 #[test]
 fn unreachable_backend_exits_69() {
     let port = {
