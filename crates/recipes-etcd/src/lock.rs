@@ -113,7 +113,8 @@ impl EtcdLock {
     /// [`Error::Indeterminate`] when no reply came (the write may have been
     /// applied); other backend errors.
     pub fn put(&self, key: impl Into<Vec<u8>>, value: impl Into<Vec<u8>>) -> Result<i64> {
-        let op = TxnOp::put(key.into(), value.into(), None);
+        let key = self.outside_our_layout(key.into())?;
+        let op = TxnOp::put(key, value.into(), None);
         let resp = self.fenced("fenced put", vec![op])?;
         Ok(resp.header().map(|h| h.revision()).unwrap_or_default())
     }
@@ -125,18 +126,42 @@ impl EtcdLock {
     ///
     /// As for [`put`](EtcdLock::put).
     pub fn delete(&self, key: impl Into<Vec<u8>>) -> Result<i64> {
-        let op = TxnOp::delete(key.into(), None);
+        let key = self.outside_our_layout(key.into())?;
+        let op = TxnOp::delete(key, None);
         let resp = self.fenced("fenced delete", vec![op])?;
         Ok(resp.header().map(|h| h.revision()).unwrap_or_default())
     }
 
-    /// Run `ops` in one transaction, only while this lock is held.
+    /// Run `ops` in one transaction, only while this lock is held. Unlike
+    /// [`put`](EtcdLock::put) and [`delete`](EtcdLock::delete), the keys of
+    /// `ops` are not checked: keep them out of the recipe's own keys.
     ///
     /// # Errors
     ///
     /// As for [`put`](EtcdLock::put).
     pub fn txn(&self, ops: Vec<TxnOp>) -> Result<TxnResponse> {
         self.fenced("fenced transaction", ops)
+    }
+
+    /// `key`, unless it lies inside the recipe's own keys: a put there
+    /// would strip our key of its lease, or forge a contender or a size.
+    fn outside_our_layout(&self, key: Vec<u8>) -> Result<Vec<u8>> {
+        let parent = &self.key[..self.key.rfind('/').map_or(0, |i| i + 1)];
+        let layout = match self.kind {
+            // `<name>/leases/<lease>-<n>`: the semaphore's config, internal
+            // mutex and permits all live under `<name>/`.
+            "permit" => parent.strip_suffix("leases/").unwrap_or(parent),
+            _ => parent,
+        };
+        if key.starts_with(layout.as_bytes()) {
+            let shown = String::from_utf8_lossy(&key[..key.len().min(80)]).into_owned();
+            return Err(Error::invalid(format!(
+                "a fenced write to {shown:?} would land among the {}'s own keys ({layout}…), \
+                 which would break it; write to a key outside {layout}",
+                self.kind
+            )));
+        }
+        Ok(key)
     }
 
     fn fenced(&self, what: &'static str, ops: Vec<TxnOp>) -> Result<TxnResponse> {

@@ -83,7 +83,7 @@ impl ZkNodeLease {
     /// [`Error::Indeterminate`] if the connection dropped before the reply;
     /// backend errors (such as a missing `path`).
     pub fn set_data(&self, path: &str, data: &[u8], version: Option<i32>) -> Result<()> {
-        let (path, data) = (path.to_owned(), data.to_vec());
+        let (path, data) = (self.outside_our_layout(path)?.to_owned(), data.to_vec());
         self.fenced("set data", move |w| w.add_set_data(&path, &data, version))
     }
 
@@ -110,7 +110,7 @@ impl ZkNodeLease {
     ///
     /// As for [`set_data`](ZkNodeLease::set_data).
     pub fn create(&self, path: &str, data: &[u8]) -> Result<()> {
-        let (path, data) = (path.to_owned(), data.to_vec());
+        let (path, data) = (self.outside_our_layout(path)?.to_owned(), data.to_vec());
         let options = self.session.options(zk::CreateMode::Persistent);
         self.fenced("create", move |w| w.add_create(&path, &data, &options))
     }
@@ -121,7 +121,7 @@ impl ZkNodeLease {
     ///
     /// As for [`set_data`](ZkNodeLease::set_data).
     pub fn delete(&self, path: &str, version: Option<i32>) -> Result<()> {
-        let path = path.to_owned();
+        let path = self.outside_our_layout(path)?.to_owned();
         self.fenced("delete", move |w| w.add_delete(&path, version))
     }
 
@@ -135,6 +135,32 @@ impl ZkNodeLease {
             Err(e) if is(&e, &zk::Error::NoNode) => Ok(()),
             other => other,
         }
+    }
+
+    /// `path`, unless it lies inside the recipe's own nodes: writing there
+    /// could delete our node, forge a contender or change a semaphore's
+    /// size.
+    fn outside_our_layout<'p>(&self, path: &'p str) -> Result<&'p str> {
+        let dir = &self.node[..self.node.rfind('/').unwrap_or(0)];
+        let name = &self.node[dir.len()..];
+        // A permit `<path>/leases/_c_…-lease-<seq>`: the semaphore's size,
+        // internal mutex and permits all live at and under `<path>`.
+        let root = match dir.strip_suffix("/leases") {
+            Some(sem) if name.contains("-lease-") => sem,
+            _ => dir,
+        };
+        let inside = path == root
+            || path
+                .strip_prefix(root)
+                .is_some_and(|rest| rest.starts_with('/'));
+        if inside {
+            let shown: String = path.chars().take(80).collect();
+            return Err(Error::invalid(format!(
+                "a fenced write to {shown:?} would land among the recipe's own nodes ({root}), \
+                 which would break it; write to a path outside {root}"
+            )));
+        }
+        Ok(path)
     }
 
     fn fenced<F>(&self, what: &'static str, add: F) -> Result<()>
@@ -269,7 +295,10 @@ impl LeadershipLease for ZkNodeLease {
     /// [`Error::NotHeld`] when our node or its session is gone (the loss
     /// signal fires too); [`Error::Indeterminate`] when no reply came.
     fn proclaim(&self, value: &[u8]) -> Result<()> {
-        match self.set_data(&self.node, value, None) {
+        // Our own node: the one write inside the recipe's nodes there is.
+        let (node, value) = (self.node.clone(), value.to_vec());
+        let set = self.fenced("proclaim", move |w| w.add_set_data(&node, &value, None));
+        match set {
             Err(Error::FenceRejected { what }) => {
                 self.trigger.fire(LossReason::Deleted);
                 Err(Error::NotHeld {

@@ -86,6 +86,32 @@ pub fn held_lost_and_closed_outcomes_are_the_same<K: Kit>(kit: &K) {
     assert_eq!(contenders.len(), 1);
     assert_eq!(contenders[0].holder, guard.holder());
 
+    // A fenced write never lands inside the recipe's own entries (on etcd a
+    // put to our own key would strip its lease and block the lock forever).
+    for inside in [guard.holder().to_owned(), format!("{lock}/forged")] {
+        invalid(
+            &format!("a fenced put to {inside}"),
+            guard.put(&inside, b"x"),
+        );
+        invalid(
+            &format!("a fenced delete of {inside}"),
+            guard.delete(&inside),
+        );
+    }
+    assert_eq!(kit.entries_under(&lock), vec![guard.holder().to_owned()]);
+    let sem = name("errors-sem-layout");
+    let permit = a.semaphore(&sem, 1).unwrap().acquire().unwrap();
+    invalid(
+        "a fenced put to the semaphore's own keys",
+        permit.put(&format!("{sem}/config"), b"9"),
+    );
+    assert_eq!(
+        a.permits(&sem).unwrap().0,
+        Some(1),
+        "the stored size is untouched"
+    );
+    permit.release().unwrap();
+
     kit.delete_entry(guard.holder());
     let reason = guard
         .lost()
