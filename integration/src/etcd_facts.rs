@@ -128,6 +128,19 @@ impl EtcdFacts {
         self.or_panic(self.try_get(key))
     }
 
+    /// Put `key` = `value` (no lease), as another program would.
+    ///
+    /// # Panics
+    ///
+    /// When the put fails; the message quotes the server logs.
+    pub fn put(&self, key: &str, value: &[u8]) {
+        let (key, value) = (key.to_owned(), value.to_vec());
+        let put = self.query(&format!("put {key}"), |mut client| async move {
+            client.put(key, value, None).await.map(drop)
+        });
+        self.or_panic(put)
+    }
+
     /// Delete `key`, as an operator would with `etcdctl del`.
     ///
     /// # Panics

@@ -130,6 +130,29 @@ impl ZkFacts {
         }
     }
 
+    /// Create the persistent node `path` with `data`, and its missing
+    /// parents, as another program would.
+    ///
+    /// # Panics
+    ///
+    /// When the create fails; the message quotes the server logs.
+    pub fn create(&self, path: &str, data: &[u8]) {
+        let options = zk::CreateMode::Persistent.with_acls(zk::Acls::anyone_all());
+        let parent = &path[..path.rfind('/').unwrap_or(0)];
+        if !parent.is_empty() {
+            let made = self.query(
+                &format!("mkdir {parent}"),
+                self.client().mkdir(parent, &options),
+            );
+            self.or_panic(made);
+        }
+        let created = self.query(
+            &format!("create {path}"),
+            self.client().create(path, data, &options),
+        );
+        self.or_panic(created.map(drop));
+    }
+
     /// Delete `path` (any version), as an operator would by hand.
     ///
     /// # Panics

@@ -79,6 +79,10 @@ impl Kit for EtcdKit {
         queued && self.watchers() > 2 * waiters as u64
     }
 
+    fn write_entry(&self, path: &str, value: &[u8]) {
+        self.facts.put(path, value)
+    }
+
     fn delete_entry(&self, holder: &str) {
         self.facts.delete(holder)
     }

@@ -88,6 +88,10 @@ impl Kit for ZkKit {
         watching == waiters
     }
 
+    fn write_entry(&self, path: &str, value: &[u8]) {
+        self.facts.create(path, value)
+    }
+
     fn delete_entry(&self, holder: &str) {
         self.facts.delete(holder)
     }

@@ -61,11 +61,22 @@ pub(crate) fn contender_key(prefix: &str, lease: i64) -> String {
 }
 
 /// Whether `key` is a contender of the lock at `prefix`: exactly one level
-/// below it.
+/// below it, named as the layout names contenders — a lease id in
+/// lowercase hex (`etcdctl lock`, Go's `concurrency` package), or a permit's
+/// `<lease hex>-<n>`. A semaphore's `config`, a nested lock's keys or any
+/// other key never counts.
 pub(crate) fn is_contender(prefix: &str, key: &[u8]) -> bool {
-    match key.strip_prefix(prefix.as_bytes()) {
-        Some(rest) => !rest.is_empty() && !rest.contains(&b'/'),
-        None => false,
+    let Some(rest) = key.strip_prefix(prefix.as_bytes()) else {
+        return false;
+    };
+    let hex = |s: &[u8]| !s.is_empty() && s.iter().all(|c| matches!(c, b'0'..=b'9' | b'a'..=b'f'));
+    match rest.iter().position(|&c| c == b'-') {
+        None => hex(rest),
+        Some(i) => {
+            hex(&rest[..i])
+                && !rest[i + 1..].is_empty()
+                && rest[i + 1..].iter().all(u8::is_ascii_digit)
+        }
     }
 }
 
@@ -112,5 +123,16 @@ mod tests {
         assert!(!is_contender(p, b"/a/"), "the prefix itself");
         assert!(!is_contender(p, b"/ab/694d"), "a sibling lock");
         assert!(!is_contender(p, b"/b/694d"));
+        assert!(is_contender(p, b"/a/694d-12"), "a permit key");
+        for other in [
+            "/a/config",
+            "/a/locks",
+            "/a/leases",
+            "/a/694D",
+            "/a/694d-",
+            "/a/-1",
+        ] {
+            assert!(!is_contender(p, other.as_bytes()), "{other}");
+        }
     }
 }

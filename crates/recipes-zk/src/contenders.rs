@@ -6,7 +6,7 @@ use zookeeper_client as zk;
 
 use crate::client::ZkClient;
 use crate::error::from_zk;
-use crate::names::{observed_order, validate_path};
+use crate::names::{is_contender_of, observed_order, validate_path};
 
 /// One node in the queue of a mutex, latch, selector or semaphore.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -19,7 +19,7 @@ pub struct QueuedNode {
     pub data: Vec<u8>,
 }
 
-/// The children of `dir` with a sequence suffix, in queue order, each with
+/// The children of `dir` named as a recipe's nodes, in queue order, each with
 /// its czxid and data. A node released between the listing and its read
 /// is left out; a missing `dir` has none.
 pub(crate) async fn read_queue(zk: &zk::Client, dir: &str) -> Result<Vec<QueuedNode>> {
@@ -28,6 +28,17 @@ pub(crate) async fn read_queue(zk: &zk::Client, dir: &str) -> Result<Vec<QueuedN
         Err(zk::Error::NoNode) => return Ok(Vec::new()),
         Err(e) => return Err(from_zk(&format!("list {dir}"), e)),
     };
+    // Only the recipes' own names: a mutex's or selector's `lock-`, a
+    // latch's or election's `latch-`, a permit's `lease-` (kazoo's
+    // `__lock__` too); never an unrelated `job-0000000000`.
+    let children: Vec<String> = children
+        .into_iter()
+        .filter(|c| {
+            ["lock-", "latch-", "lease-"]
+                .iter()
+                .any(|l| is_contender_of(c, l))
+        })
+        .collect();
     let mut queue = Vec::new();
     for (_, name) in observed_order(&children) {
         let path = format!("{dir}/{name}");
@@ -45,8 +56,8 @@ pub(crate) async fn read_queue(zk: &zk::Client, dir: &str) -> Result<Vec<QueuedN
 }
 
 impl ZkClient {
-    /// The contenders at `path` — its children with a sequence suffix, of
-    /// any layout (Curator's `_c_<uuid>-lock-<seq>`, kazoo's
+    /// The contenders at `path` — its children named as a recipe's nodes
+    /// (Curator's `_c_<uuid>-lock-<seq>`, `-latch-`, `-lease-`, kazoo's
     /// `…__lock__<seq>`) — in the order this crate's recipes queue them:
     /// serial-number arithmetic over the sequence, so the wrap of the
     /// parent's counter from 2147483647 to -2147483648 keeps the order. The

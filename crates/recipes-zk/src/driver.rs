@@ -24,7 +24,9 @@ use zookeeper_client as zk;
 
 use crate::client::ZkClient;
 use crate::error::{connection_trouble, from_zk};
-use crate::names::{fresh_uuid, is_ours, protected_prefix, queue_order, sequence_of};
+use crate::names::{
+    fresh_uuid, is_contender_of, is_ours, protected_prefix, queue_order, sequence_of,
+};
 use crate::session::Session;
 
 /// What a contender asks for.
@@ -180,6 +182,11 @@ impl ContendDriver for NodeDriver {
             .list_children(dir)
             .await
             .map_err(|e| read_error(&format!("list {dir}"), e))?;
+        let lock_name = self.contender.lock_name;
+        let children: Vec<String> = children
+            .into_iter()
+            .filter(|c| is_contender_of(c, lock_name))
+            .collect();
         let contenders = queue_order(&children, entry.seq)
             .into_iter()
             .map(|(_, name)| name)

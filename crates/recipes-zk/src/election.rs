@@ -19,7 +19,7 @@ use recipes_core::{ElectionBackend, LeaderInfo, LeaderObserver, Result, Runtime}
 
 use crate::client::ZkClient;
 use crate::driver::{Contender, NodeDriver};
-use crate::names::validate_path;
+use crate::names::{is_contender_of, validate_path};
 use crate::node_lease::ZkNodeLease;
 use crate::observe::{read_leader, watch_leader};
 
@@ -98,8 +98,13 @@ impl ElectionBackend for ZkElection {
 
     fn candidates(&self) -> Result<Vec<LeaderInfo>> {
         let queue = self.client.contenders(&self.path)?;
+        let ours = |node: &crate::QueuedNode| {
+            let name = &node.path[node.path.rfind('/').map_or(0, |i| i + 1)..];
+            is_contender_of(name, self.lock_name)
+        };
         Ok(queue
             .into_iter()
+            .filter(ours)
             .map(|node| LeaderInfo {
                 holder: node.path,
                 value: node.data,
@@ -113,15 +118,17 @@ impl ElectionBackend for ZkElection {
     }
 
     fn leader(&self) -> Result<Option<LeaderInfo>> {
-        let (client, path) = (self.client.clone(), self.path.clone());
+        let (client, path, lock_name) = (self.client.clone(), self.path.clone(), self.lock_name);
         self.client.call("read the leader", async move {
             let session = client.live_session().await?;
-            Ok(read_leader(&session, &path).await?.map(|(info, _)| info))
+            Ok(read_leader(&session, &path, lock_name)
+                .await?
+                .map(|(info, _)| info))
         })
     }
 
     fn observe(&self) -> Result<LeaderObserver> {
-        watch_leader(&self.client, &self.path)
+        watch_leader(&self.client, &self.path, self.lock_name)
     }
 }
 

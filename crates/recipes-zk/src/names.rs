@@ -129,6 +129,33 @@ pub(crate) fn sequence_of(name: &str) -> Option<i32> {
     None
 }
 
+/// The part of a sequential node's name before its sequence (see
+/// [`sequence_of`]); `None` for a name with no sequence suffix.
+fn before_sequence(name: &str) -> Option<&str> {
+    let b = name.as_bytes();
+    let n = b.len();
+    let digits = |from: usize| b[from..].iter().all(u8::is_ascii_digit);
+    if n >= 10 && digits(n - 10) {
+        let signed = n >= 12 && b[n - 11] == b'-' && matches!(b[n - 12], b'-' | b'_');
+        return Some(&name[..n - if signed { 11 } else { 10 }]);
+    }
+    if n >= 10 && b[n - 10] == b'-' && digits(n - 9) {
+        return Some(&name[..n - 10]);
+    }
+    None
+}
+
+/// Whether `child` is a contender of a recipe whose nodes are named
+/// `…<lock_name><seq>`: Curator's names (`_c_<uuid>-lock-<seq>`,
+/// `lock-<seq>`) and, for locks, kazoo's `<uuid>__lock__<seq>`. Anything
+/// else — a nested lock's folder, an unrelated `job-0000000000` — never
+/// counts.
+pub(crate) fn is_contender_of(child: &str, lock_name: &str) -> bool {
+    before_sequence(child).is_some_and(|before| {
+        before.ends_with(lock_name) || (lock_name == "lock-" && before.ends_with("__lock__"))
+    })
+}
+
 /// Contenders in queue order: the children with a sequence suffix, ordered
 /// by serial-number arithmetic around `anchor` (our own sequence), so the
 /// wrap of the parent's counter from 2147483647 to -2147483648 keeps the
@@ -266,6 +293,25 @@ mod tests {
         for (ours, _) in &seen {
             assert_eq!(queue_order(&names, *ours), seen, "around {ours}");
         }
+    }
+
+    #[test]
+    fn only_the_recipes_own_names_are_contenders() {
+        let ours = "_c_0f0e0d0c-0b0a-4908-8706-050403020100-lock-0000000007";
+        assert!(is_contender_of(ours, "lock-"));
+        assert!(is_contender_of("lock-0000000003", "lock-"));
+        assert!(is_contender_of("a1b2__lock__0000000003", "lock-"));
+        assert!(is_contender_of("_c_x-lock--2147483648", "lock-"));
+        assert!(is_contender_of("_c_x-latch-0000000001", "latch-"));
+        for other in [
+            "job-0000000000",
+            "_c_x-latch-0000000001",
+            "leases",
+            "config",
+        ] {
+            assert!(!is_contender_of(other, "lock-"), "{other}");
+        }
+        assert!(!is_contender_of(ours, "latch-"));
     }
 
     #[test]

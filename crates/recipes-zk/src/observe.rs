@@ -7,7 +7,7 @@ use zookeeper_client as zk;
 
 use crate::client::ZkClient;
 use crate::error::from_zk;
-use crate::names::observed_order;
+use crate::names::{is_contender_of, observed_order};
 use crate::session::Session;
 
 /// The leader of the election at `dir`, and a watch on its node's data and
@@ -15,12 +15,14 @@ use crate::session::Session;
 pub(crate) async fn read_leader(
     session: &Session,
     dir: &str,
+    lock_name: &str,
 ) -> Result<Option<(LeaderInfo, zk::OneshotWatcher)>> {
-    let children = match session.zk().list_children(dir).await {
+    let mut children = match session.zk().list_children(dir).await {
         Ok(children) => children,
         Err(zk::Error::NoNode) => return Ok(None),
         Err(e) => return Err(from_zk(&format!("list {dir}"), e)),
     };
+    children.retain(|c| is_contender_of(c, lock_name));
     for (_, name) in observed_order(&children) {
         let node = format!("{dir}/{name}");
         match session.zk().get_and_watch_data(&node).await {
@@ -44,6 +46,7 @@ pub(crate) async fn read_leader(
 struct Watch {
     client: ZkClient,
     dir: String,
+    lock_name: &'static str,
     folder: Option<zk::OneshotWatcher>,
     node: Option<zk::OneshotWatcher>,
 }
@@ -69,7 +72,7 @@ impl LeaderWatch for Watch {
             Err(e) => return Err(from_zk(&format!("watch {dir}"), e)),
         };
         self.folder = Some(folder);
-        let leader = read_leader(&session, dir).await?;
+        let leader = read_leader(&session, dir, self.lock_name).await?;
         Ok(leader.map(|(info, node)| {
             self.node = Some(node);
             // A node is one term: its path tells terms apart.
@@ -88,10 +91,15 @@ impl LeaderWatch for Watch {
 }
 
 /// Follow the leader at `dir` (see [`recipes_core::ElectionBackend::observe`]).
-pub(crate) fn watch_leader(client: &ZkClient, dir: &str) -> Result<LeaderObserver> {
+pub(crate) fn watch_leader(
+    client: &ZkClient,
+    dir: &str,
+    lock_name: &'static str,
+) -> Result<LeaderObserver> {
     let watch = Watch {
         client: client.clone(),
         dir: dir.to_owned(),
+        lock_name,
         folder: None,
         node: None,
     };

@@ -139,3 +139,33 @@ pub fn held_lost_and_closed_outcomes_are_the_same<K: Kit>(kit: &K) {
     ));
     let _ = b.close();
 }
+
+/// Entries that are not of the recipe's own layout never count as
+/// contenders (issue 10, finding 6): a child with a digit suffix, a nested
+/// lock's entries, a semaphore's size and folders.
+pub fn only_the_recipes_own_entries_are_contenders<K: Kit>(kit: &K) {
+    let client = kit.connect(Duration::from_secs(5)).expect("connect");
+    let lock = name("errors-layout");
+    kit.write_entry(&format!("{lock}/job-0000000000"), b"");
+    let nested = client
+        .mutex(&format!("{lock}/nested"))
+        .unwrap()
+        .lock()
+        .unwrap();
+    let guard = client.mutex(&lock).unwrap().try_lock().unwrap();
+    let guard = guard.expect("an unrelated child and a nested lock do not block the lock");
+    assert_eq!(client.contenders(&lock).unwrap().len(), 1, "only our entry");
+    guard.release().unwrap();
+    nested.release().unwrap();
+
+    let sem = name("errors-layout-sem");
+    let permit = client.semaphore(&sem, 2).unwrap().acquire().unwrap();
+    let on_sem = client.mutex(&sem).unwrap().try_lock().unwrap();
+    assert!(
+        on_sem.is_some(),
+        "a semaphore's own entries are not a mutex's contenders"
+    );
+    drop(on_sem);
+    permit.release().unwrap();
+    let _ = client.close();
+}

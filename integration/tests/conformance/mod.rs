@@ -83,6 +83,10 @@ pub trait Kit: Sized {
     /// in the store (the holder's own watch aside).
     fn all_waiters_watch(&self, name: &str, waiters: usize) -> bool;
 
+    /// Write a plain entry (node or key) `path` with `value`, as another
+    /// program would.
+    fn write_entry(&self, path: &str, value: &[u8]);
+
     /// Delete an entry behind its holder's back.
     fn delete_entry(&self, holder: &str);
 
@@ -508,6 +512,13 @@ macro_rules! conformance_suite {
         #[test]
         fn no_herd_one_release_wakes_one_of_twenty_waiters() {
             conformance::one_release_wakes_one_waiter(&<$kit as conformance::Kit>::own(), 20);
+        }
+
+        #[test]
+        fn errors_only_the_recipes_own_entries_are_contenders() {
+            conformance::errors::only_the_recipes_own_entries_are_contenders(
+                &<$kit as conformance::Kit>::shared(),
+            );
         }
 
         #[test]
