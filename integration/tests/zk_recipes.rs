@@ -322,6 +322,12 @@ fn bad_input_is_a_typed_error() {
     invalid(c.semaphore("/ok", 0));
     invalid(c.leader_latch("/ok", ""));
     invalid(c.leader_selector("/ok", ""));
+    // ZooKeeper refuses characters above U+FFFF (Java's surrogate pairs):
+    // refused here, before any parent node is made (issue 10, finding 4).
+    let p = path("emoji");
+    let msg = invalid(c.mutex(&format!("{p}/\u{1F512}")));
+    assert!(msg.contains("U+1F512"), "{msg}");
+    assert!(!ZkServer::shared().facts().exists(&p), "no parent was left");
 }
 
 #[test]

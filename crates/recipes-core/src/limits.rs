@@ -61,6 +61,27 @@ fn check_at_most_a_day(what: &str, d: Duration) -> Result<()> {
     Ok(())
 }
 
+/// The longest recipe name (a ZooKeeper path, an etcd key prefix) in
+/// bytes, on every store: well inside ZooKeeper's packet limit (1 MiB by
+/// default) and etcd's request limit (1.5 MiB), with room for the data and
+/// the request around it. A longer name is refused before anything is sent.
+pub const MAX_NAME_BYTES: usize = 32 * 1024;
+
+/// How much of a caller's text an error message quotes.
+const QUOTED: usize = 64;
+
+/// `text` as an error message quotes it: debug-escaped, and cut to its
+/// first 64 characters (with how long it was) so that a megabyte of name
+/// never becomes a megabyte of error.
+pub fn quote(text: &str) -> String {
+    let count = text.chars().count();
+    if count <= QUOTED {
+        return format!("{text:?}");
+    }
+    let head: String = text.chars().take(QUOTED).collect();
+    format!("{head:?}… ({count} characters)")
+}
+
 /// `d` from now, saturating: a duration too long for the clock (such as
 /// `Duration::MAX`) gives a moment centuries away instead of a panic.
 pub fn deadline_in(d: Duration) -> std::time::Instant {
@@ -76,6 +97,14 @@ const FAR_AWAY: Duration = Duration::from_secs(100 * 365 * 24 * 3600);
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn quotes_are_cut() {
+        assert_eq!(quote("/a"), "\"/a\"");
+        let long = "x".repeat(1000);
+        let q = quote(&long);
+        assert!(q.len() < 100 && q.ends_with("(1000 characters)"), "{q}");
+    }
 
     #[test]
     fn a_deadline_from_any_duration_saturates() {

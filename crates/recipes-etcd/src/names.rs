@@ -9,7 +9,7 @@
 
 use std::fmt;
 
-use recipes_core::{Error, Result};
+use recipes_core::{Error, Result, MAX_NAME_BYTES};
 
 /// A contender's key as the contend engine compares them: the bytes etcd
 /// holds (another client's key need not be UTF-8).
@@ -24,7 +24,15 @@ impl fmt::Debug for Key {
 
 /// Check a lock's name, saying what to change when it is unusable.
 pub(crate) fn validate_name(name: &str) -> Result<()> {
-    let bad = |why: &str| Err(Error::invalid(format!("etcd lock name {name:?} {why}")));
+    let shown = recipes_core::quote(name);
+    let bad = |why: &str| Err(Error::invalid(format!("etcd lock name {shown} {why}")));
+    if name.len() > MAX_NAME_BYTES {
+        return bad(&format!(
+            "is {} bytes long; etcd refuses requests over 1.5 MiB, and a name is sent \
+             in every key of the lock: use at most {MAX_NAME_BYTES} bytes",
+            name.len()
+        ));
+    }
     if name.is_empty() {
         return bad("is empty; give a name such as /locks/nightly-report");
     }
@@ -42,7 +50,7 @@ pub(crate) fn validate_name(name: &str) -> Result<()> {
     }
     if let Some(c) = name.chars().find(|c| c.is_control()) {
         return Err(Error::invalid(format!(
-            "etcd lock name {name:?} contains the control character U+{:04X}; \
+            "etcd lock name {shown} contains the control character U+{:04X}; \
              use printable characters",
             c as u32
         )));

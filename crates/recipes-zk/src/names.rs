@@ -4,14 +4,23 @@
 use std::cmp::Ordering;
 use std::fmt::Write;
 
-use recipes_core::{Error, Result};
+use recipes_core::{Error, Result, MAX_NAME_BYTES};
 
 /// Curator's prefix of protected (guid) node names.
 pub(crate) const PROTECTED_PREFIX: &str = "_c_";
 
 /// Check a recipe's path, saying what to change when it is unusable.
 pub(crate) fn validate_path(path: &str) -> Result<()> {
-    let bad = |why: &str| Err(Error::invalid(format!("ZooKeeper path {path:?} {why}")));
+    let shown = recipes_core::quote(path);
+    let bad = |why: &str| Err(Error::invalid(format!("ZooKeeper path {shown} {why}")));
+    if path.len() > MAX_NAME_BYTES {
+        return bad(&format!(
+            "is {} bytes long; ZooKeeper refuses requests over its packet limit \
+             (jute.maxbuffer, 1 MiB by default), and a path is sent with every request: \
+             use at most {MAX_NAME_BYTES} bytes",
+            path.len()
+        ));
+    }
     if path.is_empty() {
         return bad("is empty; give an absolute path such as /locks/nightly-report");
     }
@@ -38,7 +47,7 @@ pub(crate) fn validate_path(path: &str) -> Result<()> {
     }
     if let Some(c) = path.chars().find(|&c| forbidden_char(c)) {
         return Err(Error::invalid(format!(
-            "ZooKeeper path {path:?} contains the character {c:?} (U+{:04X}), which ZooKeeper \
+            "ZooKeeper path {shown} contains the character {c:?} (U+{:04X}), which ZooKeeper \
              refuses; use printable characters",
             c as u32
         )));
@@ -46,9 +55,11 @@ pub(crate) fn validate_path(path: &str) -> Result<()> {
     Ok(())
 }
 
-/// The characters ZooKeeper's `PathUtils.validatePath` refuses.
+/// The characters ZooKeeper's `PathUtils.validatePath` refuses, and those
+/// above U+FFFF, which its Java strings hold as surrogate pairs it refuses.
 fn forbidden_char(c: char) -> bool {
-    matches!(c,
+    c as u32 > 0xFFFF
+        || matches!(c,
         '\u{0}'..='\u{1f}'
         | '\u{7f}'..='\u{9f}'
         | '\u{e000}'..='\u{f8ff}'

@@ -30,6 +30,26 @@ pub fn bad_input_is_invalid_argument<K: Kit>(kit: &K) {
         );
         invalid(&format!("contenders {bad:?}"), client.contenders(bad));
     }
+    // A name over the store's request limit is refused before it is sent,
+    // with a message that quotes only a short cut of it, and costs no other
+    // lock of the client.
+    let innocent = client
+        .mutex(&name("errors-innocent"))
+        .unwrap()
+        .lock()
+        .unwrap();
+    let huge = format!("/{}", "n".repeat(1_100_000));
+    for r in [
+        client.mutex(&huge).map(drop),
+        client.election(&huge).map(drop),
+    ] {
+        match r {
+            Err(Error::InvalidArgument(msg)) => assert!(msg.len() < 400, "{} bytes", msg.len()),
+            other => panic!("a 1.1 MB name: {other:?}"),
+        }
+    }
+    innocent.check().expect("the innocent lock is still held");
+    innocent.release().unwrap();
     let ok = name("errors-ok");
     invalid("zero permits", client.semaphore(&ok, 0));
     invalid("an empty latch id", client.leader_latch(&ok, ""));
