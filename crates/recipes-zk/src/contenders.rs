@@ -6,7 +6,7 @@ use zookeeper_client as zk;
 
 use crate::client::ZkClient;
 use crate::error::from_zk;
-use crate::names::{is_contender_of, observed_order, validate_path};
+use crate::names::{is_contender_of, observed_order, validate_path, LATCH, LEASE, LOCK};
 
 /// One node in the queue of a mutex, latch, selector or semaphore.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -33,11 +33,7 @@ pub(crate) async fn read_queue(zk: &zk::Client, dir: &str) -> Result<Vec<QueuedN
     // `__lock__` too); never an unrelated `job-0000000000`.
     let children: Vec<String> = children
         .into_iter()
-        .filter(|c| {
-            ["lock-", "latch-", "lease-"]
-                .iter()
-                .any(|l| is_contender_of(c, l))
-        })
+        .filter(|c| [LOCK, LATCH, LEASE].iter().any(|l| is_contender_of(c, l)))
         .collect();
     let mut queue = Vec::new();
     for (_, name) in observed_order(&children) {

@@ -19,7 +19,7 @@ use recipes_core::{ElectionBackend, LeaderInfo, LeaderObserver, Result, Runtime}
 
 use crate::client::ZkClient;
 use crate::driver::{Contender, NodeDriver};
-use crate::names::{is_contender_of, validate_path};
+use crate::names::{is_contender_of, validate_path, LATCH};
 use crate::node_lease::ZkNodeLease;
 use crate::observe::{read_leader, watch_leader};
 
@@ -160,8 +160,6 @@ impl ZkClient {
     /// # }
     /// ```
     pub fn election(&self, path: &str) -> Result<Election> {
-        Ok(Election::from_backend(ZkElection::new(
-            self, path, "latch-",
-        )?))
+        Ok(Election::from_backend(ZkElection::new(self, path, LATCH)?))
     }
 }

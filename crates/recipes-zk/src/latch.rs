@@ -12,6 +12,7 @@ use recipes_core::Result;
 
 use crate::client::ZkClient;
 use crate::election::ZkElection;
+use crate::names::LATCH;
 
 /// A leader latch: among all participants on a path, one leads (Curator's
 /// `LeaderLatch` layout; see [`recipes_core::LeaderLatch`] for the API).
@@ -40,6 +41,6 @@ impl ZkClient {
     /// [`Error::InvalidArgument`](recipes_core::Error::InvalidArgument) for a
     /// bad path or an empty id.
     pub fn leader_latch(&self, path: &str, id: &str) -> Result<LeaderLatch> {
-        LeaderLatch::new(ZkElection::new(self, path, "latch-")?, id)
+        LeaderLatch::new(ZkElection::new(self, path, LATCH)?, id)
     }
 }

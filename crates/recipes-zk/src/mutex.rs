@@ -21,7 +21,7 @@ use recipes_core::{MutexBackend, Result};
 
 use crate::client::ZkClient;
 use crate::driver::{Contender, NodeDriver};
-use crate::names::validate_path;
+use crate::names::{validate_path, LOCK};
 use crate::node_lease::ZkNodeLease;
 
 /// A mutex shared with every process, Java (Curator) ones included, that
@@ -43,7 +43,7 @@ impl ZkMutex {
         validate_path(path)?;
         let contender = Contender {
             dir: path.to_owned(),
-            lock_name: "lock-",
+            lock_name: LOCK,
             data: Vec::new(),
             max_leases: 1,
         };

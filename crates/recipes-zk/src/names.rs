@@ -6,6 +6,13 @@ use std::fmt::Write;
 
 use recipes_core::{Error, Result, MAX_NAME_BYTES};
 
+/// Curator's node name of a mutex's (and a selector's) contenders.
+pub(crate) const LOCK: &str = "lock-";
+/// Curator's node name of a latch's (and an election's) candidates.
+pub(crate) const LATCH: &str = "latch-";
+/// Curator's node name of a semaphore's permits.
+pub(crate) const LEASE: &str = "lease-";
+
 /// Curator's prefix of protected (guid) node names.
 pub(crate) const PROTECTED_PREFIX: &str = "_c_";
 
@@ -163,7 +170,7 @@ fn before_sequence(name: &str) -> Option<&str> {
 /// counts.
 pub(crate) fn is_contender_of(child: &str, lock_name: &str) -> bool {
     before_sequence(child).is_some_and(|before| {
-        before.ends_with(lock_name) || (lock_name == "lock-" && before.ends_with("__lock__"))
+        before.ends_with(lock_name) || (lock_name == LOCK && before.ends_with("__lock__"))
     })
 }
 

@@ -13,6 +13,7 @@ use recipes_core::Result;
 
 use crate::client::ZkClient;
 use crate::election::ZkElection;
+use crate::names::LOCK;
 
 /// Runs a closure while this participant leads (Curator's
 /// `LeaderSelector` layout; see [`recipes_core::LeaderSelector`] for the
@@ -40,6 +41,6 @@ impl ZkClient {
     /// [`Error::InvalidArgument`](recipes_core::Error::InvalidArgument) for
     /// a bad path or an empty id.
     pub fn leader_selector(&self, path: &str, id: &str) -> Result<LeaderSelector> {
-        LeaderSelector::new(ZkElection::new(self, path, "lock-")?, id)
+        LeaderSelector::new(ZkElection::new(self, path, LOCK)?, id)
     }
 }

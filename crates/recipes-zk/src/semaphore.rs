@@ -22,7 +22,7 @@ use zookeeper_client as zk;
 use crate::client::ZkClient;
 use crate::driver::{Acquired, Contender, NodeDriver};
 use crate::error::{connection_trouble, from_zk};
-use crate::names::validate_path;
+use crate::names::{validate_path, LEASE, LOCK};
 use crate::node_lease::{delete_until_done, ZkNodeLease};
 
 /// A counting semaphore shared with every process, Java (Curator
@@ -183,8 +183,8 @@ impl ZkClient {
             client: self.clone(),
             path: path.to_owned(),
             permits,
-            lock: folder("locks", "lock-", 1),
-            leases: folder("leases", "lease-", permits as usize),
+            lock: folder("locks", LOCK, 1),
+            leases: folder("leases", LEASE, permits as usize),
         };
         Ok(InterProcessSemaphore::from_backend(ZkSemaphore { inner }))
     }
