@@ -19,7 +19,10 @@ struct Checker {
     /// Accepted holders: (contender, created, its loss signal).
     holding: Vec<(usize, i64, crate::loss::LossSignal)>,
     highest_fence: Option<i64>,
-    wins: usize,
+    /// Every accepted win in order: contender, entry, fence, and when (on
+    /// the paused clock, from the start).
+    wins: Vec<(usize, i64, i64, Duration)>,
+    started: Option<Instant>,
 }
 
 impl Checker {
@@ -48,7 +51,8 @@ impl Checker {
             self.highest_fence = Some(w.fence);
         }
         self.holding.push((who, w.created, w.lost.clone()));
-        self.wins += 1;
+        let at = self.started.get_or_insert_with(Instant::now).elapsed();
+        self.wins.push((who, w.created, w.fence, at));
     }
 
     fn released(&mut self, created: i64) {
@@ -56,8 +60,13 @@ impl Checker {
     }
 }
 
-/// One schedule; returns how many acquisitions won.
-fn run(seed: u64, contenders: usize, rounds: usize, max_leases: usize) -> usize {
+/// One schedule; returns its accepted wins in order.
+fn run(
+    seed: u64,
+    contenders: usize,
+    rounds: usize,
+    max_leases: usize,
+) -> Vec<(usize, i64, i64, Duration)> {
     let rt = tokio::runtime::Builder::new_current_thread()
         .enable_time()
         .start_paused(true)
@@ -142,7 +151,7 @@ fn run(seed: u64, contenders: usize, rounds: usize, max_leases: usize) -> usize 
             tokio::time::sleep(Duration::from_millis(10)).await;
         }
         assert_eq!(store.entry_count(), 0, "seed {seed}: entries left behind");
-        let wins = checker.lock().wins;
+        let wins = std::mem::take(&mut checker.lock().wins);
         wins
     })
 }
@@ -159,7 +168,7 @@ fn seeds() -> std::ops::Range<u64> {
 fn a_mutex_under_random_schedules_excludes_fences_in_order_and_leaves_nothing() {
     let mut wins = 0;
     for seed in seeds() {
-        wins += run(seed, 2 + (seed % 4) as usize, 6, 1);
+        wins += run(seed, 2 + (seed % 4) as usize, 6, 1).len();
     }
     assert!(
         wins > 0,
@@ -171,7 +180,7 @@ fn a_mutex_under_random_schedules_excludes_fences_in_order_and_leaves_nothing() 
 fn n_leases_under_random_schedules_admit_at_most_n_and_leave_nothing() {
     let mut wins = 0;
     for seed in seeds() {
-        wins += run(seed, 3 + (seed % 4) as usize, 5, 1 + (seed % 3) as usize);
+        wins += run(seed, 3 + (seed % 4) as usize, 5, 1 + (seed % 3) as usize).len();
     }
     assert!(
         wins > 0,
@@ -182,6 +191,13 @@ fn n_leases_under_random_schedules_admit_at_most_n_and_leave_nothing() {
 #[test]
 fn a_replayed_seed_runs_the_same_schedule() {
     for seed in [7, 99, 1234] {
-        assert_eq!(run(seed, 4, 6, 1), run(seed, 4, 6, 1));
+        let first = run(seed, 4, 6, 1);
+        assert!(!first.is_empty(), "seed {seed}: nothing won");
+        assert_eq!(
+            first,
+            run(seed, 4, 6, 1),
+            "seed {seed} replayed differently"
+        );
     }
+    assert_ne!(run(7, 4, 6, 1), run(99, 4, 6, 1), "seeds pick schedules");
 }
