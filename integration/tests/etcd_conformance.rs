@@ -60,6 +60,18 @@ impl Kit for EtcdKit {
             .connect()
     }
 
+    fn connect_via(
+        &self,
+        proxy: SocketAddr,
+        ttl: Duration,
+        rpc_timeout: Duration,
+    ) -> recipes_core::Result<EtcdClient> {
+        EtcdClient::builder(vec![format!("http://{proxy}")])
+            .ttl(ttl)
+            .rpc_timeout(rpc_timeout)
+            .connect()
+    }
+
     type Election = EtcdElection;
 
     fn election(&self, name: &str, ttl: Duration) -> recipes_etcd::Election {

@@ -56,6 +56,18 @@ impl Kit for ZkKit {
             .connect()
     }
 
+    fn connect_via(
+        &self,
+        proxy: SocketAddr,
+        ttl: Duration,
+        rpc_timeout: Duration,
+    ) -> recipes_core::Result<ZkClient> {
+        ZkClient::builder(proxy.to_string())
+            .ttl(ttl)
+            .rpc_timeout(rpc_timeout)
+            .connect()
+    }
+
     type Election = ZkElection;
 
     fn election(&self, name: &str, ttl: Duration) -> recipes_zk::Election {

@@ -169,9 +169,12 @@ macro_rules! fenced_guard {
             /// # Errors
             ///
             /// [`Error::FenceRejected`](crate::Error::FenceRejected) once it
-            /// is gone; backend errors.
+            /// is gone; [`Error::Indeterminate`](crate::Error::Indeterminate)
+            /// when no confirmation came (it may have landed); backend errors.
             pub fn put(&self, key: &str, value: &[u8]) -> Result<()> {
-                self.lease().put(key, value)
+                self.lease()
+                    .put(key, value)
+                    .map_err(crate::Error::unconfirmed)
             }
 
             /// A delete of `key`, fenced in the store by this holding.
@@ -180,7 +183,7 @@ macro_rules! fenced_guard {
             ///
             /// As for `put`.
             pub fn delete(&self, key: &str) -> Result<()> {
-                self.lease().delete(key)
+                self.lease().delete(key).map_err(crate::Error::unconfirmed)
             }
         }
     };

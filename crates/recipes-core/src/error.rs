@@ -126,6 +126,26 @@ impl Error {
         }
     }
 
+    /// This error, seen from a write: a write that got no reply in time, or
+    /// whose connection dropped under it, may or may not have been applied,
+    /// so [`Error::Timeout`] and [`Error::ConnectionLoss`] become
+    /// [`Error::Indeterminate`]. Every other error is kept as it is.
+    ///
+    /// The one rule on every backend: a read or a ping that got no reply is
+    /// `Timeout`; a write (a fenced put or delete, a proclaim, a release)
+    /// that got no confirmation is `Indeterminate`.
+    pub fn unconfirmed(self) -> Error {
+        match self {
+            Error::Timeout { what, after } => Error::Indeterminate {
+                what: format!("{what}: no reply within {after:?}"),
+            },
+            Error::ConnectionLoss => Error::Indeterminate {
+                what: "the connection dropped before the reply".into(),
+            },
+            other => other,
+        }
+    }
+
     /// An [`Error::InvalidArgument`] with the given message.
     pub fn invalid(message: impl Into<String>) -> Error {
         Error::InvalidArgument(message.into())

@@ -45,10 +45,21 @@ impl<L: HeldLease> Hold<L> {
         self.signal.valid_until()
     }
 
+    /// Give the lease up. `Ok(())` only when the store confirmed;
+    /// [`Error::LeaseLost`] when the lease was already gone before the call
+    /// (another holder may have run meanwhile: the work done under it was
+    /// not protected to the end); [`Error::Indeterminate`] when the store
+    /// did not confirm in time (the backend goes on removing the entry in
+    /// the background while the session lives).
     pub(crate) fn release(mut self) -> Result<()> {
-        match self.lease.take() {
-            Some(l) => l.release(),
+        let lost_before = self.signal.reason();
+        let released = match self.lease.take() {
+            Some(l) => l.release().map_err(Error::unconfirmed),
             None => Ok(()),
+        };
+        match lost_before {
+            Some(reason) => Err(Error::LeaseLost { reason }),
+            None => released,
         }
     }
 }

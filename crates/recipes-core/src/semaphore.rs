@@ -120,7 +120,14 @@ impl<P: HeldLease> SemaphorePermit<P> {
     ///
     /// # Errors
     ///
-    /// A backend error if the store could not be reached.
+    /// - [`Error::LeaseLost`](crate::Error::LeaseLost) when the lease was
+    ///   already gone before the call: another holder may have run while
+    ///   this one still worked;
+    /// - [`Error::Indeterminate`](crate::Error::Indeterminate) when the store
+    ///   did not confirm within the RPC timeout: the removal goes on in the
+    ///   background while the session lives, and the session's end removes
+    ///   the entry in any case;
+    /// - other backend errors.
     pub fn release(self) -> Result<()> {
         self.hold.release()
     }

@@ -12,7 +12,7 @@ use tokio::sync::oneshot;
 
 use crate::client::EtcdClient;
 use crate::key::{delete_key, delete_until_done, Acquired};
-use crate::rpc::{indeterminate, retrying, rpc};
+use crate::rpc::{retrying, rpc};
 use crate::session::{Session, Turns};
 use crate::watch::{Gone, WatchSet};
 
@@ -174,7 +174,7 @@ impl EtcdLock {
                 .and_then(ops);
             let resp = rpc(what, session.rpc_timeout(), etcd.txn(txn))
                 .await
-                .map_err(indeterminate)?;
+                .map_err(Error::unconfirmed)?;
             if !resp.succeeded() {
                 return Err(Error::FenceRejected {
                     what: format!(

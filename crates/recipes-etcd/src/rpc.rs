@@ -37,7 +37,7 @@ pub(crate) fn from_etcd(what: &str, e: etcd_client::Error) -> Error {
 ///
 /// A timed-out read is [`Error::Timeout`] (retryable). A timed-out write's
 /// outcome is unknown: callers that cannot repeat it blindly map that with
-/// [`indeterminate`].
+/// [`Error::unconfirmed`].
 pub(crate) async fn rpc<T, F>(what: &str, timeout: Duration, request: F) -> Result<T>
 where
     F: Future<Output = std::result::Result<T, etcd_client::Error>>,
@@ -49,19 +49,6 @@ where
             what: what.to_owned(),
             after: timeout,
         }),
-    }
-}
-
-/// A write whose reply did not come: it may or may not have been applied.
-pub(crate) fn indeterminate(e: Error) -> Error {
-    match e {
-        Error::Timeout { what, after } => Error::Indeterminate {
-            what: format!("{what}: no reply within {after:?}"),
-        },
-        Error::ConnectionLoss => Error::Indeterminate {
-            what: "the connection dropped before the reply".into(),
-        },
-        other => other,
     }
 }
 

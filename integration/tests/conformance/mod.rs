@@ -19,6 +19,7 @@
 
 pub mod election;
 pub mod errors;
+pub mod outcomes;
 
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
@@ -68,6 +69,15 @@ pub trait Kit: Sized {
     /// A client of its own session with lease `ttl`, or the store's
     /// refusal of the settings.
     fn connect(&self, ttl: Duration) -> recipes_core::Result<Self::Client>;
+
+    /// A client of its own session reached through `proxy_addr`, with lease
+    /// `ttl` and RPC timeout `rpc_timeout`.
+    fn connect_via(
+        &self,
+        proxy_addr: std::net::SocketAddr,
+        ttl: Duration,
+        rpc_timeout: Duration,
+    ) -> recipes_core::Result<Self::Client>;
 
     /// The election backend.
     type Election: ElectionBackend;
@@ -539,6 +549,27 @@ macro_rules! conformance_suite {
         fn errors_held_lost_and_closed_outcomes_are_the_same() {
             conformance::errors::held_lost_and_closed_outcomes_are_the_same(
                 &<$kit as conformance::Kit>::shared(),
+            );
+        }
+
+        #[test]
+        fn fault_an_unanswered_read_is_timeout_and_an_unanswered_write_is_indeterminate() {
+            conformance::outcomes::an_unanswered_read_is_timeout_and_an_unanswered_write_is_indeterminate(
+                &<$kit as conformance::Kit>::own(),
+            );
+        }
+
+        #[test]
+        fn release_after_the_lease_is_gone_is_lease_lost() {
+            conformance::outcomes::release_after_the_lease_is_gone_is_lease_lost(
+                &<$kit as conformance::Kit>::shared(),
+            );
+        }
+
+        #[test]
+        fn fault_an_unconfirmed_release_is_indeterminate_and_still_frees_the_lock() {
+            conformance::outcomes::an_unconfirmed_release_is_indeterminate_and_still_frees_the_lock(
+                &<$kit as conformance::Kit>::own(),
             );
         }
 
