@@ -172,6 +172,7 @@ macro_rules! fenced_guard {
             /// is gone; [`Error::Indeterminate`](crate::Error::Indeterminate)
             /// when no confirmation came (it may have landed); backend errors.
             pub fn put(&self, key: &str, value: &[u8]) -> Result<()> {
+                crate::limits::check_value("fenced write's value", value)?;
                 self.lease()
                     .put(key, value)
                     .map_err(crate::Error::unconfirmed)

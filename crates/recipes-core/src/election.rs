@@ -38,10 +38,20 @@ impl<B: ElectionBackend> Election<B> {
     ///
     /// Backend errors; nothing is left in the store when it fails.
     pub fn campaign(&self, value: &[u8]) -> Result<Leadership<B::Leadership>> {
-        self.backend
-            .campaign(value, None)?
-            .map(Leadership::from_lease)
+        self.campaign_until(value, None)?
             .ok_or_else(|| unbounded_wait_ended("campaign"))
+    }
+
+    fn campaign_until(
+        &self,
+        value: &[u8],
+        deadline: Option<Instant>,
+    ) -> Result<Option<Leadership<B::Leadership>>> {
+        crate::limits::check_value("election value", value)?;
+        Ok(self
+            .backend
+            .campaign(value, deadline)?
+            .map(Leadership::from_lease))
     }
 
     /// Become leader only if nobody leads now.
@@ -63,10 +73,7 @@ impl<B: ElectionBackend> Election<B> {
         value: &[u8],
         timeout: Duration,
     ) -> Result<Option<Leadership<B::Leadership>>> {
-        Ok(self
-            .backend
-            .campaign(value, deadline_after(timeout))?
-            .map(Leadership::from_lease))
+        self.campaign_until(value, deadline_after(timeout))
     }
 
     /// Campaign until `deadline`.
@@ -79,10 +86,7 @@ impl<B: ElectionBackend> Election<B> {
         value: &[u8],
         deadline: Instant,
     ) -> Result<Option<Leadership<B::Leadership>>> {
-        Ok(self
-            .backend
-            .campaign(value, Some(deadline))?
-            .map(Leadership::from_lease))
+        self.campaign_until(value, Some(deadline))
     }
 
     /// The current leader, if any.
@@ -187,10 +191,17 @@ impl<L: LeadershipLease> Leadership<L> {
     /// # Errors
     ///
     /// [`Error::LeaseLost`](crate::Error::LeaseLost) if leadership is gone;
-    /// backend errors.
+    /// [`Error::InvalidArgument`](crate::Error::InvalidArgument) for a value
+    /// over [`MAX_VALUE_BYTES`](crate::MAX_VALUE_BYTES);
+    /// [`Error::Indeterminate`](crate::Error::Indeterminate) when no
+    /// confirmation came; backend errors.
     pub fn proclaim(&self, value: &[u8]) -> Result<()> {
+        crate::limits::check_value("election value", value)?;
         self.hold.check()?;
-        self.hold.lease().proclaim(value)
+        self.hold
+            .lease()
+            .proclaim(value)
+            .map_err(crate::Error::unconfirmed)
     }
 
     /// The backend's lease, for backend-specific operations.

@@ -67,6 +67,30 @@ fn check_at_most_a_day(what: &str, d: Duration) -> Result<()> {
 /// the request around it. A longer name is refused before anything is sent.
 pub const MAX_NAME_BYTES: usize = 32 * 1024;
 
+/// The largest value (a fenced write's value, an election value, a
+/// participant id) in bytes, on every store. ZooKeeper refuses a packet
+/// over 1 MiB (`jute.maxbuffer`) and, worse, drops the connection with
+/// every request on it; etcd refuses a request over 1.5 MiB. A value this
+/// size plus a name of [`MAX_NAME_BYTES`] fits both with room to spare.
+pub const MAX_VALUE_BYTES: usize = 1_000_000;
+
+/// Check a value the caller wants stored (`what` names it) against
+/// [`MAX_VALUE_BYTES`].
+///
+/// # Errors
+///
+/// [`Error::InvalidArgument`] saying the size and the limit.
+pub fn check_value(what: &str, value: &[u8]) -> Result<()> {
+    if value.len() > MAX_VALUE_BYTES {
+        return Err(Error::invalid(format!(
+            "the {what} is {} bytes, over the limit of {MAX_VALUE_BYTES} bytes on every store; \
+             store a smaller value (or a reference to the data)",
+            value.len()
+        )));
+    }
+    Ok(())
+}
+
 /// How much of a caller's text an error message quotes.
 const QUOTED: usize = 64;
 

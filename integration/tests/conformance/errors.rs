@@ -189,3 +189,46 @@ pub fn only_the_recipes_own_entries_are_contenders<K: Kit>(kit: &K) {
     permit.release().unwrap();
     let _ = client.close();
 }
+
+/// A value over the stores' limit (a fenced write's, an election's) is
+/// refused before it is sent, and costs no other lock on the same client
+/// (issue 10, finding 2: on ZooKeeper one oversized packet dropped the
+/// connection and every lock of the session with it).
+pub fn an_oversized_value_is_refused_and_costs_no_lock<K: Kit>(kit: &K) {
+    let client = kit.connect(Duration::from_secs(10)).expect("connect");
+    let lock = name("errors-big-value");
+    let guard = client.mutex(&lock).unwrap().lock().unwrap();
+    // Over ZooKeeper's 1 MiB packet limit.
+    let big = vec![b'v'; 1_100_000];
+    let resource = format!("{lock}-resource");
+    invalid("an oversized fenced put", guard.put(&resource, &big));
+    invalid(
+        "a fenced put one byte over the limit",
+        guard.put(&resource, &vec![b'v'; recipes_core::MAX_VALUE_BYTES + 1]),
+    );
+    let election = name("errors-big-election");
+    invalid(
+        "an oversized campaign value",
+        client.election(&election).unwrap().try_campaign(&big),
+    );
+    let leader = client
+        .election(&election)
+        .unwrap()
+        .try_campaign(b"small")
+        .unwrap()
+        .expect("nobody leads");
+    invalid("an oversized proclaim", leader.proclaim(&big));
+    leader.resign().expect("resign");
+
+    // The lock held before is still held, and the client still works.
+    assert!(guard.check().is_ok(), "the held lock survived");
+    assert!(kit.exists(guard.holder()));
+    guard
+        .put(&resource, b"fits")
+        .expect("a fenced put that fits");
+    assert_eq!(kit.value(&resource).as_deref(), Some("fits"));
+    guard.release().expect("release");
+    assert!(kit.entries_under(&lock).is_empty());
+    assert!(kit.entries_under(&election).is_empty());
+    client.close().expect("close");
+}

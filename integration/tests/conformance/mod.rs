@@ -546,6 +546,13 @@ macro_rules! conformance_suite {
         }
 
         #[test]
+        fn errors_an_oversized_value_is_refused_and_costs_no_lock() {
+            conformance::errors::an_oversized_value_is_refused_and_costs_no_lock(
+                &<$kit as conformance::Kit>::shared(),
+            );
+        }
+
+        #[test]
         fn errors_held_lost_and_closed_outcomes_are_the_same() {
             conformance::errors::held_lost_and_closed_outcomes_are_the_same(
                 &<$kit as conformance::Kit>::shared(),

@@ -51,18 +51,18 @@ pub struct Participant {
 }
 
 /// Check a latch or selector participant id (`what` names which): it must
-/// not be empty.
+/// not be empty, nor over [`MAX_VALUE_BYTES`](crate::MAX_VALUE_BYTES).
 ///
 /// # Errors
 ///
-/// [`Error::InvalidArgument`] for an empty id.
+/// [`Error::InvalidArgument`] for an empty or oversized id.
 pub fn validate_participant_id(what: &str, id: &str) -> Result<()> {
     if id.is_empty() {
         return Err(Error::invalid(format!(
             "a {what} participant id must not be empty; use e.g. the host name"
         )));
     }
-    Ok(())
+    crate::limits::check_value(&format!("{what} participant id"), id.as_bytes())
 }
 
 /// The candidates of `election` as participants, first in line first.
