@@ -32,7 +32,7 @@ fn main() -> Result<(), Error> {
     resource.admit(guard.token())?;
     // A write fenced inside ZooKeeper itself: it lands only while our lock
     // node exists.
-    guard.lease().put(
+    guard.put(
         "/examples/zk-mutex-last-writer",
         guard.token().to_string().as_bytes(),
     )?;

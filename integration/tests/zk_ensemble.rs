@@ -31,7 +31,7 @@ fn fault_leader_kill_under_deadline_policy_keeps_the_lock() {
     wait_for(
         "a fenced write after the election",
         Duration::from_secs(10),
-        || match guard.lease().put("/ensemble/deadline-resource", b"after") {
+        || match guard.put("/ensemble/deadline-resource", b"after") {
             Ok(()) => Some(()),
             Err(Error::Indeterminate { .. } | Error::ConnectionLoss | Error::Timeout { .. }) => {
                 None

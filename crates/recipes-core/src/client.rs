@@ -126,6 +126,11 @@ pub trait Client: Clone + Send + Sync + fmt::Debug + 'static {
     /// As for [`contenders`](Client::contenders).
     fn read(&self, key: &str) -> Result<Option<Vec<u8>>>;
 
+    /// The id of the session the client's recipes live on now — the
+    /// ZooKeeper session id, the etcd lease id; `None` while no session is
+    /// open (on ZooKeeper: only once closed).
+    fn session_id(&self) -> Option<i64>;
+
     /// The session timeout or lease TTL the server granted (it may differ
     /// from the one asked for).
     fn granted_ttl(&self) -> Duration;

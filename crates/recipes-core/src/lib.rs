@@ -55,6 +55,7 @@ pub mod engine;
 mod error;
 mod fence;
 mod guard;
+mod held;
 mod leader;
 mod lease;
 mod limits;
@@ -77,6 +78,7 @@ pub use deadline::{check_lease, margin, DeadlineTracker, CLOCK_DRIFT_PPM, DEFAUL
 pub use election::{Election, LeaderObserver, Leadership};
 pub use error::{BackendSource, Error, Result};
 pub use fence::{FenceGate, FencingToken};
+pub use held::{FencedWrite, HeldEntry, StoreEntry};
 pub use leader::{validate_participant_id, LatchEvent, LeaderLatch, LeaderSelector, Participant};
 pub use lease::{LossPolicy, SessionLease};
 pub use limits::{

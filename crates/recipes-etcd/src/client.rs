@@ -177,9 +177,9 @@ impl Drop for Inner {
 ///   keep-alive stream and deadline. Pooled leases are kept while they live
 ///   (the pool is no larger than the peak number of concurrent
 ///   acquisitions of one name, less one) and revoked with the client; a
-///   lost one is never reused. [`lease_id`](EtcdClient::lease_id) and the
+///   lost one is never reused. [`session_id`](EtcdClient::session_id) and the
 ///   other session accessors describe the client's own lease; a guard's
-///   `lease_id` names the lease its key is bound to.
+///   `session_id` names the lease its key is bound to.
 ///
 /// Cheap to clone; it closes when the last clone (and every guard made from
 /// it) is dropped, or at [`close`](EtcdClient::close). Closing or dropping
@@ -297,7 +297,7 @@ impl EtcdClient {
 
     /// The id of the current lease, which every key of this client's locks
     /// is bound to; `None` once closed.
-    pub fn lease_id(&self) -> Option<i64> {
+    pub fn session_id(&self) -> Option<i64> {
         self.inner.current().map(|s| s.lease())
     }
 
@@ -438,7 +438,7 @@ impl fmt::Debug for EtcdClient {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("EtcdClient")
             .field("endpoints", &self.inner.settings.endpoints)
-            .field("lease", &self.lease_id().map(|l| format!("{l:x}")))
+            .field("lease", &self.session_id().map(|l| format!("{l:x}")))
             .field("session_ttl", &self.session_ttl())
             .finish()
     }

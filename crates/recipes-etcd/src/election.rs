@@ -30,16 +30,12 @@ use std::fmt;
 use std::future::Future;
 use std::time::Duration;
 
-use etcd_client::{PutOptions, TxnOp};
-use recipes_core::{
-    ElectionBackend, Error, LeaderInfo, LeaderObserver, LeadershipLease, LossReason, LossTrigger,
-    Result, Runtime,
-};
+use recipes_core::{ElectionBackend, Error, LeaderInfo, LeaderObserver, Result, Runtime};
 use tokio::time::Instant;
 
 use crate::client::EtcdClient;
 use crate::contend::{contend, Claim, Via};
-use crate::lock::EtcdLock;
+use crate::lock::{EtcdKey, EtcdLock};
 use crate::names::{key_prefix, validate_name};
 use crate::observe::{read_candidates, read_leader};
 use crate::session::HandleQueue;
@@ -86,7 +82,7 @@ pub type Election = recipes_core::Election<EtcdElection>;
 /// Under pause and partition its loss signal fires before etcd can let
 /// another candidate win (see [`Election`]); it cannot stop a leader paused
 /// right after checking it — pass the token with every write.
-pub type Leadership = recipes_core::Leadership<EtcdLeadership>;
+pub type Leadership = recipes_core::Leadership<EtcdLock>;
 
 /// The etcd election backend; use it through [`Election`], which documents
 /// what holds under pause and partition. Its own addition is
@@ -129,7 +125,7 @@ impl EtcdElection {
         &self,
         value: &[u8],
         deadline: Option<Instant>,
-    ) -> Result<Option<EtcdLeadership>> {
+    ) -> Result<Option<EtcdLock>> {
         let (via, claim) = (Via::Handle(&self.queue), Claim::Campaign(value));
         let won = contend(&self.client, &self.name, &self.prefix, via, claim, deadline).await?;
         Ok(won.map(|a| {
@@ -139,7 +135,7 @@ impl EtcdElection {
                 a.key,
                 a.fence
             );
-            EtcdLock::held(self.client.clone(), a, "leadership")
+            EtcdKey::held(self.client.clone(), a, "leadership")
         }))
     }
 }
@@ -154,7 +150,7 @@ impl fmt::Debug for EtcdElection {
 }
 
 impl ElectionBackend for EtcdElection {
-    type Leadership = EtcdLeadership;
+    type Leadership = EtcdLock;
 
     fn name(&self) -> &str {
         &self.name
@@ -168,7 +164,7 @@ impl ElectionBackend for EtcdElection {
         &self,
         value: Vec<u8>,
         deadline: Option<Instant>,
-    ) -> impl Future<Output = Result<Option<EtcdLeadership>>> + Send + 'static {
+    ) -> impl Future<Output = Result<Option<EtcdLock>>> + Send + 'static {
         let this = self.clone();
         async move { this.campaign_until(&value, deadline).await }
     }
@@ -214,58 +210,6 @@ fn validate_election_name(name: &str) -> Result<()> {
         }
         other => other,
     })
-}
-
-/// A won etcd election: our candidate key — held, watched, fenced and
-/// released exactly like a mutex key — its fence (the revision of the
-/// win-confirming re-put) and fenced writes. The lease behind a
-/// [`Leadership`].
-///
-/// Its loss signal fires when the client's lease may be gone, when our key
-/// is deleted by anyone, at resignation, and when the client closes.
-/// Proclaims and fenced writes are applied by etcd only while the key we
-/// created still exists: a leader that lost — paused, partitioned, its key
-/// deleted — is refused, whatever its loss signal says.
-pub type EtcdLeadership = EtcdLock;
-
-impl LeadershipLease for EtcdLock {
-    fn trigger(&self) -> &LossTrigger {
-        &self.trigger
-    }
-
-    fn resign_async(self) -> impl Future<Output = ()> + Send {
-        self.released()
-    }
-
-    /// Put our key again with `value` (and our lease), guarded by
-    /// `create_revision == ours`, as Go's `Election.Proclaim`. Observers see
-    /// the new value; the fence does not change.
-    ///
-    /// # Errors
-    ///
-    /// [`Error::NotHeld`] when our key is gone (leadership is lost: the loss
-    /// signal fires too); [`Error::Indeterminate`] when no reply came.
-    fn proclaim(&self, value: &[u8]) -> Result<()> {
-        let put = TxnOp::put(
-            self.key(),
-            value.to_vec(),
-            Some(PutOptions::new().with_lease(self.lease_id())),
-        );
-        match self.txn(vec![put]) {
-            Ok(_) => Ok(()),
-            Err(Error::FenceRejected { .. }) => {
-                self.trigger.fire(LossReason::Deleted);
-                Err(Error::NotHeld {
-                    what: format!(
-                        "leadership of {}: our key (created at revision {}) is gone",
-                        self.key(),
-                        self.create_revision()
-                    ),
-                })
-            }
-            Err(e) => Err(e),
-        }
-    }
 }
 
 impl EtcdClient {

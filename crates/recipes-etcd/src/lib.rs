@@ -15,7 +15,7 @@
 //! let mutex = client.mutex("/locks/nightly-report")?;
 //! if let Some(guard) = mutex.try_lock_for(Duration::from_secs(5))? {
 //!     // Writes in etcd guarded by the lock itself:
-//!     guard.lease().put("/reports/nightly", "started")?;
+//!     guard.put("/reports/nightly", b"started")?;
 //!     // Writes elsewhere carry the fencing token:
 //!     println!("fence {}", guard.token());
 //!     guard.release()?;
@@ -48,7 +48,7 @@
 //!   those of `etcdctl lock` / Go's `concurrency.Mutex` alike, as long as
 //!   the store is not restored from an older snapshot or wiped (revisions
 //!   then restart);
-//! - fenced writes in etcd ([`EtcdLock::put`] and friends) are refused once
+//! - fenced writes in etcd ([`FencedWrites`], [`EtcdKey::txn`]) are refused once
 //!   our key is gone.
 //!
 //! Not guaranteed: that a holder stops in time. A process paused right after
@@ -90,14 +90,13 @@ mod watch;
 
 pub use builder::EtcdClientBuilder;
 pub use client::EtcdClient;
-pub use election::{Election, EtcdElection, EtcdLeadership, Leadership};
+pub use election::{Election, EtcdElection, Leadership};
 /// The etcd client crate, for the transaction operations of
-/// [`EtcdLock::txn`].
+/// [`EtcdKey::txn`].
 pub use etcd_client;
 pub use latch::LeaderLatch;
-pub use lock::EtcdLock;
+pub use lock::{EtcdKey, EtcdLock};
 pub use mutex::{EtcdMutex, Mutex};
-pub use permit::EtcdPermit;
 pub use recipes_core;
 /// What users of this crate touch from `recipes-core`, so that one
 /// dependency line is enough; the whole core crate is [`recipes_core`].

@@ -44,7 +44,7 @@ use tokio::time::Instant;
 
 use crate::client::EtcdClient;
 use crate::contend::{contend, Claim, Via};
-use crate::lock::EtcdLock;
+use crate::lock::{EtcdKey, EtcdLock};
 use crate::names::{key_prefix, validate_name};
 use crate::session::HandleQueue;
 
@@ -113,7 +113,7 @@ impl MutexBackend for EtcdMutex {
             let via = Via::Handle(&this.queue);
             let (client, name, prefix) = (&this.client, &this.name, &this.prefix);
             let won = contend(client, name, prefix, via, Claim::Lock, deadline).await?;
-            Ok(won.map(|a| EtcdLock::held(this.client.clone(), a, "lock")))
+            Ok(won.map(|a| EtcdKey::held(this.client.clone(), a, "lock")))
         })
     }
 }

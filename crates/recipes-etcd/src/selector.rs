@@ -53,7 +53,7 @@ impl EtcdClient {
     /// selector.start(true, |leadership| {
     ///     // Work until leadership may be gone; fence every write.
     ///     while leadership.lost().wait_timeout(Duration::from_secs(1)).is_none() {
-    ///         let _ = leadership.lease().put("/compactor/last-run", leadership.token().to_string());
+    ///         let _ = leadership.put("/compactor/last-run", leadership.token().to_string().as_bytes());
     ///     }
     /// })?;
     /// // … later:

@@ -55,9 +55,9 @@ use tokio::time::Instant;
 use crate::client::EtcdClient;
 use crate::contend::{Claim, KeyContender, Via};
 use crate::key::Acquired;
-use crate::lock::EtcdLock;
+use crate::lock::{EtcdKey, EtcdLock};
 use crate::names::validate_name;
-use crate::permit::{EtcdPermit, PermitContender};
+use crate::permit::PermitContender;
 use crate::rpc::{read_at, retrying_txn, unexpected};
 use crate::session::Session;
 
@@ -75,7 +75,7 @@ use crate::session::Session;
 /// Guaranteed (clocks within 500 ppm of the server's): a permit's loss
 /// signal fires before etcd can expire the client's lease and admit another
 /// holder in its place; a permit's fenced writes
-/// ([`EtcdPermit::put`] and friends) are refused once its key is gone; a
+/// ([`FencedWrites`](crate::FencedWrites)) are refused once its key is gone; a
 /// timed-out, failed or abandoned acquisition leaves no key (deleted at
 /// once, or by the lease's end when etcd cannot be reached). Not
 /// guaranteed: that a holder stops in time — a holder paused right after
@@ -91,7 +91,7 @@ pub type Semaphore = recipes_core::Semaphore<EtcdSemaphore>;
 /// Under pause and partition its loss signal fires before etcd can give
 /// the permit away (see [`Semaphore`]); a holder paused right after
 /// checking it is stopped only by the fenced writes.
-pub type SemaphorePermit = recipes_core::SemaphorePermit<EtcdPermit>;
+pub type SemaphorePermit = recipes_core::SemaphorePermit<EtcdLock>;
 
 /// The etcd semaphore backend; use it through [`Semaphore`], which
 /// documents what holds under pause and partition.
@@ -189,7 +189,7 @@ impl EtcdSemaphore {
 }
 
 impl SemaphoreBackend for EtcdSemaphore {
-    type Permit = EtcdPermit;
+    type Permit = EtcdLock;
 
     fn name(&self) -> &str {
         &self.name
@@ -199,7 +199,7 @@ impl SemaphoreBackend for EtcdSemaphore {
         self.permits
     }
 
-    fn acquire(&self, deadline: Option<StdInstant>) -> Result<Option<EtcdPermit>> {
+    fn acquire(&self, deadline: Option<StdInstant>) -> Result<Option<EtcdLock>> {
         let this = self.clone();
         self.client
             .runtime()
@@ -215,7 +215,7 @@ impl SemaphoreBackend for EtcdSemaphore {
                     permits: PermitContender { semaphore: &this },
                 };
                 let won = engine::admit(&admission, deadline.map(Instant::from_std)).await?;
-                Ok(won.map(|a| EtcdLock::held(this.client.clone(), a, "permit")))
+                Ok(won.map(|a| EtcdKey::held(this.client.clone(), a, "permit")))
             })
     }
 }
@@ -283,7 +283,7 @@ impl EtcdClient {
     /// let downloads = client.semaphore("/limits/downloads", 4)?;
     /// if let Some(permit) = downloads.try_acquire_for(Duration::from_secs(5))? {
     ///     // Writes in etcd fenced by this permit's own key:
-    ///     permit.lease().put("/downloads/running/job-7", "started")?;
+    ///     permit.put("/downloads/running/job-7", b"started")?;
     ///     permit.release()?;
     /// }
     /// # Ok(())

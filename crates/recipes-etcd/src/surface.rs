@@ -5,33 +5,16 @@
 use std::time::Duration;
 
 use etcd_client::{GetOptions, SortOrder, SortTarget};
-use recipes_core::{BootInstant, Client, Contender, FencedWrites, Result};
+use recipes_core::{BootInstant, Client, Contender, Result};
 
 use crate::client::EtcdClient;
 use crate::election::{Election, EtcdElection};
 use crate::latch::LeaderLatch;
-use crate::lock::EtcdLock;
 use crate::mutex::{EtcdMutex, Mutex};
 use crate::names::{is_contender, key_prefix, validate_name};
 use crate::rpc::retrying;
 use crate::selector::LeaderSelector;
 use crate::semaphore::{EtcdSemaphore, Semaphore};
-
-macro_rules! fenced_by_key {
-    ($lease:ty) => {
-        impl FencedWrites for $lease {
-            fn put(&self, key: &str, value: &[u8]) -> Result<()> {
-                <$lease>::put(self, key, value).map(drop)
-            }
-
-            fn delete(&self, key: &str) -> Result<()> {
-                <$lease>::delete(self, key).map(drop)
-            }
-        }
-    };
-}
-
-fenced_by_key!(EtcdLock);
 
 impl EtcdClient {
     /// A plain linearizable read of `key`: its value, `None` when it does
@@ -136,6 +119,10 @@ impl Client for EtcdClient {
 
     fn read(&self, key: &str) -> Result<Option<Vec<u8>>> {
         EtcdClient::read(self, key)
+    }
+
+    fn session_id(&self) -> Option<i64> {
+        EtcdClient::session_id(self)
     }
 
     fn granted_ttl(&self) -> Duration {

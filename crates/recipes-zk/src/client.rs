@@ -328,9 +328,9 @@ impl ZkClient {
             .unwrap_or_default()
     }
 
-    /// The current session's id (0 once closed).
-    pub fn session_id(&self) -> i64 {
-        self.inner.current().map(|s| s.id()).unwrap_or_default()
+    /// The current session's id (`None` once closed).
+    pub fn session_id(&self) -> Option<i64> {
+        self.inner.current().map(|s| s.id()).ok()
     }
 
     /// The current session's state.
@@ -478,7 +478,10 @@ impl fmt::Debug for ZkClient {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("ZkClient")
             .field("hosts", &self.inner.settings.hosts)
-            .field("session_id", &format_args!("{:#x}", self.session_id()))
+            .field(
+                "session_id",
+                &self.session_id().map(|id| format!("{id:#x}")),
+            )
             .field("state", &self.session_state())
             .field("session_timeout", &self.session_timeout())
             .finish()

@@ -20,7 +20,7 @@ use recipes_core::{ElectionBackend, LeaderInfo, LeaderObserver, Result, Runtime}
 use crate::client::ZkClient;
 use crate::driver::{Contender, NodeDriver};
 use crate::names::{is_contender_of, validate_path, LATCH};
-use crate::node_lease::ZkNodeLease;
+use crate::node_lease::{ZkNode, ZkNodeLease};
 use crate::observe::{read_leader, watch_leader};
 
 /// A leader election among every process that campaigns on the same path
@@ -37,7 +37,7 @@ use crate::observe::{read_leader, watch_leader};
 pub type Election = recipes_core::Election<ZkElection>;
 
 /// A won ZooKeeper election. Dropping it resigns in the background.
-pub type Leadership = recipes_core::Leadership<ZkLeadership>;
+pub type Leadership = recipes_core::Leadership<ZkNodeLease>;
 
 /// The ZooKeeper election backend; use it through [`Election`] (and
 /// [`LeaderLatch`](crate::LeaderLatch), [`LeaderSelector`](crate::LeaderSelector)).
@@ -68,7 +68,7 @@ impl ZkElection {
 }
 
 impl ElectionBackend for ZkElection {
-    type Leadership = ZkLeadership;
+    type Leadership = ZkNodeLease;
 
     fn name(&self) -> &str {
         &self.path
@@ -82,7 +82,7 @@ impl ElectionBackend for ZkElection {
         &self,
         value: Vec<u8>,
         deadline: Option<Instant>,
-    ) -> impl Future<Output = Result<Option<ZkLeadership>>> + Send + 'static {
+    ) -> impl Future<Output = Result<Option<ZkNodeLease>>> + Send + 'static {
         let contender = Contender {
             dir: self.path.clone(),
             lock_name: self.lock_name,
@@ -92,7 +92,7 @@ impl ElectionBackend for ZkElection {
         let driver = NodeDriver::new(&self.client, contender);
         async move {
             let won = driver.acquire(deadline).await?;
-            Ok(won.map(|a| ZkNodeLease::held(driver.client.clone(), a)))
+            Ok(won.map(|a| ZkNode::held(driver.client.clone(), a)))
         }
     }
 
@@ -131,11 +131,6 @@ impl ElectionBackend for ZkElection {
         watch_leader(&self.client, &self.path, self.lock_name)
     }
 }
-
-/// A won ZooKeeper election, or a leader selector's term: a held node
-/// whose fence is its czxid, with fenced writes, and `proclaim` as a fenced
-/// `setData` on the node itself.
-pub type ZkLeadership = ZkNodeLease;
 
 impl ZkClient {
     /// An election at `path` (Curator's `LeaderLatch` layout: candidates

@@ -14,7 +14,7 @@
 //! let mutex = client.mutex("/locks/nightly-report")?;
 //! if let Some(guard) = mutex.try_lock_for(Duration::from_secs(5))? {
 //!     // Fence every write with the token; stop when the lease is lost.
-//!     guard.lease().put("/reports/last-run", guard.token().to_string().as_bytes())?;
+//!     guard.put("/reports/last-run", guard.token().to_string().as_bytes())?;
 //!     guard.check()?;
 //!     guard.release()?;
 //! }
@@ -94,10 +94,10 @@ mod surface;
 
 pub use client::{ZkClient, ZkClientBuilder};
 pub use contenders::QueuedNode;
-pub use election::{Election, Leadership, ZkElection, ZkLeadership};
+pub use election::{Election, Leadership, ZkElection};
 pub use latch::LeaderLatch;
-pub use mutex::{InterProcessMutex, ZkLock, ZkMutex};
-pub use node_lease::ZkNodeLease;
+pub use mutex::{InterProcessMutex, ZkMutex};
+pub use node_lease::{ZkNode, ZkNodeLease};
 pub use recipes_core;
 /// What users of this crate touch from `recipes-core`, so that one
 /// dependency line is enough; the whole core crate is [`recipes_core`].
@@ -107,11 +107,11 @@ pub use recipes_core::{
     DEFAULT_CONNECT_TIMEOUT, DEFAULT_RPC_TIMEOUT, DEFAULT_TTL, MAX_DURATION, MIN_TTL,
 };
 pub use selector::LeaderSelector;
-pub use semaphore::{InterProcessSemaphore, ZkPermit, ZkSemaphore};
+pub use semaphore::{InterProcessSemaphore, ZkSemaphore};
 pub use session::SessionState;
 
 /// A held [`InterProcessMutex`].
-pub type MutexGuard = recipes_core::MutexGuard<ZkLock>;
+pub type MutexGuard = recipes_core::MutexGuard<ZkNodeLease>;
 
 /// The same names on every backend: [`InterProcessMutex`] (Curator's
 /// name) is also `Mutex`.
@@ -121,4 +121,4 @@ pub type Mutex = InterProcessMutex;
 pub type Semaphore = InterProcessSemaphore;
 
 /// A held permit of a [`Semaphore`].
-pub type SemaphorePermit = recipes_core::SemaphorePermit<ZkPermit>;
+pub type SemaphorePermit = recipes_core::SemaphorePermit<ZkNodeLease>;

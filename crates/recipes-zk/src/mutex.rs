@@ -12,7 +12,7 @@
 //! when our node is deleted, and (with `LossPolicy::OnDisconnect`) on any
 //! disconnect. A process paused past the session timeout finds its signal
 //! fired when it resumes; anything it writes after that must carry the
-//! fence, which the store ([`ZkNodeLease::set_data`] and friends) or the resource
+//! fence, which the store (the fenced writes of [`ZkNodeLease`]) or the resource
 //! ([`recipes_core::FenceGate`]) refuses once a newer holder wrote.
 
 use std::time::Instant;
@@ -22,7 +22,7 @@ use recipes_core::{MutexBackend, Result};
 use crate::client::ZkClient;
 use crate::driver::{Contender, NodeDriver};
 use crate::names::{validate_path, LOCK};
-use crate::node_lease::ZkNodeLease;
+use crate::node_lease::{ZkNode, ZkNodeLease};
 
 /// A mutex shared with every process, Java (Curator) ones included, that
 /// locks the same path.
@@ -54,27 +54,22 @@ impl ZkMutex {
 }
 
 impl MutexBackend for ZkMutex {
-    type Lease = ZkLock;
+    type Lease = ZkNodeLease;
 
     fn name(&self) -> &str {
         &self.driver.contender.dir
     }
 
-    fn acquire(&self, deadline: Option<Instant>) -> Result<Option<ZkLock>> {
+    fn acquire(&self, deadline: Option<Instant>) -> Result<Option<ZkNodeLease>> {
         let (driver, client) = (self.driver.clone(), &self.driver.client);
         let acquired = client.runtime().call_until("lock", None, async move {
             driver
                 .acquire(deadline.map(tokio::time::Instant::from_std))
                 .await
         })?;
-        Ok(acquired.map(|a| ZkNodeLease::held(client.clone(), a)))
+        Ok(acquired.map(|a| ZkNode::held(client.clone(), a)))
     }
 }
-
-/// A held ZooKeeper lock: the lease behind a
-/// [`MutexGuard`](recipes_core::MutexGuard), a held node whose fence is its
-/// czxid, with fenced writes in the store.
-pub type ZkLock = ZkNodeLease;
 
 impl ZkClient {
     /// A mutex at `path` (Curator's `InterProcessMutex` layout).

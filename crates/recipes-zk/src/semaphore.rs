@@ -23,7 +23,7 @@ use crate::client::ZkClient;
 use crate::driver::{Acquired, Contender, NodeDriver};
 use crate::error::{connection_trouble, from_zk};
 use crate::names::{validate_path, LEASE, LOCK};
-use crate::node_lease::{delete_until_done, ZkNodeLease};
+use crate::node_lease::{delete_until_done, ZkNode, ZkNodeLease};
 
 /// A counting semaphore shared with every process, Java (Curator
 /// `InterProcessSemaphoreV2`) ones included, that uses the same path.
@@ -33,9 +33,6 @@ use crate::node_lease::{delete_until_done, ZkNodeLease};
 /// still run when it resumes, so N + 1 workers can briefly overlap. Permits
 /// have no shared fence order; use their in-store fenced writes.
 pub type InterProcessSemaphore = recipes_core::Semaphore<ZkSemaphore>;
-
-/// A held permit.
-pub type ZkPermit = ZkNodeLease;
 
 /// The ZooKeeper semaphore backend; use it through
 /// [`InterProcessSemaphore`], made by [`ZkClient::semaphore`].
@@ -132,7 +129,7 @@ impl SemaphoreDriver for Drivers {
 }
 
 impl SemaphoreBackend for ZkSemaphore {
-    type Permit = ZkPermit;
+    type Permit = ZkNodeLease;
 
     fn name(&self) -> &str {
         &self.inner.path
@@ -142,7 +139,7 @@ impl SemaphoreBackend for ZkSemaphore {
         self.inner.permits
     }
 
-    fn acquire(&self, deadline: Option<Instant>) -> Result<Option<ZkPermit>> {
+    fn acquire(&self, deadline: Option<Instant>) -> Result<Option<ZkNodeLease>> {
         let this = self.inner.clone();
         let client = &self.inner.client;
         let acquired = client
@@ -150,7 +147,7 @@ impl SemaphoreBackend for ZkSemaphore {
             .call_until("acquire a permit", None, async move {
                 admit(&this, deadline.map(TokioInstant::from_std)).await
             })?;
-        Ok(acquired.map(|a| ZkNodeLease::held(client.clone(), a)))
+        Ok(acquired.map(|a| ZkNode::held(client.clone(), a)))
     }
 }
 

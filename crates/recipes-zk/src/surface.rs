@@ -4,7 +4,7 @@
 
 use std::time::Duration;
 
-use recipes_core::{BootInstant, Client, Contender, FencedWrites, Result};
+use recipes_core::{BootInstant, Client, Contender, Result};
 use zookeeper_client as zk;
 
 use crate::client::ZkClient;
@@ -13,20 +13,9 @@ use crate::error::from_zk;
 use crate::latch::LeaderLatch;
 use crate::mutex::{InterProcessMutex, ZkMutex};
 use crate::names::validate_path;
-use crate::node_lease::ZkNodeLease;
 use crate::selector::LeaderSelector;
 use crate::semaphore::{InterProcessSemaphore, ZkSemaphore};
 use crate::QueuedNode;
-
-impl FencedWrites for ZkNodeLease {
-    fn put(&self, key: &str, value: &[u8]) -> Result<()> {
-        ZkNodeLease::put(self, key, value)
-    }
-
-    fn delete(&self, key: &str) -> Result<()> {
-        self.delete_if_exists(key)
-    }
-}
 
 fn contender(node: QueuedNode) -> Contender {
     Contender {
@@ -150,6 +139,10 @@ impl Client for ZkClient {
 
     fn read(&self, key: &str) -> Result<Option<Vec<u8>>> {
         ZkClient::read(self, key)
+    }
+
+    fn session_id(&self) -> Option<i64> {
+        ZkClient::session_id(self)
     }
 
     fn granted_ttl(&self) -> Duration {
