@@ -4,6 +4,7 @@
 //! RECIPES_ZK=127.0.0.1:2181 cargo run --example zk_mutex
 //! ```
 
+use recipes_core::Client as _;
 use std::time::Duration;
 
 use recipes_core::{Error, FenceGate};

@@ -3,6 +3,7 @@
 //! runtime keeps the session alive while no caller blocks; a client in a
 //! worker process.
 
+use recipes_core::Client as _;
 use std::time::{Duration, Instant};
 
 use integration::worker::{worker_binary, Worker};

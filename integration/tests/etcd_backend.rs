@@ -8,6 +8,7 @@
 mod etcd_common;
 
 use etcd_common::*;
+use recipes_core::Client as _;
 
 use std::io::{BufRead, BufReader, Write};
 use std::process::{Child, Command, Stdio};

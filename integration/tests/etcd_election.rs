@@ -9,6 +9,7 @@
 mod etcd_common;
 
 use etcd_common::*;
+use recipes_core::Client as _;
 
 use std::io::{BufRead, BufReader};
 use std::process::{Child, Command, Stdio};
@@ -144,7 +145,7 @@ fn proclaims_are_seen_by_observers_and_leader() {
     let (a, b, c) = (connect(server), connect(server), connect(server));
     let name = election_name("observe");
     let (ea, eb) = (a.election(&name).unwrap(), b.election(&name).unwrap());
-    let observer = c.election(&name).unwrap().backend().observe().unwrap();
+    let observer = c.election(&name).unwrap().observe().unwrap();
     assert!(observer.receiver().is_empty(), "no leader yet");
     let next = || observer.recv_timeout(scale(SOON)).expect("a leader change");
 

@@ -8,6 +8,7 @@
 mod etcd_common;
 
 use etcd_common::*;
+use recipes_core::Client as _;
 
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;

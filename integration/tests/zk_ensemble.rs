@@ -2,6 +2,7 @@
 //! held (per loss policy), and a create whose reply was frozen. Every test
 //! here has its own servers and runs alone (`fault` in its name).
 
+use recipes_core::Client as _;
 use std::time::Duration;
 
 use integration::{wait_for, wait_until, Proxy, ZkCluster, ZkServer};

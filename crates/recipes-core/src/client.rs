@@ -6,7 +6,9 @@
 use std::fmt;
 use std::time::Duration;
 
-use crate::backend::{ElectionBackend, FencedLease, HeldLease, MutexBackend, SemaphoreBackend};
+use crate::backend::{
+    ElectionBackend, FencedLease, HeldLease, LeaderInfo, MutexBackend, SemaphoreBackend,
+};
 use crate::clock::BootInstant;
 use crate::election::{Election, Leadership};
 use crate::error::Result;
@@ -48,6 +50,15 @@ pub struct Contender {
     pub created: i64,
     /// Its data: a latch, selector or election candidate's value.
     pub value: Vec<u8>,
+}
+
+impl From<Contender> for LeaderInfo {
+    fn from(c: Contender) -> LeaderInfo {
+        LeaderInfo {
+            holder: c.holder,
+            value: c.value,
+        }
+    }
 }
 
 /// A connected client of one store, through which every recipe is made.

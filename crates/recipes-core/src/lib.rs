@@ -82,8 +82,8 @@ pub use held::{FencedWrite, HeldEntry, StoreEntry};
 pub use leader::{validate_participant_id, LatchEvent, LeaderLatch, LeaderSelector, Participant};
 pub use lease::{LossPolicy, SessionLease};
 pub use limits::{
-    check_timeout, check_ttl, deadline_in, quote, DEFAULT_CONNECT_TIMEOUT, DEFAULT_RPC_TIMEOUT,
-    DEFAULT_TTL, MAX_DURATION, MAX_NAME_BYTES, MIN_TTL,
+    check_timeout, check_ttl, deadline_in, quote, Settings, DEFAULT_CONNECT_TIMEOUT,
+    DEFAULT_RPC_TIMEOUT, DEFAULT_TTL, MAX_DURATION, MAX_NAME_BYTES, MIN_TTL,
 };
 pub use loss::{LossReason, LossSignal, LossTrigger};
 pub use mutex::{Mutex, MutexGuard};

@@ -236,7 +236,7 @@ impl ContendDriver for PermitContender<'_> {
             None => {
                 log::debug!("[{}] {} waits for a permit", session.label(), entry.key);
                 let prefix = &self.semaphore.lease_prefix;
-                PrefixWatch::deletions(&entry.etcd, prefix, session.rpc_timeout())
+                PrefixWatch::open(&entry.etcd, prefix, true, session.rpc_timeout())
                     .await
                     .map(|w| entry.waiting = Some(w))
             }

@@ -8,6 +8,7 @@
 //! ```no_run
 //! # fn main() -> Result<(), recipes_core::Error> {
 //! use std::time::Duration;
+//! use recipes_zk::Client;
 //! let client = recipes_zk::ZkClient::builder("127.0.0.1:2181")
 //!     .session_timeout(Duration::from_secs(10))
 //!     .connect()?;
@@ -82,20 +83,16 @@ mod contenders;
 mod driver;
 mod election;
 mod error;
-mod latch;
 mod mutex;
 mod names;
 mod node_lease;
 mod observe;
-mod selector;
 mod semaphore;
 mod session;
 mod surface;
 
 pub use client::{ZkClient, ZkClientBuilder};
-pub use contenders::QueuedNode;
-pub use election::{Election, Leadership, ZkElection};
-pub use latch::LeaderLatch;
+pub use election::{Election, LeaderLatch, LeaderSelector, Leadership, ZkElection};
 pub use mutex::{InterProcessMutex, ZkMutex};
 pub use node_lease::{ZkNode, ZkNodeLease};
 pub use recipes_core;
@@ -106,7 +103,6 @@ pub use recipes_core::{
     LeaderInfo, LeaderObserver, LossPolicy, LossReason, LossSignal, Participant, Result,
     DEFAULT_CONNECT_TIMEOUT, DEFAULT_RPC_TIMEOUT, DEFAULT_TTL, MAX_DURATION, MIN_TTL,
 };
-pub use selector::LeaderSelector;
 pub use semaphore::{InterProcessSemaphore, ZkSemaphore};
 pub use session::SessionState;
 
