@@ -12,6 +12,7 @@
 //! the two processes share the same two permits (each counter then shows
 //! only its own workers).
 
+use recipes_core::Client as _;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::thread;
 use std::time::{Duration, Instant};

@@ -4,6 +4,7 @@
 //! RECIPES_ZK=127.0.0.1:2181 cargo run --example zk_mutex
 //! ```
 
+use recipes_core::Client as _;
 use std::time::Duration;
 
 use recipes_core::{Error, FenceGate};
@@ -32,7 +33,7 @@ fn main() -> Result<(), Error> {
     resource.admit(guard.token())?;
     // A write fenced inside ZooKeeper itself: it lands only while our lock
     // node exists.
-    guard.lease().put(
+    guard.put(
         "/examples/zk-mutex-last-writer",
         guard.token().to_string().as_bytes(),
     )?;

@@ -3,6 +3,7 @@
 //! runtime keeps the session alive while no caller blocks; a client in a
 //! worker process.
 
+use recipes_core::Client as _;
 use std::time::{Duration, Instant};
 
 use integration::worker::{worker_binary, Worker};
@@ -33,7 +34,7 @@ fn zk_client_connects_round_trips_and_closes_its_session() {
         .unwrap();
     assert_eq!(client.session_timeout(), Duration::from_secs(4));
     client.ping().unwrap();
-    let sid = format!("sid=0x{:x}", client.session_id());
+    let sid = format!("sid=0x{:x}", client.session_id().unwrap());
     assert!(
         server.four_letter("cons").contains(&sid),
         "session listed by cons"
@@ -71,7 +72,7 @@ fn zk_session_stays_alive_while_no_caller_blocks() {
         .session_timeout(Duration::from_secs(1))
         .connect()
         .unwrap();
-    let sid = format!("sid=0x{:x}", client.session_id());
+    let sid = format!("sid=0x{:x}", client.session_id().unwrap());
     let quiet_until = Instant::now() + Duration::from_secs(3);
     while Instant::now() < quiet_until {
         // Only the server is asked; the client is left alone.

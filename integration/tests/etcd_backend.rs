@@ -8,6 +8,7 @@
 mod etcd_common;
 
 use etcd_common::*;
+use recipes_core::Client as _;
 
 use std::io::{BufRead, BufReader, Write};
 use std::process::{Child, Command, Stdio};
@@ -61,7 +62,7 @@ fn lock_try_lock_and_timed_lock() {
     let g = ma.lock().unwrap();
     assert_eq!(
         g.holder(),
-        format!("{name}/{:x}", a.lease_id().unwrap()),
+        format!("{name}/{:x}", a.session_id().unwrap()),
         "the concurrency package's key layout"
     );
     g.check().unwrap();
@@ -92,7 +93,7 @@ fn lock_try_lock_and_timed_lock() {
     assert!(g3.is_none(), "same client, same name: queued behind g2");
     drop(g2);
     facts.wait_gone(
-        &format!("{name}/{:x}", b.lease_id().unwrap()),
+        &format!("{name}/{:x}", b.session_id().unwrap()),
         Duration::from_secs(5),
     );
     let g4 = ma
@@ -286,7 +287,7 @@ fn a_timed_out_or_failed_try_leaves_no_key() {
     let name = lock_name("timeout");
     let g = a.mutex(&name).unwrap().lock().unwrap();
     let mb = b.mutex(&name).unwrap();
-    let b_key = format!("{name}/{:x}", b.lease_id().unwrap());
+    let b_key = format!("{name}/{:x}", b.session_id().unwrap());
     for wait in [
         Duration::ZERO,
         Duration::from_millis(1),
@@ -314,10 +315,10 @@ fn deleting_the_key_fires_loss_and_fenced_writes_are_rejected() {
     let name = lock_name("deleted");
     let data = format!("{name}-data");
     let g = a.mutex(&name).unwrap().lock().unwrap();
-    let rev = g.lease().put(data.as_str(), "one").unwrap();
+    let rev = fenced_put(g.lease(), data.as_str(), "one");
     assert!(rev > g.lease().create_revision());
     assert_eq!(facts.get(&data).as_deref(), Some(&b"one"[..]));
-    g.lease().delete(data.as_str()).unwrap();
+    g.delete(&data).unwrap();
     assert!(!facts.exists(&data));
 
     let mut raw = facts.client();
@@ -333,7 +334,7 @@ fn deleting_the_key_fires_loss_and_fenced_writes_are_rejected() {
             reason: LossReason::Deleted
         })
     ));
-    match g.lease().put(data.as_str(), "stale") {
+    match g.put(&data, b"stale") {
         Err(e @ Error::FenceRejected { .. }) => assert!(e.is_terminal()),
         other => panic!("expected FenceRejected, got {other:?}"),
     }
@@ -396,9 +397,9 @@ fn two_handles_of_one_name_in_one_client_contend_on_two_leases() {
     let a = connect(server);
     let name = lock_name("two-handles");
     let (m1, m2) = (a.mutex(&name).unwrap(), a.mutex(&name).unwrap());
-    let primary = a.lease_id().unwrap();
+    let primary = a.session_id().unwrap();
     let g1 = m1.lock().unwrap();
-    assert_eq!(g1.lease().lease_id(), primary, "the client's own lease");
+    assert_eq!(g1.lease().session_id(), primary, "the client's own lease");
 
     // The second handle contends in etcd, on another lease, and times out.
     assert!(m2
@@ -427,7 +428,7 @@ fn two_handles_of_one_name_in_one_client_contend_on_two_leases() {
     assert!(facts.lease_time_to_live(pooled) > 0, "a live lease");
     assert!(!waiter.is_finished(), "waits while g1 holds");
     assert_eq!(
-        a.lease_id(),
+        a.session_id(),
         Some(primary),
         "the client's lease is unchanged"
     );
@@ -437,7 +438,7 @@ fn two_handles_of_one_name_in_one_client_contend_on_two_leases() {
     let (g2, m2) = waiter.join().unwrap().unwrap();
     assert!(g2.token() > t1, "{} > {t1}", g2.token());
     assert_eq!(g2.holder(), other);
-    assert_eq!(g2.lease().lease_id(), pooled);
+    assert_eq!(g2.lease().session_id(), pooled);
 
     // The client's lease serves the next acquisition once it is free for
     // the name, and the pooled lease is reused while it is.
@@ -445,7 +446,7 @@ fn two_handles_of_one_name_in_one_client_contend_on_two_leases() {
     g2.release().unwrap();
     let g1 = m1.lock().unwrap();
     assert_eq!(
-        g1.lease().lease_id(),
+        g1.lease().session_id(),
         primary,
         "the client's lease was free"
     );
@@ -460,7 +461,7 @@ fn two_handles_of_one_name_in_one_client_contend_on_two_leases() {
     g1.release().unwrap();
     let g2 = waiter.join().unwrap().unwrap();
     assert!(g2.token() > t3);
-    assert_eq!(g2.lease().lease_id(), pooled);
+    assert_eq!(g2.lease().session_id(), pooled);
     g2.release().unwrap();
     assert!(keys(&facts, &name).is_empty());
 }
@@ -501,8 +502,8 @@ fn one_handle_shared_by_threads_queues_them_locally() {
     let g2 = waiter.join().unwrap().unwrap();
     assert!(g2.token() > t1, "{} > {t1}", g2.token());
     assert_eq!(
-        g2.lease().lease_id(),
-        a.lease_id().unwrap(),
+        g2.lease().session_id(),
+        a.session_id().unwrap(),
         "no pooled lease"
     );
     assert_eq!(keys(&facts, &name), vec![g2.holder().to_owned()]);
@@ -516,13 +517,13 @@ fn close_revokes_the_pooled_leases() {
     let a = connect(server);
     let name = lock_name("pool-close");
     let (m1, m2) = (a.mutex(&name).unwrap(), a.mutex(&name).unwrap());
-    let primary = a.lease_id().unwrap();
+    let primary = a.session_id().unwrap();
     let g1 = m1.lock().unwrap();
     let waiter = std::thread::spawn(move || m2.lock());
     wait_keys(&facts, &name, 2);
     g1.release().unwrap();
     let g2 = waiter.join().unwrap().unwrap();
-    let pooled = g2.lease().lease_id();
+    let pooled = g2.lease().session_id();
     assert_ne!(pooled, primary);
     assert!(facts.lease_time_to_live(pooled) > 0);
 
@@ -572,7 +573,7 @@ fn the_session_reports_its_lease() {
         Duration::from_secs(3),
         "rounded up to whole seconds"
     );
-    let lease = a.lease_id().unwrap();
+    let lease = a.session_id().unwrap();
     let ttl = facts.lease_time_to_live(lease);
     assert!((1..=3).contains(&ttl), "server TTL {ttl}");
     // Keep-alives renew it: the deadline moves forward.
@@ -618,7 +619,7 @@ fn a_revoked_lease_fires_loss_frees_others_and_is_replaced() {
     let name = lock_name("revoked");
     let g = a.mutex(&name).unwrap().lock().unwrap();
     let waiter = queue_waiter(&facts, &b, &name);
-    let lease = a.lease_id().unwrap();
+    let lease = a.session_id().unwrap();
     let mut raw = facts.client();
     block_on(async move { raw.lease_revoke(lease).await }).unwrap();
     let reason = g.lost().wait_timeout(scale(Duration::from_secs(5)));
@@ -628,7 +629,7 @@ fn a_revoked_lease_fires_loss_frees_others_and_is_replaced() {
     );
     assert!(waiter.join().unwrap().unwrap().0 > g.token());
     assert!(matches!(
-        g.lease().put(format!("{name}-x"), "x"),
+        g.put(&format!("{name}-x"), b"x"),
         Err(Error::FenceRejected { .. })
     ));
     // The keep-alive stream hears of it; the next acquisition gets a new lease.
@@ -641,8 +642,8 @@ fn a_revoked_lease_fires_loss_frees_others_and_is_replaced() {
         .try_lock_for(Duration::from_secs(5))
         .unwrap()
         .expect("free");
-    assert_ne!(a.lease_id(), Some(lease));
-    assert_eq!(g2.holder(), format!("{name}/{:x}", a.lease_id().unwrap()));
+    assert_ne!(a.session_id(), Some(lease));
+    assert_eq!(g2.holder(), format!("{name}/{:x}", a.session_id().unwrap()));
     g2.release().unwrap();
 }
 
@@ -656,7 +657,7 @@ fn an_orphaned_lease_frees_the_lock_after_its_ttl_fault() {
     let b = connect(server);
     let name = lock_name("orphan");
     let g = a.mutex(&name).unwrap().lock().unwrap();
-    let lease = a.lease_id().unwrap();
+    let lease = a.session_id().unwrap();
     let waiter = queue_waiter(&facts, &b, &name);
     a.orphan();
     let last_ack_deadline = g.valid_until().unwrap();
@@ -686,7 +687,7 @@ fn an_orphaned_lease_frees_the_lock_after_its_ttl_fault() {
         .try_lock()
         .unwrap()
         .expect("free");
-    assert_ne!(a.lease_id(), Some(lease));
+    assert_ne!(a.session_id(), Some(lease));
     g3.release().unwrap();
     g2.release().unwrap();
     drop(g);
@@ -700,7 +701,7 @@ fn a_paused_server_loses_the_guard_at_its_deadline_fault() {
     let a = connect_with_ttl(&server, SHORT_TTL);
     let name = lock_name("paused");
     let g = a.mutex(&name).unwrap().lock().unwrap();
-    let lease = a.lease_id().unwrap();
+    let lease = a.session_id().unwrap();
     let paused_at = BootInstant::now();
     server.pause();
     let reason = g.lost().wait_timeout(scale(Duration::from_secs(10)));
@@ -716,7 +717,7 @@ fn a_paused_server_loses_the_guard_at_its_deadline_fault() {
         .facts()
         .wait_lease_gone(lease, Duration::from_secs(10));
     assert!(matches!(
-        g.lease().put(format!("{name}-x"), "x"),
+        g.put(&format!("{name}-x"), b"x"),
         Err(Error::FenceRejected { .. })
     ));
     drop(g);

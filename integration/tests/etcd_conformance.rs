@@ -3,6 +3,7 @@
 
 mod conformance;
 
+use recipes_core::Client as _;
 use std::net::SocketAddr;
 use std::time::Duration;
 

@@ -9,6 +9,7 @@
 mod etcd_common;
 
 use etcd_common::*;
+use recipes_core::Client as _;
 
 use std::io::{BufRead, BufReader};
 use std::process::{Child, Command, Stdio};
@@ -25,7 +26,7 @@ use recipes_etcd::{EtcdClient, LatchEvent, LeaderInfo, LeaderLatch, Leadership};
 const SOON: Duration = Duration::from_secs(10);
 
 fn key_of(client: &EtcdClient, name: &str) -> String {
-    format!("{name}/{:x}", client.lease_id().unwrap())
+    format!("{name}/{:x}", client.session_id().unwrap())
 }
 
 /// A key's (create_revision, mod_revision, value), as etcd says now.
@@ -144,7 +145,7 @@ fn proclaims_are_seen_by_observers_and_leader() {
     let (a, b, c) = (connect(server), connect(server), connect(server));
     let name = election_name("observe");
     let (ea, eb) = (a.election(&name).unwrap(), b.election(&name).unwrap());
-    let observer = c.election(&name).unwrap().backend().observe().unwrap();
+    let observer = c.election(&name).unwrap().observe().unwrap();
     assert!(observer.receiver().is_empty(), "no leader yet");
     let next = || observer.recv_timeout(scale(SOON)).expect("a leader change");
 
@@ -189,7 +190,7 @@ fn a_deleted_leader_key_ends_leadership_and_refuses_proclaims() {
     let name = election_name("deleted");
     let data = format!("{name}-data");
     let la = a.election(&name).unwrap().campaign(b"a").unwrap();
-    let rev = la.lease().put(data.as_str(), "one").unwrap();
+    let rev = fenced_put(la.lease(), data.as_str(), "one");
     assert!(rev > la.token().get() as i64);
     assert_eq!(facts.get(&data).as_deref(), Some(&b"one"[..]));
 
@@ -213,7 +214,7 @@ fn a_deleted_leader_key_ends_leadership_and_refuses_proclaims() {
         Err(Error::NotHeld { .. })
     ));
     assert!(matches!(
-        la.lease().put(data.as_str(), "stale"),
+        la.put(&data, b"stale"),
         Err(Error::FenceRejected { .. })
     ));
     assert!(
@@ -262,11 +263,11 @@ fn a_new_leaders_fence_exceeds_every_revision_of_the_old() {
     for i in 0..3 {
         la.proclaim(format!("a{i}").as_bytes()).unwrap();
         used.push(read_key(&facts, la.holder()).unwrap().1);
-        used.push(
-            la.lease()
-                .put(format!("{name}-data"), format!("{i}"))
-                .unwrap(),
-        );
+        used.push(fenced_put(
+            la.lease(),
+            &format!("{name}-data"),
+            &format!("{i}"),
+        ));
     }
     // Watch a's key (synced), so its deletion's revision is known.
     let mut raw = facts.client();
@@ -365,7 +366,7 @@ fn a_latch_elects_one_of_three_and_fails_over_on_close() {
     assert_eq!(parts[0].id, latches[first].id());
     assert_eq!(
         parts[0].holder,
-        format!("{name}/{:x}", clients[first].lease_id().unwrap())
+        format!("{name}/{:x}", clients[first].session_id().unwrap())
     );
     assert_eq!(latches[2].leader().unwrap().unwrap(), parts[0]);
     assert_eq!(one_leader(&latches), first, "the leader is still the same");
@@ -415,7 +416,7 @@ fn a_selector_runs_one_closure_at_a_time_with_increasing_fences_and_requeues() {
                 assert!(!inside.swap(true, Ordering::SeqCst), "two closures at once");
                 assert!(!l.is_lost());
                 gate.admit(l.token()).unwrap();
-                l.lease().put(data.as_str(), l.token().to_string()).unwrap();
+                l.put(&data, l.token().to_string().as_bytes()).unwrap();
                 runs.lock().push((i, l.token()));
                 inside.store(false, Ordering::SeqCst);
             })
@@ -632,7 +633,7 @@ fn an_orphaned_latch_leader_is_replaced_and_starts_over_with_a_new_lease_fault()
     wait_until("b campaigns", SOON, || {
         la.participants().unwrap().len() == 2
     });
-    let (old_lease, lost) = (a.lease_id().unwrap(), la.leadership().unwrap().1);
+    let (old_lease, lost) = (a.session_id().unwrap(), la.leadership().unwrap().1);
     a.orphan();
     let tb = gained(&lb);
     let b_gained_at = BootInstant::now();
@@ -652,7 +653,7 @@ fn an_orphaned_latch_leader_is_replaced_and_starts_over_with_a_new_lease_fault()
     );
     // a campaigns again with a new lease, behind b.
     let new_key = wait_for("a campaigns with a new lease", SOON, || {
-        let lease = a.lease_id().filter(|&l| l != old_lease)?;
+        let lease = a.session_id().filter(|&l| l != old_lease)?;
         let key = format!("{name}/{lease:x}");
         let parts = lb.participants().unwrap();
         parts
@@ -726,7 +727,7 @@ fn a_paused_server_stops_the_selector_closure_and_fences_it_out_fault() {
             tx.send(format!("lost {reason:?}")).unwrap();
             go.recv().unwrap();
             let refused = matches!(
-                l.lease().put(stale_key.as_str(), "stale"),
+                l.put(&stale_key, b"stale"),
                 Err(Error::FenceRejected { .. })
             );
             tx.send(format!("refused {refused}")).unwrap();
@@ -734,7 +735,7 @@ fn a_paused_server_stops_the_selector_closure_and_fences_it_out_fault() {
         .unwrap();
     let next = || rx.recv_timeout(scale(SOON)).unwrap();
     let t1: u64 = next().strip_prefix("gained ").unwrap().parse().unwrap();
-    let lease = a.lease_id().unwrap();
+    let lease = a.session_id().unwrap();
     server.pause();
     assert_eq!(next(), "lost DeadlineExpired");
     server.resume();
@@ -744,6 +745,6 @@ fn a_paused_server_stops_the_selector_closure_and_fences_it_out_fault() {
     assert!(!facts.exists(&data));
     let t2: u64 = next().strip_prefix("gained ").unwrap().parse().unwrap();
     assert!(t2 > t1);
-    assert_ne!(a.lease_id(), Some(lease), "a new lease after the loss");
+    assert_ne!(a.session_id(), Some(lease), "a new lease after the loss");
     selector.close();
 }

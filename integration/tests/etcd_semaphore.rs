@@ -8,6 +8,7 @@
 mod etcd_common;
 
 use etcd_common::*;
+use recipes_core::Client as _;
 
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
@@ -118,7 +119,7 @@ fn at_most_n_permits_are_held_under_churn() {
                     most.fetch_max(now, Ordering::SeqCst);
                     assert!(now <= N as usize, "{now} holders of {N} permits");
                     // Work: a fenced write, and a little time inside.
-                    p.lease().put(data.as_str(), round.to_string()).unwrap();
+                    p.put(&data, round.to_string().as_bytes()).unwrap();
                     if entered.fetch_add(1, Ordering::SeqCst) < N as usize {
                         // The first N holders stay until all N have entered:
                         // the limit is reached for certain, with waiters
@@ -176,10 +177,10 @@ fn try_and_timed_acquire() {
         .try_acquire()
         .unwrap()
         .expect("a second permit, same client");
-    let a_prefix = format!("{name}/leases/{:x}-", a.lease_id().unwrap());
+    let a_prefix = format!("{name}/leases/{:x}-", a.session_id().unwrap());
     for p in [&p1, &p2] {
         assert!(p.holder().starts_with(&a_prefix), "{}", p.holder());
-        assert_eq!(p.lease().lease_id(), a.lease_id().unwrap());
+        assert_eq!(p.lease().session_id(), a.session_id().unwrap());
         p.check().unwrap();
         assert!(p.valid_until().unwrap() > BootInstant::now());
     }
@@ -212,7 +213,7 @@ fn try_and_timed_acquire() {
     let p3 = sb.try_acquire().unwrap().expect("free after release");
     assert!(p3
         .holder()
-        .starts_with(&format!("{name}/leases/{:x}-", b.lease_id().unwrap())));
+        .starts_with(&format!("{name}/leases/{:x}-", b.session_id().unwrap())));
     assert!(sa.try_acquire().unwrap().is_none(), "full again");
     drop(p2);
     let p4 = sb
@@ -238,7 +239,7 @@ fn a_freed_permit_admits_a_waiter() {
     let keys = wait_lease_count(&facts, &name, 3);
     let b_key = keys
         .iter()
-        .find(|k| k.contains(&format!("/{:x}-", b.lease_id().unwrap())))
+        .find(|k| k.contains(&format!("/{:x}-", b.session_id().unwrap())))
         .expect("b's permit key")
         .clone();
     wait_lock_count(&facts, &name, 1);
@@ -366,7 +367,7 @@ fn deleting_a_permit_key_fires_its_loss_and_rejects_its_fenced_writes() {
     let sa = a.semaphore(&name, 2).unwrap();
     let (p1, p2) = (sa.acquire().unwrap(), sa.acquire().unwrap());
     let (d1, d2) = (format!("{name}-data-1"), format!("{name}-data-2"));
-    let rev = p1.lease().put(d1.as_str(), "one").unwrap();
+    let rev = fenced_put(p1.lease(), d1.as_str(), "one");
     assert!(rev > p1.lease().create_revision());
     assert_eq!(facts.get(&d1).as_deref(), Some(&b"one"[..]));
 
@@ -381,17 +382,14 @@ fn deleting_a_permit_key_fires_its_loss_and_rejects_its_fenced_writes() {
             reason: LossReason::Deleted
         })
     ));
-    match p1.lease().put(d1.as_str(), "stale") {
+    match p1.put(&d1, b"stale") {
         Err(e @ Error::FenceRejected { .. }) => {
             assert!(e.is_terminal());
             assert!(e.to_string().contains("permit key"), "{e}");
         }
         other => panic!("expected FenceRejected, got {other:?}"),
     }
-    assert!(matches!(
-        p1.lease().delete(d1.as_str()),
-        Err(Error::FenceRejected { .. })
-    ));
+    assert!(matches!(p1.delete(&d1), Err(Error::FenceRejected { .. })));
     assert_eq!(
         facts.get(&d1).as_deref(),
         Some(&b"one"[..]),
@@ -399,7 +397,7 @@ fn deleting_a_permit_key_fires_its_loss_and_rejects_its_fenced_writes() {
     );
     // The other permit of the same client is untouched.
     assert!(!p2.is_lost(), "{:?}", p2.lost().reason());
-    p2.lease().put(d2.as_str(), "two").unwrap();
+    p2.put(&d2, b"two").unwrap();
     assert_eq!(facts.get(&d2).as_deref(), Some(&b"two"[..]));
     // The deleted permit's place is free.
     let p3 = b
@@ -425,7 +423,7 @@ fn closing_a_client_frees_its_permits_and_ends_its_waits() {
     let wc = spawn_waiter(c.semaphore(&name, 1).unwrap());
     wait_lock_count(&facts, &name, 2);
     // An abandoned wait: c's keys go with its lease.
-    let c_lease = c.lease_id().unwrap();
+    let c_lease = c.session_id().unwrap();
     let _ = c.close_within(Duration::from_secs(2));
     assert!(matches!(wc.join().unwrap(), Err(Error::Closed)));
     facts.wait_lease_gone(c_lease, PROMPTLY);
@@ -452,7 +450,7 @@ fn an_orphaned_clients_permits_free_others_after_the_ttl_fault() {
     let name = sem_name("orphan");
     let sa = a.semaphore(&name, 2).unwrap();
     let (p1, p2) = (sa.acquire().unwrap(), sa.acquire().unwrap());
-    let lease = a.lease_id().unwrap();
+    let lease = a.session_id().unwrap();
     let wb = spawn_waiter(b.semaphore(&name, 2).unwrap());
     wait_lease_count(&facts, &name, 3);
     a.orphan();
@@ -474,7 +472,7 @@ fn an_orphaned_clients_permits_free_others_after_the_ttl_fault() {
             "lost locally ({lost_at:?}) before etcd admitted another ({admitted_at:?})"
         );
         assert!(matches!(
-            p.lease().put(format!("{name}-x"), "x"),
+            p.put(&format!("{name}-x"), b"x"),
             Err(Error::FenceRejected { .. })
         ));
     }
@@ -482,7 +480,7 @@ fn an_orphaned_clients_permits_free_others_after_the_ttl_fault() {
     wait_lease_keys(&facts, &name, &[pb.holder()]);
     // The orphaning client goes on with a new lease.
     let p3 = sa.try_acquire().unwrap().expect("one permit free");
-    assert_ne!(p3.lease().lease_id(), lease);
+    assert_ne!(p3.lease().session_id(), lease);
     p3.release().unwrap();
     pb.release().unwrap();
 }
@@ -496,7 +494,7 @@ fn a_paused_server_loses_the_permits_at_their_deadline_fault() {
     let name = sem_name("paused");
     let sa = a.semaphore(&name, 2).unwrap();
     let (p1, p2) = (sa.acquire().unwrap(), sa.acquire().unwrap());
-    let lease = a.lease_id().unwrap();
+    let lease = a.session_id().unwrap();
     let paused_at = BootInstant::now();
     server.pause();
     let reasons = [&p1, &p2].map(|p| p.lost().wait_timeout(scale(Duration::from_secs(10))));
@@ -513,7 +511,7 @@ fn a_paused_server_loses_the_permits_at_their_deadline_fault() {
         .wait_lease_gone(lease, Duration::from_secs(10));
     for p in [&p1, &p2] {
         assert!(matches!(
-            p.lease().put(format!("{name}-x"), "x"),
+            p.put(&format!("{name}-x"), b"x"),
             Err(Error::FenceRejected { .. })
         ));
     }
@@ -525,7 +523,7 @@ fn a_paused_server_loses_the_permits_at_their_deadline_fault() {
         .try_acquire_for(Duration::from_secs(10))
         .unwrap()
         .expect("free");
-    assert_ne!(p.lease().lease_id(), lease);
+    assert_ne!(p.lease().session_id(), lease);
     p.release().unwrap();
     wait_until("the internal lock is free", PROMPTLY, || {
         facts.keys_with_prefix(&format!("{name}/locks/")).is_empty()

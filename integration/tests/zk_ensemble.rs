@@ -2,6 +2,7 @@
 //! held (per loss policy), and a create whose reply was frozen. Every test
 //! here has its own servers and runs alone (`fault` in its name).
 
+use recipes_core::Client as _;
 use std::time::Duration;
 
 use integration::{wait_for, wait_until, Proxy, ZkCluster, ZkServer};
@@ -31,7 +32,7 @@ fn fault_leader_kill_under_deadline_policy_keeps_the_lock() {
     wait_for(
         "a fenced write after the election",
         Duration::from_secs(10),
-        || match guard.lease().put("/ensemble/deadline-resource", b"after") {
+        || match guard.put("/ensemble/deadline-resource", b"after") {
             Ok(()) => Some(()),
             Err(Error::Indeterminate { .. } | Error::ConnectionLoss | Error::Timeout { .. }) => {
                 None

@@ -23,6 +23,7 @@
 //! times out while one side holds, and a queued waiter that acquires checks
 //! a sentinel the test sets just before the holder releases.
 
+use recipes_core::Client as _;
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicU8, Ordering};
 use std::time::{Duration, Instant};
 

@@ -1,6 +1,7 @@
 //! ZooKeeper recipes beyond the generic suite: semaphore, leader latch,
 //! leader selector, the waiters' herd, bad input.
 
+use recipes_core::Client as _;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::time::Duration;

@@ -6,7 +6,9 @@
 use std::fmt;
 use std::time::Duration;
 
-use crate::backend::{ElectionBackend, FencedLease, HeldLease, MutexBackend, SemaphoreBackend};
+use crate::backend::{
+    ElectionBackend, FencedLease, HeldLease, LeaderInfo, MutexBackend, SemaphoreBackend,
+};
 use crate::clock::BootInstant;
 use crate::election::{Election, Leadership};
 use crate::error::Result;
@@ -48,6 +50,15 @@ pub struct Contender {
     pub created: i64,
     /// Its data: a latch, selector or election candidate's value.
     pub value: Vec<u8>,
+}
+
+impl From<Contender> for LeaderInfo {
+    fn from(c: Contender) -> LeaderInfo {
+        LeaderInfo {
+            holder: c.holder,
+            value: c.value,
+        }
+    }
 }
 
 /// A connected client of one store, through which every recipe is made.
@@ -126,6 +137,11 @@ pub trait Client: Clone + Send + Sync + fmt::Debug + 'static {
     /// As for [`contenders`](Client::contenders).
     fn read(&self, key: &str) -> Result<Option<Vec<u8>>>;
 
+    /// The id of the session the client's recipes live on now — the
+    /// ZooKeeper session id, the etcd lease id; `None` while no session is
+    /// open (on ZooKeeper: only once closed).
+    fn session_id(&self) -> Option<i64>;
+
     /// The session timeout or lease TTL the server granted (it may differ
     /// from the one asked for).
     fn granted_ttl(&self) -> Duration;
@@ -172,10 +188,7 @@ macro_rules! fenced_guard {
             /// is gone; [`Error::Indeterminate`](crate::Error::Indeterminate)
             /// when no confirmation came (it may have landed); backend errors.
             pub fn put(&self, key: &str, value: &[u8]) -> Result<()> {
-                crate::limits::check_value("fenced write's value", value)?;
-                self.lease()
-                    .put(key, value)
-                    .map_err(crate::Error::unconfirmed)
+                self.lease().put(key, value)
             }
 
             /// A delete of `key`, fenced in the store by this holding.
@@ -184,7 +197,7 @@ macro_rules! fenced_guard {
             ///
             /// As for `put`.
             pub fn delete(&self, key: &str) -> Result<()> {
-                self.lease().delete(key).map_err(crate::Error::unconfirmed)
+                self.lease().delete(key)
             }
         }
     };

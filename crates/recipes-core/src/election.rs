@@ -12,6 +12,20 @@ use crate::fence::FencingToken;
 use crate::guard::{deadline_after, lease_accessors, unbounded_wait_ended, Hold};
 
 /// A leader election: campaign, publish a value while leader, resign.
+///
+/// The timed variants return `Ok(None)` when the deadline passes and leave
+/// no entry behind.
+///
+/// # Under pause and partition
+///
+/// The same on every store. Guaranteed (clocks within 500 ppm): a
+/// [`Leadership`]'s loss signal fires before the store can expire the
+/// session and let another candidate win; fencing tokens strictly increase
+/// across terms; proclaims and fenced writes are refused once our entry is
+/// gone. Not guaranteed: that a leader stops in time — a process paused
+/// right after checking its signal runs on after another was elected; only
+/// the fence stops its writes. An observer reports what the store said,
+/// late by as long as it was cut off: no proof of leadership.
 pub struct Election<B: ElectionBackend> {
     backend: B,
 }
@@ -196,12 +210,8 @@ impl<L: LeadershipLease> Leadership<L> {
     /// [`Error::Indeterminate`](crate::Error::Indeterminate) when no
     /// confirmation came; backend errors.
     pub fn proclaim(&self, value: &[u8]) -> Result<()> {
-        crate::limits::check_value("election value", value)?;
         self.hold.check()?;
-        self.hold
-            .lease()
-            .proclaim(value)
-            .map_err(crate::Error::unconfirmed)
+        self.hold.lease().proclaim(value)
     }
 
     /// The backend's lease, for backend-specific operations.

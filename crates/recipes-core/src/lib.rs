@@ -55,6 +55,7 @@ pub mod engine;
 mod error;
 mod fence;
 mod guard;
+mod held;
 mod leader;
 mod lease;
 mod limits;
@@ -77,10 +78,11 @@ pub use deadline::{check_lease, margin, DeadlineTracker, CLOCK_DRIFT_PPM, DEFAUL
 pub use election::{Election, LeaderObserver, Leadership};
 pub use error::{BackendSource, Error, Result};
 pub use fence::{FenceGate, FencingToken};
+pub use held::{FencedWrite, HeldEntry, StoreEntry};
 pub use leader::{validate_participant_id, LatchEvent, LeaderLatch, LeaderSelector, Participant};
 pub use lease::{LossPolicy, SessionLease};
 pub use limits::{
-    check_timeout, check_ttl, check_value, deadline_in, quote, DEFAULT_CONNECT_TIMEOUT,
+    check_timeout, check_ttl, check_value, deadline_in, quote, Settings, DEFAULT_CONNECT_TIMEOUT,
     DEFAULT_RPC_TIMEOUT, DEFAULT_TTL, MAX_DURATION, MAX_NAME_BYTES, MAX_VALUE_BYTES, MIN_TTL,
 };
 pub use loss::{LossReason, LossSignal, LossTrigger};

@@ -61,6 +61,89 @@ fn check_at_most_a_day(what: &str, d: Duration) -> Result<()> {
     Ok(())
 }
 
+/// The settings every client has, with one set of defaults and bounds;
+/// builders set them with the setters of [`settings_setters!`](crate::settings_setters).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Settings {
+    /// The lease to ask for: the ZooKeeper session timeout, the etcd lease
+    /// TTL.
+    pub ttl: Duration,
+    /// How long connecting may take.
+    pub connect_timeout: Duration,
+    /// The deadline of each request.
+    pub rpc_timeout: Duration,
+    /// Scheduling slack subtracted from every lease deadline on top of the
+    /// clock-drift margin.
+    pub lease_slack: Duration,
+}
+
+impl Default for Settings {
+    fn default() -> Settings {
+        Settings {
+            ttl: DEFAULT_TTL,
+            connect_timeout: DEFAULT_CONNECT_TIMEOUT,
+            rpc_timeout: DEFAULT_RPC_TIMEOUT,
+            lease_slack: crate::deadline::DEFAULT_SLACK,
+        }
+    }
+}
+
+impl Settings {
+    /// Check every bound; `lease` names the lease in messages (`the
+    /// session timeout`, `the lease TTL`).
+    ///
+    /// # Errors
+    ///
+    /// [`Error::InvalidArgument`] saying which bound was crossed.
+    pub fn validate(&self, lease: &str) -> Result<()> {
+        check_ttl(self.ttl)?;
+        check_timeout("connect timeout", self.connect_timeout)?;
+        check_timeout("rpc timeout", self.rpc_timeout)?;
+        crate::deadline::check_lease(lease, self.ttl, self.lease_slack)
+    }
+}
+
+/// The setters of [`Settings`] for a client builder whose `settings` field
+/// holds them; `ttl` is what the store says about its lease.
+#[macro_export]
+macro_rules! settings_setters {
+    (ttl = $ttl:literal) => {
+        /// The lease to ask for (default
+        /// [`DEFAULT_TTL`](recipes_core::DEFAULT_TTL), at least
+        /// [`MIN_TTL`](recipes_core::MIN_TTL)): a holder that stops
+        /// renewing it (a crash, a partition, a pause) blocks others for
+        /// at most about this long, and its guards report the loss before
+        /// the server can give the lock away.
+        #[doc = $ttl]
+        pub fn ttl(mut self, ttl: ::std::time::Duration) -> Self {
+            self.settings.ttl = ttl;
+            self
+        }
+
+        /// How long `connect` may take (default
+        /// [`DEFAULT_CONNECT_TIMEOUT`](recipes_core::DEFAULT_CONNECT_TIMEOUT)).
+        pub fn connect_timeout(mut self, timeout: ::std::time::Duration) -> Self {
+            self.settings.connect_timeout = timeout;
+            self
+        }
+
+        /// The deadline of each request (default
+        /// [`DEFAULT_RPC_TIMEOUT`](recipes_core::DEFAULT_RPC_TIMEOUT)).
+        pub fn rpc_timeout(mut self, timeout: ::std::time::Duration) -> Self {
+            self.settings.rpc_timeout = timeout;
+            self
+        }
+
+        /// Scheduling slack subtracted from every lease deadline on top of
+        /// the clock-drift margin (default
+        /// [`DEFAULT_SLACK`](recipes_core::DEFAULT_SLACK)).
+        pub fn lease_slack(mut self, slack: ::std::time::Duration) -> Self {
+            self.settings.lease_slack = slack;
+            self
+        }
+    };
+}
+
 /// The longest recipe name (a ZooKeeper path, an etcd key prefix) in
 /// bytes, on every store: well inside ZooKeeper's packet limit (1 MiB by
 /// default) and etcd's request limit (1.5 MiB), with room for the data and

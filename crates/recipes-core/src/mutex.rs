@@ -17,7 +17,21 @@ use crate::guard::{deadline_after, lease_accessors, unbounded_wait_ended, Hold};
 /// second `lock` from the same process waits like any other contender.
 ///
 /// Generic over a [`MutexBackend`]; backends export it under their own name
-/// (`recipes_zk::InterProcessMutex`, `recipes_etcd::Mutex`).
+/// (`recipes_zk::InterProcessMutex`, `recipes_etcd::Mutex`) with their
+/// layout on the store.
+///
+/// # Under pause and partition
+///
+/// The same on every store. Guaranteed, with clocks running within 500 ppm
+/// of the server's: a guard's loss signal fires before the store can expire
+/// the session (ZooKeeper) or lease (etcd) and let another contender in —
+/// at the local deadline, when the store says the session is gone, or when
+/// our entry is deleted; fencing tokens strictly increase across holders;
+/// fenced writes in the store are refused once our entry is gone. Not
+/// guaranteed: that the holder notices in time — a pause right after
+/// checking the signal outlives the lease, and only the fence stops the
+/// stale holder's writes. A partitioned holder loses the guard at its local
+/// deadline even if the store still keeps its session.
 pub struct Mutex<B: MutexBackend> {
     backend: B,
 }

@@ -13,6 +13,17 @@ use crate::guard::{deadline_after, lease_accessors, unbounded_wait_ended, Hold};
 /// Permits are concurrent by design, so they carry no fencing token (there
 /// is no total order to fence with); each permit has its own loss signal,
 /// and backends offer in-store writes fenced by the permit's own entry.
+///
+/// # Under pause and partition
+///
+/// The same on every store. Guaranteed (clocks within 500 ppm): a permit's
+/// loss signal fires before the store can expire the session and admit
+/// another holder in its place; its fenced writes are refused once its
+/// entry is gone; a timed-out, failed or abandoned acquisition leaves no
+/// entry (deleted at once, or by the session's end when the store cannot
+/// be reached). Not guaranteed: that a holder stops in time — one paused
+/// right after checking its signal runs on after its permit was given
+/// away, so N + 1 workers can overlap; only fenced writes stop it.
 pub struct Semaphore<B: SemaphoreBackend> {
     backend: B,
 }

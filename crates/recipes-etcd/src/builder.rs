@@ -3,7 +3,7 @@
 use std::fmt;
 use std::time::Duration;
 
-use recipes_core::{Error, Result, Runtime};
+use recipes_core::{Error, Result, Runtime, Settings};
 
 use crate::client::EtcdClient;
 use crate::rpc::from_etcd;
@@ -16,60 +16,29 @@ const HTTP2_KEEP_ALIVE: (Duration, Duration) = (Duration::from_secs(1), Duration
 #[derive(Clone)]
 pub struct EtcdClientBuilder {
     pub(crate) endpoints: Vec<String>,
-    pub(crate) rpc_timeout: Duration,
-    pub(crate) connect_timeout: Duration,
     pub(crate) user: Option<(String, String)>,
-    pub(crate) ttl: Duration,
-    pub(crate) lease_slack: Duration,
+    pub(crate) settings: Settings,
 }
 
 impl fmt::Debug for EtcdClientBuilder {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("EtcdClientBuilder")
             .field("endpoints", &self.endpoints)
-            .field("rpc_timeout", &self.rpc_timeout)
-            .field("connect_timeout", &self.connect_timeout)
             .field("user", &self.user.as_ref().map(|(u, _)| u))
-            .field("ttl", &self.ttl)
-            .field("lease_slack", &self.lease_slack)
+            .field("settings", &self.settings)
             .finish()
     }
 }
 
 impl EtcdClientBuilder {
-    /// The deadline of each request. Applied per call, never as
-    /// etcd-client's client-wide timeout, which would also cut off blocking
-    /// calls such as watches.
-    pub fn rpc_timeout(mut self, timeout: Duration) -> Self {
-        self.rpc_timeout = timeout;
-        self
-    }
-
-    /// How long [`connect`](EtcdClientBuilder::connect) may take.
-    pub fn connect_timeout(mut self, timeout: Duration) -> Self {
-        self.connect_timeout = timeout;
-        self
-    }
-
-    /// The TTL of the client's lease (default [`DEFAULT_TTL`](recipes_core::DEFAULT_TTL)), rounded up
-    /// to whole seconds; pooled leases (see [`EtcdClient`]) ask for the
-    /// same. Every lock of the client lives on such a lease: a
-    /// holder that stops renewing it (a crash, a partition, a pause) blocks
-    /// others for at most about this long, and its guards report the loss
-    /// before the server can give the lock away. etcd silently raises a TTL
-    /// below its minimum (ceil(1.5 × election timeout), 2 s at defaults);
-    /// [`EtcdClient::session_ttl`] reports what was granted.
-    pub fn ttl(mut self, ttl: Duration) -> Self {
-        self.ttl = ttl;
-        self
-    }
-
-    /// Scheduling slack subtracted from every lease deadline on top of the
-    /// clock-drift margin (default [`DEFAULT_SLACK`](recipes_core::DEFAULT_SLACK)).
-    pub fn lease_slack(mut self, slack: Duration) -> Self {
-        self.lease_slack = slack;
-        self
-    }
+    recipes_core::settings_setters!(
+        ttl = "On etcd the lease TTL, rounded up to whole seconds; pooled leases (see \
+               [`EtcdClient`]) ask for the same. etcd silently raises a TTL below its \
+               minimum (ceil(1.5 × election timeout), 2 s at defaults); \
+               [`EtcdClient::session_ttl`] reports what was granted. Requests are timed \
+               one by one, never with etcd-client's client-wide timeout, which would also \
+               cut off watches."
+    );
 
     /// Authenticate as `user` with `password`.
     pub fn user(mut self, user: impl Into<String>, password: impl Into<String>) -> Self {
@@ -92,10 +61,7 @@ impl EtcdClientBuilder {
                 "etcd endpoint {bad:?} is empty or holds a comma; give one host:port per endpoint"
             )));
         }
-        recipes_core::check_ttl(self.ttl)?;
-        recipes_core::check_timeout("connect timeout", self.connect_timeout)?;
-        recipes_core::check_timeout("rpc timeout", self.rpc_timeout)?;
-        recipes_core::check_lease("the lease TTL", self.ttl, self.lease_slack)
+        self.settings.validate("the lease TTL")
     }
 
     /// Connect: start the runtime thread, open the channel, make one round
@@ -110,21 +76,25 @@ impl EtcdClientBuilder {
         self.validate()?;
         let rt = Runtime::new("recipes-etcd")?;
         let mut options = etcd_client::ConnectOptions::new()
-            .with_connect_timeout(self.connect_timeout)
+            .with_connect_timeout(self.settings.connect_timeout)
             .with_keep_alive(HTTP2_KEEP_ALIVE.0, HTTP2_KEEP_ALIVE.1)
             .with_keep_alive_while_idle(true);
         if let Some((user, password)) = &self.user {
             options = options.with_user(user.clone(), password.clone());
         }
         let endpoints = self.endpoints.clone();
-        let connected = rt.call("connect to etcd", self.connect_timeout, async move {
-            let what = format!("connect to etcd at {}", endpoints.join(","));
-            let mut client = etcd_client::Client::connect(&endpoints, Some(options))
-                .await
-                .map_err(|e| from_etcd(&what, e))?;
-            client.status().await.map_err(|e| from_etcd(&what, e))?;
-            Ok(client)
-        });
+        let connected = rt.call(
+            "connect to etcd",
+            self.settings.connect_timeout,
+            async move {
+                let what = format!("connect to etcd at {}", endpoints.join(","));
+                let mut client = etcd_client::Client::connect(&endpoints, Some(options))
+                    .await
+                    .map_err(|e| from_etcd(&what, e))?;
+                client.status().await.map_err(|e| from_etcd(&what, e))?;
+                Ok(client)
+            },
+        );
         let client = match connected {
             Ok(c) => c,
             Err(Error::Timeout { .. } | Error::ConnectionLoss) => {
@@ -132,7 +102,7 @@ impl EtcdClientBuilder {
                     message: format!(
                         "no etcd member of {} answered within {:?}",
                         self.endpoints.join(","),
-                        self.connect_timeout
+                        self.settings.connect_timeout
                     ),
                     retryable: true,
                     source: None,

@@ -5,21 +5,17 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use recipes_core::{
-    BootInstant, Error, LossReason, Result, Runtime, DEFAULT_CONNECT_TIMEOUT, DEFAULT_RPC_TIMEOUT,
-    DEFAULT_SLACK, DEFAULT_TTL,
-};
+use recipes_core::{BootInstant, Error, LossReason, Result, Runtime, Settings};
 use tokio::sync::OwnedMutexGuard;
 
 use crate::builder::EtcdClientBuilder;
-use crate::rpc::from_etcd;
 use crate::session::{Session, SessionSettings};
 
 struct Inner {
     // Dropped with the runtime entered: tonic's channel needs it.
     client: parking_lot::Mutex<Option<etcd_client::Client>>,
     rt: Runtime,
-    settings: EtcdClientBuilder,
+    config: EtcdClientBuilder,
     // The current session (lease). Replaced by a new one once lost or
     // orphaned; nothing held on the old one carries over.
     session: parking_lot::Mutex<Option<Arc<Session>>>,
@@ -63,9 +59,9 @@ impl Inner {
     /// Grant a new lease and start its session.
     async fn grant(&self, what: &str) -> Result<Arc<Session>> {
         let settings = SessionSettings {
-            ttl: self.settings.ttl,
-            rpc_timeout: self.settings.rpc_timeout,
-            slack: self.settings.lease_slack,
+            ttl: self.config.settings.ttl,
+            rpc_timeout: self.config.settings.rpc_timeout,
+            slack: self.config.settings.lease_slack,
             clock: recipes_core::system_clock(),
             loss_parent: self.rt.loss_root().clone(),
             handle: self.rt.handle().clone(),
@@ -77,7 +73,7 @@ impl Inner {
         }
         log::debug!(
             "[endpoints={}] new {what}: lease {:x}, TTL {:?}",
-            self.settings.endpoints.join(","),
+            self.config.endpoints.join(","),
             session.lease(),
             session.ttl()
         );
@@ -159,45 +155,34 @@ impl Drop for Inner {
 }
 
 /// An etcd client on its own runtime thread, holding one lease (its
-/// session) that its locks are bound to.
+/// session) that its recipes' keys are bound to; see
+/// [`recipes_core::Client`] for what it does.
 ///
 /// One lease serves every lock, election and semaphore of the client: one
 /// keep-alive stream, and an uncontended acquire costs one transaction, a
-/// release one delete. Two acquisitions of the *same* name through one
-/// client must not share that lease — they would own the same key
-/// `<name>/<lease id>`, one identity in etcd (etcd#11360) — so:
-///
-/// - threads sharing one handle (a [`Mutex`](crate::Mutex) or
-///   [`Election`](crate::Election), and its clones) take turns in the
-///   process, holding no key while they wait;
-/// - separate handles of one name contend in etcd: when the client's lease
-///   already has an acquisition of the name under way or held, the next one
-///   takes another lease from the client's pool — a pooled one with no
-///   acquisition of that name, or a newly granted one with its own
-///   keep-alive stream and deadline. Pooled leases are kept while they live
-///   (the pool is no larger than the peak number of concurrent
-///   acquisitions of one name, less one) and revoked with the client; a
-///   lost one is never reused. [`lease_id`](EtcdClient::lease_id) and the
-///   other session accessors describe the client's own lease; a guard's
-///   `lease_id` names the lease its key is bound to.
+/// release one delete. Two acquisitions of the *same* name must not share
+/// a lease — they would own the same key `<name>/<lease id>`, one identity
+/// in etcd (etcd#11360) — so threads sharing one handle (a
+/// [`Mutex`](crate::Mutex) or [`Election`](crate::Election), and its
+/// clones) take turns in the process, holding no key while they wait, and
+/// separate handles of one name contend in etcd: when the client's lease
+/// already has an acquisition of the name under way or held, the next one
+/// takes another lease from the client's pool — a pooled one with no
+/// acquisition of that name, or a newly granted one with its own
+/// keep-alive stream. Pooled leases are kept while they live (the pool is
+/// no larger than the peak number of concurrent acquisitions of one name,
+/// less one) and revoked with the client; a lost one is never reused.
 ///
 /// Cheap to clone; it closes when the last clone (and every guard made from
-/// it) is dropped, or at [`close`](EtcdClient::close). Closing or dropping
-/// it revokes its leases, so its locks are free at once.
+/// it) is dropped, or at [`close`](recipes_core::Client::close), which
+/// revokes its leases, so its locks are free at once.
 ///
-/// # Under pause and partition
-///
-/// The lease is kept alive every TTL/3 on the runtime thread, whether or
-/// not a caller is blocked; a keep-alive stream whose member died is opened
-/// again. While no keep-alive is acknowledged (a partition, a paused
-/// process, a dead member) the local deadline
-/// ([`valid_until`](EtcdClient::valid_until)) is not renewed, and when it
-/// passes every guard of the lease is lost — before etcd can expire the
-/// lease, with clocks within 500 ppm. A lost lease is not used again: the
-/// next acquisition grants a new one (and the old one is revoked when etcd
-/// answers). Not guaranteed: that etcd keeps the lease as long as we
-/// assume — etcd 3.4.23 can revoke a kept-alive lease (etcd#15247); each
-/// held key is watched, so that shows as loss too.
+/// While no keep-alive is acknowledged (a partition, a paused process, a
+/// dead member) the local deadline ([`valid_until`](EtcdClient::valid_until))
+/// is not renewed, and when it passes every guard of the lease is lost. Not
+/// guaranteed: that etcd keeps the lease as long as we assume — etcd 3.4.23
+/// can revoke a kept-alive lease (etcd#15247); each held key is watched, so
+/// that shows as loss too.
 #[derive(Clone)]
 pub struct EtcdClient {
     inner: Arc<Inner>,
@@ -212,11 +197,8 @@ impl EtcdClient {
     {
         EtcdClientBuilder {
             endpoints: endpoints.into_iter().map(Into::into).collect(),
-            rpc_timeout: DEFAULT_RPC_TIMEOUT,
-            connect_timeout: DEFAULT_CONNECT_TIMEOUT,
             user: None,
-            ttl: DEFAULT_TTL,
-            lease_slack: DEFAULT_SLACK,
+            settings: Settings::default(),
         }
     }
 
@@ -235,7 +217,7 @@ impl EtcdClient {
 
     /// A client of the connected `etcd`, with its first lease granted.
     pub(crate) fn start(
-        settings: EtcdClientBuilder,
+        config: EtcdClientBuilder,
         etcd: etcd_client::Client,
         rt: Runtime,
     ) -> Result<EtcdClient> {
@@ -243,7 +225,7 @@ impl EtcdClient {
             inner: Arc::new(Inner {
                 client: parking_lot::Mutex::new(Some(etcd)),
                 rt,
-                settings,
+                config,
                 session: parking_lot::Mutex::new(None),
                 new_session: tokio::sync::Mutex::new(()),
                 pool: parking_lot::Mutex::new(Vec::new()),
@@ -259,27 +241,12 @@ impl EtcdClient {
 
     /// The deadline of one request.
     pub(crate) fn rpc_timeout(&self) -> Duration {
-        self.inner.settings.rpc_timeout
+        self.inner.config.settings.rpc_timeout
     }
 
     /// The endpoints.
     pub fn endpoints(&self) -> &[String] {
-        &self.inner.settings.endpoints
-    }
-
-    /// One round trip to a member (a status request); returns how long it
-    /// took.
-    ///
-    /// # Errors
-    ///
-    /// Connection errors; [`Error::Timeout`] after the RPC timeout.
-    pub fn ping(&self) -> Result<Duration> {
-        let mut etcd = self.inner.etcd()?;
-        let started = Instant::now();
-        self.call("ping", async move {
-            etcd.status().await.map_err(|e| from_etcd("ping", e))?;
-            Ok(started.elapsed())
-        })
+        &self.inner.config.endpoints
     }
 
     /// The TTL etcd granted the current lease (which may be more than
@@ -292,13 +259,7 @@ impl EtcdClient {
     /// acknowledged keep-alive: the granted TTL, or the configured one once
     /// the session is gone, whichever is longer.
     pub(crate) fn lease_span(&self) -> Duration {
-        self.inner.settings.ttl.max(self.session_ttl())
-    }
-
-    /// The id of the current lease, which every key of this client's locks
-    /// is bound to; `None` once closed.
-    pub fn lease_id(&self) -> Option<i64> {
-        self.inner.current().map(|s| s.lease())
+        self.inner.config.settings.ttl.max(self.session_ttl())
     }
 
     /// Until when the current lease may be assumed alive on the server: the
@@ -308,15 +269,6 @@ impl EtcdClient {
     /// closed.
     pub fn valid_until(&self) -> Option<BootInstant> {
         self.inner.current().and_then(|s| s.epoch().valid_until())
-    }
-
-    /// Send time of the newest keep-alive (or grant) the server
-    /// acknowledged for the current lease. The server keeps the lease at
-    /// least until this plus the granted TTL.
-    pub fn last_acknowledged(&self) -> Option<BootInstant> {
-        self.inner
-            .current()
-            .and_then(|s| s.epoch().last_acknowledged_send())
     }
 
     /// Whether the current lease is lost: its deadline passed, the server
@@ -336,6 +288,16 @@ impl EtcdClient {
         for s in self.inner.sessions() {
             s.orphan();
         }
+    }
+
+    /// The current session, if any.
+    pub(crate) fn current_session(&self) -> Option<Arc<Session>> {
+        self.inner.current()
+    }
+
+    /// A handle of the connection, unless closed.
+    pub(crate) fn etcd(&self) -> Result<etcd_client::Client> {
+        self.inner.etcd()
     }
 
     /// The current session, or a new one (on the runtime).
@@ -361,7 +323,7 @@ impl EtcdClient {
     {
         self.inner
             .rt
-            .call(what, self.inner.settings.rpc_timeout, fut)
+            .call(what, self.inner.config.settings.rpc_timeout, fut)
     }
 
     /// The runtime this client runs on.
@@ -369,18 +331,10 @@ impl EtcdClient {
         &self.inner.rt
     }
 
-    /// Close: revoke the client's leases — the current one and the pooled
-    /// ones — so every key of its locks goes at once, then stop the runtime
-    /// thread once pending background releases are done; `grace` bounds
-    /// the whole. Fires every loss signal.
-    /// Other clones stop working too. An orphaned lease is not revoked.
-    /// Dropping the last clone closes on a best-effort basis.
-    ///
-    /// # Errors
-    ///
-    /// When a revoke was not confirmed within `grace` (etcd then expires
-    /// the lease after its TTL).
-    pub fn close_within(&self, grace: Duration) -> Result<()> {
+    /// [`Client::close_within`](recipes_core::Client::close_within):
+    /// revoke the current and the pooled leases (not orphaned ones), so
+    /// every key goes at once, then stop the runtime.
+    pub(crate) fn close_within(&self, grace: Duration) -> Result<()> {
         let mut closed = Ok(());
         // One budget for every step.
         let until = recipes_core::deadline_in(grace);
@@ -422,23 +376,16 @@ impl EtcdClient {
             .shutdown(until.saturating_duration_since(Instant::now()));
         closed
     }
-
-    /// [`close_within`](EtcdClient::close_within) the default grace
-    /// ([`DEFAULT_SHUTDOWN_GRACE`](recipes_core::DEFAULT_SHUTDOWN_GRACE)).
-    ///
-    /// # Errors
-    ///
-    /// As for [`close_within`](EtcdClient::close_within).
-    pub fn close(self) -> Result<()> {
-        self.close_within(recipes_core::DEFAULT_SHUTDOWN_GRACE)
-    }
 }
 
 impl fmt::Debug for EtcdClient {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("EtcdClient")
-            .field("endpoints", &self.inner.settings.endpoints)
-            .field("lease", &self.lease_id().map(|l| format!("{l:x}")))
+            .field("endpoints", &self.inner.config.endpoints)
+            .field(
+                "lease",
+                &self.inner.current().map(|s| format!("{:x}", s.lease())),
+            )
             .field("session_ttl", &self.session_ttl())
             .finish()
     }

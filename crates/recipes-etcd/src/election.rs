@@ -1,98 +1,74 @@
-//! The etcd election: etcd's `concurrency` election layout, the same
-//! synced-watch wait as the mutex, and a fence from the write that confirms
-//! the win.
+//! The etcd election — and the latch and the selector, which campaign in
+//! it with their id as the value: etcd's `concurrency` election layout, the
+//! same synced-watch wait as the mutex, and a fence from the write that
+//! confirms the win.
 //!
 //! # Protocol
 //!
-//! An election named `/elections/x` has the key prefix `/elections/x/`; a
-//! candidate owns `/elections/x/<lease id in hex>` with its value, bound to
-//! its client's lease. The leader is the candidate key exactly one level
-//! below the prefix with the lowest `create_revision`. Go's
-//! `concurrency.Election` and `etcdctl elect` use the same layout and rule
-//! (except that they count nested keys too, which only makes them more
-//! careful), so they campaign against ours correctly.
+//! A candidate owns `<name>/<lease id in hex>` with its value, bound to its
+//! client's lease; the leader is the key exactly one level below `<name>/`
+//! with the lowest `create_revision`. Go's `concurrency.Election` and
+//! `etcdctl elect` use the same layout and rule (except that they count
+//! nested keys too, which only makes them wait longer), so they campaign
+//! against ours correctly.
 //!
-//! 1. One transaction: if our key does not exist, put it with our value and
-//!    lease; either way read it and the oldest keys under the prefix. A
-//!    synced watch on our own key starts alongside (see `watch.rs`).
-//! 2. While a candidate is ahead of ours, watch the one just ahead (synced),
-//!    read again, and wait for it to go — exactly as the mutex waits (the
-//!    same engine and driver, `contend.rs`).
-//! 3. Once a read finds none ahead of us, put our key again — same value,
-//!    same lease, guarded by `create_revision == ours`. That write's
-//!    revision (our key's `mod_revision` right after it) is the fencing
-//!    token: it comes after the previous leader's key was deleted, so after
-//!    every write of the previous term. Our key's `mod_revision` itself is
-//!    no fence: it moves with every proclaim and, across a hand-over, can be
-//!    lower than the previous leader's.
+//! A campaign enters and waits exactly as the mutex does (the same engine
+//! and driver, `contend.rs`). Once a read finds none ahead of us, our key
+//! is put again — same value, same lease, guarded by `create_revision ==
+//! ours` — and that write's revision is the fencing token: it comes after
+//! the previous leader's key was deleted, so after every write of the
+//! previous term. Our key's `mod_revision` itself is no fence: it moves
+//! with every proclaim and, across a hand-over, can be lower than the
+//! previous leader's.
 
-use std::fmt;
 use std::future::Future;
 use std::time::Duration;
 
-use etcd_client::{PutOptions, TxnOp};
-use recipes_core::{
-    ElectionBackend, Error, LeaderInfo, LeaderObserver, LeadershipLease, LossReason, LossTrigger,
-    Result, Runtime,
-};
+use recipes_core::{ElectionBackend, LeaderInfo, LeaderObserver, Result, Runtime};
 use tokio::time::Instant;
 
 use crate::client::EtcdClient;
 use crate::contend::{contend, Claim, Via};
-use crate::lock::EtcdLock;
+use crate::lock::{EtcdKey, EtcdLock};
 use crate::names::{key_prefix, validate_name};
-use crate::observe::{read_candidates, read_leader};
+use crate::observe::{read_candidates, read_leader, Watch};
 use crate::session::HandleQueue;
 
-/// A leader election shared with every process that campaigns on the same
-/// name through etcd's `concurrency` package (Go's `concurrency.Election`,
-/// `etcdctl elect`).
+/// An election in etcd's `concurrency` layout (keys `<name>/<lease id>`
+/// holding the candidates' values), shared with Go's
+/// `concurrency.Election` and `etcdctl elect <name>`; see
+/// [`recipes_core::Election`] for the API and what holds under pause and
+/// partition. Made by [`Client::election`](crate::Client::election).
 ///
-/// Made by [`EtcdClient::election`]. Campaign with
-/// [`campaign`](recipes_core::Election::campaign) (or the `try_` and timed
-/// variants, which return `Ok(None)` when the deadline passes and leave no
-/// key behind), read the leader with
-/// [`leader`](recipes_core::Election::leader), follow it with
-/// [`backend().observe()`](EtcdElection::observe). Threads campaigning
-/// through one handle take turns in the process (the second has no key in
-/// etcd while it waits); separate handles of one name — latches and
-/// selectors are handles of their own — campaign against each other in
-/// etcd, the later one on another lease from the client's pool (see
-/// [`EtcdClient`]), so two candidates are never one identity in etcd.
-///
-/// # Under pause and partition
-///
-/// Guaranteed (clocks within 500 ppm of the server's): a [`Leadership`]'s
-/// loss signal fires before etcd can expire the client's lease and let
-/// another candidate win; fencing tokens strictly increase across terms;
-/// proclaims and fenced writes are refused by etcd once our key is gone.
-/// Not guaranteed: that a leader stops in time — a process paused right
-/// after checking its signal runs on after another leader was elected; only
-/// the fence stops its writes. A partitioned leader loses leadership at its
-/// local deadline even if etcd still keeps the lease. Leaders elected by
-/// `etcdctl elect` or Go's `concurrency.Election` have no fence of ours.
-///
-/// Only keys exactly one level below the prefix are candidates: Go's
-/// package lets the elections `/a` and `/a/b` block each other (and its
-/// `Leader()` may name a key of `/a/b` as the leader of `/a`); ours does
-/// not. Mixing the two on nested names is still never unsafe — Go only
-/// waits longer.
+/// Threads campaigning through one handle take turns in the process;
+/// separate handles of one name — each latch and selector is a handle of
+/// its own — campaign against each other in etcd, the later one on another
+/// lease from the client's pool (see [`EtcdClient`]). Leaders elected by
+/// `etcdctl elect` or Go's package have no fence of ours. Go's package lets
+/// the elections `/a` and `/a/b` block each other (its `Leader()` may name
+/// a key of `/a/b` as the leader of `/a`); ours does not, and mixing the
+/// two is still never unsafe.
 pub type Election = recipes_core::Election<EtcdElection>;
 
-/// A won etcd election: its fence, loss signal, `proclaim`, and fenced
-/// writes through [`lease`](recipes_core::Leadership::lease). Dropping it
-/// resigns in the background.
-///
-/// Under pause and partition its loss signal fires before etcd can let
-/// another candidate win (see [`Election`]); it cannot stop a leader paused
-/// right after checking it — pass the token with every write.
-pub type Leadership = recipes_core::Leadership<EtcdLeadership>;
+/// A won etcd election; see [`recipes_core::Leadership`].
+pub type Leadership = recipes_core::Leadership<EtcdLock>;
 
-/// The etcd election backend; use it through [`Election`], which documents
-/// what holds under pause and partition. Its own addition is
-/// [`observe`](EtcdElection::observe), reached with
-/// [`Election::backend`](recipes_core::Election::backend).
-#[derive(Clone)]
+/// A leader latch on an etcd election (the id as the value); see
+/// [`recipes_core::LeaderLatch`] for the API and what holds under pause
+/// and partition. After a lost session its next term is on a new lease.
+/// Made by [`Client::leader_latch`](crate::Client::leader_latch).
+pub type LeaderLatch = recipes_core::LeaderLatch<EtcdElection>;
+
+/// Runs a closure while this participant leads an etcd election (the id as
+/// the value); see [`recipes_core::LeaderSelector`] for the API and what
+/// holds under pause and partition. Made by
+/// [`Client::leader_selector`](crate::Client::leader_selector).
+pub type LeaderSelector = recipes_core::LeaderSelector<EtcdElection>;
+
+/// The etcd election backend; use it through [`Election`],
+/// [`LeaderLatch`](crate::LeaderLatch) or
+/// [`LeaderSelector`](crate::LeaderSelector).
+#[derive(Debug, Clone)]
 pub struct EtcdElection {
     client: EtcdClient,
     name: String,
@@ -103,7 +79,7 @@ pub struct EtcdElection {
 
 impl EtcdElection {
     pub(crate) fn new(client: EtcdClient, name: &str) -> Result<EtcdElection> {
-        validate_election_name(name)?;
+        validate_name("election", name)?;
         Ok(EtcdElection {
             client,
             name: name.to_owned(),
@@ -111,50 +87,10 @@ impl EtcdElection {
             queue: HandleQueue::default(),
         })
     }
-
-    pub(crate) fn client(&self) -> &EtcdClient {
-        &self.client
-    }
-
-    /// The key prefix its candidates' keys live under (`<name>/`).
-    pub fn key_prefix(&self) -> &str {
-        &self.prefix
-    }
-
-    /// Campaign with `value` until elected or `deadline` (on the runtime):
-    /// the mutex's contention with a win confirmed by a write. The deadline
-    /// bounds the wait only, so a try of a free election wins; every way
-    /// out but a win deletes our key.
-    pub(crate) async fn campaign_until(
-        &self,
-        value: &[u8],
-        deadline: Option<Instant>,
-    ) -> Result<Option<EtcdLeadership>> {
-        let (via, claim) = (Via::Handle(&self.queue), Claim::Campaign(value));
-        let won = contend(&self.client, &self.name, &self.prefix, via, claim, deadline).await?;
-        Ok(won.map(|a| {
-            log::info!(
-                "[{} key={}] leadership gained (fence {})",
-                a.session.label(),
-                a.key,
-                a.fence
-            );
-            EtcdLock::held(self.client.clone(), a, "leadership")
-        }))
-    }
-}
-
-impl fmt::Debug for EtcdElection {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.debug_struct("EtcdElection")
-            .field("name", &self.name)
-            .field("client", &self.client)
-            .finish()
-    }
 }
 
 impl ElectionBackend for EtcdElection {
-    type Leadership = EtcdLeadership;
+    type Leadership = EtcdLock;
 
     fn name(&self) -> &str {
         &self.name
@@ -164,13 +100,28 @@ impl ElectionBackend for EtcdElection {
         self.client.runtime()
     }
 
+    /// The mutex's contention with a win confirmed by a write; every way
+    /// out but a win deletes our key.
     fn campaign_async(
         &self,
         value: Vec<u8>,
         deadline: Option<Instant>,
-    ) -> impl Future<Output = Result<Option<EtcdLeadership>>> + Send + 'static {
+    ) -> impl Future<Output = Result<Option<EtcdLock>>> + Send + 'static {
         let this = self.clone();
-        async move { this.campaign_until(&value, deadline).await }
+        async move {
+            let (via, claim) = (Via::Handle(&this.queue), Claim::Campaign(&value));
+            let (client, name, prefix) = (&this.client, &this.name, &this.prefix);
+            let won = contend(client, name, prefix, via, claim, deadline).await?;
+            Ok(won.map(|a| {
+                log::info!(
+                    "[{}] {} leads (fence {})",
+                    a.session.label(),
+                    a.key,
+                    a.fence
+                );
+                EtcdKey::held(this.client.clone(), a, "leadership")
+            }))
+        }
     }
 
     fn candidates(&self) -> Result<Vec<LeaderInfo>> {
@@ -179,7 +130,7 @@ impl ElectionBackend for EtcdElection {
             let session = client.live_session().await?;
             let candidates =
                 read_candidates(&session.etcd()?, session.rpc_timeout(), &prefix).await?;
-            Ok(candidates.into_iter().map(|c| c.info).collect())
+            Ok(candidates.into_iter().map(LeaderInfo::from).collect())
         })
     }
 
@@ -192,8 +143,11 @@ impl ElectionBackend for EtcdElection {
         self.client.lease_span() + 2 * self.client.rpc_timeout()
     }
 
+    /// A synced watch on the prefix, opened again (and the leader read
+    /// again) when its stream breaks.
     fn observe(&self) -> Result<LeaderObserver> {
-        EtcdElection::observe(self)
+        let watch = Watch::new(self.client.clone(), self.prefix.clone());
+        recipes_core::follow_leader(self.client.runtime(), self.client.rpc_timeout(), watch)
     }
 
     fn leader(&self) -> Result<Option<LeaderInfo>> {
@@ -201,106 +155,7 @@ impl ElectionBackend for EtcdElection {
         self.client.call("read the leader", async move {
             let session = client.live_session().await?;
             let leader = read_leader(&session.etcd()?, session.rpc_timeout(), &prefix).await?;
-            Ok(leader.map(|c| c.info))
+            Ok(leader.map(LeaderInfo::from))
         })
-    }
-}
-
-/// Election names follow the lock names' rules; the message says which.
-fn validate_election_name(name: &str) -> Result<()> {
-    validate_name(name).map_err(|e| match e {
-        Error::InvalidArgument(msg) => {
-            Error::InvalidArgument(msg.replacen("etcd lock name", "etcd election name", 1))
-        }
-        other => other,
-    })
-}
-
-/// A won etcd election: our candidate key — held, watched, fenced and
-/// released exactly like a mutex key — its fence (the revision of the
-/// win-confirming re-put) and fenced writes. The lease behind a
-/// [`Leadership`].
-///
-/// Its loss signal fires when the client's lease may be gone, when our key
-/// is deleted by anyone, at resignation, and when the client closes.
-/// Proclaims and fenced writes are applied by etcd only while the key we
-/// created still exists: a leader that lost — paused, partitioned, its key
-/// deleted — is refused, whatever its loss signal says.
-pub type EtcdLeadership = EtcdLock;
-
-impl LeadershipLease for EtcdLock {
-    fn trigger(&self) -> &LossTrigger {
-        &self.trigger
-    }
-
-    fn resign_async(self) -> impl Future<Output = ()> + Send {
-        self.released()
-    }
-
-    /// Put our key again with `value` (and our lease), guarded by
-    /// `create_revision == ours`, as Go's `Election.Proclaim`. Observers see
-    /// the new value; the fence does not change.
-    ///
-    /// # Errors
-    ///
-    /// [`Error::NotHeld`] when our key is gone (leadership is lost: the loss
-    /// signal fires too); [`Error::Indeterminate`] when no reply came.
-    fn proclaim(&self, value: &[u8]) -> Result<()> {
-        let put = TxnOp::put(
-            self.key(),
-            value.to_vec(),
-            Some(PutOptions::new().with_lease(self.lease_id())),
-        );
-        match self.txn(vec![put]) {
-            Ok(_) => Ok(()),
-            Err(Error::FenceRejected { .. }) => {
-                self.trigger.fire(LossReason::Deleted);
-                Err(Error::NotHeld {
-                    what: format!(
-                        "leadership of {}: our key (created at revision {}) is gone",
-                        self.key(),
-                        self.create_revision()
-                    ),
-                })
-            }
-            Err(e) => Err(e),
-        }
-    }
-}
-
-impl EtcdClient {
-    /// An election named `name` (etcd's `concurrency` layout: keys
-    /// `<name>/<lease id>` holding the candidates' values), shared with Go's
-    /// `concurrency.Election` and `etcdctl elect <name>`.
-    ///
-    /// # Errors
-    ///
-    /// [`Error::InvalidArgument`] for a name that is empty, does not start
-    /// with `/`, ends with `/`, has an empty component or a control
-    /// character.
-    ///
-    /// # Examples
-    ///
-    /// ```no_run
-    /// # fn main() -> Result<(), recipes_etcd::Error> {
-    /// use std::time::Duration;
-    /// let client = recipes_etcd::EtcdClient::connect(["127.0.0.1:2379"])?;
-    /// let election = client.election("/elections/scheduler")?;
-    /// let observer = election.backend().observe()?;
-    /// if let Some(leader) = election.try_campaign_for(b"host-a", Duration::from_secs(5))? {
-    ///     // Pass leader.token() with every write to the protected resource.
-    ///     leader.proclaim(b"host-a: ready")?;
-    ///     let seen = observer.recv_timeout(Duration::from_secs(5));
-    ///     println!("observed {seen:?}, fence {}", leader.token());
-    ///     leader.resign()?;
-    /// }
-    /// # Ok(())
-    /// # }
-    /// ```
-    pub fn election(&self, name: &str) -> Result<Election> {
-        Ok(Election::from_backend(EtcdElection::new(
-            self.clone(),
-            name,
-        )?))
     }
 }

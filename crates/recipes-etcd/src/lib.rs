@@ -3,19 +3,23 @@
 //! The etcd backend of the `recipes` coordination library: a blocking
 //! client whose lease keep-alives and watches run on its own runtime thread,
 //! and recipes with the key layouts of etcd's Go `concurrency` package, so
-//! `etcdctl lock` contends with them correctly.
+//! `etcdctl lock` and `etcdctl elect` contend with them correctly. The
+//! recipes' API and what they guarantee under pause and partition are
+//! core's ([`recipes_core`]); this crate documents its layout, its
+//! sessions and its interop.
 //!
 //! ```no_run
 //! # fn main() -> Result<(), recipes_etcd::Error> {
 //! use std::time::Duration;
+//! use recipes_etcd::Client;
 //! let client = recipes_etcd::EtcdClient::builder(["127.0.0.1:2379"])
 //!     .ttl(Duration::from_secs(10))
 //!     .connect()?;
-//! println!("lease TTL granted: {:?}", client.session_ttl());
+//! println!("lease TTL granted: {:?}", client.granted_ttl());
 //! let mutex = client.mutex("/locks/nightly-report")?;
 //! if let Some(guard) = mutex.try_lock_for(Duration::from_secs(5))? {
 //!     // Writes in etcd guarded by the lock itself:
-//!     guard.lease().put("/reports/nightly", "started")?;
+//!     guard.put("/reports/nightly", b"started")?;
 //!     // Writes elsewhere carry the fencing token:
 //!     println!("fence {}", guard.token());
 //!     guard.release()?;
@@ -28,44 +32,22 @@
 //! ## Sessions
 //!
 //! Each client holds one etcd lease (its *session*), granted at connect and
-//! kept alive every TTL/3 on the runtime thread, whether or not a caller is
-//! blocked. Every lock of the client is a key bound to that lease. Replies
-//! to keep-alives are matched to the send times of their requests, so the
-//! local deadline (`valid_until`) is the send time of the newest
-//! acknowledged keep-alive plus the granted TTL, less a margin for clock
-//! drift and scheduling.
-//!
-//! ## Under pause and partition
-//!
-//! Guaranteed, with clocks running within 500 ppm of the server's:
-//!
-//! - a guard's loss signal fires no later than the server can expire the
-//!   lease and give the lock to another contender — by the local deadline,
-//!   when a keep-alive reply says the lease is gone, or when the key is
-//!   deleted;
-//! - a lost lease is never reused: the next acquisition grants a new one;
-//! - fencing tokens of one lock strictly increase across holders, ours and
-//!   those of `etcdctl lock` / Go's `concurrency.Mutex` alike, as long as
-//!   the store is not restored from an older snapshot or wiped (revisions
-//!   then restart);
-//! - fenced writes in etcd ([`EtcdLock::put`] and friends) are refused once
-//!   our key is gone.
-//!
-//! Not guaranteed: that a holder stops in time. A process paused right after
-//! checking its signal resumes after another holder took over; only the
-//! fence stops its writes. During a partition the local deadline passes and
-//! the guard is lost even if the server still keeps the lease; a key whose
-//! deletion could not be confirmed stays until the lease ends.
+//! kept alive every TTL/3 on the runtime thread; every key of its recipes
+//! is bound to it (see [`EtcdClient`] for the pool of further leases).
+//! Keep-alive replies are matched to the send times of their requests, so
+//! the local deadline is the send time of the newest acknowledged
+//! keep-alive plus the granted TTL, less the drift margin. A lost lease is
+//! never reused; a key whose deletion could not be confirmed stays until
+//! its lease ends. Fences restart when the store is restored from an older
+//! snapshot or wiped (revisions restart).
 //!
 //! ## Implementation
 //!
-//! One tokio runtime with one named thread per client, behind
-//! [`recipes_core::Runtime`]; each blocking call hands a future to it and
-//! waits with a deadline. etcd-client's own timeout option is never set (it
-//! would also cut off watches); each request is timed on its own. The lease
-//! keep-alive stream and watch streams are re-opened when their member dies
-//! (etcd-client does not). etcd-client's lock and campaign RPCs are never
-//! used: without a lease they get a 60 s server lease nobody renews.
+//! etcd-client's own timeout option is never set (it would also cut off
+//! watches); each request is timed on its own. The keep-alive and watch
+//! streams are re-opened when their member dies (etcd-client does not).
+//! etcd-client's lock and campaign RPCs are never used: without a lease
+//! they get a 60 s server lease nobody renews.
 
 #![warn(missing_docs)]
 #![deny(missing_debug_implementations)]
@@ -75,14 +57,12 @@ mod client;
 mod contend;
 mod election;
 mod key;
-mod latch;
 mod lock;
 mod mutex;
 mod names;
 mod observe;
 mod permit;
 mod rpc;
-mod selector;
 mod semaphore;
 mod session;
 mod surface;
@@ -90,14 +70,12 @@ mod watch;
 
 pub use builder::EtcdClientBuilder;
 pub use client::EtcdClient;
-pub use election::{Election, EtcdElection, EtcdLeadership, Leadership};
+pub use election::{Election, EtcdElection, LeaderLatch, LeaderSelector, Leadership};
 /// The etcd client crate, for the transaction operations of
-/// [`EtcdLock::txn`].
+/// [`EtcdKey::txn`].
 pub use etcd_client;
-pub use latch::LeaderLatch;
-pub use lock::EtcdLock;
+pub use lock::{EtcdKey, EtcdLock};
 pub use mutex::{EtcdMutex, Mutex};
-pub use permit::EtcdPermit;
 pub use recipes_core;
 /// What users of this crate touch from `recipes-core`, so that one
 /// dependency line is enough; the whole core crate is [`recipes_core`].
@@ -106,7 +84,6 @@ pub use recipes_core::{
     LeaderInfo, LeaderObserver, LossReason, LossSignal, Participant, Result,
     DEFAULT_CONNECT_TIMEOUT, DEFAULT_RPC_TIMEOUT, DEFAULT_TTL, MAX_DURATION, MIN_TTL,
 };
-pub use selector::LeaderSelector;
 pub use semaphore::{EtcdSemaphore, Semaphore, SemaphorePermit};
 
 /// A held [`Mutex`]: its token, loss signal, and fenced writes through

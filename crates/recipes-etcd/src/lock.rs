@@ -1,14 +1,17 @@
-//! `EtcdLock`: a held etcd mutex key, its loss watch and its fenced writes.
+//! [`EtcdLock`]: a held etcd key as core's
+//! [`HeldEntry`](recipes_core::HeldEntry) — its loss watch, its deletion,
+//! and writes fenced by `create_revision(our key) == ours`.
 
 use std::fmt;
+use std::future::Future;
 use std::sync::Arc;
+use std::time::Duration;
 
-use etcd_client::{Compare, CompareOp, Txn, TxnOp, TxnResponse};
+use etcd_client::{Compare, CompareOp, PutOptions, Txn, TxnOp, TxnResponse};
 use recipes_core::{
-    Backoff, Error, FencedLease, FencingToken, HeldLease, LossReason, LossSignal, LossTrigger,
-    Result,
+    Backoff, Error, FencedWrite, FencingToken, HeldEntry, LossReason, LossTrigger, Result, Runtime,
+    StoreEntry,
 };
-use tokio::sync::oneshot;
 
 use crate::client::EtcdClient;
 use crate::key::{delete_key, delete_until_done, Acquired};
@@ -17,44 +20,38 @@ use crate::session::{Session, Turns};
 use crate::watch::{Gone, WatchSet};
 
 /// This process's turns at a lock name (the session's and the handle's),
-/// shared by a held lock and its key watch: whoever learns first that the
-/// key is gone gives them back.
+/// shared by a held key and its watch: whoever learns first that the key
+/// is gone gives them back.
 type Turn = Arc<parking_lot::Mutex<Option<Turns>>>;
 
-/// A held etcd mutex key: the lease behind a [`MutexGuard`](crate::MutexGuard).
-///
-/// Its loss signal fires when the client's lease may be gone (the local
-/// deadline passed without an acknowledged keep-alive, or a reply said it is
-/// gone), when the key is deleted by anyone, at release, and when the client
-/// closes. Fenced writes ([`put`](EtcdLock::put), [`delete`](EtcdLock::delete),
-/// [`txn`](EtcdLock::txn)) are applied by etcd only while the key we created
-/// still exists: a holder that lost the lock — paused, partitioned, its key
-/// deleted — gets [`Error::FenceRejected`], whatever its loss signal says.
-pub struct EtcdLock {
+/// A held etcd key: the lease behind a [`MutexGuard`](crate::MutexGuard), a
+/// [`SemaphorePermit`](crate::SemaphorePermit) and a
+/// [`Leadership`](crate::Leadership). Its fenced writes are transactions
+/// guarded by `create_revision(our key) == ours`; a proclaim puts our key
+/// again with the new value and our lease.
+pub type EtcdLock = HeldEntry<EtcdKey>;
+
+/// The etcd side of an [`EtcdLock`]: our key `<name>/<lease id in hex>` (a
+/// permit's `<name>/leases/<lease id in hex>-<n>`) and its lease.
+#[derive(Clone)]
+pub struct EtcdKey {
     client: EtcdClient,
     session: Arc<Session>,
     key: String,
-    // What the key is, for messages: "lock" or "permit".
+    // What the key is, for messages: "lock", "permit" or "leadership".
     kind: &'static str,
     create_revision: i64,
-    token: FencingToken,
-    pub(crate) trigger: LossTrigger,
-    signal: LossSignal,
-    // This process's turns at the name (the session's and the handle's);
-    // given back once the key is gone (released, or deleted by someone: the
-    // watch gives them back then).
+    // Given back once the key is gone (released, or deleted by someone:
+    // the watch gives them back then).
     turn: Turn,
-    // Dropping it stops the key watch.
-    _stop_watch: oneshot::Sender<()>,
 }
 
-impl EtcdLock {
-    /// Hold the key `a` won; `kind` names it in messages.
+impl EtcdKey {
+    /// Hold the key `a` won and watch it (its deletion is loss); `kind`
+    /// names it in messages.
     pub(crate) fn held(client: EtcdClient, a: Acquired, kind: &'static str) -> EtcdLock {
         let trigger = a.session.epoch().trigger().child();
-        let signal = trigger.signal();
         let turn: Turn = Arc::new(parking_lot::Mutex::new(Some(a.turns)));
-        let (stop_watch, stopped) = oneshot::channel();
         client.runtime().handle().spawn(watch_own_key(
             a.session.clone(),
             a.key.clone(),
@@ -62,37 +59,17 @@ impl EtcdLock {
             a.watches,
             trigger.clone(),
             turn.clone(),
-            stopped,
         ));
-        log::debug!(
-            "[{}] holds {} (created at {}, fence {})",
-            a.session.label(),
-            a.key,
-            a.create_revision,
-            a.fence
-        );
-        EtcdLock {
+        let token = FencingToken(a.fence.unsigned_abs());
+        let key = EtcdKey {
             client,
             session: a.session,
             key: a.key,
             kind,
             create_revision: a.create_revision,
-            token: FencingToken(a.fence.unsigned_abs()),
-            trigger,
-            signal,
             turn,
-            _stop_watch: stop_watch,
-        }
-    }
-
-    /// Our key, `<name>/<lease id in hex>`.
-    pub fn key(&self) -> &str {
-        &self.key
-    }
-
-    /// The id of the lease our key is bound to.
-    pub fn lease_id(&self) -> i64 {
-        self.session.lease()
+        };
+        HeldEntry::new(key, trigger, token)
     }
 
     /// The `create_revision` of our key: the compare target of fenced
@@ -103,87 +80,105 @@ impl EtcdLock {
         self.create_revision
     }
 
-    /// Put `key` = `value`, only while this lock is held: one transaction
-    /// guarded by `create_revision(our key) == ours`. Returns the revision
-    /// of the write.
+    /// Run `ops` in one transaction, only while our key exists. Unlike
+    /// [`FencedWrites`](recipes_core::FencedWrites), the keys of `ops` are
+    /// not checked: keep them out of the recipe's own keys.
     ///
     /// # Errors
     ///
     /// [`Error::FenceRejected`] when our key is gone (the lock was lost);
     /// [`Error::Indeterminate`] when no reply came (the write may have been
     /// applied); other backend errors.
-    pub fn put(&self, key: impl Into<Vec<u8>>, value: impl Into<Vec<u8>>) -> Result<i64> {
-        let key = self.outside_our_layout(key.into())?;
-        let op = TxnOp::put(key, value.into(), None);
-        let resp = self.fenced("fenced put", vec![op])?;
-        Ok(resp.header().map(|h| h.revision()).unwrap_or_default())
-    }
-
-    /// Delete `key`, only while this lock is held. Returns the revision of
-    /// the write.
-    ///
-    /// # Errors
-    ///
-    /// As for [`put`](EtcdLock::put).
-    pub fn delete(&self, key: impl Into<Vec<u8>>) -> Result<i64> {
-        let key = self.outside_our_layout(key.into())?;
-        let op = TxnOp::delete(key, None);
-        let resp = self.fenced("fenced delete", vec![op])?;
-        Ok(resp.header().map(|h| h.revision()).unwrap_or_default())
-    }
-
-    /// Run `ops` in one transaction, only while this lock is held. Unlike
-    /// [`put`](EtcdLock::put) and [`delete`](EtcdLock::delete), the keys of
-    /// `ops` are not checked: keep them out of the recipe's own keys.
-    ///
-    /// # Errors
-    ///
-    /// As for [`put`](EtcdLock::put).
     pub fn txn(&self, ops: Vec<TxnOp>) -> Result<TxnResponse> {
-        self.fenced("fenced transaction", ops)
+        let what = "fenced transaction";
+        self.client.call(what, self.clone().fenced(what, ops))
     }
 
-    /// `key`, unless it lies inside the recipe's own keys: a put there
+    async fn fenced(self, what: &'static str, ops: Vec<TxnOp>) -> Result<TxnResponse> {
+        let (key, rev) = (self.key.as_str(), self.create_revision);
+        let mut etcd = self.session.etcd()?;
+        let txn = Txn::new()
+            .when([Compare::create_revision(key, CompareOp::Equal, rev)])
+            .and_then(ops);
+        let resp = rpc(what, self.session.rpc_timeout(), etcd.txn(txn))
+            .await
+            .map_err(Error::unconfirmed)?;
+        if !resp.succeeded() {
+            return Err(Error::FenceRejected {
+                what: format!(
+                    "{what}: our {} key {key} (created at revision {rev}) is gone",
+                    self.kind
+                ),
+            });
+        }
+        Ok(resp)
+    }
+}
+
+impl StoreEntry for EtcdKey {
+    fn runtime(&self) -> &Runtime {
+        self.client.runtime()
+    }
+
+    fn rpc_timeout(&self) -> Duration {
+        self.client.rpc_timeout()
+    }
+
+    fn holder(&self) -> &str {
+        &self.key
+    }
+
+    fn session_id(&self) -> i64 {
+        self.session.lease()
+    }
+
+    fn label(&self) -> &str {
+        self.session.label()
+    }
+
+    /// The keys below our key's parent; for a permit
+    /// (`<name>/leases/<lease>-<n>`) everything below `<name>/`, where the
+    /// semaphore's config, internal mutex and permits live. A put there
     /// would strip our key of its lease, or forge a contender or a size.
-    fn outside_our_layout(&self, key: Vec<u8>) -> Result<Vec<u8>> {
+    fn inside_layout(&self, key: &str) -> Option<&str> {
         let parent = &self.key[..self.key.rfind('/').map_or(0, |i| i + 1)];
         let layout = match self.kind {
-            // `<name>/leases/<lease>-<n>`: the semaphore's config, internal
-            // mutex and permits all live under `<name>/`.
             "permit" => parent.strip_suffix("leases/").unwrap_or(parent),
             _ => parent,
         };
-        if key.starts_with(layout.as_bytes()) {
-            let shown = String::from_utf8_lossy(&key[..key.len().min(80)]).into_owned();
-            return Err(Error::invalid(format!(
-                "a fenced write to {shown:?} would land among the {}'s own keys ({layout}…), \
-                 which would break it; write to a key outside {layout}",
-                self.kind
-            )));
-        }
-        Ok(key)
+        key.starts_with(layout).then_some(layout)
     }
 
-    fn fenced(&self, what: &'static str, ops: Vec<TxnOp>) -> Result<TxnResponse> {
-        let (session, key, rev) = (self.session.clone(), self.key.clone(), self.create_revision);
-        let kind = self.kind;
-        self.client.call(what, async move {
-            let mut etcd = session.etcd()?;
-            let txn = Txn::new()
-                .when([Compare::create_revision(key.clone(), CompareOp::Equal, rev)])
-                .and_then(ops);
-            let resp = rpc(what, session.rpc_timeout(), etcd.txn(txn))
-                .await
-                .map_err(Error::unconfirmed)?;
-            if !resp.succeeded() {
-                return Err(Error::FenceRejected {
-                    what: format!(
-                        "{what}: our {kind} key {key} (created at revision {rev}) is gone"
-                    ),
-                });
+    async fn delete(self) -> Result<()> {
+        delete_key(&self.session, &self.key, Some(self.create_revision)).await
+    }
+
+    /// Deletes our key (retrying until done or the session is lost), then
+    /// gives this process's turns at the name back.
+    fn delete_until_done(self) -> impl Future<Output = ()> + Send + 'static {
+        let turns = self.turn.lock().take().unwrap_or_default();
+        delete_until_done(self.session, self.key, Some(self.create_revision), turns)
+    }
+
+    fn released(&self) {
+        drop(self.turn.lock().take());
+    }
+
+    fn write(
+        self,
+        what: &'static str,
+        write: FencedWrite,
+    ) -> impl Future<Output = Result<()>> + Send + 'static {
+        let op = match write {
+            FencedWrite::Put { key, value } => TxnOp::put(key, value, None),
+            FencedWrite::Delete { key } => TxnOp::delete(key, None),
+            // Our key again, with our lease, as Go's `Election.Proclaim`.
+            FencedWrite::Proclaim { value } => {
+                let lease = PutOptions::new().with_lease(self.session.lease());
+                TxnOp::put(self.key.as_str(), value, Some(lease))
             }
-            Ok(resp)
-        })
+        };
+        async move { self.fenced(what, vec![op]).await.map(drop) }
     }
 }
 
@@ -198,7 +193,6 @@ async fn watch_own_key(
     watches: Option<WatchSet>,
     trigger: LossTrigger,
     turn: Turn,
-    stop: oneshot::Receiver<()>,
 ) {
     let gone = |why: &str| {
         if trigger.fire(LossReason::Deleted) {
@@ -249,9 +243,11 @@ async fn watch_own_key(
             }
         }
     };
+    // Released, or the session lost: the watch has nothing left to say.
+    let ended = trigger.signal();
     tokio::select! {
-        _ = stop => {}
-        _ = watching => {}
+        _ = ended.fired() => {}
+        () = watching => {}
     }
 }
 
@@ -276,70 +272,11 @@ async fn watch_and_read(
     Ok(ours.then_some(watch))
 }
 
-impl EtcdLock {
-    /// Release on the runtime: fire the signal, delete our key (retrying
-    /// until done or the session is lost), then give this process's turns
-    /// at the name back.
-    pub(crate) fn released(self) -> impl std::future::Future<Output = ()> + Send + 'static {
-        self.trigger.fire(LossReason::Released);
-        let turns = self.turn.lock().take().unwrap_or_default();
-        delete_until_done(self.session, self.key, Some(self.create_revision), turns)
-    }
-}
-
-impl HeldLease for EtcdLock {
-    fn loss_signal(&self) -> &LossSignal {
-        &self.signal
-    }
-
-    fn holder(&self) -> &str {
-        &self.key
-    }
-
-    fn release(self) -> Result<()> {
-        self.trigger.fire(LossReason::Released);
-        let (session, key, rev) = (self.session.clone(), self.key.clone(), self.create_revision);
-        let released = self.client.call("release", async move {
-            delete_key(&session, &key, Some(rev)).await
-        });
-        match released {
-            Ok(()) => {
-                drop(self.turn.lock().take());
-                Ok(())
-            }
-            Err(e) => {
-                // Keep trying in the background; the lease bounds it.
-                self.release_in_background();
-                Err(e)
-            }
-        }
-    }
-
-    fn release_in_background(self) {
-        let (client, label, key) = (
-            self.client.clone(),
-            self.session.label().to_owned(),
-            self.key.clone(),
-        );
-        if !client.runtime().spawn(self.released()) {
-            log::warn!("[{label}] client closed: {key} stays until the lease ends");
-        }
-    }
-}
-
-impl FencedLease for EtcdLock {
-    fn token(&self) -> FencingToken {
-        self.token
-    }
-}
-
-impl fmt::Debug for EtcdLock {
+impl fmt::Debug for EtcdKey {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.debug_struct("EtcdLock")
+        f.debug_struct("EtcdKey")
             .field("key", &self.key)
             .field("create_revision", &self.create_revision)
-            .field("token", &self.token)
-            .field("lost", &self.signal.reason())
             .finish()
     }
 }

@@ -22,10 +22,11 @@ impl fmt::Debug for Key {
     }
 }
 
-/// Check a lock's name, saying what to change when it is unusable.
-pub(crate) fn validate_name(name: &str) -> Result<()> {
+/// Check the name of a lock, election or semaphore (`what`), saying what
+/// to change when it is unusable.
+pub(crate) fn validate_name(what: &str, name: &str) -> Result<()> {
     let shown = recipes_core::quote(name);
-    let bad = |why: &str| Err(Error::invalid(format!("etcd lock name {shown} {why}")));
+    let bad = |why: &str| Err(Error::invalid(format!("etcd {what} name {shown} {why}")));
     if name.len() > MAX_NAME_BYTES {
         return bad(&format!(
             "is {} bytes long; etcd refuses requests over 1.5 MiB, and a name is sent \
@@ -50,7 +51,7 @@ pub(crate) fn validate_name(name: &str) -> Result<()> {
     }
     if let Some(c) = name.chars().find(|c| c.is_control()) {
         return Err(Error::invalid(format!(
-            "etcd lock name {shown} contains the control character U+{:04X}; \
+            "etcd {what} name {shown} contains the control character U+{:04X}; \
              use printable characters",
             c as u32
         )));
@@ -95,7 +96,7 @@ mod tests {
     #[test]
     fn names_are_validated_with_a_hint() {
         for good in ["/a", "/locks/x", "/locks/x-y_z.1", "/ünïcode/ok"] {
-            validate_name(good).unwrap();
+            validate_name("lock", good).unwrap();
         }
         for (bad, hint) in [
             ("", "is empty"),
@@ -106,7 +107,7 @@ mod tests {
             ("/a\nb", "control character"),
             ("/a\u{0}b", "control character"),
         ] {
-            match validate_name(bad) {
+            match validate_name("lock", bad) {
                 Err(Error::InvalidArgument(msg)) => assert!(msg.contains(hint), "{bad:?}: {msg}"),
                 other => panic!("{bad:?}: expected InvalidArgument, got {other:?}"),
             }

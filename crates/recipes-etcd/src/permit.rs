@@ -1,6 +1,6 @@
 //! A semaphore's permit keys `<name>/leases/<lease hex>-<n>`: the contend
 //! driver that creates one and waits among them (the first N in create
-//! order hold), and [`EtcdPermit`], a held one.
+//! order hold). A held one is an [`EtcdLock`](crate::EtcdLock).
 //!
 //! - **enter**: one transaction — if our key does not exist and
 //!   `<name>/config` still holds our N, put the key with our lease and read
@@ -26,7 +26,6 @@ use recipes_core::{LossSignal, Result};
 use tokio::time::Instant;
 
 use crate::key::{Acquired, Ticket};
-use crate::lock::EtcdLock;
 use crate::names::{is_contender, Key};
 use crate::rpc::{header_revision, read_at, retrying, retrying_txn, unexpected};
 use crate::semaphore::EtcdSemaphore;
@@ -237,7 +236,7 @@ impl ContendDriver for PermitContender<'_> {
             None => {
                 log::debug!("[{}] {} waits for a permit", session.label(), entry.key);
                 let prefix = &self.semaphore.lease_prefix;
-                PrefixWatch::deletions(&entry.etcd, prefix, session.rpc_timeout())
+                PrefixWatch::open(&entry.etcd, prefix, true, session.rpc_timeout())
                     .await
                     .map(|w| entry.waiting = Some(w))
             }
@@ -270,10 +269,3 @@ impl ContendDriver for PermitContender<'_> {
         Acquired::new(ticket, entry.create_revision, admitted, entry.own)
     }
 }
-
-/// A held permit of a [`Semaphore`](crate::Semaphore): its key — held,
-/// watched, fenced and released exactly like a mutex key; only its fencing
-/// token (never exposed by the permit guard) means nothing, since permits
-/// have no order. Writes through it are guarded by
-/// `create_revision(permit key) == ours`.
-pub type EtcdPermit = EtcdLock;

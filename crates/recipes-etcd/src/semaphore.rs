@@ -9,41 +9,17 @@
 //!
 //! - `/sems/x/config`: N, the number of permits, in decimal. Created by the
 //!   first client with a put-if-absent transaction, without a lease: it
-//!   outlives every client, so every later client is checked against it. A
-//!   client that asks for another N gets [`Error::InvalidArgument`].
+//!   outlives every client, so every later client is checked against it.
 //! - `/sems/x/locks/<lease id in hex>`: the internal mutex, in the etcd
-//!   mutex layout (`mutex.rs`; `etcdctl lock /sems/x/locks` contends with
-//!   it). Whoever holds it is the one waiter allowed to wait for a permit.
+//!   mutex layout (`etcdctl lock /sems/x/locks` contends with it).
 //! - `/sems/x/leases/<lease id in hex>-<n>`: one key per permit (and one for
 //!   the waiter), bound to the client's lease. `<n>` is a process-wide
-//!   counter, so one client (one lease) can hold several permits of one
-//!   semaphore, each with its own key, loss signal and fenced writes.
+//!   counter, so one client (one lease) can hold several permits.
 //!
 //! Only keys exactly one level below `/sems/x/leases/` count as permits.
-//!
-//! # Protocol
-//!
-//! Core's [`admit`](recipes_core::engine::admit) composes it from two
-//! drivers of the contend engine:
-//!
-//! 1. Hold the internal mutex (`contend.rs`, on the client's own lease),
-//!    waiting for it with the acquisition's deadline.
-//! 2. Contend among the permit keys (`permit.rs`): one transaction creates
-//!    our key if the config still holds our N and lists every permit key in
-//!    create order; ours holds when fewer than N are older. Otherwise a
-//!    synced watch on the permit prefix wakes us at any deletion, and we
-//!    list again. Our own key's deletion, or a lost session, starts over
-//!    with a new key.
-//! 3. Admitted (or timed out, or failed): release the internal mutex.
-//!
-//! At most N permits are held at any time even if the internal mutex is
-//! broken (its key deleted by hand): every holder had fewer than N keys
-//! older than its own at its admitting read, and keys are never
-//! re-created; every other current holder is older than the newest one and
-//! was seen by its admitting read, so they number fewer than N. The mutex
-//! keeps to one the waiters that wake at every release.
-//!
-//! What holds under pause and partition: see [`Semaphore`].
+//! Core's [`admit`](recipes_core::engine::admit) composes the protocol from
+//! two drivers of the contend engine: the internal mutex (`contend.rs`, on
+//! the client's own lease) and the permit keys (`permit.rs`).
 
 use std::time::Instant as StdInstant;
 
@@ -55,43 +31,24 @@ use tokio::time::Instant;
 use crate::client::EtcdClient;
 use crate::contend::{Claim, KeyContender, Via};
 use crate::key::Acquired;
-use crate::lock::EtcdLock;
+use crate::lock::{EtcdKey, EtcdLock};
 use crate::names::validate_name;
-use crate::permit::{EtcdPermit, PermitContender};
+use crate::permit::PermitContender;
 use crate::rpc::{read_at, retrying_txn, unexpected};
 use crate::session::Session;
 
-/// A counting semaphore in etcd: at most [`permits`](Semaphore::permits)
-/// holders at once, across every process that uses the same name.
+/// A counting semaphore in etcd (the layout above); see
+/// [`recipes_core::Semaphore`] for the API and what holds under pause and
+/// partition. Made by [`Client::semaphore`](crate::Client::semaphore).
 ///
-/// Made by [`EtcdClient::semaphore`]. Acquisitions through one client wait
-/// for each other at the internal mutex in the client before they wait in
-/// etcd; one client can hold several permits. `try_acquire` may find no
-/// permit while another client is being admitted (it holds the internal
-/// mutex for one round trip).
-///
-/// # Under pause and partition
-///
-/// Guaranteed (clocks within 500 ppm of the server's): a permit's loss
-/// signal fires before etcd can expire the client's lease and admit another
-/// holder in its place; a permit's fenced writes
-/// ([`EtcdPermit::put`] and friends) are refused once its key is gone; a
-/// timed-out, failed or abandoned acquisition leaves no key (deleted at
-/// once, or by the lease's end when etcd cannot be reached). Not
-/// guaranteed: that a holder stops in time — a holder paused right after
-/// checking its signal runs on after etcd gave its permit away, so N + 1
-/// workers can overlap; only fenced writes stop it. A partitioned holder
-/// loses its permits at its local deadline even if etcd still keeps the
-/// lease. Permits carry no fencing token: they have no order.
+/// Acquisitions through one client wait for each other at the internal
+/// mutex in the client before they wait in etcd; one client can hold
+/// several permits. `try_acquire` may find no permit while another client
+/// is being admitted (it holds the internal mutex for one round trip).
 pub type Semaphore = recipes_core::Semaphore<EtcdSemaphore>;
 
-/// A held permit of a [`Semaphore`]: its loss signal, and writes fenced by
-/// its own key through [`lease`](recipes_core::SemaphorePermit::lease).
-///
-/// Under pause and partition its loss signal fires before etcd can give
-/// the permit away (see [`Semaphore`]); a holder paused right after
-/// checking it is stopped only by the fenced writes.
-pub type SemaphorePermit = recipes_core::SemaphorePermit<EtcdPermit>;
+/// A held permit of a [`Semaphore`]; see [`recipes_core::SemaphorePermit`].
+pub type SemaphorePermit = recipes_core::SemaphorePermit<EtcdLock>;
 
 /// The etcd semaphore backend; use it through [`Semaphore`], which
 /// documents what holds under pause and partition.
@@ -107,8 +64,8 @@ pub struct EtcdSemaphore {
 }
 
 impl EtcdSemaphore {
-    fn new(client: EtcdClient, name: &str, permits: u32) -> Result<EtcdSemaphore> {
-        validate_name(name)?;
+    pub(crate) fn new(client: EtcdClient, name: &str, permits: u32) -> Result<EtcdSemaphore> {
+        validate_name("semaphore", name)?;
         if permits == 0 {
             return Err(Error::invalid(format!(
                 "the etcd semaphore {name} needs at least one permit; ask for 1 or more"
@@ -129,16 +86,6 @@ impl EtcdSemaphore {
     /// The key that stores the number of permits (`<name>/config`).
     pub fn config_key(&self) -> &str {
         &self.config_key
-    }
-
-    /// The key prefix of the internal mutex (`<name>/locks/`).
-    pub fn lock_prefix(&self) -> &str {
-        &self.lock_prefix
-    }
-
-    /// The key prefix of the permit keys (`<name>/leases/`).
-    pub fn lease_prefix(&self) -> &str {
-        &self.lease_prefix
     }
 
     /// The stored size is ours, or an [`Error::InvalidArgument`] that says
@@ -189,7 +136,7 @@ impl EtcdSemaphore {
 }
 
 impl SemaphoreBackend for EtcdSemaphore {
-    type Permit = EtcdPermit;
+    type Permit = EtcdLock;
 
     fn name(&self) -> &str {
         &self.name
@@ -199,7 +146,7 @@ impl SemaphoreBackend for EtcdSemaphore {
         self.permits
     }
 
-    fn acquire(&self, deadline: Option<StdInstant>) -> Result<Option<EtcdPermit>> {
+    fn acquire(&self, deadline: Option<StdInstant>) -> Result<Option<EtcdLock>> {
         let this = self.clone();
         self.client
             .runtime()
@@ -215,7 +162,7 @@ impl SemaphoreBackend for EtcdSemaphore {
                     permits: PermitContender { semaphore: &this },
                 };
                 let won = engine::admit(&admission, deadline.map(Instant::from_std)).await?;
-                Ok(won.map(|a| EtcdLock::held(this.client.clone(), a, "permit")))
+                Ok(won.map(|a| EtcdKey::held(this.client.clone(), a, "permit")))
             })
     }
 }
@@ -253,49 +200,5 @@ impl<'a> SemaphoreDriver for Admission<'a> {
 
     fn unlock_in_background(&self, held: Acquired) {
         recipes_core::engine::ContendDriver::spawn(&self.lock, held.delete());
-    }
-}
-
-impl EtcdClient {
-    /// A semaphore with `permits` permits named `name` (keys under
-    /// `<name>/`; see [`Semaphore`] and `docs/etcd-semaphore.md` for the
-    /// layout). The size is stored in `<name>/config` by the first client
-    /// and checked here: every client must ask for the same.
-    ///
-    /// Do not use one name for a semaphore and a mutex: the mutex would
-    /// count `<name>/config` as a contender.
-    ///
-    /// # Errors
-    ///
-    /// [`Error::InvalidArgument`] for zero permits, for a name that is
-    /// empty, does not start with `/`, ends with `/`, has an empty
-    /// component or a control character, and when `<name>/config` stores
-    /// another size (the message says which; nothing is written then).
-    /// Connection errors from the one request that stores or reads the
-    /// size.
-    ///
-    /// # Examples
-    ///
-    /// ```no_run
-    /// # fn main() -> Result<(), recipes_etcd::Error> {
-    /// use std::time::Duration;
-    /// let client = recipes_etcd::EtcdClient::connect(["127.0.0.1:2379"])?;
-    /// let downloads = client.semaphore("/limits/downloads", 4)?;
-    /// if let Some(permit) = downloads.try_acquire_for(Duration::from_secs(5))? {
-    ///     // Writes in etcd fenced by this permit's own key:
-    ///     permit.lease().put("/downloads/running/job-7", "started")?;
-    ///     permit.release()?;
-    /// }
-    /// # Ok(())
-    /// # }
-    /// ```
-    pub fn semaphore(&self, name: &str, permits: u32) -> Result<Semaphore> {
-        let backend = EtcdSemaphore::new(self.clone(), name, permits)?;
-        let this = backend.clone();
-        self.call("check the semaphore size", async move {
-            let session = this.client.live_session().await?;
-            this.ensure_size(&session).await
-        })?;
-        Ok(Semaphore::from_backend(backend))
     }
 }

@@ -15,32 +15,14 @@
 //!
 //! # One key per lease and name
 //!
-//! Every key of a lock or election name is `<prefix>/<lease id>`, so two
-//! acquisitions of one name on one lease would own the same key, and two
-//! holders of one key are one identity in etcd (etcd#11360). Each session
-//! therefore hands out one *turn* per lock name at a time
-//! (`Session::try_turn`, `Session::queue_turn`); an acquisition holds
-//! its turn until its key is gone.
-//!
-//! The client keeps one primary session that serves every lock (one
-//! keep-alive stream; an uncontended acquire costs one transaction and a
-//! release one delete). When an acquisition of a name starts while the
-//! primary session's turn at that name is taken — another handle of the
-//! same name in this process is acquiring or holds it — the client takes
-//! another session from its pool: a pooled live session whose turn at the
-//! name is free, or else a newly granted lease (its own keep-alive stream
-//! and deadline), added to the pool. The two acquisitions then contend in
-//! etcd like separate processes. Pooled sessions stay (the pool grows no
-//! larger than the peak number of concurrent acquisitions of one name, less
-//! one) until they are lost or the client closes, which revokes them. A
-//! lost session is never reused, pooled or not.
-//!
-//! Threads that share one handle (`HandleQueue`) take turns in the
-//! process instead, before they touch etcd: the second waits, holding no
-//! key, until the first one's guard is gone. A semaphore's internal mutex
-//! keeps to the primary session and waits for its turn there
-//! (`Session::queue_turn`): every permit has a key of its own
-//! (`<lease id>-<n>`), so one lease serves any number of them.
+//! Two acquisitions of one name on one lease would own the same key, so
+//! each session hands out one *turn* per name at a time
+//! (`Session::try_turn`, `Session::queue_turn`), held until the key is
+//! gone; the client's pool and the handles' queues (`HandleQueue`) are
+//! described at [`EtcdClient`](crate::EtcdClient). A semaphore's internal
+//! mutex keeps to the primary session and waits for its turn there: every
+//! permit has a key of its own (`<lease id>-<n>`), so one lease serves any
+//! number of them.
 
 use std::collections::HashMap;
 use std::fmt;

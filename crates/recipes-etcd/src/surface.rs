@@ -1,46 +1,81 @@
 //! [`EtcdClient`] as the one client surface of `recipes-core`
-//! ([`recipes_core::Client`]), and fenced writes with the same signature
-//! as every backend's ([`FencedWrites`]).
+//! ([`recipes_core::Client`]): recipes by name in etcd's `concurrency`
+//! layout, contenders in create order, linearizable reads.
 
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
-use etcd_client::{GetOptions, SortOrder, SortTarget};
-use recipes_core::{BootInstant, Client, Contender, FencedWrites, Result};
+use recipes_core::{BootInstant, Client, Contender, Result};
 
 use crate::client::EtcdClient;
-use crate::election::{Election, EtcdElection};
-use crate::latch::LeaderLatch;
-use crate::lock::EtcdLock;
+use crate::election::{Election, EtcdElection, LeaderLatch, LeaderSelector};
 use crate::mutex::{EtcdMutex, Mutex};
-use crate::names::{is_contender, key_prefix, validate_name};
-use crate::rpc::retrying;
-use crate::selector::LeaderSelector;
+use crate::names::{key_prefix, validate_name};
+use crate::observe::read_candidates;
+use crate::rpc::{from_etcd, retrying};
 use crate::semaphore::{EtcdSemaphore, Semaphore};
 
-macro_rules! fenced_by_key {
-    ($lease:ty) => {
-        impl FencedWrites for $lease {
-            fn put(&self, key: &str, value: &[u8]) -> Result<()> {
-                <$lease>::put(self, key, value).map(drop)
-            }
+impl Client for EtcdClient {
+    type Mutex = EtcdMutex;
+    type Semaphore = EtcdSemaphore;
+    type Election = EtcdElection;
 
-            fn delete(&self, key: &str) -> Result<()> {
-                <$lease>::delete(self, key).map(drop)
-            }
-        }
-    };
-}
+    fn store(&self) -> &'static str {
+        "etcd"
+    }
 
-fenced_by_key!(EtcdLock);
+    fn mutex(&self, name: &str) -> Result<Mutex> {
+        Ok(Mutex::from_backend(EtcdMutex::new(self.clone(), name)?))
+    }
 
-impl EtcdClient {
-    /// A plain linearizable read of `key`: its value, `None` when it does
-    /// not exist.
-    ///
-    /// # Errors
-    ///
-    /// Connection and read errors, after retrying within the RPC timeout.
-    pub fn read(&self, key: &str) -> Result<Option<Vec<u8>>> {
+    /// The size is stored in `<name>/config` by the first client and
+    /// checked here (one request). Do not use one name for a semaphore and
+    /// a mutex: the mutex would count `<name>/config` as a contender.
+    fn semaphore(&self, name: &str, permits: u32) -> Result<Semaphore> {
+        let backend = EtcdSemaphore::new(self.clone(), name, permits)?;
+        let this = backend.clone();
+        self.call("check the semaphore size", async move {
+            let session = this.client.live_session().await?;
+            this.ensure_size(&session).await
+        })?;
+        Ok(Semaphore::from_backend(backend))
+    }
+
+    fn election(&self, name: &str) -> Result<Election> {
+        Ok(Election::from_backend(EtcdElection::new(
+            self.clone(),
+            name,
+        )?))
+    }
+
+    // Each latch or selector is a handle of its own (see `EtcdClient`).
+    fn leader_latch(&self, name: &str, id: &str) -> Result<LeaderLatch> {
+        LeaderLatch::new(EtcdElection::new(self.clone(), name)?, id)
+    }
+
+    fn leader_selector(&self, name: &str, id: &str) -> Result<LeaderSelector> {
+        LeaderSelector::new(EtcdElection::new(self.clone(), name)?, id)
+    }
+
+    /// The keys exactly one level below `<name>/`, oldest first (the
+    /// lowest create revision holds or leads).
+    fn contenders(&self, name: &str) -> Result<Vec<Contender>> {
+        validate_name("lock", name)?;
+        let (client, prefix) = (self.clone(), key_prefix(name));
+        self.call("list contenders", async move {
+            let session = client.live_session().await?;
+            read_candidates(&session.etcd()?, session.rpc_timeout(), &prefix).await
+        })
+    }
+
+    fn permits(&self, name: &str) -> Result<(Option<u32>, Vec<Contender>)> {
+        validate_name("semaphore", name)?;
+        let size = self
+            .read(&format!("{name}/config"))?
+            .and_then(|v| String::from_utf8_lossy(&v).parse().ok());
+        Ok((size, self.contenders(&format!("{name}/leases"))?))
+    }
+
+    fn read(&self, key: &str) -> Result<Option<Vec<u8>>> {
         let (client, key) = (self.clone(), key.to_owned());
         self.call("read", async move {
             let session = client.live_session().await?;
@@ -54,100 +89,29 @@ impl EtcdClient {
         })
     }
 
-    /// The keys exactly one level below `<name>/`, oldest first: the
-    /// contenders of the mutex or election `name`, in the order the recipe
-    /// uses (the lowest create revision holds or leads).
-    ///
-    /// # Errors
-    ///
-    /// [`Error::InvalidArgument`](recipes_core::Error::InvalidArgument) for
-    /// a name etcd recipes refuse; connection and read errors.
-    pub fn contenders(&self, name: &str) -> Result<Vec<Contender>> {
-        validate_name(name)?;
-        let (client, prefix) = (self.clone(), key_prefix(name));
-        self.call("list contenders", async move {
-            let session = client.live_session().await?;
-            let etcd = session.etcd()?;
-            let options = GetOptions::new()
-                .with_prefix()
-                .with_sort(SortTarget::Create, SortOrder::Ascend);
-            let resp = retrying(&format!("list {prefix}"), session.rpc_timeout(), || {
-                let (mut etcd, prefix, options) = (etcd.clone(), prefix.clone(), options.clone());
-                async move { etcd.get(prefix, Some(options)).await }
-            })
-            .await?;
-            Ok(resp
-                .kvs()
-                .iter()
-                .filter(|kv| is_contender(&prefix, kv.key()))
-                .map(|kv| Contender {
-                    holder: String::from_utf8_lossy(kv.key()).into_owned(),
-                    created: kv.create_revision(),
-                    value: kv.value().to_vec(),
-                })
-                .collect())
-        })
-    }
-}
-
-impl Client for EtcdClient {
-    type Mutex = EtcdMutex;
-    type Semaphore = EtcdSemaphore;
-    type Election = EtcdElection;
-
-    fn store(&self) -> &'static str {
-        "etcd"
-    }
-
-    fn mutex(&self, name: &str) -> Result<Mutex> {
-        EtcdClient::mutex(self, name)
-    }
-
-    fn semaphore(&self, name: &str, permits: u32) -> Result<Semaphore> {
-        EtcdClient::semaphore(self, name, permits)
-    }
-
-    fn election(&self, name: &str) -> Result<Election> {
-        EtcdClient::election(self, name)
-    }
-
-    fn leader_latch(&self, name: &str, id: &str) -> Result<LeaderLatch> {
-        EtcdClient::leader_latch(self, name, id)
-    }
-
-    fn leader_selector(&self, name: &str, id: &str) -> Result<LeaderSelector> {
-        EtcdClient::leader_selector(self, name, id)
-    }
-
-    fn contenders(&self, name: &str) -> Result<Vec<Contender>> {
-        EtcdClient::contenders(self, name)
-    }
-
-    fn permits(&self, name: &str) -> Result<(Option<u32>, Vec<Contender>)> {
-        validate_name(name)?;
-        let size = self
-            .read(&format!("{name}/config"))?
-            .and_then(|v| String::from_utf8_lossy(&v).parse().ok());
-        Ok((
-            size,
-            EtcdClient::contenders(self, &format!("{name}/leases"))?,
-        ))
-    }
-
-    fn read(&self, key: &str) -> Result<Option<Vec<u8>>> {
-        EtcdClient::read(self, key)
+    /// The client's own lease; a guard's `session_id` names the lease its
+    /// key is bound to (a pooled one, perhaps).
+    fn session_id(&self) -> Option<i64> {
+        self.current_session().map(|s| s.lease())
     }
 
     fn granted_ttl(&self) -> Duration {
         self.session_ttl()
     }
 
+    /// A status request to a member.
     fn ping(&self) -> Result<Duration> {
-        EtcdClient::ping(self)
+        let mut etcd = self.etcd()?;
+        let started = Instant::now();
+        self.call("ping", async move {
+            etcd.status().await.map_err(|e| from_etcd("ping", e))?;
+            Ok(started.elapsed())
+        })
     }
 
     fn last_acknowledged(&self) -> Option<BootInstant> {
-        EtcdClient::last_acknowledged(self)
+        self.current_session()
+            .and_then(|s| s.epoch().last_acknowledged_send())
     }
 
     fn close_within(&self, grace: Duration) -> Result<()> {

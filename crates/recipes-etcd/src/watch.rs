@@ -205,31 +205,19 @@ pub(crate) struct PrefixWatch {
 }
 
 impl PrefixWatch {
-    /// Watch deletions under `prefix` from now on (once this returns).
-    pub(crate) async fn deletions(
+    /// Watch every change under `prefix` — or only deletions — from now on
+    /// (once this returns).
+    pub(crate) async fn open(
         etcd: &etcd_client::Client,
         prefix: &str,
+        deletions_only: bool,
         timeout: Duration,
     ) -> Result<PrefixWatch> {
-        PrefixWatch::open(etcd, prefix, deletions().with_prefix(), timeout).await
-    }
-
-    /// Watch puts and deletions under `prefix` from now on.
-    pub(crate) async fn changes(
-        etcd: &etcd_client::Client,
-        prefix: &str,
-        timeout: Duration,
-    ) -> Result<PrefixWatch> {
-        PrefixWatch::open(etcd, prefix, WatchOptions::new().with_prefix(), timeout).await
-    }
-
-    async fn open(
-        etcd: &etcd_client::Client,
-        prefix: &str,
-        options: WatchOptions,
-        timeout: Duration,
-    ) -> Result<PrefixWatch> {
-        let (stream, _) = open(etcd, prefix, options, timeout).await?;
+        let options = match deletions_only {
+            true => deletions(),
+            false => WatchOptions::new(),
+        };
+        let (stream, _) = open(etcd, prefix, options.with_prefix(), timeout).await?;
         Ok(PrefixWatch {
             stream,
             prefix: prefix.to_owned(),

@@ -6,10 +6,7 @@ use std::time::{Duration, Instant};
 
 use std::sync::atomic::{AtomicBool, Ordering};
 
-use recipes_core::{
-    BootInstant, Error, LossPolicy, LossReason, Result, Runtime, DEFAULT_CONNECT_TIMEOUT,
-    DEFAULT_RPC_TIMEOUT, DEFAULT_SLACK, DEFAULT_TTL,
-};
+use recipes_core::{BootInstant, Error, LossPolicy, LossReason, Result, Runtime, Settings};
 use zookeeper_client as zk;
 
 use crate::error::from_zk;
@@ -19,11 +16,8 @@ use crate::session::{Session, SessionState};
 #[derive(Clone)]
 pub struct ZkClientBuilder {
     hosts: String,
-    session_timeout: Duration,
-    connect_timeout: Duration,
-    rpc_timeout: Duration,
+    settings: Settings,
     loss_policy: LossPolicy,
-    lease_slack: Duration,
     chroot: Option<String>,
     digest: Option<(String, String)>,
 }
@@ -33,9 +27,7 @@ impl fmt::Debug for ZkClientBuilder {
         f.debug_struct("ZkClientBuilder")
             .field("hosts", &self.hosts)
             .field("chroot", &self.chroot)
-            .field("session_timeout", &self.session_timeout)
-            .field("connect_timeout", &self.connect_timeout)
-            .field("rpc_timeout", &self.rpc_timeout)
+            .field("settings", &self.settings)
             .field("loss_policy", &self.loss_policy)
             .field("digest_user", &self.digest.as_ref().map(|(u, _)| u))
             .finish()
@@ -43,31 +35,16 @@ impl fmt::Debug for ZkClientBuilder {
 }
 
 impl ZkClientBuilder {
-    /// The lease to ask for: on ZooKeeper, the session timeout (the same
-    /// setting as [`session_timeout`](ZkClientBuilder::session_timeout);
-    /// etcd's builder calls its lease TTL `ttl` too).
-    pub fn ttl(self, ttl: Duration) -> Self {
-        self.session_timeout(ttl)
-    }
+    recipes_core::settings_setters!(
+        ttl = "On ZooKeeper the session timeout: the server clamps it to its \
+               `[minSessionTimeout, maxSessionTimeout]`; [`ZkClient::session_timeout`] \
+               reports what was granted."
+    );
 
-    /// The session timeout to ask for. The server clamps it to its
-    /// `[minSessionTimeout, maxSessionTimeout]`;
-    /// [`ZkClient::session_timeout`] reports what was granted.
-    pub fn session_timeout(mut self, timeout: Duration) -> Self {
-        self.session_timeout = timeout;
-        self
-    }
-
-    /// How long [`connect`](ZkClientBuilder::connect) may take.
-    pub fn connect_timeout(mut self, timeout: Duration) -> Self {
-        self.connect_timeout = timeout;
-        self
-    }
-
-    /// The deadline of each request to the server.
-    pub fn rpc_timeout(mut self, timeout: Duration) -> Self {
-        self.rpc_timeout = timeout;
-        self
+    /// The session timeout to ask for: the same setting as
+    /// [`ttl`](ZkClientBuilder::ttl).
+    pub fn session_timeout(self, timeout: Duration) -> Self {
+        self.ttl(timeout)
     }
 
     /// What a dropped connection means for held locks.
@@ -104,13 +81,6 @@ impl ZkClientBuilder {
         }
     }
 
-    /// Scheduling slack subtracted from every lease deadline on top of the
-    /// clock-drift margin (default [`DEFAULT_SLACK`]).
-    pub fn lease_slack(mut self, slack: Duration) -> Self {
-        self.lease_slack = slack;
-        self
-    }
-
     fn validate(&self) -> Result<()> {
         let hosts: Vec<&str> = self.hosts.split(',').map(str::trim).collect();
         if self.hosts.trim().is_empty() || hosts.iter().any(|h| h.is_empty()) {
@@ -119,9 +89,6 @@ impl ZkClientBuilder {
                 self.hosts
             )));
         }
-        recipes_core::check_ttl(self.session_timeout)?;
-        recipes_core::check_timeout("connect timeout", self.connect_timeout)?;
-        recipes_core::check_timeout("rpc timeout", self.rpc_timeout)?;
         if let Some(chroot) = &self.chroot {
             crate::names::validate_path(chroot)?;
         }
@@ -132,12 +99,7 @@ impl ZkClientBuilder {
                 )));
             }
         }
-        recipes_core::check_lease(
-            "the session timeout",
-            self.session_timeout,
-            self.lease_slack,
-        )?;
-        Ok(())
+        self.settings.validate("the session timeout")
     }
 
     /// Connect: start the runtime thread and establish a session.
@@ -152,7 +114,7 @@ impl ZkClientBuilder {
         let rt = Runtime::new("recipes-zk")?;
         let inner = Arc::new(Inner {
             rt,
-            settings: self,
+            config: self,
             session: parking_lot::Mutex::new(None),
             reconnect: tokio::sync::Mutex::new(()),
             closed: AtomicBool::new(false),
@@ -169,7 +131,7 @@ impl ZkClientBuilder {
 
 struct Inner {
     rt: Runtime,
-    settings: ZkClientBuilder,
+    config: ZkClientBuilder,
     // The current session; replaced by a new one after expiry. zookeeper-
     // client sends CloseSession when the last handle of a session is gone.
     session: parking_lot::Mutex<Option<Arc<Session>>>,
@@ -187,16 +149,19 @@ impl Inner {
         if let Some(s) = self.live_session()? {
             return Ok(s);
         }
-        let hosts = self.settings.hosts.clone();
+        let hosts = self.config.hosts.clone();
         let mut connector = zk::Client::connector()
-            .with_session_timeout(self.settings.session_timeout)
-            .with_connection_timeout(self.settings.connect_timeout);
-        if let Some((user, password)) = &self.settings.digest {
+            .with_session_timeout(self.config.settings.ttl)
+            .with_connection_timeout(self.config.settings.connect_timeout);
+        if let Some((user, password)) = &self.config.digest {
             connector = connector.with_auth("digest", format!("{user}:{password}").as_bytes());
         }
         let sent_at = recipes_core::BootInstant::now();
-        let connected =
-            tokio::time::timeout(self.settings.connect_timeout, connector.connect(&hosts)).await;
+        let connected = tokio::time::timeout(
+            self.config.settings.connect_timeout,
+            connector.connect(&hosts),
+        )
+        .await;
         let zk = match connected {
             Ok(Ok(zk)) => zk,
             Ok(Err(e)) if e != zk::Error::Timeout => {
@@ -206,7 +171,7 @@ impl Inner {
                 return Err(Error::Backend {
                     message: format!(
                         "no ZooKeeper session with any of {hosts} within {:?}",
-                        self.settings.connect_timeout
+                        self.config.settings.connect_timeout
                     ),
                     retryable: true,
                     source: None,
@@ -219,13 +184,13 @@ impl Inner {
         recipes_core::check_lease(
             "the session timeout the server granted",
             zk.session_timeout(),
-            self.settings.lease_slack,
+            self.config.settings.lease_slack,
         )?;
-        let zk = match &self.settings.chroot {
+        let zk = match &self.config.chroot {
             None => zk,
             Some(chroot) => {
                 // Like Curator's namespace: make the root if it is missing.
-                let options = zk::CreateMode::Persistent.with_acls(self.settings.acls());
+                let options = zk::CreateMode::Persistent.with_acls(self.config.acls());
                 zk.mkdir(chroot, &options)
                     .await
                     .map_err(|e| from_zk(&format!("create the chroot {chroot}"), e))?;
@@ -236,11 +201,11 @@ impl Inner {
         };
         let session = Session::start(
             zk,
-            self.settings.acls(),
+            self.config.acls(),
             sent_at,
-            self.settings.loss_policy,
+            self.config.loss_policy,
             recipes_core::system_clock(),
-            self.settings.lease_slack,
+            self.config.settings.lease_slack,
             self.rt.loss_root().clone(),
             self.rt.handle(),
         )?;
@@ -280,7 +245,7 @@ impl Drop for Inner {
 /// A ZooKeeper client: one session, kept alive on its own runtime thread.
 ///
 /// Cheap to clone; the session closes when the last clone (and every guard
-/// made from it) is dropped, or at [`close`](ZkClient::close).
+/// made from it) is dropped, or at [`close`](recipes_core::Client::close).
 ///
 /// # Under pause and partition
 ///
@@ -301,11 +266,8 @@ impl ZkClient {
     pub fn builder(hosts: impl Into<String>) -> ZkClientBuilder {
         ZkClientBuilder {
             hosts: hosts.into(),
-            session_timeout: DEFAULT_TTL,
-            connect_timeout: DEFAULT_CONNECT_TIMEOUT,
-            rpc_timeout: DEFAULT_RPC_TIMEOUT,
+            settings: Settings::default(),
             loss_policy: LossPolicy::default(),
-            lease_slack: DEFAULT_SLACK,
             chroot: None,
             digest: None,
         }
@@ -328,11 +290,6 @@ impl ZkClient {
             .unwrap_or_default()
     }
 
-    /// The current session's id (0 once closed).
-    pub fn session_id(&self) -> i64 {
-        self.inner.current().map(|s| s.id()).unwrap_or_default()
-    }
-
     /// The current session's state.
     pub fn session_state(&self) -> SessionState {
         self.inner
@@ -349,42 +306,19 @@ impl ZkClient {
         s.current_epoch().valid_until()
     }
 
-    /// Send time of the newest request the server acknowledged on the
-    /// current session (heartbeats included). The server keeps the session
-    /// at least until this plus the session timeout.
-    pub fn last_acknowledged(&self) -> Option<BootInstant> {
-        let s = self.inner.current().ok()?;
-        s.current_epoch().last_acknowledged_send()
-    }
-
     /// The loss policy.
     pub fn loss_policy(&self) -> LossPolicy {
-        self.inner.settings.loss_policy
+        self.inner.config.loss_policy
     }
 
     /// The connect string.
     pub fn hosts(&self) -> &str {
-        &self.inner.settings.hosts
+        &self.inner.config.hosts
     }
 
-    /// One round trip to the server; returns how long it took.
-    ///
-    /// # Errors
-    ///
-    /// Connection and session errors; [`Error::Timeout`] after the RPC
-    /// timeout.
-    pub fn ping(&self) -> Result<Duration> {
-        let inner = self.inner.clone();
-        self.call("ping", async move {
-            let session = inner.session().await?;
-            let started = Instant::now();
-            session
-                .zk()
-                .check_stat("/")
-                .await
-                .map_err(|e| from_zk("ping", e))?;
-            Ok(started.elapsed())
-        })
+    /// The current session (also when expired), unless closed.
+    pub(crate) fn current(&self) -> Option<Arc<Session>> {
+        self.inner.current().ok()
     }
 
     /// The current session, or a new one after expiry (on the runtime).
@@ -394,7 +328,7 @@ impl ZkClient {
 
     /// The deadline of one request.
     pub(crate) fn rpc_timeout(&self) -> Duration {
-        self.inner.settings.rpc_timeout
+        self.inner.config.settings.rpc_timeout
     }
 
     /// Run one request on the runtime with the RPC timeout.
@@ -405,7 +339,7 @@ impl ZkClient {
     {
         self.inner
             .rt
-            .call(what, self.inner.settings.rpc_timeout, fut)
+            .call(what, self.inner.config.settings.rpc_timeout, fut)
     }
 
     /// The runtime this client runs on.
@@ -413,18 +347,10 @@ impl ZkClient {
         &self.inner.rt
     }
 
-    /// Close the session and stop the runtime thread once pending
-    /// background releases are done; `grace` bounds the whole. Fires every
-    /// loss signal; an acquisition another thread waits in returns
-    /// [`Error::Closed`], and the session's nodes (held or queued) are gone
-    /// when this returns `Ok`. Other clones of this client stop working
-    /// too. Dropping the last clone closes on a best-effort basis.
-    ///
-    /// # Errors
-    ///
-    /// [`Error::Timeout`] when the server did not confirm the close within
-    /// `grace` (it expires the session after its timeout instead).
-    pub fn close_within(&self, grace: Duration) -> Result<()> {
+    /// [`Client::close_within`](recipes_core::Client::close_within): a
+    /// closed session deletes its ephemeral nodes at once; an acquisition
+    /// another thread waits in returns [`Error::Closed`].
+    pub(crate) fn close_within(&self, grace: Duration) -> Result<()> {
         // One budget for every step.
         let until = recipes_core::deadline_in(grace);
         self.inner.closed.store(true, Ordering::SeqCst);
@@ -463,22 +389,57 @@ impl ZkClient {
         closed
     }
 
-    /// [`close_within`](ZkClient::close_within) the default grace
-    /// ([`DEFAULT_SHUTDOWN_GRACE`](recipes_core::DEFAULT_SHUTDOWN_GRACE)).
+    /// Make the server end this client's session now, exactly as it would
+    /// after a pause or partition longer than the session timeout, without
+    /// this client taking part: a second connection resumes the session
+    /// with its credentials and closes it (ZooKeeper's own way to test
+    /// expiry, as Curator's `KillSession`). The session's nodes go at once;
+    /// this client learns of it like any expired client, and its guards'
+    /// fenced writes are refused from then on. For drills, demos and tests.
     ///
     /// # Errors
     ///
-    /// As for [`close_within`](ZkClient::close_within).
-    pub fn close(self) -> Result<()> {
-        self.close_within(recipes_core::DEFAULT_SHUTDOWN_GRACE)
+    /// Connection errors within the connect timeout.
+    pub fn kill_session(&self) -> Result<()> {
+        let client = self.clone();
+        let (info, timeout) = self.call("read the session", async move {
+            let session = client.live_session().await?;
+            Ok((session.zk().session().clone(), session.timeout()))
+        })?;
+        // Hold this client's runtime still meanwhile: it would reattach the
+        // session at once, and the two connections would take it from each
+        // other until one gives up.
+        let (resume, held) = std::sync::mpsc::channel::<()>();
+        self.runtime().spawn(async move {
+            let _ = held.recv_timeout(timeout);
+        });
+        let killer = recipes_core::Runtime::new("recipes-zk-kill-session")?;
+        let hosts = self.hosts().to_owned();
+        let killed = killer.call("kill the session", timeout, async move {
+            let other = zk::Client::connector()
+                .with_session(info)
+                .with_session_timeout(timeout)
+                .connect(&hosts)
+                .await
+                .map_err(|e| from_zk(&format!("resume the session at {hosts}"), e))?;
+            // Dropping a connected client sends CloseSession.
+            drop(other);
+            Ok(())
+        });
+        killer.shutdown(timeout);
+        drop(resume);
+        killed
     }
 }
 
 impl fmt::Debug for ZkClient {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("ZkClient")
-            .field("hosts", &self.inner.settings.hosts)
-            .field("session_id", &format_args!("{:#x}", self.session_id()))
+            .field("hosts", &self.inner.config.hosts)
+            .field(
+                "session_id",
+                &self.current().map(|s| format!("{:#x}", s.id())),
+            )
             .field("state", &self.session_state())
             .field("session_timeout", &self.session_timeout())
             .finish()

@@ -1,5 +1,7 @@
-//! The ZooKeeper election: campaign, proclaim, observe, resign, in Curator's
-//! latch layout, contended by the same engine driver as every other recipe.
+//! The ZooKeeper election — campaign, proclaim, observe, resign — in
+//! Curator's latch layout, contended by the same engine driver as every
+//! other recipe; and the latch and the selector, which are candidates of it
+//! with their id as the value (the selector with its mutex's node names).
 //!
 //! A candidate owns `<path>/_c_<uuid>-latch-<seq10>`, ephemeral-sequential,
 //! with its value as the node's data. The leader is the first node in queue
@@ -15,29 +17,38 @@ use std::time::Duration;
 
 use tokio::time::Instant;
 
-use recipes_core::{ElectionBackend, LeaderInfo, LeaderObserver, Result, Runtime};
+use recipes_core::{Client, ElectionBackend, LeaderInfo, LeaderObserver, Result, Runtime};
 
 use crate::client::ZkClient;
 use crate::driver::{Contender, NodeDriver};
-use crate::names::{is_contender_of, validate_path, LATCH};
-use crate::node_lease::ZkNodeLease;
+use crate::names::{is_contender_of, validate_path};
+use crate::node_lease::{ZkNode, ZkNodeLease};
 use crate::observe::{read_leader, watch_leader};
 
 /// A leader election among every process that campaigns on the same path
-/// (Curator's `LeaderLatch` layout). Made by [`ZkClient::election`].
-///
-/// # Under pause and partition
-///
-/// Guaranteed (clocks within 500 ppm): a [`Leadership`]'s loss signal fires
-/// before the server can expire the session and let another candidate
-/// lead; fences (node czxids) strictly increase across terms; proclaims and
-/// fenced writes land only while our node exists. Not guaranteed: that a
-/// leader stops in time — a process paused right after checking its signal
-/// runs on after another was elected; only the fence stops its writes.
+/// (Curator's `LeaderLatch` layout: candidates
+/// `<path>/_c_<uuid>-latch-<seq10>`, the value as data; latches on the same
+/// path are candidates too); see [`recipes_core::Election`] for the API and
+/// what holds under pause and partition. Made by
+/// [`Client::election`](crate::Client::election).
 pub type Election = recipes_core::Election<ZkElection>;
 
-/// A won ZooKeeper election. Dropping it resigns in the background.
-pub type Leadership = recipes_core::Leadership<ZkLeadership>;
+/// A won ZooKeeper election; see [`recipes_core::Leadership`].
+pub type Leadership = recipes_core::Leadership<ZkNodeLease>;
+
+/// A leader latch (Curator's `LeaderLatch` layout:
+/// `<path>/_c_<uuid>-latch-<seq10>`, data = the participant id); see
+/// [`recipes_core::LeaderLatch`] for the API and what holds under pause and
+/// partition. Made by [`Client::leader_latch`](crate::Client::leader_latch).
+pub type LeaderLatch = recipes_core::LeaderLatch<ZkElection>;
+
+/// Runs a closure while this participant leads (Curator's
+/// `LeaderSelector` layout, which is its mutex's:
+/// `<path>/_c_<uuid>-lock-<seq10>`, data = the id); see
+/// [`recipes_core::LeaderSelector`] for the API and what holds under pause
+/// and partition. Made by
+/// [`Client::leader_selector`](crate::Client::leader_selector).
+pub type LeaderSelector = recipes_core::LeaderSelector<ZkElection>;
 
 /// The ZooKeeper election backend; use it through [`Election`] (and
 /// [`LeaderLatch`](crate::LeaderLatch), [`LeaderSelector`](crate::LeaderSelector)).
@@ -68,7 +79,7 @@ impl ZkElection {
 }
 
 impl ElectionBackend for ZkElection {
-    type Leadership = ZkLeadership;
+    type Leadership = ZkNodeLease;
 
     fn name(&self) -> &str {
         &self.path
@@ -82,7 +93,7 @@ impl ElectionBackend for ZkElection {
         &self,
         value: Vec<u8>,
         deadline: Option<Instant>,
-    ) -> impl Future<Output = Result<Option<ZkLeadership>>> + Send + 'static {
+    ) -> impl Future<Output = Result<Option<ZkNodeLease>>> + Send + 'static {
         let contender = Contender {
             dir: self.path.clone(),
             lock_name: self.lock_name,
@@ -92,23 +103,20 @@ impl ElectionBackend for ZkElection {
         let driver = NodeDriver::new(&self.client, contender);
         async move {
             let won = driver.acquire(deadline).await?;
-            Ok(won.map(|a| ZkNodeLease::held(driver.client.clone(), a)))
+            Ok(won.map(|a| ZkNode::held(driver.client.clone(), a)))
         }
     }
 
     fn candidates(&self) -> Result<Vec<LeaderInfo>> {
         let queue = self.client.contenders(&self.path)?;
-        let ours = |node: &crate::QueuedNode| {
-            let name = &node.path[node.path.rfind('/').map_or(0, |i| i + 1)..];
+        let ours = |c: &recipes_core::Contender| {
+            let name = &c.holder[c.holder.rfind('/').map_or(0, |i| i + 1)..];
             is_contender_of(name, self.lock_name)
         };
         Ok(queue
             .into_iter()
             .filter(ours)
-            .map(|node| LeaderInfo {
-                holder: node.path,
-                value: node.data,
-            })
+            .map(LeaderInfo::from)
             .collect())
     }
 
@@ -129,37 +137,5 @@ impl ElectionBackend for ZkElection {
 
     fn observe(&self) -> Result<LeaderObserver> {
         watch_leader(&self.client, &self.path, self.lock_name)
-    }
-}
-
-/// A won ZooKeeper election, or a leader selector's term: a held node
-/// whose fence is its czxid, with fenced writes, and `proclaim` as a fenced
-/// `setData` on the node itself.
-pub type ZkLeadership = ZkNodeLease;
-
-impl ZkClient {
-    /// An election at `path` (Curator's `LeaderLatch` layout: candidates
-    /// `<path>/_c_<uuid>-latch-<seq10>`, the value as data). Leader latches
-    /// on the same path are candidates too.
-    ///
-    /// # Errors
-    ///
-    /// [`Error::InvalidArgument`](crate::Error::InvalidArgument) for a path ZooKeeper refuses.
-    ///
-    /// # Examples
-    ///
-    /// ```no_run
-    /// # fn main() -> Result<(), recipes_zk::Error> {
-    /// let client = recipes_zk::ZkClient::connect("127.0.0.1:2181")?;
-    /// let election = client.election("/elections/primary")?;
-    /// let leadership = election.campaign(b"host-a")?;
-    /// leadership.proclaim(b"host-a, serving")?;
-    /// println!("leading with fence {}", leadership.token());
-    /// leadership.resign()?;
-    /// # Ok(())
-    /// # }
-    /// ```
-    pub fn election(&self, path: &str) -> Result<Election> {
-        Ok(Election::from_backend(ZkElection::new(self, path, LATCH)?))
     }
 }

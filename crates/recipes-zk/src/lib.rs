@@ -8,13 +8,14 @@
 //! ```no_run
 //! # fn main() -> Result<(), recipes_core::Error> {
 //! use std::time::Duration;
+//! use recipes_zk::Client;
 //! let client = recipes_zk::ZkClient::builder("127.0.0.1:2181")
 //!     .session_timeout(Duration::from_secs(10))
 //!     .connect()?;
 //! let mutex = client.mutex("/locks/nightly-report")?;
 //! if let Some(guard) = mutex.try_lock_for(Duration::from_secs(5))? {
 //!     // Fence every write with the token; stop when the lease is lost.
-//!     guard.lease().put("/reports/last-run", guard.token().to_string().as_bytes())?;
+//!     guard.put("/reports/last-run", guard.token().to_string().as_bytes())?;
 //!     guard.check()?;
 //!     guard.release()?;
 //! }
@@ -82,22 +83,18 @@ mod contenders;
 mod driver;
 mod election;
 mod error;
-mod latch;
 mod mutex;
 mod names;
 mod node_lease;
 mod observe;
-mod selector;
 mod semaphore;
 mod session;
 mod surface;
 
 pub use client::{ZkClient, ZkClientBuilder};
-pub use contenders::QueuedNode;
-pub use election::{Election, Leadership, ZkElection, ZkLeadership};
-pub use latch::LeaderLatch;
-pub use mutex::{InterProcessMutex, ZkLock, ZkMutex};
-pub use node_lease::ZkNodeLease;
+pub use election::{Election, LeaderLatch, LeaderSelector, Leadership, ZkElection};
+pub use mutex::{InterProcessMutex, ZkMutex};
+pub use node_lease::{ZkNode, ZkNodeLease};
 pub use recipes_core;
 /// What users of this crate touch from `recipes-core`, so that one
 /// dependency line is enough; the whole core crate is [`recipes_core`].
@@ -106,12 +103,11 @@ pub use recipes_core::{
     LeaderInfo, LeaderObserver, LossPolicy, LossReason, LossSignal, Participant, Result,
     DEFAULT_CONNECT_TIMEOUT, DEFAULT_RPC_TIMEOUT, DEFAULT_TTL, MAX_DURATION, MIN_TTL,
 };
-pub use selector::LeaderSelector;
-pub use semaphore::{InterProcessSemaphore, ZkPermit, ZkSemaphore};
+pub use semaphore::{InterProcessSemaphore, ZkSemaphore};
 pub use session::SessionState;
 
 /// A held [`InterProcessMutex`].
-pub type MutexGuard = recipes_core::MutexGuard<ZkLock>;
+pub type MutexGuard = recipes_core::MutexGuard<ZkNodeLease>;
 
 /// The same names on every backend: [`InterProcessMutex`] (Curator's
 /// name) is also `Mutex`.
@@ -121,4 +117,4 @@ pub type Mutex = InterProcessMutex;
 pub type Semaphore = InterProcessSemaphore;
 
 /// A held permit of a [`Semaphore`].
-pub type SemaphorePermit = recipes_core::SemaphorePermit<ZkPermit>;
+pub type SemaphorePermit = recipes_core::SemaphorePermit<ZkNodeLease>;

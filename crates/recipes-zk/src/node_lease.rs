@@ -1,13 +1,16 @@
-//! A node held under a session: the lease behind a lock, a permit, a
-//! latch's or a selector's leadership.
+//! A node held under a session — the lease behind a lock, a permit, a
+//! latch's or a selector's leadership — as core's
+//! [`HeldEntry`](recipes_core::HeldEntry): the watch on the node, its
+//! deletion, and fenced writes as `multi(check(our node), op)`.
 
 use std::fmt;
+use std::future::Future;
 use std::sync::{Arc, Weak};
 use std::time::Duration;
 
 use recipes_core::{
-    Backoff, Error, FencedLease, FencingToken, HeldLease, LeadershipLease, LossReason, LossSignal,
-    LossTrigger, Result,
+    Backoff, Error, FencedWrite, FencingToken, HeldEntry, LossReason, LossTrigger, Result, Runtime,
+    StoreEntry,
 };
 use zookeeper_client as zk;
 
@@ -16,187 +19,158 @@ use crate::driver::Acquired;
 use crate::error::{connection_trouble, from_zk};
 use crate::session::Session;
 
-/// A held ephemeral node: its loss signal fires when the session's lease
-/// deadline passes, the session expires, or the node is deleted.
-///
-/// Writes through it are fenced in the store: each runs as
-/// `multi(check(our node), op)`, so it lands only while the node exists —
-/// while no other holder can exist.
-pub struct ZkNodeLease {
+/// A held ephemeral node. Its fence is its czxid: a node is created after
+/// every node that held (or led) before it. Fenced writes run as
+/// `multi(check(our node), op)`; a write whose connection dropped is
+/// [`Error::Indeterminate`], a failed check or an expired session
+/// [`Error::FenceRejected`].
+pub type ZkNodeLease = HeldEntry<ZkNode>;
+
+/// The ZooKeeper side of a [`ZkNodeLease`]: our node and its session.
+#[derive(Clone)]
+pub struct ZkNode {
     client: ZkClient,
     session: Arc<Session>,
     node: String,
     czxid: i64,
-    trigger: LossTrigger,
-    signal: LossSignal,
 }
 
-impl ZkNodeLease {
+impl ZkNode {
+    /// Hold the node `a` won: watch it (its deletion, or the session's end,
+    /// is loss) and remember it in the session (see `Session::track`).
     pub(crate) fn held(client: ZkClient, a: Acquired) -> ZkNodeLease {
         let trigger = a.epoch.trigger().child();
-        let signal = trigger.signal();
-        a.session.track(&a.node, signal.clone());
+        a.session.track(&a.node, trigger.signal());
         client.runtime().spawn(watch_own_node(
             Arc::downgrade(&a.session),
             a.node.clone(),
             trigger.clone(),
         ));
-        log::debug!(
-            "[{}] holds {} (czxid {})",
-            a.session.label(),
-            a.node,
-            a.czxid
-        );
-        ZkNodeLease {
+        let token = FencingToken(a.czxid as u64);
+        let node = ZkNode {
             client,
             session: a.session,
             node: a.node,
             czxid: a.czxid,
-            trigger,
-            signal,
-        }
+        };
+        HeldEntry::new(node, trigger, token)
+    }
+}
+
+impl StoreEntry for ZkNode {
+    fn runtime(&self) -> &Runtime {
+        self.client.runtime()
     }
 
-    /// The zxid that created our node.
-    pub fn czxid(&self) -> i64 {
-        self.czxid
+    fn rpc_timeout(&self) -> Duration {
+        self.client.rpc_timeout()
     }
 
-    /// The node's path.
-    pub fn node(&self) -> &str {
+    fn holder(&self) -> &str {
         &self.node
     }
 
-    /// Release from a task on the runtime (where the blocking `release`
-    /// must not be called).
-    pub(crate) async fn release_async(self) {
-        self.trigger.fire(LossReason::Released);
-        delete_until_done(self.session.clone(), self.node.clone()).await;
+    fn session_id(&self) -> i64 {
+        self.session.id()
     }
 
-    /// Set the data of `path`, only while our node exists: one
-    /// `multi(check(our node), setData)`.
-    ///
-    /// # Errors
-    ///
-    /// [`Error::FenceRejected`] if our node or its session is gone;
-    /// [`Error::Indeterminate`] if the connection dropped before the reply;
-    /// backend errors (such as a missing `path`).
-    pub fn set_data(&self, path: &str, data: &[u8], version: Option<i32>) -> Result<()> {
-        let (path, data) = (self.outside_our_layout(path)?.to_owned(), data.to_vec());
-        self.fenced("set data", move |w| w.add_set_data(&path, &data, version))
+    fn label(&self) -> &str {
+        self.session.label()
     }
 
-    /// Set the data of `path`, creating it (persistent) if missing, only
-    /// while our node exists: like a key-value put, in at most two fenced
-    /// multis.
-    ///
-    /// # Errors
-    ///
-    /// As for [`set_data`](ZkNodeLease::set_data).
-    pub fn put(&self, path: &str, data: &[u8]) -> Result<()> {
-        match self.set_data(path, data, None) {
-            Err(e) if is(&e, &zk::Error::NoNode) => match self.create(path, data) {
-                Err(e) if is(&e, &zk::Error::NodeExists) => self.set_data(path, data, None),
-                other => other,
-            },
-            other => other,
-        }
-    }
-
-    /// Create a persistent node at `path`, only while our node exists.
-    ///
-    /// # Errors
-    ///
-    /// As for [`set_data`](ZkNodeLease::set_data).
-    pub fn create(&self, path: &str, data: &[u8]) -> Result<()> {
-        let (path, data) = (self.outside_our_layout(path)?.to_owned(), data.to_vec());
-        let options = self.session.options(zk::CreateMode::Persistent);
-        self.fenced("create", move |w| w.add_create(&path, &data, &options))
-    }
-
-    /// Delete `path`, only while our node exists.
-    ///
-    /// # Errors
-    ///
-    /// As for [`set_data`](ZkNodeLease::set_data).
-    pub fn delete(&self, path: &str, version: Option<i32>) -> Result<()> {
-        let path = self.outside_our_layout(path)?.to_owned();
-        self.fenced("delete", move |w| w.add_delete(&path, version))
-    }
-
-    /// Delete `path` if it exists, only while our node exists.
-    ///
-    /// # Errors
-    ///
-    /// As for [`set_data`](ZkNodeLease::set_data).
-    pub fn delete_if_exists(&self, path: &str) -> Result<()> {
-        match self.delete(path, None) {
-            Err(e) if is(&e, &zk::Error::NoNode) => Ok(()),
-            other => other,
-        }
-    }
-
-    /// `path`, unless it lies inside the recipe's own nodes: writing there
-    /// could delete our node, forge a contender or change a semaphore's
-    /// size.
-    fn outside_our_layout<'p>(&self, path: &'p str) -> Result<&'p str> {
+    /// A node's folder, and everything at or below it; for a permit
+    /// `<path>/leases/_c_…-lease-<seq>`, the semaphore's `<path>`, where its
+    /// size, internal mutex and permits live.
+    fn inside_layout(&self, path: &str) -> Option<&str> {
         let dir = &self.node[..self.node.rfind('/').unwrap_or(0)];
-        let name = &self.node[dir.len()..];
-        // A permit `<path>/leases/_c_…-lease-<seq>`: the semaphore's size,
-        // internal mutex and permits all live at and under `<path>`.
         let root = match dir.strip_suffix("/leases") {
-            Some(sem) if name.contains("-lease-") => sem,
+            Some(sem) if self.node[dir.len()..].contains("-lease-") => sem,
             _ => dir,
         };
         let inside = path == root
             || path
                 .strip_prefix(root)
                 .is_some_and(|rest| rest.starts_with('/'));
-        if inside {
-            let shown: String = path.chars().take(80).collect();
-            return Err(Error::invalid(format!(
-                "a fenced write to {shown:?} would land among the recipe's own nodes ({root}), \
-                 which would break it; write to a path outside {root}"
-            )));
-        }
-        Ok(path)
+        inside.then_some(root)
     }
 
-    fn fenced<F>(&self, what: &'static str, add: F) -> Result<()>
-    where
-        F: FnOnce(&mut zk::CheckWriter<'_>) -> Result<(), zk::Error> + Send + 'static,
-    {
-        let (session, node) = (self.session.clone(), self.node.clone());
-        self.client.call(what, async move {
-            let mut writer = session
-                .zk()
-                .new_check_writer(&node, None)
-                .map_err(|e| from_zk(what, e))?;
-            add(&mut writer).map_err(|e| from_zk(what, e))?;
-            match writer.commit().await {
-                Ok(_) => Ok(()),
-                Err(zk::CheckWriteError::CheckFailed { source }) => Err(Error::FenceRejected {
-                    what: format!("{what}: our node {node} is gone ({source})"),
-                }),
-                Err(zk::CheckWriteError::RequestFailed {
-                    source: zk::Error::SessionExpired,
-                }) => Err(Error::FenceRejected {
-                    what: format!("{what}: the session holding {node} expired"),
-                }),
-                Err(zk::CheckWriteError::RequestFailed { source })
-                    if connection_trouble(&source) =>
+    async fn delete(self) -> Result<()> {
+        delete_node(&self.session, &self.node).await
+    }
+
+    fn delete_until_done(self) -> impl Future<Output = ()> + Send + 'static {
+        delete_until_done(self.session, self.node)
+    }
+
+    fn released(&self) {
+        self.session.untrack(&self.node);
+    }
+
+    async fn write(self, what: &'static str, write: FencedWrite) -> Result<()> {
+        let (s, n) = (&*self.session, self.node.as_str());
+        match write {
+            FencedWrite::Proclaim { value } => fenced(s, n, what, Op::Set(n, &value)).await,
+            // Like a key-value put: set; else create; else (created since) set.
+            FencedWrite::Put { key, value } => {
+                let set = fenced(s, n, what, Op::Set(&key, &value)).await;
+                if !set.as_ref().is_err_and(|e| is(e, &zk::Error::NoNode)) {
+                    return set;
+                }
+                let created = fenced(s, n, what, Op::Create(&key, &value)).await;
+                if !created
+                    .as_ref()
+                    .is_err_and(|e| is(e, &zk::Error::NodeExists))
                 {
-                    Err(Error::Indeterminate {
-                        what: format!("{what}: the connection dropped before the reply"),
-                    })
+                    return created;
                 }
-                Err(zk::CheckWriteError::RequestFailed { source }) => Err(from_zk(what, source)),
-                Err(zk::CheckWriteError::OperationFailed { source, .. }) => {
-                    Err(from_zk(what, source))
-                }
+                fenced(s, n, what, Op::Set(&key, &value)).await
             }
-        })
+            FencedWrite::Delete { key } => match fenced(s, n, what, Op::Delete(&key)).await {
+                Err(e) if is(&e, &zk::Error::NoNode) => Ok(()),
+                other => other,
+            },
+        }
+    }
+}
+
+/// One operation of a fenced multi.
+enum Op<'a> {
+    Set(&'a str, &'a [u8]),
+    Create(&'a str, &'a [u8]),
+    Delete(&'a str),
+}
+
+/// `multi(check(node), op)`.
+async fn fenced(session: &Session, node: &str, what: &str, op: Op<'_>) -> Result<()> {
+    let mut writer = session
+        .zk()
+        .new_check_writer(node, None)
+        .map_err(|e| from_zk(what, e))?;
+    let added = match op {
+        Op::Set(path, data) => writer.add_set_data(path, data, None),
+        Op::Create(path, data) => {
+            writer.add_create(path, data, &session.options(zk::CreateMode::Persistent))
+        }
+        Op::Delete(path) => writer.add_delete(path, None),
+    };
+    added.map_err(|e| from_zk(what, e))?;
+    match writer.commit().await {
+        Ok(_) => Ok(()),
+        Err(zk::CheckWriteError::CheckFailed { source }) => Err(Error::FenceRejected {
+            what: format!("{what}: our node {node} is gone ({source})"),
+        }),
+        Err(zk::CheckWriteError::RequestFailed {
+            source: zk::Error::SessionExpired,
+        }) => Err(Error::FenceRejected {
+            what: format!("{what}: the session holding {node} expired"),
+        }),
+        Err(zk::CheckWriteError::RequestFailed { source }) if connection_trouble(&source) => {
+            Err(Error::Indeterminate {
+                what: format!("{what}: the connection dropped before the reply"),
+            })
+        }
+        Err(zk::CheckWriteError::RequestFailed { source }) => Err(from_zk(what, source)),
+        Err(zk::CheckWriteError::OperationFailed { source, .. }) => Err(from_zk(what, source)),
     }
 }
 
@@ -277,97 +251,11 @@ pub(crate) async fn delete_until_done(session: Arc<Session>, node: String) {
     session.untrack(&node);
 }
 
-/// A held node's fence is its czxid: a node is created after every node
-/// that held (or led) before it.
-impl FencedLease for ZkNodeLease {
-    fn token(&self) -> FencingToken {
-        FencingToken(self.czxid as u64)
-    }
-}
-
-impl LeadershipLease for ZkNodeLease {
-    /// Set our node's data to `value`, only while the node exists (one
-    /// `multi(check(our node), setData(our node))`). Observers see the new
-    /// value; the fence does not change.
-    ///
-    /// # Errors
-    ///
-    /// [`Error::NotHeld`] when our node or its session is gone (the loss
-    /// signal fires too); [`Error::Indeterminate`] when no reply came.
-    fn proclaim(&self, value: &[u8]) -> Result<()> {
-        // Our own node: the one write inside the recipe's nodes there is.
-        let (node, value) = (self.node.clone(), value.to_vec());
-        let set = self.fenced("proclaim", move |w| w.add_set_data(&node, &value, None));
-        match set {
-            Err(Error::FenceRejected { what }) => {
-                self.trigger.fire(LossReason::Deleted);
-                Err(Error::NotHeld {
-                    what: format!("leadership of {}: {what}", self.node),
-                })
-            }
-            other => other,
-        }
-    }
-
-    fn trigger(&self) -> &LossTrigger {
-        &self.trigger
-    }
-
-    fn resign_async(self) -> impl std::future::Future<Output = ()> + Send {
-        self.release_async()
-    }
-}
-
-impl HeldLease for ZkNodeLease {
-    fn loss_signal(&self) -> &LossSignal {
-        &self.signal
-    }
-
-    fn holder(&self) -> &str {
-        &self.node
-    }
-
-    fn release(self) -> Result<()> {
-        let (session, node) = (self.session.clone(), self.node.clone());
-        let r = self
-            .client
-            .call("release", async move { delete_node(&session, &node).await });
-        self.trigger.fire(LossReason::Released);
-        match r {
-            Ok(()) => {
-                self.session.untrack(&self.node);
-                Ok(())
-            }
-            Err(e) => {
-                // Keep trying in the background; the session bounds it.
-                self.release_in_background();
-                Err(e)
-            }
-        }
-    }
-
-    fn release_in_background(self) {
-        self.trigger.fire(LossReason::Released);
-        let started = self
-            .client
-            .runtime()
-            .spawn(delete_until_done(self.session.clone(), self.node.clone()));
-        if !started {
-            log::warn!(
-                "[{}] client closed: {} stays until its session ends",
-                self.session.label(),
-                self.node
-            );
-        }
-    }
-}
-
-impl fmt::Debug for ZkNodeLease {
+impl fmt::Debug for ZkNode {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.debug_struct("ZkNodeLease")
+        f.debug_struct("ZkNode")
             .field("node", &self.node)
             .field("czxid", &self.czxid)
-            .field("lost", &self.signal.reason())
             .finish()
     }
 }

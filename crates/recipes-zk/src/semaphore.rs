@@ -23,25 +23,48 @@ use crate::client::ZkClient;
 use crate::driver::{Acquired, Contender, NodeDriver};
 use crate::error::{connection_trouble, from_zk};
 use crate::names::{validate_path, LEASE, LOCK};
-use crate::node_lease::{delete_until_done, ZkNodeLease};
+use crate::node_lease::{delete_until_done, ZkNode, ZkNodeLease};
 
 /// A counting semaphore shared with every process, Java (Curator
-/// `InterProcessSemaphoreV2`) ones included, that uses the same path.
-///
-/// Under pause and partition a permit is a lease like a lock: its loss
-/// signal fires when the session's deadline passes, and a paused holder may
-/// still run when it resumes, so N + 1 workers can briefly overlap. Permits
-/// have no shared fence order; use their in-store fenced writes.
+/// `InterProcessSemaphoreV2`) ones included, that uses the same path; see
+/// [`recipes_core::Semaphore`] for the API and what holds under pause and
+/// partition. Made by [`Client::semaphore`](crate::Client::semaphore); a
+/// size that differs from the stored one is refused at acquisition.
 pub type InterProcessSemaphore = recipes_core::Semaphore<ZkSemaphore>;
 
-/// A held permit.
-pub type ZkPermit = ZkNodeLease;
-
 /// The ZooKeeper semaphore backend; use it through
-/// [`InterProcessSemaphore`], made by [`ZkClient::semaphore`].
+/// [`InterProcessSemaphore`].
 #[derive(Debug, Clone)]
 pub struct ZkSemaphore {
     inner: Drivers,
+}
+
+impl ZkSemaphore {
+    pub(crate) fn new(client: &ZkClient, path: &str, permits: u32) -> Result<ZkSemaphore> {
+        validate_path(path)?;
+        if permits == 0 {
+            return Err(Error::invalid(
+                "a semaphore needs at least one permit; ask for 1 or more",
+            ));
+        }
+        let folder = |name: &str, lock_name, max_leases| {
+            let contender = Contender {
+                dir: format!("{path}/{name}"),
+                lock_name,
+                data: Vec::new(),
+                max_leases,
+            };
+            NodeDriver::new(client, contender)
+        };
+        let inner = Drivers {
+            client: client.clone(),
+            path: path.to_owned(),
+            permits,
+            lock: folder("locks", LOCK, 1),
+            leases: folder("leases", LEASE, permits as usize),
+        };
+        Ok(ZkSemaphore { inner })
+    }
 }
 
 /// The store's side of the semaphore: its size and its two folders.
@@ -132,7 +155,7 @@ impl SemaphoreDriver for Drivers {
 }
 
 impl SemaphoreBackend for ZkSemaphore {
-    type Permit = ZkPermit;
+    type Permit = ZkNodeLease;
 
     fn name(&self) -> &str {
         &self.inner.path
@@ -142,7 +165,7 @@ impl SemaphoreBackend for ZkSemaphore {
         self.inner.permits
     }
 
-    fn acquire(&self, deadline: Option<Instant>) -> Result<Option<ZkPermit>> {
+    fn acquire(&self, deadline: Option<Instant>) -> Result<Option<ZkNodeLease>> {
         let this = self.inner.clone();
         let client = &self.inner.client;
         let acquired = client
@@ -150,42 +173,6 @@ impl SemaphoreBackend for ZkSemaphore {
             .call_until("acquire a permit", None, async move {
                 admit(&this, deadline.map(TokioInstant::from_std)).await
             })?;
-        Ok(acquired.map(|a| ZkNodeLease::held(client.clone(), a)))
-    }
-}
-
-impl ZkClient {
-    /// A semaphore with `permits` permits at `path` (Curator's
-    /// `InterProcessSemaphoreV2` layout). The size is stored at `path`: every
-    /// client must ask for the same.
-    ///
-    /// # Errors
-    ///
-    /// [`Error::InvalidArgument`] for a bad path or zero permits. A size
-    /// that differs from the stored one is refused at acquisition.
-    pub fn semaphore(&self, path: &str, permits: u32) -> Result<InterProcessSemaphore> {
-        validate_path(path)?;
-        if permits == 0 {
-            return Err(Error::invalid(
-                "a semaphore needs at least one permit; ask for 1 or more",
-            ));
-        }
-        let folder = |name: &str, lock_name, max_leases| {
-            let contender = Contender {
-                dir: format!("{path}/{name}"),
-                lock_name,
-                data: Vec::new(),
-                max_leases,
-            };
-            NodeDriver::new(self, contender)
-        };
-        let inner = Drivers {
-            client: self.clone(),
-            path: path.to_owned(),
-            permits,
-            lock: folder("locks", LOCK, 1),
-            leases: folder("leases", LEASE, permits as usize),
-        };
-        Ok(InterProcessSemaphore::from_backend(ZkSemaphore { inner }))
+        Ok(acquired.map(|a| ZkNode::held(client.clone(), a)))
     }
 }

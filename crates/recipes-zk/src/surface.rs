@@ -1,51 +1,79 @@
 //! [`ZkClient`] as the one client surface of `recipes-core`
-//! ([`recipes_core::Client`]), and fenced writes with the same signature
-//! as every backend's ([`FencedWrites`]).
+//! ([`recipes_core::Client`]): recipes by path in Curator's layouts,
+//! contenders in queue order, reads after a `sync`.
 
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
-use recipes_core::{BootInstant, Client, Contender, FencedWrites, Result};
+use recipes_core::{BootInstant, Client, Contender, Result};
 use zookeeper_client as zk;
 
 use crate::client::ZkClient;
-use crate::election::{Election, ZkElection};
+use crate::contenders::read_queue;
+use crate::election::{Election, LeaderLatch, LeaderSelector, ZkElection};
 use crate::error::from_zk;
-use crate::latch::LeaderLatch;
 use crate::mutex::{InterProcessMutex, ZkMutex};
-use crate::names::validate_path;
-use crate::node_lease::ZkNodeLease;
-use crate::selector::LeaderSelector;
+use crate::names::{validate_path, LATCH, LOCK};
 use crate::semaphore::{InterProcessSemaphore, ZkSemaphore};
-use crate::QueuedNode;
 
-impl FencedWrites for ZkNodeLease {
-    fn put(&self, key: &str, value: &[u8]) -> Result<()> {
-        ZkNodeLease::put(self, key, value)
+impl Client for ZkClient {
+    type Mutex = ZkMutex;
+    type Semaphore = ZkSemaphore;
+    type Election = ZkElection;
+
+    fn store(&self) -> &'static str {
+        "zk"
     }
 
-    fn delete(&self, key: &str) -> Result<()> {
-        self.delete_if_exists(key)
+    fn mutex(&self, path: &str) -> Result<InterProcessMutex> {
+        Ok(InterProcessMutex::from_backend(ZkMutex::new(
+            self.clone(),
+            path,
+        )?))
     }
-}
 
-fn contender(node: QueuedNode) -> Contender {
-    Contender {
-        holder: node.path,
-        created: node.czxid,
-        value: node.data,
+    /// The size is stored at `path`; a size that differs from the stored
+    /// one is refused at acquisition.
+    fn semaphore(&self, path: &str, permits: u32) -> Result<InterProcessSemaphore> {
+        let backend = ZkSemaphore::new(self, path, permits)?;
+        Ok(InterProcessSemaphore::from_backend(backend))
     }
-}
 
-impl ZkClient {
-    /// A plain read of the node `path`: its data, `None` when it does not
-    /// exist. Preceded by a `sync`, so it sees every write acknowledged
-    /// before the call.
-    ///
-    /// # Errors
-    ///
-    /// [`Error::InvalidArgument`](recipes_core::Error::InvalidArgument) for
-    /// a path ZooKeeper refuses; connection and read errors.
-    pub fn read(&self, path: &str) -> Result<Option<Vec<u8>>> {
+    fn election(&self, path: &str) -> Result<Election> {
+        Ok(Election::from_backend(ZkElection::new(self, path, LATCH)?))
+    }
+
+    fn leader_latch(&self, path: &str, id: &str) -> Result<LeaderLatch> {
+        LeaderLatch::new(ZkElection::new(self, path, LATCH)?, id)
+    }
+
+    fn leader_selector(&self, path: &str, id: &str) -> Result<LeaderSelector> {
+        LeaderSelector::new(ZkElection::new(self, path, LOCK)?, id)
+    }
+
+    /// The children of `path` named as a recipe's nodes, in the order this
+    /// crate's recipes queue them (see `contenders.rs`); empty when `path`
+    /// does not exist.
+    fn contenders(&self, path: &str) -> Result<Vec<Contender>> {
+        validate_path(path)?;
+        let (client, dir) = (self.clone(), path.to_owned());
+        self.call("list contenders", async move {
+            let session = client.live_session().await?;
+            read_queue(session.zk(), &dir).await
+        })
+    }
+
+    /// The size is the decimal data of `path` (`None` for a semaphore only
+    /// Curator used: it stores none); the permits are `<path>/leases`.
+    fn permits(&self, path: &str) -> Result<(Option<u32>, Vec<Contender>)> {
+        let size = self
+            .read(path)?
+            .and_then(|data| String::from_utf8_lossy(&data).trim().parse().ok());
+        Ok((size, self.contenders(&format!("{path}/leases"))?))
+    }
+
+    /// Preceded by a `sync`, so it sees every write acknowledged before the
+    /// call.
+    fn read(&self, path: &str) -> Result<Option<Vec<u8>>> {
         validate_path(path)?;
         let (client, path) = (self.clone(), path.to_owned());
         self.call("read", async move {
@@ -62,106 +90,31 @@ impl ZkClient {
             }
         })
     }
-}
 
-impl ZkClient {
-    /// Make the server end this client's session now, exactly as it would
-    /// after a pause or partition longer than the session timeout, without
-    /// this client taking part: a second connection resumes the session
-    /// with its credentials and closes it (ZooKeeper's own way to test
-    /// expiry, as Curator's `KillSession`). The session's nodes go at once;
-    /// this client learns of it like any expired client, and its guards'
-    /// fenced writes are refused from then on. For drills, demos and tests.
-    ///
-    /// # Errors
-    ///
-    /// Connection errors within the connect timeout.
-    pub fn kill_session(&self) -> Result<()> {
-        let client = self.clone();
-        let (info, timeout) = self.call("read the session", async move {
-            let session = client.live_session().await?;
-            Ok((session.zk().session().clone(), session.timeout()))
-        })?;
-        // Hold this client's runtime still meanwhile: it would reattach the
-        // session at once, and the two connections would take it from each
-        // other until one gives up.
-        let (resume, held) = std::sync::mpsc::channel::<()>();
-        self.runtime().spawn(async move {
-            let _ = held.recv_timeout(timeout);
-        });
-        let killer = recipes_core::Runtime::new("recipes-zk-kill-session")?;
-        let hosts = self.hosts().to_owned();
-        let killed = killer.call("kill the session", timeout, async move {
-            let other = zk::Client::connector()
-                .with_session(info)
-                .with_session_timeout(timeout)
-                .connect(&hosts)
-                .await
-                .map_err(|e| from_zk(&format!("resume the session at {hosts}"), e))?;
-            // Dropping a connected client sends CloseSession.
-            drop(other);
-            Ok(())
-        });
-        killer.shutdown(timeout);
-        drop(resume);
-        killed
-    }
-}
-
-impl Client for ZkClient {
-    type Mutex = ZkMutex;
-    type Semaphore = ZkSemaphore;
-    type Election = ZkElection;
-
-    fn store(&self) -> &'static str {
-        "zk"
-    }
-
-    fn mutex(&self, name: &str) -> Result<InterProcessMutex> {
-        ZkClient::mutex(self, name)
-    }
-
-    fn semaphore(&self, name: &str, permits: u32) -> Result<InterProcessSemaphore> {
-        ZkClient::semaphore(self, name, permits)
-    }
-
-    fn election(&self, name: &str) -> Result<Election> {
-        ZkClient::election(self, name)
-    }
-
-    fn leader_latch(&self, name: &str, id: &str) -> Result<LeaderLatch> {
-        ZkClient::leader_latch(self, name, id)
-    }
-
-    fn leader_selector(&self, name: &str, id: &str) -> Result<LeaderSelector> {
-        ZkClient::leader_selector(self, name, id)
-    }
-
-    fn contenders(&self, name: &str) -> Result<Vec<Contender>> {
-        let queue = ZkClient::contenders(self, name)?;
-        Ok(queue.into_iter().map(contender).collect())
-    }
-
-    fn permits(&self, name: &str) -> Result<(Option<u32>, Vec<Contender>)> {
-        let size = self.semaphore_size(name)?;
-        let queue = ZkClient::contenders(self, &format!("{name}/leases"))?;
-        Ok((size, queue.into_iter().map(contender).collect()))
-    }
-
-    fn read(&self, key: &str) -> Result<Option<Vec<u8>>> {
-        ZkClient::read(self, key)
+    fn session_id(&self) -> Option<i64> {
+        self.current().map(|s| s.id())
     }
 
     fn granted_ttl(&self) -> Duration {
         self.session_timeout()
     }
 
+    /// An `exists("/")`.
     fn ping(&self) -> Result<Duration> {
-        ZkClient::ping(self)
+        let client = self.clone();
+        self.call("ping", async move {
+            let session = client.live_session().await?;
+            let started = Instant::now();
+            let checked = session.zk().check_stat("/").await;
+            checked.map_err(|e| from_zk("ping", e))?;
+            Ok(started.elapsed())
+        })
     }
 
+    /// Heartbeats included.
     fn last_acknowledged(&self) -> Option<BootInstant> {
-        ZkClient::last_acknowledged(self)
+        let session = self.current()?;
+        session.current_epoch().last_acknowledged_send()
     }
 
     fn close_within(&self, grace: Duration) -> Result<()> {

@@ -12,6 +12,7 @@
 //! `lock` + `release` on a free lock), `contended` (two clients handing one
 //! lock back and forth).
 
+use recipes_core::Client as _;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};

@@ -251,7 +251,7 @@ fn connect(words: &[&str]) -> Result<(Connected, String), String> {
                 .map_err(|e| err(&e))?;
             let reply = format!(
                 "session={:#x} timeout_ms={}",
-                c.session_id(),
+                c.session_id().unwrap_or_default(),
                 c.session_timeout().as_millis()
             );
             Ok((Connected::Zk(worker(c)), reply))

@@ -6,7 +6,8 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 
 use integration::{EtcdFacts, EtcdServer};
-use recipes_etcd::EtcdClient;
+use recipes_etcd::etcd_client::TxnOp;
+use recipes_etcd::{EtcdClient, EtcdKey};
 
 /// A TTL short enough for expiry tests, long enough for a loaded machine.
 pub const SHORT_TTL: Duration = Duration::from_secs(2);
@@ -68,4 +69,10 @@ pub fn wait_keys(facts: &EtcdFacts, name: &str, n: usize) -> Vec<String> {
         Duration::from_secs(10),
         |k| k.len() == n,
     )
+}
+
+/// A fenced put through `key`'s transaction; the revision of the write.
+pub fn fenced_put(key: &EtcdKey, at: &str, value: &str) -> i64 {
+    let resp = key.txn(vec![TxnOp::put(at, value, None)]).unwrap();
+    resp.header().unwrap().revision()
 }

@@ -41,6 +41,17 @@ struct LatchInner<E> {
 /// leadership on an old one, and its next term has a higher fence.
 /// [`has_leadership`](LeaderLatch::has_leadership) reads the lease deadline
 /// itself: after a pause it says `false` before any event is delivered.
+///
+/// # Under pause and partition
+///
+/// The same on every store. Guaranteed (clocks within 500 ppm): a term's
+/// loss signal fires before the store can expire the session and let
+/// another participant lead; fences strictly increase across terms, and
+/// after any loss the next term has a higher one. Not guaranteed: that the
+/// old leader stops in time — write with the fence of
+/// [`LatchEvent::Gained`] and the resource refuses a deposed leader. A
+/// partitioned leader loses its term at the local deadline even if the
+/// store still keeps its session.
 pub struct LeaderLatch<E: ElectionBackend> {
     inner: Arc<LatchInner<E>>,
 }

@@ -1,0 +1,265 @@
+//! A held entry — a ZooKeeper node, an etcd key — as the lease behind every
+//! guard, written once: its loss signal, its release (blocking, or handed
+//! to the runtime), `proclaim`, and writes fenced by the entry. A store
+//! supplies a [`StoreEntry`]: where the entry lives, how to delete it, how
+//! to run one fenced write.
+
+use std::fmt;
+use std::future::Future;
+use std::ops::Deref;
+use std::time::Duration;
+
+use crate::backend::{FencedLease, HeldLease, LeadershipLease};
+use crate::client::FencedWrites;
+use crate::error::{Error, Result};
+use crate::fence::FencingToken;
+use crate::limits::quote;
+use crate::loss::{LossReason, LossSignal, LossTrigger};
+use crate::runtime::Runtime;
+
+/// One write fenced by a held entry: applied only while the entry exists.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum FencedWrite {
+    /// Set `key` to `value`, creating it if missing.
+    Put {
+        /// The node path or key.
+        key: String,
+        /// Its new value.
+        value: Vec<u8>,
+    },
+    /// Delete `key`; no error if it does not exist.
+    Delete {
+        /// The node path or key.
+        key: String,
+    },
+    /// Set the held entry's own value (a leader's proclaim).
+    Proclaim {
+        /// Its new value.
+        value: Vec<u8>,
+    },
+}
+
+/// A store's side of a held entry, cheap to clone (the futures it makes run
+/// on the client's runtime and own a clone).
+pub trait StoreEntry: Clone + fmt::Debug + Send + Sync + 'static {
+    /// The client's runtime.
+    fn runtime(&self) -> &Runtime;
+
+    /// The deadline of one request.
+    fn rpc_timeout(&self) -> Duration;
+
+    /// Where the entry lives: its node path or key.
+    fn holder(&self) -> &str;
+
+    /// The session the entry lives on (a ZooKeeper session, an etcd lease).
+    fn session_id(&self) -> i64;
+
+    /// The prefix of this entry's log lines (`session=0x…`, `lease=…`).
+    fn label(&self) -> &str;
+
+    /// When `key` lies among the recipe's own entries — where a write would
+    /// delete ours, forge a contender or change a semaphore's size — the
+    /// root of them, for the message; `None` when it lies outside.
+    fn inside_layout(&self, key: &str) -> Option<&str>;
+
+    /// Delete the entry once; done too when the session is already gone.
+    fn delete(self) -> impl Future<Output = Result<()>> + Send + 'static;
+
+    /// Delete the entry, retrying until done or the session is gone, then
+    /// give back what the holding kept in the process.
+    fn delete_until_done(self) -> impl Future<Output = ()> + Send + 'static;
+
+    /// After a confirmed [`delete`](StoreEntry::delete): give back what the
+    /// holding kept in the process.
+    fn released(&self) {}
+
+    /// Run one write fenced by the entry.
+    ///
+    /// # Errors
+    ///
+    /// [`Error::FenceRejected`] once the entry is gone;
+    /// [`Error::Indeterminate`] when no reply came; backend errors.
+    fn write(
+        self,
+        what: &'static str,
+        write: FencedWrite,
+    ) -> impl Future<Output = Result<()>> + Send + 'static;
+}
+
+/// A held entry: the lease behind a mutex guard, a permit, a leadership.
+///
+/// Its loss signal fires when the session's lease may be gone, when the
+/// entry is deleted by anyone (the store's watch fires
+/// [`trigger`](LeadershipLease::trigger)), at release, and when the client
+/// closes. Writes through it ([`FencedWrites`]) are applied by the store
+/// only while the entry exists — while no other holder can exist — and
+/// never among the recipe's own entries. It dereferences to the store's
+/// part, for what only that store has.
+pub struct HeldEntry<E: StoreEntry> {
+    entry: E,
+    token: FencingToken,
+    trigger: LossTrigger,
+    signal: LossSignal,
+}
+
+impl<E: StoreEntry> HeldEntry<E> {
+    /// Hold `entry`, whose loss is `trigger` (a child of its session's
+    /// epoch, fired by the store's watch too) and whose fence is `token`.
+    pub fn new(entry: E, trigger: LossTrigger, token: FencingToken) -> HeldEntry<E> {
+        log::debug!(
+            "[{}] holds {} (fence {token})",
+            entry.label(),
+            entry.holder()
+        );
+        let signal = trigger.signal();
+        HeldEntry {
+            entry,
+            token,
+            trigger,
+            signal,
+        }
+    }
+
+    /// The store's part.
+    pub fn entry(&self) -> &E {
+        &self.entry
+    }
+
+    /// The session the entry lives on: the ZooKeeper session id, the etcd
+    /// lease id.
+    pub fn session_id(&self) -> i64 {
+        self.entry.session_id()
+    }
+
+    /// One fenced write: its value checked against the stores' limit
+    /// before anything is sent, and a write that got no confirmation is
+    /// [`Error::Indeterminate`] (it may have landed).
+    fn call(&self, what: &'static str, write: FencedWrite) -> Result<()> {
+        if let FencedWrite::Put { value, .. } | FencedWrite::Proclaim { value } = &write {
+            crate::limits::check_value(&format!("{what}'s value"), value)?;
+        }
+        let e = &self.entry;
+        e.runtime()
+            .call(what, e.rpc_timeout(), e.clone().write(what, write))
+            .map_err(Error::unconfirmed)
+    }
+
+    fn outside_layout(&self, key: &str) -> Result<String> {
+        match self.entry.inside_layout(key) {
+            None => Ok(key.to_owned()),
+            Some(root) => Err(Error::invalid(format!(
+                "a fenced write to {} would land among the recipe's own entries ({root}), \
+                 which would break it; write to a key outside {root}",
+                quote(key)
+            ))),
+        }
+    }
+}
+
+impl<E: StoreEntry> Deref for HeldEntry<E> {
+    type Target = E;
+
+    fn deref(&self) -> &E {
+        &self.entry
+    }
+}
+
+impl<E: StoreEntry> HeldLease for HeldEntry<E> {
+    fn loss_signal(&self) -> &LossSignal {
+        &self.signal
+    }
+
+    fn holder(&self) -> &str {
+        self.entry.holder()
+    }
+
+    fn release(self) -> Result<()> {
+        self.trigger.fire(LossReason::Released);
+        let e = &self.entry;
+        match e
+            .runtime()
+            .call("release", e.rpc_timeout(), e.clone().delete())
+        {
+            Ok(()) => {
+                e.released();
+                Ok(())
+            }
+            Err(err) => {
+                // Keep trying in the background; the session bounds it.
+                self.release_in_background();
+                Err(err)
+            }
+        }
+    }
+
+    fn release_in_background(self) {
+        self.trigger.fire(LossReason::Released);
+        let e = &self.entry;
+        if !e.runtime().spawn(e.clone().delete_until_done()) {
+            log::warn!(
+                "[{}] client closed: {} stays until its session ends",
+                e.label(),
+                e.holder()
+            );
+        }
+    }
+}
+
+impl<E: StoreEntry> FencedLease for HeldEntry<E> {
+    fn token(&self) -> FencingToken {
+        self.token
+    }
+}
+
+impl<E: StoreEntry> LeadershipLease for HeldEntry<E> {
+    /// Set our entry's value, only while it exists. Observers see the new
+    /// value; the fence does not change.
+    ///
+    /// # Errors
+    ///
+    /// [`Error::NotHeld`] when our entry or its session is gone (the loss
+    /// signal fires too); [`Error::Indeterminate`] when no reply came.
+    fn proclaim(&self, value: &[u8]) -> Result<()> {
+        let value = value.to_vec();
+        match self.call("proclaim", FencedWrite::Proclaim { value }) {
+            Err(Error::FenceRejected { what }) => {
+                self.trigger.fire(LossReason::Deleted);
+                Err(Error::NotHeld {
+                    what: format!("leadership of {}: {what}", self.entry.holder()),
+                })
+            }
+            other => other,
+        }
+    }
+
+    fn trigger(&self) -> &LossTrigger {
+        &self.trigger
+    }
+
+    fn resign_async(self) -> impl Future<Output = ()> + Send {
+        self.trigger.fire(LossReason::Released);
+        self.entry.delete_until_done()
+    }
+}
+
+impl<E: StoreEntry> FencedWrites for HeldEntry<E> {
+    fn put(&self, key: &str, value: &[u8]) -> Result<()> {
+        let (key, value) = (self.outside_layout(key)?, value.to_vec());
+        self.call("fenced put", FencedWrite::Put { key, value })
+    }
+
+    fn delete(&self, key: &str) -> Result<()> {
+        let key = self.outside_layout(key)?;
+        self.call("fenced delete", FencedWrite::Delete { key })
+    }
+}
+
+impl<E: StoreEntry> fmt::Debug for HeldEntry<E> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("HeldEntry")
+            .field("entry", &self.entry)
+            .field("token", &self.token)
+            .field("lost", &self.signal.reason())
+            .finish()
+    }
+}
