@@ -39,6 +39,7 @@ pub mod logs;
 pub mod peers;
 pub mod ports;
 pub mod process;
+pub mod process_tree;
 pub mod proxy;
 pub mod runtime;
 mod server;
