@@ -1,10 +1,12 @@
-//! Test harness of the `recipes` workspace: real ZooKeeper and etcd servers
-//! and clusters on loopback, fault injection, and waits on server facts.
+//! Test harness of the `recipes` workspace: real ZooKeeper, etcd and
+//! PostgreSQL servers and clusters on loopback, fault injection, and waits on
+//! server facts.
 //!
-//! - [`ZkServer`] / [`ZkCluster`], [`EtcdServer`] / [`EtcdCluster`]: server
-//!   processes in their own temp folders on free loopback ports, with
-//!   `kill` (SIGKILL), `pause`/`resume` (SIGSTOP/SIGCONT) and `restart`
-//!   (same ports, same data). Dropping one kills and reaps its processes.
+//! - [`ZkServer`] / [`ZkCluster`], [`EtcdServer`] / [`EtcdCluster`],
+//!   [`PgServer`] / [`PgBouncer`]: server processes in their own temp
+//!   folders on free loopback ports, with `kill` (SIGKILL), `pause`/`resume`
+//!   (SIGSTOP/SIGCONT) and `restart` (same ports, same data). Dropping one
+//!   kills and reaps its processes.
 //! - [`Proxy`]: a TCP proxy per server address that black-holes, freezes
 //!   replies or cuts connections.
 //! - [`ZkFacts`] / [`EtcdFacts`] and the `watches_by_*` 4lw tables: what the
@@ -37,9 +39,13 @@ pub mod four_letter;
 pub mod http;
 pub mod logs;
 pub mod peers;
+pub mod pg_server;
+pub mod pgbouncer;
 pub mod ports;
 pub mod process;
+pub mod process_tree;
 pub mod proxy;
+pub mod psql;
 pub mod runtime;
 mod server;
 pub mod spawner;
@@ -57,6 +63,8 @@ pub use etcd_facts::EtcdFacts;
 pub use etcd_server::{EtcdConfig, EtcdServer, EtcdStatus};
 pub use four_letter::ZkMode;
 pub use logs::{ExpectOrLogs, ServerLogs};
+pub use pg_server::{PgConfig, PgServer};
+pub use pgbouncer::{PgBouncer, PoolMode};
 pub use process::{continue_and_wait, stop_and_wait, ManagedProcess};
 pub use proxy::{Proxy, ProxyMode};
 pub use wait::{wait_for, wait_for_with, wait_until, wait_until_with};

@@ -1,9 +1,12 @@
 //! One child process of the harness: spawned with a parent-death signal,
 //! logging to a file, killable, pausable, restartable, reaped on drop.
+//! Optionally run as another user (servers that refuse root) and handled
+//! with its whole process tree (servers that fork workers), see [`crate::process_tree`].
 
 use std::ffi::OsString;
 use std::fs::OpenOptions;
 use std::io::{self, Write};
+use std::os::unix::process::CommandExt as _;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, ExitStatus, Stdio};
 use std::time::{Duration, Instant};
@@ -25,6 +28,11 @@ pub struct ManagedProcess {
     args: Vec<OsString>,
     cwd: PathBuf,
     log: PathBuf,
+    /// `(uid, gid)` the child runs as; `None`: ours.
+    user: Option<(u32, u32)>,
+    /// Whether the child's descendants are killed, stopped and continued
+    /// with it.
+    tree: bool,
     state: Mutex<State>,
 }
 
@@ -51,11 +59,29 @@ impl ManagedProcess {
             args: args.into_iter().map(Into::into).collect(),
             cwd: cwd.into(),
             log: log.into(),
+            user: None,
+            tree: false,
             state: Mutex::new(State {
                 child: None,
                 exited: None,
             }),
         }
+    }
+
+    /// Runs the child as `uid`/`gid` (with no supplementary groups). The
+    /// credentials change before the parent-death signal is set, which a
+    /// change of credentials would clear.
+    pub fn with_user(mut self, uid: u32, gid: u32) -> ManagedProcess {
+        self.user = Some((uid, gid));
+        self
+    }
+
+    /// Handles the child with its descendants: [`kill`](Self::kill),
+    /// [`pause`](Self::pause), [`resume`](Self::resume) then reach every
+    /// process it forked, and `kill` returns once all of them are gone.
+    pub fn with_process_tree(mut self) -> ManagedProcess {
+        self.tree = true;
+        self
     }
 
     /// Spawns the process. A process still running from an earlier start is
@@ -67,7 +93,7 @@ impl ManagedProcess {
     pub fn start(&self) -> io::Result<u32> {
         let mut state = self.state.lock();
         if let Some(old) = state.child.take() {
-            kill_and_reap(old);
+            self.kill_and_reap(old);
         }
         state.exited = None;
         let mut log = OpenOptions::new()
@@ -88,6 +114,9 @@ impl ManagedProcess {
             .stdin(Stdio::null())
             .stdout(log.try_clone()?)
             .stderr(log);
+        if let Some((uid, gid)) = self.user {
+            command.uid(uid).gid(gid);
+        }
         let child = spawn_with_parent_death_signal(command)?;
         let pid = child.id();
         state.child = Some(child);
@@ -129,7 +158,7 @@ impl ManagedProcess {
     /// Kills the process with SIGKILL and reaps it. A no-op when none runs.
     pub fn kill(&self) {
         if let Some(child) = self.state.lock().child.take() {
-            kill_and_reap(child);
+            self.kill_and_reap(child);
         }
     }
 
@@ -143,9 +172,12 @@ impl ManagedProcess {
     pub fn pause(&self) {
         let state = self.state.lock();
         if let Some(child) = state.child.as_ref() {
-            stop_and_wait(child.id(), || {
-                format!("{}\n{}", self.label, self.logs().tail())
-            });
+            let context = || format!("{}\n{}", self.label, self.logs().tail());
+            if self.tree {
+                crate::process_tree::stop_tree_and_wait(child.id(), context);
+            } else {
+                stop_and_wait(child.id(), context);
+            }
         }
     }
 
@@ -158,9 +190,12 @@ impl ManagedProcess {
     pub fn resume(&self) {
         let state = self.state.lock();
         if let Some(child) = state.child.as_ref() {
-            continue_and_wait(child.id(), || {
-                format!("{}\n{}", self.label, self.logs().tail())
-            });
+            let context = || format!("{}\n{}", self.label, self.logs().tail());
+            if self.tree {
+                crate::process_tree::continue_tree_and_wait(child.id(), context);
+            } else {
+                continue_and_wait(child.id(), context);
+            }
         }
     }
 
@@ -171,6 +206,20 @@ impl ManagedProcess {
             // The child is not reaped while we hold it, so its pid is ours.
             send_signal(child.id(), signal);
         }
+    }
+}
+
+impl ManagedProcess {
+    fn kill_and_reap(&self, child: Child) {
+        if !self.tree {
+            kill_and_reap(child);
+            return;
+        }
+        let descendants = crate::process_tree::kill_descendants(child.id());
+        kill_and_reap(child);
+        crate::process_tree::wait_gone(&descendants, || {
+            format!("{}\n{}", self.label, self.logs().tail())
+        });
     }
 }
 
@@ -207,9 +256,10 @@ impl State {
 pub fn stop_and_wait(pid: u32, context: impl FnOnce() -> String) {
     send_signal(pid, libc::SIGSTOP);
     wait_thread_states(
-        pid,
+        &format!("pid {pid}"),
+        || thread_states(pid),
         "stopped",
-        |state| matches!(state, 'T' | 'Z' | 'X'),
+        is_stopped,
         context,
     );
 }
@@ -222,10 +272,16 @@ pub fn stop_and_wait(pid: u32, context: impl FnOnce() -> String) {
 /// When some thread is still stopped after 5 s (scaled).
 pub fn continue_and_wait(pid: u32, context: impl FnOnce() -> String) {
     send_signal(pid, libc::SIGCONT);
-    wait_thread_states(pid, "running", |state| state != 'T', context);
+    wait_thread_states(
+        &format!("pid {pid}"),
+        || thread_states(pid),
+        "running",
+        is_running,
+        context,
+    );
 }
 
-fn send_signal(pid: u32, signal: libc::c_int) {
+pub(crate) fn send_signal(pid: u32, signal: libc::c_int) {
     // SAFETY: kill(2) with a pid and a signal touches no memory; the caller
     // guarantees the pid is its unreaped child.
     unsafe {
@@ -233,9 +289,21 @@ fn send_signal(pid: u32, signal: libc::c_int) {
     }
 }
 
-/// Waits until every thread of `pid` is in a state that satisfies `wanted`.
-fn wait_thread_states(
-    pid: u32,
+/// A thread state that counts as stopped (or gone).
+pub(crate) fn is_stopped(state: char) -> bool {
+    matches!(state, 'T' | 'Z' | 'X')
+}
+
+/// A thread state that counts as no longer stopped.
+pub(crate) fn is_running(state: char) -> bool {
+    state != 'T'
+}
+
+/// Waits until every state `states()` lists satisfies `wanted`; `who` and
+/// `desc` name the processes and the state in the panic message.
+pub(crate) fn wait_thread_states(
+    who: &str,
+    states: impl Fn() -> Vec<char>,
     desc: &str,
     wanted: impl Fn(char) -> bool,
     context: impl FnOnce() -> String,
@@ -244,13 +312,13 @@ fn wait_thread_states(
     let start = Instant::now();
     loop {
         // A vanished process has nothing left to wait for.
-        let states = thread_states(pid);
+        let states = states();
         if states.iter().all(|&state| wanted(state)) {
             return;
         }
         if start.elapsed() > limit {
             panic!(
-                "pid {pid} not {desc} after {:?}: thread states {states:?}; {}",
+                "{who} not {desc} after {:?}: thread states {states:?}; {}",
                 start.elapsed(),
                 context()
             );
@@ -260,7 +328,7 @@ fn wait_thread_states(
 }
 
 /// The state letter of every thread of `pid` (`R`, `S`, `D`, `T`, …).
-fn thread_states(pid: u32) -> Vec<char> {
+pub(crate) fn thread_states(pid: u32) -> Vec<char> {
     let Ok(tasks) = std::fs::read_dir(format!("/proc/{pid}/task")) else {
         return Vec::new();
     };

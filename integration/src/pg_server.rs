@@ -1,0 +1,371 @@
+//! A PostgreSQL 15 server process (Debian's `postgresql-15`) with its own
+//! data folder, started with `initdb` and `postgres` directly: no cluster
+//! manager, no system service.
+//!
+//! PostgreSQL refuses to run as root, and the tests do: the server runs as
+//! the unprivileged OS user [`PG_OS_USER`] (created by `scripts/setup`),
+//! which owns the server's folder. `kill`, `pause` and `resume` reach every
+//! backend too (see [`crate::process_tree`]).
+//!
+//! Inside, every server has the superuser [`PG_SUPERUSER`], an unprivileged
+//! login role [`PG_USER`] (it may connect, and as in every PostgreSQL 15 it
+//! may not create objects in schema `public`) and the database
+//! [`PG_DATABASE`]. Loopback connections are trusted: no passwords.
+
+use std::net::SocketAddr;
+use std::path::Path;
+use std::process::{Command, Stdio};
+use std::sync::OnceLock;
+use std::time::Duration;
+
+use crate::ports::{reserve_port, PortReservation};
+use crate::process::ManagedProcess;
+use crate::psql::{psql, PG_BIN_DIR};
+use crate::server::{process_lifecycle, start_server, ServerProcess};
+use crate::test_dir::TestDir;
+
+/// The OS user the server and pgbouncer run as.
+pub const PG_OS_USER: &str = "recipes-pg";
+
+/// The superuser role.
+pub const PG_SUPERUSER: &str = "postgres";
+
+/// The unprivileged login role, for permission tests.
+pub const PG_USER: &str = "recipes_user";
+
+/// The database the tests use.
+pub const PG_DATABASE: &str = "recipes";
+
+/// Upper bound (scaled) for a start or a restart (with crash recovery).
+pub const PG_START_TIMEOUT: Duration = Duration::from_secs(30);
+
+/// How long one probe or harness query may take before the server counts
+/// as not answering (a short, unscaled timeout).
+pub const PG_PROBE_TIMEOUT: Duration = Duration::from_secs(2);
+
+/// Settings of a test server.
+///
+/// Defaults: `fsync=off` (testing.md: functional tests run without, as
+/// ZooKeeper and etcd do). Killing the server loses nothing committed all
+/// the same: `synchronous_commit` stays on, so a commit has reached the
+/// kernel before it is acknowledged; fsync only guards against the machine
+/// going down, which no test does. `max_connections=400`, room for a
+/// 50-waiter test direct and through two pgbouncers.
+#[derive(Debug, Clone)]
+pub struct PgConfig {
+    fsync: bool,
+    max_connections: u32,
+}
+
+impl Default for PgConfig {
+    fn default() -> Self {
+        PgConfig {
+            fsync: false,
+            max_connections: 400,
+        }
+    }
+}
+
+impl PgConfig {
+    /// `fsync=on`, as in production and for benchmarks.
+    pub fn with_fsync(mut self, fsync: bool) -> Self {
+        self.fsync = fsync;
+        self
+    }
+
+    /// `max_connections`.
+    pub fn with_max_connections(mut self, max_connections: u32) -> Self {
+        self.max_connections = max_connections;
+        self
+    }
+
+    /// Whether `fsync` is on.
+    pub fn fsync(&self) -> bool {
+        self.fsync
+    }
+
+    /// `max_connections`.
+    pub fn max_connections(&self) -> u32 {
+        self.max_connections
+    }
+}
+
+/// One PostgreSQL server with its own folder and loopback port.
+///
+/// Dropping it kills (SIGKILL) every process of the server, reaps the
+/// postmaster and removes its folder (kept when the thread panics).
+#[derive(Debug)]
+pub struct PgServer {
+    addr: SocketAddr,
+    config: PgConfig,
+    // Field order is drop order: process first, folder last.
+    process: ManagedProcess,
+    _port: PortReservation,
+    dir: TestDir,
+}
+
+impl PgServer {
+    /// Starts a server with [`PgConfig::default`] and waits until it
+    /// accepts connections.
+    ///
+    /// # Panics
+    ///
+    /// When `initdb` fails or the server does not accept connections within
+    /// the (scaled) start timeout; the message quotes its log.
+    pub fn start() -> PgServer {
+        PgServer::start_with(PgConfig::default())
+    }
+
+    /// Starts a server with `config`; see [`start`](Self::start).
+    ///
+    /// # Panics
+    ///
+    /// As [`start`](Self::start).
+    pub fn start_with(config: PgConfig) -> PgServer {
+        let server = start_server("pg", || PgServer::prepare(config.clone(), reserve_port()));
+        server.bootstrap();
+        server
+    }
+
+    /// A server shared by every test of this process, started on first use
+    /// with [`PgConfig::default`].
+    ///
+    /// Only for tests that do not break the server (no kill, pause,
+    /// restart); give each test its own table names or key prefix. The
+    /// server lives until the process exits.
+    pub fn shared() -> &'static PgServer {
+        static SHARED: OnceLock<PgServer> = OnceLock::new();
+        SHARED.get_or_init(PgServer::start)
+    }
+
+    /// Creates the folder and the data directory (`initdb`); does not start
+    /// the server.
+    fn prepare(config: PgConfig, port: PortReservation) -> PgServer {
+        let postgres = format!("{PG_BIN_DIR}/postgres");
+        assert!(
+            Path::new(&postgres).exists(),
+            "{postgres} is missing: install Debian's postgresql-15 package (scripts/setup)"
+        );
+        let (uid, gid) = os_user();
+        let dir = TestDir::new("pg");
+        chown(dir.path(), uid, gid);
+        let data = dir.path().join("data");
+        let log = dir.path().join("server.log");
+        init_data_dir(&data, &log, uid, gid);
+        let args: Vec<String> = vec![
+            "-D".to_owned(),
+            data.display().to_string(),
+            "-p".to_owned(),
+            port.port().to_string(),
+            "-c".to_owned(),
+            format!("listen_addresses={}", port.addr().ip()),
+            "-c".to_owned(),
+            format!("unix_socket_directories={}", dir.path().display()),
+            "-c".to_owned(),
+            format!("fsync={}", if config.fsync { "on" } else { "off" }),
+            "-c".to_owned(),
+            format!("max_connections={}", config.max_connections),
+            "-c".to_owned(),
+            "log_line_prefix=%m [%p] %q%u@%d ".to_owned(),
+        ];
+        let process = ManagedProcess::new("pg", postgres, args, dir.path(), log)
+            .with_user(uid, gid)
+            .with_process_tree();
+        PgServer {
+            addr: port.addr(),
+            config,
+            process,
+            _port: port,
+            dir,
+        }
+    }
+
+    /// Creates the roles and the database of the tests.
+    fn bootstrap(&self) {
+        for sql in [
+            format!("CREATE ROLE {PG_USER} LOGIN"),
+            format!("CREATE DATABASE {PG_DATABASE}"),
+        ] {
+            if let Err(e) = psql(
+                self.addr,
+                PG_SUPERUSER,
+                "postgres",
+                &sql,
+                crate::scale(PG_START_TIMEOUT),
+            ) {
+                panic!(
+                    "bootstrap of pg at {} failed: {e}\n{}",
+                    self.addr,
+                    self.log_tail()
+                );
+            }
+        }
+    }
+
+    /// The settings it was started with.
+    pub fn config(&self) -> &PgConfig {
+        &self.config
+    }
+
+    /// Its address, `127.0.0.1:<port>`.
+    pub fn addr(&self) -> SocketAddr {
+        self.addr
+    }
+
+    /// A connection URL for `role` on [`PG_DATABASE`],
+    /// `postgresql://<role>@127.0.0.1:<port>/recipes`.
+    pub fn url_as(&self, role: &str) -> String {
+        format!("postgresql://{role}@{}/{PG_DATABASE}", self.addr)
+    }
+
+    /// The connection URL for the superuser.
+    pub fn url(&self) -> String {
+        self.url_as(PG_SUPERUSER)
+    }
+
+    /// Its folder (data directory `data/`, `server.log`, the Unix socket).
+    pub fn dir(&self) -> &Path {
+        self.dir.path()
+    }
+
+    /// Runs `sql` as the superuser on [`PG_DATABASE`]; see
+    /// [`psql`] for the output format.
+    ///
+    /// # Panics
+    ///
+    /// When it fails or gets no answer within [`PG_PROBE_TIMEOUT`] (scaled);
+    /// the message quotes the log.
+    pub fn sql(&self, sql: &str) -> String {
+        self.try_sql(sql, crate::scale(PG_PROBE_TIMEOUT))
+            .unwrap_or_else(|e| panic!("{e}\n{}", self.log_tail()))
+    }
+
+    /// Runs `sql` as the superuser on [`PG_DATABASE`] within `timeout`
+    /// (unscaled).
+    ///
+    /// # Errors
+    ///
+    /// psql's error, or no answer in time.
+    pub fn try_sql(&self, sql: &str, timeout: Duration) -> Result<String, String> {
+        psql(self.addr, PG_SUPERUSER, PG_DATABASE, sql, timeout)
+    }
+
+    process_lifecycle!("server");
+
+    /// Kills every process of the server if it runs, starts it again on the
+    /// same port with the same data (crash recovery replays the WAL), and
+    /// waits until it accepts connections.
+    ///
+    /// # Panics
+    ///
+    /// When it does not accept connections within the (scaled) start
+    /// timeout.
+    pub fn restart(&self) {
+        self.respawn();
+    }
+
+    /// Whether `pg_isready` says it accepts connections within
+    /// [`PG_PROBE_TIMEOUT`] (during start and crash recovery it rejects
+    /// them).
+    pub fn is_accepting(&self) -> bool {
+        let mut probe = Command::new(format!("{PG_BIN_DIR}/pg_isready"));
+        probe
+            .arg(format!("--host={}", self.addr.ip()))
+            .arg(format!("--port={}", self.addr.port()))
+            .arg(format!("--username={PG_SUPERUSER}"))
+            .arg(format!("--timeout={}", PG_PROBE_TIMEOUT.as_secs()))
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(Stdio::null());
+        probe.status().is_ok_and(|status| status.success())
+    }
+}
+
+/// Started means `pg_isready` succeeds.
+impl ServerProcess for PgServer {
+    const KIND: &'static str = "PostgreSQL";
+    const READY: &'static str = "accepting connections";
+    const SPAWN_HINT: &'static str = " (scripts/setup installs postgresql-15)";
+    const PORT_IN_USE: &'static str = "Address already in use";
+    const START_TIMEOUT: Duration = PG_START_TIMEOUT;
+
+    fn process(&self) -> &ManagedProcess {
+        &self.process
+    }
+
+    fn addr(&self) -> SocketAddr {
+        self.addr
+    }
+
+    fn is_ready(&self) -> bool {
+        self.is_accepting()
+    }
+}
+
+/// The uid and gid of [`PG_OS_USER`].
+///
+/// # Panics
+///
+/// When there is no such user (run `scripts/setup`).
+pub(crate) fn os_user() -> (u32, u32) {
+    // Looked up once: getpwnam's result lives in a static buffer that a
+    // call from another thread would overwrite.
+    static USER: OnceLock<Option<(u32, u32)>> = OnceLock::new();
+    let user = *USER.get_or_init(|| {
+        let name = std::ffi::CString::new(PG_OS_USER).expect("no NUL in the user name");
+        // SAFETY: getpwnam with a valid C string; the fields are copied out
+        // at once, and no other thread calls it (OnceLock).
+        unsafe {
+            let entry = libc::getpwnam(name.as_ptr());
+            (!entry.is_null()).then(|| ((*entry).pw_uid, (*entry).pw_gid))
+        }
+    });
+    user.unwrap_or_else(|| {
+        panic!("no OS user {PG_OS_USER}: PostgreSQL and pgbouncer refuse to run as root; scripts/setup creates it")
+    })
+}
+
+/// Hands `path` to `uid`/`gid`.
+///
+/// # Panics
+///
+/// When chown fails.
+pub(crate) fn chown(path: &Path, uid: u32, gid: u32) {
+    if let Err(e) = std::os::unix::fs::chown(path, Some(uid), Some(gid)) {
+        panic!("cannot chown {} to {PG_OS_USER}: {e}", path.display());
+    }
+}
+
+/// Runs `initdb` as `uid`/`gid`, its output appended to `log`.
+///
+/// # Panics
+///
+/// When it fails; the message quotes the log.
+fn init_data_dir(data: &Path, log: &Path, uid: u32, gid: u32) {
+    use std::os::unix::process::CommandExt as _;
+    let out = std::fs::OpenOptions::new()
+        .create(true)
+        .append(true)
+        .open(log)
+        .unwrap_or_else(|e| panic!("cannot open {}: {e}", log.display()));
+    let status = Command::new(format!("{PG_BIN_DIR}/initdb"))
+        .arg(format!("--pgdata={}", data.display()))
+        .arg(format!("--username={PG_SUPERUSER}"))
+        .args(["--auth=trust", "--encoding=UTF8", "--locale=C.UTF-8"])
+        // The folder is thrown away after the test; syncing it costs time.
+        .args(["--no-sync", "--no-instructions"])
+        .uid(uid)
+        .gid(gid)
+        .stdin(Stdio::null())
+        .stdout(out.try_clone().expect("clone the log handle"))
+        .stderr(out)
+        .status();
+    match status {
+        Ok(status) if status.success() => {}
+        other => panic!(
+            "initdb {} failed: {other:?}\n{}",
+            data.display(),
+            crate::ServerLogs::single("pg initdb", log).tail()
+        ),
+    }
+}
