@@ -173,6 +173,22 @@ impl EtcdFacts {
         self.or_panic(self.try_lease_ttl(lease))
     }
 
+    /// The ids of every lease the server holds, sorted (`etcdctl lease
+    /// list`).
+    ///
+    /// # Panics
+    ///
+    /// When the query fails; the message quotes the server logs.
+    pub fn leases(&self) -> Vec<i64> {
+        let leases = self.query("lease list", |mut client| async move {
+            let response = client.leases().await?;
+            let mut ids: Vec<i64> = response.leases().iter().map(|l| l.id()).collect();
+            ids.sort_unstable();
+            Ok(ids)
+        });
+        self.or_panic(leases)
+    }
+
     /// Waits until `key` exists.
     ///
     /// # Panics

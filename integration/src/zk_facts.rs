@@ -171,6 +171,30 @@ impl ZkFacts {
         self.or_panic(self.try_children(path))
     }
 
+    /// Every node at and below `path`, depth first, with its
+    /// `ephemeralOwner` (0 for persistent and container nodes: the server
+    /// shows clients no difference) and its data length; empty when `path`
+    /// does not exist. A node deleted while the tree is read is left out.
+    ///
+    /// # Panics
+    ///
+    /// When a query fails; the message quotes the server logs.
+    pub fn tree(&self, path: &str) -> Vec<(String, i64, i32)> {
+        let mut nodes = Vec::new();
+        let mut todo = vec![path.to_owned()];
+        while let Some(node) = todo.pop() {
+            let stat =
+                self.or_panic(self.query(&format!("stat {node}"), self.client().check_stat(&node)));
+            let Some(stat) = stat else {
+                continue;
+            };
+            let base = if node == "/" { "" } else { node.as_str() };
+            todo.extend(self.children(&node).iter().map(|c| format!("{base}/{c}")));
+            nodes.push((node, stat.ephemeral_owner, stat.data_length));
+        }
+        nodes
+    }
+
     /// The `ephemeralOwner` session of `path`; `None` when it does not
     /// exist, `Some(0)` for a persistent node.
     ///

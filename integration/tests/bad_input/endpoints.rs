@@ -1,0 +1,195 @@
+//! Endpoints: URL forms a store does not take and a missing port are
+//! `InvalidArgument` before anything is dialled; a reachable port that is
+//! not the store (the other store, an HTTP server, nothing at all) is a
+//! retryable `Backend` error naming the address, within the connect
+//! timeout; ZooKeeper chroots that do not exist yet are made, as Curator
+//! makes its namespace.
+
+use std::net::SocketAddr;
+use std::process::{Child, Command, Stdio};
+use std::time::Duration;
+
+use integration::ports::reserve_port;
+use integration::wait_until;
+use recipes_core::{Client, Error};
+
+use crate::bench::{error_is, invalid, ok, Bench};
+use crate::stores::{Settings, Store};
+
+/// The connect timeout of every case here; the bound adds room.
+const CONNECT: Duration = Duration::from_secs(2);
+const BOUND: Duration = Duration::from_secs(6);
+
+fn settings() -> Settings {
+    Settings {
+        connect_timeout: CONNECT,
+        ..Settings::default()
+    }
+}
+
+/// `python3 -m http.server` on a free loopback port, killed on drop.
+struct HttpServer {
+    child: Child,
+    addr: SocketAddr,
+    _port: integration::ports::PortReservation,
+}
+
+impl HttpServer {
+    fn start() -> HttpServer {
+        let port = reserve_port();
+        let child = Command::new("python3")
+            .args(["-m", "http.server", "--bind", "127.0.0.1"])
+            .arg(port.port().to_string())
+            .current_dir(std::env::temp_dir())
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .expect("python3 -m http.server starts");
+        let addr = port.addr();
+        wait_until("the HTTP server listens", Duration::from_secs(10), || {
+            std::net::TcpStream::connect(addr).is_ok()
+        });
+        HttpServer {
+            child,
+            addr,
+            _port: port,
+        }
+    }
+}
+
+impl Drop for HttpServer {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+/// A connect to `target` fails with a `Backend` error whose message names
+/// `names` (retryable or not: a server of the wrong kind will not turn
+/// into the right one, but it may be restarting).
+fn unreachable<S: Store>(target: &str, names: &str) -> Result<(), String> {
+    let r = S::connect_to(target, &settings());
+    error_is(
+        r,
+        &format!("a Backend error naming {names}"),
+        |e| matches!(e, Error::Backend { message, .. } if message.contains(names)),
+    )
+}
+
+pub fn run<S: Store>() {
+    let mut b = Bench::<S>::new("endpoints");
+    let http = HttpServer::start();
+    let free = reserve_port();
+    let addr = S::addr();
+    b.case_within(
+        "the other store's port is unreachable, named",
+        BOUND,
+        |_| {
+            let other = S::other_addr().to_string();
+            unreachable::<S>(&other, &other)
+        },
+    );
+    b.case_within("an HTTP server is unreachable, named", BOUND, |_| {
+        unreachable::<S>(&http.addr.to_string(), &http.addr.to_string())
+    });
+    b.case_within(
+        "a port nothing listens on is unreachable, named",
+        BOUND,
+        |_| unreachable::<S>(&free.addr().to_string(), &free.addr().to_string()),
+    );
+    b.case_within(
+        "a host name that does not resolve is unreachable",
+        BOUND,
+        |_| unreachable::<S>("no-such-host.invalid:2181", "no-such-host.invalid"),
+    );
+    // fails on 295faf2 (etcd): Backend "no etcd member of zk://… answered
+    // within 2s" after 5 ms; builder.rs:84 checks only for empty endpoints.
+    b.case_within("a zk:// URL is refused, saying host:port", BOUND, |_| {
+        invalid(S::connect_to(&format!("zk://{addr}"), &settings()))
+    });
+    b.case_within(
+        "an https:// URL is refused without TLS settings",
+        BOUND,
+        |_| invalid(S::connect_to(&format!("https://{addr}"), &settings())),
+    );
+    // fails on 295faf2: zk Backend after the whole connect timeout, etcd Backend
+    // at once saying "within 2s"; neither builder asks for host:port.
+    b.case_within(
+        "a host without a port is refused, saying host:port",
+        BOUND,
+        |_| invalid(S::connect_to("127.0.0.1", &settings())),
+    );
+    b.case_within("an empty endpoint is refused", BOUND, |_| {
+        invalid(S::connect_to("", &settings()))?;
+        invalid(S::connect_to(&format!("{addr}, "), &settings()))
+    });
+    match S::LABEL {
+        "zk" => {
+            b.case_within("an http:// URL is refused by ZooKeeper", BOUND, |_| {
+                invalid(S::connect_to(&format!("http://{addr}"), &settings()))
+            });
+            b.case_within(
+                "a chroot that does not exist is made, as Curator does",
+                BOUND,
+                |ctx| {
+                    let chroot = ctx.name("chroot");
+                    ctx.may_leave(&chroot);
+                    let c = ok(
+                        "connect",
+                        recipes_zk::ZkClient::builder(S::target())
+                            .chroot(chroot.clone())
+                            .connect_timeout(CONNECT)
+                            .connect(),
+                    )?;
+                    in_chroot(&c, &chroot)
+                },
+            );
+            // fails on 295faf2: the lock fails with Backend "create the folder /x: node
+            // not exists"; a chroot in the connect string is passed through to
+            // zookeeper-client, while only ZkClientBuilder::chroot makes it.
+            b.case_within(
+                "a chroot suffix of the connect string that does not exist works",
+                BOUND,
+                |ctx| {
+                    let chroot = ctx.name("suffix");
+                    ctx.may_leave(&chroot);
+                    let target = format!("{}{chroot}", S::target());
+                    let c = ok(
+                        "connect",
+                        recipes_zk::ZkClient::builder(target)
+                            .connect_timeout(CONNECT)
+                            .connect(),
+                    )?;
+                    in_chroot(&c, &chroot)
+                },
+            );
+        }
+        _ => {
+            b.case_within("an http:// URL is taken by etcd", BOUND, |_| {
+                let c = ok(
+                    "connect",
+                    S::connect_to(&format!("http://{addr}"), &settings()),
+                )?;
+                ok("ping", c.ping())?;
+                ok("close", c.close())
+            });
+        }
+    }
+    b.finish();
+}
+
+/// A lock `/x` of a client rooted at `chroot` lives under `chroot/x`.
+fn in_chroot(c: &recipes_zk::ZkClient, chroot: &str) -> Result<(), String> {
+    let g = ok("lock", c.mutex("/x").and_then(|m| m.lock()))?;
+    let seen = integration::ZkServer::shared()
+        .facts()
+        .children(&format!("{chroot}/x"));
+    let r = if seen.len() == 1 {
+        Ok(())
+    } else {
+        Err(format!("under {chroot}/x: {seen:?}"))
+    };
+    ok("release", g.release())?;
+    ok("close", c.clone().close())?;
+    r
+}

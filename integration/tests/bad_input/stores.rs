@@ -1,0 +1,192 @@
+//! The two stores as the bad-input suite sees them: how to connect with
+//! given settings, and what a case may have left behind (nodes, keys,
+//! leases).
+
+use std::net::SocketAddr;
+use std::time::Duration;
+
+use integration::{EtcdFacts, EtcdServer, ZkFacts, ZkServer};
+use recipes_core::Client;
+use recipes_etcd::EtcdClient;
+use recipes_zk::ZkClient;
+
+/// A client's settings, as the builders of both stores take them.
+#[derive(Debug, Clone)]
+pub struct Settings {
+    pub ttl: Duration,
+    pub connect_timeout: Duration,
+    pub rpc_timeout: Duration,
+    pub lease_slack: Option<Duration>,
+}
+
+impl Default for Settings {
+    fn default() -> Settings {
+        Settings {
+            ttl: Duration::from_secs(5),
+            connect_timeout: Duration::from_secs(3),
+            rpc_timeout: Duration::from_secs(3),
+            lease_slack: None,
+        }
+    }
+}
+
+/// What a case needs from a store.
+pub trait Store: 'static {
+    /// The client of this store.
+    type C: Client;
+
+    /// `zk` or `etcd`, as `Client::store` says it.
+    const LABEL: &'static str;
+
+    /// How large a value (node data, key value) the server accepts at
+    /// most in one request, roughly: past it, the request is refused.
+    const REQUEST_LIMIT: usize;
+
+    /// The shared server's address as the builder takes it.
+    fn target() -> String;
+
+    /// The shared server's client address.
+    fn addr() -> SocketAddr;
+
+    /// The other store's shared server (started on first use).
+    fn other_addr() -> SocketAddr;
+
+    /// A client of `target` with `settings`.
+    fn connect_to(target: &str, settings: &Settings) -> recipes_core::Result<Self::C>;
+
+    /// A client of the shared server with `settings`.
+    fn connect(settings: &Settings) -> recipes_core::Result<Self::C> {
+        Self::connect_to(&Self::target(), settings)
+    }
+
+    /// What lives at and under `root` that the server will not remove by
+    /// itself: ZooKeeper's ephemeral nodes and nodes with data, every etcd
+    /// key.
+    fn leftovers(root: &str) -> Vec<String>;
+
+    /// The leases the server holds (etcd); sessions are not listed for
+    /// ZooKeeper (empty).
+    fn leases() -> Vec<i64>;
+
+    /// Whether a holder's node or key exists.
+    fn exists(holder: &str) -> bool;
+
+    /// Write a plain entry, as another program would.
+    fn write_entry(path: &str, value: &[u8]);
+}
+
+fn zk_facts() -> &'static ZkFacts {
+    static FACTS: std::sync::OnceLock<ZkFacts> = std::sync::OnceLock::new();
+    FACTS.get_or_init(|| ZkServer::shared().facts())
+}
+
+fn etcd_facts() -> &'static EtcdFacts {
+    static FACTS: std::sync::OnceLock<EtcdFacts> = std::sync::OnceLock::new();
+    FACTS.get_or_init(|| EtcdServer::shared().facts())
+}
+
+/// ZooKeeper.
+pub struct Zk;
+
+impl Store for Zk {
+    type C = ZkClient;
+    const LABEL: &'static str = "zk";
+    // jute.maxbuffer: 1 MiB (0xfffff) by default.
+    const REQUEST_LIMIT: usize = 1024 * 1024;
+
+    fn target() -> String {
+        ZkServer::shared().connect_string()
+    }
+
+    fn addr() -> SocketAddr {
+        ZkServer::shared().client_addr()
+    }
+
+    fn other_addr() -> SocketAddr {
+        EtcdServer::shared().client_addr()
+    }
+
+    fn connect_to(target: &str, s: &Settings) -> recipes_core::Result<ZkClient> {
+        let mut b = ZkClient::builder(target)
+            .session_timeout(s.ttl)
+            .connect_timeout(s.connect_timeout)
+            .rpc_timeout(s.rpc_timeout);
+        if let Some(slack) = s.lease_slack {
+            b = b.lease_slack(slack);
+        }
+        b.connect()
+    }
+
+    fn leftovers(root: &str) -> Vec<String> {
+        // Ephemeral nodes and nodes with data. The server shows clients no
+        // difference between a container (which it removes once empty) and
+        // an empty persistent node, so neither is listed.
+        zk_facts()
+            .tree(root)
+            .into_iter()
+            .filter(|(_, owner, len)| *owner != 0 || *len > 0)
+            .map(|(path, owner, len)| format!("{path} (owner {owner:#x}, {len} bytes)"))
+            .collect()
+    }
+
+    fn leases() -> Vec<i64> {
+        Vec::new()
+    }
+
+    fn exists(holder: &str) -> bool {
+        zk_facts().exists(holder)
+    }
+
+    fn write_entry(path: &str, value: &[u8]) {
+        zk_facts().create(path, value)
+    }
+}
+
+/// etcd.
+pub struct Etcd;
+
+impl Store for Etcd {
+    type C = EtcdClient;
+    const LABEL: &'static str = "etcd";
+    // --max-request-bytes: 1.5 MiB by default.
+    const REQUEST_LIMIT: usize = 1536 * 1024;
+
+    fn target() -> String {
+        EtcdServer::shared().endpoint()
+    }
+
+    fn addr() -> SocketAddr {
+        EtcdServer::shared().client_addr()
+    }
+
+    fn other_addr() -> SocketAddr {
+        ZkServer::shared().client_addr()
+    }
+
+    fn connect_to(target: &str, s: &Settings) -> recipes_core::Result<EtcdClient> {
+        let mut b = EtcdClient::builder(target.split(',').map(str::to_owned))
+            .ttl(s.ttl)
+            .connect_timeout(s.connect_timeout)
+            .rpc_timeout(s.rpc_timeout);
+        if let Some(slack) = s.lease_slack {
+            b = b.lease_slack(slack);
+        }
+        b.connect()
+    }
+
+    fn leftovers(root: &str) -> Vec<String> {
+        etcd_facts().keys_with_prefix(root)
+    }
+
+    fn leases() -> Vec<i64> {
+        etcd_facts().leases()
+    }
+
+    fn exists(holder: &str) -> bool {
+        etcd_facts().exists(holder)
+    }
+
+    fn write_entry(path: &str, value: &[u8]) {
+        etcd_facts().put(path, value)
+    }
+}
