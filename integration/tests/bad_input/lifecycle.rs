@@ -77,8 +77,12 @@ pub fn run<S: Store>() {
                     )
                 },
             )?;
+            // The lease was gone before the release: the distinct outcome
+            // (docs/architecture.md's error table).
             match g.release() {
-                Ok(()) | Err(Error::Closed) => Ok(()),
+                Err(Error::LeaseLost {
+                    reason: LossReason::Closed,
+                }) => Ok(()),
                 other => Err(format!("release after close: {other:?}")),
             }
         },

@@ -162,7 +162,8 @@ pub fn held_lost_and_closed_outcomes_are_the_same<K: Kit>(kit: &K) {
 
 /// Entries that are not of the recipe's own layout never count as
 /// contenders (issue 10, finding 6): a child with a digit suffix, a nested
-/// lock's entries, a semaphore's size and folders.
+/// lock's entries. A recipe opened on a name that holds another recipe's
+/// layout (a mutex on a semaphore) is refused.
 pub fn only_the_recipes_own_entries_are_contenders<K: Kit>(kit: &K) {
     let client = kit.connect(Duration::from_secs(5)).expect("connect");
     let lock = name("errors-layout");
@@ -178,14 +179,17 @@ pub fn only_the_recipes_own_entries_are_contenders<K: Kit>(kit: &K) {
     guard.release().unwrap();
     nested.release().unwrap();
 
+    // A mutex opened on a semaphore's name neither counts the semaphore's
+    // entries as contenders nor runs beside it: it is refused, and leaves
+    // nothing of its own.
     let sem = name("errors-layout-sem");
     let permit = client.semaphore(&sem, 2).unwrap().acquire().unwrap();
-    let on_sem = client.mutex(&sem).unwrap().try_lock().unwrap();
-    assert!(
-        on_sem.is_some(),
-        "a semaphore's own entries are not a mutex's contenders"
+    let before = kit.entries_under(&sem);
+    invalid(
+        "a mutex on a semaphore's name",
+        client.mutex(&sem).and_then(|m| m.try_lock()),
     );
-    drop(on_sem);
+    assert_eq!(kit.entries_under(&sem), before, "the refusal left nothing");
     permit.release().unwrap();
     let _ = client.close();
 }
