@@ -62,8 +62,10 @@ mod limits;
 mod loss;
 mod mutex;
 mod observe;
+mod renewal;
 mod runtime;
 mod semaphore;
+mod sessions;
 #[cfg(test)]
 mod test_backend;
 
@@ -88,5 +90,7 @@ pub use limits::{
 pub use loss::{LossReason, LossSignal, LossTrigger};
 pub use mutex::{Mutex, MutexGuard};
 pub use observe::{follow_leader, LeaderWatch};
+pub use renewal::{renew_on, Renewal, RenewalStream, StopFlag, StreamEnd};
 pub use runtime::{Runtime, DEFAULT_SHUTDOWN_GRACE};
 pub use semaphore::{Semaphore, SemaphorePermit};
+pub use sessions::{HandleQueue, NamedTurns, PooledSession, Sessions, Turn, Turns};

@@ -26,15 +26,14 @@ use etcd_client::{
     Compare, CompareOp, GetOptions, GetResponse, PutOptions, SortOrder, SortTarget, Txn, TxnOp,
 };
 use recipes_core::engine::{self, ContendDriver, Entered, Listing};
-use recipes_core::{LossSignal, Result};
-use tokio::sync::OwnedMutexGuard;
+use recipes_core::{HandleQueue, LossSignal, PooledSession, Result, Turn};
 use tokio::time::Instant;
 
 use crate::client::EtcdClient;
 use crate::key::{guarded, Acquired, Ticket};
 use crate::names::{contender_key, is_contender, Key};
 use crate::rpc::{header_revision, read_at, retrying_txn, unexpected};
-use crate::session::{HandleQueue, Session};
+use crate::session::Session;
 use crate::watch::WatchSet;
 
 /// How many keys one ownership read returns. Nested locks' keys (which do
@@ -126,7 +125,7 @@ pub(crate) struct KeyContender<'a> {
 /// takes the turn.
 pub(crate) struct KeyEpoch {
     session: Arc<Session>,
-    turn: parking_lot::Mutex<Option<OwnedMutexGuard<()>>>,
+    turn: parking_lot::Mutex<Option<Turn>>,
 }
 
 /// Our key while it contends.
@@ -171,7 +170,7 @@ impl ContendDriver for KeyContender<'_> {
             Via::Handle(_) => self.client.session_for(self.name).await?,
             Via::ClientSession => {
                 let session = self.client.live_session().await?;
-                match session.queue_turn(self.name, deadline).await {
+                match session.turns().wait(self.name, deadline).await {
                     Some(turn) => (session, turn),
                     None => return Ok(None),
                 }
