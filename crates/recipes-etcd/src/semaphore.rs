@@ -91,22 +91,8 @@ impl EtcdSemaphore {
     /// The stored size is ours, or an [`Error::InvalidArgument`] that says
     /// what to change.
     pub(crate) fn check_stored(&self, stored: &[u8]) -> Result<()> {
-        if stored == self.permits.to_string().as_bytes() {
-            return Ok(());
-        }
-        let (name, config, permits) = (&self.name, &self.config_key, self.permits);
-        let text = String::from_utf8_lossy(stored);
-        Err(match text.parse::<u32>() {
-            Ok(n) if n != permits => Error::invalid(format!(
-                "the etcd semaphore {name} has {n} permits (stored in {config}); this client \
-                 asked for {permits}: ask for {n}, or use another name (to resize it, stop \
-                 every user and delete {config})"
-            )),
-            _ => Error::invalid(format!(
-                "{config} holds {text:?}, not the size of the etcd semaphore {name}: use \
-                 another name, or, if nothing uses it, delete {config}"
-            )),
-        })
+        let what = format!("the etcd semaphore {}", self.name);
+        recipes_core::check_stored_size(&what, &self.config_key, stored, self.permits)
     }
 
     /// Store our size unless one is stored; check the stored one.
