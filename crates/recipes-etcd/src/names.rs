@@ -8,6 +8,7 @@
 //! `/locks/x/y/abc` (a contender of the lock `/locks/x/y`) does not.
 
 use std::fmt;
+use std::sync::atomic::{AtomicU64, Ordering};
 
 use recipes_core::Result;
 
@@ -37,6 +38,16 @@ pub(crate) fn key_prefix(name: &str) -> String {
 /// The key a contender holding `lease` owns under `prefix`.
 pub(crate) fn contender_key(prefix: &str, lease: i64) -> String {
     format!("{prefix}{lease:x}")
+}
+
+/// Tells apart the permit keys of one lease. A lease belongs to one client
+/// in one process, so a process-wide counter makes `<lease>-<n>` unique.
+static PERMIT_SEQ: AtomicU64 = AtomicU64::new(0);
+
+/// A new permit key of `lease` under `prefix`: `<prefix><lease hex>-<n>`.
+pub(crate) fn permit_key(prefix: &str, lease: i64) -> String {
+    let seq = PERMIT_SEQ.fetch_add(1, Ordering::Relaxed);
+    format!("{prefix}{lease:x}-{seq}")
 }
 
 /// Whether `key` is a contender of the lock at `prefix`: exactly one level
