@@ -61,9 +61,13 @@ mod lease;
 mod limits;
 mod loss;
 mod mutex;
+mod names;
 mod observe;
+mod renewal;
+mod retry;
 mod runtime;
 mod semaphore;
+mod sessions;
 #[cfg(test)]
 mod test_backend;
 
@@ -87,6 +91,10 @@ pub use limits::{
 };
 pub use loss::{LossReason, LossSignal, LossTrigger};
 pub use mutex::{Mutex, MutexGuard};
+pub use names::{check_name, check_stored_size};
 pub use observe::{follow_leader, LeaderWatch};
+pub use renewal::{renew_on, Renewal, RenewalStream, StopFlag, StreamEnd};
+pub use retry::{resend_within, within};
 pub use runtime::{Runtime, DEFAULT_SHUTDOWN_GRACE};
 pub use semaphore::{Semaphore, SemaphorePermit};
+pub use sessions::{HandleQueue, NamedTurns, PooledSession, Sessions, Turn, Turns};

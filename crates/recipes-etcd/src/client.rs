@@ -1,12 +1,10 @@
 //! The etcd client: one connection pool on its own runtime thread.
 
 use std::fmt;
-use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use recipes_core::{BootInstant, Error, LossReason, Result, Runtime, Settings};
-use tokio::sync::OwnedMutexGuard;
+use recipes_core::{BootInstant, Error, LossReason, Result, Runtime, Sessions, Settings, Turn};
 
 use crate::builder::EtcdClientBuilder;
 use crate::session::{Session, SessionSettings};
@@ -16,14 +14,9 @@ struct Inner {
     client: parking_lot::Mutex<Option<etcd_client::Client>>,
     rt: Runtime,
     config: EtcdClientBuilder,
-    // The current session (lease). Replaced by a new one once lost or
-    // orphaned; nothing held on the old one carries over.
-    session: parking_lot::Mutex<Option<Arc<Session>>>,
-    new_session: tokio::sync::Mutex<()>,
-    // Extra sessions for concurrent acquisitions of one name (see
-    // `session_for`). Kept while live; revoked with the client.
-    pool: parking_lot::Mutex<Vec<Arc<Session>>>,
-    closed: AtomicBool,
+    // The current session (lease) and the pool for concurrent acquisitions
+    // of one name; revoked with the client.
+    sessions: Sessions<Session>,
 }
 
 impl Inner {
@@ -32,28 +25,12 @@ impl Inner {
     }
 
     fn current(&self) -> Option<Arc<Session>> {
-        self.session.lock().clone()
-    }
-
-    fn usable_session(&self) -> Result<Option<Arc<Session>>> {
-        if self.closed.load(Ordering::SeqCst) {
-            return Err(Error::Closed);
-        }
-        Ok(self.current().filter(|s| s.is_usable()))
+        self.sessions.current()
     }
 
     /// The current session, or a new lease once it is lost or orphaned.
     async fn session(&self) -> Result<Arc<Session>> {
-        if let Some(s) = self.usable_session()? {
-            return Ok(s);
-        }
-        let _one_at_a_time = self.new_session.lock().await;
-        if let Some(s) = self.usable_session()? {
-            return Ok(s);
-        }
-        let session = self.grant("session").await?;
-        *self.session.lock() = Some(session.clone());
-        Ok(session)
+        self.sessions.primary(|| self.grant("session")).await
     }
 
     /// Grant a new lease and start its session.
@@ -67,10 +44,6 @@ impl Inner {
             handle: self.rt.handle().clone(),
         };
         let session = Session::grant(self.etcd()?, &settings).await?;
-        if self.closed.load(Ordering::SeqCst) {
-            let _ = session.revoke(LossReason::Closed).await;
-            return Err(Error::Closed);
-        }
         log::debug!(
             "[endpoints={}] new {what}: lease {:x}, TTL {:?}",
             self.config.endpoints.join(","),
@@ -79,68 +52,13 @@ impl Inner {
         );
         Ok(session)
     }
-
-    /// A session for an acquisition of the lock `name`, with its turn at
-    /// the name: the primary session when its turn is free (no acquisition
-    /// of `name` through it is under way or held), else a pooled live
-    /// session whose turn is free, else a new lease added to the pool. Two
-    /// acquisitions of one name in this process so never share a key.
-    async fn session_for(&self, name: &str) -> Result<(Arc<Session>, OwnedMutexGuard<()>)> {
-        let primary = self.session().await?;
-        if let Some(turn) = primary.try_turn(name) {
-            return Ok((primary, turn));
-        }
-        let pooled = {
-            let mut pool = self.pool.lock();
-            // A lost session is never reused; its loop revokes its lease.
-            pool.retain(|s| s.is_usable());
-            pool.clone()
-        };
-        for session in pooled {
-            if let Some(turn) = session.try_turn(name) {
-                return Ok((session, turn));
-            }
-        }
-        let session = self.grant("pooled session").await?;
-        let turn = session.try_turn(name).ok_or_else(|| Error::Backend {
-            message: "a new session already had a turn at the lock".into(),
-            retryable: true,
-            source: None,
-        })?;
-        {
-            let mut pool = self.pool.lock();
-            // `close` sets `closed` before it empties the pool: a session
-            // added after that is revoked here.
-            if !self.closed.load(Ordering::SeqCst) {
-                pool.push(session.clone());
-                return Ok((session, turn));
-            }
-        }
-        drop(turn);
-        let _ = session.revoke(LossReason::Closed).await;
-        Err(Error::Closed)
-    }
-
-    /// Every session: the primary (if any) and the pooled ones, taken out.
-    fn take_sessions(&self) -> Vec<Arc<Session>> {
-        let mut all: Vec<_> = self.session.lock().take().into_iter().collect();
-        all.append(&mut self.pool.lock());
-        all
-    }
-
-    /// Every session still in use, without taking them out.
-    fn sessions(&self) -> Vec<Arc<Session>> {
-        let mut all: Vec<_> = self.current().into_iter().collect();
-        all.extend(self.pool.lock().iter().cloned());
-        all
-    }
 }
 
 impl Drop for Inner {
     fn drop(&mut self) {
         // Revoke the leases in the background: the runtime's shutdown
         // gives it a grace period. An orphaned session is left to expire.
-        for session in self.take_sessions() {
+        for session in self.sessions.close() {
             if !session.is_orphaned() {
                 self.rt.spawn(async move {
                     let _ = session.revoke(LossReason::Closed).await;
@@ -226,10 +144,7 @@ impl EtcdClient {
                 client: parking_lot::Mutex::new(Some(etcd)),
                 rt,
                 config,
-                session: parking_lot::Mutex::new(None),
-                new_session: tokio::sync::Mutex::new(()),
-                pool: parking_lot::Mutex::new(Vec::new()),
-                closed: AtomicBool::new(false),
+                sessions: Sessions::default(),
             }),
         };
         let inner = client.inner.clone();
@@ -285,7 +200,7 @@ impl EtcdClient {
     /// grant a new lease; `close` and `Drop` leave the orphaned ones to
     /// expire.
     pub fn orphan(&self) {
-        for s in self.inner.sessions() {
+        for s in self.inner.sessions.all() {
             s.orphan();
         }
     }
@@ -308,11 +223,9 @@ impl EtcdClient {
     /// A session and its turn for an acquisition of the lock `name`: the
     /// current session, or one from the pool when an acquisition of `name`
     /// already uses the current one (on the runtime).
-    pub(crate) async fn session_for(
-        &self,
-        name: &str,
-    ) -> Result<(Arc<Session>, OwnedMutexGuard<()>)> {
-        self.inner.session_for(name).await
+    pub(crate) async fn session_for(&self, name: &str) -> Result<(Arc<Session>, Turn)> {
+        let pooled = || self.inner.grant("pooled session");
+        self.inner.sessions.for_name(name, pooled).await
     }
 
     /// Run one request on the runtime with the RPC timeout.
@@ -338,10 +251,10 @@ impl EtcdClient {
         let mut closed = Ok(());
         // One budget for every step.
         let until = recipes_core::deadline_in(grace);
-        self.inner.closed.store(true, Ordering::SeqCst);
         let live: Vec<_> = self
             .inner
-            .take_sessions()
+            .sessions
+            .close()
             .into_iter()
             .filter(|s| !s.is_orphaned())
             .collect();

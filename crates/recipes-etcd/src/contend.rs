@@ -26,16 +26,16 @@ use etcd_client::{
     Compare, CompareOp, GetOptions, GetResponse, PutOptions, SortOrder, SortTarget, Txn, TxnOp,
 };
 use recipes_core::engine::{self, ContendDriver, Entered, Listing};
-use recipes_core::{LossSignal, Result};
-use tokio::sync::OwnedMutexGuard;
+use recipes_core::{HandleQueue, LossSignal, PooledSession, Result, Turn};
 use tokio::time::Instant;
 
 use crate::client::EtcdClient;
 use crate::key::{guarded, Acquired, Ticket};
-use crate::names::{contender_key, is_contender, Key};
+use crate::names::{contender_key, is_contender, permit_key, Key};
 use crate::rpc::{header_revision, read_at, retrying_txn, unexpected};
-use crate::session::{HandleQueue, Session};
-use crate::watch::WatchSet;
+use crate::semaphore::EtcdSemaphore;
+use crate::session::Session;
+use crate::watch::{PrefixWatch, WatchSet};
 
 /// How many keys one ownership read returns. Nested locks' keys (which do
 /// not count) can fill a page; the read then goes on below the page.
@@ -99,12 +99,11 @@ pub(crate) async fn contend(
         },
         Via::ClientSession => None,
     };
+    let layout = Layout::Key { name, via, claim };
     let driver = KeyContender {
         client,
-        name,
         prefix,
-        via,
-        claim,
+        layout,
     };
     let won = engine::contend(&driver, deadline).await?;
     Ok(won.map(|mut a| {
@@ -113,35 +112,136 @@ pub(crate) async fn contend(
     }))
 }
 
-/// One acquisition's driver of the contend engine.
+/// One acquisition's driver of the contend engine, in one of the two
+/// layouts.
 pub(crate) struct KeyContender<'a> {
     pub(crate) client: &'a EtcdClient,
-    pub(crate) name: &'a str,
+    /// Where the contenders' keys live.
     pub(crate) prefix: &'a str,
-    pub(crate) via: Via<'a>,
-    pub(crate) claim: Claim<'a>,
+    pub(crate) layout: Layout<'a>,
+}
+
+/// Which keys contend, and how they are created, read and waited for.
+#[derive(Clone, Copy)]
+pub(crate) enum Layout<'a> {
+    /// The key `<prefix><lease hex>` of a lock or campaign named `name`.
+    Key {
+        name: &'a str,
+        via: Via<'a>,
+        claim: Claim<'a>,
+    },
+    /// A semaphore's permit keys (`permit.rs`).
+    Permits(&'a EtcdSemaphore),
 }
 
 /// A session and this process's turn at the name on it, until the ticket
 /// takes the turn.
 pub(crate) struct KeyEpoch {
     session: Arc<Session>,
-    turn: parking_lot::Mutex<Option<OwnedMutexGuard<()>>>,
+    turn: parking_lot::Mutex<Option<Turn>>,
 }
 
 /// Our key while it contends.
 pub(crate) struct KeyEntry {
-    etcd: etcd_client::Client,
-    key: String,
+    pub(crate) etcd: etcd_client::Client,
+    pub(crate) key: String,
     id: Key,
-    create_revision: i64,
+    pub(crate) create_revision: i64,
+    /// On our own key since the create, and on the key ahead once we
+    /// waited for one.
     watches: Option<WatchSet>,
+    /// On the permit prefix, once a permit had to wait.
+    pub(crate) waiting: Option<PrefixWatch>,
 }
 
 impl KeyContender<'_> {
-    fn put(&self, key: &str, lease: i64) -> TxnOp {
+    fn put(&self, key: &str, lease: i64, claim: Claim<'_>) -> TxnOp {
         let options = PutOptions::new().with_lease(lease);
-        TxnOp::put(key, self.claim.value().to_vec(), Some(options))
+        TxnOp::put(key, claim.value().to_vec(), Some(options))
+    }
+
+    /// Create our key (`claim`'s) and read the oldest keys in the same
+    /// transaction: its `create_revision`, and the first listing if the
+    /// page holds it.
+    async fn create_key(
+        &self,
+        session: &Session,
+        ticket: &mut Ticket,
+        claim: Claim<'_>,
+    ) -> Result<(i64, Option<Listing<Key>>)> {
+        let (etcd, timeout) = (session.etcd()?, session.rpc_timeout());
+        let key = ticket.key.clone();
+        let oldest = GetOptions::new()
+            .with_prefix()
+            .with_sort(SortTarget::Create, SortOrder::Ascend)
+            .with_limit(PAGE)
+            .with_keys_only();
+        let txn = Txn::new()
+            .when([Compare::create_revision(key.as_str(), CompareOp::Equal, 0)])
+            .and_then([
+                self.put(&key, session.lease(), claim),
+                TxnOp::get(self.prefix, Some(oldest.clone())),
+            ])
+            .or_else([
+                TxnOp::get(key.as_str(), None),
+                TxnOp::get(self.prefix, Some(oldest)),
+            ]);
+        let what = format!("{} {}", claim.what(), self.prefix);
+        // Safe to send twice: a second run finds our key and reads it.
+        let resp = retrying_txn(&etcd, &what, timeout, &txn).await?;
+        let header = header_revision(&resp)?;
+        if resp.succeeded() {
+            let first = first_listing(&read_at(&resp, 1)?, self.prefix, &key, header);
+            return Ok((header, first));
+        }
+        // Our key existed (a leftover of this lease, held by no guard of
+        // ours: this process's turns see to that). Go on with it as Go
+        // does, with our value.
+        let existing = read_at(&resp, 0)?;
+        let Some(kv) = existing.kvs().first() else {
+            return Err(unexpected("our key vanished inside a transaction"));
+        };
+        let rev = kv.create_revision();
+        ticket.create_revision = Some(rev);
+        let put = self.put(&key, session.lease(), claim);
+        if kv.value() != claim.value() && guarded(&etcd, timeout, &key, rev, put).await?.is_none() {
+            // Gone since: a listing without ours starts over.
+            let gone = Listing {
+                contenders: Vec::new(),
+                revision: header,
+            };
+            return Ok((rev, Some(gone)));
+        }
+        Ok((
+            rev,
+            first_listing(&read_at(&resp, 1)?, self.prefix, &key, header),
+        ))
+    }
+
+    /// Add a synced watch on the contender `ahead` to our key's stream
+    /// (the engine then reads again), or wait for it or our key to go.
+    async fn wait_ahead(&self, session: &Session, entry: &mut KeyEntry, ahead: &Key) -> Result<()> {
+        let timeout = session.rpc_timeout();
+        match entry.watches.take() {
+            // Both watches were confirmed before the read that named
+            // `ahead`: neither deletion can be missed. `next` is
+            // cancel-safe, so the set stays in the entry while it runs.
+            Some(w) if w.ahead() == Some(ahead.0.as_slice()) => {
+                entry.watches.insert(w).next().await.map(drop)
+            }
+            // The engine reads again once the watch exists. Out of the
+            // entry meanwhile: a half-added watch must not be used again.
+            Some(mut w) => {
+                log::debug!("[{}] {} waits for {ahead:?}", session.label(), entry.key);
+                w.watch_ahead(&ahead.0, timeout).await?;
+                entry.watches = Some(w);
+                Ok(())
+            }
+            None => {
+                entry.watches = Some(WatchSet::open(&entry.etcd, &entry.key, timeout).await?);
+                Ok(())
+            }
+        }
     }
 }
 
@@ -153,7 +253,10 @@ impl ContendDriver for KeyContender<'_> {
     type Won = Acquired;
 
     fn max_leases(&self) -> usize {
-        1
+        match self.layout {
+            Layout::Key { .. } => 1,
+            Layout::Permits(sem) => sem.permits as usize,
+        }
     }
 
     fn spawn(&self, task: impl std::future::Future<Output = ()> + Send + 'static) {
@@ -167,17 +270,26 @@ impl ContendDriver for KeyContender<'_> {
     }
 
     async fn epoch(&self, deadline: Option<Instant>) -> Result<Option<KeyEpoch>> {
-        let (session, turn) = match self.via {
-            Via::Handle(_) => self.client.session_for(self.name).await?,
-            Via::ClientSession => {
+        let (session, turn) = match self.layout {
+            Layout::Key {
+                name,
+                via: Via::Handle(_),
+                ..
+            } => {
+                let (session, turn) = self.client.session_for(name).await?;
+                (session, Some(turn))
+            }
+            Layout::Key { name, .. } => {
                 let session = self.client.live_session().await?;
-                match session.queue_turn(self.name, deadline).await {
-                    Some(turn) => (session, turn),
+                match session.turns().wait(name, deadline).await {
+                    Some(turn) => (session, Some(turn)),
                     None => return Ok(None),
                 }
             }
+            // Every permit key is distinct: no turn at a name to wait for.
+            Layout::Permits(_) => (self.client.live_session().await?, None),
         };
-        let turn = parking_lot::Mutex::new(Some(turn));
+        let turn = parking_lot::Mutex::new(turn);
         Ok(Some(KeyEpoch { session, turn }))
     }
 
@@ -186,9 +298,14 @@ impl ContendDriver for KeyContender<'_> {
     }
 
     fn ticket(&self, epoch: &KeyEpoch) -> Ticket {
+        let lease = epoch.session.lease();
+        let key = match self.layout {
+            Layout::Key { .. } => contender_key(self.prefix, lease),
+            Layout::Permits(_) => permit_key(self.prefix, lease),
+        };
         Ticket {
             session: epoch.session.clone(),
-            key: contender_key(self.prefix, epoch.session.lease()),
+            key,
             create_revision: None,
             turn: epoch.turn.lock().take(),
         }
@@ -196,74 +313,30 @@ impl ContendDriver for KeyContender<'_> {
 
     async fn enter(&self, epoch: &KeyEpoch, ticket: &mut Ticket) -> Result<Entered<Self>> {
         let session = &epoch.session;
-        let (etcd, timeout) = (session.etcd()?, session.rpc_timeout());
-        let key = ticket.key.clone();
-        let oldest = GetOptions::new()
-            .with_prefix()
-            .with_sort(SortTarget::Create, SortOrder::Ascend)
-            .with_limit(PAGE)
-            .with_keys_only();
-        let txn = Txn::new()
-            .when([Compare::create_revision(key.as_str(), CompareOp::Equal, 0)])
-            .and_then([
-                self.put(&key, session.lease()),
-                TxnOp::get(self.prefix, Some(oldest.clone())),
-            ])
-            .or_else([
-                TxnOp::get(key.as_str(), None),
-                TxnOp::get(self.prefix, Some(oldest)),
-            ]);
-        let what = format!("{} {}", self.claim.what(), self.prefix);
-        let (resp, watches) = tokio::join!(
-            // Safe to send twice: a second run finds our key and reads it.
-            retrying_txn(&etcd, &what, timeout, &txn),
-            WatchSet::open(&etcd, &key, timeout),
-        );
-        let resp = resp?;
-        let watches = watches
-            .map_err(|e| log::debug!("[{}] watch on {key} failed: {e}", session.label()))
-            .ok();
-        let header = header_revision(&resp)?;
-        let mut first = None;
-        let create_revision = if resp.succeeded() {
-            header
-        } else {
-            // Our key existed (a leftover of this lease, held by no guard
-            // of ours: this process's turns see to that). Go on with it as
-            // Go does, with our value.
-            let existing = read_at(&resp, 0)?;
-            let Some(kv) = existing.kvs().first() else {
-                return Err(unexpected("our key vanished inside a transaction"));
-            };
-            ticket.create_revision = Some(kv.create_revision());
-            let put = self.put(&key, session.lease());
-            if kv.value() != self.claim.value()
-                && guarded(&etcd, timeout, &key, kv.create_revision(), put)
-                    .await?
-                    .is_none()
-            {
-                // Gone since: a listing without ours starts over.
-                first = Some(Listing {
-                    contenders: Vec::new(),
-                    revision: header,
-                });
+        let (etcd, key) = (session.etcd()?, ticket.key.clone());
+        let watch = WatchSet::open(&etcd, &key, session.rpc_timeout());
+        let (created, watches) = match self.layout {
+            Layout::Key { claim, .. } => {
+                tokio::join!(self.create_key(session, ticket, claim), watch)
             }
-            kv.create_revision()
+            Layout::Permits(sem) => tokio::join!(sem.create_permit(session, &key), watch),
         };
+        let (create_revision, first) = created?;
         ticket.create_revision = Some(create_revision);
         log::debug!(
             "[{}] {key} created at revision {create_revision}",
             session.label()
         );
-        if first.is_none() {
-            first = first_listing(&read_at(&resp, 1)?, self.prefix, &key, header);
-        }
+        let watches = watches
+            .map_err(|e| log::debug!("[{}] watch on {key} failed: {e}", session.label()))
+            .ok();
         let entry = KeyEntry {
             etcd,
             id: Key(key.clone().into_bytes()),
             key,
             create_revision,
             watches,
+            waiting: None,
         };
         Ok((entry, first))
     }
@@ -273,37 +346,22 @@ impl ContendDriver for KeyContender<'_> {
     }
 
     async fn list(&self, epoch: &KeyEpoch, entry: &mut KeyEntry) -> Result<Listing<Key>> {
-        check_owner(entry, self.prefix, epoch.session.rpc_timeout()).await
+        let timeout = epoch.session.rpc_timeout();
+        match self.layout {
+            Layout::Key { .. } => check_owner(entry, self.prefix, timeout).await,
+            Layout::Permits(sem) => sem.list_permits(entry, timeout).await,
+        }
     }
 
     async fn wait(&self, epoch: &KeyEpoch, entry: &mut KeyEntry, ahead: &Key) -> Result<()> {
-        let timeout = epoch.session.rpc_timeout();
-        let waited = match entry.watches.take() {
-            // Both watches were confirmed before the read that named
-            // `ahead`: neither deletion can be missed. `next` is
-            // cancel-safe, so the set stays in the entry while it runs.
-            Some(w) if w.ahead() == Some(ahead.0.as_slice()) => {
-                let w = entry.watches.insert(w);
-                w.next().await.map(drop)
-            }
-            // The engine reads again once the watch exists. Out of the
-            // entry meanwhile: a half-added watch must not be used again.
-            Some(mut w) => {
-                log::debug!(
-                    "[{}] {} waits for {ahead:?}",
-                    epoch.session.label(),
-                    entry.key
-                );
-                let added = w.watch_ahead(&ahead.0, timeout).await;
-                entry.watches = added.is_ok().then_some(w);
-                added
-            }
-            None => WatchSet::open(&entry.etcd, &entry.key, timeout)
-                .await
-                .map(|w| entry.watches = Some(w)),
+        let session = &epoch.session;
+        let waited = match self.layout {
+            Layout::Key { .. } => self.wait_ahead(session, entry, ahead).await,
+            Layout::Permits(sem) => sem.wait_for_permit(session, entry).await,
         };
         if waited.is_err() {
             entry.watches = None;
+            entry.waiting = None;
         }
         waited
     }
@@ -314,15 +372,18 @@ impl ContendDriver for KeyContender<'_> {
         entry: &mut KeyEntry,
         listing: &Listing<Key>,
     ) -> Result<Option<i64>> {
-        match self.claim {
-            Claim::Lock => Ok(Some(listing.revision)),
+        match self.layout {
             // The win-confirming write: its revision is the fence.
-            Claim::Campaign(_) => {
+            Layout::Key {
+                claim: claim @ Claim::Campaign(_),
+                ..
+            } => {
                 let session = &epoch.session;
-                let put = self.put(&entry.key, session.lease());
+                let put = self.put(&entry.key, session.lease(), claim);
                 let (key, rev) = (&entry.key, entry.create_revision);
                 guarded(&entry.etcd, session.rpc_timeout(), key, rev, put).await
             }
+            _ => Ok(Some(listing.revision)),
         }
     }
 

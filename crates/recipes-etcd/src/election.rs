@@ -24,7 +24,7 @@
 use std::future::Future;
 use std::time::Duration;
 
-use recipes_core::{ElectionBackend, LeaderInfo, LeaderObserver, Result, Runtime};
+use recipes_core::{ElectionBackend, HandleQueue, LeaderInfo, LeaderObserver, Result, Runtime};
 use tokio::time::Instant;
 
 use crate::client::EtcdClient;
@@ -32,7 +32,6 @@ use crate::contend::{contend, Claim, Via};
 use crate::lock::{EtcdKey, EtcdLock};
 use crate::names::{key_prefix, validate_name};
 use crate::observe::{read_candidates, read_leader, Watch};
-use crate::session::HandleQueue;
 
 /// An election in etcd's `concurrency` layout (keys `<name>/<lease id>`
 /// holding the candidates' values), shared with Go's

@@ -4,11 +4,10 @@
 use std::sync::Arc;
 
 use etcd_client::{Compare, CompareOp, Txn, TxnOp};
-use recipes_core::{Backoff, Result};
-use tokio::sync::OwnedMutexGuard;
+use recipes_core::{Backoff, Result, Turn, Turns};
 
 use crate::rpc::{header_revision, retrying, retrying_txn};
-use crate::session::{Session, Turns};
+use crate::session::Session;
 use crate::watch::WatchSet;
 
 /// Names our key before it exists (the engine's ticket): enough to delete
@@ -21,7 +20,7 @@ pub(crate) struct Ticket {
     pub(crate) key: String,
     /// `None` while the put's outcome is unknown.
     pub(crate) create_revision: Option<i64>,
-    pub(crate) turn: Option<OwnedMutexGuard<()>>,
+    pub(crate) turn: Option<Turn>,
 }
 
 impl Ticket {

@@ -10,13 +10,13 @@ use std::time::Duration;
 use etcd_client::{Compare, CompareOp, PutOptions, Txn, TxnOp, TxnResponse};
 use recipes_core::{
     Backoff, Error, FencedWrite, FencingToken, HeldEntry, LossReason, LossTrigger, Result, Runtime,
-    StoreEntry,
+    StoreEntry, Turns,
 };
 
 use crate::client::EtcdClient;
 use crate::key::{delete_key, delete_until_done, Acquired};
 use crate::rpc::{retrying, rpc};
-use crate::session::{Session, Turns};
+use crate::session::Session;
 use crate::watch::{Gone, WatchSet};
 
 /// This process's turns at a lock name (the session's and the handle's),

@@ -30,14 +30,13 @@
 
 use std::time::Instant as StdInstant;
 
-use recipes_core::{MutexBackend, Result};
+use recipes_core::{HandleQueue, MutexBackend, Result};
 use tokio::time::Instant;
 
 use crate::client::EtcdClient;
 use crate::contend::{contend, Claim, Via};
 use crate::lock::{EtcdKey, EtcdLock};
 use crate::names::{key_prefix, validate_name};
-use crate::session::HandleQueue;
 
 /// A mutex in etcd's `concurrency` layout (keys `<name>/<lease id>`),
 /// shared with Go's `concurrency.Mutex` and `etcdctl lock <name>`; see

@@ -8,8 +8,9 @@
 //! `/locks/x/y/abc` (a contender of the lock `/locks/x/y`) does not.
 
 use std::fmt;
+use std::sync::atomic::{AtomicU64, Ordering};
 
-use recipes_core::{Error, Result, MAX_NAME_BYTES};
+use recipes_core::Result;
 
 /// A contender's key as the contend engine compares them: the bytes etcd
 /// holds (another client's key need not be UTF-8).
@@ -25,38 +26,8 @@ impl fmt::Debug for Key {
 /// Check the name of a lock, election or semaphore (`what`), saying what
 /// to change when it is unusable.
 pub(crate) fn validate_name(what: &str, name: &str) -> Result<()> {
-    let shown = recipes_core::quote(name);
-    let bad = |why: &str| Err(Error::invalid(format!("etcd {what} name {shown} {why}")));
-    if name.len() > MAX_NAME_BYTES {
-        return bad(&format!(
-            "is {} bytes long; etcd refuses requests over 1.5 MiB, and a name is sent \
-             in every key of the lock: use at most {MAX_NAME_BYTES} bytes",
-            name.len()
-        ));
-    }
-    if name.is_empty() {
-        return bad("is empty; give a name such as /locks/nightly-report");
-    }
-    if !name.starts_with('/') {
-        return bad("must start with '/', as in /locks/nightly-report");
-    }
-    if name.ends_with('/') {
-        return bad(
-            "must not end with '/': the lock's keys live one level below the name, \
-             so write /locks/nightly-report, not /locks/nightly-report/",
-        );
-    }
-    if name[1..].split('/').any(str::is_empty) {
-        return bad("has an empty component ('//'); remove the doubled '/'");
-    }
-    if let Some(c) = name.chars().find(|c| c.is_control()) {
-        return Err(Error::invalid(format!(
-            "etcd {what} name {shown} contains the control character U+{:04X}; \
-             use printable characters",
-            c as u32
-        )));
-    }
-    Ok(())
+    let limit = "etcd refuses requests over 1.5 MiB, and a name is sent in every key of the lock";
+    recipes_core::check_name(&format!("etcd {what} name"), name, limit, char::is_control)
 }
 
 /// The key prefix of the lock `name`: `name` followed by `/`.
@@ -67,6 +38,16 @@ pub(crate) fn key_prefix(name: &str) -> String {
 /// The key a contender holding `lease` owns under `prefix`.
 pub(crate) fn contender_key(prefix: &str, lease: i64) -> String {
     format!("{prefix}{lease:x}")
+}
+
+/// Tells apart the permit keys of one lease. A lease belongs to one client
+/// in one process, so a process-wide counter makes `<lease>-<n>` unique.
+static PERMIT_SEQ: AtomicU64 = AtomicU64::new(0);
+
+/// A new permit key of `lease` under `prefix`: `<prefix><lease hex>-<n>`.
+pub(crate) fn permit_key(prefix: &str, lease: i64) -> String {
+    let seq = PERMIT_SEQ.fetch_add(1, Ordering::Relaxed);
+    format!("{prefix}{lease:x}-{seq}")
 }
 
 /// Whether `key` is a contender of the lock at `prefix`: exactly one level
@@ -92,27 +73,6 @@ pub(crate) fn is_contender(prefix: &str, key: &[u8]) -> bool {
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn names_are_validated_with_a_hint() {
-        for good in ["/a", "/locks/x", "/locks/x-y_z.1", "/ünïcode/ok"] {
-            validate_name("lock", good).unwrap();
-        }
-        for (bad, hint) in [
-            ("", "is empty"),
-            ("locks/x", "must start with '/'"),
-            ("/locks/x/", "must not end with '/'"),
-            ("/", "must not end with '/'"),
-            ("/a//b", "empty component"),
-            ("/a\nb", "control character"),
-            ("/a\u{0}b", "control character"),
-        ] {
-            match validate_name("lock", bad) {
-                Err(Error::InvalidArgument(msg)) => assert!(msg.contains(hint), "{bad:?}: {msg}"),
-                other => panic!("{bad:?}: expected InvalidArgument, got {other:?}"),
-            }
-        }
-    }
 
     #[test]
     fn keys_follow_the_go_concurrency_layout() {

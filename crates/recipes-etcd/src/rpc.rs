@@ -4,8 +4,7 @@ use std::future::Future;
 use std::time::Duration;
 
 use etcd_client::{GetResponse, Txn, TxnOpResponse, TxnResponse};
-use recipes_core::{Backoff, Error, Result};
-use tokio::time::Instant;
+use recipes_core::{resend_within, within, Backoff, Error, Result};
 
 /// gRPC status codes (their numbers are part of the gRPC protocol).
 const DEADLINE_EXCEEDED: i32 = 4;
@@ -42,49 +41,25 @@ pub(crate) async fn rpc<T, F>(what: &str, timeout: Duration, request: F) -> Resu
 where
     F: Future<Output = std::result::Result<T, etcd_client::Error>>,
 {
-    match tokio::time::timeout(timeout, request).await {
-        Ok(Ok(value)) => Ok(value),
-        Ok(Err(e)) => Err(from_etcd(what, e)),
-        Err(_) => Err(Error::Timeout {
-            what: what.to_owned(),
-            after: timeout,
-        }),
-    }
+    within(what, timeout, async {
+        request.await.map_err(|e| from_etcd(what, e))
+    })
+    .await
 }
 
 /// Run an idempotent request for at most `timeout`, sending it again after
-/// a retryable failure: etcd-client keeps routing some requests to a member
-/// that died (they fail with `Unavailable`) until it notices.
+/// a retryable failure (core's [`resend_within`]): etcd-client keeps
+/// routing some requests to a member that died (they fail with
+/// `Unavailable`) until it notices.
 ///
 /// Only for requests that mean the same when applied twice: reads, guarded
 /// deletes, our create-if-absent transactions, a revoke.
-pub(crate) async fn retrying<T, F, Fut>(what: &str, timeout: Duration, mut request: F) -> Result<T>
+pub(crate) async fn retrying<T, F, Fut>(what: &str, timeout: Duration, request: F) -> Result<T>
 where
     F: FnMut() -> Fut,
     Fut: Future<Output = std::result::Result<T, etcd_client::Error>>,
 {
-    let deadline = Instant::now() + timeout;
-    let mut backoff = RESEND;
-    loop {
-        match tokio::time::timeout_at(deadline, request()).await {
-            Ok(Ok(value)) => return Ok(value),
-            Ok(Err(e)) => {
-                let e = from_etcd(what, e);
-                let pause = backoff.next_pause();
-                if !e.is_retryable() || Instant::now() + pause >= deadline {
-                    return Err(e);
-                }
-                log::debug!("{what} failed: {e}; retrying");
-                tokio::time::sleep(pause).await;
-            }
-            Err(_) => {
-                return Err(Error::Timeout {
-                    what: what.to_owned(),
-                    after: timeout,
-                })
-            }
-        }
-    }
+    resend_within(what, timeout, RESEND, |e| from_etcd(what, e), request).await
 }
 
 /// [`retrying`] for a transaction that means the same when applied twice.

@@ -29,11 +29,10 @@ use recipes_core::{Error, Result, SemaphoreBackend};
 use tokio::time::Instant;
 
 use crate::client::EtcdClient;
-use crate::contend::{Claim, KeyContender, Via};
+use crate::contend::{Claim, KeyContender, Layout, Via};
 use crate::key::Acquired;
 use crate::lock::{EtcdKey, EtcdLock};
 use crate::names::validate_name;
-use crate::permit::PermitContender;
 use crate::rpc::{read_at, retrying_txn, unexpected};
 use crate::session::Session;
 
@@ -91,22 +90,8 @@ impl EtcdSemaphore {
     /// The stored size is ours, or an [`Error::InvalidArgument`] that says
     /// what to change.
     pub(crate) fn check_stored(&self, stored: &[u8]) -> Result<()> {
-        if stored == self.permits.to_string().as_bytes() {
-            return Ok(());
-        }
-        let (name, config, permits) = (&self.name, &self.config_key, self.permits);
-        let text = String::from_utf8_lossy(stored);
-        Err(match text.parse::<u32>() {
-            Ok(n) if n != permits => Error::invalid(format!(
-                "the etcd semaphore {name} has {n} permits (stored in {config}); this client \
-                 asked for {permits}: ask for {n}, or use another name (to resize it, stop \
-                 every user and delete {config})"
-            )),
-            _ => Error::invalid(format!(
-                "{config} holds {text:?}, not the size of the etcd semaphore {name}: use \
-                 another name, or, if nothing uses it, delete {config}"
-            )),
-        })
+        let what = format!("the etcd semaphore {}", self.name);
+        recipes_core::check_stored_size(&what, &self.config_key, stored, self.permits)
     }
 
     /// Store our size unless one is stored; check the stored one.
@@ -151,15 +136,22 @@ impl SemaphoreBackend for EtcdSemaphore {
         self.client
             .runtime()
             .call_until("acquire a permit", None, async move {
+                let lock = Layout::Key {
+                    name: &this.lock_name,
+                    via: Via::ClientSession,
+                    claim: Claim::Lock,
+                };
                 let admission = Admission {
                     lock: KeyContender {
                         client: &this.client,
-                        name: &this.lock_name,
                         prefix: &this.lock_prefix,
-                        via: Via::ClientSession,
-                        claim: Claim::Lock,
+                        layout: lock,
                     },
-                    permits: PermitContender { semaphore: &this },
+                    permits: KeyContender {
+                        client: &this.client,
+                        prefix: &this.lease_prefix,
+                        layout: Layout::Permits(&this),
+                    },
                 };
                 let won = engine::admit(&admission, deadline.map(Instant::from_std)).await?;
                 Ok(won.map(|a| EtcdKey::held(this.client.clone(), a, "permit")))
@@ -171,12 +163,12 @@ impl SemaphoreBackend for EtcdSemaphore {
 /// `<name>/locks` on the client's own session, and the permit keys.
 struct Admission<'a> {
     lock: KeyContender<'a>,
-    permits: PermitContender<'a>,
+    permits: KeyContender<'a>,
 }
 
 impl<'a> SemaphoreDriver for Admission<'a> {
     type Lock = KeyContender<'a>;
-    type Permit = PermitContender<'a>;
+    type Permit = KeyContender<'a>;
 
     /// No round trip: the size was checked when the handle was made, and
     /// every permit's create transaction checks it again (and stores it
@@ -189,7 +181,7 @@ impl<'a> SemaphoreDriver for Admission<'a> {
         &self.lock
     }
 
-    fn permits(&self) -> &PermitContender<'a> {
+    fn permits(&self) -> &KeyContender<'a> {
         &self.permits
     }
 

@@ -16,24 +16,22 @@
 //! # One key per lease and name
 //!
 //! Two acquisitions of one name on one lease would own the same key, so
-//! each session hands out one *turn* per name at a time
-//! (`Session::try_turn`, `Session::queue_turn`), held until the key is
-//! gone; the client's pool and the handles' queues (`HandleQueue`) are
+//! each session hands out one *turn* per name at a time (core's
+//! [`NamedTurns`]), held until the key is gone; the client's pool (core's
+//! [`Sessions`](recipes_core::Sessions)) and the handles' queues are
 //! described at [`EtcdClient`](crate::EtcdClient). A semaphore's internal
 //! mutex keeps to the primary session and waits for its turn there: every
 //! permit has a key of its own (`<lease id>-<n>`), so one lease serves any
 //! number of them.
 
-use std::collections::HashMap;
 use std::fmt;
-use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::{Arc, Weak};
+use std::sync::Arc;
 use std::time::Duration;
 
-use parking_lot::Mutex;
-use recipes_core::{Error, LossReason, LossTrigger, Result, SessionLease, SharedClock};
-use tokio::sync::{Notify, OwnedMutexGuard};
-use tokio::time::Instant;
+use recipes_core::{
+    Error, LossReason, LossTrigger, NamedTurns, PooledSession, Result, SessionLease, SharedClock,
+    StopFlag,
+};
 
 use crate::rpc::retrying;
 
@@ -60,10 +58,9 @@ pub(crate) struct Session {
     epoch: SessionLease,
     handle: tokio::runtime::Handle,
     // Set by `orphan` and `revoke`: the keep-alive loop stops.
-    stopped: AtomicBool,
-    stop: Notify,
-    // One in-process queue per lock name; see the module docs.
-    queues: Mutex<HashMap<String, Weak<tokio::sync::Mutex<()>>>>,
+    stop: StopFlag,
+    // One in-process turn per lock name; see the module docs.
+    turns: NamedTurns,
 }
 
 impl Session {
@@ -111,9 +108,8 @@ impl Session {
             rpc_timeout: settings.rpc_timeout,
             epoch,
             handle: settings.handle.clone(),
-            stopped: AtomicBool::new(false),
-            stop: Notify::new(),
-            queues: Mutex::new(HashMap::new()),
+            stop: StopFlag::default(),
+            turns: NamedTurns::default(),
         });
         settings
             .handle
@@ -149,12 +145,12 @@ impl Session {
     /// Whether new acquisitions may use this session: not lost, not
     /// orphaned, not revoked.
     pub(crate) fn is_usable(&self) -> bool {
-        !self.stopped.load(Ordering::SeqCst) && !self.epoch.is_lost()
+        !self.stop.is_stopped() && !self.epoch.is_lost()
     }
 
     /// Whether keep-alives were stopped (`orphan` or `revoke`).
     pub(crate) fn is_orphaned(&self) -> bool {
-        self.stopped.load(Ordering::SeqCst)
+        self.stop.is_stopped()
     }
 
     /// Whether the session is lost (the lease is gone or may be).
@@ -165,10 +161,9 @@ impl Session {
     /// Stop renewing the lease without revoking it: the server expires it
     /// after its TTL, and the epoch is lost at its deadline.
     pub(crate) fn orphan(&self) {
-        if !self.stopped.swap(true, Ordering::SeqCst) {
+        if self.stop.stop() {
             log::debug!("[{}] orphaned: keep-alives stop", self.label);
         }
-        self.stop.notify_one();
     }
 
     /// Stop renewing and revoke the lease: every key of it goes at once.
@@ -196,89 +191,19 @@ impl Session {
         log::debug!("[{}] lease revoked", self.label);
         Ok(())
     }
-
-    /// The queue of this session's acquisitions of the lock `name`.
-    fn queue(&self, name: &str) -> Arc<tokio::sync::Mutex<()>> {
-        let mut queues = self.queues.lock();
-        queues.retain(|_, q| q.strong_count() > 0);
-        match queues.get(name).and_then(Weak::upgrade) {
-            Some(q) => q,
-            None => {
-                let q = Arc::new(tokio::sync::Mutex::new(()));
-                queues.insert(name.to_owned(), Arc::downgrade(&q));
-                q
-            }
-        }
-    }
-
-    /// Wait for this process's turn at the lock `name` on this session,
-    /// until `deadline`. `None` when the deadline passed first.
-    pub(crate) async fn queue_turn(
-        &self,
-        name: &str,
-        deadline: Option<Instant>,
-    ) -> Option<OwnedMutexGuard<()>> {
-        wait_turn(self.queue(name), deadline).await
-    }
-
-    /// This session's turn at the lock `name` if nobody in this process has
-    /// it (no acquisition of the name on this lease is under way or held).
-    pub(crate) fn try_turn(&self, name: &str) -> Option<OwnedMutexGuard<()>> {
-        self.queue(name).try_lock_owned().ok()
-    }
 }
 
-/// Take a turn in `queue`, waiting until `deadline` at most.
-async fn wait_turn(
-    queue: Arc<tokio::sync::Mutex<()>>,
-    deadline: Option<Instant>,
-) -> Option<OwnedMutexGuard<()>> {
-    match deadline {
-        // `timeout_at` polls once even with a deadline in the past, so a
-        // free queue is taken by a try-lock.
-        Some(d) => tokio::time::timeout_at(d, queue.lock_owned()).await.ok(),
-        None => Some(queue.lock_owned().await),
-    }
-}
-
-/// The local queue of one lock or election handle (and its clones): threads
-/// that share the handle take turns here, holding no key while they wait.
-/// A turn is kept for as long as the guard it led to holds its key.
-#[derive(Debug, Clone, Default)]
-pub(crate) struct HandleQueue(Arc<tokio::sync::Mutex<()>>);
-
-impl HandleQueue {
-    /// Wait for this handle's turn until `deadline`; `None` when it passed
-    /// first.
-    pub(crate) async fn turn(&self, deadline: Option<Instant>) -> Option<OwnedMutexGuard<()>> {
-        wait_turn(self.0.clone(), deadline).await
-    }
-}
-
-/// An acquisition's places in this process's queues, given back together
-/// once its key is gone: the session's turn at the name (one key per lease
-/// and name) and the handle's turn (threads sharing the handle).
-#[derive(Debug, Default)]
-pub(crate) struct Turns {
-    // Held for their `Drop` only.
-    _session: Option<OwnedMutexGuard<()>>,
-    _handle: Option<OwnedMutexGuard<()>>,
-}
-
-impl Turns {
-    pub(crate) fn new(
-        session: Option<OwnedMutexGuard<()>>,
-        handle: Option<OwnedMutexGuard<()>>,
-    ) -> Turns {
-        Turns {
-            _session: session,
-            _handle: handle,
-        }
+impl PooledSession for Session {
+    fn is_usable(&self) -> bool {
+        Session::is_usable(self)
     }
 
-    /// Hold the handle's turn too.
-    pub(crate) fn hold_handle(&mut self, handle: Option<OwnedMutexGuard<()>>) {
-        self._handle = handle;
+    fn turns(&self) -> &NamedTurns {
+        &self.turns
+    }
+
+    async fn discard(self: Arc<Self>) {
+        let _ = self.revoke(LossReason::Closed).await;
     }
 }
 

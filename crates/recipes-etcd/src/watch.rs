@@ -18,7 +18,7 @@
 use std::time::Duration;
 
 use etcd_client::{EventType, WatchFilterType, WatchOptions, WatchResponse, WatchStream};
-use recipes_core::{Error, Result};
+use recipes_core::{within, Error, Result};
 
 use crate::rpc::from_etcd;
 
@@ -47,7 +47,7 @@ async fn open(
             }
         }
     };
-    within(timeout, "start a watch", opened).await
+    within("start a watch", timeout, opened).await
 }
 
 /// Deletions only.
@@ -160,7 +160,7 @@ impl WatchSet {
                 self.note(&reply)?;
             }
         };
-        within(timeout, "start a watch", added).await
+        within("start a watch", timeout, added).await
     }
 
     /// Resolves when a watched key is deleted. An error means the stream
@@ -239,17 +239,4 @@ impl PrefixWatch {
         while !has_deletion(&self.next().await?) {}
         Ok(())
     }
-}
-
-async fn within<T>(
-    timeout: Duration,
-    what: &str,
-    fut: impl std::future::Future<Output = Result<T>>,
-) -> Result<T> {
-    tokio::time::timeout(timeout, fut)
-        .await
-        .map_err(|_| Error::Timeout {
-            what: what.to_owned(),
-            after: timeout,
-        })?
 }

@@ -1,28 +1,42 @@
-//! The keep-alive loop of a session: one request every TTL/3 on
-//! etcd-client's keep-alive stream, replies matched to send times in order,
-//! the stream re-opened when it breaks, the lease revoked after a loss.
+//! The keep-alive loop of a session: core's [`renew_on`] over
+//! etcd-client's keep-alive stream (one request every TTL/3), the stream
+//! re-opened when it breaks, the lease revoked after a loss.
 
-use std::collections::VecDeque;
-use std::sync::atomic::Ordering;
 use std::sync::Arc;
 use std::time::Duration;
 
-use recipes_core::{Backoff, BootInstant, LossReason};
+use recipes_core::{renew_on, Backoff, LossReason, Renewal, RenewalStream, Result, StreamEnd};
 use tokio::time::Instant;
 
 use super::{is_lease_not_found, Session};
+use crate::rpc::from_etcd;
 
 /// The shortest keep-alive interval, whatever the TTL.
 const MIN_KEEP_ALIVE_INTERVAL: Duration = Duration::from_millis(100);
 /// The first pause before re-opening a broken keep-alive stream.
 const FIRST_RETRY_PAUSE: Duration = Duration::from_millis(20);
 
-/// How one keep-alive stream ended.
-enum StreamEnd {
-    /// Broken or silent: open another.
-    Broken,
-    /// The session is over (stopped, lost): keep-alives end.
-    Over,
+/// etcd-client's keep-alive stream as core's renewal stream.
+struct KeepAlive(etcd_client::LeaseKeeper, etcd_client::LeaseKeepAliveStream);
+
+impl RenewalStream for KeepAlive {
+    async fn send(&mut self) -> Result<()> {
+        self.0
+            .keep_alive()
+            .await
+            .map_err(|e| from_etcd("send a keep-alive", e))
+    }
+
+    async fn reply(&mut self) -> Result<Renewal> {
+        match self.1.message().await {
+            Ok(Some(reply)) if reply.ttl() <= 0 => Ok(Renewal::Gone),
+            Ok(Some(reply)) => Ok(Renewal::Granted(Duration::from_secs(
+                reply.ttl().unsigned_abs(),
+            ))),
+            Ok(None) => Err(recipes_core::Error::ConnectionLoss),
+            Err(e) => Err(from_etcd("keep-alive", e)),
+        }
+    }
 }
 
 /// Keeps the lease alive until the session is stopped or lost.
@@ -32,7 +46,7 @@ pub(super) async fn keep_alive(s: Arc<Session>) {
     let max_pause = (s.ttl / 6).max(FIRST_RETRY_PAUSE);
     let mut backoff = Backoff::new(FIRST_RETRY_PAUSE, max_pause);
     loop {
-        if s.stopped.load(Ordering::SeqCst) {
+        if s.stop.is_stopped() {
             return;
         }
         if s.epoch.is_lost() {
@@ -46,20 +60,28 @@ pub(super) async fn keep_alive(s: Arc<Session>) {
         let sent_at = s.epoch.now();
         let opened = tokio::select! {
             r = tokio::time::timeout(s.rpc_timeout, leases.keep_alive(s.lease)) => r,
-            _ = s.stop.notified() => return,
+            () = s.stop.stopped() => return,
         };
         match opened {
             Ok(Ok((keeper, stream))) => {
                 s.epoch.acknowledged(sent_at, s.ttl);
                 backoff.reset();
-                match run_stream(&s, keeper, stream, interval).await {
+                // A stream whose oldest request went unanswered for an RPC
+                // timeout is stuck (its member may be cut off): another
+                // stream may reach another member.
+                let mut stream = KeepAlive(keeper, stream);
+                let end = renew_on(
+                    &s.epoch,
+                    &s.label,
+                    &mut stream,
+                    interval,
+                    s.rpc_timeout,
+                    &s.stop,
+                );
+                match end.await {
                     StreamEnd::Broken => continue,
-                    StreamEnd::Over => {
-                        if s.epoch.is_lost() {
-                            return after_loss(&s).await;
-                        }
-                        return;
-                    }
+                    StreamEnd::Over if s.epoch.is_lost() => return after_loss(&s).await,
+                    StreamEnd::Over => return,
                 }
             }
             Ok(Err(e)) if is_lease_not_found(&e) => {
@@ -76,69 +98,7 @@ pub(super) async fn keep_alive(s: Arc<Session>) {
         }
         tokio::select! {
             () = backoff.pause() => {}
-            _ = s.stop.notified() => return,
-        }
-    }
-}
-
-/// Send a keep-alive every `interval` on one stream and match the replies
-/// to their send times in order.
-async fn run_stream(
-    s: &Session,
-    mut keeper: etcd_client::LeaseKeeper,
-    mut stream: etcd_client::LeaseKeepAliveStream,
-    interval: Duration,
-) -> StreamEnd {
-    let mut sent: VecDeque<BootInstant> = VecDeque::new();
-    let mut tick = tokio::time::interval_at(Instant::now() + interval, interval);
-    tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
-    loop {
-        tokio::select! {
-            _ = s.stop.notified() => return StreamEnd::Over,
-            _ = tick.tick() => {
-                if s.stopped.load(Ordering::SeqCst) || s.epoch.is_lost() {
-                    return StreamEnd::Over;
-                }
-                let now = s.epoch.now();
-                // A stream whose oldest request went unanswered for an RPC
-                // timeout is stuck (its member may be cut off): open another,
-                // which may reach another member.
-                if sent.front().is_some_and(|&oldest| now - oldest > s.rpc_timeout) {
-                    log::debug!("[{}] keep-alive unanswered for {:?}; re-opening the stream",
-                        s.label, s.rpc_timeout);
-                    return StreamEnd::Broken;
-                }
-                sent.push_back(now);
-                if let Err(e) = keeper.keep_alive().await {
-                    log::debug!("[{}] keep-alive send failed: {e}", s.label);
-                    return StreamEnd::Broken;
-                }
-            }
-            reply = stream.message() => match reply {
-                Ok(Some(reply)) => {
-                    let sent_at = sent.pop_front();
-                    if reply.ttl() <= 0 {
-                        log::info!("[{}] keep-alive reply says the lease is gone", s.label);
-                        s.epoch.fire(LossReason::Revoked);
-                                return StreamEnd::Over;
-                    }
-                    match sent_at {
-                        Some(sent_at) => {
-                            let ttl = Duration::from_secs(reply.ttl().unsigned_abs());
-                            s.epoch.acknowledged(sent_at, ttl);
-                        }
-                        None => log::warn!("[{}] a keep-alive reply without a request", s.label),
-                    }
-                }
-                Ok(None) => {
-                    log::debug!("[{}] keep-alive stream closed by the server", s.label);
-                    return StreamEnd::Broken;
-                }
-                Err(e) => {
-                    log::debug!("[{}] keep-alive stream broke: {e}", s.label);
-                    return StreamEnd::Broken;
-                }
-            }
+            () = s.stop.stopped() => return,
         }
     }
 }
@@ -148,7 +108,7 @@ async fn run_stream(
 /// it expires. Revoke it, trying for a TTL; orphaned sessions are left to
 /// expire, as asked.
 async fn after_loss(s: &Session) {
-    if s.stopped.load(Ordering::SeqCst) {
+    if s.stop.is_stopped() {
         return;
     }
     log::info!("[{}] session lost; revoking its lease", s.label);
