@@ -30,19 +30,27 @@
 #![deny(missing_debug_implementations)]
 
 mod backend;
+mod cgroup;
 mod child;
 mod cli;
 mod duration;
 mod exit;
+mod keeper;
+mod keeper_protocol;
 mod run;
 mod signals;
 mod status;
 mod supervise;
+mod tree;
 
 use backend::{on_client, Recipe};
 use cli::Command;
 
 fn main() {
+    let args: Vec<std::ffi::OsString> = std::env::args_os().collect();
+    if args.get(1).is_some_and(|a| a == keeper::ARG) {
+        std::process::exit(keeper::main(&args[1..]));
+    }
     std::process::exit(real_main());
 }
 

@@ -50,6 +50,15 @@ impl Store {
         }
     }
 
+    /// Delete `holder` (node path or key) as an operator would by hand:
+    /// its holder's loss signal fires.
+    pub fn delete(self, holder: &str) {
+        match self {
+            Store::Zk => ZkServer::shared().facts().delete(holder),
+            Store::Etcd => EtcdServer::shared().facts().delete(holder),
+        }
+    }
+
     /// Wait until the store no longer has `holder` (node path or key).
     pub fn wait_gone(self, holder: &str) {
         match self {
