@@ -86,11 +86,12 @@ impl Drop for KillOnPanic {
     }
 }
 
-/// Shell code that starts `sh -c INNER` in the background, the pid of
-/// which it writes to `pid_file`.
-fn background(inner: &str, pid_file: &std::path::Path, setsid: bool) -> String {
+/// Shell code that starts a shell in the background which runs `setup`
+/// (its traps: in place before anyone can read its pid), writes its pid to
+/// `pid_file` and runs `body`.
+fn background(setup: &str, body: &str, pid_file: &std::path::Path, setsid: bool) -> String {
     format!(
-        "{}sh -c 'echo $$ > {p}.tmp && mv {p}.tmp {p}; {inner}' &",
+        "{}sh -c '{setup} echo $$ > {p}.tmp && mv {p}.tmp {p}; {body}' &",
         if setsid { "setsid " } else { "" },
         p = pid_file.display()
     )
@@ -107,6 +108,7 @@ fn fault_sigkill_of_recipes_ends_cmds_background_writer_before_takeover(store: S
     let log = scene.file("log");
     let writer_pid = scene.file("writer");
     let writer = background(
+        "",
         &format!(
             "while :; do echo \"first $RECIPES_FENCE\" >> {}; sleep 0.01; done",
             log.display()
@@ -195,7 +197,8 @@ fn fault_setsid_child_ends_on_a_normal_loss(store: Store, tree: Tree) {
     let scene = Scene::new("setsid-loss");
     let child_pid = scene.file("child");
     let child = background(
-        "trap \"\" TERM; while :; do sleep 1; done",
+        "trap \"\" TERM;",
+        "while :; do sleep 1; done",
         &child_pid,
         true,
     );
@@ -262,22 +265,22 @@ tests_of! {
 }
 
 /// SIGTERM sent to `recipes` reaches a child of CMD that called `setsid`
-/// (outside CMD's process group): CMD ignores SIGTERM and exits 0 once the
-/// child has written that it got it.
+/// (outside CMD's process group): CMD survives SIGTERM and exits 0 once
+/// the child has written that it got it.
 fn forwarded_sigterm_reaches_a_setsid_child(store: Store) {
     let scene = Scene::new("forward-setsid");
     let got = scene.file("got");
     let child_pid = scene.file("child");
     let child = background(
-        &format!(
-            "trap \"echo TERM > {}; exit 0\" TERM; while :; do sleep 0.05; done",
-            got.display()
-        ),
+        &format!("trap \"echo TERM > {}; exit 0\" TERM;", got.display()),
+        "while :; do sleep 0.05; done",
         &child_pid,
         true,
     );
     let then = format!(
-        "{child} trap '' TERM; while [ ! -e {} ]; do sleep 0.05; done; exit 0",
+        // A no-op trap, not an ignored SIGTERM: that would be inherited
+        // by the child, whose shell may then not trap it.
+        "trap : TERM; {child} while [ ! -e {} ]; do sleep 0.05; done; exit 0",
         got.display()
     );
     let (mut holder, _) = start_holder(
