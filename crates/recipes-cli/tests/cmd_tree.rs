@@ -145,6 +145,7 @@ fn fault_sigkill_of_recipes_ends_cmds_background_writer_before_takeover(store: S
         );
         std::thread::sleep(integration::wait::POLL_INTERVAL);
     }
+    eprintln!("the writer was gone {:?} after the kill", killed.elapsed());
     let second = format!(
         "for i in 1 2 3 4 5 6 7 8 9 10; do echo \"second $RECIPES_FENCE\" >> {}; sleep 0.01; done",
         log.display()
