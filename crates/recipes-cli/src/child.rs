@@ -1,23 +1,43 @@
-//! CMD as a child process: its own process group, the terminal's foreground
-//! while `recipes` runs interactively, a parent-death signal, and an
-//! unblocked signal mask.
+//! CMD, as `recipes` sees it: started by the keeper (`keeper.rs`) in its
+//! own process group — and its own cgroup where one can be made — holding
+//! the terminal while `recipes` runs interactively. `recipes` signals and
+//! kills CMD's whole tree through the keeper and hears from it when CMD
+//! exits and when the last process of the tree is gone.
 
 use std::ffi::OsString;
-use std::io;
-use std::os::unix::process::{CommandExt, ExitStatusExt};
+use std::io::{self, BufRead as _, BufReader, Write as _};
+use std::os::fd::AsRawFd as _;
+use std::os::unix::net::UnixStream;
+use std::os::unix::process::{CommandExt as _, ExitStatusExt as _};
 use std::process::{Child, Command, ExitStatus};
 
 use crossbeam_channel::Receiver;
 
+use crate::cgroup::OwnCgroup;
 use crate::exit;
+use crate::keeper;
+use crate::keeper_protocol::{Order, Report};
 
-/// A running CMD.
+/// A running CMD and its keeper.
 #[derive(Debug)]
 pub struct RunningCmd {
     pid: libc::pid_t,
     foreground: bool,
-    /// Delivers CMD's exit status once (from a thread that waits for it).
-    pub exited: Receiver<io::Result<ExitStatus>>,
+    orders: UnixStream,
+    keeper: Child,
+    cgroup: Option<OwnCgroup>,
+    /// The keeper's reports after `Started`; disconnected once the keeper
+    /// is gone.
+    pub reports: Receiver<Report>,
+}
+
+/// Why CMD did not start.
+#[derive(Debug)]
+pub enum SpawnError {
+    /// CMD itself could not be executed.
+    Cmd(io::Error),
+    /// The keeper could not be started or died at once.
+    Keeper(io::Error),
 }
 
 /// Whether `recipes` runs in the foreground of a terminal on stdin; then CMD
@@ -27,26 +47,25 @@ fn in_terminal_foreground() -> bool {
     unsafe { libc::isatty(0) == 1 && libc::tcgetpgrp(0) == libc::getpgrp() }
 }
 
-/// Start `argv` with `env` added (and `removed` taken out of the
-/// environment it inherits).
-///
-/// Call it from the main thread: the parent-death signal fires when the
-/// *thread* that forked exits, and the main thread lives as long as
-/// `recipes` does.
+/// Start `argv` under a keeper, with `env` added (and `removed` taken out
+/// of the environment it inherits).
 ///
 /// # Errors
 ///
-/// When CMD cannot be started (not found, not executable).
+/// When CMD cannot be started (not found, not executable), or the keeper
+/// cannot.
 pub fn spawn(
     argv: &[OsString],
     env: &[(&str, String)],
     removed: &[&str],
-) -> io::Result<RunningCmd> {
+) -> Result<RunningCmd, SpawnError> {
     let foreground = in_terminal_foreground();
-    // SAFETY: getpid has no preconditions.
-    let parent = unsafe { libc::getpid() };
-    let mut cmd = Command::new(&argv[0]);
-    cmd.args(&argv[1..]);
+    let (orders, theirs) = UnixStream::pair().map_err(SpawnError::Keeper)?;
+    let cgroup = OwnCgroup::create();
+    let fd = theirs.as_raw_fd();
+    let mut cmd = Command::new("/proc/self/exe");
+    cmd.arg0("recipes")
+        .args(keeper::args(fd, foreground, cgroup.as_ref(), argv));
     for name in removed {
         cmd.env_remove(name);
     }
@@ -56,51 +75,70 @@ pub fn spawn(
     // SAFETY: only async-signal-safe calls between fork and exec.
     unsafe {
         cmd.pre_exec(move || {
-            // Our own group, so loss and forwarded signals reach everything
-            // CMD started, and a terminal's Ctrl-C reaches CMD directly.
+            // Out of our process group: a signal to it (a shell's
+            // `kill -9 %1`) must not take the keeper along.
             if libc::setpgid(0, 0) != 0 {
                 return Err(io::Error::last_os_error());
             }
-            if foreground {
-                // SIGTTOU is still blocked (inherited), so this works even
-                // though our new group is not yet the foreground one.
-                libc::tcsetpgrp(0, libc::getpid());
-            }
-            // If `recipes` is killed, CMD must not run on without the lock.
-            if libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL, 0, 0, 0) != 0 {
+            // The keeper's end of the socket survives exec; ours does not.
+            if libc::fcntl(fd, libc::F_SETFD, 0) != 0 {
                 return Err(io::Error::last_os_error());
             }
-            // `recipes` may have died before the prctl took effect.
-            if libc::getppid() != parent {
-                libc::raise(libc::SIGKILL);
-            }
-            let mut empty: libc::sigset_t = std::mem::zeroed();
-            libc::sigemptyset(&mut empty);
-            libc::sigprocmask(libc::SIG_SETMASK, &empty, std::ptr::null_mut());
             Ok(())
         });
     }
-    let mut child: Child = cmd.spawn()?;
-    let pid = child.id() as libc::pid_t;
-    // SAFETY: plain calls on the child's pid; errors (the child already
-    // did it, or already exec'd) are harmless.
-    unsafe {
-        libc::setpgid(pid, pid);
-        if foreground {
-            libc::tcsetpgrp(0, pid);
+    let spawned = cmd.spawn();
+    drop(theirs);
+    let mut keeper = match spawned {
+        Ok(k) => k,
+        Err(e) => {
+            if let Some(c) = &cgroup {
+                let _ = c.remove();
+            }
+            return Err(SpawnError::Keeper(e));
+        }
+    };
+    let (tx, reports) = crossbeam_channel::unbounded();
+    let reader = orders.try_clone().map_err(SpawnError::Keeper)?;
+    std::thread::Builder::new()
+        .name("recipes-keeper".into())
+        .spawn(move || {
+            for line in BufReader::new(reader).lines() {
+                let Ok(line) = line else { return };
+                if let Some(report) = Report::parse(&line) {
+                    if tx.send(report).is_err() {
+                        return;
+                    }
+                }
+            }
+        })
+        .map_err(SpawnError::Keeper)?;
+    match reports.recv() {
+        Ok(Report::Started(pid)) => Ok(RunningCmd {
+            pid,
+            foreground,
+            orders,
+            keeper,
+            cgroup,
+            reports,
+        }),
+        Ok(Report::Failed(errno)) => {
+            let _ = keeper.wait();
+            if let Some(c) = &cgroup {
+                let _ = c.remove();
+            }
+            Err(SpawnError::Cmd(io::Error::from_raw_os_error(errno)))
+        }
+        Ok(other) => Err(SpawnError::Keeper(io::Error::other(format!(
+            "the keeper said {other:?} first"
+        )))),
+        Err(_) => {
+            let status = keeper.wait();
+            Err(SpawnError::Keeper(io::Error::other(format!(
+                "the keeper ended at once ({status:?})"
+            ))))
         }
     }
-    let (tx, exited) = crossbeam_channel::bounded(1);
-    std::thread::Builder::new()
-        .name("recipes-wait-cmd".into())
-        .spawn(move || {
-            let _ = tx.send(child.wait());
-        })?;
-    Ok(RunningCmd {
-        pid,
-        foreground,
-        exited,
-    })
 }
 
 impl RunningCmd {
@@ -109,11 +147,29 @@ impl RunningCmd {
         self.pid
     }
 
-    /// Send `sig` to CMD's process group.
-    pub fn signal_group(&self, sig: libc::c_int) {
-        // SAFETY: kill has no memory preconditions.
-        unsafe {
-            libc::kill(-self.pid, sig);
+    /// Send `sig` to CMD and every process it started.
+    pub fn signal_tree(&self, sig: libc::c_int) {
+        self.order(Order::Signal(sig));
+    }
+
+    /// SIGKILL CMD and every process it started; [`RunningCmd::reports`]
+    /// says when none is left.
+    pub fn kill_tree(&self) {
+        self.order(Order::Kill);
+    }
+
+    fn order(&self, order: Order) {
+        // A keeper that is gone killed the tree as it went (or was killed;
+        // then `contain_without_keeper`).
+        let _ = (&self.orders).write_all(order.line().as_bytes());
+    }
+
+    /// The keeper died while the tree may live (it was SIGKILLed): CMD
+    /// itself got its parent-death signal; kill what is left in CMD's
+    /// cgroup, if it has one.
+    pub fn contain_without_keeper(&self) {
+        if let Some(cgroup) = &self.cgroup {
+            cgroup.kill();
         }
     }
 
@@ -127,24 +183,50 @@ impl RunningCmd {
             }
         }
     }
+
+    /// Let the keeper go (the tree is gone) and wait for it; remove the
+    /// cgroup if the keeper could not.
+    pub fn finish(self) {
+        let RunningCmd {
+            orders,
+            mut keeper,
+            cgroup,
+            ..
+        } = self;
+        // The reader thread holds a clone: shut the socket, not just our fd.
+        let _ = orders.shutdown(std::net::Shutdown::Both);
+        let _ = keeper.wait();
+        if let Some(c) = cgroup {
+            let _ = c.remove();
+        }
+    }
 }
 
-/// CMD's status as an exit status of ours: its code, or 128+n for signal n.
-pub fn exit_code(status: &io::Result<ExitStatus>) -> i32 {
-    match status {
-        Ok(s) => match (s.code(), s.signal()) {
-            (Some(code), _) => code,
-            (None, Some(sig)) => exit::for_signal(sig),
-            (None, None) => exit::UNAVAILABLE,
-        },
-        Err(_) => exit::UNAVAILABLE,
+/// CMD's exit status as an exit status of ours: its code, or 128+n for
+/// signal n.
+pub fn exit_code(wait_status: libc::c_int) -> i32 {
+    let status = ExitStatus::from_raw(wait_status);
+    match (status.code(), status.signal()) {
+        (Some(code), _) => code,
+        (None, Some(sig)) => exit::for_signal(sig),
+        (None, None) => exit::UNAVAILABLE,
     }
 }
 
 /// The exit status for a CMD that could not be started.
-pub fn spawn_failure_code(err: &io::Error) -> i32 {
-    match err.kind() {
-        io::ErrorKind::NotFound => exit::NOT_FOUND,
-        _ => exit::CANNOT_EXECUTE,
+pub fn spawn_failure_code(err: &SpawnError) -> i32 {
+    match err {
+        SpawnError::Cmd(e) if e.kind() == io::ErrorKind::NotFound => exit::NOT_FOUND,
+        SpawnError::Cmd(_) => exit::CANNOT_EXECUTE,
+        SpawnError::Keeper(_) => exit::OS_ERROR,
+    }
+}
+
+impl std::fmt::Display for SpawnError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            SpawnError::Cmd(e) => write!(f, "{e}"),
+            SpawnError::Keeper(e) => write!(f, "cannot start its keeper process: {e}"),
+        }
     }
 }

@@ -20,7 +20,8 @@ Examples:
 
 Exit status: CMD's own status (128+n if signal n killed it); 64 usage error;
 69 backend unreachable; 75 not acquired (--conflict-exit-code); 76 lease lost
-(--lost-exit-code); 126/127 CMD not executable / not found.";
+(--lost-exit-code); 71 CMD's keeper process could not start; 126/127 CMD not
+executable / not found.";
 
 const LOCK_EXAMPLES: &str = "\
 Example:
@@ -30,10 +31,14 @@ Example:
 CMD gets RECIPES_FENCE (the decimal fencing token: pass it with every write
 so the resource can refuse a stale holder), RECIPES_NAME and RECIPES_HOLDER
 (the lock node or key). If the lease is at risk (not renewed, and its
-deadline min(--grace, TTL/5) away) or lost while CMD runs, CMD's process
-group gets SIGTERM; then SIGKILL once the lease is lost (its deadline, just
-before the earliest moment the store may give it away) or --grace ends,
-whichever comes first; recipes exits 76.";
+deadline min(--grace, TTL/5) away) or lost while CMD runs, CMD and every
+process it started (in any process group or session) get SIGTERM; then
+SIGKILL once the lease is lost (its deadline, just before the earliest
+moment the store may give it away) or --grace ends, whichever comes first;
+recipes exits 76 once none of them is left. Processes CMD leaves running
+when it exits are stopped the same way before the release, and a keeper
+process kills them all if recipes itself is killed (RECIPES_CGROUP=off: no
+cgroup of CMD's own, the keeper's process tree only).";
 
 const SEMAPHORE_EXAMPLES: &str = "\
 Example:

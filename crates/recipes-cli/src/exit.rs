@@ -12,6 +12,8 @@ pub const CONFLICT: i32 = 75;
 /// Default: the lease was lost while CMD ran or before it started
 /// (`EX_PROTOCOL`).
 pub const LOST: i32 = 76;
+/// CMD's keeper process could not be started (`EX_OSERR`).
+pub const OS_ERROR: i32 = 71;
 /// CMD could not be executed (as `env(1)`): found but not runnable.
 pub const CANNOT_EXECUTE: i32 = 126;
 /// CMD was not found (as `env(1)`).

@@ -7,21 +7,53 @@
 //! recipes --zk 127.0.0.1:2181 lock /locks/nightly-report --wait 30s -- ./report.sh
 //! ```
 //!
-//! CMD runs in its own process group with `RECIPES_FENCE` (the fencing
-//! token), `RECIPES_NAME` and `RECIPES_HOLDER` in its environment, and a
-//! parent-death signal (SIGKILL), so a killed `recipes` does not leave CMD
-//! running without the lock. When the lease is lost, CMD's group gets
-//! SIGTERM, then SIGKILL after `--grace` or at the earliest moment the
-//! server may give the lease away, whichever is first.
+//! CMD runs with `RECIPES_FENCE` (the fencing token), `RECIPES_NAME` and
+//! `RECIPES_HOLDER` in its environment, every signal at its default action
+//! (but an ignored SIGHUP: `nohup`), in its own process group, as the child
+//! of a *keeper*: a small process of ours that outlives a SIGKILL of
+//! `recipes`, is a child subreaper (so every process CMD starts stays below
+//! it, also one that calls `setsid` or is orphaned) and, where a cgroup v2
+//! hierarchy is writable, puts CMD in a cgroup of its own. CMD's *tree* is
+//! CMD and every process it started.
+//!
+//! - When the lease is lost or at risk, the tree gets SIGTERM, then SIGKILL
+//!   after `--grace` or at the earliest moment the server may give the
+//!   lease away, whichever is first; `recipes` exits once none of it is
+//!   left.
+//! - When CMD exits and left processes running, they are stopped the same
+//!   way before the lease is released.
+//! - SIGINT, SIGTERM and SIGHUP sent to `recipes` reach every process of
+//!   the tree, also when `recipes` was started with them ignored (`&` in a
+//!   script ignores SIGINT), except an ignored SIGHUP (`nohup`).
+//! - When `recipes` is SIGKILLed, the keeper reads end of file on a socket
+//!   only `recipes` held and kills the tree at once — milliseconds, while
+//!   the lease still lasts (it outlives the kill by at least two thirds of
+//!   the TTL: renewals come every third or quarter of it).
+//!
+//! ## What is guaranteed where
+//!
+//! | | cgroup v2 writable | otherwise (subreaper keeper) |
+//! |---|---|---|
+//! | how the tree is killed | `cgroup.kill` (each pid in `cgroup.procs` before Linux 5.14), then a `/proc` walk | a `/proc` walk below the keeper, repeated until it has no child |
+//! | a process forking while it is killed | killed with it (`cgroup.kill` is atomic) | caught by the next walk |
+//! | the keeper alone is SIGKILLed | CMD dies (parent-death signal); `recipes` kills the cgroup, exits 71 | CMD dies; what it started lives on |
+//! | `recipes` and the keeper are SIGKILLed (`kill -9` of both, the OOM killer) | CMD dies; what it started lives on in its cgroup | CMD dies; what it started lives on |
+//!
+//! The cgroup is `recipes-<pid>` below the cgroup `recipes` runs in; it is
+//! used where that is a cgroup v2 directory whose `cgroup.procs` we may
+//! write (root, or a delegated subtree such as a systemd user session), and
+//! `RECIPES_CGROUP=off` turns it off. If the keeper cannot start, CMD does
+//! not run (exit 71). docs/guide.md has the details.
 //!
 //! ## What is not guaranteed
 //!
 //! - A lease can expire while CMD runs (a pause, a partition): the fence is
 //!   what keeps a stale CMD's writes out — pass `RECIPES_FENCE` to the
-//!   resource.
-//! - The parent-death signal reaches CMD itself, not processes CMD started:
-//!   if `recipes` is SIGKILLed, CMD's own children live on unless CMD ends
-//!   them.
+//!   resource. A machine that stalls for longer than the lease stalls the
+//!   keeper too.
+//! - Processes CMD has started elsewhere — through a service manager
+//!   (`systemd-run`), a daemon (`docker run -d`), another machine (`ssh`) —
+//!   are not in its tree.
 //! - `elect` on ZooKeeper campaigns in Curator's latch layout: Curator
 //!   latches on the same path contend with it, Curator `LeaderSelector`s
 //!   (lock layout) do not.
@@ -30,19 +62,27 @@
 #![deny(missing_debug_implementations)]
 
 mod backend;
+mod cgroup;
 mod child;
 mod cli;
 mod duration;
 mod exit;
+mod keeper;
+mod keeper_protocol;
 mod run;
 mod signals;
 mod status;
 mod supervise;
+mod tree;
 
 use backend::{on_client, Recipe};
 use cli::Command;
 
 fn main() {
+    let args: Vec<std::ffi::OsString> = std::env::args_os().collect();
+    if args.get(1).is_some_and(|a| a == keeper::ARG) {
+        std::process::exit(keeper::main(&args[1..]));
+    }
     std::process::exit(real_main());
 }
 

@@ -3,23 +3,45 @@
 //! to the main loop over a channel (to forward to CMD). SIGTTOU is blocked
 //! too, so `recipes` can take the terminal back from CMD while it is in the
 //! background.
+//!
+//! A `recipes` started with SIGINT or SIGTERM ignored (`&` in a script
+//! ignores SIGINT) takes and forwards them all the same, and CMD starts
+//! with every signal at its default action. An ignored SIGHUP is `nohup`'s
+//! request: it stays ignored, in `recipes` and in CMD, and is not
+//! forwarded.
 
 use std::io;
+use std::sync::atomic::{AtomicBool, Ordering};
 
 use crossbeam_channel::Receiver;
 
 /// The signals `recipes` forwards to CMD.
 pub const FORWARDED: [libc::c_int; 3] = [libc::SIGINT, libc::SIGTERM, libc::SIGHUP];
 
+/// Whether `recipes` started with SIGHUP ignored (`nohup`).
+static NOHUP: AtomicBool = AtomicBool::new(false);
+
 fn forwarded_set() -> libc::sigset_t {
+    let nohup = NOHUP.load(Ordering::Relaxed);
     // SAFETY: sigemptyset/sigaddset initialise and fill a local set.
     unsafe {
         let mut set: libc::sigset_t = std::mem::zeroed();
         libc::sigemptyset(&mut set);
         for s in FORWARDED {
-            libc::sigaddset(&mut set, s);
+            if !(nohup && s == libc::SIGHUP) {
+                libc::sigaddset(&mut set, s);
+            }
         }
         set
+    }
+}
+
+/// Whether `sig` is ignored in this process.
+fn ignored(sig: libc::c_int) -> bool {
+    // SAFETY: queries the disposition into a zeroed struct.
+    unsafe {
+        let mut old: libc::sigaction = std::mem::zeroed();
+        libc::sigaction(sig, std::ptr::null(), &mut old) == 0 && old.sa_sigaction == libc::SIG_IGN
     }
 }
 
@@ -31,6 +53,7 @@ fn forwarded_set() -> libc::sigset_t {
 ///
 /// The OS error of `pthread_sigmask`.
 pub fn block() -> io::Result<()> {
+    NOHUP.store(ignored(libc::SIGHUP), Ordering::Relaxed);
     let mut set = forwarded_set();
     // SAFETY: adds to a valid set; pthread_sigmask reads it.
     let rc = unsafe {
@@ -39,6 +62,17 @@ pub fn block() -> io::Result<()> {
     };
     if rc != 0 {
         return Err(io::Error::from_raw_os_error(rc));
+    }
+    // Blocked now, so the default action cannot end us: `sigwait` takes
+    // them. An ignored signal would be dropped by some kernels, and CMD's
+    // keeper would inherit the ignoring.
+    for s in [libc::SIGINT, libc::SIGTERM] {
+        if ignored(s) {
+            // SAFETY: sets a default disposition.
+            unsafe {
+                libc::signal(s, libc::SIG_DFL);
+            }
+        }
     }
     Ok(())
 }

@@ -16,6 +16,8 @@ use recipes_core::{BootInstant, LossSignal};
 
 use crate::backend::Held;
 use crate::child::{self, RunningCmd};
+use crate::exit;
+use crate::keeper_protocol::Report;
 use crate::signals;
 
 /// How often the lease is re-checked against the clock, besides the loss
@@ -96,29 +98,48 @@ pub fn run(job: &Job<'_>, held: &Held, forwarded: &Receiver<libc::c_int>) -> Out
     let outcome = loop {
         let check = until_at_risk(&held.lost, job.warning).map_or(RECHECK, |d| d.min(RECHECK));
         select! {
-            recv(cmd.exited) -> status => {
-                break Outcome::Exited(child::exit_code(&status.unwrap_or_else(|_| {
-                    Err(std::io::Error::other("CMD's wait thread is gone"))
-                })));
-            }
+            recv(cmd.reports) -> report => match report {
+                Ok(Report::Exited { status, alone }) => {
+                    let code = child::exit_code(status);
+                    if !alone {
+                        // Nothing CMD started may run on without the lease.
+                        let why = format!(
+                            "CMD exited ({code}) and left processes running; \
+                             they must not outlive the lease"
+                        );
+                        stop(job, &held.lost, &cmd, &why);
+                    }
+                    break Outcome::Exited(code);
+                }
+                Ok(_) => {}
+                Err(_) => {
+                    eprintln!(
+                        "recipes: {}: CMD's keeper process died; CMD is killed with it",
+                        job.name
+                    );
+                    cmd.contain_without_keeper();
+                    break Outcome::Exited(exit::OS_ERROR);
+                }
+            },
             recv(held.lost.receiver()) -> _ => {
-                stop(job, &held.lost, &cmd);
+                stop(job, &held.lost, &cmd, &loss(&held.lost));
                 break Outcome::Lost;
             }
             recv(forwarded) -> sig => {
                 if let Ok(sig) = sig {
-                    cmd.signal_group(sig);
+                    cmd.signal_tree(sig);
                 }
             }
             recv(after(check)) -> _ => {
                 if held.lost.is_lost() || at_risk(&held.lost, job.warning) {
-                    stop(job, &held.lost, &cmd);
+                    stop(job, &held.lost, &cmd, &loss(&held.lost));
                     break Outcome::Lost;
                 }
             }
         }
     };
     cmd.restore_terminal();
+    cmd.finish();
     outcome
 }
 
@@ -144,28 +165,37 @@ fn after_or_never(d: Duration) -> Receiver<Instant> {
         .map_or_else(never, crossbeam_channel::at)
 }
 
-/// SIGTERM to CMD's group; SIGKILL once the lease is lost or the grace
-/// ends, whichever comes first; then wait until CMD is gone.
-fn stop(job: &Job<'_>, lost: &LossSignal, cmd: &RunningCmd) {
-    let why = match lost.reason() {
+/// Why CMD is stopped, when the lease is lost or at risk.
+fn loss(lost: &LossSignal) -> String {
+    match lost.reason() {
         Some(reason) => format!("lease lost while CMD ran: {reason}"),
         None => format!(
             "lease at risk while CMD ran: no renewal acknowledged, and it ends in {:?} \
              unless one comes",
             until_at_risk(lost, Duration::ZERO).unwrap_or_default()
         ),
-    };
+    }
+}
+
+/// SIGTERM to CMD's whole tree (CMD and every process it started, in any
+/// process group or session); SIGKILL to it once the lease is lost or the
+/// grace ends, whichever comes first; returns once none of it is left.
+fn stop(job: &Job<'_>, lost: &LossSignal, cmd: &RunningCmd, why: &str) {
     let kill = if lost.is_lost() {
         "at once: the store may give the lease away any moment".to_owned()
     } else {
-        format!("when it is lost, or in {:?} unless CMD exits", job.grace)
+        format!(
+            "when the lease is lost, or in {:?} unless they exit",
+            job.grace
+        )
     };
     eprintln!(
-        "recipes: {}: {why}; sending SIGTERM to CMD (pid {}), SIGKILL {kill}",
+        "recipes: {}: {why}; sending SIGTERM to CMD (pid {}) and every process it started, \
+         SIGKILL {kill}",
         job.name,
         cmd.pid(),
     );
-    cmd.signal_group(libc::SIGTERM);
+    cmd.signal_tree(libc::SIGTERM);
     let grace_ends = after_or_never(job.grace);
     loop {
         // Once lost, the kill is due now: wait on nothing more.
@@ -175,11 +205,9 @@ fn stop(job: &Job<'_>, lost: &LossSignal, cmd: &RunningCmd) {
             (lost.receiver().clone(), after(RECHECK))
         };
         select! {
-            recv(cmd.exited) -> _ => {
-                // CMD is gone; others it started in its group may not be.
-                cmd.signal_group(libc::SIGKILL);
+            recv(cmd.reports) -> report => if tree_gone(report) {
                 return;
-            }
+            },
             recv(grace_ends) -> _ => break,
             recv(lost_rx) -> _ => {}
             recv(recheck) -> _ => {
@@ -190,12 +218,21 @@ fn stop(job: &Job<'_>, lost: &LossSignal, cmd: &RunningCmd) {
         }
     }
     eprintln!(
-        "recipes: {}: CMD still running; sending {}",
+        "recipes: {}: CMD still running; sending {} to it and every process it started",
         job.name,
         signals::name(libc::SIGKILL)
     );
-    cmd.signal_group(libc::SIGKILL);
-    let _ = cmd.exited.recv();
+    cmd.kill_tree();
+    while !tree_gone(cmd.reports.recv()) {}
+}
+
+/// Whether `report` says nothing of CMD's tree is left (or the keeper,
+/// which kills it as it goes, is gone).
+fn tree_gone(report: Result<Report, crossbeam_channel::RecvError>) -> bool {
+    matches!(
+        report,
+        Ok(Report::Empty | Report::Exited { alone: true, .. }) | Err(_)
+    )
 }
 
 #[cfg(test)]
@@ -259,48 +296,7 @@ mod tests {
         let _ = std::fs::remove_dir_all(dir);
     }
 
-    /// The store already gave the lease away (our node was deleted): a CMD
-    /// that ignores SIGTERM is killed at once, whatever the grace (300 s).
-    #[test]
-    fn a_lease_the_store_gave_away_kills_cmd_at_once() {
-        let dir = scratch("given-away");
-        let ready = dir.join("ready");
-        let script = format!(
-            "trap '' TERM; echo $$ > {0}.tmp && mv {0}.tmp {0}; while :; do sleep 1; done",
-            ready.display()
-        );
-        let trigger = LossTrigger::root();
-        let fire = trigger.clone();
-        let watch = ready.clone();
-        std::thread::spawn(move || {
-            let until = Instant::now() + Duration::from_secs(60);
-            while !watch.exists() && Instant::now() < until {
-                std::thread::sleep(Duration::from_millis(10));
-            }
-            fire.fire(LossReason::Deleted);
-        });
-        let argv = vec!["sh".into(), "-c".into(), script.into()];
-        let outcome = run_within(argv, held(&trigger), Duration::from_secs(60));
-        assert!(matches!(outcome, Outcome::Lost), "{outcome:?}");
-        let pid = std::fs::read_to_string(&ready).unwrap();
-        assert!(
-            !PathBuf::from(format!("/proc/{}", pid.trim())).exists(),
-            "CMD (pid {pid}) still exists after run returned"
-        );
-        let _ = std::fs::remove_dir_all(dir);
-    }
-
-    #[test]
-    fn cmds_status_is_ours() {
-        let trigger = LossTrigger::root();
-        let argv = vec!["sh".into(), "-c".into(), "exit 3".into()];
-        let outcome = run_within(argv, held(&trigger), Duration::from_secs(60));
-        assert!(matches!(outcome, Outcome::Exited(3)), "{outcome:?}");
-        let argv = vec!["sh".into(), "-c".into(), "kill -TERM $$".into()];
-        let outcome = run_within(argv, held(&trigger), Duration::from_secs(60));
-        assert!(
-            matches!(outcome, Outcome::Exited(143)),
-            "128 + SIGTERM: {outcome:?}"
-        );
-    }
+    // Running CMD needs the keeper, which is this binary started again:
+    // the rest is tested through the `recipes` binary (tests/cli.rs:
+    // environment_reaches_cmd_*, fault_partitioned_holder_*; tests/cmd_tree.rs).
 }

@@ -6,198 +6,16 @@
 //! Tests named `fault_*` pause or kill the `recipes` process (never the
 //! shared servers).
 
+mod common;
+
 use std::fs;
-use std::io::{Read as _, Write as _};
-use std::net::SocketAddr;
-use std::path::{Path, PathBuf};
-use std::process::{Child, Command, ExitStatus, Stdio};
-use std::sync::atomic::{AtomicUsize, Ordering};
+use std::io::Write as _;
+use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
+use common::*;
 use integration::env::command_without_recipes_env;
 use integration::{scale, wait_for, wait_until, EtcdServer, Proxy, ZkServer};
-
-const BIN: &str = env!("CARGO_BIN_EXE_recipes");
-
-/// Upper bound (scaled by the harness) for a `recipes` run that should end.
-const RUN_BOUND: Duration = Duration::from_secs(30);
-
-#[derive(Clone, Copy, Debug)]
-enum Store {
-    Zk,
-    Etcd,
-}
-
-impl Store {
-    fn flag(self) -> [String; 2] {
-        match self {
-            Store::Zk => ["--zk".into(), ZkServer::shared().connect_string()],
-            Store::Etcd => ["--etcd".into(), EtcdServer::shared().endpoint()],
-        }
-    }
-
-    /// The shared server's client address.
-    fn addr(self) -> SocketAddr {
-        match self {
-            Store::Zk => ZkServer::shared().client_addr(),
-            Store::Etcd => EtcdServer::shared().client_addr(),
-        }
-    }
-
-    /// The backend flag for a client that reaches the server through
-    /// `proxy`.
-    fn flag_via(self, proxy: &Proxy) -> [String; 2] {
-        match self {
-            Store::Zk => ["--zk".into(), proxy.addr().to_string()],
-            Store::Etcd => ["--etcd".into(), format!("http://{}", proxy.addr())],
-        }
-    }
-
-    /// Wait until the store no longer has `holder` (node path or key).
-    fn wait_gone(self, holder: &str) {
-        match self {
-            Store::Zk => ZkServer::shared()
-                .facts()
-                .wait_gone(holder, Duration::from_secs(20)),
-            Store::Etcd => EtcdServer::shared()
-                .facts()
-                .wait_gone(holder, Duration::from_secs(20)),
-        }
-    }
-}
-
-/// A fresh name and scratch folder per test.
-struct Scene {
-    name: String,
-    dir: PathBuf,
-}
-
-impl Scene {
-    fn new(test: &str) -> Scene {
-        static N: AtomicUsize = AtomicUsize::new(0);
-        let n = N.fetch_add(1, Ordering::SeqCst);
-        let pid = std::process::id();
-        let dir = std::env::temp_dir().join(format!("recipes-cli-{pid}-{test}-{n}"));
-        let _ = fs::remove_dir_all(&dir);
-        fs::create_dir_all(&dir).unwrap();
-        Scene {
-            name: format!("/cli-tests/{test}-{pid}-{n}"),
-            dir,
-        }
-    }
-
-    fn file(&self, name: &str) -> PathBuf {
-        self.dir.join(name)
-    }
-}
-
-impl Drop for Scene {
-    fn drop(&mut self) {
-        let _ = fs::remove_dir_all(&self.dir);
-    }
-}
-
-/// `recipes` with no `RECIPES_*` from the test's own environment.
-fn recipes() -> Command {
-    let mut cmd = command_without_recipes_env(BIN);
-    cmd.stdin(Stdio::null());
-    cmd
-}
-
-fn with_store(store: Store, ttl: &str) -> Command {
-    let mut cmd = recipes();
-    cmd.args(store.flag()).args(["--ttl", ttl]);
-    cmd
-}
-
-/// Run to completion; status and stderr.
-fn run(cmd: &mut Command) -> (ExitStatus, String) {
-    let out = cmd
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .output()
-        .unwrap();
-    (
-        out.status,
-        String::from_utf8_lossy(&out.stderr).into_owned(),
-    )
-}
-
-fn code(cmd: &mut Command) -> i32 {
-    let (status, stderr) = run(cmd);
-    status
-        .code()
-        .unwrap_or_else(|| panic!("recipes died by a signal: {status:?}; stderr: {stderr}"))
-}
-
-fn read_when_written(path: &Path) -> String {
-    wait_for(&format!("{} is written", path.display()), RUN_BOUND, || {
-        fs::read_to_string(path).ok().filter(|s| s.ends_with('\n'))
-    })
-}
-
-fn wait_exit(child: &mut Child) -> ExitStatus {
-    wait_for("recipes exits", RUN_BOUND, || child.try_wait().unwrap())
-}
-
-/// A process is gone: no /proc entry, or a zombie nobody reaped yet.
-fn process_gone(pid: u32) -> bool {
-    match fs::read_to_string(format!("/proc/{pid}/stat")) {
-        Err(_) => true,
-        Ok(stat) => stat
-            .rsplit(')')
-            .next()
-            .is_some_and(|rest| rest.trim_start().starts_with('Z')),
-    }
-}
-
-fn signal(child: &Child, sig: libc::c_int) {
-    // SAFETY: kill has no memory preconditions.
-    assert_eq!(unsafe { libc::kill(child.id() as libc::pid_t, sig) }, 0);
-}
-
-/// Start `recipes lock` holding NAME with a CMD that writes its pid and
-/// holder to `ready` and then runs `sleep 30`. Returns the child and what
-/// CMD wrote (`pid holder fence`).
-fn hold(store: Store, ttl: &str, scene: &Scene, extra: &[&str]) -> (Child, Vec<String>) {
-    let mut sub = vec!["lock", scene.name.as_str()];
-    sub.extend_from_slice(extra);
-    start_holder(with_store(store, ttl), &sub, scene, "exec sleep 30")
-}
-
-/// Start `base` with the subcommand `sub` and a CMD that writes its pid,
-/// holder and fence to `ready`, then runs the shell code `then`. Returns
-/// the child (stderr piped) and what CMD wrote.
-fn start_holder(
-    mut base: Command,
-    sub: &[&str],
-    scene: &Scene,
-    then: &str,
-) -> (Child, Vec<String>) {
-    let ready = scene.file("ready");
-    let script = format!(
-        "echo \"$$ $RECIPES_HOLDER $RECIPES_FENCE\" > {}.tmp && mv {0}.tmp {0} && {then}",
-        ready.display()
-    );
-    let child = base
-        .args(sub)
-        .args(["--", "sh", "-c", &script])
-        .stdout(Stdio::null())
-        .stderr(Stdio::piped())
-        .spawn()
-        .unwrap();
-    let line = read_when_written(&ready);
-    (child, line.split_whitespace().map(str::to_owned).collect())
-}
-
-/// Everything the exited `child` wrote to its piped stderr.
-fn stderr_of(child: &mut Child) -> String {
-    let mut stderr = String::new();
-    if let Some(mut pipe) = child.stderr.take() {
-        pipe.read_to_string(&mut stderr).unwrap();
-    }
-    stderr
-}
 
 #[test]
 fn usage_errors_exit_64() {
@@ -940,13 +758,6 @@ fn fault_partitioned_holder_is_killed_before_takeover(store: Store) {
         stderr.contains("CMD still running; sending SIGKILL"),
         "{stderr}"
     );
-}
-
-/// `recipes` with lease `ttl` on `store`, reached through `proxy`.
-fn through(proxy: &Proxy, store: Store, ttl: &str) -> Command {
-    let mut cmd = recipes();
-    cmd.args(store.flag_via(proxy)).args(["--ttl", ttl]);
-    cmd
 }
 
 /// A cut-off holder whose CMD stops cleanly on SIGTERM gets the chance:
