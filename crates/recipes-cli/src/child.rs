@@ -17,6 +17,7 @@ use crate::cgroup::OwnCgroup;
 use crate::exit;
 use crate::keeper;
 use crate::keeper_protocol::{Order, Report};
+use crate::tree;
 
 /// A running CMD and its keeper.
 #[derive(Debug)]
@@ -86,6 +87,13 @@ pub fn spawn(
             }
             Ok(())
         });
+    }
+    // `recipes` is a subreaper too: should the keeper die, what CMD
+    // started becomes ours, not init's, and `contain_without_keeper` finds
+    // and kills it before the lease is given up.
+    // SAFETY: prctl with these arguments has no memory preconditions.
+    unsafe {
+        libc::prctl(libc::PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0);
     }
     let spawned = cmd.spawn();
     drop(theirs);
@@ -166,10 +174,30 @@ impl RunningCmd {
 
     /// The keeper died while the tree may live (it was SIGKILLed): CMD
     /// itself got its parent-death signal; kill what is left in CMD's
-    /// cgroup, if it has one.
+    /// cgroup, if it has one, and every process below `recipes` — the
+    /// orphans of the keeper's tree, which came to us as its subreaper —
+    /// reaping them, until none is left.
     pub fn contain_without_keeper(&self) {
         if let Some(cgroup) = &self.cgroup {
             cgroup.kill();
+        }
+        let me = std::process::id() as libc::pid_t;
+        let until = std::time::Instant::now() + std::time::Duration::from_secs(5);
+        loop {
+            let left = tree::descendants(me);
+            tree::signal(&left, libc::SIGKILL);
+            reap_orphans();
+            if left.is_empty() {
+                return;
+            }
+            if std::time::Instant::now() > until {
+                eprintln!(
+                    "recipes: {} process(es) CMD started survive SIGKILL: {left:?}",
+                    left.len()
+                );
+                return;
+            }
+            std::thread::sleep(std::time::Duration::from_millis(5));
         }
     }
 
@@ -198,6 +226,19 @@ impl RunningCmd {
         let _ = keeper.wait();
         if let Some(c) = cgroup {
             let _ = c.remove();
+        }
+    }
+}
+
+/// Reap every child that has exited: after the keeper died, orphans of its
+/// tree are ours to wait for (the keeper itself too; `finish` copes).
+fn reap_orphans() {
+    loop {
+        let mut status = 0;
+        // SAFETY: waitpid writes only to `status`.
+        let pid = unsafe { libc::waitpid(-1, &mut status, libc::WNOHANG) };
+        if pid <= 0 {
+            return;
         }
     }
 }

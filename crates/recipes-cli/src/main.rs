@@ -36,7 +36,7 @@
 //! |---|---|---|
 //! | how the tree is killed | `cgroup.kill` (each pid in `cgroup.procs` before Linux 5.14), then a `/proc` walk | a `/proc` walk below the keeper, repeated until it has no child |
 //! | a process forking while it is killed | killed with it (`cgroup.kill` is atomic) | caught by the next walk |
-//! | the keeper alone is SIGKILLed | CMD dies (parent-death signal); `recipes` kills the cgroup, exits 71 | CMD dies; what it started lives on |
+//! | the keeper alone is SIGKILLed | CMD dies (parent-death signal); `recipes` kills the cgroup, exits 71 | CMD dies; `recipes`, a subreaper too, kills what CMD started (it is reparented to `recipes`) before it releases, exits 71 |
 //! | `recipes` and the keeper are SIGKILLed (`kill -9` of both, the OOM killer) | CMD dies; what it started lives on in its cgroup | CMD dies; what it started lives on |
 //!
 //! The cgroup is `recipes-<pid>` below the cgroup `recipes` runs in; it is

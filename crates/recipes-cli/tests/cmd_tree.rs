@@ -232,6 +232,68 @@ tests_of! {
     fault_setsid_child_ends_on_a_normal_loss_subreaper_etcd => (Store::Etcd, Tree::Subreaper);
 }
 
+/// CMD starts a `setsid` child that ignores SIGTERM; CMD's keeper process
+/// alone is SIGKILLed. CMD dies with it (its parent-death signal), and the
+/// child, which the keeper's death orphaned, is gone by the time `recipes`
+/// has exited 71 — before the lease was given up — because `recipes` is a
+/// subreaper too and kills what came to it.
+fn fault_a_killed_keeper_leaves_no_process_of_cmds_tree(store: Store, tree: Tree) {
+    let scene = Scene::new("keeper-killed");
+    let child_pid = scene.file("child");
+    let child = background(
+        "trap \"\" TERM;",
+        "while :; do sleep 1; done",
+        &child_pid,
+        true,
+    );
+    let (mut holder, info) = start_holder(
+        with(store, "5s", tree),
+        &["lock", &scene.name],
+        &scene,
+        &format!("{child} exec sleep 30"),
+    );
+    let child = pid_in(&child_pid);
+    let _cleanup = KillOnPanic(vec![child]);
+    let cmd: u32 = info[0].parse().unwrap();
+    let keeper = parent_of(cmd);
+    assert_ne!(
+        keeper,
+        holder.id(),
+        "CMD runs below its keeper, not recipes"
+    );
+    // SAFETY: kill has no memory preconditions.
+    unsafe {
+        libc::kill(keeper as libc::pid_t, libc::SIGKILL);
+    }
+    let status = wait_exit(&mut holder);
+    assert!(
+        process_gone(child),
+        "CMD's setsid child (pid {child}) outlived its killed keeper and recipes"
+    );
+    let stderr = stderr_of(&mut holder);
+    assert_eq!(status.code(), Some(71), "{stderr}");
+}
+
+/// The parent pid of `pid`, from `/proc/PID/stat` (after the command name,
+/// which is in parentheses and may hold anything).
+fn parent_of(pid: u32) -> u32 {
+    let stat = fs::read_to_string(format!("/proc/{pid}/stat")).unwrap();
+    let after_name = stat.rsplit_once(')').unwrap().1;
+    after_name
+        .split_whitespace()
+        .nth(1)
+        .unwrap()
+        .parse()
+        .unwrap()
+}
+
+tests_of! {
+    fault_a_killed_keeper_leaves_no_process_of_cmds_tree:
+    fault_a_killed_keeper_leaves_no_process_of_cmds_tree_zk => (Store::Zk, Tree::Cgroup);
+    fault_a_killed_keeper_leaves_no_process_of_cmds_tree_subreaper_zk => (Store::Zk, Tree::Subreaper);
+    fault_a_killed_keeper_leaves_no_process_of_cmds_tree_subreaper_etcd => (Store::Etcd, Tree::Subreaper);
+}
+
 /// `recipes` started with SIGINT ignored (what `&` in a script does):
 /// SIGINT to it still stops CMD, which does not inherit the ignored
 /// disposition; `recipes` exits 130.
