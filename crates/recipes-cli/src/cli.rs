@@ -117,6 +117,18 @@ pub enum Command {
     Status(StatusArgs),
 }
 
+impl Command {
+    /// The lock, semaphore or election name the command is about.
+    pub fn name(&self) -> &str {
+        match self {
+            Command::Lock(a) => &a.name,
+            Command::Semaphore(a) => &a.name,
+            Command::Elect(a) => &a.name,
+            Command::Status(a) => &a.name,
+        }
+    }
+}
+
 /// How to wait, and what to do on conflict and loss.
 #[derive(Debug, Args)]
 pub struct RunOptions {

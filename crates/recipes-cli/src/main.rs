@@ -86,6 +86,9 @@ fn main() {
     std::process::exit(real_main());
 }
 
+/// Why names are short, in the refusal of a long one.
+const NAME_LIMIT: &str = "names are sent in every request";
+
 fn real_main() -> i32 {
     // Before any thread exists, so every thread inherits the mask.
     if let Err(e) = signals::block() {
@@ -103,6 +106,14 @@ fn real_main() -> i32 {
             return exit::UNAVAILABLE;
         }
     };
+    // What every store refuses is refused before connecting: a bad name is
+    // a usage error even when the store is down.
+    if let Err(e) =
+        recipes_core::check_name("the name", cli.command.name(), NAME_LIMIT, char::is_control)
+    {
+        eprintln!("recipes: {e}");
+        return exit::for_error(&e);
+    }
     let store = run::describe(&choice);
     let connected = match backend::connect(&choice, cli.ttl) {
         Ok(c) => c,

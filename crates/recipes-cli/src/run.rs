@@ -43,6 +43,7 @@ pub fn run_under<C: Client>(
     opts: &RunOptions,
     forwarded: &Receiver<libc::c_int>,
 ) -> i32 {
+    let shown = shown(name);
     let wait = match (opts.no_wait, opts.wait) {
         (true, _) => Wait::AtOnce,
         (false, Some(d)) => Instant::now()
@@ -69,7 +70,7 @@ pub fn run_under<C: Client>(
         recv(acquired) -> result => match result {
             Ok(Ok(Some(held))) => held,
             Ok(Ok(None)) => {
-                eprintln!("recipes: {name}: not acquired{}", match wait {
+                eprintln!("recipes: {shown}: not acquired{}", match wait {
                     Wait::AtOnce => " (held elsewhere, --no-wait)".to_owned(),
                     _ => format!(" within {:?}", opts.wait.unwrap_or_default()),
                 });
@@ -77,19 +78,19 @@ pub fn run_under<C: Client>(
                 return i32::from(opts.conflict_exit_code);
             }
             Ok(Err(e)) => {
-                eprintln!("recipes: {name}: {e}");
+                eprintln!("recipes: {shown}: {e}");
                 close(&backend);
                 return exit::for_error(&e);
             }
             Err(_) => {
-                eprintln!("recipes: {name}: the acquiring thread died");
+                eprintln!("recipes: {shown}: the acquiring thread died");
                 close(&backend);
                 return exit::UNAVAILABLE;
             }
         },
         recv(forwarded) -> sig => {
             let sig = sig.unwrap_or(libc::SIGTERM);
-            eprintln!("recipes: {name}: {} while waiting; giving up", signals::name(sig));
+            eprintln!("recipes: {shown}: {} while waiting; giving up", signals::name(sig));
             // Closing the session removes a half-made acquisition at once.
             close(&backend);
             return exit::for_signal(sig);
@@ -136,8 +137,17 @@ pub fn status<C: Client>(client: C, store: &str, name: &str, json: bool) -> i32 
             0
         }
         Err(e) => {
-            eprintln!("recipes: status of {name} on {store}: {e}");
+            eprintln!("recipes: status of {} on {store}: {e}", shown(name));
             exit::for_error(&e)
         }
+    }
+}
+
+/// `name` as messages show it: as it is when short, else a cut quote.
+fn shown(name: &str) -> std::borrow::Cow<'_, str> {
+    if name.chars().count() <= 80 {
+        name.into()
+    } else {
+        recipes_core::quote(name).into()
     }
 }
