@@ -82,12 +82,21 @@ impl ZkClientBuilder {
     }
 
     fn validate(&self) -> Result<()> {
-        let hosts: Vec<&str> = self.hosts.split(',').map(str::trim).collect();
-        if self.hosts.trim().is_empty() || hosts.iter().any(|h| h.is_empty()) {
-            return Err(Error::invalid(format!(
-                "ZooKeeper connect string {:?} has an empty host; give host:port[,host:port…]",
-                self.hosts
-            )));
+        let shown = recipes_core::quote(&self.hosts);
+        let refuse = |why: &str| {
+            Err(Error::invalid(format!(
+                "ZooKeeper connect string {shown} {why}; give host:port[,host:port…][/chroot]"
+            )))
+        };
+        if self.hosts.contains("://") {
+            return refuse("is a URL");
+        }
+        for host in self.hosts.split(',').map(str::trim) {
+            match host.rsplit_once(':') {
+                _ if host.is_empty() => return refuse("has an empty host"),
+                Some((name, port)) if !name.is_empty() && port.parse::<u16>().is_ok() => {}
+                _ => return refuse(&format!("has {}, not host:port", recipes_core::quote(host))),
+            }
         }
         if let Some(chroot) = &self.chroot {
             crate::names::validate_path(chroot)?;
@@ -113,9 +122,9 @@ impl ZkClientBuilder {
         self.validate()?;
         let rt = Runtime::new("recipes-zk")?;
         let inner = Arc::new(Inner {
+            session: parking_lot::Mutex::new(None),
             rt,
             config: self,
-            session: parking_lot::Mutex::new(None),
             reconnect: tokio::sync::Mutex::new(()),
             closed: AtomicBool::new(false),
         });
@@ -130,11 +139,12 @@ impl ZkClientBuilder {
 }
 
 struct Inner {
+    // The current session; replaced by a new one after expiry. zookeeper-
+    // client sends CloseSession when the last handle of a session is gone:
+    // dropped before the runtime (fields drop in order), which sends it.
+    session: parking_lot::Mutex<Option<Arc<Session>>>,
     rt: Runtime,
     config: ZkClientBuilder,
-    // The current session; replaced by a new one after expiry. zookeeper-
-    // client sends CloseSession when the last handle of a session is gone.
-    session: parking_lot::Mutex<Option<Arc<Session>>>,
     reconnect: tokio::sync::Mutex<()>,
     closed: AtomicBool,
 }
@@ -204,7 +214,6 @@ impl Inner {
             self.config.acls(),
             sent_at,
             self.config.loss_policy,
-            recipes_core::system_clock(),
             self.config.settings.lease_slack,
             self.rt.loss_root().clone(),
             self.rt.handle(),
@@ -233,19 +242,11 @@ impl Inner {
     }
 }
 
-impl Drop for Inner {
-    fn drop(&mut self) {
-        if let Some(session) = self.session.lock().take() {
-            let _enter = self.rt.enter();
-            drop(session);
-        }
-    }
-}
-
 /// A ZooKeeper client: one session, kept alive on its own runtime thread.
 ///
 /// Cheap to clone; the session closes when the last clone (and every guard
-/// made from it) is dropped, or at [`close`](recipes_core::Client::close).
+/// made from it) is dropped, or at [`close`](recipes_core::Client::close),
+/// which ends it while guards live: they are lost (`Closed`).
 ///
 /// # Under pause and partition
 ///
@@ -263,12 +264,22 @@ pub struct ZkClient {
 impl ZkClient {
     /// Settings for a client of the ensemble at `hosts`
     /// (`host:port[,host:port…]`).
+    ///
+    /// A chroot suffix (`host:port/app`) is the same as
+    /// [`chroot`](ZkClientBuilder::chroot), which replaces it.
     pub fn builder(hosts: impl Into<String>) -> ZkClientBuilder {
+        let mut hosts = hosts.into();
+        // ZooKeeper's chroot suffix starts at the first '/' (not in a URL,
+        // which `validate` refuses).
+        let chroot = match hosts.find('/') {
+            Some(at) if !hosts.contains("://") => Some(hosts.split_off(at)),
+            _ => None,
+        };
         ZkClientBuilder {
-            hosts: hosts.into(),
+            hosts,
             settings: Settings::default(),
             loss_policy: LossPolicy::default(),
-            chroot: None,
+            chroot: chroot.filter(|c| c != "/"),
             digest: None,
         }
     }
@@ -369,16 +380,9 @@ impl ZkClient {
                 drop(session);
             }
             closed = self.inner.rt.call("close the session", grace, async move {
-                let terminal = |s| {
-                    matches!(
-                        s,
-                        zk::SessionState::Closed
-                            | zk::SessionState::Expired
-                            | zk::SessionState::AuthFailed
-                    )
-                };
-                if !terminal(states.state()) {
-                    while !terminal(states.changed().await) {}
+                let mut state = states.state();
+                while !state.is_terminated() {
+                    state = states.changed().await;
                 }
                 Ok(())
             });

@@ -23,10 +23,11 @@ use tokio::time::Instant;
 use zookeeper_client as zk;
 
 use crate::client::ZkClient;
-use crate::error::{connection_trouble, from_zk};
+use crate::error::{connection_trouble, from_zk, read_error};
 use crate::names::{
-    fresh_uuid, is_contender_of, is_ours, protected_prefix, queue_order, sequence_of,
+    fresh_uuid, is_contender_of, is_ours, own_layout, protected_prefix, queue_order, sequence_of,
 };
+use crate::node_lease::delete_node;
 use crate::session::Session;
 
 /// What a contender asks for.
@@ -43,7 +44,6 @@ pub(crate) struct Contender {
 }
 
 /// A node at the head of the queue.
-#[derive(Debug)]
 pub(crate) struct Acquired {
     pub(crate) session: Arc<Session>,
     pub(crate) epoch: Arc<SessionLease>,
@@ -59,7 +59,6 @@ pub(crate) struct NodeDriver {
 }
 
 /// Names our node before it exists: the session and the uuid.
-#[derive(Debug)]
 pub(crate) struct Ticket {
     session: Arc<Session>,
     dir: String,
@@ -67,7 +66,6 @@ pub(crate) struct Ticket {
 }
 
 /// Our node as created.
-#[derive(Debug)]
 pub(crate) struct Entry {
     node: String,
     /// The node's name within the folder: its id in the queue.
@@ -93,16 +91,6 @@ impl NodeDriver {
     }
 }
 
-/// A request that failed with connection trouble is retryable: its outcome
-/// is unknown and the session may well be alive.
-fn read_error(what: &str, e: zk::Error) -> Error {
-    if connection_trouble(&e) {
-        Error::ConnectionLoss
-    } else {
-        from_zk(what, e)
-    }
-}
-
 impl ContendDriver for NodeDriver {
     type Epoch = Epoch;
     type Ticket = Ticket;
@@ -124,10 +112,27 @@ impl ContendDriver for NodeDriver {
         self.client.rpc_timeout()
     }
 
-    async fn epoch(&self, _deadline: Option<Instant>) -> Result<Option<Epoch>> {
-        let session = self.client.live_session().await?;
-        let epoch = session.live_epoch().await?;
-        Ok(Some((session, epoch)))
+    /// Waits out an outage: a session that ended (zookeeper-client also
+    /// gives one up on its own after an outage longer than its timeout)
+    /// is replaced; connection errors are retried until `deadline`.
+    async fn epoch(&self, deadline: Option<Instant>) -> Result<Option<Epoch>> {
+        let mut backoff = Backoff::RETRY;
+        loop {
+            let tried = match self.client.live_session().await {
+                Ok(session) => session.live_epoch().await.map(|e| (session, e)),
+                Err(e) => Err(e),
+            };
+            match tried {
+                Ok(epoch) => return Ok(Some(epoch)),
+                // Ended since `live_session`: the next one is new.
+                Err(Error::SessionExpired) => {}
+                Err(e) if e.is_retryable() && deadline.is_none_or(|d| Instant::now() < d) => {
+                    log::debug!("no session yet: {e}; retrying");
+                    backoff.pause().await;
+                }
+                Err(e) => return Err(e),
+            }
+        }
     }
 
     fn epoch_signal(&self, epoch: &Epoch) -> LossSignal {
@@ -175,14 +180,20 @@ impl ContendDriver for NodeDriver {
     }
 
     async fn list(&self, epoch: &Epoch, entry: &mut Entry) -> Result<Listing<String>> {
-        let dir = &self.contender.dir;
-        let children = epoch
-            .0
-            .zk()
-            .list_children(dir)
-            .await
-            .map_err(|e| read_error(&format!("list {dir}"), e))?;
+        let (session, dir) = (&epoch.0, &self.contender.dir);
         let lock_name = self.contender.lock_name;
+        let children = match session.zk().list_children(dir).await {
+            Ok(children) => children,
+            // The session's end took our node (the engine starts over).
+            Err(zk::Error::SessionExpired) => Vec::new(),
+            Err(e) => return Err(read_error(&format!("list {dir}"), e)),
+        };
+        if let Err(refused) = own_layout(dir, &children, Some(lock_name)) {
+            // Our node goes now, not after the refusal (the engine's removal
+            // retries if this fails).
+            let _ = delete_node(session, &entry.node).await;
+            return Err(refused);
+        }
         let children: Vec<String> = children
             .into_iter()
             .filter(|c| is_contender_of(c, lock_name))
@@ -203,20 +214,17 @@ impl ContendDriver for NodeDriver {
         // expiry; the engine also wakes at the deadline and on epoch loss.
         let watcher = if self.contender.max_leases > 1 {
             // Any permit's release may admit us, not only the one ahead.
-            let (children, _, watcher) = session
-                .zk()
-                .get_and_watch_children(dir)
-                .await
-                .map_err(|e| read_error(&format!("watch {dir}"), e))?;
-            if !children.contains(ahead) {
-                return Ok(());
+            match session.zk().get_and_watch_children(dir).await {
+                Ok((children, _, watcher)) if children.contains(ahead) => watcher,
+                Ok(_) | Err(zk::Error::SessionExpired) => return Ok(()),
+                Err(e) => return Err(read_error(&format!("watch {dir}"), e)),
             }
-            watcher
         } else {
             let watched = format!("{dir}/{ahead}");
             match session.zk().get_and_watch_data(&watched).await {
                 Ok((_, _, watcher)) => watcher,
-                Err(zk::Error::NoNode) => return Ok(()),
+                // Read again: the list finds the node, or our session, gone.
+                Err(zk::Error::NoNode | zk::Error::SessionExpired) => return Ok(()),
                 Err(e) => return Err(read_error(&format!("watch {watched}"), e)),
             }
         };
@@ -249,37 +257,46 @@ impl ContendDriver for NodeDriver {
     }
 }
 
+/// The paths of the children of `dir` created with `uuid` (none when `dir`
+/// is missing).
+async fn ours(
+    session: &Session,
+    dir: &str,
+    uuid: &str,
+) -> std::result::Result<Vec<String>, zk::Error> {
+    match session.zk().list_children(dir).await {
+        Ok(children) => Ok(children
+            .iter()
+            .filter(|c| is_ours(c, uuid))
+            .map(|c| format!("{dir}/{c}"))
+            .collect()),
+        Err(zk::Error::NoNode) => Ok(Vec::new()),
+        Err(e) => Err(e),
+    }
+}
+
 /// Delete every child of `dir` created with `uuid`, on `session`. Retries
 /// until done or the session is gone (which deletes ephemerals anyway).
 pub(crate) async fn delete_ours(session: &Session, dir: &str, uuid: &str) {
     let mut backoff = Backoff::RECOVER;
     loop {
-        match session.zk().list_children(dir).await {
-            Ok(children) => {
+        let done = match ours(session, dir, uuid).await {
+            Ok(paths) => {
                 let mut done = true;
-                for child in children.iter().filter(|c| is_ours(c, uuid)) {
-                    let path = format!("{dir}/{child}");
-                    match session.zk().delete(&path, None).await {
-                        Ok(()) | Err(zk::Error::NoNode) => {
-                            log::debug!("[{}] deleted abandoned node {path}", session.label())
-                        }
-                        Err(zk::Error::SessionExpired | zk::Error::ClientClosed) => return,
-                        Err(e) => {
-                            log::debug!(
-                                "[{}] delete {path} failed: {e}; retrying",
-                                session.label()
-                            );
-                            done = false;
-                        }
-                    }
+                for path in paths {
+                    done &= delete_node(session, &path).await.is_ok();
                 }
-                if done {
-                    return;
-                }
+                done
             }
-            Err(zk::Error::NoNode | zk::Error::SessionExpired | zk::Error::ClientClosed) => return,
-            Err(e) => log::debug!("[{}] list {dir} failed: {e}; retrying", session.label()),
+            Err(e) => matches!(e, zk::Error::SessionExpired | zk::Error::ClientClosed),
+        };
+        if done {
+            return;
         }
+        log::debug!(
+            "[{}] removing ours from {dir} failed; retrying",
+            session.label()
+        );
         backoff.pause().await;
     }
 }
@@ -339,21 +356,18 @@ async fn find_ours(
     uuid: &str,
 ) -> Result<Option<(String, i64, i64)>> {
     let mut backoff = Backoff::RETRY;
-    let children = loop {
-        match session.zk().list_children(&c.dir).await {
-            Ok(children) => break children,
+    let found = loop {
+        match ours(session, &c.dir, uuid).await {
+            Ok(found) => break found,
             Err(e) if connection_trouble(&e) => backoff.pause().await,
-            Err(zk::Error::NoNode) => return Ok(None),
             Err(e) => return Err(from_zk(&format!("list {}", c.dir), e)),
         }
     };
-    let Some(name) = children.iter().find(|n| is_ours(n, uuid)) else {
+    let Some(node) = found.into_iter().next() else {
         return Ok(None);
     };
-    let node = format!("{}/{name}", c.dir);
     match session.zk().check_stat(&node).await {
-        Ok(Some(stat)) => Ok(Some((node, stat.czxid, stat.ephemeral_owner))),
-        Ok(None) => Ok(None),
+        Ok(stat) => Ok(stat.map(|stat| (node, stat.czxid, stat.ephemeral_owner))),
         Err(e) => Err(from_zk(&format!("read {node}"), e)),
     }
 }

@@ -28,3 +28,13 @@ pub(crate) fn from_zk(what: &str, e: zk::Error) -> Error {
         other => Error::backend(format!("{what}: {other}"), false, other),
     }
 }
+
+/// A read that failed with connection trouble is retryable: it changed
+/// nothing and the session may well be alive.
+pub(crate) fn read_error(what: &str, e: zk::Error) -> Error {
+    if connection_trouble(&e) {
+        Error::ConnectionLoss
+    } else {
+        from_zk(what, e)
+    }
+}

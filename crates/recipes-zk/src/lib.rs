@@ -72,8 +72,9 @@
 //! `Lock` made with `extra_lock_patterns=["-lock-"]`. Same layout, not tested
 //! here: Curator's `InterProcessSemaphoreV2` with the same number of leases. Unsafe: a default kazoo `Lock`
 //! (it ignores Curator-layout nodes, ours included) and kazoo with Curator
-//! (Curator mis-sorts kazoo's names); a latch and a selector on one path
-//! (different node names: each elects its own leader).
+//! (Curator mis-sorts kazoo's names). A recipe opened on a path that holds
+//! another recipe's nodes (a latch's under a selector, a mutex under a
+//! semaphore) is refused with `InvalidArgument`.
 
 #![warn(missing_docs)]
 #![deny(missing_debug_implementations)]

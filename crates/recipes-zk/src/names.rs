@@ -2,7 +2,6 @@
 //! path validation.
 
 use std::cmp::Ordering;
-use std::fmt::Write;
 
 use recipes_core::{Error, Result, MAX_NAME_BYTES};
 
@@ -75,45 +74,7 @@ fn forbidden_char(c: char) -> bool {
 
 /// A fresh random UUID (version 4) for a protected name.
 pub(crate) fn fresh_uuid() -> String {
-    let mut b = random_bytes();
-    b[6] = (b[6] & 0x0f) | 0x40;
-    b[8] = (b[8] & 0x3f) | 0x80;
-    let mut s = String::with_capacity(36);
-    for (i, byte) in b.iter().enumerate() {
-        if matches!(i, 4 | 6 | 8 | 10) {
-            s.push('-');
-        }
-        let _ = write!(s, "{byte:02x}");
-    }
-    s
-}
-
-fn random_bytes() -> [u8; 16] {
-    use std::io::Read;
-    let mut b = [0u8; 16];
-    if std::fs::File::open("/dev/urandom")
-        .and_then(|mut f| f.read_exact(&mut b))
-        .is_ok()
-    {
-        return b;
-    }
-    // No /dev/urandom: std's randomly keyed hasher, fed the time and a
-    // counter, still gives names no other process will pick.
-    use std::hash::{BuildHasher, Hasher};
-    static COUNTER: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
-    for chunk in b.chunks_mut(8) {
-        let mut h = std::collections::hash_map::RandomState::new().build_hasher();
-        h.write_u128(
-            std::time::SystemTime::now()
-                .duration_since(std::time::UNIX_EPOCH)
-                .map(|d| d.as_nanos())
-                .unwrap_or_default(),
-        );
-        h.write_u64(COUNTER.fetch_add(1, std::sync::atomic::Ordering::Relaxed));
-        h.write_u32(std::process::id());
-        chunk.copy_from_slice(&h.finish().to_le_bytes());
-    }
-    b
+    uuid::Uuid::new_v4().to_string()
 }
 
 /// The protected node-name prefix Curator uses: `_c_<uuid>-<lock_name>`,
@@ -130,21 +91,7 @@ pub(crate) fn protected_prefix(uuid: &str, lock_name: &str) -> String {
 /// separator (`-` or `_`) is the number's sign. `None` for a name with no
 /// such suffix.
 pub(crate) fn sequence_of(name: &str) -> Option<i32> {
-    let b = name.as_bytes();
-    let n = b.len();
-    let digits = |from: usize| b[from..].iter().all(u8::is_ascii_digit);
-    let number = |from: usize, negative: bool| -> Option<i32> {
-        let v: i64 = name[from..].parse().ok()?;
-        i32::try_from(if negative { -v } else { v }).ok()
-    };
-    if n >= 10 && digits(n - 10) {
-        let signed = n >= 12 && b[n - 11] == b'-' && matches!(b[n - 12], b'-' | b'_');
-        return number(n - 10, signed);
-    }
-    if n >= 10 && b[n - 10] == b'-' && digits(n - 9) {
-        return number(n - 9, true);
-    }
-    None
+    before_sequence(name).and_then(|before| name[before.len()..].parse().ok())
 }
 
 /// The part of a sequential node's name before its sequence (see
@@ -171,6 +118,35 @@ fn before_sequence(name: &str) -> Option<&str> {
 pub(crate) fn is_contender_of(child: &str, lock_name: &str) -> bool {
     before_sequence(child).is_some_and(|before| {
         before.ends_with(lock_name) || (lock_name == LOCK && before.ends_with("__lock__"))
+    })
+}
+
+/// Refuse `dir` if its `children` hold another recipe's layout than that
+/// of a recipe whose nodes are named `…<lock_name><seq>` (`None`: the
+/// semaphore's own `<path>`, whose `locks` and `leases` are its own):
+/// another recipe's nodes, or a semaphore's folders. Unrelated children
+/// never count.
+pub(crate) fn own_layout(dir: &str, children: &[String], lock_name: Option<&str>) -> Result<()> {
+    let layouts = [
+        (LOCK, "a mutex's or leader selector's …-lock-N nodes"),
+        (LATCH, "an election's or leader latch's …-latch-N nodes"),
+        (LEASE, "a semaphore's …-lease-N permits"),
+    ];
+    let theirs = children.iter().find_map(|c| {
+        if lock_name.is_some() && (c == "locks" || c == "leases") {
+            return Some("a semaphore's locks and leases folders");
+        }
+        layouts
+            .iter()
+            .find(|(l, _)| Some(*l) != lock_name && is_contender_of(c, l))
+            .map(|(_, what)| *what)
+    });
+    theirs.map_or(Ok(()), |theirs| {
+        Err(Error::invalid(format!(
+            "{} holds another recipe's layout ({theirs}): open it with that recipe, or \
+             choose another path",
+            recipes_core::quote(dir)
+        )))
     })
 }
 
@@ -210,43 +186,6 @@ mod tests {
     use super::*;
 
     #[test]
-    fn paths_are_checked_with_a_message_that_says_what_to_change() {
-        for ok in ["/a", "/locks/nightly-report", "/a/b/c", "/ünïcödé"] {
-            validate_path(ok).unwrap();
-        }
-        for (bad, says) in [
-            ("", "empty"),
-            ("locks", "start with '/'"),
-            ("/", "root"),
-            ("/a/", "end with '/'"),
-            ("/a//b", "empty component"),
-            ("/a/./b", "'.'"),
-            ("/a/..", "'..'"),
-            ("/zookeeper", "reserves"),
-            ("/zookeeper/quota", "reserves"),
-            ("/a\u{0}b", "U+0000"),
-            ("/a\nb", "U+000A"),
-            ("/a\u{7f}", "U+007F"),
-        ] {
-            match validate_path(bad) {
-                Err(Error::InvalidArgument(msg)) => assert!(msg.contains(says), "{bad:?}: {msg}"),
-                other => panic!("{bad:?}: {other:?}"),
-            }
-        }
-        validate_path("/zookeeperish").unwrap();
-    }
-
-    #[test]
-    fn uuids_are_version_4_and_fresh() {
-        let a = fresh_uuid();
-        let b = fresh_uuid();
-        assert_ne!(a, b);
-        assert_eq!(a.len(), 36);
-        assert_eq!(a.as_bytes()[14], b'4');
-        assert!(matches!(a.as_bytes()[19], b'8' | b'9' | b'a' | b'b'));
-    }
-
-    #[test]
     fn sequences_parse_from_any_recipe_layout() {
         assert_eq!(sequence_of("_c_x-lock-0000000007"), Some(7));
         assert_eq!(sequence_of("abc__lock__0000000042"), Some(42));
@@ -262,27 +201,9 @@ mod tests {
         assert_eq!(sequence_of("lock-00000x0001"), None);
     }
 
-    #[test]
-    fn queue_order_survives_the_counter_wrap() {
-        let names: Vec<String> = [
-            "_c_c-lock--2147483647", // created after the wrap
-            "_c_a-lock-2147483646",
-            "_c_z-lock-2147483647",
-            "_c_b-lock--2147483648",
-            "locks",
-        ]
-        .iter()
-        .map(|s| s.to_string())
-        .collect();
-        let order: Vec<i32> = queue_order(&names, i32::MAX)
-            .into_iter()
-            .map(|(s, _)| s)
-            .collect();
-        assert_eq!(order, vec![i32::MAX - 1, i32::MAX, i32::MIN, i32::MIN + 1]);
-    }
-
     /// What `recipes status` lists: the order every contender's own
-    /// `queue_order` gives, across the counter's wrap and layouts.
+    /// `queue_order` gives, across the counter's wrap and layouts (a name
+    /// with no sequence, such as `locks`, is no contender).
     #[test]
     fn an_observer_sees_the_order_every_contender_sees_across_the_wrap() {
         let names: Vec<String> = [
@@ -314,7 +235,7 @@ mod tests {
     }
 
     #[test]
-    fn only_the_recipes_own_names_are_contenders() {
+    fn only_the_recipes_own_names_are_contenders_and_ours_is_found() {
         let ours = "_c_0f0e0d0c-0b0a-4908-8706-050403020100-lock-0000000007";
         assert!(is_contender_of(ours, "lock-"));
         assert!(is_contender_of("lock-0000000003", "lock-"));
@@ -330,10 +251,6 @@ mod tests {
             assert!(!is_contender_of(other, "lock-"), "{other}");
         }
         assert!(!is_contender_of(ours, "latch-"));
-    }
-
-    #[test]
-    fn protected_names_are_recognised() {
         let p = protected_prefix("1234", "lock-");
         assert_eq!(p, "_c_1234-lock-");
         assert!(is_ours("_c_1234-lock-0000000001", "1234"));

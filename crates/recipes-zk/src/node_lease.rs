@@ -3,7 +3,6 @@
 //! [`HeldEntry`](recipes_core::HeldEntry): the watch on the node, its
 //! deletion, and fenced writes as `multi(check(our node), op)`.
 
-use std::fmt;
 use std::future::Future;
 use std::sync::{Arc, Weak};
 use std::time::Duration;
@@ -27,12 +26,16 @@ use crate::session::Session;
 pub type ZkNodeLease = HeldEntry<ZkNode>;
 
 /// The ZooKeeper side of a [`ZkNodeLease`]: our node and its session.
-#[derive(Clone)]
+///
+/// The session is the client's: a node does not keep it open, so a close
+/// ends it (and the node) while guards live; they are then lost (`Closed`).
+#[derive(Clone, Debug)]
 pub struct ZkNode {
     client: ZkClient,
-    session: Arc<Session>,
+    session: Weak<Session>,
+    session_id: i64,
+    label: String,
     node: String,
-    czxid: i64,
 }
 
 impl ZkNode {
@@ -49,9 +52,10 @@ impl ZkNode {
         let token = FencingToken(a.czxid as u64);
         let node = ZkNode {
             client,
-            session: a.session,
+            session: Arc::downgrade(&a.session),
+            session_id: a.session.id(),
+            label: a.session.label().to_owned(),
             node: a.node,
-            czxid: a.czxid,
         };
         HeldEntry::new(node, trigger, token)
     }
@@ -71,11 +75,11 @@ impl StoreEntry for ZkNode {
     }
 
     fn session_id(&self) -> i64 {
-        self.session.id()
+        self.session_id
     }
 
     fn label(&self) -> &str {
-        self.session.label()
+        &self.label
     }
 
     /// A node's folder, and everything at or below it; for a permit
@@ -94,20 +98,32 @@ impl StoreEntry for ZkNode {
         inside.then_some(root)
     }
 
+    /// A session that is gone took the node with it.
     async fn delete(self) -> Result<()> {
-        delete_node(&self.session, &self.node).await
+        match self.session.upgrade() {
+            Some(s) => delete_node(&s, &self.node).await,
+            None => Ok(()),
+        }
     }
 
     fn delete_until_done(self) -> impl Future<Output = ()> + Send + 'static {
-        delete_until_done(self.session, self.node)
+        let session = self.session.upgrade();
+        async move {
+            if let Some(s) = session {
+                delete_until_done(s, self.node).await
+            }
+        }
     }
 
     fn released(&self) {
-        self.session.untrack(&self.node);
+        if let Some(s) = self.session.upgrade() {
+            s.untrack(&self.node);
+        }
     }
 
     async fn write(self, what: &'static str, write: FencedWrite) -> Result<()> {
-        let (s, n) = (&*self.session, self.node.as_str());
+        let session = self.session.upgrade().ok_or(Error::Closed)?;
+        let (s, n) = (&*session, self.node.as_str());
         match write {
             FencedWrite::Proclaim { value } => fenced(s, n, what, Op::Set(n, &value)).await,
             // Like a key-value put: set; else create; else (created since) set.
@@ -180,56 +196,32 @@ fn is(e: &Error, code: &zk::Error) -> bool {
         if s.downcast_ref::<zk::Error>() == Some(code))
 }
 
-/// Watch our own node: its deletion, or the session's end, is loss.
+/// Watch our own node: its deletion is loss. The session's end fires the
+/// epoch, of which `trigger` is a child.
 async fn watch_own_node(session: Weak<Session>, node: String, trigger: LossTrigger) {
-    loop {
-        if trigger.is_fired() {
-            return;
-        }
+    while !trigger.is_fired() {
         let Some(s) = session.upgrade() else { return };
-        let watched = s.zk().get_and_watch_data(&node).await;
-        let id = s.id();
+        let (watched, id) = (s.zk().get_and_watch_data(&node).await, s.id());
         drop(s);
-        let watcher = match watched {
-            Ok((_, stat, w)) if stat.ephemeral_owner == id => w,
+        match watched {
+            Ok((_, stat, w)) if stat.ephemeral_owner == id => match w.changed().await.event_type {
+                zk::EventType::NodeDeleted => {
+                    trigger.fire(LossReason::Deleted);
+                }
+                zk::EventType::Session => return,
+                _ => {} // data changed: watch again
+            },
             Ok(_) | Err(zk::Error::NoNode) => {
                 trigger.fire(LossReason::Deleted);
-                return;
             }
-            Err(zk::Error::SessionExpired) => {
-                trigger.fire(LossReason::SessionExpired);
-                return;
-            }
-            Err(zk::Error::ClientClosed) => {
-                trigger.fire(LossReason::Closed);
-                return;
-            }
-            Err(_) => {
-                tokio::time::sleep(Duration::from_millis(50)).await;
-                continue;
-            }
-        };
-        let event = watcher.changed().await;
-        match event.event_type {
-            zk::EventType::NodeDeleted => {
-                trigger.fire(LossReason::Deleted);
-                return;
-            }
-            zk::EventType::Session => {
-                let reason = match event.session_state {
-                    zk::SessionState::Expired => LossReason::SessionExpired,
-                    _ => LossReason::Closed,
-                };
-                trigger.fire(reason);
-                return;
-            }
-            _ => {} // data changed: watch again
+            Err(zk::Error::SessionExpired | zk::Error::ClientClosed) => return,
+            Err(_) => tokio::time::sleep(Duration::from_millis(50)).await,
         }
     }
 }
 
 /// Delete our node on our session; done when it is gone or the session is.
-async fn delete_node(session: &Session, node: &str) -> Result<()> {
+pub(crate) async fn delete_node(session: &Session, node: &str) -> Result<()> {
     match session.zk().delete(node, None).await {
         Ok(()) | Err(zk::Error::NoNode) => Ok(()),
         // The session is gone, and its ephemeral node with it.
@@ -249,13 +241,4 @@ pub(crate) async fn delete_until_done(session: Arc<Session>, node: String) {
         backoff.pause().await;
     }
     session.untrack(&node);
-}
-
-impl fmt::Debug for ZkNode {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.debug_struct("ZkNode")
-            .field("node", &self.node)
-            .field("czxid", &self.czxid)
-            .finish()
-    }
 }

@@ -22,7 +22,7 @@ use zookeeper_client as zk;
 use crate::client::ZkClient;
 use crate::driver::{Acquired, Contender, NodeDriver};
 use crate::error::{connection_trouble, from_zk};
-use crate::names::{validate_path, LEASE, LOCK};
+use crate::names::{own_layout, validate_path, LEASE, LOCK};
 use crate::node_lease::{delete_until_done, ZkNode, ZkNodeLease};
 
 /// A counting semaphore shared with every process, Java (Curator
@@ -93,7 +93,17 @@ impl SemaphoreDriver for Drivers {
                 Ok((data, stat)) => {
                     if data.is_empty() {
                         // A parent made by another client (Curator stores no
-                        // size): claim it, unless someone else just did.
+                        // size): claim it, unless someone else just did, or
+                        // it holds another recipe's nodes (a mutex's, say).
+                        match zk.list_children(path).await {
+                            Ok(children) => own_layout(path, &children, None)?,
+                            // Gone since the read: read again.
+                            Err(e) if connection_trouble(&e) || e == zk::Error::NoNode => {
+                                backoff.pause().await;
+                                continue;
+                            }
+                            Err(e) => return Err(from_zk(&format!("list {path}"), e)),
+                        }
                         match zk
                             .set_data(path, wanted.as_bytes(), Some(stat.version))
                             .await
@@ -148,9 +158,7 @@ impl SemaphoreDriver for Drivers {
     }
 
     fn unlock_in_background(&self, held: Acquired) {
-        self.client
-            .runtime()
-            .spawn(delete_until_done(held.session, held.node));
+        self.client.runtime().spawn(Self::unlock(held));
     }
 }
 

@@ -10,18 +10,17 @@
 //! may acknowledge for a short while (at most until it notices the lost
 //! quorum, within `syncLimit × tickTime`).
 
-use std::fmt;
 use std::sync::{Arc, Weak};
 use std::time::Duration;
 
 use parking_lot::Mutex;
 use recipes_core::{
-    BootInstant, Error, LossPolicy, LossReason, LossSignal, LossTrigger, Result, SessionLease,
-    SharedClock,
+    system_clock, BootInstant, Error, LossPolicy, LossReason, LossSignal, LossTrigger, Result,
+    SessionLease, SharedClock,
 };
 use zookeeper_client as zk;
 
-use crate::error::from_zk;
+use crate::error::read_error;
 
 /// How a session is doing, as the client sees it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -40,15 +39,12 @@ pub enum SessionState {
 
 pub(crate) struct Session {
     zk: zk::Client,
-    id: i64,
-    timeout: Duration,
     label: String,
     policy: LossPolicy,
     clock: SharedClock,
     slack: Duration,
     loss_parent: LossTrigger,
     epoch: Mutex<Arc<SessionLease>>,
-    state: Mutex<SessionState>,
     // Nodes held by guards of this session. A node whose guard was lost
     // while the session survived (a deadline passed during a disconnect, a
     // pause) is deleted once the session answers again, so it does not
@@ -65,28 +61,23 @@ impl Session {
         acls: zk::Acls<'static>,
         sent_at: BootInstant,
         policy: LossPolicy,
-        clock: SharedClock,
         slack: Duration,
         loss_parent: LossTrigger,
         handle: &tokio::runtime::Handle,
     ) -> Result<Arc<Session>> {
-        let id = zk.session_id().0;
-        let timeout = zk.session_timeout();
+        let (id, timeout, clock) = (zk.session_id().0, zk.session_timeout(), system_clock());
         let label = format!("session={id:#x}");
         let epoch = SessionLease::start(&label, &loss_parent, clock.clone(), slack)?;
         epoch.acknowledged(sent_at, timeout);
         let states = zk.state_watcher();
         let session = Arc::new(Session {
             zk,
-            id,
-            timeout,
             label,
             policy,
             clock,
             slack,
             loss_parent,
             epoch: Mutex::new(Arc::new(epoch)),
-            state: Mutex::new(SessionState::Connected),
             held: Mutex::new(Vec::new()),
             acls,
         });
@@ -106,23 +97,30 @@ impl Session {
     }
 
     pub(crate) fn id(&self) -> i64 {
-        self.id
+        self.zk.session_id().0
     }
 
     pub(crate) fn timeout(&self) -> Duration {
-        self.timeout
+        self.zk.session_timeout()
     }
 
     pub(crate) fn label(&self) -> &str {
         &self.label
     }
 
+    /// zookeeper-client's state, which it publishes before it fails the
+    /// requests of a session that ended.
     pub(crate) fn state(&self) -> SessionState {
-        *self.state.lock()
+        match self.zk.state() {
+            zk::SessionState::Disconnected => SessionState::Disconnected,
+            zk::SessionState::Expired => SessionState::Expired,
+            zk::SessionState::Closed | zk::SessionState::AuthFailed => SessionState::Closed,
+            _ => SessionState::Connected,
+        }
     }
 
     pub(crate) fn is_expired(&self) -> bool {
-        matches!(self.state(), SessionState::Expired | SessionState::Closed)
+        self.zk.state().is_terminated()
     }
 
     /// The current epoch, whatever its state.
@@ -146,7 +144,7 @@ impl Session {
         self.zk
             .check_stat("/")
             .await
-            .map_err(|e| from_zk("renew the session lease", e))?;
+            .map_err(|e| read_error("renew the session lease", e))?;
         let mut epoch = self.epoch.lock();
         if epoch.is_lost() {
             let fresh = SessionLease::start(
@@ -155,7 +153,7 @@ impl Session {
                 self.clock.clone(),
                 self.slack,
             )?;
-            fresh.acknowledged(sent_at, self.timeout);
+            fresh.acknowledged(sent_at, self.timeout());
             log::debug!("[{}] new lease epoch after a loss", self.label);
             *epoch = Arc::new(fresh);
         }
@@ -163,7 +161,7 @@ impl Session {
     }
 
     fn acknowledged(&self, sent_at: BootInstant) {
-        self.current_epoch().acknowledged(sent_at, self.timeout);
+        self.current_epoch().acknowledged(sent_at, self.timeout());
     }
 
     /// Remember a node held by a guard whose loss is `signal`.
@@ -176,32 +174,20 @@ impl Session {
         self.held.lock().retain(|(n, _)| n != node);
     }
 
-    /// The held nodes whose guards are lost: to be deleted.
-    fn take_lost_nodes(&self) -> Vec<String> {
-        let mut held = self.held.lock();
-        let (lost, kept): (Vec<_>, Vec<_>) = held.drain(..).partition(|(_, s)| s.is_lost());
-        *held = kept;
-        lost.into_iter().map(|(n, _)| n).collect()
-    }
-
-    /// Delete the nodes of lost guards; put back those that failed.
+    /// Delete the nodes of lost guards; those that fail stay for the next
+    /// heartbeat.
     async fn reap_lost_nodes(&self) {
-        for node in self.take_lost_nodes() {
+        let held = self.held.lock().clone();
+        for (node, _) in held.into_iter().filter(|(_, lost)| lost.is_lost()) {
             match self.zk.delete(&node, None).await {
                 Ok(()) | Err(zk::Error::NoNode) => {
-                    log::info!("[{}] deleted {node}, whose guard was lost", self.label)
+                    log::info!("[{}] deleted {node}, whose guard was lost", self.label);
+                    self.untrack(&node);
                 }
                 Err(zk::Error::SessionExpired | zk::Error::ClientClosed) => return,
-                Err(e) => {
-                    log::debug!("[{}] delete {node} failed: {e}; will retry", self.label);
-                    self.held.lock().push((node, lost_signal()));
-                }
+                Err(e) => log::debug!("[{}] delete {node} failed: {e}; will retry", self.label),
             }
         }
-    }
-
-    fn set_state(&self, state: SessionState) {
-        *self.state.lock() = state;
     }
 }
 
@@ -214,7 +200,7 @@ async fn heartbeat(session: Weak<Session>) {
                 return None;
             }
             let sent_at = s.clock.now();
-            Some((s.zk.check_stat("/"), sent_at, s.timeout / 4, s.timeout))
+            Some((s.zk.check_stat("/"), sent_at, s.timeout() / 4, s.timeout()))
         }) else {
             return;
         };
@@ -240,46 +226,18 @@ async fn follow_state(session: Weak<Session>, mut states: zk::StateWatcher) {
     loop {
         let state = states.changed().await;
         let Some(s) = session.upgrade() else { return };
-        match state {
-            zk::SessionState::Disconnected => {
-                s.set_state(SessionState::Disconnected);
-                log::debug!("[{}] disconnected", s.label);
-                if s.policy == LossPolicy::OnDisconnect {
-                    s.current_epoch().fire(LossReason::Disconnected);
-                }
+        log::debug!("[{}] {state}", s.label);
+        let reason = match state {
+            zk::SessionState::Disconnected if s.policy == LossPolicy::OnDisconnect => {
+                LossReason::Disconnected
             }
-            zk::SessionState::SyncConnected | zk::SessionState::ConnectedReadOnly => {
-                s.set_state(SessionState::Connected);
-                log::debug!("[{}] connected", s.label);
-            }
-            zk::SessionState::Expired => {
-                s.set_state(SessionState::Expired);
-                log::info!("[{}] session expired", s.label);
-                s.current_epoch().fire(LossReason::SessionExpired);
-                return;
-            }
-            zk::SessionState::Closed | zk::SessionState::AuthFailed => {
-                s.set_state(SessionState::Closed);
-                s.current_epoch().fire(LossReason::Closed);
-                return;
-            }
+            zk::SessionState::Expired => LossReason::SessionExpired,
+            zk::SessionState::Closed | zk::SessionState::AuthFailed => LossReason::Closed,
+            _ => continue,
+        };
+        s.current_epoch().fire(reason);
+        if state.is_terminated() {
+            return;
         }
-    }
-}
-
-/// A signal that has fired: marks a node to delete on the next try.
-fn lost_signal() -> LossSignal {
-    let t = LossTrigger::root();
-    t.fire(LossReason::Released);
-    t.signal()
-}
-
-impl fmt::Debug for Session {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.debug_struct("Session")
-            .field("id", &format_args!("{:#x}", self.id))
-            .field("timeout", &self.timeout)
-            .field("state", &self.state())
-            .finish()
     }
 }

@@ -105,8 +105,11 @@ impl Client for ZkClient {
         self.call("ping", async move {
             let session = client.live_session().await?;
             let started = Instant::now();
-            let checked = session.zk().check_stat("/").await;
-            checked.map_err(|e| from_zk("ping", e))?;
+            session
+                .zk()
+                .check_stat("/")
+                .await
+                .map_err(|e| from_zk("ping", e))?;
             Ok(started.elapsed())
         })
     }
