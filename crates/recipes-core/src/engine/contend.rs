@@ -28,7 +28,7 @@ impl<D: ContendDriver> Cleanup<'_, D> {
             .expect("the ticket is present until the cleanup runs or is disarmed")
     }
 
-    async fn run(mut self) {
+    async fn run(&mut self) {
         if let Some(t) = self.ticket.take() {
             let (done, removed) = tokio::sync::oneshot::channel();
             self.driver.spawn(async move {
@@ -41,7 +41,7 @@ impl<D: ContendDriver> Cleanup<'_, D> {
         }
     }
 
-    fn disarm(mut self) -> D::Ticket {
+    fn disarm(&mut self) -> D::Ticket {
         self.ticket
             .take()
             .expect("the ticket is present until the cleanup runs or is disarmed")
@@ -146,6 +146,14 @@ async fn attempt<D: ContendDriver>(
     };
     let (mut entry, mut listing) = match driver.enter(&epoch, cleanup.ticket()).await {
         Ok(entered) => entered,
+        // The connection failed under the create, or the epoch ended (the
+        // session went): an attempt holds nothing yet, so it removes what
+        // may have landed and starts over.
+        Err(e) if starts_over(&e, lost.is_lost(), deadline) => {
+            log::debug!("contend: entering failed: {e}; starting over");
+            cleanup.run().await;
+            return Ok(Attempt::Restart);
+        }
         // The create may have been applied before it failed: `cleanup`
         // removes it in the background (see `contend`'s errors).
         Err(e) => return Err(e),
@@ -165,6 +173,8 @@ async fn attempt<D: ContendDriver>(
                     backoff.pause().await;
                     continue;
                 }
+                // The loop's top starts over on a new epoch.
+                Err(_) if lost.is_lost() => continue,
                 Err(e) => return Err(e),
             },
         };
@@ -172,7 +182,14 @@ async fn attempt<D: ContendDriver>(
             // The read may have taken long enough for the epoch to end.
             Decision::Acquired if lost.is_lost() => continue,
             Decision::Acquired => {
-                return confirm(driver, epoch, cleanup, entry, &read).await;
+                return match confirm(driver, epoch, &mut cleanup, entry, &read).await {
+                    Err(e) if starts_over(&e, lost.is_lost(), deadline) => {
+                        log::debug!("contend: confirming failed: {e}; starting over");
+                        cleanup.run().await;
+                        Ok(Attempt::Restart)
+                    }
+                    other => other,
+                };
             }
             Decision::Gone => {
                 log::debug!("contend: our entry {ours:?} vanished");
@@ -198,6 +215,7 @@ async fn attempt<D: ContendDriver>(
                     log::debug!("contend: waiting for {ahead:?} failed: {e}; reading again");
                     backoff.pause().await;
                 }
+                Err(_) if lost.is_lost() => {}
                 Err(e) => return Err(e),
             },
             _ = lost.fired() => {}
@@ -218,14 +236,25 @@ async fn read_queue<D: ContendDriver>(
     driver.list(epoch, entry).await
 }
 
+/// Whether an attempt that failed with `e` starts over with a new entry
+/// rather than failing the acquisition: it holds nothing yet, so a failed
+/// connection (within the deadline) or an ended epoch costs it only time.
+/// A write whose reply was lost (`Indeterminate`) counts as failed: the
+/// ticket names the entry, so the removal finds it if it landed.
+fn starts_over(e: &crate::Error, epoch_lost: bool, deadline: Option<Instant>) -> bool {
+    let transient = e.is_retryable() || matches!(e, crate::Error::Indeterminate { .. });
+    epoch_lost || (transient && !passed(deadline))
+}
+
 async fn confirm<D: ContendDriver>(
     driver: &D,
     epoch: D::Epoch,
-    cleanup: Cleanup<'_, D>,
+    cleanup: &mut Cleanup<'_, D>,
     mut entry: D::Entry,
     read: &Listing<D::Id>,
 ) -> Result<Attempt<D::Won>> {
-    // On an error `cleanup` is dropped: the removal runs in the background.
+    // On an error the caller starts over or drops `cleanup`: the removal
+    // then runs in the background.
     match driver.confirm(&epoch, &mut entry, read).await? {
         Some(fence) => {
             let ticket = cleanup.disarm();

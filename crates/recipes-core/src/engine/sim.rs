@@ -108,6 +108,12 @@ fn run(
                     };
                     let won = match acquired {
                         Ok(Some(won)) => won,
+                        // An acquisition holds nothing until it wins: lost
+                        // replies, failed reads and expired sessions cost
+                        // it time, never the acquisition itself.
+                        Err(e) if deadline.is_none() => {
+                            panic!("seed {seed}: an acquisition without a deadline failed: {e}")
+                        }
                         Ok(None) | Err(_) => continue,
                     };
                     checker.lock().won(seed, who, &won, max_leases);
