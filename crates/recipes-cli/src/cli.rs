@@ -20,7 +20,8 @@ Examples:
 
 Exit status: CMD's own status (128+n if signal n killed it); 64 usage error;
 69 backend unreachable; 75 not acquired (--conflict-exit-code); 76 lease lost
-(--lost-exit-code); 71 CMD's keeper process could not start; 126/127 CMD not
+(--lost-exit-code); 77 credentials or permission refused; 71 CMD's keeper
+process could not start; 126/127 CMD not
 executable / not found.";
 
 const LOCK_EXAMPLES: &str = "\

@@ -12,6 +12,8 @@ pub const CONFLICT: i32 = 75;
 /// Default: the lease was lost while CMD ran or before it started
 /// (`EX_PROTOCOL`).
 pub const LOST: i32 = 76;
+/// The store refused the credentials or the operation (`EX_NOPERM`).
+pub const NO_PERMISSION: i32 = 77;
 /// CMD's keeper process could not be started (`EX_OSERR`).
 pub const OS_ERROR: i32 = 71;
 /// CMD could not be executed (as `env(1)`): found but not runnable.
@@ -24,6 +26,7 @@ pub const NOT_FOUND: i32 = 127;
 pub fn for_error(err: &Error) -> i32 {
     match err {
         Error::InvalidArgument(_) => USAGE,
+        Error::Unauthenticated { .. } | Error::PermissionDenied { .. } => NO_PERMISSION,
         _ => UNAVAILABLE,
     }
 }

@@ -72,6 +72,22 @@ pub enum Error {
     #[error("client closed")]
     Closed,
 
+    /// The store refused the client's credentials, or wants credentials
+    /// and got none. Fix the configuration; retrying does not help.
+    #[error("not authenticated: {what}")]
+    Unauthenticated {
+        /// What was refused and what to pass.
+        what: String,
+    },
+
+    /// The credentials are valid but do not allow this operation on this
+    /// node or key (a ZooKeeper ACL, an etcd role).
+    #[error("permission denied: {what}")]
+    PermissionDenied {
+        /// The operation and the node or key.
+        what: String,
+    },
+
     /// The caller passed something unusable; the message says what to change.
     #[error("invalid argument: {0}")]
     InvalidArgument(String),
@@ -108,6 +124,7 @@ impl Error {
             self,
             Error::SessionExpired
                 | Error::LeaseLost { .. }
+                | Error::Unauthenticated { .. }
                 | Error::Closed
                 | Error::NotHeld { .. }
                 | Error::FenceRejected { .. }

@@ -24,6 +24,15 @@ pub(crate) fn from_zk(what: &str, e: zk::Error) -> Error {
             what: format!("{what}: no reply from ZooKeeper in time"),
         },
         zk::Error::BadArguments(msg) => Error::invalid(format!("{what}: {msg}")),
+        zk::Error::NoAuth => Error::PermissionDenied {
+            what: format!(
+                "{what}: the node's ACL does not allow this client; connect with the \
+                 credentials of the node's owner (digest)"
+            ),
+        },
+        zk::Error::AuthFailed => Error::Unauthenticated {
+            what: format!("{what}: ZooKeeper refused the credentials"),
+        },
         zk::Error::Throttled => Error::backend(format!("{what}: {e}"), true, e),
         other => Error::backend(format!("{what}: {other}"), false, other),
     }
