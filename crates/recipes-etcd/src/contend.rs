@@ -31,7 +31,7 @@ use tokio::time::Instant;
 
 use crate::client::EtcdClient;
 use crate::key::{guarded, Acquired, Ticket};
-use crate::names::{contender_key, is_contender, permit_key, Key};
+use crate::names::{contender_key, is_contender, other_layout, permit_key, size_key, Key};
 use crate::rpc::{header_revision, read_at, retrying_txn, unexpected};
 use crate::semaphore::EtcdSemaphore;
 use crate::session::Session;
@@ -46,7 +46,7 @@ pub(crate) const PAGE: i64 = 16;
 #[derive(Clone, Copy)]
 pub(crate) enum Via<'a> {
     /// A handle's: take the handle's turn, then a session whose turn at the
-    /// name is free — the client's, or one from its pool.
+    /// name is free — the client's, or a single-use one.
     Handle(&'a HandleQueue),
     /// Wait for the turn at the name on the client's own session (a
     /// semaphore's internal mutex).
@@ -401,6 +401,11 @@ impl ContendDriver for KeyContender<'_> {
 /// first, the page then holds every key older than ours); `None` when it
 /// is not (nested locks' keys, or many contenders, filled the page).
 fn first_listing(page: &GetResponse, prefix: &str, key: &str, header: i64) -> Option<Listing<Key>> {
+    // A semaphore's size key: `check_owner` refuses the name.
+    let size = size_key(prefix);
+    if page.kvs().iter().any(|kv| kv.key() == size.as_bytes()) {
+        return None;
+    }
     let mut contenders: Vec<Key> = page
         .kvs()
         .iter()
@@ -418,7 +423,9 @@ fn first_listing(page: &GetResponse, prefix: &str, key: &str, header: i64) -> Op
 /// One read (a read-only transaction, linearizable): does our key still
 /// exist, and which contender was created just before it? Pages past
 /// nested locks' keys. The listing is that contender and ours, ours alone
-/// when none is ahead, or empty when ours is gone.
+/// when none is ahead, or empty when ours is gone. A semaphore's size key
+/// under the prefix is [`Error::InvalidArgument`](recipes_core::Error):
+/// the name holds a semaphore, whose permits no lock would see.
 async fn check_owner(
     entry: &KeyEntry,
     prefix: &str,
@@ -433,9 +440,11 @@ async fn check_owner(
             .with_sort(SortTarget::Create, SortOrder::Descend)
             .with_limit(PAGE)
             .with_keys_only();
+        let keys_only = || Some(GetOptions::new().with_keys_only());
         let txn = Txn::new().and_then([
-            TxnOp::get(key, Some(GetOptions::new().with_keys_only())),
+            TxnOp::get(key, keys_only()),
             TxnOp::get(prefix, Some(ahead)),
+            TxnOp::get(size_key(prefix), keys_only()),
         ]);
         let resp = retrying_txn(&entry.etcd, &format!("read {prefix}"), rpc_timeout, &txn).await?;
         let revision = header_revision(&resp)?;
@@ -443,6 +452,14 @@ async fn check_owner(
             contenders,
             revision,
         };
+        if let Some(kv) = read_at(&resp, 2)?.kvs().first() {
+            return Err(other_layout(
+                prefix,
+                "a lock or election",
+                "a semaphore",
+                kv.key(),
+            ));
+        }
         let (ours, ahead) = (read_at(&resp, 0)?, read_at(&resp, 1)?);
         if ours
             .kvs()

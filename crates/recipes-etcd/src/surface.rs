@@ -9,7 +9,7 @@ use recipes_core::{BootInstant, Client, Contender, Result};
 use crate::client::EtcdClient;
 use crate::election::{Election, EtcdElection, LeaderLatch, LeaderSelector};
 use crate::mutex::{EtcdMutex, Mutex};
-use crate::names::{key_prefix, validate_name};
+use crate::names::{key_prefix, validate_key, validate_name};
 use crate::observe::read_candidates;
 use crate::rpc::{from_etcd, retrying};
 use crate::semaphore::{EtcdSemaphore, Semaphore};
@@ -76,6 +76,7 @@ impl Client for EtcdClient {
     }
 
     fn read(&self, key: &str) -> Result<Option<Vec<u8>>> {
+        validate_key(key)?;
         let (client, key) = (self.clone(), key.to_owned());
         self.call("read", async move {
             let session = client.live_session().await?;
@@ -90,7 +91,7 @@ impl Client for EtcdClient {
     }
 
     /// The client's own lease; a guard's `session_id` names the lease its
-    /// key is bound to (a pooled one, perhaps).
+    /// key is bound to (a single-use one, perhaps).
     fn session_id(&self) -> Option<i64> {
         self.current_session().map(|s| s.lease())
     }
