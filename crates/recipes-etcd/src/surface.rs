@@ -28,8 +28,9 @@ impl Client for EtcdClient {
     }
 
     /// The size is stored in `<name>/config` by the first client and
-    /// checked here (one request). Do not use one name for a semaphore and
-    /// a mutex: the mutex would count `<name>/config` as a contender.
+    /// checked here, after a read that refuses a name holding a lock's or
+    /// an election's keys (a lock or election on a semaphore's name is
+    /// refused too).
     fn semaphore(&self, name: &str, permits: u32) -> Result<Semaphore> {
         let backend = EtcdSemaphore::new(self.clone(), name, permits)?;
         let this = backend.clone();
