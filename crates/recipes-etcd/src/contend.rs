@@ -162,7 +162,9 @@ impl KeyContender<'_> {
 
     /// Create our key (`claim`'s) and read the oldest keys in the same
     /// transaction: its `create_revision`, and the first listing if the
-    /// page holds it.
+    /// page holds it. A semaphore's size key under the prefix is
+    /// [`Error::InvalidArgument`](recipes_core::Error), with nothing
+    /// created: the name holds a semaphore, whose permits no lock sees.
     async fn create_key(
         &self,
         session: &Session,
@@ -176,8 +178,12 @@ impl KeyContender<'_> {
             .with_sort(SortTarget::Create, SortOrder::Ascend)
             .with_limit(PAGE)
             .with_keys_only();
+        let size = size_key(self.prefix);
         let txn = Txn::new()
-            .when([Compare::create_revision(key.as_str(), CompareOp::Equal, 0)])
+            .when([
+                Compare::create_revision(key.as_str(), CompareOp::Equal, 0),
+                Compare::create_revision(size.as_str(), CompareOp::Equal, 0),
+            ])
             .and_then([
                 self.put(&key, session.lease(), claim),
                 TxnOp::get(self.prefix, Some(oldest.clone())),
@@ -185,6 +191,7 @@ impl KeyContender<'_> {
             .or_else([
                 TxnOp::get(key.as_str(), None),
                 TxnOp::get(self.prefix, Some(oldest)),
+                TxnOp::get(size.as_str(), Some(GetOptions::new().with_keys_only())),
             ]);
         let what = format!("{} {}", claim.what(), self.prefix);
         // Safe to send twice: a second run finds our key and reads it.
@@ -193,6 +200,15 @@ impl KeyContender<'_> {
         if resp.succeeded() {
             let first = first_listing(&read_at(&resp, 1)?, self.prefix, &key, header);
             return Ok((header, first));
+        }
+        if let Some(kv) = read_at(&resp, 2)?.kvs().first() {
+            let theirs = "a semaphore";
+            return Err(other_layout(
+                self.prefix,
+                "a lock or election",
+                theirs,
+                kv.key(),
+            ));
         }
         // Our key existed (a leftover of this lease, held by no guard of
         // ours: this process's turns see to that). Go on with it as Go
@@ -401,11 +417,6 @@ impl ContendDriver for KeyContender<'_> {
 /// first, the page then holds every key older than ours); `None` when it
 /// is not (nested locks' keys, or many contenders, filled the page).
 fn first_listing(page: &GetResponse, prefix: &str, key: &str, header: i64) -> Option<Listing<Key>> {
-    // A semaphore's size key: `check_owner` refuses the name.
-    let size = size_key(prefix);
-    if page.kvs().iter().any(|kv| kv.key() == size.as_bytes()) {
-        return None;
-    }
     let mut contenders: Vec<Key> = page
         .kvs()
         .iter()
@@ -423,9 +434,7 @@ fn first_listing(page: &GetResponse, prefix: &str, key: &str, header: i64) -> Op
 /// One read (a read-only transaction, linearizable): does our key still
 /// exist, and which contender was created just before it? Pages past
 /// nested locks' keys. The listing is that contender and ours, ours alone
-/// when none is ahead, or empty when ours is gone. A semaphore's size key
-/// under the prefix is [`Error::InvalidArgument`](recipes_core::Error):
-/// the name holds a semaphore, whose permits no lock would see.
+/// when none is ahead, or empty when ours is gone.
 async fn check_owner(
     entry: &KeyEntry,
     prefix: &str,
@@ -440,11 +449,9 @@ async fn check_owner(
             .with_sort(SortTarget::Create, SortOrder::Descend)
             .with_limit(PAGE)
             .with_keys_only();
-        let keys_only = || Some(GetOptions::new().with_keys_only());
         let txn = Txn::new().and_then([
-            TxnOp::get(key, keys_only()),
+            TxnOp::get(key, Some(GetOptions::new().with_keys_only())),
             TxnOp::get(prefix, Some(ahead)),
-            TxnOp::get(size_key(prefix), keys_only()),
         ]);
         let resp = retrying_txn(&entry.etcd, &format!("read {prefix}"), rpc_timeout, &txn).await?;
         let revision = header_revision(&resp)?;
@@ -452,14 +459,6 @@ async fn check_owner(
             contenders,
             revision,
         };
-        if let Some(kv) = read_at(&resp, 2)?.kvs().first() {
-            return Err(other_layout(
-                prefix,
-                "a lock or election",
-                "a semaphore",
-                kv.key(),
-            ));
-        }
         let (ours, ahead) = (read_at(&resp, 0)?, read_at(&resp, 1)?);
         if ours
             .kvs()
