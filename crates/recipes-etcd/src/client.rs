@@ -59,22 +59,30 @@ impl Inner {
         );
         Ok(session)
     }
+
+    /// Close: the sessions to revoke (orphaned ones are left to expire),
+    /// their keep-alives stopped; the connection dropped (requests already
+    /// made keep their handles).
+    fn close(&self) -> Vec<Arc<Session>> {
+        let mut live = self.sessions.close();
+        live.retain(|s| !s.is_orphaned());
+        live.iter().for_each(|s| s.orphan());
+        if let Some(client) = self.client.lock().take() {
+            let _enter = self.rt.enter();
+            drop(client);
+        }
+        live
+    }
 }
 
 impl Drop for Inner {
     fn drop(&mut self) {
         // Revoke the leases in the background: the runtime's shutdown
-        // gives it a grace period. An orphaned session is left to expire.
-        for session in self.sessions.close() {
-            if !session.is_orphaned() {
-                self.rt.spawn(async move {
-                    let _ = session.revoke(LossReason::Closed).await;
-                });
-            }
-        }
-        if let Some(client) = self.client.lock().take() {
-            let _enter = self.rt.enter();
-            drop(client);
+        // gives it a grace period.
+        for session in self.close() {
+            self.rt.spawn(async move {
+                let _ = session.revoke(LossReason::Closed).await;
+            });
         }
     }
 }
@@ -261,16 +269,8 @@ impl EtcdClient {
         // One budget for every step.
         let until = recipes_core::deadline_in(grace);
         let rt = &self.inner.rt;
-        let live: Vec<_> = self
-            .inner
-            .sessions
-            .close()
-            .into_iter()
-            .filter(|s| !s.is_orphaned())
-            .collect();
-        // No keep-alive from here on, and every guard is lost, whatever the
-        // revokes do.
-        live.iter().for_each(|s| s.orphan());
+        let live = self.inner.close();
+        // Every guard is lost from here on, whatever the revokes do.
         rt.loss_root().fire(LossReason::Closed);
         let (done, revoked) = crossbeam_channel::bounded(1);
         let revoking = !live.is_empty()
@@ -287,10 +287,6 @@ impl EtcdClient {
                 }
                 let _ = done.send(outcome);
             });
-        if let Some(client) = self.inner.client.lock().take() {
-            let _enter = rt.enter();
-            drop(client);
-        }
         let closed = match revoking.then(|| revoked.recv_deadline(until)) {
             None | Some(Ok(Ok(()))) => Ok(()),
             Some(Ok(Err(e))) => Err(e),

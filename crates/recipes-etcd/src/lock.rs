@@ -16,7 +16,7 @@ use recipes_core::{
 use crate::client::EtcdClient;
 use crate::key::{delete_key, delete_until_done, Acquired};
 use crate::names::validate_key;
-use crate::rpc::{retrying, rpc};
+use crate::rpc::{retrying_get, rpc};
 use crate::session::Session;
 use crate::watch::{Gone, WatchSet};
 
@@ -268,11 +268,7 @@ async fn watch_and_read(
     let etcd = session.etcd()?;
     let timeout = session.rpc_timeout();
     let watch = WatchSet::open(&etcd, key, timeout).await?;
-    let read = retrying(&format!("read {key}"), timeout, || {
-        let mut etcd = etcd.clone();
-        async move { etcd.get(key, None).await }
-    })
-    .await?;
+    let read = retrying_get(&etcd, timeout, key, None).await?;
     let ours = read
         .kvs()
         .first()

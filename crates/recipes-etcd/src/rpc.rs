@@ -3,7 +3,7 @@
 use std::future::Future;
 use std::time::Duration;
 
-use etcd_client::{GetResponse, Txn, TxnOpResponse, TxnResponse};
+use etcd_client::{GetOptions, GetResponse, Txn, TxnOpResponse, TxnResponse};
 use recipes_core::{quote, resend_within, within, Backoff, Error, Result};
 
 /// gRPC status codes (their numbers are part of the gRPC protocol).
@@ -87,6 +87,20 @@ where
     Fut: Future<Output = std::result::Result<T, etcd_client::Error>>,
 {
     resend_within(what, timeout, RESEND, |e| from_etcd(what, e), request).await
+}
+
+/// [`retrying`] for a read of `key` (a prefix or range as `options` say).
+pub(crate) async fn retrying_get(
+    etcd: &etcd_client::Client,
+    timeout: Duration,
+    key: &str,
+    options: Option<GetOptions>,
+) -> Result<GetResponse> {
+    retrying(&format!("read {key}"), timeout, || {
+        let (mut etcd, options) = (etcd.clone(), options.clone());
+        async move { etcd.get(key, options).await }
+    })
+    .await
 }
 
 /// [`retrying`] for a transaction that means the same when applied twice.

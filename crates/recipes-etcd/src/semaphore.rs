@@ -33,7 +33,7 @@ use crate::contend::{Claim, KeyContender, Layout, Via};
 use crate::key::Acquired;
 use crate::lock::{EtcdKey, EtcdLock};
 use crate::names::{is_contender, key_prefix, other_layout, size_key, validate_name};
-use crate::rpc::{read_at, retrying, retrying_txn, unexpected};
+use crate::rpc::{read_at, retrying_get, retrying_txn, unexpected};
 use crate::session::Session;
 
 /// A counting semaphore in etcd (the layout above); see
@@ -105,13 +105,8 @@ impl EtcdSemaphore {
         let hex = GetOptions::new()
             .with_range(format!("{prefix}g"))
             .with_keys_only();
-        let what = format!("read {prefix}");
-        let read = retrying(&what, session.rpc_timeout(), || {
-            let (mut etcd, hex) = (etcd.clone(), hex.clone());
-            let from = format!("{prefix}0");
-            async move { etcd.get(from, Some(hex)).await }
-        })
-        .await?;
+        let from = format!("{prefix}0");
+        let read = retrying_get(&etcd, session.rpc_timeout(), &from, Some(hex)).await?;
         if let Some(kv) = read.kvs().iter().find(|kv| is_contender(&prefix, kv.key())) {
             return Err(other_layout(
                 &prefix,

@@ -11,7 +11,7 @@ use crate::election::{Election, EtcdElection, LeaderLatch, LeaderSelector};
 use crate::mutex::{EtcdMutex, Mutex};
 use crate::names::{key_prefix, validate_key, validate_name};
 use crate::observe::read_candidates;
-use crate::rpc::{from_etcd, retrying};
+use crate::rpc::{from_etcd, retrying_get};
 use crate::semaphore::{EtcdSemaphore, Semaphore};
 
 impl Client for EtcdClient {
@@ -82,11 +82,7 @@ impl Client for EtcdClient {
         self.call("read", async move {
             let session = client.live_session().await?;
             let etcd = session.etcd()?;
-            let resp = retrying(&format!("read {key}"), session.rpc_timeout(), || {
-                let (mut etcd, key) = (etcd.clone(), key.clone());
-                async move { etcd.get(key, None).await }
-            })
-            .await?;
+            let resp = retrying_get(&etcd, session.rpc_timeout(), &key, None).await?;
             Ok(resp.kvs().first().map(|kv| kv.value().to_vec()))
         })
     }
