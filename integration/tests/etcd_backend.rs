@@ -423,9 +423,9 @@ fn two_handles_of_one_name_in_one_client_contend_on_two_leases() {
     let both = wait_keys(&facts, &name, 2);
     assert!(both.contains(&g1.holder().to_owned()), "{both:?}");
     let other = both.iter().find(|k| *k != g1.holder()).unwrap().clone();
-    let pooled = lease_of(&other);
-    assert_ne!(pooled, primary, "two holders are never one identity");
-    assert!(facts.lease_time_to_live(pooled) > 0, "a live lease");
+    let single_use = lease_of(&other);
+    assert_ne!(single_use, primary, "two holders are never one identity");
+    assert!(facts.lease_time_to_live(single_use) > 0, "a live lease");
     assert!(!waiter.is_finished(), "waits while g1 holds");
     assert_eq!(
         a.session_id(),
@@ -438,12 +438,14 @@ fn two_handles_of_one_name_in_one_client_contend_on_two_leases() {
     let (g2, m2) = waiter.join().unwrap().unwrap();
     assert!(g2.token() > t1, "{} > {t1}", g2.token());
     assert_eq!(g2.holder(), other);
-    assert_eq!(g2.lease().session_id(), pooled);
+    assert_eq!(g2.lease().session_id(), single_use);
 
-    // The client's lease serves the next acquisition once it is free for
-    // the name, and the pooled lease is reused while it is.
+    // A single-use lease goes with its guard; the client's lease serves
+    // the next acquisition once it is free for the name, and a contended
+    // one gets a new lease of its own.
     let t2 = g2.token();
     g2.release().unwrap();
+    assert_eq!(facts.lease_time_to_live(single_use), -1, "revoked with g2");
     let g1 = m1.lock().unwrap();
     assert_eq!(
         g1.lease().session_id(),
@@ -453,16 +455,23 @@ fn two_handles_of_one_name_in_one_client_contend_on_two_leases() {
     assert!(g1.token() > t2);
     let waiter = std::thread::spawn(move || m2.lock());
     let both = wait_keys(&facts, &name, 2);
+    let other = both.iter().find(|k| *k != g1.holder()).unwrap().clone();
+    let next = lease_of(&other);
     assert!(
-        both.contains(&format!("{name}/{pooled:x}")),
-        "the pooled lease again: {both:?}"
+        next != primary && next != single_use,
+        "a new lease: {both:?}"
     );
     let t3 = g1.token();
     g1.release().unwrap();
     let g2 = waiter.join().unwrap().unwrap();
     assert!(g2.token() > t3);
-    assert_eq!(g2.lease().session_id(), pooled);
-    g2.release().unwrap();
+    assert_eq!(g2.lease().session_id(), next);
+    drop(g2);
+    wait_until(
+        "dropping the guard revokes its lease",
+        Duration::from_secs(5),
+        || facts.lease_time_to_live(next) == -1,
+    );
     assert!(keys(&facts, &name).is_empty());
 }
 

@@ -1,6 +1,6 @@
 //! A client's sessions: the current one (or a new one once it is no longer
-//! usable), a pool of further sessions for concurrent acquisitions of one
-//! name, and the in-process *turns* that keep two acquisitions of one name
+//! usable), a session of its own for each further concurrent acquisition of
+//! one name, and the in-process *turns* that keep two acquisitions of one name
 //! off one session.
 //!
 //! A store whose contender entry is named by its session (etcd's
@@ -9,7 +9,7 @@
 //! one turn per name at a time ([`NamedTurns`]), held until the entry is
 //! gone; threads sharing one handle take turns in the process first
 //! ([`HandleQueue`]); and an acquisition whose name is taken on the current
-//! session gets a pooled one ([`Sessions::for_name`]).
+//! session gets a session of its own ([`Sessions::for_name`]).
 
 use std::collections::HashMap;
 use std::fmt;
@@ -121,14 +121,14 @@ pub trait PooledSession: Send + Sync + 'static {
     fn discard(self: Arc<Self>) -> impl Future<Output = ()> + Send;
 }
 
-/// A client's sessions: the current one and the pool.
+/// A client's sessions: the current one and the single-use ones.
 pub struct Sessions<S> {
     // Replaced by a new one once no longer usable; nothing held on the old
     // one carries over.
     current: Mutex<Option<Arc<S>>>,
     opening: tokio::sync::Mutex<()>,
-    // Further sessions for concurrent acquisitions of one name. Kept while
-    // usable; a lost one is never reused.
+    // The single-use sessions of concurrent acquisitions of one name, kept
+    // to be closed with the client; dropped from here once unusable.
     pool: Mutex<Vec<Arc<S>>>,
     closed: AtomicBool,
 }
@@ -189,10 +189,10 @@ impl<S: PooledSession> Sessions<S> {
     }
 
     /// A session for an acquisition of `name`, with its turn at the name:
-    /// the primary session when its turn is free, else a pooled usable one
-    /// whose turn is free, else a new one `open`ed and added to the pool.
-    /// Two acquisitions of one name in this process so never share a
-    /// session.
+    /// the primary session when its turn is free, else a new one `open`ed
+    /// for this acquisition alone (the store ends it when the acquisition
+    /// and its guard are over: no session outlives what needed it). Two
+    /// acquisitions of one name in this process so never share a session.
     ///
     /// # Errors
     ///
@@ -206,16 +206,7 @@ impl<S: PooledSession> Sessions<S> {
         if let Some(turn) = primary.turns().try_take(name) {
             return Ok((primary, turn));
         }
-        let pooled = {
-            let mut pool = self.pool.lock();
-            pool.retain(|s| s.is_usable());
-            pool.clone()
-        };
-        for session in pooled {
-            if let Some(turn) = session.turns().try_take(name) {
-                return Ok((session, turn));
-            }
-        }
+        self.pool.lock().retain(|s| s.is_usable());
         let session = self.unless_closed(open().await?).await?;
         let turn = session
             .turns()

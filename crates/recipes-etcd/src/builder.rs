@@ -32,7 +32,7 @@ impl fmt::Debug for EtcdClientBuilder {
 
 impl EtcdClientBuilder {
     recipes_core::settings_setters!(
-        ttl = "On etcd the lease TTL, rounded up to whole seconds; pooled leases (see \
+        ttl = "On etcd the lease TTL, rounded up to whole seconds; single-use leases (see \
                [`EtcdClient`]) ask for the same. etcd silently raises a TTL below its \
                minimum (ceil(1.5 × election timeout), 2 s at defaults); \
                [`EtcdClient::session_ttl`] reports what was granted. Requests are timed \
@@ -52,15 +52,7 @@ impl EtcdClientBuilder {
                 "no etcd endpoints given; give at least one host:port",
             ));
         }
-        if let Some(bad) = self
-            .endpoints
-            .iter()
-            .find(|e| e.trim().is_empty() || e.contains(','))
-        {
-            return Err(Error::invalid(format!(
-                "etcd endpoint {bad:?} is empty or holds a comma; give one host:port per endpoint"
-            )));
-        }
+        self.endpoints.iter().try_for_each(|e| check_endpoint(e))?;
         self.settings.validate("the lease TTL")
     }
 
@@ -112,5 +104,68 @@ impl EtcdClientBuilder {
         };
         log::debug!("[endpoints={}] connected to etcd", self.endpoints.join(","));
         EtcdClient::start(self, client, rt)
+    }
+}
+
+/// One endpoint is `host:port` (a numeric port) or `http://host:port`;
+/// the message names the endpoint and says what to write.
+fn check_endpoint(endpoint: &str) -> Result<()> {
+    let shown = recipes_core::quote(endpoint);
+    let refuse = |why: String| {
+        Err(Error::invalid(format!(
+            "etcd endpoint {shown} {why}; write host:port or http://host:port, \
+             such as 127.0.0.1:2379"
+        )))
+    };
+    if endpoint.trim().is_empty() || endpoint.contains(',') {
+        return refuse("is empty or holds a comma (give one endpoint per item)".into());
+    }
+    let address = match endpoint.split_once("://") {
+        None => endpoint,
+        Some(("http", address)) => address,
+        Some(("https", _)) => {
+            return refuse("asks for TLS, which this client does not support yet".into())
+        }
+        Some((scheme, _)) => return refuse(format!("has the scheme {scheme}://, not http://")),
+    };
+    let port = address
+        .rsplit_once(':')
+        .map(|(host, port)| (host, port.parse::<u16>()));
+    match port {
+        Some((host, Ok(_))) if !host.is_empty() && !host.contains('/') => Ok(()),
+        _ => refuse("lacks a host or a numeric port".into()),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::check_endpoint;
+
+    #[test]
+    fn endpoints_are_host_port_or_http_urls() {
+        for good in [
+            "127.0.0.1:2379",
+            "http://127.0.0.1:2379",
+            "etcd-0.local:2379",
+            "[::1]:2379",
+        ] {
+            assert!(check_endpoint(good).is_ok(), "{good}");
+        }
+        for bad in [
+            "",
+            " ",
+            "127.0.0.1",
+            "zk://127.0.0.1:2181",
+            "https://h:2379",
+            "h:port",
+            ":2379",
+            "a:1,b:2",
+        ] {
+            let e = check_endpoint(bad).expect_err(bad).to_string();
+            assert!(
+                e.contains("host:port") && e.contains(&format!("{bad:?}")),
+                "{e}"
+            );
+        }
     }
 }

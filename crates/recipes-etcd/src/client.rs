@@ -14,8 +14,8 @@ struct Inner {
     client: parking_lot::Mutex<Option<etcd_client::Client>>,
     rt: Runtime,
     config: EtcdClientBuilder,
-    // The current session (lease) and the pool for concurrent acquisitions
-    // of one name; revoked with the client.
+    // The current session (lease) and the single-use ones of concurrent
+    // acquisitions of one name; revoked with the client.
     sessions: Sessions<Session>,
 }
 
@@ -30,11 +30,12 @@ impl Inner {
 
     /// The current session, or a new lease once it is lost or orphaned.
     async fn session(&self) -> Result<Arc<Session>> {
-        self.sessions.primary(|| self.grant("session")).await
+        self.sessions.primary(|| self.grant(false)).await
     }
 
-    /// Grant a new lease and start its session.
-    async fn grant(&self, what: &str) -> Result<Arc<Session>> {
+    /// Grant a new lease and start its session: the client's, or a
+    /// single-use one.
+    async fn grant(&self, single_use: bool) -> Result<Arc<Session>> {
         let settings = SessionSettings {
             ttl: self.config.settings.ttl,
             rpc_timeout: self.config.settings.rpc_timeout,
@@ -42,8 +43,14 @@ impl Inner {
             clock: recipes_core::system_clock(),
             loss_parent: self.rt.loss_root().clone(),
             handle: self.rt.handle().clone(),
+            single_use,
         };
         let session = Session::grant(self.etcd()?, &settings).await?;
+        let what = if single_use {
+            "single-use lease"
+        } else {
+            "session"
+        };
         log::debug!(
             "[endpoints={}] new {what}: lease {:x}, TTL {:?}",
             self.config.endpoints.join(","),
@@ -52,22 +59,30 @@ impl Inner {
         );
         Ok(session)
     }
+
+    /// Close: the sessions to revoke (orphaned ones are left to expire),
+    /// their keep-alives stopped; the connection dropped (requests already
+    /// made keep their handles).
+    fn close(&self) -> Vec<Arc<Session>> {
+        let mut live = self.sessions.close();
+        live.retain(|s| !s.is_orphaned());
+        live.iter().for_each(|s| s.orphan());
+        if let Some(client) = self.client.lock().take() {
+            let _enter = self.rt.enter();
+            drop(client);
+        }
+        live
+    }
 }
 
 impl Drop for Inner {
     fn drop(&mut self) {
         // Revoke the leases in the background: the runtime's shutdown
-        // gives it a grace period. An orphaned session is left to expire.
-        for session in self.sessions.close() {
-            if !session.is_orphaned() {
-                self.rt.spawn(async move {
-                    let _ = session.revoke(LossReason::Closed).await;
-                });
-            }
-        }
-        if let Some(client) = self.client.lock().take() {
-            let _enter = self.rt.enter();
-            drop(client);
+        // gives it a grace period.
+        for session in self.close() {
+            self.rt.spawn(async move {
+                let _ = session.revoke(LossReason::Closed).await;
+            });
         }
     }
 }
@@ -85,11 +100,11 @@ impl Drop for Inner {
 /// clones) take turns in the process, holding no key while they wait, and
 /// separate handles of one name contend in etcd: when the client's lease
 /// already has an acquisition of the name under way or held, the next one
-/// takes another lease from the client's pool — a pooled one with no
-/// acquisition of that name, or a newly granted one with its own
-/// keep-alive stream. Pooled leases are kept while they live (the pool is
-/// no larger than the peak number of concurrent acquisitions of one name,
-/// less one) and revoked with the client; a lost one is never reused.
+/// gets a *single-use* lease of its own, newly granted with its own
+/// keep-alive stream. A single-use lease lives as long as its acquisition
+/// and then its guard: it is revoked (taking the key along) when the
+/// acquisition ends without a win and when the guard is released or
+/// dropped, and with the client at the latest.
 ///
 /// Cheap to clone; it closes when the last clone (and every guard made from
 /// it) is dropped, or at [`close`](recipes_core::Client::close), which
@@ -193,7 +208,7 @@ impl EtcdClient {
         self.inner.current().is_none_or(|s| !s.is_usable())
     }
 
-    /// Stop renewing the current lease — and the pooled ones — without
+    /// Stop renewing the current lease — and the single-use ones — without
     /// revoking them, as a crashed process would: the server deletes their
     /// keys when the TTL runs out, and guards held on them fire their loss
     /// signal at their local deadline (before that). Later acquisitions
@@ -221,11 +236,11 @@ impl EtcdClient {
     }
 
     /// A session and its turn for an acquisition of the lock `name`: the
-    /// current session, or one from the pool when an acquisition of `name`
+    /// current session, or a single-use one when an acquisition of `name`
     /// already uses the current one (on the runtime).
     pub(crate) async fn session_for(&self, name: &str) -> Result<(Arc<Session>, Turn)> {
-        let pooled = || self.inner.grant("pooled session");
-        self.inner.sessions.for_name(name, pooled).await
+        let single_use = || self.inner.grant(true);
+        self.inner.sessions.for_name(name, single_use).await
     }
 
     /// Run one request on the runtime with the RPC timeout.
@@ -245,48 +260,52 @@ impl EtcdClient {
     }
 
     /// [`Client::close_within`](recipes_core::Client::close_within):
-    /// revoke the current and the pooled leases (not orphaned ones), so
-    /// every key goes at once, then stop the runtime.
+    /// revoke the current and the single-use leases (not orphaned ones), so
+    /// every key goes at once, then stop the runtime. The revokes are sent
+    /// whatever the grace: when it runs out first they go on in the
+    /// background for an RPC timeout at most, and the runtime stops after
+    /// them.
     pub(crate) fn close_within(&self, grace: Duration) -> Result<()> {
-        let mut closed = Ok(());
         // One budget for every step.
         let until = recipes_core::deadline_in(grace);
-        let live: Vec<_> = self
-            .inner
-            .sessions
-            .close()
-            .into_iter()
-            .filter(|s| !s.is_orphaned())
-            .collect();
-        if !live.is_empty() {
-            let r = self
-                .inner
-                .rt
-                .call("revoke the client's leases", grace, async move {
-                    let mut revokes = tokio::task::JoinSet::new();
-                    for session in live {
-                        revokes.spawn(async move { session.revoke(LossReason::Closed).await });
+        let rt = &self.inner.rt;
+        let live = self.inner.close();
+        // Every guard is lost from here on, whatever the revokes do.
+        rt.loss_root().fire(LossReason::Closed);
+        let (done, revoked) = crossbeam_channel::bounded(1);
+        let revoking = !live.is_empty()
+            && rt.spawn(async move {
+                let mut revokes = tokio::task::JoinSet::new();
+                for session in live {
+                    revokes.spawn(async move { session.revoke(LossReason::Closed).await });
+                }
+                let mut outcome = Ok(());
+                while let Some(finished) = revokes.join_next().await {
+                    if let Ok(Err(e)) = finished {
+                        outcome = Err(e);
                     }
-                    let mut outcome = Ok(());
-                    while let Some(done) = revokes.join_next().await {
-                        if let Ok(Err(e)) = done {
-                            outcome = Err(e);
-                        }
-                    }
-                    outcome
+                }
+                let _ = done.send(outcome);
+            });
+        let closed = match revoking.then(|| revoked.recv_deadline(until)) {
+            None | Some(Ok(Ok(()))) => Ok(()),
+            Some(Ok(Err(e))) => Err(e),
+            Some(Err(_)) => {
+                let (rt, rpc_timeout) = (rt.clone(), self.rpc_timeout());
+                std::thread::spawn(move || {
+                    let _ = revoked.recv_timeout(rpc_timeout);
+                    rt.shutdown(Duration::ZERO);
                 });
-            if let Err(e) = r {
-                log::debug!("close: revoke failed: {e}; the server expires the lease");
-                closed = Err(e);
+                return Err(Error::Timeout {
+                    what: "revoke the client's leases".into(),
+                    after: grace,
+                });
             }
+        };
+        if let Err(e) = &closed {
+            log::debug!("close: revoke failed: {e}; the server expires the lease");
         }
-        if let Some(client) = self.inner.client.lock().take() {
-            let _enter = self.inner.rt.enter();
-            drop(client);
-        }
-        self.inner
-            .rt
-            .shutdown(until.saturating_duration_since(Instant::now()));
+        rt.shutdown(until.saturating_duration_since(Instant::now()));
         closed
     }
 }

@@ -31,7 +31,7 @@ use tokio::time::Instant;
 
 use crate::client::EtcdClient;
 use crate::key::{guarded, Acquired, Ticket};
-use crate::names::{contender_key, is_contender, permit_key, Key};
+use crate::names::{contender_key, is_contender, other_layout, permit_key, size_key, Key};
 use crate::rpc::{header_revision, read_at, retrying_txn, unexpected};
 use crate::semaphore::EtcdSemaphore;
 use crate::session::Session;
@@ -46,7 +46,7 @@ pub(crate) const PAGE: i64 = 16;
 #[derive(Clone, Copy)]
 pub(crate) enum Via<'a> {
     /// A handle's: take the handle's turn, then a session whose turn at the
-    /// name is free — the client's, or one from its pool.
+    /// name is free — the client's, or a single-use one.
     Handle(&'a HandleQueue),
     /// Wait for the turn at the name on the client's own session (a
     /// semaphore's internal mutex).
@@ -162,7 +162,9 @@ impl KeyContender<'_> {
 
     /// Create our key (`claim`'s) and read the oldest keys in the same
     /// transaction: its `create_revision`, and the first listing if the
-    /// page holds it.
+    /// page holds it. A semaphore's size key under the prefix is
+    /// [`Error::InvalidArgument`](recipes_core::Error), with nothing
+    /// created: the name holds a semaphore, whose permits no lock sees.
     async fn create_key(
         &self,
         session: &Session,
@@ -176,8 +178,12 @@ impl KeyContender<'_> {
             .with_sort(SortTarget::Create, SortOrder::Ascend)
             .with_limit(PAGE)
             .with_keys_only();
+        let size = size_key(self.prefix);
         let txn = Txn::new()
-            .when([Compare::create_revision(key.as_str(), CompareOp::Equal, 0)])
+            .when([
+                Compare::create_revision(key.as_str(), CompareOp::Equal, 0),
+                Compare::create_revision(size.as_str(), CompareOp::Equal, 0),
+            ])
             .and_then([
                 self.put(&key, session.lease(), claim),
                 TxnOp::get(self.prefix, Some(oldest.clone())),
@@ -185,6 +191,7 @@ impl KeyContender<'_> {
             .or_else([
                 TxnOp::get(key.as_str(), None),
                 TxnOp::get(self.prefix, Some(oldest)),
+                TxnOp::get(size.as_str(), Some(GetOptions::new().with_keys_only())),
             ]);
         let what = format!("{} {}", claim.what(), self.prefix);
         // Safe to send twice: a second run finds our key and reads it.
@@ -193,6 +200,15 @@ impl KeyContender<'_> {
         if resp.succeeded() {
             let first = first_listing(&read_at(&resp, 1)?, self.prefix, &key, header);
             return Ok((header, first));
+        }
+        if let Some(kv) = read_at(&resp, 2)?.kvs().first() {
+            let theirs = "a semaphore";
+            return Err(other_layout(
+                self.prefix,
+                "a lock or election",
+                theirs,
+                kv.key(),
+            ));
         }
         // Our key existed (a leftover of this lease, held by no guard of
         // ours: this process's turns see to that). Go on with it as Go

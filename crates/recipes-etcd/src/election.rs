@@ -42,7 +42,7 @@ use crate::observe::{read_candidates, read_leader, Watch};
 /// Threads campaigning through one handle take turns in the process;
 /// separate handles of one name — each latch and selector is a handle of
 /// its own — campaign against each other in etcd, the later one on another
-/// lease from the client's pool (see [`EtcdClient`]). Leaders elected by
+/// single-use lease (see [`EtcdClient`]). Leaders elected by
 /// `etcdctl elect` or Go's package have no fence of ours. Go's package lets
 /// the elections `/a` and `/a/b` block each other (its `Leader()` may name
 /// a key of `/a/b` as the leader of `/a`); ours does not, and mixing the

@@ -4,7 +4,7 @@
 use std::sync::Arc;
 
 use etcd_client::{Compare, CompareOp, Txn, TxnOp};
-use recipes_core::{Backoff, Result, Turn, Turns};
+use recipes_core::{Backoff, LossReason, Result, Turn, Turns};
 
 use crate::rpc::{header_revision, retrying, retrying_txn};
 use crate::session::Session;
@@ -97,12 +97,16 @@ pub(crate) async fn guarded(
 }
 
 /// Delete our key: guarded by its create revision when we know it, so a
-/// late retry never deletes a newer key.
+/// late retry never deletes a newer key. A single-use session's lease is
+/// revoked instead, which takes the key along.
 pub(crate) async fn delete_key(
     session: &Session,
     key: &str,
     create_revision: Option<i64>,
 ) -> Result<()> {
+    if session.is_single_use() {
+        return session.revoke(LossReason::Released).await;
+    }
     let etcd = session.etcd()?;
     let what = format!("delete {key}");
     match create_revision {
@@ -124,14 +128,17 @@ pub(crate) async fn delete_key(
 }
 
 /// Delete our key, retrying until done or the session is lost (its lease
-/// then takes the key along, or is revoked). Gives the turns back
-/// afterwards.
+/// then takes the key along, or is revoked); end a single-use session
+/// instead. Gives the turns back afterwards.
 pub(crate) async fn delete_until_done(
     session: Arc<Session>,
     key: String,
     create_revision: Option<i64>,
     turns: Turns,
 ) {
+    if session.is_single_use() {
+        return session.end(LossReason::Released).await;
+    }
     let mut backoff = Backoff::RETRY;
     loop {
         match delete_key(&session, &key, create_revision).await {

@@ -33,8 +33,8 @@
 //!
 //! Each client holds one etcd lease (its *session*), granted at connect and
 //! kept alive every TTL/3 on the runtime thread; every key of its recipes
-//! is bound to it (see [`EtcdClient`] for the pool of further leases).
-//! Keep-alive replies are matched to the send times of their requests, so
+//! is bound to it (see [`EtcdClient`] for the single-use leases of
+//! concurrent acquisitions of one name). Keep-alive replies are matched to the send times of their requests, so
 //! the local deadline is the send time of the newest acknowledged
 //! keep-alive plus the granted TTL, less the drift margin. A lost lease is
 //! never reused; a key whose deletion could not be confirmed stays until

@@ -15,7 +15,8 @@ use recipes_core::{
 
 use crate::client::EtcdClient;
 use crate::key::{delete_key, delete_until_done, Acquired};
-use crate::rpc::{retrying, rpc};
+use crate::names::validate_key;
+use crate::rpc::{retrying_get, rpc};
 use crate::session::Session;
 use crate::watch::{Gone, WatchSet};
 
@@ -169,6 +170,10 @@ impl StoreEntry for EtcdKey {
         what: &'static str,
         write: FencedWrite,
     ) -> impl Future<Output = Result<()>> + Send + 'static {
+        let checked = match &write {
+            FencedWrite::Put { key, .. } | FencedWrite::Delete { key } => validate_key(key),
+            FencedWrite::Proclaim { .. } => Ok(()),
+        };
         let op = match write {
             FencedWrite::Put { key, value } => TxnOp::put(key, value, None),
             FencedWrite::Delete { key } => TxnOp::delete(key, None),
@@ -178,7 +183,10 @@ impl StoreEntry for EtcdKey {
                 TxnOp::put(self.key.as_str(), value, Some(lease))
             }
         };
-        async move { self.fenced(what, vec![op]).await.map(drop) }
+        async move {
+            checked?;
+            self.fenced(what, vec![op]).await.map(drop)
+        }
     }
 }
 
@@ -260,11 +268,7 @@ async fn watch_and_read(
     let etcd = session.etcd()?;
     let timeout = session.rpc_timeout();
     let watch = WatchSet::open(&etcd, key, timeout).await?;
-    let read = retrying(&format!("read {key}"), timeout, || {
-        let mut etcd = etcd.clone();
-        async move { etcd.get(key, None).await }
-    })
-    .await?;
+    let read = retrying_get(&etcd, timeout, key, None).await?;
     let ours = read
         .kvs()
         .first()

@@ -46,7 +46,7 @@ use crate::names::{key_prefix, validate_name};
 /// Threads sharing one handle take turns in the process: the second waits,
 /// with no key in etcd, until the first one's guard is gone. Separate
 /// handles of one name contend in etcd; the later one's key is bound to
-/// another lease from the client's pool (see [`EtcdClient`]), so two
+/// a single-use lease (see [`EtcdClient`]), so two
 /// holders are never one identity in etcd.
 pub type Mutex = recipes_core::Mutex<EtcdMutex>;
 

@@ -10,7 +10,7 @@
 use std::fmt;
 use std::sync::atomic::{AtomicU64, Ordering};
 
-use recipes_core::Result;
+use recipes_core::{quote, Error, Result};
 
 /// A contender's key as the contend engine compares them: the bytes etcd
 /// holds (another client's key need not be UTF-8).
@@ -30,9 +30,35 @@ pub(crate) fn validate_name(what: &str, name: &str) -> Result<()> {
     recipes_core::check_name(&format!("etcd {what} name"), name, limit, char::is_control)
 }
 
+/// Check a key that a plain read or a fenced write names, by the rules of
+/// names: etcd itself refuses only an empty key, but a key that no name
+/// could be is a mistake worth saying before anything is sent.
+pub(crate) fn validate_key(key: &str) -> Result<()> {
+    let limit = "etcd refuses requests over 1.5 MiB";
+    recipes_core::check_name("etcd key", key, limit, char::is_control)
+}
+
 /// The key prefix of the lock `name`: `name` followed by `/`.
 pub(crate) fn key_prefix(name: &str) -> String {
     format!("{name}/")
+}
+
+/// The key that holds the size of a semaphore whose keys live under
+/// `prefix`: its mark, which a lock or an election on the same name
+/// refuses.
+pub(crate) fn size_key(prefix: &str) -> String {
+    format!("{prefix}config")
+}
+
+/// Another recipe's layout is at `prefix`: `found` (a key) shows it.
+pub(crate) fn other_layout(prefix: &str, ours: &str, theirs: &str, found: &[u8]) -> Error {
+    let name = prefix.strip_suffix('/').unwrap_or(prefix);
+    Error::invalid(format!(
+        "the etcd name {} holds {theirs} (its key {}), so {ours} cannot use it; \
+         give the {ours} another name",
+        quote(name),
+        quote(&String::from_utf8_lossy(found))
+    ))
 }
 
 /// The key a contender holding `lease` owns under `prefix`.

@@ -11,7 +11,7 @@ use recipes_core::{Contender, LeaderInfo, LeaderWatch, Result};
 use crate::client::EtcdClient;
 use crate::contend::PAGE;
 use crate::names::is_contender;
-use crate::rpc::retrying;
+use crate::rpc::retrying_get;
 use crate::watch::PrefixWatch;
 
 /// A synced watch on the election's prefix, and the reads after it.
@@ -91,11 +91,7 @@ pub(crate) async fn read_candidates(
     let options = GetOptions::new()
         .with_prefix()
         .with_sort(SortTarget::Create, SortOrder::Ascend);
-    let resp = retrying(&format!("read {prefix}"), timeout, || {
-        let (mut etcd, options) = (etcd.clone(), options.clone());
-        async move { etcd.get(prefix, Some(options)).await }
-    })
-    .await?;
+    let resp = retrying_get(etcd, timeout, prefix, Some(options)).await?;
     Ok(resp
         .kvs()
         .iter()
@@ -118,11 +114,7 @@ pub(crate) async fn read_leader(
             .with_min_create_revision(from)
             .with_sort(SortTarget::Create, SortOrder::Ascend)
             .with_limit(PAGE);
-        let resp = retrying(&format!("read {prefix}"), timeout, || {
-            let (mut etcd, options) = (etcd.clone(), options.clone());
-            async move { etcd.get(prefix, Some(options)).await }
-        })
-        .await?;
+        let resp = retrying_get(etcd, timeout, prefix, Some(options)).await?;
         if let Some(kv) = resp.kvs().iter().find(|kv| is_contender(prefix, kv.key())) {
             return Ok(Some(contender(kv)));
         }

@@ -24,7 +24,7 @@ use recipes_core::Result;
 
 use crate::contend::KeyEntry;
 use crate::names::{is_contender, Key};
-use crate::rpc::{header_revision, read_at, retrying, retrying_txn, unexpected};
+use crate::rpc::{header_revision, read_at, retrying_get, retrying_txn, unexpected};
 use crate::semaphore::EtcdSemaphore;
 use crate::session::Session;
 use crate::watch::PrefixWatch;
@@ -116,13 +116,8 @@ impl EtcdSemaphore {
         entry: &KeyEntry,
         timeout: Duration,
     ) -> Result<Listing<Key>> {
-        let what = format!("list the permits of {}", self.name);
         let (prefix, all) = self.all_permits();
-        let read = retrying(&what, timeout, || {
-            let (mut etcd, all) = (entry.etcd.clone(), all.clone());
-            async move { etcd.get(prefix, Some(all)).await }
-        })
-        .await?;
+        let read = retrying_get(&entry.etcd, timeout, prefix, Some(all)).await?;
         let revision = read
             .header()
             .map(|h| h.revision())

@@ -3,10 +3,11 @@
 use std::future::Future;
 use std::time::Duration;
 
-use etcd_client::{GetResponse, Txn, TxnOpResponse, TxnResponse};
-use recipes_core::{resend_within, within, Backoff, Error, Result};
+use etcd_client::{GetOptions, GetResponse, Txn, TxnOpResponse, TxnResponse};
+use recipes_core::{quote, resend_within, within, Backoff, Error, Result};
 
 /// gRPC status codes (their numbers are part of the gRPC protocol).
+const INVALID_ARGUMENT: i32 = 3;
 const DEADLINE_EXCEEDED: i32 = 4;
 const RESOURCE_EXHAUSTED: i32 = 8;
 const UNAVAILABLE: i32 = 14;
@@ -15,20 +16,46 @@ const UNAVAILABLE: i32 = 14;
 const RESEND: Backoff = Backoff::new(Duration::from_millis(10), Duration::from_millis(200));
 
 /// Map an etcd client error, saying what was being done.
+///
+/// Whatever says the connection broke is [`Error::ConnectionLoss`]
+/// (retryable: the session may well be alive): gRPC `UNAVAILABLE`, a
+/// status that tonic made locally from a transport error (a killed member
+/// breaks HTTP/2, which shows as code `Unknown` or `Internal` with the
+/// transport error as its source), etcd-client's transport and I/O errors,
+/// and a watch or keep-alive stream that closed under us. A refusal by the
+/// server (gRPC `INVALID_ARGUMENT`) is [`Error::InvalidArgument`].
 pub(crate) fn from_etcd(what: &str, e: etcd_client::Error) -> Error {
     use etcd_client::Error as E;
+    if connection_broke(&e) {
+        log::debug!("{what}: {e}");
+        return Error::ConnectionLoss;
+    }
     match e {
         E::InvalidArgs(msg) => Error::invalid(format!("{what}: {msg}")),
+        E::GRpcStatus(ref status) if i32::from(status.code()) == INVALID_ARGUMENT => {
+            let refusal = quote(status.message());
+            Error::invalid(format!("{}: etcd refused it: {refusal}", quote(what)))
+        }
         E::GRpcStatus(ref status) => {
             let code: i32 = status.code().into();
-            if code == UNAVAILABLE {
-                return Error::ConnectionLoss;
-            }
             let retryable = matches!(code, DEADLINE_EXCEEDED | RESOURCE_EXHAUSTED);
             Error::backend(format!("{what}: {e}"), retryable, e)
         }
-        E::TransportError(_) | E::IoError(_) => Error::backend(format!("{what}: {e}"), true, e),
         other => Error::backend(format!("{what}: {other}"), false, other),
+    }
+}
+
+/// Whether `e` says the connection broke, not that the server refused.
+fn connection_broke(e: &etcd_client::Error) -> bool {
+    use etcd_client::Error as E;
+    match e {
+        E::GRpcStatus(status) => {
+            i32::from(status.code()) == UNAVAILABLE || std::error::Error::source(status).is_some()
+        }
+        E::TransportError(_) | E::IoError(_) | E::WatchError(_) => true,
+        // The server's "lease not found" is not (see `session::is_lease_not_found`).
+        E::LeaseKeepAliveError(msg) => !msg.contains("not found"),
+        _ => false,
     }
 }
 
@@ -60,6 +87,20 @@ where
     Fut: Future<Output = std::result::Result<T, etcd_client::Error>>,
 {
     resend_within(what, timeout, RESEND, |e| from_etcd(what, e), request).await
+}
+
+/// [`retrying`] for a read of `key` (a prefix or range as `options` say).
+pub(crate) async fn retrying_get(
+    etcd: &etcd_client::Client,
+    timeout: Duration,
+    key: &str,
+    options: Option<GetOptions>,
+) -> Result<GetResponse> {
+    retrying(&format!("read {key}"), timeout, || {
+        let (mut etcd, options) = (etcd.clone(), options.clone());
+        async move { etcd.get(key, options).await }
+    })
+    .await
 }
 
 /// [`retrying`] for a transaction that means the same when applied twice.

@@ -23,7 +23,7 @@
 
 use std::time::Instant as StdInstant;
 
-use etcd_client::{Compare, CompareOp, Txn, TxnOp};
+use etcd_client::{Compare, CompareOp, GetOptions, Txn, TxnOp};
 use recipes_core::engine::{self, SemaphoreDriver};
 use recipes_core::{Error, Result, SemaphoreBackend};
 use tokio::time::Instant;
@@ -32,8 +32,8 @@ use crate::client::EtcdClient;
 use crate::contend::{Claim, KeyContender, Layout, Via};
 use crate::key::Acquired;
 use crate::lock::{EtcdKey, EtcdLock};
-use crate::names::validate_name;
-use crate::rpc::{read_at, retrying_txn, unexpected};
+use crate::names::{is_contender, key_prefix, other_layout, size_key, validate_name};
+use crate::rpc::{read_at, retrying_get, retrying_txn, unexpected};
 use crate::session::Session;
 
 /// A counting semaphore in etcd (the layout above); see
@@ -75,7 +75,7 @@ impl EtcdSemaphore {
             client,
             name: name.to_owned(),
             permits,
-            config_key: format!("{name}/config"),
+            config_key: size_key(&key_prefix(name)),
             lock_prefix: format!("{lock_name}/"),
             lock_name,
             lease_prefix: format!("{name}/leases/"),
@@ -94,9 +94,27 @@ impl EtcdSemaphore {
         recipes_core::check_stored_size(&what, &self.config_key, stored, self.permits)
     }
 
-    /// Store our size unless one is stored; check the stored one.
+    /// Store our size unless one is stored; check the stored one. A lock's
+    /// or an election's key one level below the name is
+    /// [`Error::InvalidArgument`]: the name holds that recipe.
     pub(crate) async fn ensure_size(&self, session: &Session) -> Result<()> {
         let etcd = session.etcd()?;
+        // Their keys are `<name>/<lease hex>`: between `<name>/0` and
+        // `<name>/g`, where our own `config` is the one key of ours.
+        let prefix = key_prefix(&self.name);
+        let hex = GetOptions::new()
+            .with_range(format!("{prefix}g"))
+            .with_keys_only();
+        let from = format!("{prefix}0");
+        let read = retrying_get(&etcd, session.rpc_timeout(), &from, Some(hex)).await?;
+        if let Some(kv) = read.kvs().iter().find(|kv| is_contender(&prefix, kv.key())) {
+            return Err(other_layout(
+                &prefix,
+                "a semaphore",
+                "a lock or election",
+                kv.key(),
+            ));
+        }
         let config = self.config_key.as_str();
         let txn = Txn::new()
             .when([Compare::create_revision(config, CompareOp::Equal, 0)])

@@ -17,8 +17,8 @@
 //!
 //! Two acquisitions of one name on one lease would own the same key, so
 //! each session hands out one *turn* per name at a time (core's
-//! [`NamedTurns`]), held until the key is gone; the client's pool (core's
-//! [`Sessions`](recipes_core::Sessions)) and the handles' queues are
+//! [`NamedTurns`]), held until the key is gone; the single-use sessions
+//! (core's [`Sessions`](recipes_core::Sessions)) and the handles' queues are
 //! described at [`EtcdClient`](crate::EtcdClient). A semaphore's internal
 //! mutex keeps to the primary session and waits for its turn there: every
 //! permit has a key of its own (`<lease id>-<n>`), so one lease serves any
@@ -29,9 +29,11 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use recipes_core::{
-    Error, LossReason, LossTrigger, NamedTurns, PooledSession, Result, SessionLease, SharedClock,
-    StopFlag,
+    Backoff, Error, LossReason, LossTrigger, NamedTurns, PooledSession, Result, SessionLease,
+    SharedClock, StopFlag,
 };
+
+use tokio::time::Instant;
 
 use crate::rpc::retrying;
 
@@ -45,6 +47,8 @@ pub(crate) struct SessionSettings {
     pub(crate) clock: SharedClock,
     pub(crate) loss_parent: LossTrigger,
     pub(crate) handle: tokio::runtime::Handle,
+    /// A lease of one acquisition alone (see [`Session::is_single_use`]).
+    pub(crate) single_use: bool,
 }
 
 pub(crate) struct Session {
@@ -61,6 +65,7 @@ pub(crate) struct Session {
     stop: StopFlag,
     // One in-process turn per lock name; see the module docs.
     turns: NamedTurns,
+    single_use: bool,
 }
 
 impl Session {
@@ -110,6 +115,7 @@ impl Session {
             handle: settings.handle.clone(),
             stop: StopFlag::default(),
             turns: NamedTurns::default(),
+            single_use: settings.single_use,
         });
         settings
             .handle
@@ -148,6 +154,14 @@ impl Session {
         !self.stop.is_stopped() && !self.epoch.is_lost()
     }
 
+    /// Whether this lease serves one acquisition alone: granted because the
+    /// client's lease already had an acquisition of the name, and revoked
+    /// (taking its key along) once that acquisition ends without a win or
+    /// its guard goes.
+    pub(crate) fn is_single_use(&self) -> bool {
+        self.single_use
+    }
+
     /// Whether keep-alives were stopped (`orphan` or `revoke`).
     pub(crate) fn is_orphaned(&self) -> bool {
         self.stop.is_stopped()
@@ -172,6 +186,26 @@ impl Session {
         self.epoch.fire(reason);
         self.orphan();
         self.revoke_once().await
+    }
+
+    /// Stop renewing and revoke the lease, trying for a TTL (by then the
+    /// server has expired it anyway). Guards on it are lost first, with
+    /// `reason`.
+    pub(crate) async fn end(&self, reason: LossReason) {
+        self.epoch.fire(reason);
+        self.orphan();
+        let give_up = Instant::now() + self.ttl;
+        let mut backoff = Backoff::RETRY;
+        while let Err(e) = self.revoke_once().await {
+            if Instant::now() >= give_up {
+                log::debug!(
+                    "[{}] revoke failed: {e}; the server expires the lease",
+                    self.label
+                );
+                return;
+            }
+            backoff.pause().await;
+        }
     }
 
     async fn revoke_once(&self) -> Result<()> {

@@ -9,9 +9,9 @@ use recipes_core::{BootInstant, Client, Contender, Result};
 use crate::client::EtcdClient;
 use crate::election::{Election, EtcdElection, LeaderLatch, LeaderSelector};
 use crate::mutex::{EtcdMutex, Mutex};
-use crate::names::{key_prefix, validate_name};
+use crate::names::{key_prefix, validate_key, validate_name};
 use crate::observe::read_candidates;
-use crate::rpc::{from_etcd, retrying};
+use crate::rpc::{from_etcd, retrying_get};
 use crate::semaphore::{EtcdSemaphore, Semaphore};
 
 impl Client for EtcdClient {
@@ -28,8 +28,9 @@ impl Client for EtcdClient {
     }
 
     /// The size is stored in `<name>/config` by the first client and
-    /// checked here (one request). Do not use one name for a semaphore and
-    /// a mutex: the mutex would count `<name>/config` as a contender.
+    /// checked here, after a read that refuses a name holding a lock's or
+    /// an election's keys (a lock or election on a semaphore's name is
+    /// refused too).
     fn semaphore(&self, name: &str, permits: u32) -> Result<Semaphore> {
         let backend = EtcdSemaphore::new(self.clone(), name, permits)?;
         let this = backend.clone();
@@ -76,21 +77,18 @@ impl Client for EtcdClient {
     }
 
     fn read(&self, key: &str) -> Result<Option<Vec<u8>>> {
+        validate_key(key)?;
         let (client, key) = (self.clone(), key.to_owned());
         self.call("read", async move {
             let session = client.live_session().await?;
             let etcd = session.etcd()?;
-            let resp = retrying(&format!("read {key}"), session.rpc_timeout(), || {
-                let (mut etcd, key) = (etcd.clone(), key.clone());
-                async move { etcd.get(key, None).await }
-            })
-            .await?;
+            let resp = retrying_get(&etcd, session.rpc_timeout(), &key, None).await?;
             Ok(resp.kvs().first().map(|kv| kv.value().to_vec()))
         })
     }
 
     /// The client's own lease; a guard's `session_id` names the lease its
-    /// key is bound to (a pooled one, perhaps).
+    /// key is bound to (a single-use one, perhaps).
     fn session_id(&self) -> Option<i64> {
         self.current_session().map(|s| s.lease())
     }

@@ -6,7 +6,6 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use recipes_core::{renew_on, Backoff, LossReason, Renewal, RenewalStream, Result, StreamEnd};
-use tokio::time::Instant;
 
 use super::{is_lease_not_found, Session};
 use crate::rpc::from_etcd;
@@ -105,23 +104,11 @@ pub(super) async fn keep_alive(s: Arc<Session>) {
 
 /// The epoch is lost (its deadline passed without an acknowledgement): the
 /// lease may still live on the server with our keys, blocking others until
-/// it expires. Revoke it, trying for a TTL; orphaned sessions are left to
-/// expire, as asked.
+/// it expires. Revoke it; orphaned sessions are left to expire, as asked.
 async fn after_loss(s: &Session) {
     if s.stop.is_stopped() {
         return;
     }
     log::info!("[{}] session lost; revoking its lease", s.label);
-    let give_up = Instant::now() + s.ttl;
-    let mut backoff = Backoff::RETRY;
-    while let Err(e) = s.revoke_once().await {
-        if Instant::now() >= give_up {
-            log::debug!(
-                "[{}] revoke failed: {e}; the server expires the lease",
-                s.label
-            );
-            return;
-        }
-        backoff.pause().await;
-    }
+    s.end(LossReason::DeadlineExpired).await;
 }
