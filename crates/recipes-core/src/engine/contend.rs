@@ -108,8 +108,17 @@ pub async fn contend<D: ContendDriver>(
 ) -> Result<Option<D::Won>> {
     let mut backoff = Backoff::RETRY;
     loop {
-        let Some(epoch) = driver.epoch(deadline).await? else {
-            return Ok(None);
+        let epoch = match driver.epoch(deadline).await {
+            Ok(Some(epoch)) => epoch,
+            Ok(None) => return Ok(None),
+            // No session yet (an outage, a restart): nothing is held, so
+            // try again until the deadline.
+            Err(e) if e.is_retryable() && !passed(deadline) => {
+                log::debug!("contend: no epoch: {e}; retrying");
+                backoff.pause().await;
+                continue;
+            }
+            Err(e) => return Err(e),
         };
         let hard = deadline.and_then(|d| d.checked_add(driver.rpc_timeout()));
         let one = attempt(driver, epoch, deadline, &mut backoff);

@@ -250,6 +250,9 @@ impl ContendDriver for SimDriver {
                 return Ok(Some((*id, signal.clone())));
             }
         }
+        if self.store.fault() {
+            return Err(Error::ConnectionLoss); // the store is out of reach
+        }
         let mut st = self.store.state.lock();
         let id = st.next_id;
         st.next_id += 1;
