@@ -217,7 +217,10 @@ async fn attempt<D: ContendDriver>(
                 None => std::future::pending().await,
             }
         };
+        // Biased: branches are polled in this order, not at random, so a
+        // schedule replays exactly from its seed (the simulation's tests).
         tokio::select! {
+            biased;
             waited = driver.wait(&epoch, &mut entry, &ahead) => match waited {
                 Ok(()) => backoff.reset(),
                 Err(e) if e.is_retryable() => {
