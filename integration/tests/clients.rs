@@ -296,3 +296,68 @@ fn extreme_durations_never_panic() {
         "closes returned"
     );
 }
+
+/// etcd with authentication on (issue 10, finding 8): a client without
+/// credentials, or with a wrong password, fails at connect with
+/// `Unauthenticated` (it used to connect and fail at the first lock); a
+/// user whose role covers only `/app/` connects, locks there, and gets
+/// `PermissionDenied` outside it, leaving nothing.
+#[test]
+fn etcd_missing_or_wrong_credentials_fail_at_connect() {
+    let server = EtcdServer::start();
+    let endpoint = server.endpoints()[0].clone();
+    let etcdctl = |args: &[&str]| {
+        let out = std::process::Command::new("etcdctl")
+            .args(["--endpoints", &endpoint, "--dial-timeout", "5s"])
+            .args(args)
+            .output()
+            .expect("etcdctl runs");
+        assert!(out.status.success(), "etcdctl {args:?}: {out:?}");
+    };
+    etcdctl(&["user", "add", "root:rootpw"]);
+    etcdctl(&["user", "add", "app:apppw"]);
+    etcdctl(&["role", "add", "app"]);
+    etcdctl(&["role", "grant-permission", "app", "--prefix=true", "readwrite", "/app/"]);
+    etcdctl(&["user", "grant-role", "app", "app"]);
+    etcdctl(&["auth", "enable"]);
+
+    let bound = scale(Duration::from_secs(5));
+    let started = Instant::now();
+    match EtcdClient::builder(server.endpoints()).connect() {
+        Err(Error::Unauthenticated { what }) => assert!(what.contains("user"), "{what}"),
+        other => panic!("no credentials: expected Unauthenticated, got {other:?}"),
+    }
+    assert!(started.elapsed() < bound, "no credentials took {:?}", started.elapsed());
+    let started = Instant::now();
+    match EtcdClient::builder(server.endpoints())
+        .user("app", "wrong")
+        .connect()
+    {
+        Err(Error::Unauthenticated { what }) => {
+            assert!(!what.contains("wrong"), "the password stays out of errors: {what}")
+        }
+        other => panic!("a wrong password: expected Unauthenticated, got {other:?}"),
+    }
+    assert!(started.elapsed() < bound, "a wrong password took {:?}", started.elapsed());
+
+    let client = EtcdClient::builder(server.endpoints())
+        .user("app", "apppw")
+        .connect()
+        .expect("the scoped user connects");
+    let guard = client.mutex("/app/lock").unwrap().lock().expect("lock inside /app/");
+    guard.put("/app/value", b"1").expect("a fenced write inside /app/");
+    match client.mutex("/other/lock").and_then(|m| m.try_lock()) {
+        Err(Error::PermissionDenied { what }) => assert!(what.contains("/other/lock"), "{what}"),
+        other => panic!("outside the role: expected PermissionDenied, got {other:?}"),
+    }
+    guard.release().expect("release");
+    client.close().expect("close");
+    let root = EtcdClient::builder(server.endpoints())
+        .user("root", "rootpw")
+        .connect()
+        .expect("root connects");
+    assert_eq!(root.read("/app/value").unwrap().as_deref(), Some(&b"1"[..]));
+    assert!(root.contenders("/app/lock").unwrap().is_empty(), "nothing left");
+    assert!(root.contenders("/other/lock").unwrap().is_empty(), "nothing left");
+    root.close().expect("close");
+}

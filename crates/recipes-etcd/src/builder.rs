@@ -3,6 +3,7 @@
 use std::fmt;
 use std::time::Duration;
 
+use etcd_client::GetOptions;
 use recipes_core::{Error, Result, Runtime, Settings};
 
 use crate::client::EtcdClient;
@@ -10,6 +11,10 @@ use crate::rpc::from_etcd;
 
 /// HTTP/2 keep-alive: ping interval and the time to wait for the answer.
 /// Without it a black-holed connection is never noticed.
+/// The key the connect probe reads (keys only, at most one): one no
+/// recipe writes.
+const AUTH_PROBE: &str = "\0recipes-connect-probe";
+
 const HTTP2_KEEP_ALIVE: (Duration, Duration) = (Duration::from_secs(1), Duration::from_secs(2));
 
 /// Settings for an [`EtcdClient`]; see [`EtcdClient::builder`].
@@ -63,7 +68,9 @@ impl EtcdClientBuilder {
     ///
     /// [`Error::InvalidArgument`] for bad settings; [`Error::Backend`]
     /// naming the endpoints when no member answered within the connect
-    /// timeout; errors of the lease grant.
+    /// timeout; [`Error::Unauthenticated`] when etcd has authentication on
+    /// and the user or password is missing or wrong; errors of the lease
+    /// grant.
     pub fn connect(self) -> Result<EtcdClient> {
         self.validate()?;
         let rt = Runtime::new("recipes-etcd")?;
@@ -84,7 +91,20 @@ impl EtcdClientBuilder {
                     .await
                     .map_err(|e| from_etcd(&what, e))?;
                 client.status().await.map_err(|e| from_etcd(&what, e))?;
-                Ok(client)
+                // A read proves the credentials: with authentication on,
+                // etcd answers status and grants leases to anyone, and
+                // refuses a client without a user only at its first key.
+                // A user whose roles do not cover this key is still
+                // authenticated.
+                let probe = GetOptions::new().with_keys_only().with_limit(1);
+                match client
+                    .get(AUTH_PROBE, Some(probe))
+                    .await
+                    .map_err(|e| from_etcd(&what, e))
+                {
+                    Ok(_) | Err(Error::PermissionDenied { .. }) => Ok(client),
+                    Err(e) => Err(e),
+                }
             },
         );
         let client = match connected {

@@ -9,8 +9,18 @@ use recipes_core::{quote, resend_within, within, Backoff, Error, Result};
 /// gRPC status codes (their numbers are part of the gRPC protocol).
 const INVALID_ARGUMENT: i32 = 3;
 const DEADLINE_EXCEEDED: i32 = 4;
+const PERMISSION_DENIED: i32 = 7;
 const RESOURCE_EXHAUSTED: i32 = 8;
 const UNAVAILABLE: i32 = 14;
+const UNAUTHENTICATED: i32 = 16;
+
+/// What etcd 3.4 says (as `INVALID_ARGUMENT`) when the credentials are
+/// missing, wrong or stale.
+const AUTH_REFUSALS: [&str; 3] = [
+    "user name is empty",
+    "authentication failed",
+    "invalid auth token",
+];
 
 /// The pause between sendings of an idempotent request.
 const RESEND: Backoff = Backoff::new(Duration::from_millis(10), Duration::from_millis(200));
@@ -32,6 +42,20 @@ pub(crate) fn from_etcd(what: &str, e: etcd_client::Error) -> Error {
     }
     match e {
         E::InvalidArgs(msg) => Error::invalid(format!("{what}: {msg}")),
+        E::GRpcStatus(ref status) if auth_refused(status.code().into(), status.message()) => {
+            Error::Unauthenticated {
+                what: format!(
+                    "{}: etcd refused the credentials ({}); pass the right user and password",
+                    quote(what),
+                    quote(status.message())
+                ),
+            }
+        }
+        E::GRpcStatus(ref status) if i32::from(status.code()) == PERMISSION_DENIED => {
+            Error::PermissionDenied {
+                what: format!("{}: the user's roles do not allow it", quote(what)),
+            }
+        }
         E::GRpcStatus(ref status) if i32::from(status.code()) == INVALID_ARGUMENT => {
             let refusal = quote(status.message());
             Error::invalid(format!("{}: etcd refused it: {refusal}", quote(what)))
@@ -43,6 +67,12 @@ pub(crate) fn from_etcd(what: &str, e: etcd_client::Error) -> Error {
         }
         other => Error::backend(format!("{what}: {other}"), false, other),
     }
+}
+
+/// Whether etcd refused the client's credentials (or their absence).
+fn auth_refused(code: i32, message: &str) -> bool {
+    code == UNAUTHENTICATED
+        || (code == INVALID_ARGUMENT && AUTH_REFUSALS.iter().any(|r| message.contains(r)))
 }
 
 /// Whether `e` says the connection broke, not that the server refused.
