@@ -317,7 +317,14 @@ fn etcd_missing_or_wrong_credentials_fail_at_connect() {
     etcdctl(&["user", "add", "root:rootpw"]);
     etcdctl(&["user", "add", "app:apppw"]);
     etcdctl(&["role", "add", "app"]);
-    etcdctl(&["role", "grant-permission", "app", "--prefix=true", "readwrite", "/app/"]);
+    etcdctl(&[
+        "role",
+        "grant-permission",
+        "app",
+        "--prefix=true",
+        "readwrite",
+        "/app/",
+    ]);
     etcdctl(&["user", "grant-role", "app", "app"]);
     etcdctl(&["auth", "enable"]);
 
@@ -327,25 +334,42 @@ fn etcd_missing_or_wrong_credentials_fail_at_connect() {
         Err(Error::Unauthenticated { what }) => assert!(what.contains("user"), "{what}"),
         other => panic!("no credentials: expected Unauthenticated, got {other:?}"),
     }
-    assert!(started.elapsed() < bound, "no credentials took {:?}", started.elapsed());
+    assert!(
+        started.elapsed() < bound,
+        "no credentials took {:?}",
+        started.elapsed()
+    );
     let started = Instant::now();
     match EtcdClient::builder(server.endpoints())
         .user("app", "wrong")
         .connect()
     {
         Err(Error::Unauthenticated { what }) => {
-            assert!(!what.contains("wrong"), "the password stays out of errors: {what}")
+            assert!(
+                !what.contains("wrong"),
+                "the password stays out of errors: {what}"
+            )
         }
         other => panic!("a wrong password: expected Unauthenticated, got {other:?}"),
     }
-    assert!(started.elapsed() < bound, "a wrong password took {:?}", started.elapsed());
+    assert!(
+        started.elapsed() < bound,
+        "a wrong password took {:?}",
+        started.elapsed()
+    );
 
     let client = EtcdClient::builder(server.endpoints())
         .user("app", "apppw")
         .connect()
         .expect("the scoped user connects");
-    let guard = client.mutex("/app/lock").unwrap().lock().expect("lock inside /app/");
-    guard.put("/app/value", b"1").expect("a fenced write inside /app/");
+    let guard = client
+        .mutex("/app/lock")
+        .unwrap()
+        .lock()
+        .expect("lock inside /app/");
+    guard
+        .put("/app/value", b"1")
+        .expect("a fenced write inside /app/");
     match client.mutex("/other/lock").and_then(|m| m.try_lock()) {
         Err(Error::PermissionDenied { what }) => assert!(what.contains("/other/lock"), "{what}"),
         other => panic!("outside the role: expected PermissionDenied, got {other:?}"),
@@ -357,7 +381,13 @@ fn etcd_missing_or_wrong_credentials_fail_at_connect() {
         .connect()
         .expect("root connects");
     assert_eq!(root.read("/app/value").unwrap().as_deref(), Some(&b"1"[..]));
-    assert!(root.contenders("/app/lock").unwrap().is_empty(), "nothing left");
-    assert!(root.contenders("/other/lock").unwrap().is_empty(), "nothing left");
+    assert!(
+        root.contenders("/app/lock").unwrap().is_empty(),
+        "nothing left"
+    );
+    assert!(
+        root.contenders("/other/lock").unwrap().is_empty(),
+        "nothing left"
+    );
     root.close().expect("close");
 }

@@ -250,7 +250,7 @@ fn a_waiter_outlives_a_client_side_expiry<R: Rig>() {
     let _ = b.close();
 }
 
-// fails on 295faf2: the waiter's lock() returns Err(SessionExpired) —
+// failed on 295faf2: the waiter's lock() returns Err(SessionExpired) —
 // zookeeper-client expired the session locally (session/mod.rs:257, a
 // reconnect Timeout becomes SessionState::Expired) and the engine does not
 // restart a waiter on a new session.
@@ -259,7 +259,7 @@ fn zk_fault_long_outage_a_waiter_acquires_on_a_new_session() {
     a_waiter_outlives_a_client_side_expiry::<ZkServer>();
 }
 
-// fails on 295faf2: the waiter returns a raw Backend error (a broken h2
+// failed on 295faf2: the waiter returns a raw Backend error (a broken h2
 // stream is gRPC code Unknown, which rpc.rs:28 maps to non-retryable).
 #[test]
 fn etcd_fault_long_outage_a_waiter_acquires_after_it() {
@@ -271,7 +271,7 @@ fn zk_fault_restart_holder_and_two_waiters_fences_increase_nothing_leaks() {
     holder_and_two_waiters_come_through_a_restart::<ZkServer>();
 }
 
-// fails on 295faf2: the first waiter's lock() returns Backend "watch: grpc
+// failed on 295faf2: the first waiter's lock() returns Backend "watch: grpc
 // request error: code: 'Unknown error', message: \"h2 protocol error: error
 // reading a body from connection\" … BrokenPipe", retryable: false
 // (rpc.rs:28: only gRPC UNAVAILABLE is ConnectionLoss).
@@ -285,7 +285,7 @@ fn zk_fault_outage_a_waiter_rides_it_out_without_session_expired() {
     a_waiter_rides_out_an_outage_and_acquires::<ZkServer>();
 }
 
-// fails on 295faf2: during the outage the waiter's lock() returns Backend
+// failed on 295faf2: during the outage the waiter's lock() returns Backend
 // "read …: transport error … ConnectionReset", retryable: false (rpc.rs:28).
 #[test]
 fn etcd_fault_outage_a_waiter_rides_it_out_without_session_expired() {

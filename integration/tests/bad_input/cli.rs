@@ -234,7 +234,7 @@ pub fn run_all<S: Store>() {
             expect(with(&rest), USAGE, words, dashes_ok)
         });
     }
-    // fails on 295faf2 (zk, etcd): exit 64 with 41 KB of stderr; run.rs:80
+    // failed on 295faf2 (zk, etcd): exit 64 with 41 KB of stderr; run.rs:80
     // prints the whole name (`recipes: {name}: {e}`).
     b.case_within("a 40 KiB name is refused, quoted short", BOUND, |ctx| {
         let name = format!("{}/{}", ctx.root(), "n".repeat(40 * 1024));
@@ -248,7 +248,7 @@ pub fn run_all<S: Store>() {
         }
         Ok(())
     });
-    // fails on 295faf2 (zk, etcd): exit 69; main.rs connects before
+    // failed on 295faf2 (zk, etcd): exit 69; main.rs connects before
     // backend::acquire checks the name.
     b.case_within(
         "a bad name exits 64 even when the store is unreachable",
@@ -289,7 +289,7 @@ pub fn run_all<S: Store>() {
         ]);
         expect(v, USAGE, &["not both"], false)
     });
-    // fails on 295faf2: etcd exits 69 ("no etcd member of zk://http://…
+    // failed on 295faf2: etcd exits 69 ("no etcd member of zk://http://…
     // answered within 10s", after 11 ms); zk exits 64 but says "empty node is
     // not allowed in path" (zk:// is read as a host and a chroot).
     b.case_within("a zk:// URL is refused, saying host:port", BOUND, |ctx| {

@@ -116,7 +116,7 @@ pub fn run<S: Store>() {
             ok("resign", l.ok_or("not leading")?.resign())
         },
     );
-    // fails on 295faf2 now and then (etcd): the lease stays until its TTL
+    // failed on 295faf2 now and then (etcd): the lease stays until its TTL
     // when the revoke did not go out within the zero grace.
     b.case(
         "close_within(ZERO) returns at once and the session's entries go",
@@ -126,7 +126,7 @@ pub fn run<S: Store>() {
             Ok(())
         },
     );
-    // fails on 295faf2 (zk): close_within(Duration::MAX) never returns while
+    // failed on 295faf2 (zk): close_within(Duration::MAX) never returns while
     // a guard of the client lives: the guard's Arc<Session> keeps the
     // session open (zk client.rs:435-458), and the grace is unbounded.
     b.case("close_within(Duration::MAX) returns once closed", |ctx| {

@@ -102,7 +102,7 @@ pub fn run<S: Store>() {
         BOUND,
         |_| unreachable::<S>("no-such-host.invalid:2181", "no-such-host.invalid"),
     );
-    // fails on 295faf2 (etcd): Backend "no etcd member of zk://… answered
+    // failed on 295faf2 (etcd): Backend "no etcd member of zk://… answered
     // within 2s" after 5 ms; builder.rs:84 checks only for empty endpoints.
     b.case_within("a zk:// URL is refused, saying host:port", BOUND, |_| {
         invalid(S::connect_to(&format!("zk://{addr}"), &settings()))
@@ -112,7 +112,7 @@ pub fn run<S: Store>() {
         BOUND,
         |_| invalid(S::connect_to(&format!("https://{addr}"), &settings())),
     );
-    // fails on 295faf2: zk Backend after the whole connect timeout, etcd Backend
+    // failed on 295faf2: zk Backend after the whole connect timeout, etcd Backend
     // at once saying "within 2s"; neither builder asks for host:port.
     b.case_within(
         "a host without a port is refused, saying host:port",
@@ -144,7 +144,7 @@ pub fn run<S: Store>() {
                     in_chroot(&c, &chroot)
                 },
             );
-            // fails on 295faf2: the lock fails with Backend "create the folder /x: node
+            // failed on 295faf2: the lock fails with Backend "create the folder /x: node
             // not exists"; a chroot in the connect string is passed through to
             // zookeeper-client, while only ZkClientBuilder::chroot makes it.
             b.case_within(

@@ -52,7 +52,7 @@ pub fn run<S: Store>() {
                 .and_then(|e| e.try_campaign(b"v")),
         )
     });
-    // fails on 295faf2 (zk): close_within(5 s) is Timeout: the guard keeps an
+    // failed on 295faf2 (zk): close_within(5 s) is Timeout: the guard keeps an
     // Arc<Session>, so the close request goes out only when the guard drops
     // (zk client.rs:435-458).
     b.case(

@@ -11,8 +11,8 @@
 //! lock the same client held before is still held after. A failing case
 //! does not stop the others; the test prints the whole table.
 //!
-//! Cases marked `// fails on 295faf2:` fail on that commit; they stay in
-//! (not ignored) until the library is fixed.
+//! Cases marked `// failed on 295faf2:` failed on that commit, before the
+//! fixes of issue 10; the comment says what happened then.
 
 mod bench;
 mod cli;

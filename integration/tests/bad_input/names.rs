@@ -113,7 +113,7 @@ pub fn run<S: Store>() {
             refused_everywhere(ctx, &name, &["bytes"])
         },
     );
-    // fails on 295faf2 (etcd): Backend "etcdserver: key is not provided", not
+    // failed on 295faf2 (etcd): Backend "etcdserver: key is not provided", not
     // InvalidArgument; read("") is sent unchecked and rpc.rs:28 maps gRPC
     // INVALID_ARGUMENT to a non-retryable Backend error.
     b.case("a plain read of an invalid key is refused", |ctx| {

@@ -30,7 +30,7 @@ fn with_guard<S: Store>(
 
 pub fn run<S: Store>() {
     let mut b = Bench::<S>::new("values");
-    // fails on 295faf2: zk returns Ok(None) after 3 s (the server drops the
+    // failed on 295faf2: zk returns Ok(None) after 3 s (the server drops the
     // connection on a packet over jute.maxbuffer, the engine retries the
     // ConnectionLoss until the deadline); etcd returns a retryable Backend
     // ResourceExhausted after 2.8 s of resending. No size check before sending.
@@ -41,7 +41,7 @@ pub fn run<S: Store>() {
             invalid(e.try_campaign(&too_big::<S>()))
         },
     );
-    // fails on 295faf2: zk Indeterminate (connection dropped by the server),
+    // failed on 295faf2: zk Indeterminate (connection dropped by the server),
     // etcd a retryable Backend ResourceExhausted; no size check.
     b.case(
         "a proclaim over the request limit is refused; still leading",
@@ -53,13 +53,13 @@ pub fn run<S: Store>() {
             ok("resign", l.resign())
         },
     );
-    // fails on 295faf2 (zk, etcd): Ok(LeaderLatch); validate_participant_id
+    // failed on 295faf2 (zk, etcd): Ok(LeaderLatch); validate_participant_id
     // (recipes-core leader/mod.rs:59) checks only for an empty id.
     b.case("a latch id over the request limit is refused", |ctx| {
         let id = "i".repeat(2 * S::REQUEST_LIMIT);
         invalid(ctx.client.leader_latch(&ctx.name("latch"), &id))
     });
-    // fails on 295faf2: zk Indeterminate ("the connection dropped before the
+    // failed on 295faf2: zk Indeterminate ("the connection dropped before the
     // reply"), etcd a retryable Backend ResourceExhausted; no size check.
     b.case(
         "a fenced put over the request limit is refused; still held",
@@ -76,7 +76,7 @@ pub fn run<S: Store>() {
             ok("delete", g.delete(&resource))
         })
     });
-    // fails on 295faf2 (etcd): Backend "etcdserver: key is not provided" for
+    // failed on 295faf2 (etcd): Backend "etcdserver: key is not provided" for
     // put(""), not InvalidArgument (rpc.rs:28).
     b.case("a fenced put to an invalid key is refused", |ctx| {
         with_guard(ctx, |g, _| {
@@ -184,7 +184,7 @@ pub fn run<S: Store>() {
 /// it.
 pub fn run_layouts<S: Store>() {
     let mut b = Bench::<S>::new("layouts");
-    // fails on 295faf2 (zk, etcd): acquired; a recipe filters the other
+    // failed on 295faf2 (zk, etcd): acquired; a recipe filters the other
     // recipe's entries out as non-contenders (zk names.rs is_contender_of,
     // etcd names.rs is_contender) instead of refusing the name.
     b.case(
@@ -201,7 +201,7 @@ pub fn run_layouts<S: Store>() {
             ok("release", p.release())
         },
     );
-    // fails on 295faf2: zk acquires (latch- nodes are not lock- contenders);
+    // failed on 295faf2: zk acquires (latch- nodes are not lock- contenders);
     // etcd waits, Ok(None), as it should (the layouts are the same: etcd's
     // concurrency package), but the try leaves a pooled lease granted.
     b.case(
@@ -228,7 +228,7 @@ pub fn run_layouts<S: Store>() {
             ok("resign", l.resign())
         },
     );
-    // fails on 295faf2 (zk, etcd): acquired; a recipe filters the other
+    // failed on 295faf2 (zk, etcd): acquired; a recipe filters the other
     // recipe's entries out as non-contenders (zk names.rs is_contender_of,
     // etcd names.rs is_contender) instead of refusing the name.
     b.case(
@@ -242,7 +242,7 @@ pub fn run_layouts<S: Store>() {
             ok("release", g.release())
         },
     );
-    // fails on 295faf2 (zk, etcd): acquired; a recipe filters the other
+    // failed on 295faf2 (zk, etcd): acquired; a recipe filters the other
     // recipe's entries out as non-contenders (zk names.rs is_contender_of,
     // etcd names.rs is_contender) instead of refusing the name.
     b.case(
