@@ -53,15 +53,13 @@ pub(crate) enum Via<'a> {
     ClientSession,
 }
 
-/// What a contender's key holds, and what confirms that it won.
+/// What a contender's key holds, and so what confirms that it won (see
+/// **confirm** above).
 #[derive(Clone, Copy)]
 pub(crate) enum Claim<'a> {
-    /// A mutex's key, with no value. The read that finds no contender
-    /// ahead confirms the win; its header revision is the fence.
+    /// A mutex's key, with no value.
     Lock,
-    /// An election candidate's key, with this value. After that read, our
-    /// key is put again (same value, guarded by its `create_revision`);
-    /// that write's revision is the fence (see the `election` module).
+    /// An election candidate's key, with this value.
     Campaign(&'a [u8]),
 }
 

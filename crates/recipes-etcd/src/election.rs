@@ -1,25 +1,14 @@
 //! The etcd election — and the latch and the selector, which campaign in
-//! it with their id as the value: etcd's `concurrency` election layout, the
-//! same synced-watch wait as the mutex, and a fence from the write that
-//! confirms the win.
+//! it with their id as the value: the mutex's layout, rule and wait
+//! (`contend.rs`), with values, and Go's `concurrency.Election` and
+//! `etcdctl elect` campaign against it correctly.
 //!
-//! # Protocol
-//!
-//! A candidate owns `<name>/<lease id in hex>` with its value, bound to its
-//! client's lease; the leader is the key exactly one level below `<name>/`
-//! with the lowest `create_revision`. Go's `concurrency.Election` and
-//! `etcdctl elect` use the same layout and rule (except that they count
-//! nested keys too, which only makes them wait longer), so they campaign
-//! against ours correctly.
-//!
-//! A campaign enters and waits exactly as the mutex does (the same engine
-//! and driver, `contend.rs`). Once a read finds none ahead of us, our key
-//! is put again — same value, same lease, guarded by `create_revision ==
-//! ours` — and that write's revision is the fencing token: it comes after
-//! the previous leader's key was deleted, so after every write of the
-//! previous term. Our key's `mod_revision` itself is no fence: it moves
-//! with every proclaim and, across a hand-over, can be lower than the
-//! previous leader's.
+//! Once a read finds none ahead of us, our key is put again — same value,
+//! same lease, guarded by `create_revision == ours` — and that write's
+//! revision is the fencing token: it comes after the previous leader's key
+//! was deleted, so after every write of the previous term. Our key's
+//! `mod_revision` is no fence: it moves with every proclaim and, across a
+//! hand-over, can be lower than the previous leader's.
 
 use std::future::Future;
 use std::time::Duration;
@@ -39,10 +28,8 @@ use crate::observe::{read_candidates, read_leader, Watch};
 /// [`recipes_core::Election`] for the API and what holds under pause and
 /// partition. Made by [`Client::election`](crate::Client::election).
 ///
-/// Threads campaigning through one handle take turns in the process;
-/// separate handles of one name — each latch and selector is a handle of
-/// its own — campaign against each other in etcd, the later one on another
-/// single-use lease (see [`EtcdClient`]). Leaders elected by
+/// Handles take turns as a mutex's do (see [`EtcdClient`]); each latch and
+/// selector is a handle of its own. Leaders elected by
 /// `etcdctl elect` or Go's package have no fence of ours. Go's package lets
 /// the elections `/a` and `/a/b` block each other (its `Leader()` may name
 /// a key of `/a/b` as the leader of `/a`); ours does not, and mixing the

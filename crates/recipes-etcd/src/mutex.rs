@@ -1,26 +1,9 @@
-//! The etcd mutex: etcd's `concurrency` layout, a one-transaction acquire,
-//! a synced watch on the one key that must go.
-//!
-//! # Protocol
-//!
-//! A contender owns `<name>/<lease id in hex>`, bound to its client's
-//! lease; the owner is the key exactly one level below `<name>/` with the
-//! lowest `create_revision`. Go's `concurrency.Mutex` and `etcdctl lock`
-//! use the same layout and rule (except that they count nested keys too),
-//! so they contend with this mutex correctly.
-//!
-//! 1. One transaction: if our key does not exist, put it with our lease;
-//!    either way read it and the oldest keys under the prefix. When ours is
-//!    the oldest, the lock is ours and the fence is the transaction's
-//!    header revision. Alongside, a synced watch on our own key starts
-//!    (`watch.rs`): its deletion is loss, while waiting and while held.
-//! 2. Otherwise watch the contender created just before ours (synced, on
-//!    the same stream), read again, and wait for it to go. The read that
-//!    finds none ahead of us (our key still there) confirms ownership; its
-//!    header revision is the fence.
-//!
-//! The loop is core's contend engine ([`recipes_core::engine::contend`]);
-//! the etcd side of it, shared with the election, is `contend.rs`.
+//! The etcd mutex: etcd's `concurrency` layout, driven by `contend.rs`
+//! (one-transaction acquire, a synced watch on the one key that must go).
+//! The owner is the key exactly one level below `<name>/` with the lowest
+//! `create_revision`; Go's `concurrency.Mutex` and `etcdctl lock` use the
+//! same layout and rule (they count nested keys too), so they contend with
+//! this mutex correctly.
 //!
 //! The fence equals what Go's `Mutex.Header().Revision` and `etcdctl
 //! lock`'s `ETCD_LOCK_REV` give their holders, so mixed holders share one
@@ -41,13 +24,8 @@ use crate::names::{key_prefix, validate_name};
 /// A mutex in etcd's `concurrency` layout (keys `<name>/<lease id>`),
 /// shared with Go's `concurrency.Mutex` and `etcdctl lock <name>`; see
 /// [`recipes_core::Mutex`] for the API and what holds under pause and
-/// partition. Made by [`Client::mutex`](crate::Client::mutex).
-///
-/// Threads sharing one handle take turns in the process: the second waits,
-/// with no key in etcd, until the first one's guard is gone. Separate
-/// handles of one name contend in etcd; the later one's key is bound to
-/// a single-use lease (see [`EtcdClient`]), so two
-/// holders are never one identity in etcd.
+/// partition. Made by [`Client::mutex`](crate::Client::mutex). Threads
+/// sharing a handle take turns in the process; see [`EtcdClient`].
 pub type Mutex = recipes_core::Mutex<EtcdMutex>;
 
 /// The etcd mutex backend; use it through [`Mutex`].

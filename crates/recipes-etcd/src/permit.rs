@@ -1,17 +1,13 @@
-//! A semaphore's permit keys `<name>/leases/<lease hex>-<n>`: the permit
-//! layout of the contend driver (`contend.rs`), which creates one and
-//! waits among them (the first N in create order hold). A held one is an
-//! [`EtcdLock`](crate::EtcdLock).
+//! A semaphore's permit keys: the permit layout of the contend driver
+//! (`contend.rs`); the first N in create order hold.
 //!
-//! - **enter**: one transaction — if our key does not exist and
-//!   `<name>/config` still holds our N, put the key with our lease and read
-//!   every permit key in create order — joined with a synced watch on our
-//!   own key, which becomes the held permit's loss watch.
-//! - **list**: one read of every permit key in create order; our key
-//!   counts only with its own `create_revision`.
-//! - **wait**: a synced watch on the whole permit prefix for any deletion
-//!   (any permit's release can admit us; we are the one waiter the
-//!   internal mutex lets in), then the engine reads again.
+//! - **enter**: one transaction — if our key does not exist and the size
+//!   key still holds our N, put the key and read every permit key — joined
+//!   with a synced watch on our own key (the held permit's loss watch).
+//! - **list**: one read of every permit key; ours counts only with its own
+//!   `create_revision`.
+//! - **wait**: a synced watch for any deletion under the permit prefix (we
+//!   are the one waiter the internal mutex lets in), then read again.
 //! - **confirm**: the admitting read's revision; permits have no fence.
 
 use std::time::Duration;

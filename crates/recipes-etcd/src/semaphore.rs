@@ -17,9 +17,8 @@
 //!   counter, so one client (one lease) can hold several permits.
 //!
 //! Only keys exactly one level below `/sems/x/leases/` count as permits.
-//! Core's [`admit`](recipes_core::engine::admit) composes the protocol from
-//! two drivers of the contend engine: the internal mutex (`contend.rs`, on
-//! the client's own lease) and the permit keys (`permit.rs`).
+//! Core's [`admit`](recipes_core::engine::admit) drives the internal mutex
+//! (`contend.rs`) and the permit keys (`permit.rs`).
 
 use std::time::Instant as StdInstant;
 
@@ -49,8 +48,7 @@ pub type Semaphore = recipes_core::Semaphore<EtcdSemaphore>;
 /// A held permit of a [`Semaphore`]; see [`recipes_core::SemaphorePermit`].
 pub type SemaphorePermit = recipes_core::SemaphorePermit<EtcdLock>;
 
-/// The etcd semaphore backend; use it through [`Semaphore`], which
-/// documents what holds under pause and partition.
+/// The etcd semaphore backend; use it through [`Semaphore`].
 #[derive(Debug, Clone)]
 pub struct EtcdSemaphore {
     pub(crate) client: EtcdClient,

@@ -1,28 +1,14 @@
-//! One etcd session: a lease, its keep-alive stream and its validity epoch.
-//!
-//! The lease is granted once; a keep-alive request goes out every TTL/3 on
-//! etcd-client's keep-alive stream. The server answers every request on a
-//! stream in order (or ends the stream), so replies are matched to send
-//! times first-in first-out, and each reply's TTL feeds the session's
-//! [`SessionLease`] with the send time of the request it answers. A reply
-//! with TTL ≤ 0 means the lease is gone: loss, [`LossReason::Revoked`].
-//!
-//! etcd-client does not re-open a keep-alive stream whose member died; this
-//! loop does. While no stream is up the deadline is simply not renewed, and
-//! the session is lost when it passes. A lost session is dead for good: the
+//! One etcd session: a lease, its keep-alive loop (`keep_alive.rs`) and its
+//! validity epoch ([`SessionLease`]). A lost session is dead for good: the
 //! client grants a new lease for the next acquisition, and every key of the
-//! old one goes (with the lease, which is revoked when possible).
-//!
-//! # One key per lease and name
+//! old one goes with the lease, which is revoked when possible.
 //!
 //! Two acquisitions of one name on one lease would own the same key, so
 //! each session hands out one *turn* per name at a time (core's
-//! [`NamedTurns`]), held until the key is gone; the single-use sessions
-//! (core's [`Sessions`](recipes_core::Sessions)) and the handles' queues are
-//! described at [`EtcdClient`](crate::EtcdClient). A semaphore's internal
-//! mutex keeps to the primary session and waits for its turn there: every
-//! permit has a key of its own (`<lease id>-<n>`), so one lease serves any
-//! number of them.
+//! [`NamedTurns`]), held until the key is gone; see
+//! [`EtcdClient`](crate::EtcdClient). A semaphore's internal mutex waits
+//! for its turn on the client's session: every permit has a key of its own
+//! (`<lease id>-<n>`), so one lease serves any number of them.
 
 use std::fmt;
 use std::sync::Arc;
