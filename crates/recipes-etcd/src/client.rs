@@ -2,7 +2,7 @@
 
 use std::fmt;
 use std::sync::Arc;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use recipes_core::{BootInstant, Error, LossReason, Result, Runtime, Sessions, Settings, Turn};
 
@@ -266,47 +266,16 @@ impl EtcdClient {
     /// background for an RPC timeout at most, and the runtime stops after
     /// them.
     pub(crate) fn close_within(&self, grace: Duration) -> Result<()> {
-        // One budget for every step.
-        let until = recipes_core::deadline_in(grace);
-        let rt = &self.inner.rt;
-        let live = self.inner.close();
-        // Every guard is lost from here on, whatever the revokes do.
-        rt.loss_root().fire(LossReason::Closed);
-        let (done, revoked) = crossbeam_channel::bounded(1);
-        let revoking = !live.is_empty()
-            && rt.spawn(async move {
-                let mut revokes = tokio::task::JoinSet::new();
-                for session in live {
-                    revokes.spawn(async move { session.revoke(LossReason::Closed).await });
-                }
-                let mut outcome = Ok(());
-                while let Some(finished) = revokes.join_next().await {
-                    if let Ok(Err(e)) = finished {
-                        outcome = Err(e);
-                    }
-                }
-                let _ = done.send(outcome);
-            });
-        let closed = match revoking.then(|| revoked.recv_deadline(until)) {
-            None | Some(Ok(Ok(()))) => Ok(()),
-            Some(Ok(Err(e))) => Err(e),
-            Some(Err(_)) => {
-                let (rt, rpc_timeout) = (rt.clone(), self.rpc_timeout());
-                std::thread::spawn(move || {
-                    let _ = revoked.recv_timeout(rpc_timeout);
-                    rt.shutdown(Duration::ZERO);
-                });
-                return Err(Error::Timeout {
-                    what: "revoke the client's leases".into(),
-                    after: grace,
-                });
+        let revokes = self.inner.close().into_iter().map(|session| async move {
+            let revoked = session.revoke(LossReason::Closed).await;
+            if let Err(e) = &revoked {
+                log::debug!("close: revoke failed: {e}; the server expires the lease");
             }
-        };
-        if let Err(e) = &closed {
-            log::debug!("close: revoke failed: {e}; the server expires the lease");
-        }
-        rt.shutdown(until.saturating_duration_since(Instant::now()));
-        closed
+            revoked
+        });
+        let what = "revoke the client's leases";
+        let (rt, linger) = (&self.inner.rt, self.rpc_timeout());
+        recipes_core::end_sessions_within(rt, what, revokes.collect(), grace, linger)
     }
 }
 
