@@ -7,7 +7,7 @@ use std::time::Duration;
 use recipes_core::{BootInstant, Error, LossReason, Result, Runtime, Sessions, Settings, Turn};
 
 use crate::builder::EtcdClientBuilder;
-use crate::session::{Session, SessionSettings};
+use crate::session::Session;
 
 struct Inner {
     // Dropped with the runtime entered: tonic's channel needs it.
@@ -36,16 +36,8 @@ impl Inner {
     /// Grant a new lease and start its session: the client's, or a
     /// single-use one.
     async fn grant(&self, single_use: bool) -> Result<Arc<Session>> {
-        let settings = SessionSettings {
-            ttl: self.config.settings.ttl,
-            rpc_timeout: self.config.settings.rpc_timeout,
-            slack: self.config.settings.lease_slack,
-            clock: recipes_core::system_clock(),
-            loss_parent: self.rt.loss_root().clone(),
-            handle: self.rt.handle().clone(),
-            single_use,
-        };
-        let session = Session::grant(self.etcd()?, &settings).await?;
+        let (etcd, settings) = (self.etcd()?, &self.config.settings);
+        let session = Session::grant(etcd, settings, &self.rt, single_use).await?;
         let what = if single_use {
             "single-use lease"
         } else {
@@ -54,8 +46,8 @@ impl Inner {
         log::debug!(
             "[endpoints={}] new {what}: lease {:x}, TTL {:?}",
             self.config.endpoints.join(","),
-            session.lease(),
-            session.ttl()
+            session.lease,
+            session.ttl
         );
         Ok(session)
     }
@@ -182,7 +174,7 @@ impl EtcdClient {
     /// The TTL etcd granted the current lease (which may be more than
     /// asked: etcd raises a TTL below its minimum). Zero once closed.
     pub fn session_ttl(&self) -> Duration {
-        self.inner.current().map(|s| s.ttl()).unwrap_or_default()
+        self.inner.current().map(|s| s.ttl).unwrap_or_default()
     }
 
     /// The longest a lease of this client can outlive its newest
@@ -198,7 +190,7 @@ impl EtcdClient {
     /// while the clocks run within 500 ppm of each other. `None` once
     /// closed.
     pub fn valid_until(&self) -> Option<BootInstant> {
-        self.inner.current().and_then(|s| s.epoch().valid_until())
+        self.inner.current().and_then(|s| s.epoch.valid_until())
     }
 
     /// Whether the current lease is lost: its deadline passed, the server
@@ -285,7 +277,7 @@ impl fmt::Debug for EtcdClient {
             .field("endpoints", &self.inner.config.endpoints)
             .field(
                 "lease",
-                &self.inner.current().map(|s| format!("{:x}", s.lease())),
+                &self.inner.current().map(|s| format!("{:x}", s.lease)),
             )
             .field("session_ttl", &self.session_ttl())
             .finish()

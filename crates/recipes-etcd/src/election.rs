@@ -13,13 +13,13 @@
 use std::future::Future;
 use std::time::Duration;
 
-use recipes_core::{ElectionBackend, HandleQueue, LeaderInfo, LeaderObserver, Result, Runtime};
+use recipes_core::{ElectionBackend, LeaderInfo, LeaderObserver, Result, Runtime};
 use tokio::time::Instant;
 
 use crate::client::EtcdClient;
-use crate::contend::{contend, Claim, Via};
+use crate::contend::Claim;
 use crate::lock::{EtcdKey, EtcdLock};
-use crate::names::{key_prefix, validate_name};
+use crate::mutex::NameHandle;
 use crate::observe::{read_candidates, read_leader, Watch};
 
 /// An election in etcd's `concurrency` layout (keys `<name>/<lease id>`
@@ -55,23 +55,11 @@ pub type LeaderSelector = recipes_core::LeaderSelector<EtcdElection>;
 /// [`LeaderLatch`](crate::LeaderLatch) or
 /// [`LeaderSelector`](crate::LeaderSelector).
 #[derive(Debug, Clone)]
-pub struct EtcdElection {
-    client: EtcdClient,
-    name: String,
-    prefix: String,
-    // Shared by clones: they are one handle.
-    queue: HandleQueue,
-}
+pub struct EtcdElection(NameHandle);
 
 impl EtcdElection {
     pub(crate) fn new(client: EtcdClient, name: &str) -> Result<EtcdElection> {
-        validate_name("election", name)?;
-        Ok(EtcdElection {
-            client,
-            name: name.to_owned(),
-            prefix: key_prefix(name),
-            queue: HandleQueue::default(),
-        })
+        NameHandle::new(client, "election", name).map(EtcdElection)
     }
 }
 
@@ -79,11 +67,11 @@ impl ElectionBackend for EtcdElection {
     type Leadership = EtcdLock;
 
     fn name(&self) -> &str {
-        &self.name
+        &self.0.name
     }
 
     fn runtime(&self) -> &Runtime {
-        self.client.runtime()
+        self.0.client.runtime()
     }
 
     /// The mutex's contention with a win confirmed by a write; every way
@@ -93,29 +81,22 @@ impl ElectionBackend for EtcdElection {
         value: Vec<u8>,
         deadline: Option<Instant>,
     ) -> impl Future<Output = Result<Option<EtcdLock>>> + Send + 'static {
-        let this = self.clone();
+        let this = self.0.clone();
         async move {
-            let (via, claim) = (Via::Handle(&this.queue), Claim::Campaign(&value));
-            let (client, name, prefix) = (&this.client, &this.name, &this.prefix);
-            let won = contend(client, name, prefix, via, claim, deadline).await?;
+            let won = this.contend(Claim::Campaign(&value), deadline).await?;
             Ok(won.map(|a| {
-                log::info!(
-                    "[{}] {} leads (fence {})",
-                    a.session.label(),
-                    a.key,
-                    a.fence
-                );
+                log::info!("[{}] {} leads (fence {})", a.session.label, a.key, a.fence);
                 EtcdKey::held(this.client.clone(), a, "leadership")
             }))
         }
     }
 
     fn candidates(&self) -> Result<Vec<LeaderInfo>> {
-        let (client, prefix) = (self.client.clone(), self.prefix.clone());
-        self.client.call("list candidates", async move {
+        let (client, prefix) = (self.0.client.clone(), self.0.prefix.clone());
+        self.0.client.call("list candidates", async move {
             let session = client.live_session().await?;
             let candidates =
-                read_candidates(&session.etcd()?, session.rpc_timeout(), &prefix).await?;
+                read_candidates(&session.etcd()?, session.rpc_timeout, &prefix).await?;
             Ok(candidates.into_iter().map(LeaderInfo::from).collect())
         })
     }
@@ -126,21 +107,21 @@ impl ElectionBackend for EtcdElection {
     /// the latch's last step. Taken from the settings, not the live
     /// session: after the client closed there is none.
     fn close_timeout(&self) -> Duration {
-        self.client.lease_span() + 2 * self.client.rpc_timeout()
+        self.0.client.lease_span() + 2 * self.0.client.rpc_timeout()
     }
 
     /// A synced watch on the prefix, opened again (and the leader read
     /// again) when its stream breaks.
     fn observe(&self) -> Result<LeaderObserver> {
-        let watch = Watch::new(self.client.clone(), self.prefix.clone());
-        recipes_core::follow_leader(self.client.runtime(), self.client.rpc_timeout(), watch)
+        let watch = Watch::new(self.0.client.clone(), self.0.prefix.clone());
+        recipes_core::follow_leader(self.0.client.runtime(), self.0.client.rpc_timeout(), watch)
     }
 
     fn leader(&self) -> Result<Option<LeaderInfo>> {
-        let (client, prefix) = (self.client.clone(), self.prefix.clone());
-        self.client.call("read the leader", async move {
+        let (client, prefix) = (self.0.client.clone(), self.0.prefix.clone());
+        self.0.client.call("read the leader", async move {
             let session = client.live_session().await?;
-            let leader = read_leader(&session.etcd()?, session.rpc_timeout(), &prefix).await?;
+            let leader = read_leader(&session.etcd()?, session.rpc_timeout, &prefix).await?;
             Ok(leader.map(LeaderInfo::from))
         })
     }

@@ -13,13 +13,64 @@
 
 use std::time::Instant as StdInstant;
 
+use recipes_core::engine;
 use recipes_core::{HandleQueue, MutexBackend, Result};
 use tokio::time::Instant;
 
 use crate::client::EtcdClient;
-use crate::contend::{contend, Claim, Via};
+use crate::contend::{Claim, KeyContender, Layout, Via};
+use crate::key::Acquired;
 use crate::lock::{EtcdKey, EtcdLock};
 use crate::names::{key_prefix, validate_name};
+
+/// A handle of a lock or election name: what a mutex and an election
+/// backend hold. Clones share the queue: they are one handle.
+#[derive(Debug, Clone)]
+pub(crate) struct NameHandle {
+    pub(crate) client: EtcdClient,
+    pub(crate) name: String,
+    pub(crate) prefix: String,
+    queue: HandleQueue,
+}
+
+impl NameHandle {
+    /// A handle of `name`, checked as the name of a `what`.
+    pub(crate) fn new(client: EtcdClient, what: &str, name: &str) -> Result<NameHandle> {
+        validate_name(what, name)?;
+        Ok(NameHandle {
+            client,
+            name: name.to_owned(),
+            prefix: key_prefix(name),
+            queue: HandleQueue::default(),
+        })
+    }
+
+    /// Contend (as `claim` says) until ours or `deadline`: the handle's
+    /// turn first, then the engine.
+    pub(crate) async fn contend(
+        &self,
+        claim: Claim<'_>,
+        deadline: Option<Instant>,
+    ) -> Result<Option<Acquired>> {
+        let Some(handle_turn) = self.queue.turn(deadline).await else {
+            return Ok(None);
+        };
+        let driver = KeyContender {
+            client: &self.client,
+            prefix: &self.prefix,
+            layout: Layout::Key {
+                name: &self.name,
+                via: Via::Handle,
+                claim,
+            },
+        };
+        let won = engine::contend(&driver, deadline).await?;
+        Ok(won.map(|mut a| {
+            a.turns.hold_handle(Some(handle_turn));
+            a
+        }))
+    }
+}
 
 /// A mutex in etcd's `concurrency` layout (keys `<name>/<lease id>`),
 /// shared with Go's `concurrency.Mutex` and `etcdctl lock <name>`; see
@@ -30,23 +81,11 @@ pub type Mutex = recipes_core::Mutex<EtcdMutex>;
 
 /// The etcd mutex backend; use it through [`Mutex`].
 #[derive(Debug, Clone)]
-pub struct EtcdMutex {
-    client: EtcdClient,
-    name: String,
-    prefix: String,
-    // Shared by clones: they are one handle.
-    queue: HandleQueue,
-}
+pub struct EtcdMutex(NameHandle);
 
 impl EtcdMutex {
     pub(crate) fn new(client: EtcdClient, name: &str) -> Result<EtcdMutex> {
-        validate_name("lock", name)?;
-        Ok(EtcdMutex {
-            client,
-            name: name.to_owned(),
-            prefix: key_prefix(name),
-            queue: HandleQueue::default(),
-        })
+        NameHandle::new(client, "lock", name).map(EtcdMutex)
     }
 }
 
@@ -54,17 +93,18 @@ impl MutexBackend for EtcdMutex {
     type Lease = EtcdLock;
 
     fn name(&self) -> &str {
-        &self.name
+        &self.0.name
     }
 
     fn acquire(&self, deadline: Option<StdInstant>) -> Result<Option<EtcdLock>> {
-        let this = self.clone();
-        self.client.runtime().call_until("lock", None, async move {
-            let deadline = deadline.map(Instant::from_std);
-            let via = Via::Handle(&this.queue);
-            let (client, name, prefix) = (&this.client, &this.name, &this.prefix);
-            let won = contend(client, name, prefix, via, Claim::Lock, deadline).await?;
-            Ok(won.map(|a| EtcdKey::held(this.client.clone(), a, "lock")))
-        })
+        let this = self.0.clone();
+        self.0
+            .client
+            .runtime()
+            .call_until("lock", None, async move {
+                let deadline = deadline.map(Instant::from_std);
+                let won = this.contend(Claim::Lock, deadline).await?;
+                Ok(won.map(|a| EtcdKey::held(this.client.clone(), a, "lock")))
+            })
     }
 }

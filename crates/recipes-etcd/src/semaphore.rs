@@ -104,7 +104,7 @@ impl EtcdSemaphore {
             .with_range(format!("{prefix}g"))
             .with_keys_only();
         let from = format!("{prefix}0");
-        let read = retrying_get(&etcd, session.rpc_timeout(), &from, Some(hex)).await?;
+        let read = retrying_get(&etcd, session.rpc_timeout, &from, Some(hex)).await?;
         if let Some(kv) = read.kvs().iter().find(|kv| is_contender(&prefix, kv.key())) {
             return Err(other_layout(
                 &prefix,
@@ -120,13 +120,9 @@ impl EtcdSemaphore {
             .or_else([TxnOp::get(config, None)]);
         // Safe to send twice: a second run finds our own value.
         let what = format!("store the size of {}", self.name);
-        let resp = retrying_txn(&etcd, &what, session.rpc_timeout(), &txn).await?;
+        let resp = retrying_txn(&etcd, &what, session.rpc_timeout, &txn).await?;
         if resp.succeeded() {
-            log::debug!(
-                "[{}] {config} = {} (created)",
-                session.label(),
-                self.permits
-            );
+            log::debug!("[{}] {config} = {} (created)", session.label, self.permits);
             return Ok(());
         }
         match read_at(&resp, 0)?.kvs().first() {
