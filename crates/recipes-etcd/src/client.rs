@@ -2,12 +2,12 @@
 
 use std::fmt;
 use std::sync::Arc;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use recipes_core::{BootInstant, Error, LossReason, Result, Runtime, Sessions, Settings, Turn};
 
 use crate::builder::EtcdClientBuilder;
-use crate::session::{Session, SessionSettings};
+use crate::session::Session;
 
 struct Inner {
     // Dropped with the runtime entered: tonic's channel needs it.
@@ -36,16 +36,8 @@ impl Inner {
     /// Grant a new lease and start its session: the client's, or a
     /// single-use one.
     async fn grant(&self, single_use: bool) -> Result<Arc<Session>> {
-        let settings = SessionSettings {
-            ttl: self.config.settings.ttl,
-            rpc_timeout: self.config.settings.rpc_timeout,
-            slack: self.config.settings.lease_slack,
-            clock: recipes_core::system_clock(),
-            loss_parent: self.rt.loss_root().clone(),
-            handle: self.rt.handle().clone(),
-            single_use,
-        };
-        let session = Session::grant(self.etcd()?, &settings).await?;
+        let (etcd, settings) = (self.etcd()?, &self.config.settings);
+        let session = Session::grant(etcd, settings, &self.rt, single_use).await?;
         let what = if single_use {
             "single-use lease"
         } else {
@@ -54,8 +46,8 @@ impl Inner {
         log::debug!(
             "[endpoints={}] new {what}: lease {:x}, TTL {:?}",
             self.config.endpoints.join(","),
-            session.lease(),
-            session.ttl()
+            session.lease,
+            session.ttl
         );
         Ok(session)
     }
@@ -182,7 +174,7 @@ impl EtcdClient {
     /// The TTL etcd granted the current lease (which may be more than
     /// asked: etcd raises a TTL below its minimum). Zero once closed.
     pub fn session_ttl(&self) -> Duration {
-        self.inner.current().map(|s| s.ttl()).unwrap_or_default()
+        self.inner.current().map(|s| s.ttl).unwrap_or_default()
     }
 
     /// The longest a lease of this client can outlive its newest
@@ -198,7 +190,7 @@ impl EtcdClient {
     /// while the clocks run within 500 ppm of each other. `None` once
     /// closed.
     pub fn valid_until(&self) -> Option<BootInstant> {
-        self.inner.current().and_then(|s| s.epoch().valid_until())
+        self.inner.current().and_then(|s| s.epoch.valid_until())
     }
 
     /// Whether the current lease is lost: its deadline passed, the server
@@ -266,47 +258,16 @@ impl EtcdClient {
     /// background for an RPC timeout at most, and the runtime stops after
     /// them.
     pub(crate) fn close_within(&self, grace: Duration) -> Result<()> {
-        // One budget for every step.
-        let until = recipes_core::deadline_in(grace);
-        let rt = &self.inner.rt;
-        let live = self.inner.close();
-        // Every guard is lost from here on, whatever the revokes do.
-        rt.loss_root().fire(LossReason::Closed);
-        let (done, revoked) = crossbeam_channel::bounded(1);
-        let revoking = !live.is_empty()
-            && rt.spawn(async move {
-                let mut revokes = tokio::task::JoinSet::new();
-                for session in live {
-                    revokes.spawn(async move { session.revoke(LossReason::Closed).await });
-                }
-                let mut outcome = Ok(());
-                while let Some(finished) = revokes.join_next().await {
-                    if let Ok(Err(e)) = finished {
-                        outcome = Err(e);
-                    }
-                }
-                let _ = done.send(outcome);
-            });
-        let closed = match revoking.then(|| revoked.recv_deadline(until)) {
-            None | Some(Ok(Ok(()))) => Ok(()),
-            Some(Ok(Err(e))) => Err(e),
-            Some(Err(_)) => {
-                let (rt, rpc_timeout) = (rt.clone(), self.rpc_timeout());
-                std::thread::spawn(move || {
-                    let _ = revoked.recv_timeout(rpc_timeout);
-                    rt.shutdown(Duration::ZERO);
-                });
-                return Err(Error::Timeout {
-                    what: "revoke the client's leases".into(),
-                    after: grace,
-                });
+        let revokes = self.inner.close().into_iter().map(|session| async move {
+            let revoked = session.revoke(LossReason::Closed).await;
+            if let Err(e) = &revoked {
+                log::debug!("close: revoke failed: {e}; the server expires the lease");
             }
-        };
-        if let Err(e) = &closed {
-            log::debug!("close: revoke failed: {e}; the server expires the lease");
-        }
-        rt.shutdown(until.saturating_duration_since(Instant::now()));
-        closed
+            revoked
+        });
+        let what = "revoke the client's leases";
+        let (rt, linger) = (&self.inner.rt, self.rpc_timeout());
+        recipes_core::end_sessions_within(rt, what, revokes.collect(), grace, linger)
     }
 }
 
@@ -316,7 +277,7 @@ impl fmt::Debug for EtcdClient {
             .field("endpoints", &self.inner.config.endpoints)
             .field(
                 "lease",
-                &self.inner.current().map(|s| format!("{:x}", s.lease())),
+                &self.inner.current().map(|s| format!("{:x}", s.lease)),
             )
             .field("session_ttl", &self.session_ttl())
             .finish()

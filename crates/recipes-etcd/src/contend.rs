@@ -25,8 +25,8 @@ use std::time::Duration;
 use etcd_client::{
     Compare, CompareOp, GetOptions, GetResponse, PutOptions, SortOrder, SortTarget, Txn, TxnOp,
 };
-use recipes_core::engine::{self, ContendDriver, Entered, Listing};
-use recipes_core::{HandleQueue, LossSignal, PooledSession, Result, Turn};
+use recipes_core::engine::{ContendDriver, Entered, Listing};
+use recipes_core::{LossSignal, PooledSession, Result, Turn};
 use tokio::time::Instant;
 
 use crate::client::EtcdClient;
@@ -44,24 +44,22 @@ pub(crate) const PAGE: i64 = 16;
 /// How an acquisition keeps clear of this process's other acquisitions of
 /// the name (see the `session` module).
 #[derive(Clone, Copy)]
-pub(crate) enum Via<'a> {
-    /// A handle's: take the handle's turn, then a session whose turn at the
+pub(crate) enum Via {
+    /// A handle's (after the handle's turn): a session whose turn at the
     /// name is free — the client's, or a single-use one.
-    Handle(&'a HandleQueue),
+    Handle,
     /// Wait for the turn at the name on the client's own session (a
     /// semaphore's internal mutex).
     ClientSession,
 }
 
-/// What a contender's key holds, and what confirms that it won.
+/// What a contender's key holds, and so what confirms that it won (see
+/// **confirm** above).
 #[derive(Clone, Copy)]
 pub(crate) enum Claim<'a> {
-    /// A mutex's key, with no value. The read that finds no contender
-    /// ahead confirms the win; its header revision is the fence.
+    /// A mutex's key, with no value.
     Lock,
-    /// An election candidate's key, with this value. After that read, our
-    /// key is put again (same value, guarded by its `create_revision`);
-    /// that write's revision is the fence (see the `election` module).
+    /// An election candidate's key, with this value.
     Campaign(&'a [u8]),
 }
 
@@ -81,37 +79,6 @@ impl<'a> Claim<'a> {
     }
 }
 
-/// Contend for the lock (or election, as `claim` says) `name` until ours
-/// or `deadline`: the handle's turn first (if `via` is a handle), then the
-/// engine.
-pub(crate) async fn contend(
-    client: &EtcdClient,
-    name: &str,
-    prefix: &str,
-    via: Via<'_>,
-    claim: Claim<'_>,
-    deadline: Option<Instant>,
-) -> Result<Option<Acquired>> {
-    let handle_turn = match via {
-        Via::Handle(queue) => match queue.turn(deadline).await {
-            Some(t) => Some(t),
-            None => return Ok(None),
-        },
-        Via::ClientSession => None,
-    };
-    let layout = Layout::Key { name, via, claim };
-    let driver = KeyContender {
-        client,
-        prefix,
-        layout,
-    };
-    let won = engine::contend(&driver, deadline).await?;
-    Ok(won.map(|mut a| {
-        a.turns.hold_handle(handle_turn);
-        a
-    }))
-}
-
 /// One acquisition's driver of the contend engine, in one of the two
 /// layouts.
 pub(crate) struct KeyContender<'a> {
@@ -127,7 +94,7 @@ pub(crate) enum Layout<'a> {
     /// The key `<prefix><lease hex>` of a lock or campaign named `name`.
     Key {
         name: &'a str,
-        via: Via<'a>,
+        via: Via,
         claim: Claim<'a>,
     },
     /// A semaphore's permit keys (`permit.rs`).
@@ -171,7 +138,7 @@ impl KeyContender<'_> {
         ticket: &mut Ticket,
         claim: Claim<'_>,
     ) -> Result<(i64, Option<Listing<Key>>)> {
-        let (etcd, timeout) = (session.etcd()?, session.rpc_timeout());
+        let (etcd, timeout) = (session.etcd()?, session.rpc_timeout);
         let key = ticket.key.clone();
         let oldest = GetOptions::new()
             .with_prefix()
@@ -185,7 +152,7 @@ impl KeyContender<'_> {
                 Compare::create_revision(size.as_str(), CompareOp::Equal, 0),
             ])
             .and_then([
-                self.put(&key, session.lease(), claim),
+                self.put(&key, session.lease, claim),
                 TxnOp::get(self.prefix, Some(oldest.clone())),
             ])
             .or_else([
@@ -202,13 +169,8 @@ impl KeyContender<'_> {
             return Ok((header, first));
         }
         if let Some(kv) = read_at(&resp, 2)?.kvs().first() {
-            let theirs = "a semaphore";
-            return Err(other_layout(
-                self.prefix,
-                "a lock or election",
-                theirs,
-                kv.key(),
-            ));
+            let (ours, theirs) = ("a lock or election", "a semaphore");
+            return Err(other_layout(self.prefix, ours, theirs, kv.key()));
         }
         // Our key existed (a leftover of this lease, held by no guard of
         // ours: this process's turns see to that). Go on with it as Go
@@ -219,7 +181,7 @@ impl KeyContender<'_> {
         };
         let rev = kv.create_revision();
         ticket.create_revision = Some(rev);
-        let put = self.put(&key, session.lease(), claim);
+        let put = self.put(&key, session.lease, claim);
         if kv.value() != claim.value() && guarded(&etcd, timeout, &key, rev, put).await?.is_none() {
             // Gone since: a listing without ours starts over.
             let gone = Listing {
@@ -237,7 +199,7 @@ impl KeyContender<'_> {
     /// Add a synced watch on the contender `ahead` to our key's stream
     /// (the engine then reads again), or wait for it or our key to go.
     async fn wait_ahead(&self, session: &Session, entry: &mut KeyEntry, ahead: &Key) -> Result<()> {
-        let timeout = session.rpc_timeout();
+        let timeout = session.rpc_timeout;
         match entry.watches.take() {
             // Both watches were confirmed before the read that named
             // `ahead`: neither deletion can be missed. `next` is
@@ -248,7 +210,7 @@ impl KeyContender<'_> {
             // The engine reads again once the watch exists. Out of the
             // entry meanwhile: a half-added watch must not be used again.
             Some(mut w) => {
-                log::debug!("[{}] {} waits for {ahead:?}", session.label(), entry.key);
+                log::debug!("[{}] {} waits for {ahead:?}", session.label, entry.key);
                 w.watch_ahead(&ahead.0, timeout).await?;
                 entry.watches = Some(w);
                 Ok(())
@@ -289,7 +251,7 @@ impl ContendDriver for KeyContender<'_> {
         let (session, turn) = match self.layout {
             Layout::Key {
                 name,
-                via: Via::Handle(_),
+                via: Via::Handle,
                 ..
             } => {
                 let (session, turn) = self.client.session_for(name).await?;
@@ -310,11 +272,11 @@ impl ContendDriver for KeyContender<'_> {
     }
 
     fn epoch_signal(&self, epoch: &KeyEpoch) -> LossSignal {
-        epoch.session.epoch().signal()
+        epoch.session.epoch.signal()
     }
 
     fn ticket(&self, epoch: &KeyEpoch) -> Ticket {
-        let lease = epoch.session.lease();
+        let lease = epoch.session.lease;
         let key = match self.layout {
             Layout::Key { .. } => contender_key(self.prefix, lease),
             Layout::Permits(_) => permit_key(self.prefix, lease),
@@ -330,7 +292,7 @@ impl ContendDriver for KeyContender<'_> {
     async fn enter(&self, epoch: &KeyEpoch, ticket: &mut Ticket) -> Result<Entered<Self>> {
         let session = &epoch.session;
         let (etcd, key) = (session.etcd()?, ticket.key.clone());
-        let watch = WatchSet::open(&etcd, &key, session.rpc_timeout());
+        let watch = WatchSet::open(&etcd, &key, session.rpc_timeout);
         let (created, watches) = match self.layout {
             Layout::Key { claim, .. } => {
                 tokio::join!(self.create_key(session, ticket, claim), watch)
@@ -341,10 +303,10 @@ impl ContendDriver for KeyContender<'_> {
         ticket.create_revision = Some(create_revision);
         log::debug!(
             "[{}] {key} created at revision {create_revision}",
-            session.label()
+            session.label
         );
         let watches = watches
-            .map_err(|e| log::debug!("[{}] watch on {key} failed: {e}", session.label()))
+            .map_err(|e| log::debug!("[{}] watch on {key} failed: {e}", session.label))
             .ok();
         let entry = KeyEntry {
             etcd,
@@ -362,7 +324,7 @@ impl ContendDriver for KeyContender<'_> {
     }
 
     async fn list(&self, epoch: &KeyEpoch, entry: &mut KeyEntry) -> Result<Listing<Key>> {
-        let timeout = epoch.session.rpc_timeout();
+        let timeout = epoch.session.rpc_timeout;
         match self.layout {
             Layout::Key { .. } => check_owner(entry, self.prefix, timeout).await,
             Layout::Permits(sem) => sem.list_permits(entry, timeout).await,
@@ -395,9 +357,9 @@ impl ContendDriver for KeyContender<'_> {
                 ..
             } => {
                 let session = &epoch.session;
-                let put = self.put(&entry.key, session.lease(), claim);
+                let put = self.put(&entry.key, session.lease, claim);
                 let (key, rev) = (&entry.key, entry.create_revision);
-                guarded(&entry.etcd, session.rpc_timeout(), key, rev, put).await
+                guarded(&entry.etcd, session.rpc_timeout, key, rev, put).await
             }
             _ => Ok(Some(listing.revision)),
         }

@@ -1,36 +1,25 @@
 //! The etcd election — and the latch and the selector, which campaign in
-//! it with their id as the value: etcd's `concurrency` election layout, the
-//! same synced-watch wait as the mutex, and a fence from the write that
-//! confirms the win.
+//! it with their id as the value: the mutex's layout, rule and wait
+//! (`contend.rs`), with values, and Go's `concurrency.Election` and
+//! `etcdctl elect` campaign against it correctly.
 //!
-//! # Protocol
-//!
-//! A candidate owns `<name>/<lease id in hex>` with its value, bound to its
-//! client's lease; the leader is the key exactly one level below `<name>/`
-//! with the lowest `create_revision`. Go's `concurrency.Election` and
-//! `etcdctl elect` use the same layout and rule (except that they count
-//! nested keys too, which only makes them wait longer), so they campaign
-//! against ours correctly.
-//!
-//! A campaign enters and waits exactly as the mutex does (the same engine
-//! and driver, `contend.rs`). Once a read finds none ahead of us, our key
-//! is put again — same value, same lease, guarded by `create_revision ==
-//! ours` — and that write's revision is the fencing token: it comes after
-//! the previous leader's key was deleted, so after every write of the
-//! previous term. Our key's `mod_revision` itself is no fence: it moves
-//! with every proclaim and, across a hand-over, can be lower than the
-//! previous leader's.
+//! Once a read finds none ahead of us, our key is put again — same value,
+//! same lease, guarded by `create_revision == ours` — and that write's
+//! revision is the fencing token: it comes after the previous leader's key
+//! was deleted, so after every write of the previous term. Our key's
+//! `mod_revision` is no fence: it moves with every proclaim and, across a
+//! hand-over, can be lower than the previous leader's.
 
 use std::future::Future;
 use std::time::Duration;
 
-use recipes_core::{ElectionBackend, HandleQueue, LeaderInfo, LeaderObserver, Result, Runtime};
+use recipes_core::{ElectionBackend, LeaderInfo, LeaderObserver, Result, Runtime};
 use tokio::time::Instant;
 
 use crate::client::EtcdClient;
-use crate::contend::{contend, Claim, Via};
+use crate::contend::Claim;
 use crate::lock::{EtcdKey, EtcdLock};
-use crate::names::{key_prefix, validate_name};
+use crate::mutex::NameHandle;
 use crate::observe::{read_candidates, read_leader, Watch};
 
 /// An election in etcd's `concurrency` layout (keys `<name>/<lease id>`
@@ -39,10 +28,8 @@ use crate::observe::{read_candidates, read_leader, Watch};
 /// [`recipes_core::Election`] for the API and what holds under pause and
 /// partition. Made by [`Client::election`](crate::Client::election).
 ///
-/// Threads campaigning through one handle take turns in the process;
-/// separate handles of one name — each latch and selector is a handle of
-/// its own — campaign against each other in etcd, the later one on another
-/// single-use lease (see [`EtcdClient`]). Leaders elected by
+/// Handles take turns as a mutex's do (see [`EtcdClient`]); each latch and
+/// selector is a handle of its own. Leaders elected by
 /// `etcdctl elect` or Go's package have no fence of ours. Go's package lets
 /// the elections `/a` and `/a/b` block each other (its `Leader()` may name
 /// a key of `/a/b` as the leader of `/a`); ours does not, and mixing the
@@ -68,23 +55,11 @@ pub type LeaderSelector = recipes_core::LeaderSelector<EtcdElection>;
 /// [`LeaderLatch`](crate::LeaderLatch) or
 /// [`LeaderSelector`](crate::LeaderSelector).
 #[derive(Debug, Clone)]
-pub struct EtcdElection {
-    client: EtcdClient,
-    name: String,
-    prefix: String,
-    // Shared by clones: they are one handle.
-    queue: HandleQueue,
-}
+pub struct EtcdElection(NameHandle);
 
 impl EtcdElection {
     pub(crate) fn new(client: EtcdClient, name: &str) -> Result<EtcdElection> {
-        validate_name("election", name)?;
-        Ok(EtcdElection {
-            client,
-            name: name.to_owned(),
-            prefix: key_prefix(name),
-            queue: HandleQueue::default(),
-        })
+        NameHandle::new(client, "election", name).map(EtcdElection)
     }
 }
 
@@ -92,11 +67,11 @@ impl ElectionBackend for EtcdElection {
     type Leadership = EtcdLock;
 
     fn name(&self) -> &str {
-        &self.name
+        &self.0.name
     }
 
     fn runtime(&self) -> &Runtime {
-        self.client.runtime()
+        self.0.client.runtime()
     }
 
     /// The mutex's contention with a win confirmed by a write; every way
@@ -106,29 +81,22 @@ impl ElectionBackend for EtcdElection {
         value: Vec<u8>,
         deadline: Option<Instant>,
     ) -> impl Future<Output = Result<Option<EtcdLock>>> + Send + 'static {
-        let this = self.clone();
+        let this = self.0.clone();
         async move {
-            let (via, claim) = (Via::Handle(&this.queue), Claim::Campaign(&value));
-            let (client, name, prefix) = (&this.client, &this.name, &this.prefix);
-            let won = contend(client, name, prefix, via, claim, deadline).await?;
+            let won = this.contend(Claim::Campaign(&value), deadline).await?;
             Ok(won.map(|a| {
-                log::info!(
-                    "[{}] {} leads (fence {})",
-                    a.session.label(),
-                    a.key,
-                    a.fence
-                );
+                log::info!("[{}] {} leads (fence {})", a.session.label, a.key, a.fence);
                 EtcdKey::held(this.client.clone(), a, "leadership")
             }))
         }
     }
 
     fn candidates(&self) -> Result<Vec<LeaderInfo>> {
-        let (client, prefix) = (self.client.clone(), self.prefix.clone());
-        self.client.call("list candidates", async move {
+        let (client, prefix) = (self.0.client.clone(), self.0.prefix.clone());
+        self.0.client.call("list candidates", async move {
             let session = client.live_session().await?;
             let candidates =
-                read_candidates(&session.etcd()?, session.rpc_timeout(), &prefix).await?;
+                read_candidates(&session.etcd()?, session.rpc_timeout, &prefix).await?;
             Ok(candidates.into_iter().map(LeaderInfo::from).collect())
         })
     }
@@ -139,21 +107,21 @@ impl ElectionBackend for EtcdElection {
     /// the latch's last step. Taken from the settings, not the live
     /// session: after the client closed there is none.
     fn close_timeout(&self) -> Duration {
-        self.client.lease_span() + 2 * self.client.rpc_timeout()
+        self.0.client.lease_span() + 2 * self.0.client.rpc_timeout()
     }
 
     /// A synced watch on the prefix, opened again (and the leader read
     /// again) when its stream breaks.
     fn observe(&self) -> Result<LeaderObserver> {
-        let watch = Watch::new(self.client.clone(), self.prefix.clone());
-        recipes_core::follow_leader(self.client.runtime(), self.client.rpc_timeout(), watch)
+        let watch = Watch::new(self.0.client.clone(), self.0.prefix.clone());
+        recipes_core::follow_leader(self.0.client.runtime(), self.0.client.rpc_timeout(), watch)
     }
 
     fn leader(&self) -> Result<Option<LeaderInfo>> {
-        let (client, prefix) = (self.client.clone(), self.prefix.clone());
-        self.client.call("read the leader", async move {
+        let (client, prefix) = (self.0.client.clone(), self.0.prefix.clone());
+        self.0.client.call("read the leader", async move {
             let session = client.live_session().await?;
-            let leader = read_leader(&session.etcd()?, session.rpc_timeout(), &prefix).await?;
+            let leader = read_leader(&session.etcd()?, session.rpc_timeout, &prefix).await?;
             Ok(leader.map(LeaderInfo::from))
         })
     }

@@ -6,7 +6,7 @@ use std::sync::Arc;
 use etcd_client::{Compare, CompareOp, Txn, TxnOp};
 use recipes_core::{Backoff, LossReason, Result, Turn, Turns};
 
-use crate::rpc::{header_revision, retrying, retrying_txn};
+use crate::rpc::{header_revision, retrying_txn};
 use crate::session::Session;
 use crate::watch::WatchSet;
 
@@ -82,13 +82,7 @@ pub(crate) async fn guarded(
     create_revision: i64,
     op: TxnOp,
 ) -> Result<Option<i64>> {
-    let txn = Txn::new()
-        .when([Compare::create_revision(
-            key,
-            CompareOp::Equal,
-            create_revision,
-        )])
-        .and_then([op]);
+    let txn = if_ours(key, Some(create_revision), [op]);
     let resp = retrying_txn(etcd, &format!("put {key}"), rpc_timeout, &txn).await?;
     if !resp.succeeded() {
         return Ok(None);
@@ -107,24 +101,17 @@ pub(crate) async fn delete_key(
     if session.is_single_use() {
         return session.revoke(LossReason::Released).await;
     }
-    let etcd = session.etcd()?;
-    let what = format!("delete {key}");
-    match create_revision {
-        Some(rev) => {
-            let txn = Txn::new()
-                .when([Compare::create_revision(key, CompareOp::Equal, rev)])
-                .and_then([TxnOp::delete(key, None)]);
-            retrying_txn(&etcd, &what, session.rpc_timeout(), &txn).await?;
-        }
-        None => {
-            retrying(&what, session.rpc_timeout(), || {
-                let mut etcd = etcd.clone();
-                async move { etcd.delete(key, None).await }
-            })
-            .await?;
-        }
-    }
+    let txn = if_ours(key, create_revision, [TxnOp::delete(key, None)]);
+    let (etcd, what) = (session.etcd()?, format!("delete {key}"));
+    retrying_txn(&etcd, &what, session.rpc_timeout, &txn).await?;
     Ok(())
+}
+
+/// `ops` in one transaction, guarded by `create_revision(key) == rev` when
+/// `rev` is known.
+pub(crate) fn if_ours(key: &str, rev: Option<i64>, ops: impl Into<Vec<TxnOp>>) -> Txn {
+    let ours = rev.map(|rev| Compare::create_revision(key, CompareOp::Equal, rev));
+    Txn::new().when(Vec::from_iter(ours)).and_then(ops)
 }
 
 /// Delete our key, retrying until done or the session is lost (its lease
@@ -145,7 +132,7 @@ pub(crate) async fn delete_until_done(
             Ok(()) => break,
             Err(_) if session.is_lost() => break,
             Err(e) => {
-                log::warn!("[{}] delete {key} failed: {e}; retrying", session.label());
+                log::warn!("[{}] delete {key} failed: {e}; retrying", session.label);
                 backoff.pause().await;
             }
         }
@@ -155,7 +142,7 @@ pub(crate) async fn delete_until_done(
         // after our delete. Look once more after an RPC timeout, in the
         // background: the caller need not wait for it, the turns do.
         tokio::spawn(async move {
-            tokio::time::sleep(session.rpc_timeout()).await;
+            tokio::time::sleep(session.rpc_timeout).await;
             let _ = delete_key(&session, &key, None).await;
             drop(turns);
         });

@@ -1,12 +1,10 @@
 //! # recipes-etcd
 //!
-//! The etcd backend of the `recipes` coordination library: a blocking
-//! client whose lease keep-alives and watches run on its own runtime thread,
-//! and recipes with the key layouts of etcd's Go `concurrency` package, so
-//! `etcdctl lock` and `etcdctl elect` contend with them correctly. The
-//! recipes' API and what they guarantee under pause and partition are
-//! core's ([`recipes_core`]); this crate documents its layout, its
-//! sessions and its interop.
+//! The etcd backend of `recipes`: a blocking client whose keep-alives and
+//! watches run on its own runtime thread, and recipes in the key layouts of
+//! etcd's Go `concurrency` package (so `etcdctl lock` and `etcdctl elect`
+//! contend with them). The API and its guarantees are core's
+//! ([`recipes_core`]); this crate documents layouts, sessions and interop.
 //!
 //! ```no_run
 //! # fn main() -> Result<(), recipes_etcd::Error> {
@@ -29,19 +27,8 @@
 //! # }
 //! ```
 //!
-//! ## Sessions
-//!
-//! Each client holds one etcd lease (its *session*), granted at connect and
-//! kept alive every TTL/3 on the runtime thread; every key of its recipes
-//! is bound to it (see [`EtcdClient`] for the single-use leases of
-//! concurrent acquisitions of one name). Keep-alive replies are matched to the send times of their requests, so
-//! the local deadline is the send time of the newest acknowledged
-//! keep-alive plus the granted TTL, less the drift margin. A lost lease is
-//! never reused; a key whose deletion could not be confirmed stays until
-//! its lease ends. Fences restart when the store is restored from an older
-//! snapshot or wiped (revisions restart).
-//!
-//! ## Implementation
+//! Sessions (one etcd lease per client, single-use leases for concurrent
+//! acquisitions of one name) are described at [`EtcdClient`].
 //!
 //! etcd-client's own timeout option is never set (it would also cut off
 //! watches); each request is timed on its own. The keep-alive and watch
@@ -86,10 +73,5 @@ pub use recipes_core::{
 };
 pub use semaphore::{EtcdSemaphore, Semaphore, SemaphorePermit};
 
-/// A held [`Mutex`]: its token, loss signal, and fenced writes through
-/// [`lease`](recipes_core::MutexGuard::lease).
-///
-/// Under pause and partition its loss signal fires before etcd can give the
-/// lock away (see [`Mutex`]); what it cannot do is stop a holder that is
-/// paused right after checking it — pass the token with every write.
+/// A held [`Mutex`]; see [`recipes_core::MutexGuard`].
 pub type MutexGuard = recipes_core::MutexGuard<EtcdLock>;

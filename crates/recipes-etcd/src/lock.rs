@@ -7,14 +7,14 @@ use std::future::Future;
 use std::sync::Arc;
 use std::time::Duration;
 
-use etcd_client::{Compare, CompareOp, PutOptions, Txn, TxnOp, TxnResponse};
+use etcd_client::{PutOptions, TxnOp, TxnResponse};
 use recipes_core::{
-    Backoff, Error, FencedWrite, FencingToken, HeldEntry, LossReason, LossTrigger, Result, Runtime,
+    watch_held, EntryWatcher, Error, FencedWrite, FencingToken, HeldEntry, Result, Runtime,
     StoreEntry, Turns,
 };
 
 use crate::client::EtcdClient;
-use crate::key::{delete_key, delete_until_done, Acquired};
+use crate::key::{delete_key, delete_until_done, if_ours, Acquired};
 use crate::names::validate_key;
 use crate::rpc::{retrying_get, rpc};
 use crate::session::Session;
@@ -51,16 +51,22 @@ impl EtcdKey {
     /// Hold the key `a` won and watch it (its deletion is loss); `kind`
     /// names it in messages.
     pub(crate) fn held(client: EtcdClient, a: Acquired, kind: &'static str) -> EtcdLock {
-        let trigger = a.session.epoch().trigger().child();
+        let trigger = a.session.epoch.trigger().child();
         let turn: Turn = Arc::new(parking_lot::Mutex::new(Some(a.turns)));
-        client.runtime().handle().spawn(watch_own_key(
-            a.session.clone(),
-            a.key.clone(),
-            a.create_revision,
-            a.watches,
-            trigger.clone(),
-            turn.clone(),
-        ));
+        let own = OwnKey {
+            session: a.session.clone(),
+            key: a.key.clone(),
+            create_revision: a.create_revision,
+        };
+        let (watches, watched, gone) = (a.watches, trigger.clone(), turn.clone());
+        client.runtime().handle().spawn(async move {
+            let label = &own.session.label;
+            if watch_held(&own, label, &own.key, watches, &watched).await {
+                // The key is gone: the next acquisition of the name in this
+                // process need not wait for this guard to be dropped.
+                drop(gone.lock().take());
+            }
+        });
         let token = FencingToken(a.fence.unsigned_abs());
         let key = EtcdKey {
             client,
@@ -98,10 +104,8 @@ impl EtcdKey {
     async fn fenced(self, what: &'static str, ops: Vec<TxnOp>) -> Result<TxnResponse> {
         let (key, rev) = (self.key.as_str(), self.create_revision);
         let mut etcd = self.session.etcd()?;
-        let txn = Txn::new()
-            .when([Compare::create_revision(key, CompareOp::Equal, rev)])
-            .and_then(ops);
-        let resp = rpc(what, self.session.rpc_timeout(), etcd.txn(txn))
+        let txn = if_ours(key, Some(rev), ops);
+        let resp = rpc(what, self.session.rpc_timeout, etcd.txn(txn))
             .await
             .map_err(Error::unconfirmed)?;
         if !resp.succeeded() {
@@ -130,11 +134,11 @@ impl StoreEntry for EtcdKey {
     }
 
     fn session_id(&self) -> i64 {
-        self.session.lease()
+        self.session.lease
     }
 
     fn label(&self) -> &str {
-        self.session.label()
+        &self.session.label
     }
 
     /// The keys below our key's parent; for a permit
@@ -179,7 +183,7 @@ impl StoreEntry for EtcdKey {
             FencedWrite::Delete { key } => TxnOp::delete(key, None),
             // Our key again, with our lease, as Go's `Election.Proclaim`.
             FencedWrite::Proclaim { value } => {
-                let lease = PutOptions::new().with_lease(self.session.lease());
+                let lease = PutOptions::new().with_lease(self.session.lease);
                 TxnOp::put(self.key.as_str(), value, Some(lease))
             }
         };
@@ -190,90 +194,34 @@ impl StoreEntry for EtcdKey {
     }
 }
 
-/// Watch our key: its deletion is loss. Goes on with the acquisition's
-/// watch when it covers the key since the confirming read; otherwise (and
-/// after a broken stream) a synced watch, then a read of the key, so a
-/// deletion before the watch existed is seen too.
-async fn watch_own_key(
+/// Our held key, watched for deletion (core's [`watch_held`]).
+struct OwnKey {
     session: Arc<Session>,
     key: String,
     create_revision: i64,
-    watches: Option<WatchSet>,
-    trigger: LossTrigger,
-    turn: Turn,
-) {
-    let gone = |why: &str| {
-        if trigger.fire(LossReason::Deleted) {
-            log::info!("[{}] {key} {why}: lock lost", session.label());
-        }
-        // The key is gone: the next acquisition of the name in this process
-        // need not wait for this guard to be dropped.
-        drop(turn.lock().take());
-    };
-    let watching = async {
-        let mut handed_over = watches;
-        let mut backoff = Backoff::RETRY;
-        loop {
-            if trigger.is_fired() {
-                return;
-            }
-            let mut watch = match handed_over.take() {
-                Some(w) => w,
-                None => match watch_and_read(&session, &key, create_revision).await {
-                    Ok(Some(w)) => {
-                        backoff.reset();
-                        w
-                    }
-                    Ok(None) => {
-                        gone("is gone");
-                        return;
-                    }
-                    Err(e) => {
-                        log::debug!("[{}] watch on {key} failed: {e}", session.label());
-                        backoff.pause().await;
-                        continue;
-                    }
-                },
-            };
-            loop {
-                match watch.next().await {
-                    Ok(Gone::Ours) => {
-                        gone("was deleted");
-                        return;
-                    }
-                    // The last contender ahead, gone before we held.
-                    Ok(Gone::Ahead) => {}
-                    Err(e) => {
-                        log::debug!("[{}] watch on {key} broke: {e}", session.label());
-                        break;
-                    }
-                }
-            }
-        }
-    };
-    // Released, or the session lost: the watch has nothing left to say.
-    let ended = trigger.signal();
-    tokio::select! {
-        _ = ended.fired() => {}
-        () = watching => {}
-    }
 }
 
-/// A new synced watch on our key, then a read: `None` when the key is gone.
-async fn watch_and_read(
-    session: &Session,
-    key: &str,
-    create_revision: i64,
-) -> Result<Option<WatchSet>> {
-    let etcd = session.etcd()?;
-    let timeout = session.rpc_timeout();
-    let watch = WatchSet::open(&etcd, key, timeout).await?;
-    let read = retrying_get(&etcd, timeout, key, None).await?;
-    let ours = read
-        .kvs()
-        .first()
-        .is_some_and(|kv| kv.create_revision() == create_revision);
-    Ok(ours.then_some(watch))
+impl EntryWatcher for OwnKey {
+    type Watch = WatchSet;
+
+    /// A new synced watch on our key, then a read.
+    async fn watch(&self) -> Result<Option<WatchSet>> {
+        let (etcd, timeout) = (self.session.etcd()?, self.session.rpc_timeout);
+        let watch = WatchSet::open(&etcd, &self.key, timeout).await?;
+        let read = retrying_get(&etcd, timeout, &self.key, None).await?;
+        let ours = read
+            .kvs()
+            .first()
+            .is_some_and(|kv| kv.create_revision() == self.create_revision);
+        Ok(ours.then_some(watch))
+    }
+
+    /// Our key's deletion; the last contender ahead (gone before we held)
+    /// does not count.
+    async fn deleted(watch: &mut WatchSet) -> Result<()> {
+        while watch.next().await? == Gone::Ahead {}
+        Ok(())
+    }
 }
 
 impl fmt::Debug for EtcdKey {

@@ -1,26 +1,9 @@
-//! The etcd mutex: etcd's `concurrency` layout, a one-transaction acquire,
-//! a synced watch on the one key that must go.
-//!
-//! # Protocol
-//!
-//! A contender owns `<name>/<lease id in hex>`, bound to its client's
-//! lease; the owner is the key exactly one level below `<name>/` with the
-//! lowest `create_revision`. Go's `concurrency.Mutex` and `etcdctl lock`
-//! use the same layout and rule (except that they count nested keys too),
-//! so they contend with this mutex correctly.
-//!
-//! 1. One transaction: if our key does not exist, put it with our lease;
-//!    either way read it and the oldest keys under the prefix. When ours is
-//!    the oldest, the lock is ours and the fence is the transaction's
-//!    header revision. Alongside, a synced watch on our own key starts
-//!    (`watch.rs`): its deletion is loss, while waiting and while held.
-//! 2. Otherwise watch the contender created just before ours (synced, on
-//!    the same stream), read again, and wait for it to go. The read that
-//!    finds none ahead of us (our key still there) confirms ownership; its
-//!    header revision is the fence.
-//!
-//! The loop is core's contend engine ([`recipes_core::engine::contend`]);
-//! the etcd side of it, shared with the election, is `contend.rs`.
+//! The etcd mutex: etcd's `concurrency` layout, driven by `contend.rs`
+//! (one-transaction acquire, a synced watch on the one key that must go).
+//! The owner is the key exactly one level below `<name>/` with the lowest
+//! `create_revision`; Go's `concurrency.Mutex` and `etcdctl lock` use the
+//! same layout and rule (they count nested keys too), so they contend with
+//! this mutex correctly.
 //!
 //! The fence equals what Go's `Mutex.Header().Revision` and `etcdctl
 //! lock`'s `ETCD_LOCK_REV` give their holders, so mixed holders share one
@@ -30,45 +13,79 @@
 
 use std::time::Instant as StdInstant;
 
+use recipes_core::engine;
 use recipes_core::{HandleQueue, MutexBackend, Result};
 use tokio::time::Instant;
 
 use crate::client::EtcdClient;
-use crate::contend::{contend, Claim, Via};
+use crate::contend::{Claim, KeyContender, Layout, Via};
+use crate::key::Acquired;
 use crate::lock::{EtcdKey, EtcdLock};
 use crate::names::{key_prefix, validate_name};
 
-/// A mutex in etcd's `concurrency` layout (keys `<name>/<lease id>`),
-/// shared with Go's `concurrency.Mutex` and `etcdctl lock <name>`; see
-/// [`recipes_core::Mutex`] for the API and what holds under pause and
-/// partition. Made by [`Client::mutex`](crate::Client::mutex).
-///
-/// Threads sharing one handle take turns in the process: the second waits,
-/// with no key in etcd, until the first one's guard is gone. Separate
-/// handles of one name contend in etcd; the later one's key is bound to
-/// a single-use lease (see [`EtcdClient`]), so two
-/// holders are never one identity in etcd.
-pub type Mutex = recipes_core::Mutex<EtcdMutex>;
-
-/// The etcd mutex backend; use it through [`Mutex`].
+/// A handle of a lock or election name: what a mutex and an election
+/// backend hold. Clones share the queue: they are one handle.
 #[derive(Debug, Clone)]
-pub struct EtcdMutex {
-    client: EtcdClient,
-    name: String,
-    prefix: String,
-    // Shared by clones: they are one handle.
+pub(crate) struct NameHandle {
+    pub(crate) client: EtcdClient,
+    pub(crate) name: String,
+    pub(crate) prefix: String,
     queue: HandleQueue,
 }
 
-impl EtcdMutex {
-    pub(crate) fn new(client: EtcdClient, name: &str) -> Result<EtcdMutex> {
-        validate_name("lock", name)?;
-        Ok(EtcdMutex {
+impl NameHandle {
+    /// A handle of `name`, checked as the name of a `what`.
+    pub(crate) fn new(client: EtcdClient, what: &str, name: &str) -> Result<NameHandle> {
+        validate_name(what, name)?;
+        Ok(NameHandle {
             client,
             name: name.to_owned(),
             prefix: key_prefix(name),
             queue: HandleQueue::default(),
         })
+    }
+
+    /// Contend (as `claim` says) until ours or `deadline`: the handle's
+    /// turn first, then the engine.
+    pub(crate) async fn contend(
+        &self,
+        claim: Claim<'_>,
+        deadline: Option<Instant>,
+    ) -> Result<Option<Acquired>> {
+        let Some(handle_turn) = self.queue.turn(deadline).await else {
+            return Ok(None);
+        };
+        let driver = KeyContender {
+            client: &self.client,
+            prefix: &self.prefix,
+            layout: Layout::Key {
+                name: &self.name,
+                via: Via::Handle,
+                claim,
+            },
+        };
+        let won = engine::contend(&driver, deadline).await?;
+        Ok(won.map(|mut a| {
+            a.turns.hold_handle(Some(handle_turn));
+            a
+        }))
+    }
+}
+
+/// A mutex in etcd's `concurrency` layout (keys `<name>/<lease id>`),
+/// shared with Go's `concurrency.Mutex` and `etcdctl lock <name>`; see
+/// [`recipes_core::Mutex`] for the API and what holds under pause and
+/// partition. Made by [`Client::mutex`](crate::Client::mutex). Threads
+/// sharing a handle take turns in the process; see [`EtcdClient`].
+pub type Mutex = recipes_core::Mutex<EtcdMutex>;
+
+/// The etcd mutex backend; use it through [`Mutex`].
+#[derive(Debug, Clone)]
+pub struct EtcdMutex(NameHandle);
+
+impl EtcdMutex {
+    pub(crate) fn new(client: EtcdClient, name: &str) -> Result<EtcdMutex> {
+        NameHandle::new(client, "lock", name).map(EtcdMutex)
     }
 }
 
@@ -76,17 +93,18 @@ impl MutexBackend for EtcdMutex {
     type Lease = EtcdLock;
 
     fn name(&self) -> &str {
-        &self.name
+        &self.0.name
     }
 
     fn acquire(&self, deadline: Option<StdInstant>) -> Result<Option<EtcdLock>> {
-        let this = self.clone();
-        self.client.runtime().call_until("lock", None, async move {
-            let deadline = deadline.map(Instant::from_std);
-            let via = Via::Handle(&this.queue);
-            let (client, name, prefix) = (&this.client, &this.name, &this.prefix);
-            let won = contend(client, name, prefix, via, Claim::Lock, deadline).await?;
-            Ok(won.map(|a| EtcdKey::held(this.client.clone(), a, "lock")))
-        })
+        let this = self.0.clone();
+        self.0
+            .client
+            .runtime()
+            .call_until("lock", None, async move {
+                let deadline = deadline.map(Instant::from_std);
+                let won = this.contend(Claim::Lock, deadline).await?;
+                Ok(won.map(|a| EtcdKey::held(this.client.clone(), a, "lock")))
+            })
     }
 }

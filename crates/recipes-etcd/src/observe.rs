@@ -37,7 +37,7 @@ impl LeaderWatch for Watch {
             Some((etcd, timeout, _)) => (etcd.clone(), *timeout),
             None => {
                 let session = self.client.live_session().await?;
-                let (etcd, timeout) = (session.etcd()?, session.rpc_timeout());
+                let (etcd, timeout) = (session.etcd()?, session.rpc_timeout);
                 let watch = PrefixWatch::open(&etcd, &self.prefix, false, timeout).await?;
                 self.watch = Some((etcd.clone(), timeout, watch));
                 (etcd, timeout)

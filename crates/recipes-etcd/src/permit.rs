@@ -1,17 +1,13 @@
-//! A semaphore's permit keys `<name>/leases/<lease hex>-<n>`: the permit
-//! layout of the contend driver (`contend.rs`), which creates one and
-//! waits among them (the first N in create order hold). A held one is an
-//! [`EtcdLock`](crate::EtcdLock).
+//! A semaphore's permit keys: the permit layout of the contend driver
+//! (`contend.rs`); the first N in create order hold.
 //!
-//! - **enter**: one transaction — if our key does not exist and
-//!   `<name>/config` still holds our N, put the key with our lease and read
-//!   every permit key in create order — joined with a synced watch on our
-//!   own key, which becomes the held permit's loss watch.
-//! - **list**: one read of every permit key in create order; our key
-//!   counts only with its own `create_revision`.
-//! - **wait**: a synced watch on the whole permit prefix for any deletion
-//!   (any permit's release can admit us; we are the one waiter the
-//!   internal mutex lets in), then the engine reads again.
+//! - **enter**: one transaction — if our key does not exist and the size
+//!   key still holds our N, put the key and read every permit key — joined
+//!   with a synced watch on our own key (the held permit's loss watch).
+//! - **list**: one read of every permit key; ours counts only with its own
+//!   `create_revision`.
+//! - **wait**: a synced watch for any deletion under the permit prefix (we
+//!   are the one waiter the internal mutex lets in), then read again.
 //! - **confirm**: the admitting read's revision; permits have no fence.
 
 use std::time::Duration;
@@ -72,7 +68,7 @@ impl EtcdSemaphore {
         let etcd = session.etcd()?;
         let config = self.config_key.as_str();
         let (prefix, all) = self.all_permits();
-        let lease = PutOptions::new().with_lease(session.lease());
+        let lease = PutOptions::new().with_lease(session.lease);
         let txn = Txn::new()
             .when([
                 Compare::create_revision(key, CompareOp::Equal, 0),
@@ -90,7 +86,7 @@ impl EtcdSemaphore {
         let what = format!("create a permit key of {}", self.name);
         loop {
             // Safe to send twice: a second run finds our key and reads it.
-            let resp = retrying_txn(&etcd, &what, session.rpc_timeout(), &txn).await?;
+            let resp = retrying_txn(&etcd, &what, session.rpc_timeout, &txn).await?;
             let header = header_revision(&resp)?;
             if resp.succeeded() {
                 let listing = self.listing(&read_at(&resp, 1)?, key, header, header);
@@ -137,9 +133,9 @@ impl EtcdSemaphore {
             // after that read can be missed.
             Some(w) => w.deleted().await,
             None => {
-                log::debug!("[{}] {} waits for a permit", session.label(), entry.key);
+                log::debug!("[{}] {} waits for a permit", session.label, entry.key);
                 let prefix = &self.lease_prefix;
-                let watch = PrefixWatch::open(&entry.etcd, prefix, true, session.rpc_timeout());
+                let watch = PrefixWatch::open(&entry.etcd, prefix, true, session.rpc_timeout);
                 entry.waiting = Some(watch.await?);
                 Ok(())
             }

@@ -17,9 +17,8 @@
 //!   counter, so one client (one lease) can hold several permits.
 //!
 //! Only keys exactly one level below `/sems/x/leases/` count as permits.
-//! Core's [`admit`](recipes_core::engine::admit) composes the protocol from
-//! two drivers of the contend engine: the internal mutex (`contend.rs`, on
-//! the client's own lease) and the permit keys (`permit.rs`).
+//! Core's [`admit`](recipes_core::engine::admit) drives the internal mutex
+//! (`contend.rs`) and the permit keys (`permit.rs`).
 
 use std::time::Instant as StdInstant;
 
@@ -49,8 +48,7 @@ pub type Semaphore = recipes_core::Semaphore<EtcdSemaphore>;
 /// A held permit of a [`Semaphore`]; see [`recipes_core::SemaphorePermit`].
 pub type SemaphorePermit = recipes_core::SemaphorePermit<EtcdLock>;
 
-/// The etcd semaphore backend; use it through [`Semaphore`], which
-/// documents what holds under pause and partition.
+/// The etcd semaphore backend; use it through [`Semaphore`].
 #[derive(Debug, Clone)]
 pub struct EtcdSemaphore {
     pub(crate) client: EtcdClient,
@@ -106,7 +104,7 @@ impl EtcdSemaphore {
             .with_range(format!("{prefix}g"))
             .with_keys_only();
         let from = format!("{prefix}0");
-        let read = retrying_get(&etcd, session.rpc_timeout(), &from, Some(hex)).await?;
+        let read = retrying_get(&etcd, session.rpc_timeout, &from, Some(hex)).await?;
         if let Some(kv) = read.kvs().iter().find(|kv| is_contender(&prefix, kv.key())) {
             return Err(other_layout(
                 &prefix,
@@ -122,13 +120,9 @@ impl EtcdSemaphore {
             .or_else([TxnOp::get(config, None)]);
         // Safe to send twice: a second run finds our own value.
         let what = format!("store the size of {}", self.name);
-        let resp = retrying_txn(&etcd, &what, session.rpc_timeout(), &txn).await?;
+        let resp = retrying_txn(&etcd, &what, session.rpc_timeout, &txn).await?;
         if resp.succeeded() {
-            log::debug!(
-                "[{}] {config} = {} (created)",
-                session.label(),
-                self.permits
-            );
+            log::debug!("[{}] {config} = {} (created)", session.label, self.permits);
             return Ok(());
         }
         match read_at(&resp, 0)?.kvs().first() {

@@ -1,36 +1,22 @@
-//! One etcd session: a lease, its keep-alive stream and its validity epoch.
-//!
-//! The lease is granted once; a keep-alive request goes out every TTL/3 on
-//! etcd-client's keep-alive stream. The server answers every request on a
-//! stream in order (or ends the stream), so replies are matched to send
-//! times first-in first-out, and each reply's TTL feeds the session's
-//! [`SessionLease`] with the send time of the request it answers. A reply
-//! with TTL ≤ 0 means the lease is gone: loss, [`LossReason::Revoked`].
-//!
-//! etcd-client does not re-open a keep-alive stream whose member died; this
-//! loop does. While no stream is up the deadline is simply not renewed, and
-//! the session is lost when it passes. A lost session is dead for good: the
+//! One etcd session: a lease, its keep-alive loop (`keep_alive.rs`) and its
+//! validity epoch ([`SessionLease`]). A lost session is dead for good: the
 //! client grants a new lease for the next acquisition, and every key of the
-//! old one goes (with the lease, which is revoked when possible).
-//!
-//! # One key per lease and name
+//! old one goes with the lease, which is revoked when possible.
 //!
 //! Two acquisitions of one name on one lease would own the same key, so
 //! each session hands out one *turn* per name at a time (core's
-//! [`NamedTurns`]), held until the key is gone; the single-use sessions
-//! (core's [`Sessions`](recipes_core::Sessions)) and the handles' queues are
-//! described at [`EtcdClient`](crate::EtcdClient). A semaphore's internal
-//! mutex keeps to the primary session and waits for its turn there: every
-//! permit has a key of its own (`<lease id>-<n>`), so one lease serves any
-//! number of them.
+//! [`NamedTurns`]), held until the key is gone; see
+//! [`EtcdClient`](crate::EtcdClient). A semaphore's internal mutex waits
+//! for its turn on the client's session: every permit has a key of its own
+//! (`<lease id>-<n>`), so one lease serves any number of them.
 
 use std::fmt;
 use std::sync::Arc;
 use std::time::Duration;
 
 use recipes_core::{
-    Backoff, Error, LossReason, LossTrigger, NamedTurns, PooledSession, Result, SessionLease,
-    SharedClock, StopFlag,
+    Backoff, Error, LossReason, NamedTurns, PooledSession, Result, Runtime, SessionLease, Settings,
+    StopFlag,
 };
 
 use tokio::time::Instant;
@@ -39,27 +25,15 @@ use crate::rpc::retrying;
 
 mod keep_alive;
 
-/// What a new session needs.
-pub(crate) struct SessionSettings {
-    pub(crate) ttl: Duration,
-    pub(crate) rpc_timeout: Duration,
-    pub(crate) slack: Duration,
-    pub(crate) clock: SharedClock,
-    pub(crate) loss_parent: LossTrigger,
-    pub(crate) handle: tokio::runtime::Handle,
-    /// A lease of one acquisition alone (see [`Session::is_single_use`]).
-    pub(crate) single_use: bool,
-}
-
 pub(crate) struct Session {
     // `None` only inside `Drop`, where it is dropped with the runtime
     // entered.
     etcd: Option<etcd_client::Client>,
-    lease: i64,
-    ttl: Duration,
-    label: String,
-    rpc_timeout: Duration,
-    epoch: SessionLease,
+    pub(crate) lease: i64,
+    pub(crate) ttl: Duration,
+    pub(crate) label: String,
+    pub(crate) rpc_timeout: Duration,
+    pub(crate) epoch: SessionLease,
     handle: tokio::runtime::Handle,
     // Set by `orphan` and `revoke`: the keep-alive loop stops.
     stop: StopFlag,
@@ -69,13 +43,18 @@ pub(crate) struct Session {
 }
 
 impl Session {
-    /// Grant a lease and start keeping it alive. Runs on the runtime.
+    /// Grant a lease and start keeping it alive on `rt`; a `single_use`
+    /// one serves one acquisition alone (see [`Session::is_single_use`]).
+    /// Runs on the runtime.
     pub(crate) async fn grant(
         etcd: etcd_client::Client,
-        settings: &SessionSettings,
+        settings: &Settings,
+        rt: &Runtime,
+        single_use: bool,
     ) -> Result<Arc<Session>> {
         let asked = ttl_seconds(settings.ttl);
-        let sent_at = settings.clock.now();
+        let clock = recipes_core::system_clock();
+        let sent_at = clock.now();
         // A grant sent twice leaks a lease without keys for one TTL: harmless.
         let granted = retrying("grant an etcd lease", settings.rpc_timeout, || {
             let mut etcd = etcd.clone();
@@ -97,13 +76,9 @@ impl Session {
         }
         // An unusable grant would make every acquisition lost at once; the
         // lease is left to expire.
-        recipes_core::check_lease("the TTL etcd granted", ttl, settings.slack)?;
-        let epoch = SessionLease::start(
-            &label,
-            &settings.loss_parent,
-            settings.clock.clone(),
-            settings.slack,
-        )?;
+        let slack = settings.lease_slack;
+        recipes_core::check_lease("the TTL etcd granted", ttl, slack)?;
+        let epoch = SessionLease::start(&label, rt.loss_root(), clock, slack)?;
         epoch.acknowledged(sent_at, ttl);
         let session = Arc::new(Session {
             etcd: Some(etcd),
@@ -112,40 +87,18 @@ impl Session {
             label,
             rpc_timeout: settings.rpc_timeout,
             epoch,
-            handle: settings.handle.clone(),
+            handle: rt.handle().clone(),
             stop: StopFlag::default(),
             turns: NamedTurns::default(),
-            single_use: settings.single_use,
+            single_use,
         });
-        settings
-            .handle
-            .spawn(keep_alive::keep_alive(session.clone()));
+        rt.handle().spawn(keep_alive::keep_alive(session.clone()));
         log::debug!("[{}] session started, TTL {ttl:?}", session.label);
         Ok(session)
     }
 
     pub(crate) fn etcd(&self) -> Result<etcd_client::Client> {
         self.etcd.clone().ok_or(Error::Closed)
-    }
-
-    pub(crate) fn lease(&self) -> i64 {
-        self.lease
-    }
-
-    pub(crate) fn ttl(&self) -> Duration {
-        self.ttl
-    }
-
-    pub(crate) fn label(&self) -> &str {
-        &self.label
-    }
-
-    pub(crate) fn rpc_timeout(&self) -> Duration {
-        self.rpc_timeout
-    }
-
-    pub(crate) fn epoch(&self) -> &SessionLease {
-        &self.epoch
     }
 
     /// Whether new acquisitions may use this session: not lost, not

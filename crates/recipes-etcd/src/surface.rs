@@ -64,7 +64,7 @@ impl Client for EtcdClient {
         let (client, prefix) = (self.clone(), key_prefix(name));
         self.call("list contenders", async move {
             let session = client.live_session().await?;
-            read_candidates(&session.etcd()?, session.rpc_timeout(), &prefix).await
+            read_candidates(&session.etcd()?, session.rpc_timeout, &prefix).await
         })
     }
 
@@ -82,7 +82,7 @@ impl Client for EtcdClient {
         self.call("read", async move {
             let session = client.live_session().await?;
             let etcd = session.etcd()?;
-            let resp = retrying_get(&etcd, session.rpc_timeout(), &key, None).await?;
+            let resp = retrying_get(&etcd, session.rpc_timeout, &key, None).await?;
             Ok(resp.kvs().first().map(|kv| kv.value().to_vec()))
         })
     }
@@ -90,7 +90,7 @@ impl Client for EtcdClient {
     /// The client's own lease; a guard's `session_id` names the lease its
     /// key is bound to (a single-use one, perhaps).
     fn session_id(&self) -> Option<i64> {
-        self.current_session().map(|s| s.lease())
+        self.current_session().map(|s| s.lease)
     }
 
     fn granted_ttl(&self) -> Duration {
@@ -109,7 +109,7 @@ impl Client for EtcdClient {
 
     fn last_acknowledged(&self) -> Option<BootInstant> {
         self.current_session()
-            .and_then(|s| s.epoch().last_acknowledged_send())
+            .and_then(|s| s.epoch.last_acknowledged_send())
     }
 
     fn close_within(&self, grace: Duration) -> Result<()> {
