@@ -112,7 +112,9 @@ impl EtcdClientBuilder {
             Err(Error::Timeout { .. } | Error::ConnectionLoss) => {
                 return Err(Error::Backend {
                     message: format!(
-                        "no etcd member of {} answered within {:?}",
+                        "no etcd member of {} answered within {:?}: check that each endpoint \
+                         is an etcd client URL (port 2379 by default), not ZooKeeper's (2181), \
+                         an HTTP/1 server or a TLS-only port, and that it is up",
                         self.endpoints.join(","),
                         self.settings.connect_timeout
                     ),

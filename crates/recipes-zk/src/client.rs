@@ -180,7 +180,10 @@ impl Inner {
             Ok(Err(_)) | Err(_) => {
                 return Err(Error::Backend {
                     message: format!(
-                        "no ZooKeeper session with any of {hosts} within {:?}",
+                        "no ZooKeeper session with any of {hosts} within {:?}: check that each \
+                         host:port is a ZooKeeper client port (2181 by default), not etcd's \
+                         (2379), an HTTP server or ZooKeeper's TLS-only secure port, and that \
+                         it is up",
                         self.config.settings.connect_timeout
                     ),
                     retryable: true,

@@ -1,8 +1,8 @@
 //! Endpoints: URL forms a store does not take and a missing port are
 //! `InvalidArgument` before anything is dialled; a reachable port that is
 //! not the store (the other store, an HTTP server, nothing at all) is a
-//! retryable `Backend` error naming the address, within the connect
-//! timeout; ZooKeeper chroots that do not exist yet are made, as Curator
+//! retryable `Backend` error naming the address and the likely mistakes
+//! (another store's port, HTTP, TLS expected), within the connect timeout; ZooKeeper chroots that do not exist yet are made, as Curator
 //! makes its namespace.
 
 use std::net::SocketAddr;
@@ -71,8 +71,11 @@ fn unreachable<S: Store>(target: &str, names: &str) -> Result<(), String> {
     let r = S::connect_to(target, &settings());
     error_is(
         r,
-        &format!("a Backend error naming {names}"),
-        |e| matches!(e, Error::Backend { message, .. } if message.contains(names)),
+        &format!("a Backend error naming {names} and the likely mistake"),
+        |e| {
+            matches!(e, Error::Backend { message, .. }
+                if message.contains(names) && message.contains("check that"))
+        },
     )
 }
 

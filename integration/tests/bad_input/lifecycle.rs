@@ -119,7 +119,7 @@ pub fn run<S: Store>() {
         },
     );
     b.case(
-        "a release after the entry was deleted is Ok and removes nothing else",
+        "a release after the entry was deleted is LeaseLost(Deleted) and removes nothing else",
         |ctx| {
             let name = ctx.name("m");
             let g = ok("lock", ctx.client.mutex(&name).and_then(|m| m.lock()))?;
@@ -131,7 +131,9 @@ pub fn run<S: Store>() {
                 return Err(format!("loss reason {reason:?}"));
             }
             match g.release() {
-                Ok(()) | Err(Error::LeaseLost { .. }) => Ok(()),
+                Err(Error::LeaseLost {
+                    reason: LossReason::Deleted,
+                }) => Ok(()),
                 other => Err(format!("release: {other:?}")),
             }
         },
