@@ -229,6 +229,7 @@ fn a_waiter_outlives_a_client_side_expiry<R: Rig>() {
     let held = holder_client.mutex(name).unwrap().lock().unwrap();
     let (b, b_rx) = waiter_on(rig.connect_with(SHORT), name, go_rx);
     queued(&*rig, name, 2);
+    let first_session = b.session_id();
 
     rig.kill();
     // The fault's length: past 1.4 × the waiter's session timeout.
@@ -242,6 +243,13 @@ fn a_waiter_outlives_a_client_side_expiry<R: Rig>() {
         .recv_timeout(scale(AFTER_RESTART))
         .expect("the waiter returns after the restart");
     got.expect("the waiter acquires on a new session, no SessionExpired");
+    // The property needs the expiry to have happened: the waiter's client
+    // gave up on its first session and holds the lock on another.
+    assert_ne!(
+        b.session_id(),
+        first_session,
+        "the outage did not end the waiter's session: the case did not run"
+    );
     go_tx.send(()).unwrap();
     wait_until("every entry is gone", Duration::from_secs(10), || {
         rig.entries(name).is_empty()
