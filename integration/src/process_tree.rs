@@ -52,6 +52,11 @@ fn stat(pid: u32) -> Option<Stat> {
     })
 }
 
+/// The parent pid of `pid`, if it still exists.
+pub fn parent_of(pid: u32) -> Option<u32> {
+    stat(pid).map(|s| s.ppid)
+}
+
 /// Every live descendant of `root` (not `root` itself), found by parent pid.
 pub fn descendants(root: u32) -> Vec<TreeMember> {
     let Ok(entries) = std::fs::read_dir("/proc") else {

@@ -191,11 +191,16 @@ tests_of! {
     fault_sigkill_of_recipes_ends_cmds_background_writer_before_takeover_subreaper_etcd => (Store::Etcd, Tree::Subreaper);
 }
 
-/// CMD starts a child that calls `setsid` (a new session and process
-/// group) and ignores SIGTERM; the holder's node or key is deleted. By the
-/// time `recipes` has exited 76, that child is gone.
-fn fault_setsid_child_ends_on_a_normal_loss(store: Store, tree: Tree) {
-    let scene = Scene::new("setsid-loss");
+/// A `recipes lock` (with `extra` arguments) whose CMD starts a child that
+/// calls `setsid` and ignores SIGTERM, then sleeps: the holder, its ready
+/// line's words, the child's pid, and a guard that kills the child if the
+/// test fails.
+fn holder_with_setsid_child(
+    store: Store,
+    tree: Tree,
+    scene: &Scene,
+    extra: &[&str],
+) -> (std::process::Child, Vec<String>, u32, KillOnPanic) {
     let child_pid = scene.file("child");
     let child = background(
         "trap \"\" TERM;",
@@ -203,14 +208,25 @@ fn fault_setsid_child_ends_on_a_normal_loss(store: Store, tree: Tree) {
         &child_pid,
         true,
     );
-    let (mut holder, info) = start_holder(
+    let mut args = vec!["lock", scene.name.as_str()];
+    args.extend_from_slice(extra);
+    let (holder, info) = start_holder(
         with(store, "5s", tree),
-        &["lock", &scene.name, "--grace", "300s"],
-        &scene,
+        &args,
+        scene,
         &format!("{child} exec sleep 30"),
     );
     let child = pid_in(&child_pid);
-    let _cleanup = KillOnPanic(vec![child]);
+    (holder, info, child, KillOnPanic(vec![child]))
+}
+
+/// CMD starts a child that calls `setsid` (a new session and process
+/// group) and ignores SIGTERM; the holder's node or key is deleted. By the
+/// time `recipes` has exited 76, that child is gone.
+fn fault_setsid_child_ends_on_a_normal_loss(store: Store, tree: Tree) {
+    let scene = Scene::new("setsid-loss");
+    let (mut holder, info, child, _cleanup) =
+        holder_with_setsid_child(store, tree, &scene, &["--grace", "300s"]);
     let contained = cgroup_of(child);
     store.delete(&info[1]);
     let status = wait_exit(&mut holder);
@@ -239,23 +255,9 @@ tests_of! {
 /// subreaper too and kills what came to it.
 fn fault_a_killed_keeper_leaves_no_process_of_cmds_tree(store: Store, tree: Tree) {
     let scene = Scene::new("keeper-killed");
-    let child_pid = scene.file("child");
-    let child = background(
-        "trap \"\" TERM;",
-        "while :; do sleep 1; done",
-        &child_pid,
-        true,
-    );
-    let (mut holder, info) = start_holder(
-        with(store, "5s", tree),
-        &["lock", &scene.name],
-        &scene,
-        &format!("{child} exec sleep 30"),
-    );
-    let child = pid_in(&child_pid);
-    let _cleanup = KillOnPanic(vec![child]);
+    let (mut holder, info, child, _cleanup) = holder_with_setsid_child(store, tree, &scene, &[]);
     let cmd: u32 = info[0].parse().unwrap();
-    let keeper = parent_of(cmd);
+    let keeper = integration::process_tree::parent_of(cmd).expect("CMD runs");
     assert_ne!(
         keeper,
         holder.id(),
@@ -272,19 +274,6 @@ fn fault_a_killed_keeper_leaves_no_process_of_cmds_tree(store: Store, tree: Tree
     );
     let stderr = stderr_of(&mut holder);
     assert_eq!(status.code(), Some(71), "{stderr}");
-}
-
-/// The parent pid of `pid`, from `/proc/PID/stat` (after the command name,
-/// which is in parentheses and may hold anything).
-fn parent_of(pid: u32) -> u32 {
-    let stat = fs::read_to_string(format!("/proc/{pid}/stat")).unwrap();
-    let after_name = stat.rsplit_once(')').unwrap().1;
-    after_name
-        .split_whitespace()
-        .nth(1)
-        .unwrap()
-        .parse()
-        .unwrap()
 }
 
 tests_of! {
