@@ -112,11 +112,11 @@ impl ContendDriver for NodeDriver {
         self.client.rpc_timeout()
     }
 
-    /// Waits out an outage: a session that ended (zookeeper-client also
-    /// gives one up on its own after an outage longer than its timeout)
-    /// is replaced; connection errors are retried until `deadline`.
-    async fn epoch(&self, deadline: Option<Instant>) -> Result<Option<Epoch>> {
-        let mut backoff = Backoff::RETRY;
+    /// A live session's epoch; a session that ended (zookeeper-client also
+    /// gives one up on its own after an outage longer than its timeout) is
+    /// replaced. Connection errors go back to the engine, which retries
+    /// them until the deadline.
+    async fn epoch(&self, _deadline: Option<Instant>) -> Result<Option<Epoch>> {
         loop {
             let tried = match self.client.live_session().await {
                 Ok(session) => session.live_epoch().await.map(|e| (session, e)),
@@ -126,10 +126,6 @@ impl ContendDriver for NodeDriver {
                 Ok(epoch) => return Ok(Some(epoch)),
                 // Ended since `live_session`: the next one is new.
                 Err(Error::SessionExpired) => {}
-                Err(e) if e.is_retryable() && deadline.is_none_or(|d| Instant::now() < d) => {
-                    log::debug!("no session yet: {e}; retrying");
-                    backoff.pause().await;
-                }
                 Err(e) => return Err(e),
             }
         }
@@ -184,8 +180,8 @@ impl ContendDriver for NodeDriver {
         let lock_name = self.contender.lock_name;
         let children = match session.zk().list_children(dir).await {
             Ok(children) => children,
-            // The session's end took our node (the engine starts over).
-            Err(zk::Error::SessionExpired) => Vec::new(),
+            // A session that ended has fired the epoch's loss first: the
+            // engine starts over on this error.
             Err(e) => return Err(read_error(&format!("list {dir}"), e)),
         };
         if let Err(refused) = own_layout(dir, &children, Some(lock_name)) {
@@ -216,15 +212,15 @@ impl ContendDriver for NodeDriver {
             // Any permit's release may admit us, not only the one ahead.
             match session.zk().get_and_watch_children(dir).await {
                 Ok((children, _, watcher)) if children.contains(ahead) => watcher,
-                Ok(_) | Err(zk::Error::SessionExpired) => return Ok(()),
+                Ok(_) => return Ok(()),
                 Err(e) => return Err(read_error(&format!("watch {dir}"), e)),
             }
         } else {
             let watched = format!("{dir}/{ahead}");
             match session.zk().get_and_watch_data(&watched).await {
                 Ok((_, _, watcher)) => watcher,
-                // Read again: the list finds the node, or our session, gone.
-                Err(zk::Error::NoNode | zk::Error::SessionExpired) => return Ok(()),
+                // Read again: the list finds the node gone.
+                Err(zk::Error::NoNode) => return Ok(()),
                 Err(e) => return Err(read_error(&format!("watch {watched}"), e)),
             }
         };
