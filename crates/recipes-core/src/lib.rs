@@ -60,6 +60,8 @@ mod held;
 mod held_watch;
 mod leader;
 mod lease;
+mod lease_pool;
+mod lease_session;
 mod limits;
 mod loss;
 mod mutex;
@@ -89,6 +91,8 @@ pub use held::{FencedWrite, HeldEntry, StoreEntry};
 pub use held_watch::{watch_held, EntryWatcher};
 pub use leader::{validate_participant_id, LatchEvent, LeaderLatch, LeaderSelector, Participant};
 pub use lease::{LossPolicy, SessionLease};
+pub use lease_pool::LeaseSessions;
+pub use lease_session::{LeaseSession, LeaseStore, Opened};
 pub use limits::{
     check_timeout, check_ttl, check_value, deadline_in, quote, Settings, DEFAULT_CONNECT_TIMEOUT,
     DEFAULT_RPC_TIMEOUT, DEFAULT_TTL, MAX_DURATION, MAX_NAME_BYTES, MAX_VALUE_BYTES, MIN_TTL,

@@ -34,7 +34,7 @@ use crate::key::{guarded, Acquired, Ticket};
 use crate::names::{contender_key, is_contender, other_layout, permit_key, size_key, Key};
 use crate::rpc::{header_revision, read_at, retrying_txn, unexpected};
 use crate::semaphore::EtcdSemaphore;
-use crate::session::Session;
+use crate::session::{Etcd, Session};
 use crate::watch::{PrefixWatch, WatchSet};
 
 /// How many keys one ownership read returns. Nested locks' keys (which do
@@ -110,7 +110,7 @@ pub(crate) struct KeyEpoch {
 
 /// Our key while it contends.
 pub(crate) struct KeyEntry {
-    pub(crate) etcd: etcd_client::Client,
+    pub(crate) etcd: Etcd,
     pub(crate) key: String,
     id: Key,
     pub(crate) create_revision: i64,
@@ -138,7 +138,7 @@ impl KeyContender<'_> {
         ticket: &mut Ticket,
         claim: Claim<'_>,
     ) -> Result<(i64, Option<Listing<Key>>)> {
-        let (etcd, timeout) = (session.etcd()?, session.rpc_timeout);
+        let (etcd, timeout) = (session.store()?, session.rpc_timeout());
         let key = ticket.key.clone();
         let oldest = GetOptions::new()
             .with_prefix()
@@ -152,7 +152,7 @@ impl KeyContender<'_> {
                 Compare::create_revision(size.as_str(), CompareOp::Equal, 0),
             ])
             .and_then([
-                self.put(&key, session.lease, claim),
+                self.put(&key, session.id(), claim),
                 TxnOp::get(self.prefix, Some(oldest.clone())),
             ])
             .or_else([
@@ -181,7 +181,7 @@ impl KeyContender<'_> {
         };
         let rev = kv.create_revision();
         ticket.create_revision = Some(rev);
-        let put = self.put(&key, session.lease, claim);
+        let put = self.put(&key, session.id(), claim);
         if kv.value() != claim.value() && guarded(&etcd, timeout, &key, rev, put).await?.is_none() {
             // Gone since: a listing without ours starts over.
             let gone = Listing {
@@ -199,7 +199,7 @@ impl KeyContender<'_> {
     /// Add a synced watch on the contender `ahead` to our key's stream
     /// (the engine then reads again), or wait for it or our key to go.
     async fn wait_ahead(&self, session: &Session, entry: &mut KeyEntry, ahead: &Key) -> Result<()> {
-        let timeout = session.rpc_timeout;
+        let timeout = session.rpc_timeout();
         match entry.watches.take() {
             // Both watches were confirmed before the read that named
             // `ahead`: neither deletion can be missed. `next` is
@@ -210,7 +210,7 @@ impl KeyContender<'_> {
             // The engine reads again once the watch exists. Out of the
             // entry meanwhile: a half-added watch must not be used again.
             Some(mut w) => {
-                log::debug!("[{}] {} waits for {ahead:?}", session.label, entry.key);
+                log::debug!("[{}] {} waits for {ahead:?}", session.label(), entry.key);
                 w.watch_ahead(&ahead.0, timeout).await?;
                 entry.watches = Some(w);
                 Ok(())
@@ -272,11 +272,11 @@ impl ContendDriver for KeyContender<'_> {
     }
 
     fn epoch_signal(&self, epoch: &KeyEpoch) -> LossSignal {
-        epoch.session.epoch.signal()
+        epoch.session.epoch().signal()
     }
 
     fn ticket(&self, epoch: &KeyEpoch) -> Ticket {
-        let lease = epoch.session.lease;
+        let lease = epoch.session.id();
         let key = match self.layout {
             Layout::Key { .. } => contender_key(self.prefix, lease),
             Layout::Permits(_) => permit_key(self.prefix, lease),
@@ -291,8 +291,8 @@ impl ContendDriver for KeyContender<'_> {
 
     async fn enter(&self, epoch: &KeyEpoch, ticket: &mut Ticket) -> Result<Entered<Self>> {
         let session = &epoch.session;
-        let (etcd, key) = (session.etcd()?, ticket.key.clone());
-        let watch = WatchSet::open(&etcd, &key, session.rpc_timeout);
+        let (etcd, key) = (session.store()?, ticket.key.clone());
+        let watch = WatchSet::open(&etcd, &key, session.rpc_timeout());
         let (created, watches) = match self.layout {
             Layout::Key { claim, .. } => {
                 tokio::join!(self.create_key(session, ticket, claim), watch)
@@ -303,10 +303,10 @@ impl ContendDriver for KeyContender<'_> {
         ticket.create_revision = Some(create_revision);
         log::debug!(
             "[{}] {key} created at revision {create_revision}",
-            session.label
+            session.label()
         );
         let watches = watches
-            .map_err(|e| log::debug!("[{}] watch on {key} failed: {e}", session.label))
+            .map_err(|e| log::debug!("[{}] watch on {key} failed: {e}", session.label()))
             .ok();
         let entry = KeyEntry {
             etcd,
@@ -324,7 +324,7 @@ impl ContendDriver for KeyContender<'_> {
     }
 
     async fn list(&self, epoch: &KeyEpoch, entry: &mut KeyEntry) -> Result<Listing<Key>> {
-        let timeout = epoch.session.rpc_timeout;
+        let timeout = epoch.session.rpc_timeout();
         match self.layout {
             Layout::Key { .. } => check_owner(entry, self.prefix, timeout).await,
             Layout::Permits(sem) => sem.list_permits(entry, timeout).await,
@@ -357,9 +357,9 @@ impl ContendDriver for KeyContender<'_> {
                 ..
             } => {
                 let session = &epoch.session;
-                let put = self.put(&entry.key, session.lease, claim);
+                let put = self.put(&entry.key, session.id(), claim);
                 let (key, rev) = (&entry.key, entry.create_revision);
-                guarded(&entry.etcd, session.rpc_timeout, key, rev, put).await
+                guarded(&entry.etcd, session.rpc_timeout(), key, rev, put).await
             }
             _ => Ok(Some(listing.revision)),
         }

@@ -85,20 +85,25 @@ impl ElectionBackend for EtcdElection {
         async move {
             let won = this.contend(Claim::Campaign(&value), deadline).await?;
             Ok(won.map(|a| {
-                log::info!("[{}] {} leads (fence {})", a.session.label, a.key, a.fence);
+                log::info!(
+                    "[{}] {} leads (fence {})",
+                    a.session.label(),
+                    a.key,
+                    a.fence
+                );
                 EtcdKey::held(this.client.clone(), a, "leadership")
             }))
         }
     }
 
     fn candidates(&self) -> Result<Vec<LeaderInfo>> {
-        let (client, prefix) = (self.0.client.clone(), self.0.prefix.clone());
-        self.0.client.call("list candidates", async move {
-            let session = client.live_session().await?;
-            let candidates =
-                read_candidates(&session.etcd()?, session.rpc_timeout, &prefix).await?;
-            Ok(candidates.into_iter().map(LeaderInfo::from).collect())
-        })
+        let prefix = self.0.prefix.clone();
+        self.0
+            .client
+            .read_with("list candidates", |etcd, timeout| async move {
+                let candidates = read_candidates(&etcd, timeout, &prefix).await?;
+                Ok(candidates.into_iter().map(LeaderInfo::from).collect())
+            })
     }
 
     /// Resigning retries until the key is deleted or the session is lost,
@@ -118,11 +123,12 @@ impl ElectionBackend for EtcdElection {
     }
 
     fn leader(&self) -> Result<Option<LeaderInfo>> {
-        let (client, prefix) = (self.0.client.clone(), self.0.prefix.clone());
-        self.0.client.call("read the leader", async move {
-            let session = client.live_session().await?;
-            let leader = read_leader(&session.etcd()?, session.rpc_timeout, &prefix).await?;
-            Ok(leader.map(LeaderInfo::from))
-        })
+        let prefix = self.0.prefix.clone();
+        self.0
+            .client
+            .read_with("read the leader", |etcd, timeout| async move {
+                let leader = read_leader(&etcd, timeout, &prefix).await?;
+                Ok(leader.map(LeaderInfo::from))
+            })
     }
 }

@@ -102,8 +102,8 @@ pub(crate) async fn delete_key(
         return session.revoke(LossReason::Released).await;
     }
     let txn = if_ours(key, create_revision, [TxnOp::delete(key, None)]);
-    let (etcd, what) = (session.etcd()?, format!("delete {key}"));
-    retrying_txn(&etcd, &what, session.rpc_timeout, &txn).await?;
+    let (etcd, what) = (session.store()?, format!("delete {key}"));
+    retrying_txn(&etcd, &what, session.rpc_timeout(), &txn).await?;
     Ok(())
 }
 
@@ -132,7 +132,7 @@ pub(crate) async fn delete_until_done(
             Ok(()) => break,
             Err(_) if session.is_lost() => break,
             Err(e) => {
-                log::warn!("[{}] delete {key} failed: {e}; retrying", session.label);
+                log::warn!("[{}] delete {key} failed: {e}; retrying", session.label());
                 backoff.pause().await;
             }
         }
@@ -142,7 +142,7 @@ pub(crate) async fn delete_until_done(
         // after our delete. Look once more after an RPC timeout, in the
         // background: the caller need not wait for it, the turns do.
         tokio::spawn(async move {
-            tokio::time::sleep(session.rpc_timeout).await;
+            tokio::time::sleep(session.rpc_timeout()).await;
             let _ = delete_key(&session, &key, None).await;
             drop(turns);
         });

@@ -51,7 +51,7 @@ impl EtcdKey {
     /// Hold the key `a` won and watch it (its deletion is loss); `kind`
     /// names it in messages.
     pub(crate) fn held(client: EtcdClient, a: Acquired, kind: &'static str) -> EtcdLock {
-        let trigger = a.session.epoch.trigger().child();
+        let trigger = a.session.epoch().trigger().child();
         let turn: Turn = Arc::new(parking_lot::Mutex::new(Some(a.turns)));
         let own = OwnKey {
             session: a.session.clone(),
@@ -60,7 +60,7 @@ impl EtcdKey {
         };
         let (watches, watched, gone) = (a.watches, trigger.clone(), turn.clone());
         client.runtime().handle().spawn(async move {
-            let label = &own.session.label;
+            let label = &own.session.label();
             if watch_held(&own, label, &own.key, watches, &watched).await {
                 // The key is gone: the next acquisition of the name in this
                 // process need not wait for this guard to be dropped.
@@ -103,9 +103,9 @@ impl EtcdKey {
 
     async fn fenced(self, what: &'static str, ops: Vec<TxnOp>) -> Result<TxnResponse> {
         let (key, rev) = (self.key.as_str(), self.create_revision);
-        let mut etcd = self.session.etcd()?;
+        let mut etcd = self.session.store()?;
         let txn = if_ours(key, Some(rev), ops);
-        let resp = rpc(what, self.session.rpc_timeout, etcd.txn(txn))
+        let resp = rpc(what, self.session.rpc_timeout(), etcd.txn(txn))
             .await
             .map_err(Error::unconfirmed)?;
         if !resp.succeeded() {
@@ -134,11 +134,11 @@ impl StoreEntry for EtcdKey {
     }
 
     fn session_id(&self) -> i64 {
-        self.session.lease
+        self.session.id()
     }
 
     fn label(&self) -> &str {
-        &self.session.label
+        self.session.label()
     }
 
     /// The keys below our key's parent; for a permit
@@ -183,7 +183,7 @@ impl StoreEntry for EtcdKey {
             FencedWrite::Delete { key } => TxnOp::delete(key, None),
             // Our key again, with our lease, as Go's `Election.Proclaim`.
             FencedWrite::Proclaim { value } => {
-                let lease = PutOptions::new().with_lease(self.session.lease);
+                let lease = PutOptions::new().with_lease(self.session.id());
                 TxnOp::put(self.key.as_str(), value, Some(lease))
             }
         };
@@ -206,7 +206,7 @@ impl EntryWatcher for OwnKey {
 
     /// A new synced watch on our key, then a read.
     async fn watch(&self) -> Result<Option<WatchSet>> {
-        let (etcd, timeout) = (self.session.etcd()?, self.session.rpc_timeout);
+        let (etcd, timeout) = (self.session.store()?, self.session.rpc_timeout());
         let watch = WatchSet::open(&etcd, &self.key, timeout).await?;
         let read = retrying_get(&etcd, timeout, &self.key, None).await?;
         let ours = read

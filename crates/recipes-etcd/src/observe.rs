@@ -18,7 +18,7 @@ use crate::watch::PrefixWatch;
 pub(crate) struct Watch {
     client: EtcdClient,
     prefix: String,
-    watch: Option<(etcd_client::Client, Duration, PrefixWatch)>,
+    watch: Option<PrefixWatch>,
 }
 
 impl Watch {
@@ -33,23 +33,18 @@ impl Watch {
 
 impl LeaderWatch for Watch {
     async fn look(&mut self) -> Result<Option<(LeaderInfo, i64)>> {
-        let (etcd, timeout) = match &self.watch {
-            Some((etcd, timeout, _)) => (etcd.clone(), *timeout),
-            None => {
-                let session = self.client.live_session().await?;
-                let (etcd, timeout) = (session.etcd()?, session.rpc_timeout);
-                let watch = PrefixWatch::open(&etcd, &self.prefix, false, timeout).await?;
-                self.watch = Some((etcd.clone(), timeout, watch));
-                (etcd, timeout)
-            }
-        };
+        let (etcd, timeout) = (self.client.etcd()?, self.client.rpc_timeout());
+        if self.watch.is_none() {
+            let watch = PrefixWatch::open(&etcd, &self.prefix, false, timeout).await?;
+            self.watch = Some(watch);
+        }
         let leader = read_leader(&etcd, timeout, &self.prefix).await?;
         // A key is one lease's: its create revision tells its terms apart.
         Ok(leader.map(|c| (c.clone().into(), c.created)))
     }
 
     async fn changed(&mut self) -> Result<()> {
-        let Some((_, _, w)) = self.watch.as_mut() else {
+        let Some(w) = self.watch.as_mut() else {
             return Ok(());
         };
         loop {

@@ -65,10 +65,10 @@ impl EtcdSemaphore {
         session: &Session,
         key: &str,
     ) -> Result<(i64, Option<Listing<Key>>)> {
-        let etcd = session.etcd()?;
+        let etcd = session.store()?;
         let config = self.config_key.as_str();
         let (prefix, all) = self.all_permits();
-        let lease = PutOptions::new().with_lease(session.lease);
+        let lease = PutOptions::new().with_lease(session.id());
         let txn = Txn::new()
             .when([
                 Compare::create_revision(key, CompareOp::Equal, 0),
@@ -86,7 +86,7 @@ impl EtcdSemaphore {
         let what = format!("create a permit key of {}", self.name);
         loop {
             // Safe to send twice: a second run finds our key and reads it.
-            let resp = retrying_txn(&etcd, &what, session.rpc_timeout, &txn).await?;
+            let resp = retrying_txn(&etcd, &what, session.rpc_timeout(), &txn).await?;
             let header = header_revision(&resp)?;
             if resp.succeeded() {
                 let listing = self.listing(&read_at(&resp, 1)?, key, header, header);
@@ -101,7 +101,7 @@ impl EtcdSemaphore {
             match read_at(&resp, 1)?.kvs().first() {
                 Some(kv) => self.check_stored(kv.value())?,
                 // Deleted by hand since: store it again and retry.
-                None => self.ensure_size(session).await?,
+                None => self.ensure_size(&etcd, session.rpc_timeout()).await?,
             }
         }
     }
@@ -133,9 +133,9 @@ impl EtcdSemaphore {
             // after that read can be missed.
             Some(w) => w.deleted().await,
             None => {
-                log::debug!("[{}] {} waits for a permit", session.label, entry.key);
+                log::debug!("[{}] {} waits for a permit", session.label(), entry.key);
                 let prefix = &self.lease_prefix;
-                let watch = PrefixWatch::open(&entry.etcd, prefix, true, session.rpc_timeout);
+                let watch = PrefixWatch::open(&entry.etcd, prefix, true, session.rpc_timeout());
                 entry.waiting = Some(watch.await?);
                 Ok(())
             }
