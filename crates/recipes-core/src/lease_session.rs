@@ -23,7 +23,7 @@ use crate::lease::SessionLease;
 use crate::limits::Settings;
 use crate::loss::LossReason;
 use crate::renewal::{RenewalStream, StopFlag};
-use crate::retry::within;
+use crate::retry::{until_done, within};
 use crate::runtime::Runtime;
 use crate::sessions::{NamedTurns, PooledSession};
 
@@ -226,14 +226,9 @@ impl<S: LeaseStore> LeaseSession<S> {
         self.epoch.fire(reason);
         self.orphan();
         let give_up = Instant::now() + self.ttl;
-        let mut backoff = Backoff::RETRY;
-        while let Err(e) = self.revoke_once().await {
-            if Instant::now() >= give_up {
-                log::debug!("[{}] revoke failed: {e}; the store expires it", self.label);
-                return;
-            }
-            backoff.pause().await;
-        }
+        let what = format!("[{}] revoke (else the store expires the lease)", self.label);
+        let expired = || Instant::now() >= give_up;
+        until_done(&what, Backoff::RETRY, expired, || self.revoke_once()).await;
     }
 
     async fn revoke_once(&self) -> Result<()> {

@@ -4,7 +4,7 @@ use std::fmt;
 use std::sync::Arc;
 use std::time::Duration;
 
-use recipes_core::{BootInstant, LeaseSessions, Result, Runtime, Settings, Turn};
+use recipes_core::{LeaseSessions, Result, Runtime, Settings, Turn};
 
 use crate::builder::EtcdClientBuilder;
 use crate::session::{Etcd, Session};
@@ -40,7 +40,7 @@ struct Inner {
 /// revokes its leases, so its locks are free at once.
 ///
 /// While no keep-alive is acknowledged (a partition, a paused process, a
-/// dead member) the local deadline ([`valid_until`](EtcdClient::valid_until))
+/// dead member) the local deadline ([`valid_until`](recipes_core::Client::valid_until))
 /// is not renewed, and when it passes every guard of the lease is lost. Not
 /// guaranteed: that etcd keeps the lease as long as we assume — etcd 3.4.23
 /// can revoke a kept-alive lease (etcd#15247); each held key is watched, so
@@ -105,28 +105,6 @@ impl EtcdClient {
     /// The endpoints.
     pub fn endpoints(&self) -> &[String] {
         &self.inner.config.endpoints
-    }
-
-    /// The TTL etcd granted the current lease (which may be more than
-    /// asked: etcd raises a TTL below its minimum). Zero once closed.
-    pub fn session_ttl(&self) -> Duration {
-        self.inner.leases.granted_ttl()
-    }
-
-    /// The longest a lease of this client can outlive its newest
-    /// acknowledged keep-alive: the granted TTL, or the configured one once
-    /// the session is gone, whichever is longer.
-    pub(crate) fn lease_span(&self) -> Duration {
-        self.inner.leases.lease_span()
-    }
-
-    /// Until when the current lease may be assumed alive on the server: the
-    /// send time of the newest acknowledged keep-alive plus the granted TTL,
-    /// less the safety margin. Always earlier than the server's own expiry
-    /// while the clocks run within 500 ppm of each other. `None` once
-    /// closed.
-    pub fn valid_until(&self) -> Option<BootInstant> {
-        self.inner.leases.valid_until()
     }
 
     /// Whether the current lease is lost: its deadline passed, the server
@@ -211,7 +189,7 @@ impl fmt::Debug for EtcdClient {
                 "lease",
                 &self.leases().current().map(|s| format!("{:x}", s.id())),
             )
-            .field("session_ttl", &self.session_ttl())
+            .field("granted_ttl", &self.leases().granted_ttl())
             .finish()
     }
 }

@@ -20,7 +20,7 @@ use crate::client::EtcdClient;
 use crate::contend::Claim;
 use crate::lock::{EtcdKey, EtcdLock};
 use crate::mutex::NameHandle;
-use crate::observe::{read_candidates, read_leader, Watch};
+use crate::observe::{read_candidates, read_leader, Following};
 
 /// An election in etcd's `concurrency` layout (keys `<name>/<lease id>`
 /// holding the candidates' values), shared with Go's
@@ -112,13 +112,13 @@ impl ElectionBackend for EtcdElection {
     /// the latch's last step. Taken from the settings, not the live
     /// session: after the client closed there is none.
     fn close_timeout(&self) -> Duration {
-        self.0.client.lease_span() + 2 * self.0.client.rpc_timeout()
+        self.0.client.leases().lease_span() + 2 * self.0.client.rpc_timeout()
     }
 
     /// A synced watch on the prefix, opened again (and the leader read
     /// again) when its stream breaks.
     fn observe(&self) -> Result<LeaderObserver> {
-        let watch = Watch::new(self.0.client.clone(), self.0.prefix.clone());
+        let watch = Following::new(self.0.client.clone(), self.0.prefix.clone());
         recipes_core::follow_leader(self.0.client.runtime(), self.0.client.rpc_timeout(), watch)
     }
 

@@ -18,7 +18,7 @@ use crate::key::{delete_key, delete_until_done, if_ours, Acquired};
 use crate::names::validate_key;
 use crate::rpc::{retrying_get, rpc};
 use crate::session::Session;
-use crate::watch::{Gone, WatchSet};
+use crate::watch::Watch;
 
 /// This process's turns at a lock name (the session's and the handle's),
 /// shared by a held key and its watch: whoever learns first that the key
@@ -58,10 +58,10 @@ impl EtcdKey {
             key: a.key.clone(),
             create_revision: a.create_revision,
         };
-        let (watches, watched, gone) = (a.watches, trigger.clone(), turn.clone());
+        let (watch, watched, gone) = (a.watch, trigger.clone(), turn.clone());
         client.runtime().handle().spawn(async move {
             let label = &own.session.label();
-            if watch_held(&own, label, &own.key, watches, &watched).await {
+            if watch_held(&own, label, &own.key, watch, &watched).await {
                 // The key is gone: the next acquisition of the name in this
                 // process need not wait for this guard to be dropped.
                 drop(gone.lock().take());
@@ -202,12 +202,12 @@ struct OwnKey {
 }
 
 impl EntryWatcher for OwnKey {
-    type Watch = WatchSet;
+    type Watch = Watch;
 
     /// A new synced watch on our key, then a read.
-    async fn watch(&self) -> Result<Option<WatchSet>> {
+    async fn watch(&self) -> Result<Option<Watch>> {
         let (etcd, timeout) = (self.session.store()?, self.session.rpc_timeout());
-        let watch = WatchSet::open(&etcd, &self.key, timeout).await?;
+        let watch = Watch::key(&etcd, self.key.as_bytes(), timeout).await?;
         let read = retrying_get(&etcd, timeout, &self.key, None).await?;
         let ours = read
             .kvs()
@@ -216,11 +216,8 @@ impl EntryWatcher for OwnKey {
         Ok(ours.then_some(watch))
     }
 
-    /// Our key's deletion; the last contender ahead (gone before we held)
-    /// does not count.
-    async fn deleted(watch: &mut WatchSet) -> Result<()> {
-        while watch.next().await? == Gone::Ahead {}
-        Ok(())
+    async fn deleted(watch: &mut Watch) -> Result<()> {
+        watch.deleted().await
     }
 }
 

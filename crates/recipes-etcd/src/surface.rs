@@ -89,8 +89,14 @@ impl Client for EtcdClient {
         self.leases().current().map(|s| s.id())
     }
 
+    /// The TTL etcd granted the current lease (which may be more than
+    /// asked: etcd raises a TTL below its minimum). Zero once closed.
     fn granted_ttl(&self) -> Duration {
-        self.session_ttl()
+        self.leases().granted_ttl()
+    }
+
+    fn valid_until(&self) -> Option<BootInstant> {
+        self.leases().valid_until()
     }
 
     /// A status request to a member.
