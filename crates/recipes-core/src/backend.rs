@@ -84,6 +84,9 @@ pub trait MutexBackend: Send + Sync + 'static {
     /// The lock's name (path or key prefix).
     fn name(&self) -> &str;
 
+    /// The client's runtime (its store names the metrics).
+    fn runtime(&self) -> &Runtime;
+
     /// Acquire, waiting until `deadline` (`None`: as long as it takes).
     ///
     /// # Errors
@@ -99,6 +102,9 @@ pub trait SemaphoreBackend: Send + Sync + 'static {
 
     /// The semaphore's name (path or key prefix).
     fn name(&self) -> &str;
+
+    /// The client's runtime (its store names the metrics).
+    fn runtime(&self) -> &Runtime;
 
     /// How many permits exist.
     fn permits(&self) -> u32;

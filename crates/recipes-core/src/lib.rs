@@ -65,6 +65,7 @@ mod lease_pool;
 mod lease_session;
 mod limits;
 mod loss;
+pub mod metrics;
 mod mutex;
 mod names;
 mod observe;

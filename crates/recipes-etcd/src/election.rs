@@ -1,7 +1,6 @@
-//! The etcd election — and the latch and the selector, which campaign in
-//! it with their id as the value: the mutex's layout, rule and wait
-//! (`contend.rs`), with values, and Go's `concurrency.Election` and
-//! `etcdctl elect` campaign against it correctly.
+//! The etcd election (and so the latch and the selector, whose id is the
+//! value): the mutex's layout, rule and wait with values; Go's
+//! `concurrency.Election` and `etcdctl elect` campaign against it.
 //!
 //! Once a read finds none ahead of us, our key is put again — same value,
 //! same lease, guarded by `create_revision == ours` — and that write's

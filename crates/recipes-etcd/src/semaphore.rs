@@ -114,6 +114,10 @@ impl SemaphoreBackend for EtcdSemaphore {
         &self.name
     }
 
+    fn runtime(&self) -> &recipes_core::Runtime {
+        self.client.runtime()
+    }
+
     fn permits(&self) -> u32 {
         self.permits
     }

@@ -161,6 +161,10 @@ impl SemaphoreBackend for ZkSemaphore {
         &self.inner.path
     }
 
+    fn runtime(&self) -> &recipes_core::Runtime {
+        self.inner.client.runtime()
+    }
+
     fn permits(&self) -> u32 {
         self.inner.permits
     }
