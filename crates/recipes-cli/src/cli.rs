@@ -159,6 +159,19 @@ pub struct RunOptions {
     pub grace: Duration,
 
     /// Exit status when not acquired in time.
+    /// Keep the lock, permit or leadership at least this long after it
+    /// was acquired, even when CMD ends sooner (ShedLock's
+    /// `lockAtLeastFor`): a scheduler on a skewed clock that fires again
+    /// a little early finds it still held and does not run the job twice.
+    /// A signal or the lease's loss ends the wait early.
+    #[arg(
+        long,
+        value_name = "DURATION",
+        value_parser = parse_duration,
+        allow_hyphen_values = true
+    )]
+    pub hold_at_least: Option<Duration>,
+
     #[arg(long, value_name = "N", default_value_t = exit::CONFLICT as u8)]
     pub conflict_exit_code: u8,
 
