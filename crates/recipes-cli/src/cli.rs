@@ -119,6 +119,16 @@ pub enum Command {
 }
 
 impl Command {
+    /// The run options of `lock`, `semaphore` and `elect`.
+    pub fn run_options(&self) -> Option<&RunOptions> {
+        match self {
+            Command::Lock(a) => Some(&a.run),
+            Command::Semaphore(a) => Some(&a.run),
+            Command::Elect(a) => Some(&a.run),
+            Command::Status(_) => None,
+        }
+    }
+
     /// The lock, semaphore or election name the command is about.
     pub fn name(&self) -> &str {
         match self {
@@ -171,6 +181,11 @@ pub struct RunOptions {
         allow_hyphen_values = true
     )]
     pub hold_at_least: Option<Duration>,
+
+    /// Serve the metrics (see the guide's table) as Prometheus text at
+    /// http://ADDR/metrics while this runs, for long-running holders.
+    #[arg(long, value_name = "ADDR")]
+    pub metrics_addr: Option<std::net::SocketAddr>,
 
     #[arg(long, value_name = "N", default_value_t = exit::CONFLICT as u8)]
     pub conflict_exit_code: u8,
