@@ -269,6 +269,39 @@ impl EtcdServer {
         vec![self.endpoint()]
     }
 
+    /// Turn authentication on through `etcdctl`: the user `root`
+    /// (password `rootpw`) and the user `app` with `app_password`, whose
+    /// role may read and write the keys under `/app/` only.
+    ///
+    /// # Panics
+    ///
+    /// When an `etcdctl` step fails.
+    pub fn enable_app_auth(&self, app_password: &str) {
+        let endpoint = self.endpoint();
+        let etcdctl = |args: &[&str]| {
+            let out = std::process::Command::new("etcdctl")
+                .args(["--endpoints", &endpoint, "--dial-timeout", "5s"])
+                .args(args)
+                .output()
+                .expect("etcdctl runs");
+            assert!(out.status.success(), "etcdctl {args:?}: {out:?}");
+        };
+        etcdctl(&["user", "add", "root:rootpw"]);
+        etcdctl(&["user", "add", &format!("app:{app_password}")]);
+        etcdctl(&["role", "add", "app"]);
+        let grant = [
+            "role",
+            "grant-permission",
+            "app",
+            "--prefix=true",
+            "readwrite",
+            "/app/",
+        ];
+        etcdctl(&grant);
+        etcdctl(&["user", "grant-role", "app", "app"]);
+        etcdctl(&["auth", "enable"]);
+    }
+
     /// Its folder (data, log).
     pub fn dir(&self) -> &Path {
         self.dir.path()

@@ -305,28 +305,7 @@ fn extreme_durations_never_panic() {
 #[test]
 fn etcd_missing_or_wrong_credentials_fail_at_connect() {
     let server = EtcdServer::start();
-    let endpoint = server.endpoints()[0].clone();
-    let etcdctl = |args: &[&str]| {
-        let out = std::process::Command::new("etcdctl")
-            .args(["--endpoints", &endpoint, "--dial-timeout", "5s"])
-            .args(args)
-            .output()
-            .expect("etcdctl runs");
-        assert!(out.status.success(), "etcdctl {args:?}: {out:?}");
-    };
-    etcdctl(&["user", "add", "root:rootpw"]);
-    etcdctl(&["user", "add", "app:apppw"]);
-    etcdctl(&["role", "add", "app"]);
-    etcdctl(&[
-        "role",
-        "grant-permission",
-        "app",
-        "--prefix=true",
-        "readwrite",
-        "/app/",
-    ]);
-    etcdctl(&["user", "grant-role", "app", "app"]);
-    etcdctl(&["auth", "enable"]);
+    server.enable_app_auth("apppw");
 
     let bound = scale(Duration::from_secs(5));
     let started = Instant::now();

@@ -9,6 +9,7 @@ use recipes_etcd::EtcdClient;
 use recipes_zk::ZkClient;
 
 use crate::cli::BackendChoice;
+use crate::credentials::Credentials;
 
 /// How long to wait for the first session before calling the backend
 /// unreachable: the TTL (a server that cannot answer within it could not
@@ -46,18 +47,30 @@ pub(crate) use on_client;
 ///
 /// [`recipes_core::Error::InvalidArgument`] for unusable settings, other
 /// errors when no server answered.
-pub fn connect(choice: &BackendChoice, ttl: Duration) -> Result<Connected> {
+pub fn connect(
+    choice: &BackendChoice,
+    ttl: Duration,
+    user: Option<&Credentials>,
+) -> Result<Connected> {
     match choice {
-        BackendChoice::Zk(hosts) => ZkClient::builder(hosts.clone())
-            .session_timeout(ttl)
-            .connect_timeout(connect_timeout(ttl))
-            .connect()
-            .map(Connected::Zk),
-        BackendChoice::Etcd(endpoints) => EtcdClient::builder(endpoints.clone())
-            .ttl(ttl)
-            .connect_timeout(connect_timeout(ttl))
-            .connect()
-            .map(Connected::Etcd),
+        BackendChoice::Zk(hosts) => {
+            let mut builder = ZkClient::builder(hosts.clone())
+                .session_timeout(ttl)
+                .connect_timeout(connect_timeout(ttl));
+            if let Some(c) = user {
+                builder = builder.digest_auth(c.user.clone(), c.password.clone());
+            }
+            builder.connect().map(Connected::Zk)
+        }
+        BackendChoice::Etcd(endpoints) => {
+            let mut builder = EtcdClient::builder(endpoints.clone())
+                .ttl(ttl)
+                .connect_timeout(connect_timeout(ttl));
+            if let Some(c) = user {
+                builder = builder.user(c.user.clone(), c.password.clone());
+            }
+            builder.connect().map(Connected::Etcd)
+        }
     }
 }
 

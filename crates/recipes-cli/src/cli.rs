@@ -96,6 +96,22 @@ pub struct Cli {
     #[arg(long, value_name = "ID", global = true)]
     pub id: Option<String>,
 
+    /// Authenticate as USER (etcd: a user of its RBAC; ZooKeeper: a
+    /// digest identity, whose nodes only it may change). The password
+    /// comes from RECIPES_PASSWORD or --password-file, never from the
+    /// command line.
+    #[arg(long, env = "RECIPES_USER", value_name = "USER", global = true)]
+    pub user: Option<String>,
+
+    /// A file whose first line is the password of --user.
+    #[arg(
+        long,
+        env = "RECIPES_PASSWORD_FILE",
+        value_name = "FILE",
+        global = true
+    )]
+    pub password_file: Option<std::path::PathBuf>,
+
     /// What to do.
     #[command(subcommand)]
     pub command: Command,

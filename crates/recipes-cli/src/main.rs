@@ -65,6 +65,7 @@ mod backend;
 mod cgroup;
 mod child;
 mod cli;
+mod credentials;
 mod duration;
 mod exit;
 mod keeper;
@@ -123,8 +124,16 @@ fn real_main() -> i32 {
             return exit::USAGE;
         }
     }
+    let credentials = credentials::resolve(cli.user.as_deref(), cli.password_file.as_deref());
+    let credentials = match credentials {
+        Ok(c) => c,
+        Err(msg) => {
+            eprintln!("recipes: {msg}");
+            return exit::USAGE;
+        }
+    };
     let store = run::describe(&choice);
-    let connected = match backend::connect(&choice, cli.ttl) {
+    let connected = match backend::connect(&choice, cli.ttl, credentials.as_ref()) {
         Ok(c) => c,
         Err(e) => {
             eprintln!("recipes: cannot connect to {store}: {e}");

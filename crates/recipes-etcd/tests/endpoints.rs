@@ -45,3 +45,13 @@ fn endpoints_are_host_port_or_http_urls() {
         );
     }
 }
+
+#[test]
+fn debug_output_never_shows_the_password() {
+    let builder = EtcdClient::builder(["127.0.0.1:1"]).user("app", "s3cret-pw-941");
+    let shown = format!("{builder:?}");
+    assert!(
+        shown.contains("app") && !shown.contains("s3cret-pw-941"),
+        "{shown}"
+    );
+}

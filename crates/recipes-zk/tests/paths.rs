@@ -60,3 +60,13 @@ fn a_connect_string_is_host_port_with_an_optional_chroot() {
         );
     }
 }
+
+#[test]
+fn debug_output_never_shows_the_digest_password() {
+    let builder = ZkClient::builder("127.0.0.1:9").digest_auth("app", "s3cret-pw-941");
+    let shown = format!("{builder:?}");
+    assert!(
+        shown.contains("app") && !shown.contains("s3cret-pw-941"),
+        "{shown}"
+    );
+}

@@ -1,0 +1,106 @@
+//! `--user` with its password from `RECIPES_PASSWORD` or `--password-file`
+//! against etcd with authentication on (a role read-write on `/app/`
+//! only) and ZooKeeper digest identities: the right password works, a
+//! wrong one exits 77 at connect, a key outside the role exits 77 naming
+//! it, and the password never shows in anything `recipes` prints.
+
+mod common;
+
+use std::process::Command;
+
+use common::*;
+use integration::{EtcdServer, ZkServer};
+
+const SECRET: &str = "s3cret-pw-941";
+
+fn etcd_with_auth() -> EtcdServer {
+    let server = EtcdServer::start();
+    server.enable_app_auth(SECRET);
+    server
+}
+
+/// `recipes --etcd … --user app lock NAME -- true`, the password in the
+/// environment: status and everything printed.
+fn lock_as_app(server: &EtcdServer, name: &str, password: &str) -> (Option<i32>, String) {
+    let mut cmd = recipes();
+    cmd.args(["--etcd", &server.endpoints()[0], "--user", "app"])
+        .env("RECIPES_PASSWORD", password)
+        .args(["lock", name, "--", "true"]);
+    let out = cmd.output().unwrap();
+    let printed = format!(
+        "{}{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    (out.status.code(), printed)
+}
+
+#[test]
+fn etcd_user_and_password_from_the_environment_or_a_file() {
+    let server = etcd_with_auth();
+    let (code, printed) = lock_as_app(&server, "/app/nightly", SECRET);
+    assert_eq!(code, Some(0), "{printed}");
+
+    let (code, printed) = lock_as_app(&server, "/app/nightly", "wrong-pw-77");
+    assert_eq!(code, Some(77), "a wrong password: {printed}");
+    assert!(
+        !printed.contains("wrong-pw-77"),
+        "the password was printed: {printed}"
+    );
+
+    let (code, printed) = lock_as_app(&server, "/elsewhere/nightly", SECRET);
+    assert_eq!(code, Some(77), "outside the role: {printed}");
+    assert!(
+        printed.contains("/elsewhere/nightly"),
+        "names the key: {printed}"
+    );
+    assert!(
+        !printed.contains(SECRET),
+        "the password was printed: {printed}"
+    );
+
+    let scene = Scene::new("password-file");
+    let file = scene.file("pw");
+    std::fs::write(&file, format!("{SECRET}\n")).unwrap();
+    let mut cmd = recipes();
+    cmd.args(["--etcd", &server.endpoints()[0], "--user", "app"])
+        .args(["--password-file", file.to_str().unwrap()])
+        .args(["lock", "/app/nightly", "--", "true"]);
+    assert_eq!(code_of(&mut cmd), 0);
+}
+
+#[test]
+fn a_user_without_a_password_is_a_usage_error() {
+    let mut cmd = recipes();
+    cmd.args([
+        "--etcd",
+        "127.0.0.1:1",
+        "--user",
+        "app",
+        "lock",
+        "/app/x",
+        "--",
+        "true",
+    ]);
+    let out = cmd.output().unwrap();
+    assert_eq!(out.status.code(), Some(64));
+    assert!(String::from_utf8_lossy(&out.stderr).contains("RECIPES_PASSWORD"));
+}
+
+#[test]
+fn zk_digest_identity() {
+    let server = ZkServer::shared();
+    let mut cmd = recipes();
+    cmd.args(["--zk", &server.connect_string(), "--user", "app"])
+        .env("RECIPES_PASSWORD", SECRET)
+        .args(["lock", "/creds/nightly", "--", "true"]);
+    let out = cmd.output().unwrap();
+    let printed = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(0), "{printed}");
+    assert!(!printed.contains(SECRET));
+}
+
+fn code_of(cmd: &mut Command) -> i32 {
+    let out = cmd.output().unwrap();
+    out.status.code().unwrap_or(-1)
+}
