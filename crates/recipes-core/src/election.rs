@@ -35,14 +35,14 @@ pub struct Election<B: ElectionBackend> {
 impl<B: ElectionBackend> Election<B> {
     /// An election over `backend`.
     pub fn from_backend(backend: B) -> Election<B> {
-        let labels = Labels::new(backend.runtime().store(), "election");
+        let labels = Labels::new(backend.runtime().store(), "election", backend.name());
         Election { backend, labels }
     }
 
     /// Label this election's metrics with its name too (names are
     /// unbounded, so they are no label by default).
     pub fn with_name_label(mut self) -> Election<B> {
-        self.labels = self.labels.with_name(self.backend.name());
+        self.labels = self.labels.with_name_label();
         self
     }
 

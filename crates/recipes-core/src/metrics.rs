@@ -36,28 +36,47 @@ pub const LEASE_MARGIN_SECONDS: &str = "recipes_lease_margin_seconds";
 /// [`Error::kind`]).
 pub const ERRORS: &str = "recipes_errors_total";
 
-/// Who a recipe's metrics are about.
+/// Who a recipe's metrics and state-change logs are about.
 #[derive(Debug, Clone)]
 pub(crate) struct Labels {
     store: Arc<str>,
     recipe: &'static str,
-    name: Option<Arc<str>>,
+    // Always in the logs; a metrics label only when asked for.
+    name: Arc<str>,
+    name_label: bool,
+    participant: Option<Arc<str>>,
 }
 
 impl Labels {
-    /// The labels of a `recipe` served by the runtime of `store`.
-    pub(crate) fn new(store: &str, recipe: &'static str) -> Labels {
+    /// The labels of a `recipe` named `name` served by the runtime of
+    /// `store`.
+    pub(crate) fn new(store: &str, recipe: &'static str, name: &str) -> Labels {
         Labels {
             store: store.into(),
             recipe,
-            name: None,
+            name: name.into(),
+            name_label: false,
+            participant: None,
         }
     }
 
-    /// Add the recipe's `name` as a label.
-    pub(crate) fn with_name(mut self, name: &str) -> Labels {
-        self.name = Some(name.into());
+    /// Add the recipe's name as a metrics label.
+    pub(crate) fn with_name_label(mut self) -> Labels {
+        self.name_label = true;
         self
+    }
+
+    /// The participant id the logs show (a latch's or selector's).
+    pub(crate) fn with_participant(mut self, id: &str) -> Labels {
+        self.participant = Some(id.into());
+        self
+    }
+
+    /// How the logs name the recipe: `[etcd mutex /locks/x id=web-1]`.
+    fn who(&self) -> String {
+        let id = self.participant.as_deref().map(|id| format!(" id={id}"));
+        let (store, recipe, name) = (&self.store, self.recipe, &self.name);
+        format!("[{store} {recipe} {name}{}]", id.unwrap_or_default())
     }
 
     fn labels(&self, extra: Option<(&'static str, &'static str)>) -> Vec<Label> {
@@ -65,8 +84,8 @@ impl Labels {
             Label::new("store", self.store.to_string()),
             Label::new("recipe", self.recipe),
         ];
-        if let Some(name) = &self.name {
-            labels.push(Label::new("name", name.to_string()));
+        if self.name_label {
+            labels.push(Label::new("name", self.name.to_string()));
         }
         if let Some((key, value)) = extra {
             labels.push(Label::new(key, value));
@@ -93,8 +112,14 @@ impl Labels {
             Ok(None) => "timed_out",
             Err(_) => "failed",
         };
+        let waited = started.elapsed();
+        match got {
+            Ok(Some(_)) => log::info!("{} acquired after {waited:?}", self.who()),
+            Ok(None) => log::debug!("{} not acquired within {waited:?}", self.who()),
+            Err(e) => log::info!("{} acquisition failed after {waited:?}: {e}", self.who()),
+        }
         let labels = self.labels(Some(("outcome", outcome)));
-        histogram!(ACQUIRE_SECONDS, labels).record(started.elapsed().as_secs_f64());
+        histogram!(ACQUIRE_SECONDS, labels).record(waited.as_secs_f64());
     }
 
     /// A holding began: count its loss when `signal` fires (a release is
@@ -106,6 +131,10 @@ impl Labels {
         }
         let this = self.clone();
         signal.on_fire(move |reason| {
+            match reason {
+                LossReason::Released => log::info!("{} released", this.who()),
+                _ => log::warn!("{} lost: {reason}", this.who()),
+            }
             if leadership {
                 gauge!(LEADER, this.labels(None)).decrement(1.0);
                 counter!(LEADERSHIP_TRANSITIONS, this.labels(None)).increment(1);
@@ -135,4 +164,54 @@ pub(crate) fn error(store: &str, e: &Error) {
         Label::new("kind", e.kind()),
     ];
     counter!(ERRORS, labels).increment(1);
+}
+
+#[cfg(test)]
+mod tests {
+    use parking_lot::Mutex as PlMutex;
+
+    use crate::loss::LossReason;
+    use crate::mutex::Mutex;
+    use crate::test_backend::MemoryMutex;
+
+    /// Every record logged in this test process.
+    static RECORDS: PlMutex<Vec<String>> = PlMutex::new(Vec::new());
+
+    struct Capture;
+
+    impl log::Log for Capture {
+        fn enabled(&self, _: &log::Metadata<'_>) -> bool {
+            true
+        }
+
+        fn log(&self, record: &log::Record<'_>) {
+            RECORDS.lock().push(record.args().to_string());
+        }
+
+        fn flush(&self) {}
+    }
+
+    fn logged(text: &str) -> bool {
+        RECORDS.lock().iter().any(|r| r.contains(text))
+    }
+
+    #[test]
+    fn state_changes_are_logged_with_the_store_recipe_and_name() {
+        let _ = log::set_logger(&Capture);
+        log::set_max_level(log::LevelFilter::Debug);
+        let m = Mutex::from_backend(MemoryMutex::new());
+        let who = "[memory-backend mutex /memory]";
+        let guard = m.try_lock().unwrap().expect("free");
+        assert!(
+            logged(&format!("{who} acquired after")),
+            "{:?}",
+            RECORDS.lock()
+        );
+        guard.lease().trigger().fire(LossReason::Deleted);
+        assert!(logged(&format!("{who} lost: {}", LossReason::Deleted)));
+        assert!(guard.release().is_err(), "released after its loss");
+        let again = m.try_lock().unwrap().expect("free again");
+        again.release().unwrap();
+        assert!(logged(&format!("{who} released")));
+    }
 }

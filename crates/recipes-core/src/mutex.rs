@@ -41,14 +41,14 @@ pub struct Mutex<B: MutexBackend> {
 impl<B: MutexBackend> Mutex<B> {
     /// A mutex over `backend`.
     pub fn from_backend(backend: B) -> Mutex<B> {
-        let labels = Labels::new(backend.runtime().store(), "mutex");
+        let labels = Labels::new(backend.runtime().store(), "mutex", backend.name());
         Mutex { backend, labels }
     }
 
     /// Label this mutex's metrics with its name too (names are unbounded,
     /// so they are no label by default).
     pub fn with_name_label(mut self) -> Mutex<B> {
-        self.labels = self.labels.with_name(self.backend.name());
+        self.labels = self.labels.with_name_label();
         self
     }
 

@@ -33,14 +33,14 @@ pub struct Semaphore<B: SemaphoreBackend> {
 impl<B: SemaphoreBackend> Semaphore<B> {
     /// A semaphore over `backend`.
     pub fn from_backend(backend: B) -> Semaphore<B> {
-        let labels = Labels::new(backend.runtime().store(), "semaphore");
+        let labels = Labels::new(backend.runtime().store(), "semaphore", backend.name());
         Semaphore { backend, labels }
     }
 
     /// Label this semaphore's metrics with its name too (names are
     /// unbounded, so they are no label by default).
     pub fn with_name_label(mut self) -> Semaphore<B> {
-        self.labels = self.labels.with_name(self.backend.name());
+        self.labels = self.labels.with_name_label();
         self
     }
 

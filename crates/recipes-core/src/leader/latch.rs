@@ -67,7 +67,8 @@ impl<E: ElectionBackend> LeaderLatch<E> {
     /// [`Error::InvalidArgument`] for an empty id.
     pub fn new(election: E, id: &str) -> Result<LeaderLatch<E>> {
         validate_participant_id("latch", id)?;
-        let labels = Labels::new(election.runtime().store(), "latch");
+        let labels =
+            Labels::new(election.runtime().store(), "latch", election.name()).with_participant(id);
         Ok(LeaderLatch {
             inner: Arc::new(LatchInner {
                 labels,
@@ -86,7 +87,7 @@ impl<E: ElectionBackend> LeaderLatch<E> {
     /// [`start`](LeaderLatch::start) only; later it changes nothing.
     pub fn with_name_label(mut self) -> LeaderLatch<E> {
         if let Some(inner) = Arc::get_mut(&mut self.inner) {
-            inner.labels = inner.labels.clone().with_name(inner.election.name());
+            inner.labels = inner.labels.clone().with_name_label();
         }
         self
     }

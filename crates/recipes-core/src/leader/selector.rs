@@ -81,7 +81,8 @@ impl<E: ElectionBackend> LeaderSelector<E> {
     /// [`Error::InvalidArgument`] for an empty id.
     pub fn new(election: E, id: &str) -> Result<LeaderSelector<E>> {
         validate_participant_id("selector", id)?;
-        let labels = Labels::new(election.runtime().store(), "selector");
+        let labels = Labels::new(election.runtime().store(), "selector", election.name())
+            .with_participant(id);
         Ok(LeaderSelector {
             labels,
             election: Arc::new(election),
@@ -95,7 +96,7 @@ impl<E: ElectionBackend> LeaderSelector<E> {
     /// Label this selector's metrics with the election's name too (names
     /// are unbounded, so they are no label by default).
     pub fn with_name_label(mut self) -> LeaderSelector<E> {
-        self.labels = self.labels.clone().with_name(self.election.name());
+        self.labels = self.labels.clone().with_name_label();
         self
     }
 
