@@ -2,7 +2,7 @@
 //! [`EtcdCluster`](crate::EtcdCluster).
 
 use std::net::SocketAddr;
-use std::path::Path;
+use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::OnceLock;
 use std::time::Duration;
@@ -16,6 +16,10 @@ use crate::test_dir::TestDir;
 
 /// The etcd binary (Debian's package).
 pub const ETCD_BINARY: &str = "/usr/bin/etcd";
+
+/// The etcd versions beside Debian's 3.4 that the version matrix runs
+/// (`scripts/setup` fetches them).
+pub const VENDORED_VERSIONS: [&str; 3] = ["3.5.34", "3.6.15", "3.7.2"];
 
 /// Upper bound (scaled) for a server to become healthy.
 pub const ETCD_START_TIMEOUT: Duration = Duration::from_secs(30);
@@ -34,6 +38,7 @@ pub struct EtcdConfig {
     heartbeat_interval: Duration,
     election_timeout: Duration,
     fsync: bool,
+    binary: PathBuf,
 }
 
 impl Default for EtcdConfig {
@@ -42,11 +47,34 @@ impl Default for EtcdConfig {
             heartbeat_interval: Duration::from_millis(50),
             election_timeout: Duration::from_millis(500),
             fsync: false,
+            binary: PathBuf::from(ETCD_BINARY),
         }
     }
 }
 
 impl EtcdConfig {
+    /// Run the etcd server `version` (`3.5.34`, one of
+    /// [`VENDORED_VERSIONS`]) from the etcd-bin-vendored binaries that
+    /// `scripts/setup` puts in `target/etcd-bins`, instead of Debian's.
+    ///
+    /// # Panics
+    ///
+    /// When that binary is missing (run `scripts/setup`).
+    pub fn with_version(mut self, version: &str) -> Self {
+        let dir = std::env::var_os("RECIPES_ETCD_BINS").map_or_else(
+            || Path::new(env!("CARGO_MANIFEST_DIR")).join("../target/etcd-bins"),
+            PathBuf::from,
+        );
+        let binary = dir.join(version).join("etcd");
+        assert!(
+            binary.exists(),
+            "etcd {version} is missing at {}: run scripts/setup (x86_64 only)",
+            binary.display()
+        );
+        self.binary = binary;
+        self
+    }
+
     /// Sync writes to disk (no `--unsafe-no-fsync`), as benchmarks want;
     /// functional tests run without.
     pub fn with_fsync(mut self, fsync: bool) -> Self {
@@ -164,6 +192,19 @@ impl EtcdServer {
         SHARED.get_or_init(EtcdServer::start)
     }
 
+    /// Like [`shared`](Self::shared), for the etcd `version` (one of
+    /// [`VENDORED_VERSIONS`]); see [`EtcdConfig::with_version`].
+    pub fn shared_version(version: &str) -> &'static EtcdServer {
+        static SHARED: [OnceLock<EtcdServer>; 3] =
+            [OnceLock::new(), OnceLock::new(), OnceLock::new()];
+        let i = VENDORED_VERSIONS
+            .iter()
+            .position(|v| *v == version)
+            .unwrap_or_else(|| panic!("etcd {version} is not one of {VENDORED_VERSIONS:?}"));
+        SHARED[i]
+            .get_or_init(|| EtcdServer::start_with(EtcdConfig::default().with_version(version)))
+    }
+
     /// Writes the folder; does not start the process.
     pub(crate) fn prepare(
         name: String,
@@ -173,8 +214,9 @@ impl EtcdServer {
         membership: &Membership,
     ) -> EtcdServer {
         assert!(
-            Path::new(ETCD_BINARY).exists(),
-            "{ETCD_BINARY} is missing: install Debian's etcd-server package (scripts/setup)"
+            config.binary.exists(),
+            "{} is missing: install Debian's etcd-server package (scripts/setup)",
+            config.binary.display()
         );
         let dir = TestDir::new(&name);
         let client_url = format!("http://{}", client_port.addr());
@@ -198,11 +240,10 @@ impl EtcdServer {
             format!("--election-timeout={}", config.election_timeout.as_millis()),
             "--logger=zap".to_owned(),
             "--log-outputs=stderr".to_owned(),
-            "--enable-v2=false".to_owned(),
         ];
         let process = ManagedProcess::new(
             name.clone(),
-            ETCD_BINARY,
+            config.binary.clone(),
             args,
             dir.path(),
             dir.path().join("server.log"),

@@ -790,9 +790,22 @@ fn a_ttl_below_the_server_minimum_is_raised_and_reported() {
 /// which ownership was confirmed.
 #[test]
 fn etcdctl_lock_contends_with_ours() {
+    etcdctl_lock_contends_with_ours_on(EtcdConfig::default());
+}
+
+/// The same on each etcd of the version matrix (`etcdctl` stays Debian's
+/// 3.4: the v3 API is the same).
+#[test]
+fn etcdctl_lock_contends_with_ours_on_each_etcd_version() {
+    for version in integration::etcd_server::VENDORED_VERSIONS {
+        etcdctl_lock_contends_with_ours_on(EtcdConfig::default().with_version(version));
+    }
+}
+
+fn etcdctl_lock_contends_with_ours_on(config: EtcdConfig) {
     // Its own server: nothing else writes, so each fence can be compared
     // with the store's revision right after the hand-over.
-    let server = EtcdServer::start();
+    let server = EtcdServer::start_with(config);
     let facts = server.facts();
     let dir = integration::test_dir::TestDir::new("etcdctl-lock");
     let name = lock_name("etcdctl");

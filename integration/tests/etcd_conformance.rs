@@ -1,5 +1,7 @@
-//! The conformance suite against etcd. Tests whose names contain `fault`
-//! get their own server and run one at a time.
+//! The conformance suite against etcd: Debian's 3.4 at the top level, and
+//! the etcd-bin-vendored 3.5, 3.6 and 3.7 servers in the modules
+//! `etcd_3_5`, `etcd_3_6`, `etcd_3_7` (the version matrix). Tests whose
+//! names contain `fault` get their own server and run one at a time.
 
 mod conformance;
 
@@ -8,16 +10,22 @@ use std::net::SocketAddr;
 use std::time::Duration;
 
 use conformance::{Kit, Server};
-use integration::{EtcdFacts, EtcdServer};
+use integration::etcd_server::VENDORED_VERSIONS;
+use integration::{EtcdConfig, EtcdFacts, EtcdServer};
 use recipes_etcd::{EtcdClient, EtcdElection, EtcdMutex};
 
-struct EtcdKit {
+/// A kit on Debian's etcd (`V` = 0) or on `VENDORED_VERSIONS[V - 1]`.
+struct EtcdKit<const V: usize = 0> {
     server: Server<EtcdServer>,
     facts: EtcdFacts,
 }
 
-impl EtcdKit {
-    fn on(server: Server<EtcdServer>) -> EtcdKit {
+impl<const V: usize> EtcdKit<V> {
+    fn version() -> Option<&'static str> {
+        V.checked_sub(1).map(|i| VENDORED_VERSIONS[i])
+    }
+
+    fn on(server: Server<EtcdServer>) -> EtcdKit<V> {
         EtcdKit {
             facts: server.facts(),
             server,
@@ -36,15 +44,23 @@ impl EtcdKit {
     }
 }
 
-impl Kit for EtcdKit {
+impl<const V: usize> Kit for EtcdKit<V> {
     type Mutex = EtcdMutex;
 
     fn shared() -> Self {
-        EtcdKit::on(Server::Shared(EtcdServer::shared()))
+        let server = match Self::version() {
+            None => EtcdServer::shared(),
+            Some(v) => EtcdServer::shared_version(v),
+        };
+        EtcdKit::on(Server::Shared(server))
     }
 
     fn own() -> Self {
-        EtcdKit::on(Server::Own(Box::new(EtcdServer::start())))
+        let config = match Self::version() {
+            None => EtcdConfig::default(),
+            Some(v) => EtcdConfig::default().with_version(v),
+        };
+        EtcdKit::on(Server::Own(Box::new(EtcdServer::start_with(config))))
     }
 
     fn mutex(&self, name: &str, ttl: Duration) -> recipes_etcd::Mutex {
@@ -141,3 +157,18 @@ impl Kit for EtcdKit {
 }
 
 conformance_suite!(EtcdKit);
+
+mod etcd_3_5 {
+    use super::{conformance, EtcdKit};
+    crate::conformance_suite!(EtcdKit<1>);
+}
+
+mod etcd_3_6 {
+    use super::{conformance, EtcdKit};
+    crate::conformance_suite!(EtcdKit<2>);
+}
+
+mod etcd_3_7 {
+    use super::{conformance, EtcdKit};
+    crate::conformance_suite!(EtcdKit<3>);
+}

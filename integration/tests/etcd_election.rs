@@ -520,7 +520,18 @@ fn bad_names_and_ids_are_invalid_arguments() {
 /// election: never both lead; `etcdctl elect -l` observes our proclaims.
 #[test]
 fn etcdctl_elect_and_ours_never_lead_together() {
-    let server = EtcdServer::shared();
+    etcdctl_elect_and_ours_never_lead_together_on(EtcdServer::shared());
+}
+
+/// The same on each etcd of the version matrix.
+#[test]
+fn etcdctl_elect_and_ours_never_lead_together_on_each_etcd_version() {
+    for version in integration::etcd_server::VENDORED_VERSIONS {
+        etcdctl_elect_and_ours_never_lead_together_on(EtcdServer::shared_version(version));
+    }
+}
+
+fn etcdctl_elect_and_ours_never_lead_together_on(server: &'static EtcdServer) {
     let facts = server.facts();
     let (a, b) = (connect(server), connect(server));
     let name = election_name("etcdctl");
