@@ -8,6 +8,7 @@
 //!
 //! - `connect zk <hosts> <session_timeout_ms>` → `OK session=<hex> timeout_ms=<n>`
 //! - `connect etcd <endpoint[,endpoint…]> <ttl_ms>` → `OK`
+//! - `connect pg <url> <ttl_ms> [listen_url]` → `OK`
 //! - `connect zk <hosts> <session_timeout_ms> [deadline|disconnect]` (the
 //!   loss policy, default deadline)
 //! - `ping` → `OK rtt_us=<n>`
@@ -39,6 +40,7 @@ use recipes_core::{
     MutexBackend, MutexGuard,
 };
 use recipes_etcd::EtcdClient;
+use recipes_pg::PgClient;
 use recipes_zk::ZkClient;
 
 /// A latch or selector this worker runs (dropping it closes it): the token
@@ -226,6 +228,7 @@ impl<C: Client> Worker<C> {
 enum Connected {
     Zk(Worker<ZkClient>),
     Etcd(Worker<EtcdClient>),
+    Pg(Worker<PgClient>),
 }
 
 fn worker<C: Client>(client: C) -> Worker<C> {
@@ -263,6 +266,16 @@ fn connect(words: &[&str]) -> Result<(Connected, String), String> {
                 .map_err(|e| err(&e))?;
             Ok((Connected::Etcd(worker(c)), String::new()))
         }
+        ["connect", "pg", url, ttl_ms, listen @ ..] => {
+            let mut builder = PgClient::builder(*url).ttl(millis(ttl_ms, "ttl_ms")?);
+            match listen {
+                [] => {}
+                [listen_url] => builder = builder.listen_url(*listen_url),
+                _ => return Err(usage("connect pg <url> <ttl_ms> [listen_url]")),
+            }
+            let c = builder.connect().map_err(|e| err(&e))?;
+            Ok((Connected::Pg(worker(c)), String::new()))
+        }
         _ => Err(usage("connect first")),
     }
 }
@@ -292,6 +305,7 @@ fn main() {
             }),
             (Some(Connected::Zk(w)), _) => w.handle(&words),
             (Some(Connected::Etcd(w)), _) => w.handle(&words),
+            (Some(Connected::Pg(w)), _) => w.handle(&words),
         };
         let reply = match reply {
             Ok(fields) if fields.is_empty() => "OK".to_owned(),
@@ -304,6 +318,7 @@ fn main() {
     match connected {
         Some(Connected::Zk(w)) => w.close(),
         Some(Connected::Etcd(w)) => w.close(),
+        Some(Connected::Pg(w)) => w.close(),
         None => {}
     }
 }
