@@ -75,8 +75,8 @@ impl Db {
     pub(crate) fn unreachable(&self) -> Error {
         Error::Backend {
             message: format!(
-                "no PostgreSQL server answered at {} within {:?}: check the host and port \
-                 (5432 by default; pgbouncer's 6432) and that the server is up",
+                "no PostgreSQL server answered at {} within {:?}: check that the host and port \
+                 are PostgreSQL's (5432 by default, pgbouncer's 6432), not another store's, and that it is up",
                 self.shown, self.connect_timeout
             ),
             retryable: true,

@@ -20,6 +20,9 @@
 //!   comparable across processes)
 //! - `write <path> <value>` → a write fenced in the store by the held lock:
 //!   `OK`, or `ERR fence-rejected …`
+//! - `txwrite <table> <value>` (PostgreSQL only) → the value inserted into
+//!   `<table> (fence bigint)` in a transaction fenced by the held lock:
+//!   `OK`, or `ERR fence-rejected …`
 //! - `release` → `OK` once the store confirmed; `drop` → `OK` at once (the
 //!   release runs in the background)
 //! - `latch <path> <id>` → `OK` once started; `selector <path> <id>` → `OK`
@@ -280,6 +283,18 @@ fn connect(words: &[&str]) -> Result<(Connected, String), String> {
     }
 }
 
+/// Insert `value` into `table` in a transaction fenced by the held lock.
+fn txwrite(w: &Worker<PgClient>, table: &str, value: &str) -> Reply {
+    use recipes_pg::tokio_postgres::types::Type;
+    use recipes_pg::FencedTransaction;
+    let h = w.held.as_ref().ok_or_else(|| usage("nothing held"))?;
+    let value: i64 = value.parse().map_err(|_| usage("the value is a number"))?;
+    let sql = format!("INSERT INTO {table} (fence) VALUES ($1)");
+    h.transaction(|tx| tx.execute(&sql, &[(&value, Type::INT8)]))
+        .map_err(|e| err(&e))?;
+    Ok(String::new())
+}
+
 fn main() {
     let stdin = io::stdin();
     let mut out = io::stdout().lock();
@@ -305,6 +320,7 @@ fn main() {
             }),
             (Some(Connected::Zk(w)), _) => w.handle(&words),
             (Some(Connected::Etcd(w)), _) => w.handle(&words),
+            (Some(Connected::Pg(w)), ["txwrite", table, value]) => txwrite(w, table, value),
             (Some(Connected::Pg(w)), _) => w.handle(&words),
         };
         let reply = match reply {
