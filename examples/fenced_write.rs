@@ -47,7 +47,7 @@ fn main() -> Result<(), Error> {
                 println!(
                     "2. A pauses. SIMULATED: A's client stops renewing its lease (as a \
                      stopped process would); etcd will expire it after the {:?} TTL",
-                    a.session_ttl()
+                    a.granted_ttl()
                 );
                 a.orphan();
                 Ok(())

@@ -578,7 +578,7 @@ fn the_session_reports_its_lease() {
     let facts = server.facts();
     let a = connect_with_ttl(server, Duration::from_millis(2500));
     assert_eq!(
-        a.session_ttl(),
+        a.granted_ttl(),
         Duration::from_secs(3),
         "rounded up to whole seconds"
     );
@@ -778,7 +778,7 @@ fn a_ttl_below_the_server_minimum_is_raised_and_reported() {
     assert_eq!(min, Duration::from_secs(3));
     let server = EtcdServer::start_with(config);
     let a = connect_with_ttl(&server, Duration::from_secs(1));
-    assert_eq!(a.session_ttl(), min);
+    assert_eq!(a.granted_ttl(), min);
     let g = a.mutex(&lock_name("min-ttl")).unwrap().lock().unwrap();
     // The deadline is computed from what was granted.
     assert!(g.valid_until().unwrap() > BootInstant::now() + Duration::from_millis(1500));

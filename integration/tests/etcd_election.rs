@@ -696,7 +696,7 @@ fn a_latch_closed_after_its_session_is_gone_waits_for_its_term_to_end_fault() {
         Ok(LatchEvent::Lost { .. }) => {}
         other => panic!("expected Lost, got {other:?}"),
     }
-    assert_eq!(a.session_ttl(), Duration::ZERO, "the session is gone");
+    assert_eq!(a.granted_ttl(), Duration::ZERO, "the session is gone");
     latch.close().unwrap();
     server.resume();
     let _ = closer.join().unwrap();

@@ -157,6 +157,13 @@ pub trait Client: Clone + Send + Sync + fmt::Debug + 'static {
     /// the boot-time clock), from which its lease deadline is computed.
     fn last_acknowledged(&self) -> Option<BootInstant>;
 
+    /// Until when the current session's lease may be assumed alive in the
+    /// store: the send time of the newest acknowledged request plus the
+    /// granted session timeout or TTL, less the safety margin — earlier
+    /// than the server's own expiry while the clocks run within 500 ppm of
+    /// each other. `None` once closed.
+    fn valid_until(&self) -> Option<BootInstant>;
+
     /// Close the session — what it still holds goes at once — waiting at
     /// most `grace`. Every loss signal fires. Other clones stop working.
     ///

@@ -65,3 +65,32 @@ where
     };
     within(what, timeout, sending).await
 }
+
+/// Run `attempt` until it succeeds, pausing with `backoff` after each
+/// failure, or until a failure finds `give_up()` true: a cleanup that must
+/// be done (a delete, a revoke) unless what it cleans up went by itself.
+/// Returns whether it succeeded.
+pub async fn until_done<F, Fut>(
+    what: &str,
+    mut backoff: Backoff,
+    give_up: impl Fn() -> bool,
+    mut attempt: F,
+) -> bool
+where
+    F: FnMut() -> Fut,
+    Fut: Future<Output = Result<()>>,
+{
+    loop {
+        match attempt().await {
+            Ok(()) => return true,
+            Err(e) if give_up() => {
+                log::debug!("{what} failed: {e}; giving up");
+                return false;
+            }
+            Err(e) => {
+                log::warn!("{what} failed: {e}; retrying");
+                backoff.pause().await;
+            }
+        }
+    }
+}

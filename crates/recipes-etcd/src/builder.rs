@@ -40,7 +40,7 @@ impl EtcdClientBuilder {
         ttl = "On etcd the lease TTL, rounded up to whole seconds; single-use leases (see \
                [`EtcdClient`]) ask for the same. etcd silently raises a TTL below its \
                minimum (ceil(1.5 × election timeout), 2 s at defaults); \
-               [`EtcdClient::session_ttl`] reports what was granted. Requests are timed \
+               [`Client::granted_ttl`](recipes_core::Client::granted_ttl) reports what was granted. Requests are timed \
                one by one, never with etcd-client's client-wide timeout, which would also \
                cut off watches."
     );
@@ -110,17 +110,12 @@ impl EtcdClientBuilder {
         let client = match connected {
             Ok(c) => c,
             Err(Error::Timeout { .. } | Error::ConnectionLoss) => {
-                return Err(Error::Backend {
-                    message: format!(
-                        "no etcd member of {} answered within {:?}: check that each endpoint \
-                         is an etcd client URL (port 2379 by default), not ZooKeeper's (2181), \
-                         an HTTP/1 server or a TLS-only port, and that it is up",
-                        self.endpoints.join(","),
-                        self.settings.connect_timeout
-                    ),
-                    retryable: true,
-                    source: None,
-                })
+                return Err(recipes_core::no_server_answered(
+                    &format!("no etcd member of {}", self.endpoints.join(",")),
+                    self.settings.connect_timeout,
+                    "each endpoint is an etcd client URL (port 2379 by default), not \
+                     ZooKeeper's (2181), an HTTP/1 server or a TLS-only port",
+                ))
             }
             Err(e) => return Err(e),
         };
@@ -150,44 +145,8 @@ fn check_endpoint(endpoint: &str) -> Result<()> {
         }
         Some((scheme, _)) => return refuse(format!("has the scheme {scheme}://, not http://")),
     };
-    let port = address
-        .rsplit_once(':')
-        .map(|(host, port)| (host, port.parse::<u16>()));
-    match port {
-        Some((host, Ok(_))) if !host.is_empty() && !host.contains('/') => Ok(()),
-        _ => refuse("lacks a host or a numeric port".into()),
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::check_endpoint;
-
-    #[test]
-    fn endpoints_are_host_port_or_http_urls() {
-        for good in [
-            "127.0.0.1:2379",
-            "http://127.0.0.1:2379",
-            "etcd-0.local:2379",
-            "[::1]:2379",
-        ] {
-            assert!(check_endpoint(good).is_ok(), "{good}");
-        }
-        for bad in [
-            "",
-            " ",
-            "127.0.0.1",
-            "zk://127.0.0.1:2181",
-            "https://h:2379",
-            "h:port",
-            ":2379",
-            "a:1,b:2",
-        ] {
-            let e = check_endpoint(bad).expect_err(bad).to_string();
-            assert!(
-                e.contains("host:port") && e.contains(&format!("{bad:?}")),
-                "{e}"
-            );
-        }
+    match recipes_core::is_host_port(address) {
+        true => Ok(()),
+        false => refuse("lacks a host or a numeric port".into()),
     }
 }

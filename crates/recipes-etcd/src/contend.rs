@@ -4,14 +4,13 @@
 //! The loop is the engine's ([`recipes_core::engine::contend`]).
 //!
 //! - **enter**: one transaction — if our key does not exist, put it with
-//!   our lease; either way read it and the oldest [`PAGE`] keys under the
-//!   prefix — joined with a synced watch on our own key (`watch.rs`), which
-//!   reports its deletion while we wait and after we hold.
-//! - **list**: one read-only transaction: our key, and the contender
-//!   created just before it (paging past nested locks' keys).
-//! - **wait**: add a synced watch on the contender ahead to the same
-//!   stream (the engine then reads again, so its deletion cannot be
-//!   missed), then wait for it or our key to go.
+//!   our lease; either way read the contenders (`listing.rs`) — joined
+//!   with a synced watch on our own key (`watch.rs`), whose deletion is
+//!   loss while we wait and after we hold.
+//! - **list**: one read of the contenders created up to ours.
+//! - **wait**: a synced watch on the contender ahead (the engine then
+//!   reads again, so its deletion cannot be missed), then wait for it or
+//!   our key to go.
 //! - **confirm**: a lock's fence is the header revision of the read that
 //!   found no contender ahead; a campaign puts its key again (same value
 //!   and lease, guarded by `create_revision == ours`) and that write's
@@ -22,24 +21,19 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use etcd_client::{
-    Compare, CompareOp, GetOptions, GetResponse, PutOptions, SortOrder, SortTarget, Txn, TxnOp,
-};
+use etcd_client::{Compare, CompareOp, GetOptions, PutOptions, Txn, TxnOp};
 use recipes_core::engine::{ContendDriver, Entered, Listing};
 use recipes_core::{LossSignal, PooledSession, Result, Turn};
 use tokio::time::Instant;
 
 use crate::client::EtcdClient;
 use crate::key::{guarded, Acquired, Ticket};
-use crate::names::{contender_key, is_contender, other_layout, permit_key, size_key, Key};
+use crate::listing::{list, listing, oldest_first};
+use crate::names::{contender_key, other_layout, permit_key, size_key, Key};
 use crate::rpc::{header_revision, read_at, retrying_txn, unexpected};
 use crate::semaphore::EtcdSemaphore;
-use crate::session::Session;
-use crate::watch::{PrefixWatch, WatchSet};
-
-/// How many keys one ownership read returns. Nested locks' keys (which do
-/// not count) can fill a page; the read then goes on below the page.
-pub(crate) const PAGE: i64 = 16;
+use crate::session::{Etcd, Session};
+use crate::watch::{Watch, WatchSet};
 
 /// How an acquisition keeps clear of this process's other acquisitions of
 /// the name (see the `session` module).
@@ -110,7 +104,7 @@ pub(crate) struct KeyEpoch {
 
 /// Our key while it contends.
 pub(crate) struct KeyEntry {
-    pub(crate) etcd: etcd_client::Client,
+    pub(crate) etcd: Etcd,
     pub(crate) key: String,
     id: Key,
     pub(crate) create_revision: i64,
@@ -118,7 +112,7 @@ pub(crate) struct KeyEntry {
     /// waited for one.
     watches: Option<WatchSet>,
     /// On the permit prefix, once a permit had to wait.
-    pub(crate) waiting: Option<PrefixWatch>,
+    pub(crate) waiting: Option<Watch>,
 }
 
 impl KeyContender<'_> {
@@ -127,9 +121,9 @@ impl KeyContender<'_> {
         TxnOp::put(key, claim.value().to_vec(), Some(options))
     }
 
-    /// Create our key (`claim`'s) and read the oldest keys in the same
-    /// transaction: its `create_revision`, and the first listing if the
-    /// page holds it. A semaphore's size key under the prefix is
+    /// Create our key (`claim`'s) and read the contenders in the same
+    /// transaction: its `create_revision`, and the first listing. A
+    /// semaphore's size key under the prefix is
     /// [`Error::InvalidArgument`](recipes_core::Error), with nothing
     /// created: the name holds a semaphore, whose permits no lock sees.
     async fn create_key(
@@ -138,13 +132,9 @@ impl KeyContender<'_> {
         ticket: &mut Ticket,
         claim: Claim<'_>,
     ) -> Result<(i64, Option<Listing<Key>>)> {
-        let (etcd, timeout) = (session.etcd()?, session.rpc_timeout);
+        let (etcd, timeout) = (session.store()?, session.rpc_timeout());
         let key = ticket.key.clone();
-        let oldest = GetOptions::new()
-            .with_prefix()
-            .with_sort(SortTarget::Create, SortOrder::Ascend)
-            .with_limit(PAGE)
-            .with_keys_only();
+        let oldest = oldest_first();
         let size = size_key(self.prefix);
         let txn = Txn::new()
             .when([
@@ -152,7 +142,7 @@ impl KeyContender<'_> {
                 Compare::create_revision(size.as_str(), CompareOp::Equal, 0),
             ])
             .and_then([
-                self.put(&key, session.lease, claim),
+                self.put(&key, session.id(), claim),
                 TxnOp::get(self.prefix, Some(oldest.clone())),
             ])
             .or_else([
@@ -164,9 +154,17 @@ impl KeyContender<'_> {
         // Safe to send twice: a second run finds our key and reads it.
         let resp = retrying_txn(&etcd, &what, timeout, &txn).await?;
         let header = header_revision(&resp)?;
+        let first = |rev| {
+            Ok(listing(
+                read_at(&resp, 1)?.kvs(),
+                self.prefix,
+                &key,
+                rev,
+                header,
+            ))
+        };
         if resp.succeeded() {
-            let first = first_listing(&read_at(&resp, 1)?, self.prefix, &key, header);
-            return Ok((header, first));
+            return Ok((header, Some(first(header)?)));
         }
         if let Some(kv) = read_at(&resp, 2)?.kvs().first() {
             let (ours, theirs) = ("a lock or election", "a semaphore");
@@ -181,25 +179,18 @@ impl KeyContender<'_> {
         };
         let rev = kv.create_revision();
         ticket.create_revision = Some(rev);
-        let put = self.put(&key, session.lease, claim);
+        let put = self.put(&key, session.id(), claim);
         if kv.value() != claim.value() && guarded(&etcd, timeout, &key, rev, put).await?.is_none() {
             // Gone since: a listing without ours starts over.
-            let gone = Listing {
-                contenders: Vec::new(),
-                revision: header,
-            };
-            return Ok((rev, Some(gone)));
+            return Ok((rev, Some(first(0)?)));
         }
-        Ok((
-            rev,
-            first_listing(&read_at(&resp, 1)?, self.prefix, &key, header),
-        ))
+        Ok((rev, Some(first(rev)?)))
     }
 
     /// Add a synced watch on the contender `ahead` to our key's stream
     /// (the engine then reads again), or wait for it or our key to go.
     async fn wait_ahead(&self, session: &Session, entry: &mut KeyEntry, ahead: &Key) -> Result<()> {
-        let timeout = session.rpc_timeout;
+        let timeout = session.rpc_timeout();
         match entry.watches.take() {
             // Both watches were confirmed before the read that named
             // `ahead`: neither deletion can be missed. `next` is
@@ -210,8 +201,8 @@ impl KeyContender<'_> {
             // The engine reads again once the watch exists. Out of the
             // entry meanwhile: a half-added watch must not be used again.
             Some(mut w) => {
-                log::debug!("[{}] {} waits for {ahead:?}", session.label, entry.key);
-                w.watch_ahead(&ahead.0, timeout).await?;
+                log::debug!("[{}] {} waits for {ahead:?}", session.label(), entry.key);
+                w.watch_ahead(&entry.etcd, &ahead.0, timeout).await?;
                 entry.watches = Some(w);
                 Ok(())
             }
@@ -272,11 +263,11 @@ impl ContendDriver for KeyContender<'_> {
     }
 
     fn epoch_signal(&self, epoch: &KeyEpoch) -> LossSignal {
-        epoch.session.epoch.signal()
+        epoch.session.epoch().signal()
     }
 
     fn ticket(&self, epoch: &KeyEpoch) -> Ticket {
-        let lease = epoch.session.lease;
+        let lease = epoch.session.id();
         let key = match self.layout {
             Layout::Key { .. } => contender_key(self.prefix, lease),
             Layout::Permits(_) => permit_key(self.prefix, lease),
@@ -291,8 +282,8 @@ impl ContendDriver for KeyContender<'_> {
 
     async fn enter(&self, epoch: &KeyEpoch, ticket: &mut Ticket) -> Result<Entered<Self>> {
         let session = &epoch.session;
-        let (etcd, key) = (session.etcd()?, ticket.key.clone());
-        let watch = WatchSet::open(&etcd, &key, session.rpc_timeout);
+        let (etcd, key) = (session.store()?, ticket.key.clone());
+        let watch = WatchSet::open(&etcd, &key, session.rpc_timeout());
         let (created, watches) = match self.layout {
             Layout::Key { claim, .. } => {
                 tokio::join!(self.create_key(session, ticket, claim), watch)
@@ -303,10 +294,10 @@ impl ContendDriver for KeyContender<'_> {
         ticket.create_revision = Some(create_revision);
         log::debug!(
             "[{}] {key} created at revision {create_revision}",
-            session.label
+            session.label()
         );
         let watches = watches
-            .map_err(|e| log::debug!("[{}] watch on {key} failed: {e}", session.label))
+            .map_err(|e| log::debug!("[{}] watch on {key} failed: {e}", session.label()))
             .ok();
         let entry = KeyEntry {
             etcd,
@@ -324,11 +315,15 @@ impl ContendDriver for KeyContender<'_> {
     }
 
     async fn list(&self, epoch: &KeyEpoch, entry: &mut KeyEntry) -> Result<Listing<Key>> {
-        let timeout = epoch.session.rpc_timeout;
-        match self.layout {
-            Layout::Key { .. } => check_owner(entry, self.prefix, timeout).await,
-            Layout::Permits(sem) => sem.list_permits(entry, timeout).await,
-        }
+        let (key, rev) = (&entry.key, entry.create_revision);
+        list(
+            &entry.etcd,
+            epoch.session.rpc_timeout(),
+            self.prefix,
+            key,
+            rev,
+        )
+        .await
     }
 
     async fn wait(&self, epoch: &KeyEpoch, entry: &mut KeyEntry, ahead: &Key) -> Result<()> {
@@ -357,9 +352,9 @@ impl ContendDriver for KeyContender<'_> {
                 ..
             } => {
                 let session = &epoch.session;
-                let put = self.put(&entry.key, session.lease, claim);
+                let put = self.put(&entry.key, session.id(), claim);
                 let (key, rev) = (&entry.key, entry.create_revision);
-                guarded(&entry.etcd, session.rpc_timeout, key, rev, put).await
+                guarded(&entry.etcd, session.rpc_timeout(), key, rev, put).await
             }
             _ => Ok(Some(listing.revision)),
         }
@@ -371,79 +366,5 @@ impl ContendDriver for KeyContender<'_> {
 
     fn won(&self, _epoch: KeyEpoch, ticket: Ticket, entry: KeyEntry, fence: i64) -> Acquired {
         Acquired::new(ticket, entry.create_revision, fence, entry.watches)
-    }
-}
-
-/// The first listing, from the acquire transaction's page of oldest keys:
-/// every contender up to ours, when ours is on the page (sorted oldest
-/// first, the page then holds every key older than ours); `None` when it
-/// is not (nested locks' keys, or many contenders, filled the page).
-fn first_listing(page: &GetResponse, prefix: &str, key: &str, header: i64) -> Option<Listing<Key>> {
-    let mut contenders: Vec<Key> = page
-        .kvs()
-        .iter()
-        .filter(|kv| is_contender(prefix, kv.key()))
-        .map(|kv| Key(kv.key().to_vec()))
-        .collect();
-    let ours = contenders.iter().position(|c| c.0 == key.as_bytes())?;
-    contenders.truncate(ours + 1);
-    Some(Listing {
-        contenders,
-        revision: header,
-    })
-}
-
-/// One read (a read-only transaction, linearizable): does our key still
-/// exist, and which contender was created just before it? Pages past
-/// nested locks' keys. The listing is that contender and ours, ours alone
-/// when none is ahead, or empty when ours is gone.
-async fn check_owner(
-    entry: &KeyEntry,
-    prefix: &str,
-    rpc_timeout: Duration,
-) -> Result<Listing<Key>> {
-    let (key, create_revision) = (entry.key.as_str(), entry.create_revision);
-    let mut below = create_revision - 1;
-    loop {
-        let ahead = GetOptions::new()
-            .with_prefix()
-            .with_max_create_revision(below)
-            .with_sort(SortTarget::Create, SortOrder::Descend)
-            .with_limit(PAGE)
-            .with_keys_only();
-        let txn = Txn::new().and_then([
-            TxnOp::get(key, Some(GetOptions::new().with_keys_only())),
-            TxnOp::get(prefix, Some(ahead)),
-        ]);
-        let resp = retrying_txn(&entry.etcd, &format!("read {prefix}"), rpc_timeout, &txn).await?;
-        let revision = header_revision(&resp)?;
-        let listing = |contenders| Listing {
-            contenders,
-            revision,
-        };
-        let (ours, ahead) = (read_at(&resp, 0)?, read_at(&resp, 1)?);
-        if ours
-            .kvs()
-            .first()
-            .is_none_or(|kv| kv.create_revision() != create_revision)
-        {
-            return Ok(listing(Vec::new()));
-        }
-        // The revision bound is the server's filter too; checking it here
-        // keeps a `below` of 0 (which etcd reads as "no bound") harmless.
-        let is_ahead = |kv: &&etcd_client::KeyValue| {
-            kv.create_revision() < create_revision && is_contender(prefix, kv.key())
-        };
-        if let Some(kv) = ahead.kvs().iter().find(is_ahead) {
-            return Ok(listing(vec![Key(kv.key().to_vec()), entry.id.clone()]));
-        }
-        match ahead.kvs().last().map(|kv| kv.create_revision()) {
-            // Only nested keys on this page: read on below it. A key
-            // created below `lowest` while we paged would have a newer
-            // revision, so the newest read confirms us.
-            Some(lowest) if ahead.more() && lowest > 1 => below = lowest - 1,
-            // None ahead: ours is the oldest.
-            _ => return Ok(listing(vec![entry.id.clone()])),
-        }
     }
 }

@@ -20,7 +20,7 @@ use crate::client::EtcdClient;
 use crate::contend::Claim;
 use crate::lock::{EtcdKey, EtcdLock};
 use crate::mutex::NameHandle;
-use crate::observe::{read_candidates, read_leader, Watch};
+use crate::observe::{read_candidates, read_leader, Following};
 
 /// An election in etcd's `concurrency` layout (keys `<name>/<lease id>`
 /// holding the candidates' values), shared with Go's
@@ -85,20 +85,25 @@ impl ElectionBackend for EtcdElection {
         async move {
             let won = this.contend(Claim::Campaign(&value), deadline).await?;
             Ok(won.map(|a| {
-                log::info!("[{}] {} leads (fence {})", a.session.label, a.key, a.fence);
+                log::info!(
+                    "[{}] {} leads (fence {})",
+                    a.session.label(),
+                    a.key,
+                    a.fence
+                );
                 EtcdKey::held(this.client.clone(), a, "leadership")
             }))
         }
     }
 
     fn candidates(&self) -> Result<Vec<LeaderInfo>> {
-        let (client, prefix) = (self.0.client.clone(), self.0.prefix.clone());
-        self.0.client.call("list candidates", async move {
-            let session = client.live_session().await?;
-            let candidates =
-                read_candidates(&session.etcd()?, session.rpc_timeout, &prefix).await?;
-            Ok(candidates.into_iter().map(LeaderInfo::from).collect())
-        })
+        let prefix = self.0.prefix.clone();
+        self.0
+            .client
+            .read_with("list candidates", |etcd, timeout| async move {
+                let candidates = read_candidates(&etcd, timeout, &prefix).await?;
+                Ok(candidates.into_iter().map(LeaderInfo::from).collect())
+            })
     }
 
     /// Resigning retries until the key is deleted or the session is lost,
@@ -107,22 +112,23 @@ impl ElectionBackend for EtcdElection {
     /// the latch's last step. Taken from the settings, not the live
     /// session: after the client closed there is none.
     fn close_timeout(&self) -> Duration {
-        self.0.client.lease_span() + 2 * self.0.client.rpc_timeout()
+        self.0.client.leases().lease_span() + 2 * self.0.client.rpc_timeout()
     }
 
     /// A synced watch on the prefix, opened again (and the leader read
     /// again) when its stream breaks.
     fn observe(&self) -> Result<LeaderObserver> {
-        let watch = Watch::new(self.0.client.clone(), self.0.prefix.clone());
+        let watch = Following::new(self.0.client.clone(), self.0.prefix.clone());
         recipes_core::follow_leader(self.0.client.runtime(), self.0.client.rpc_timeout(), watch)
     }
 
     fn leader(&self) -> Result<Option<LeaderInfo>> {
-        let (client, prefix) = (self.0.client.clone(), self.0.prefix.clone());
-        self.0.client.call("read the leader", async move {
-            let session = client.live_session().await?;
-            let leader = read_leader(&session.etcd()?, session.rpc_timeout, &prefix).await?;
-            Ok(leader.map(LeaderInfo::from))
-        })
+        let prefix = self.0.prefix.clone();
+        self.0
+            .client
+            .read_with("read the leader", |etcd, timeout| async move {
+                let leader = read_leader(&etcd, timeout, &prefix).await?;
+                Ok(leader.map(LeaderInfo::from))
+            })
     }
 }

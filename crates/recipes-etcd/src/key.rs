@@ -4,11 +4,11 @@
 use std::sync::Arc;
 
 use etcd_client::{Compare, CompareOp, Txn, TxnOp};
-use recipes_core::{Backoff, LossReason, Result, Turn, Turns};
+use recipes_core::{until_done, Backoff, LossReason, Result, Turn, Turns};
 
 use crate::rpc::{header_revision, retrying_txn};
 use crate::session::Session;
-use crate::watch::WatchSet;
+use crate::watch::{Watch, WatchSet};
 
 /// Names our key before it exists (the engine's ticket): enough to delete
 /// it even if the create's reply was lost. It holds this process's turn at
@@ -40,7 +40,7 @@ pub(crate) struct Acquired {
     pub(crate) create_revision: i64,
     pub(crate) fence: i64,
     /// Watches our key since before the fence, when it did.
-    pub(crate) watches: Option<WatchSet>,
+    pub(crate) watch: Option<Watch>,
     /// This process's turns at the name, kept while the key exists.
     pub(crate) turns: Turns,
 }
@@ -59,7 +59,9 @@ impl Acquired {
             key: ticket.key,
             create_revision,
             fence,
-            watches: watches.filter(|w| w.synced_at() <= fence),
+            watch: watches
+                .map(WatchSet::into_ours)
+                .filter(|w| w.synced_at() <= fence),
             turns: Turns::new(ticket.turn, None),
         }
     }
@@ -102,8 +104,8 @@ pub(crate) async fn delete_key(
         return session.revoke(LossReason::Released).await;
     }
     let txn = if_ours(key, create_revision, [TxnOp::delete(key, None)]);
-    let (etcd, what) = (session.etcd()?, format!("delete {key}"));
-    retrying_txn(&etcd, &what, session.rpc_timeout, &txn).await?;
+    let (etcd, what) = (session.store()?, format!("delete {key}"));
+    retrying_txn(&etcd, &what, session.rpc_timeout(), &txn).await?;
     Ok(())
 }
 
@@ -126,23 +128,18 @@ pub(crate) async fn delete_until_done(
     if session.is_single_use() {
         return session.end(LossReason::Released).await;
     }
-    let mut backoff = Backoff::RETRY;
-    loop {
-        match delete_key(&session, &key, create_revision).await {
-            Ok(()) => break,
-            Err(_) if session.is_lost() => break,
-            Err(e) => {
-                log::warn!("[{}] delete {key} failed: {e}; retrying", session.label);
-                backoff.pause().await;
-            }
-        }
-    }
+    let what = format!("[{}] delete {key}", session.label());
+    let (lost, delete) = (
+        || session.is_lost(),
+        || delete_key(&session, &key, create_revision),
+    );
+    until_done(&what, Backoff::RETRY, lost, delete).await;
     if create_revision.is_none() && !session.is_lost() {
         // The put's reply never came; the request may still be applied
         // after our delete. Look once more after an RPC timeout, in the
         // background: the caller need not wait for it, the turns do.
         tokio::spawn(async move {
-            tokio::time::sleep(session.rpc_timeout).await;
+            tokio::time::sleep(session.rpc_timeout()).await;
             let _ = delete_key(&session, &key, None).await;
             drop(turns);
         });

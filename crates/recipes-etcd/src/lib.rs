@@ -44,6 +44,7 @@ mod client;
 mod contend;
 mod election;
 mod key;
+mod listing;
 mod lock;
 mod mutex;
 mod names;

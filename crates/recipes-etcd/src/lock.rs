@@ -18,7 +18,7 @@ use crate::key::{delete_key, delete_until_done, if_ours, Acquired};
 use crate::names::validate_key;
 use crate::rpc::{retrying_get, rpc};
 use crate::session::Session;
-use crate::watch::{Gone, WatchSet};
+use crate::watch::Watch;
 
 /// This process's turns at a lock name (the session's and the handle's),
 /// shared by a held key and its watch: whoever learns first that the key
@@ -51,17 +51,17 @@ impl EtcdKey {
     /// Hold the key `a` won and watch it (its deletion is loss); `kind`
     /// names it in messages.
     pub(crate) fn held(client: EtcdClient, a: Acquired, kind: &'static str) -> EtcdLock {
-        let trigger = a.session.epoch.trigger().child();
+        let trigger = a.session.epoch().trigger().child();
         let turn: Turn = Arc::new(parking_lot::Mutex::new(Some(a.turns)));
         let own = OwnKey {
             session: a.session.clone(),
             key: a.key.clone(),
             create_revision: a.create_revision,
         };
-        let (watches, watched, gone) = (a.watches, trigger.clone(), turn.clone());
+        let (watch, watched, gone) = (a.watch, trigger.clone(), turn.clone());
         client.runtime().handle().spawn(async move {
-            let label = &own.session.label;
-            if watch_held(&own, label, &own.key, watches, &watched).await {
+            let label = &own.session.label();
+            if watch_held(&own, label, &own.key, watch, &watched).await {
                 // The key is gone: the next acquisition of the name in this
                 // process need not wait for this guard to be dropped.
                 drop(gone.lock().take());
@@ -103,9 +103,9 @@ impl EtcdKey {
 
     async fn fenced(self, what: &'static str, ops: Vec<TxnOp>) -> Result<TxnResponse> {
         let (key, rev) = (self.key.as_str(), self.create_revision);
-        let mut etcd = self.session.etcd()?;
+        let mut etcd = self.session.store()?;
         let txn = if_ours(key, Some(rev), ops);
-        let resp = rpc(what, self.session.rpc_timeout, etcd.txn(txn))
+        let resp = rpc(what, self.session.rpc_timeout(), etcd.txn(txn))
             .await
             .map_err(Error::unconfirmed)?;
         if !resp.succeeded() {
@@ -134,11 +134,11 @@ impl StoreEntry for EtcdKey {
     }
 
     fn session_id(&self) -> i64 {
-        self.session.lease
+        self.session.id()
     }
 
     fn label(&self) -> &str {
-        &self.session.label
+        self.session.label()
     }
 
     /// The keys below our key's parent; for a permit
@@ -183,7 +183,7 @@ impl StoreEntry for EtcdKey {
             FencedWrite::Delete { key } => TxnOp::delete(key, None),
             // Our key again, with our lease, as Go's `Election.Proclaim`.
             FencedWrite::Proclaim { value } => {
-                let lease = PutOptions::new().with_lease(self.session.lease);
+                let lease = PutOptions::new().with_lease(self.session.id());
                 TxnOp::put(self.key.as_str(), value, Some(lease))
             }
         };
@@ -202,12 +202,12 @@ struct OwnKey {
 }
 
 impl EntryWatcher for OwnKey {
-    type Watch = WatchSet;
+    type Watch = Watch;
 
     /// A new synced watch on our key, then a read.
-    async fn watch(&self) -> Result<Option<WatchSet>> {
-        let (etcd, timeout) = (self.session.etcd()?, self.session.rpc_timeout);
-        let watch = WatchSet::open(&etcd, &self.key, timeout).await?;
+    async fn watch(&self) -> Result<Option<Watch>> {
+        let (etcd, timeout) = (self.session.store()?, self.session.rpc_timeout());
+        let watch = Watch::key(&etcd, self.key.as_bytes(), timeout).await?;
         let read = retrying_get(&etcd, timeout, &self.key, None).await?;
         let ours = read
             .kvs()
@@ -216,11 +216,8 @@ impl EntryWatcher for OwnKey {
         Ok(ours.then_some(watch))
     }
 
-    /// Our key's deletion; the last contender ahead (gone before we held)
-    /// does not count.
-    async fn deleted(watch: &mut WatchSet) -> Result<()> {
-        while watch.next().await? == Gone::Ahead {}
-        Ok(())
+    async fn deleted(watch: &mut Watch) -> Result<()> {
+        watch.deleted().await
     }
 }
 

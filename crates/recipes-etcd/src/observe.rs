@@ -9,21 +9,20 @@ use etcd_client::{EventType, GetOptions, KeyValue, SortOrder, SortTarget};
 use recipes_core::{Contender, LeaderInfo, LeaderWatch, Result};
 
 use crate::client::EtcdClient;
-use crate::contend::PAGE;
 use crate::names::is_contender;
 use crate::rpc::retrying_get;
-use crate::watch::PrefixWatch;
+use crate::watch::Watch;
 
 /// A synced watch on the election's prefix, and the reads after it.
-pub(crate) struct Watch {
+pub(crate) struct Following {
     client: EtcdClient,
     prefix: String,
-    watch: Option<(etcd_client::Client, Duration, PrefixWatch)>,
+    watch: Option<Watch>,
 }
 
-impl Watch {
-    pub(crate) fn new(client: EtcdClient, prefix: String) -> Watch {
-        Watch {
+impl Following {
+    pub(crate) fn new(client: EtcdClient, prefix: String) -> Following {
+        Following {
             client,
             prefix,
             watch: None,
@@ -31,25 +30,20 @@ impl Watch {
     }
 }
 
-impl LeaderWatch for Watch {
+impl LeaderWatch for Following {
     async fn look(&mut self) -> Result<Option<(LeaderInfo, i64)>> {
-        let (etcd, timeout) = match &self.watch {
-            Some((etcd, timeout, _)) => (etcd.clone(), *timeout),
-            None => {
-                let session = self.client.live_session().await?;
-                let (etcd, timeout) = (session.etcd()?, session.rpc_timeout);
-                let watch = PrefixWatch::open(&etcd, &self.prefix, false, timeout).await?;
-                self.watch = Some((etcd.clone(), timeout, watch));
-                (etcd, timeout)
-            }
-        };
+        let (etcd, timeout) = (self.client.etcd()?, self.client.rpc_timeout());
+        if self.watch.is_none() {
+            let watch = Watch::prefix(&etcd, &self.prefix, false, timeout).await?;
+            self.watch = Some(watch);
+        }
         let leader = read_leader(&etcd, timeout, &self.prefix).await?;
         // A key is one lease's: its create revision tells its terms apart.
         Ok(leader.map(|c| (c.clone().into(), c.created)))
     }
 
     async fn changed(&mut self) -> Result<()> {
-        let Some((_, _, w)) = self.watch.as_mut() else {
+        let Some(w) = self.watch.as_mut() else {
             return Ok(());
         };
         loop {
@@ -100,29 +94,14 @@ pub(crate) async fn read_candidates(
         .collect())
 }
 
-/// The leader under `prefix`: the oldest candidate key. Pages past nested
-/// elections' keys, which do not count.
+/// The leader under `prefix`: the oldest candidate key.
 pub(crate) async fn read_leader(
     etcd: &etcd_client::Client,
     timeout: Duration,
     prefix: &str,
 ) -> Result<Option<Contender>> {
-    let mut from = 0;
-    loop {
-        let options = GetOptions::new()
-            .with_prefix()
-            .with_min_create_revision(from)
-            .with_sort(SortTarget::Create, SortOrder::Ascend)
-            .with_limit(PAGE);
-        let resp = retrying_get(etcd, timeout, prefix, Some(options)).await?;
-        if let Some(kv) = resp.kvs().iter().find(|kv| is_contender(prefix, kv.key())) {
-            return Ok(Some(contender(kv)));
-        }
-        match resp.kvs().last() {
-            // A key created before `from` while we paged would have a newer
-            // revision: nothing is missed.
-            Some(last) if resp.more() => from = last.create_revision() + 1,
-            _ => return Ok(None),
-        }
-    }
+    Ok(read_candidates(etcd, timeout, prefix)
+        .await?
+        .into_iter()
+        .next())
 }

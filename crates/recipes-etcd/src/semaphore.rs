@@ -20,7 +20,7 @@
 //! Core's [`admit`](recipes_core::engine::admit) drives the internal mutex
 //! (`contend.rs`) and the permit keys (`permit.rs`).
 
-use std::time::Instant as StdInstant;
+use std::time::{Duration, Instant as StdInstant};
 
 use etcd_client::{Compare, CompareOp, GetOptions, Txn, TxnOp};
 use recipes_core::engine::{self, SemaphoreDriver};
@@ -33,7 +33,7 @@ use crate::key::Acquired;
 use crate::lock::{EtcdKey, EtcdLock};
 use crate::names::{is_contender, key_prefix, other_layout, size_key, validate_name};
 use crate::rpc::{read_at, retrying_get, retrying_txn, unexpected};
-use crate::session::Session;
+use crate::session::Etcd;
 
 /// A counting semaphore in etcd (the layout above); see
 /// [`recipes_core::Semaphore`] for the API and what holds under pause and
@@ -95,8 +95,7 @@ impl EtcdSemaphore {
     /// Store our size unless one is stored; check the stored one. A lock's
     /// or an election's key one level below the name is
     /// [`Error::InvalidArgument`]: the name holds that recipe.
-    pub(crate) async fn ensure_size(&self, session: &Session) -> Result<()> {
-        let etcd = session.etcd()?;
+    pub(crate) async fn ensure_size(&self, etcd: &Etcd, timeout: Duration) -> Result<()> {
         // Their keys are `<name>/<lease hex>`: between `<name>/0` and
         // `<name>/g`, where our own `config` is the one key of ours.
         let prefix = key_prefix(&self.name);
@@ -104,7 +103,7 @@ impl EtcdSemaphore {
             .with_range(format!("{prefix}g"))
             .with_keys_only();
         let from = format!("{prefix}0");
-        let read = retrying_get(&etcd, session.rpc_timeout, &from, Some(hex)).await?;
+        let read = retrying_get(etcd, timeout, &from, Some(hex)).await?;
         if let Some(kv) = read.kvs().iter().find(|kv| is_contender(&prefix, kv.key())) {
             return Err(other_layout(
                 &prefix,
@@ -120,9 +119,9 @@ impl EtcdSemaphore {
             .or_else([TxnOp::get(config, None)]);
         // Safe to send twice: a second run finds our own value.
         let what = format!("store the size of {}", self.name);
-        let resp = retrying_txn(&etcd, &what, session.rpc_timeout, &txn).await?;
+        let resp = retrying_txn(etcd, &what, timeout, &txn).await?;
         if resp.succeeded() {
-            log::debug!("[{}] {config} = {} (created)", session.label, self.permits);
+            log::debug!("[{}] {config} = {} (created)", self.name, self.permits);
             return Ok(());
         }
         match read_at(&resp, 0)?.kvs().first() {

@@ -1,202 +1,117 @@
-//! One etcd session: a lease, its keep-alive loop (`keep_alive.rs`) and its
-//! validity epoch ([`SessionLease`]). A lost session is dead for good: the
-//! client grants a new lease for the next acquisition, and every key of the
-//! old one goes with the lease, which is revoked when possible.
+//! etcd's leases as core's [`LeaseStore`]: a session is core's
+//! [`LeaseSession`] over them (grant, keep-alive every TTL/3 on
+//! etcd-client's keep-alive stream, revoke), and the client's sessions are
+//! core's [`LeaseSessions`](recipes_core::LeaseSessions).
 //!
 //! Two acquisitions of one name on one lease would own the same key, so
-//! each session hands out one *turn* per name at a time (core's
-//! [`NamedTurns`]), held until the key is gone; see
-//! [`EtcdClient`](crate::EtcdClient). A semaphore's internal mutex waits
-//! for its turn on the client's session: every permit has a key of its own
-//! (`<lease id>-<n>`), so one lease serves any number of them.
+//! each session hands out one *turn* per name at a time, held until the
+//! key is gone; see [`EtcdClient`](crate::EtcdClient). A semaphore's
+//! internal mutex waits for its turn on the client's session: every permit
+//! has a key of its own (`<lease id>-<n>`), so one lease serves any number
+//! of them.
 
-use std::fmt;
-use std::sync::Arc;
+use std::ops::{Deref, DerefMut};
 use std::time::Duration;
 
-use recipes_core::{
-    Backoff, Error, LossReason, NamedTurns, PooledSession, Result, Runtime, SessionLease, Settings,
-    StopFlag,
-};
+use recipes_core::{LeaseSession, LeaseStore, Opened, Renewal, RenewalStream, Result};
 
-use tokio::time::Instant;
+use crate::rpc::{from_etcd, retrying};
 
-use crate::rpc::retrying;
+/// A session: one etcd lease, kept alive.
+pub(crate) type Session = LeaseSession<Etcd>;
 
-mod keep_alive;
+/// The connection to etcd, as core's lease store (and, dereferenced, the
+/// etcd-client handle every request uses).
+#[derive(Clone)]
+pub(crate) struct Etcd(pub(crate) etcd_client::Client);
 
-pub(crate) struct Session {
-    // `None` only inside `Drop`, where it is dropped with the runtime
-    // entered.
-    etcd: Option<etcd_client::Client>,
-    pub(crate) lease: i64,
-    pub(crate) ttl: Duration,
-    pub(crate) label: String,
-    pub(crate) rpc_timeout: Duration,
-    pub(crate) epoch: SessionLease,
-    handle: tokio::runtime::Handle,
-    // Set by `orphan` and `revoke`: the keep-alive loop stops.
-    stop: StopFlag,
-    // One in-process turn per lock name; see the module docs.
-    turns: NamedTurns,
-    single_use: bool,
+impl Deref for Etcd {
+    type Target = etcd_client::Client;
+
+    fn deref(&self) -> &etcd_client::Client {
+        &self.0
+    }
 }
 
-impl Session {
-    /// Grant a lease and start keeping it alive on `rt`; a `single_use`
-    /// one serves one acquisition alone (see [`Session::is_single_use`]).
-    /// Runs on the runtime.
-    pub(crate) async fn grant(
-        etcd: etcd_client::Client,
-        settings: &Settings,
-        rt: &Runtime,
-        single_use: bool,
-    ) -> Result<Arc<Session>> {
-        let asked = ttl_seconds(settings.ttl);
-        let clock = recipes_core::system_clock();
-        let sent_at = clock.now();
-        // A grant sent twice leaks a lease without keys for one TTL: harmless.
-        let granted = retrying("grant an etcd lease", settings.rpc_timeout, || {
-            let mut etcd = etcd.clone();
+impl DerefMut for Etcd {
+    fn deref_mut(&mut self) -> &mut etcd_client::Client {
+        &mut self.0
+    }
+}
+
+impl LeaseStore for Etcd {
+    type Renewals = KeepAlive;
+
+    fn label(&self, id: i64) -> String {
+        format!("lease={id:x}")
+    }
+
+    /// A TTL etcd reports as 0 or less comes back as zero, which core
+    /// refuses.
+    async fn grant(&self, ttl: Duration, timeout: Duration) -> Result<(i64, Duration)> {
+        let asked = ttl_seconds(ttl);
+        // A grant sent twice leaks a lease without keys for one TTL.
+        let granted = retrying("grant an etcd lease", timeout, || {
+            let mut etcd = self.0.clone();
             async move { etcd.lease_grant(asked, None).await }
         })
         .await?;
-        let (lease, ttl) = (granted.id(), granted.ttl());
-        if ttl <= 0 {
-            return Err(Error::Backend {
-                message: format!("etcd granted lease {lease:x} a TTL of {ttl} s"),
-                retryable: true,
-                source: None,
-            });
-        }
-        let ttl = Duration::from_secs(ttl.unsigned_abs());
-        let label = format!("lease={lease:x}");
-        if ttl != Duration::from_secs(asked.unsigned_abs()) {
-            log::info!("[{label}] asked for a TTL of {asked} s, etcd granted {ttl:?}");
-        }
-        // An unusable grant would make every acquisition lost at once; the
-        // lease is left to expire.
-        let slack = settings.lease_slack;
-        recipes_core::check_lease("the TTL etcd granted", ttl, slack)?;
-        let epoch = SessionLease::start(&label, rt.loss_root(), clock, slack)?;
-        epoch.acknowledged(sent_at, ttl);
-        let session = Arc::new(Session {
-            etcd: Some(etcd),
-            lease,
-            ttl,
-            label,
-            rpc_timeout: settings.rpc_timeout,
-            epoch,
-            handle: rt.handle().clone(),
-            stop: StopFlag::default(),
-            turns: NamedTurns::default(),
-            single_use,
-        });
-        rt.handle().spawn(keep_alive::keep_alive(session.clone()));
-        log::debug!("[{}] session started, TTL {ttl:?}", session.label);
-        Ok(session)
+        let ttl = u64::try_from(granted.ttl()).unwrap_or(0);
+        Ok((granted.id(), Duration::from_secs(ttl)))
     }
 
-    pub(crate) fn etcd(&self) -> Result<etcd_client::Client> {
-        self.etcd.clone().ok_or(Error::Closed)
-    }
-
-    /// Whether new acquisitions may use this session: not lost, not
-    /// orphaned, not revoked.
-    pub(crate) fn is_usable(&self) -> bool {
-        !self.stop.is_stopped() && !self.epoch.is_lost()
-    }
-
-    /// Whether this lease serves one acquisition alone: granted because the
-    /// client's lease already had an acquisition of the name, and revoked
-    /// (taking its key along) once that acquisition ends without a win or
-    /// its guard goes.
-    pub(crate) fn is_single_use(&self) -> bool {
-        self.single_use
-    }
-
-    /// Whether keep-alives were stopped (`orphan` or `revoke`).
-    pub(crate) fn is_orphaned(&self) -> bool {
-        self.stop.is_stopped()
-    }
-
-    /// Whether the session is lost (the lease is gone or may be).
-    pub(crate) fn is_lost(&self) -> bool {
-        self.epoch.is_lost()
-    }
-
-    /// Stop renewing the lease without revoking it: the server expires it
-    /// after its TTL, and the epoch is lost at its deadline.
-    pub(crate) fn orphan(&self) {
-        if self.stop.stop() {
-            log::debug!("[{}] orphaned: keep-alives stop", self.label);
+    /// etcd-client sends the first keep-alive itself and swallows its
+    /// reply (failing if its TTL is 0): the open counts as a renewal with
+    /// the granted TTL, which every reply of this lease carries.
+    async fn renewals(&self, id: i64, _timeout: Duration) -> Result<Opened<KeepAlive>> {
+        match self.0.lease_client().keep_alive(id).await {
+            Ok((keeper, stream)) => Ok(Opened::Renewed(KeepAlive(keeper, stream))),
+            Err(e) if is_lease_not_found(&e) => Ok(Opened::Gone),
+            Err(e) => Err(from_etcd("open a keep-alive stream", e)),
         }
     }
 
-    /// Stop renewing and revoke the lease: every key of it goes at once.
-    /// Guards on it are lost first, with `reason`.
-    pub(crate) async fn revoke(&self, reason: LossReason) -> Result<()> {
-        self.epoch.fire(reason);
-        self.orphan();
-        self.revoke_once().await
-    }
-
-    /// Stop renewing and revoke the lease, trying for a TTL (by then the
-    /// server has expired it anyway). Guards on it are lost first, with
-    /// `reason`.
-    pub(crate) async fn end(&self, reason: LossReason) {
-        self.epoch.fire(reason);
-        self.orphan();
-        let give_up = Instant::now() + self.ttl;
-        let mut backoff = Backoff::RETRY;
-        while let Err(e) = self.revoke_once().await {
-            if Instant::now() >= give_up {
-                log::debug!(
-                    "[{}] revoke failed: {e}; the server expires the lease",
-                    self.label
-                );
-                return;
-            }
-            backoff.pause().await;
-        }
-    }
-
-    async fn revoke_once(&self) -> Result<()> {
-        let etcd = self.etcd()?;
-        let what = format!("revoke lease {:x}", self.lease);
-        retrying(&what, self.rpc_timeout, || {
-            let mut etcd = etcd.clone();
+    async fn revoke(&self, id: i64, timeout: Duration) -> Result<()> {
+        retrying(&format!("revoke lease {id:x}"), timeout, || {
+            let mut etcd = self.0.clone();
             async move {
-                match etcd.lease_revoke(self.lease).await {
+                match etcd.lease_revoke(id).await {
                     Ok(_) => Ok(()),
                     Err(e) if is_lease_not_found(&e) => Ok(()),
                     Err(e) => Err(e),
                 }
             }
         })
-        .await?;
-        log::debug!("[{}] lease revoked", self.label);
-        Ok(())
+        .await
     }
 }
 
-impl PooledSession for Session {
-    fn is_usable(&self) -> bool {
-        Session::is_usable(self)
+/// etcd-client's keep-alive stream as core's renewal stream.
+pub(crate) struct KeepAlive(etcd_client::LeaseKeeper, etcd_client::LeaseKeepAliveStream);
+
+impl RenewalStream for KeepAlive {
+    async fn send(&mut self) -> Result<()> {
+        self.0
+            .keep_alive()
+            .await
+            .map_err(|e| from_etcd("send a keep-alive", e))
     }
 
-    fn turns(&self) -> &NamedTurns {
-        &self.turns
-    }
-
-    async fn discard(self: Arc<Self>) {
-        let _ = self.revoke(LossReason::Closed).await;
+    async fn reply(&mut self) -> Result<Renewal> {
+        match self.1.message().await {
+            Ok(Some(reply)) if reply.ttl() <= 0 => Ok(Renewal::Gone),
+            Ok(Some(reply)) => Ok(Renewal::Granted(Duration::from_secs(
+                reply.ttl().unsigned_abs(),
+            ))),
+            Ok(None) => Err(recipes_core::Error::ConnectionLoss),
+            Err(e) => Err(from_etcd("keep-alive", e)),
+        }
     }
 }
 
 /// etcd wants whole seconds: round up, so the lease is never shorter than
 /// asked.
-pub(crate) fn ttl_seconds(ttl: Duration) -> i64 {
+fn ttl_seconds(ttl: Duration) -> i64 {
     let secs = ttl
         .as_secs()
         .saturating_add(u64::from(ttl.subsec_nanos() > 0));
@@ -205,32 +120,11 @@ pub(crate) fn ttl_seconds(ttl: Duration) -> i64 {
 
 /// The server's "requested lease not found", as a gRPC status or as
 /// etcd-client's keep-alive error.
-pub(crate) fn is_lease_not_found(e: &etcd_client::Error) -> bool {
+fn is_lease_not_found(e: &etcd_client::Error) -> bool {
     match e {
         etcd_client::Error::GRpcStatus(status) => status.message().contains("lease not found"),
         etcd_client::Error::LeaseKeepAliveError(msg) => msg.contains("not found"),
         _ => false,
-    }
-}
-
-impl Drop for Session {
-    fn drop(&mut self) {
-        if let Some(etcd) = self.etcd.take() {
-            // tonic's channel may need the runtime's context.
-            let _enter = self.handle.enter();
-            drop(etcd);
-        }
-    }
-}
-
-impl fmt::Debug for Session {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.debug_struct("Session")
-            .field("lease", &format_args!("{:x}", self.lease))
-            .field("ttl", &self.ttl)
-            .field("valid_until", &self.epoch.valid_until())
-            .field("lost", &self.is_lost())
-            .finish()
     }
 }
 

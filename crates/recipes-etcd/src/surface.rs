@@ -34,9 +34,8 @@ impl Client for EtcdClient {
     fn semaphore(&self, name: &str, permits: u32) -> Result<Semaphore> {
         let backend = EtcdSemaphore::new(self.clone(), name, permits)?;
         let this = backend.clone();
-        self.call("check the semaphore size", async move {
-            let session = this.client.live_session().await?;
-            this.ensure_size(&session).await
+        self.read_with("check the semaphore size", |etcd, timeout| async move {
+            this.ensure_size(&etcd, timeout).await
         })?;
         Ok(Semaphore::from_backend(backend))
     }
@@ -61,10 +60,9 @@ impl Client for EtcdClient {
     /// lowest create revision holds or leads).
     fn contenders(&self, name: &str) -> Result<Vec<Contender>> {
         validate_name("lock", name)?;
-        let (client, prefix) = (self.clone(), key_prefix(name));
-        self.call("list contenders", async move {
-            let session = client.live_session().await?;
-            read_candidates(&session.etcd()?, session.rpc_timeout, &prefix).await
+        let prefix = key_prefix(name);
+        self.read_with("list contenders", move |etcd, timeout| async move {
+            read_candidates(&etcd, timeout, &prefix).await
         })
     }
 
@@ -78,11 +76,9 @@ impl Client for EtcdClient {
 
     fn read(&self, key: &str) -> Result<Option<Vec<u8>>> {
         validate_key(key)?;
-        let (client, key) = (self.clone(), key.to_owned());
-        self.call("read", async move {
-            let session = client.live_session().await?;
-            let etcd = session.etcd()?;
-            let resp = retrying_get(&etcd, session.rpc_timeout, &key, None).await?;
+        let key = key.to_owned();
+        self.read_with("read", move |etcd, timeout| async move {
+            let resp = retrying_get(&etcd, timeout, &key, None).await?;
             Ok(resp.kvs().first().map(|kv| kv.value().to_vec()))
         })
     }
@@ -90,11 +86,17 @@ impl Client for EtcdClient {
     /// The client's own lease; a guard's `session_id` names the lease its
     /// key is bound to (a single-use one, perhaps).
     fn session_id(&self) -> Option<i64> {
-        self.current_session().map(|s| s.lease)
+        self.leases().current().map(|s| s.id())
     }
 
+    /// The TTL etcd granted the current lease (which may be more than
+    /// asked: etcd raises a TTL below its minimum). Zero once closed.
     fn granted_ttl(&self) -> Duration {
-        self.session_ttl()
+        self.leases().granted_ttl()
+    }
+
+    fn valid_until(&self) -> Option<BootInstant> {
+        self.leases().valid_until()
     }
 
     /// A status request to a member.
@@ -108,8 +110,7 @@ impl Client for EtcdClient {
     }
 
     fn last_acknowledged(&self) -> Option<BootInstant> {
-        self.current_session()
-            .and_then(|s| s.epoch.last_acknowledged_send())
+        self.leases().last_acknowledged()
     }
 
     fn close_within(&self, grace: Duration) -> Result<()> {

@@ -1,4 +1,4 @@
-//! *Synced* watches: on our key and the key ahead of it, and on a prefix.
+//! *Synced* watches: on our key, on the key ahead of it, on a prefix.
 //!
 //! etcd serves a watch that starts at a past revision from its "unsynced"
 //! loop, which runs every 100 ms: a waiter watching that way wakes up to
@@ -9,11 +9,11 @@
 //! wait for the server's `created` reply, then read — whatever the read
 //! still shows, the watch will report going.
 //!
-//! A [`WatchSet`] is one stream with two watches: our own key (its deletion
-//! is loss, while waiting and while held) and the contender just ahead of
-//! ours (its deletion is our cue to read again). A [`PrefixWatch`] follows
-//! every key under a prefix: a semaphore waiter's permit keys, an
-//! election's candidates for an observer.
+//! A [`Watch`] is one stream with one watch: our own key (its deletion is
+//! loss, while waiting and while held), or every key under a prefix (a
+//! semaphore waiter's permit keys, an election's candidates for an
+//! observer). A [`WatchSet`] adds the contender just ahead of ours, whose
+//! deletion is our cue to read again.
 
 use std::time::Duration;
 
@@ -22,63 +22,116 @@ use recipes_core::{within, Error, Result};
 
 use crate::rpc::from_etcd;
 
-/// Start a watch of `key` with `options` on a new stream and wait for the
-/// server's `created` reply, at most `timeout`: from then on the watch is
-/// synced, and reports every change after the reply's header revision.
-async fn open(
-    etcd: &etcd_client::Client,
-    key: &str,
-    options: WatchOptions,
-    timeout: Duration,
-) -> Result<(WatchStream, WatchResponse)> {
-    let opened = async {
-        let mut etcd = etcd.clone();
-        let mut stream = etcd
-            .watch(key, Some(options))
-            .await
-            .map_err(|e| from_etcd("start a watch", e))?;
-        loop {
-            let reply = message(&mut stream).await?;
-            if reply.canceled() {
-                return Err(cancelled(key, &reply));
+/// A synced watch on one key, or on every key under a prefix.
+#[derive(Debug)]
+pub(crate) struct Watch {
+    stream: WatchStream,
+    what: String,
+    synced_at: i64,
+}
+
+impl Watch {
+    /// Watch the deletion of `key` from now on; returns once the server
+    /// confirmed, at most `timeout` later.
+    pub(crate) async fn key(
+        etcd: &etcd_client::Client,
+        key: &[u8],
+        timeout: Duration,
+    ) -> Result<Watch> {
+        Watch::open(etcd, key, deletions(), timeout).await
+    }
+
+    /// Watch every change under `prefix` — or only deletions — from now on
+    /// (once this returns).
+    pub(crate) async fn prefix(
+        etcd: &etcd_client::Client,
+        prefix: &str,
+        deletions_only: bool,
+        timeout: Duration,
+    ) -> Result<Watch> {
+        let options = match deletions_only {
+            true => deletions(),
+            false => WatchOptions::new(),
+        };
+        Watch::open(etcd, prefix.as_bytes(), options.with_prefix(), timeout).await
+    }
+
+    /// Start a watch of `key` with `options` on a new stream and wait for
+    /// the server's `created` reply, at most `timeout`: from then on the
+    /// watch is synced, and reports every change after the reply's header
+    /// revision.
+    async fn open(
+        etcd: &etcd_client::Client,
+        key: &[u8],
+        options: WatchOptions,
+        timeout: Duration,
+    ) -> Result<Watch> {
+        let opened = async {
+            let mut etcd = etcd.clone();
+            let stream = etcd
+                .watch(key, Some(options))
+                .await
+                .map_err(|e| from_etcd("start a watch", e))?;
+            let mut watch = Watch {
+                stream,
+                what: String::from_utf8_lossy(key).into_owned(),
+                synced_at: i64::MAX,
+            };
+            loop {
+                let reply = watch.next().await?;
+                if reply.created() {
+                    watch.synced_at = reply.header().map_or(i64::MAX, |h| h.revision());
+                    return Ok(watch);
+                }
             }
-            if reply.created() {
-                return Ok((stream, reply));
+        };
+        within("start a watch", timeout, opened).await
+    }
+
+    /// The store revision when the watch was created: every change at a
+    /// later revision is reported.
+    pub(crate) fn synced_at(&self) -> i64 {
+        self.synced_at
+    }
+
+    /// The next batch of changes. An error means the stream broke (or the
+    /// server cancelled the watch): open another and read again.
+    /// Cancel-safe.
+    pub(crate) async fn next(&mut self) -> Result<WatchResponse> {
+        let reply = match self.stream.message().await {
+            Ok(Some(reply)) => reply,
+            Ok(None) => return Err(Error::ConnectionLoss),
+            Err(e) => return Err(from_etcd("watch", e)),
+        };
+        if reply.canceled() {
+            return Err(Error::Backend {
+                message: format!(
+                    "etcd cancelled the watch on {}: {}",
+                    self.what,
+                    reply.cancel_reason()
+                ),
+                retryable: true,
+                source: None,
+            });
+        }
+        Ok(reply)
+    }
+
+    /// Resolves when a watched key is deleted. Cancel-safe.
+    pub(crate) async fn deleted(&mut self) -> Result<()> {
+        loop {
+            let reply = self.next().await?;
+            let events = reply.events();
+            if events.iter().any(|ev| ev.event_type() == EventType::Delete) {
+                return Ok(());
             }
         }
-    };
-    within("start a watch", timeout, opened).await
+    }
 }
 
 /// Deletions only.
 fn deletions() -> WatchOptions {
     WatchOptions::new().with_filters([WatchFilterType::NoPut])
-}
-
-async fn message(stream: &mut WatchStream) -> Result<WatchResponse> {
-    match stream.message().await {
-        Ok(Some(reply)) => Ok(reply),
-        Ok(None) => Err(Error::ConnectionLoss),
-        Err(e) => Err(from_etcd("watch", e)),
-    }
-}
-
-fn cancelled(what: &str, reply: &WatchResponse) -> Error {
-    Error::Backend {
-        message: format!(
-            "etcd cancelled the watch on {what}: {}",
-            reply.cancel_reason()
-        ),
-        retryable: true,
-        source: None,
-    }
-}
-
-fn has_deletion(reply: &WatchResponse) -> bool {
-    reply
-        .events()
-        .iter()
-        .any(|ev| ev.event_type() == EventType::Delete)
 }
 
 /// Which watched key was deleted.
@@ -90,16 +143,12 @@ pub(crate) enum Gone {
     Ahead,
 }
 
-/// A watch stream on our key, and optionally on the key ahead of it.
+/// The watch on our key, and the one on the key ahead of it once we
+/// waited for one.
 #[derive(Debug)]
 pub(crate) struct WatchSet {
-    stream: WatchStream,
-    ours: i64,
-    ahead: Option<(i64, Vec<u8>)>,
-    synced_at: i64,
-    // Deletions seen while waiting for another watch's `created` reply.
-    ours_gone: bool,
-    ahead_gone: bool,
+    ours: Watch,
+    ahead: Option<(Vec<u8>, Watch)>,
 }
 
 impl WatchSet {
@@ -110,133 +159,46 @@ impl WatchSet {
         ours: &str,
         timeout: Duration,
     ) -> Result<WatchSet> {
-        let (stream, created) = open(etcd, ours, deletions(), timeout).await?;
-        Ok(WatchSet {
-            stream,
-            ours: created.watch_id(),
-            ahead: None,
-            synced_at: created.header().map(|h| h.revision()).unwrap_or(i64::MAX),
-            ours_gone: false,
-            ahead_gone: false,
-        })
+        let ours = Watch::key(etcd, ours.as_bytes(), timeout).await?;
+        Ok(WatchSet { ours, ahead: None })
     }
 
-    /// The store revision when the watch on our key was created: every
-    /// deletion at a later revision is reported.
-    pub(crate) fn synced_at(&self) -> i64 {
-        self.synced_at
+    /// The watch on our key, from [`Watch::synced_at`] on.
+    pub(crate) fn into_ours(self) -> Watch {
+        self.ours
     }
 
     /// The key ahead of ours being watched.
     pub(crate) fn ahead(&self) -> Option<&[u8]> {
-        self.ahead.as_ref().map(|(_, k)| k.as_slice())
+        self.ahead.as_ref().map(|(key, _)| key.as_slice())
     }
 
     /// Watch `key` as the contender ahead of ours (instead of the previous
-    /// one); returns once the server confirmed. Not cancel-safe: a set
-    /// whose call was dropped half-way must not be used again.
-    pub(crate) async fn watch_ahead(&mut self, key: &[u8], timeout: Duration) -> Result<()> {
-        let added = async {
-            if let Some((id, _)) = self.ahead.take() {
-                self.stream
-                    .cancel(id)
-                    .await
-                    .map_err(|e| from_etcd("cancel a watch", e))?;
-            }
-            self.ahead_gone = false;
-            self.stream
-                .watch(key.to_vec(), Some(deletions()))
-                .await
-                .map_err(|e| from_etcd("start a watch", e))?;
-            loop {
-                let reply = message(&mut self.stream).await?;
-                if reply.created() {
-                    if reply.canceled() {
-                        return Err(cancelled("the key ahead", &reply));
-                    }
-                    self.ahead = Some((reply.watch_id(), key.to_vec()));
-                    return Ok(());
-                }
-                self.note(&reply)?;
-            }
-        };
-        within("start a watch", timeout, added).await
+    /// one); returns once the server confirmed.
+    pub(crate) async fn watch_ahead(
+        &mut self,
+        etcd: &etcd_client::Client,
+        key: &[u8],
+        timeout: Duration,
+    ) -> Result<()> {
+        self.ahead = None;
+        let watch = Watch::key(etcd, key, timeout).await?;
+        self.ahead = Some((key.to_vec(), watch));
+        Ok(())
     }
 
-    /// Resolves when a watched key is deleted. An error means the stream
+    /// Resolves when a watched key is deleted. An error means a stream
     /// broke: open another and read again. Cancel-safe.
     pub(crate) async fn next(&mut self) -> Result<Gone> {
-        loop {
-            if std::mem::take(&mut self.ours_gone) {
-                return Ok(Gone::Ours);
+        let ahead = async {
+            match self.ahead.as_mut() {
+                Some((_, watch)) => watch.deleted().await,
+                None => std::future::pending().await,
             }
-            if std::mem::take(&mut self.ahead_gone) {
-                return Ok(Gone::Ahead);
-            }
-            let reply = message(&mut self.stream).await?;
-            self.note(&reply)?;
-        }
-    }
-
-    /// Record what a reply says about our watches. Replies of cancelled
-    /// watches (a previous key ahead) are ignored.
-    fn note(&mut self, reply: &WatchResponse) -> Result<()> {
-        let id = reply.watch_id();
-        if id == self.ours {
-            if reply.canceled() {
-                return Err(cancelled("our key", reply));
-            }
-            self.ours_gone |= has_deletion(reply);
-        } else if self.ahead.as_ref().is_some_and(|(ahead, _)| *ahead == id) {
-            if reply.canceled() {
-                return Err(cancelled("the key ahead", reply));
-            }
-            self.ahead_gone |= has_deletion(reply);
-        }
-        Ok(())
-    }
-}
-
-/// A synced watch on every key under a prefix.
-#[derive(Debug)]
-pub(crate) struct PrefixWatch {
-    stream: WatchStream,
-    prefix: String,
-}
-
-impl PrefixWatch {
-    /// Watch every change under `prefix` — or only deletions — from now on
-    /// (once this returns).
-    pub(crate) async fn open(
-        etcd: &etcd_client::Client,
-        prefix: &str,
-        deletions_only: bool,
-        timeout: Duration,
-    ) -> Result<PrefixWatch> {
-        let options = match deletions_only {
-            true => deletions(),
-            false => WatchOptions::new(),
         };
-        let (stream, _) = open(etcd, prefix, options.with_prefix(), timeout).await?;
-        Ok(PrefixWatch {
-            stream,
-            prefix: prefix.to_owned(),
-        })
-    }
-
-    /// The next batch of changes. An error means the stream broke: open
-    /// another and read again. Cancel-safe.
-    pub(crate) async fn next(&mut self) -> Result<WatchResponse> {
-        let reply = message(&mut self.stream).await?;
-        if reply.canceled() {
-            return Err(cancelled(&self.prefix, &reply));
+        tokio::select! {
+            r = self.ours.deleted() => r.map(|()| Gone::Ours),
+            r = ahead => r.map(|()| Gone::Ahead),
         }
-        Ok(reply)
-    }
-
-    /// Resolves when a key under the prefix is deleted. Cancel-safe.
-    pub(crate) async fn deleted(&mut self) -> Result<()> {
-        while !has_deletion(&self.next().await?) {}
-        Ok(())
     }
 }

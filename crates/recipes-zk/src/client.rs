@@ -6,7 +6,7 @@ use std::time::{Duration, Instant};
 
 use std::sync::atomic::{AtomicBool, Ordering};
 
-use recipes_core::{BootInstant, Error, LossPolicy, LossReason, Result, Runtime, Settings};
+use recipes_core::{Error, LossPolicy, LossReason, Result, Runtime, Settings};
 use zookeeper_client as zk;
 
 use crate::error::from_zk;
@@ -92,9 +92,9 @@ impl ZkClientBuilder {
             return refuse("is a URL");
         }
         for host in self.hosts.split(',').map(str::trim) {
-            match host.rsplit_once(':') {
-                _ if host.is_empty() => return refuse("has an empty host"),
-                Some((name, port)) if !name.is_empty() && port.parse::<u16>().is_ok() => {}
+            match host {
+                "" => return refuse("has an empty host"),
+                _ if recipes_core::is_host_port(host) => {}
                 _ => return refuse(&format!("has {}, not host:port", recipes_core::quote(host))),
             }
         }
@@ -178,17 +178,12 @@ impl Inner {
                 return Err(from_zk(&format!("connect to ZooKeeper at {hosts}"), e))
             }
             Ok(Err(_)) | Err(_) => {
-                return Err(Error::Backend {
-                    message: format!(
-                        "no ZooKeeper session with any of {hosts} within {:?}: check that each \
-                         host:port is a ZooKeeper client port (2181 by default), not etcd's \
-                         (2379), an HTTP server or ZooKeeper's TLS-only secure port, and that \
-                         it is up",
-                        self.config.settings.connect_timeout
-                    ),
-                    retryable: true,
-                    source: None,
-                })
+                return Err(recipes_core::no_server_answered(
+                    &format!("no ZooKeeper server of {hosts}"),
+                    self.config.settings.connect_timeout,
+                    "each host:port is a ZooKeeper client port (2181 by default), not etcd's \
+                     (2379), an HTTP server or ZooKeeper's TLS-only secure port",
+                ))
             }
         };
         // The server may grant less than asked (its maxSessionTimeout); an
@@ -254,7 +249,7 @@ impl Inner {
 /// # Under pause and partition
 ///
 /// A heartbeat every `timeout / 4` keeps the local lease deadline
-/// ([`valid_until`](ZkClient::valid_until)); guards are lost when it passes.
+/// ([`valid_until`](recipes_core::Client::valid_until)); guards are lost when it passes.
 /// After a session expiry the client opens a new session on next use;
 /// nothing held by the old one comes back. While this process is paused
 /// nothing is renewed: when it resumes, every guard reads the clock and
@@ -310,14 +305,6 @@ impl ZkClient {
             .current()
             .map(|s| s.state())
             .unwrap_or(SessionState::Closed)
-    }
-
-    /// Until when the current session's lease may be assumed valid: the send
-    /// time of the newest acknowledged request plus the session timeout,
-    /// less the safety margin. `None` once closed.
-    pub fn valid_until(&self) -> Option<BootInstant> {
-        let s = self.inner.current().ok()?;
-        s.current_epoch().valid_until()
     }
 
     /// The loss policy.

@@ -8,8 +8,8 @@ use std::sync::{Arc, Weak};
 use std::time::Duration;
 
 use recipes_core::{
-    Backoff, Error, FencedWrite, FencingToken, HeldEntry, LossReason, LossTrigger, Result, Runtime,
-    StoreEntry,
+    until_done, Backoff, Error, FencedWrite, FencingToken, HeldEntry, LossReason, LossTrigger,
+    Result, Runtime, StoreEntry,
 };
 use zookeeper_client as zk;
 
@@ -232,13 +232,13 @@ pub(crate) async fn delete_node(session: &Session, node: &str) -> Result<()> {
 
 /// Delete `node` on `session`, retrying until it or the session is gone.
 pub(crate) async fn delete_until_done(session: Arc<Session>, node: String) {
-    let mut backoff = Backoff::RECOVER;
-    while let Err(e) = delete_node(&session, &node).await {
-        log::warn!(
-            "[{}] release of {node} failed: {e}; retrying",
-            session.label()
-        );
-        backoff.pause().await;
-    }
+    let what = format!("[{}] release of {node}", session.label());
+    until_done(
+        &what,
+        Backoff::RECOVER,
+        || false,
+        || delete_node(&session, &node),
+    )
+    .await;
     session.untrack(&node);
 }

@@ -120,6 +120,11 @@ impl Client for ZkClient {
         session.current_epoch().last_acknowledged_send()
     }
 
+    fn valid_until(&self) -> Option<BootInstant> {
+        let session = self.current()?;
+        session.current_epoch().valid_until()
+    }
+
     fn close_within(&self, grace: Duration) -> Result<()> {
         ZkClient::close_within(self, grace)
     }
