@@ -4,7 +4,7 @@
 
 use std::time::Duration;
 
-use recipes_etcd::{EtcdClient, Error};
+use recipes_etcd::{Error, EtcdClient};
 
 fn connect(endpoint: &str) -> Result<EtcdClient, Error> {
     EtcdClient::builder([endpoint])
@@ -14,7 +14,12 @@ fn connect(endpoint: &str) -> Result<EtcdClient, Error> {
 
 #[test]
 fn endpoints_are_host_port_or_http_urls() {
-    for good in ["127.0.0.1:1", "http://127.0.0.1:1", "localhost:1", "[::1]:1"] {
+    for good in [
+        "127.0.0.1:1",
+        "http://127.0.0.1:1",
+        "localhost:1",
+        "[::1]:1",
+    ] {
         match connect(good) {
             Err(Error::InvalidArgument(_)) => panic!("{good} was refused as malformed"),
             Err(_) => {}

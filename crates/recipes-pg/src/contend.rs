@@ -22,7 +22,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use recipes_core::engine::{ContendDriver, Entered, Listing};
-use recipes_core::{Backoff, Error, LossSignal, Result};
+use recipes_core::{Backoff, LossSignal, Result};
 use tokio::time::Instant;
 use tokio_postgres::types::Type;
 use uuid::Uuid;
@@ -60,31 +60,17 @@ impl Ticket {
     }
 }
 
-/// Delete the row of `entry`, sending the delete again after a retryable
-/// failure until done or `session` is lost (then its renewals stop and its
-/// end removes the row, or the row stops counting when it expires).
+/// Delete the row of `entry` until done or `session` is lost (its
+/// renewals then stop and its end deletes the row, or the row stops
+/// counting when it expires).
 pub(crate) async fn remove_entry(client: &PgClient, session: &Session, entry: Uuid) {
     let sql = "DELETE FROM recipes.queue WHERE entry = $1";
-    let what = format!("remove entry {entry}");
-    let removing = recipes_core::resend_within(
-        &what,
-        recipes_core::MAX_DURATION,
-        Backoff::RECOVER,
-        |e: Error| e,
-        || async {
-            let params: crate::db::Params<'_> = &[(&entry, Type::UUID)];
-            client.db().query(&what, sql, params).await
-        },
-    );
-    let lost = session.epoch.signal();
-    tokio::select! {
-        removed = removing => if let Err(e) = removed {
-            log::warn!("[{}] {what} failed: {e}", session.label);
-        },
-        _ = lost.fired() => {
-            log::debug!("[{}] {what}: the session is lost, which removes it", session.label);
-        }
-    }
+    let what = format!("[{}] remove entry {entry}", session.label());
+    let delete = || async {
+        let params: crate::db::Params<'_> = &[(&entry, Type::UUID)];
+        client.db().query(&what, sql, params).await.map(drop)
+    };
+    recipes_core::until_done(&what, Backoff::RECOVER, || session.is_lost(), delete).await;
 }
 
 /// Our entry while it contends.
@@ -151,7 +137,7 @@ impl ContendDriver for RowContender<'_> {
     }
 
     fn epoch_signal(&self, epoch: &Arc<Session>) -> LossSignal {
-        epoch.epoch.signal()
+        epoch.epoch().signal()
     }
 
     fn ticket(&self, epoch: &Arc<Session>) -> Ticket {
@@ -171,12 +157,12 @@ impl ContendDriver for RowContender<'_> {
                    ON CONFLICT (entry) DO NOTHING RETURNING seq";
         let db = self.client.db();
         let what = format!("enter the queue of {}", self.name);
-        let (name, entry, session) = (&self.name, &ticket.entry, &epoch.id);
+        let (name, entry, session) = (&self.name, &ticket.entry, epoch.id());
         let kind = &self.kind;
         let params: crate::db::Params<'_> = &[
             (name, Type::TEXT),
             (entry, Type::UUID),
-            (session, Type::INT8),
+            (&session, Type::INT8),
             (kind, Type::TEXT),
             (&self.value, Type::BYTEA),
         ];
@@ -199,7 +185,7 @@ impl ContendDriver for RowContender<'_> {
                 }
             }
         };
-        log::debug!("[{}] {} entered at {seq}", epoch.label, self.name);
+        log::debug!("[{}] {} entered at {seq}", epoch.label(), self.name);
         let entry = RowEntry { seq, heard: None };
         Ok((entry, None))
     }

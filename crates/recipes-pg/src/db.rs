@@ -73,15 +73,12 @@ impl Db {
 
     /// No server answered: a retryable error naming the URL.
     pub(crate) fn unreachable(&self) -> Error {
-        Error::Backend {
-            message: format!(
-                "no PostgreSQL server answered at {} within {:?}: check that the host and port \
-                 are PostgreSQL's (5432 by default, pgbouncer's 6432), not another store's, and that it is up",
-                self.shown, self.connect_timeout
-            ),
-            retryable: true,
-            source: None,
-        }
+        recipes_core::no_server_answered(
+            &format!("no PostgreSQL server at {}", self.shown),
+            self.connect_timeout,
+            "the host and port are PostgreSQL's (5432 by default, pgbouncer's 6432), not \
+             another store's",
+        )
     }
 
     /// The connection in use, or a new one when it is broken.
@@ -161,12 +158,6 @@ impl Db {
         if idle.len() < IDLE_CONNECTIONS && !c.is_closed() {
             idle.push(c);
         }
-    }
-
-    /// Close the connections.
-    pub(crate) async fn close(&self) {
-        self.current.lock().await.take();
-        self.idle.lock().clear();
     }
 }
 

@@ -68,7 +68,7 @@ impl ElectionBackend for PgElection {
             Ok(won.map(|a| {
                 log::info!(
                     "[{}] {} leads (fence {})",
-                    a.ticket.session.label,
+                    a.ticket.session.label(),
                     this.name,
                     a.fence
                 );
@@ -88,7 +88,7 @@ impl ElectionBackend for PgElection {
     /// A resign retries for a session's TTL at most; one RPC timeout more
     /// covers the one in flight, another the latch's last step.
     fn close_timeout(&self) -> Duration {
-        self.0.client.lease_span() + 2 * self.0.client.rpc_timeout()
+        self.0.client.leases().lease_span() + 2 * self.0.client.rpc_timeout()
     }
 
     fn leader(&self) -> Result<Option<LeaderInfo>> {

@@ -51,7 +51,7 @@ impl PgEntry {
     /// is its semaphore's.
     pub(crate) fn held(client: PgClient, name: &str, a: Acquired, permit: bool) -> PgLock {
         let session = a.ticket.session.clone();
-        let trigger = session.epoch.trigger().child();
+        let trigger = session.epoch().trigger().child();
         let layout = match name.strip_suffix("/leases").filter(|_| permit) {
             Some(semaphore) => format!("{semaphore}/"),
             None => format!("{name}/"),
@@ -68,7 +68,7 @@ impl PgEntry {
         };
         let (own, watched) = (entry.clone(), trigger.clone());
         entry.client.runtime().handle().spawn(async move {
-            let label = &own.session.label;
+            let label = own.session.label();
             watch_held(&own, label, &own.holder, None, &watched).await;
         });
         HeldEntry::new(entry, trigger, FencingToken(a.fence.unsigned_abs()))
@@ -123,11 +123,11 @@ impl StoreEntry for PgEntry {
     }
 
     fn session_id(&self) -> i64 {
-        self.session.id
+        self.session.id()
     }
 
     fn label(&self) -> &str {
-        &self.session.label
+        self.session.label()
     }
 
     /// Everything below the recipe's name (for a permit, its semaphore's),
@@ -232,7 +232,7 @@ impl EntryWatcher for PgEntry {
         let heard = match self.client.listener().subscribe(&self.name).await {
             Ok(s) => Some(s),
             Err(e) => {
-                log::debug!("[{}] not listening ({e}); polling", self.session.label);
+                log::debug!("[{}] not listening ({e}); polling", self.session.label());
                 None
             }
         };
@@ -251,7 +251,7 @@ impl EntryWatcher for PgEntry {
             .entry
             .client
             .poll_interval()
-            .max(watch.entry.session.ttl / 3);
+            .max(watch.entry.session.ttl() / 3);
         loop {
             tokio::select! {
                 () = tokio::time::sleep(poll) => {}

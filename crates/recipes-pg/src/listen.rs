@@ -160,11 +160,6 @@ impl Listener {
             .insert(name.to_owned(), channel.clone());
         Ok(channel)
     }
-
-    /// Close the listening connection.
-    pub(crate) async fn close(&self) {
-        self.state.lock().await.client = None;
-    }
 }
 
 fn forward(notes: &broadcast::Sender<Note>, m: AsyncMessage) {

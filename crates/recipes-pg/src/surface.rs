@@ -112,11 +112,11 @@ impl Client for PgClient {
     }
 
     fn session_id(&self) -> Option<i64> {
-        self.current_session().map(|s| s.id)
+        self.leases().current().map(|s| s.id())
     }
 
     fn granted_ttl(&self) -> Duration {
-        self.session_ttl()
+        self.leases().granted_ttl()
     }
 
     /// `SELECT 1` on the statement connection.
@@ -130,11 +130,16 @@ impl Client for PgClient {
     }
 
     fn last_acknowledged(&self) -> Option<BootInstant> {
-        self.current_session()
-            .and_then(|s| s.epoch.last_acknowledged_send())
+        self.leases().last_acknowledged()
     }
 
+    fn valid_until(&self) -> Option<BootInstant> {
+        self.leases().valid_until()
+    }
+
+    /// Deletes the session row, so every entry goes at once, then stops
+    /// the runtime.
     fn close_within(&self, grace: Duration) -> Result<()> {
-        PgClient::close_within(self, grace)
+        self.leases().close_within(grace)
     }
 }

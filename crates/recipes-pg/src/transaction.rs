@@ -165,7 +165,7 @@ impl FencedTransaction for PgLock {
         let begun = entry.client.call("begin a fenced transaction", async move {
             let conn = e.client.db().checkout().await?;
             let what = "begin a fenced transaction";
-            let ttl_ms = e.session.ttl.as_millis();
+            let ttl_ms = e.session.ttl().as_millis();
             let begin =
                 format!("BEGIN; SET LOCAL idle_in_transaction_session_timeout = '{ttl_ms}ms'");
             let (name, fence, id) = (&e.name, &e.fence_param(), &e.entry);
