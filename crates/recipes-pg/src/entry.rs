@@ -134,7 +134,7 @@ impl StoreEntry for PgEntry {
     /// where holders are named.
     fn inside_layout(&self, key: &str) -> Option<&str> {
         let root = self.layout.as_str();
-        (key.starts_with(root) || key == &root[..root.len() - 1]).then_some(root)
+        key.starts_with(root).then_some(root)
     }
 
     async fn delete(self) -> Result<()> {

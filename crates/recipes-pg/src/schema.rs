@@ -40,7 +40,7 @@ CREATE TABLE recipes.names (
     kind text NOT NULL,
     next_seq bigint NOT NULL DEFAULT 0,
     fence bigint NOT NULL DEFAULT 0,
-    permits integer);
+    permits bigint);
 CREATE TABLE recipes.queue (
     name text NOT NULL REFERENCES recipes.names (name),
     seq bigint NOT NULL,

@@ -57,18 +57,18 @@ impl PgSemaphore {
     /// that holds a lock or election is refused.
     pub(crate) async fn ensure_size(&self) -> Result<()> {
         let what = format!("store the size of {}", self.name);
-        let n = i32::try_from(self.permits).unwrap_or(i32::MAX);
+        let n = i64::from(self.permits);
         let (db, name) = (self.client.db(), &self.name);
         let insert = "INSERT INTO recipes.names (name, kind, permits) \
                       VALUES ($1, 'semaphore', $2) ON CONFLICT (name) DO NOTHING";
-        db.query(&what, insert, &[(name, Type::TEXT), (&n, Type::INT4)])
+        db.query(&what, insert, &[(name, Type::TEXT), (&n, Type::INT8)])
             .await?;
         let read = "SELECT kind, permits FROM recipes.names WHERE name = $1";
         let row = db
             .query_opt(&what, read, &[(name, Type::TEXT)])
             .await?
             .ok_or_else(|| crate::sql::unexpected("the name's row vanished"))?;
-        let (kind, stored): (String, Option<i32>) = (row.get(0), row.get(1));
+        let (kind, stored): (String, Option<i64>) = (row.get(0), row.get(1));
         if kind != "semaphore" {
             return Err(other_layout(name, "semaphore", &kind));
         }

@@ -91,7 +91,7 @@ impl Client for PgClient {
                 .query_opt(&what, sql, &[(&name, Type::TEXT)])
                 .await?;
             let size = row
-                .and_then(|r| r.get::<_, Option<i32>>(0))
+                .and_then(|r| r.get::<_, Option<i64>>(0))
                 .and_then(|n| u32::try_from(n).ok());
             Ok((size, read_contenders(&client, &permits_name(&name)).await?))
         })
