@@ -71,6 +71,12 @@ impl PgClientBuilder {
         self
     }
 
+    /// The URL without its password, as messages show it; `None` when it
+    /// is not a URL this client takes.
+    pub fn redacted_url(&self) -> Option<String> {
+        parse(&self.url).ok().map(|(_, shown)| shown)
+    }
+
     fn validate(&self) -> Result<(Config, String, Config, String)> {
         let (config, shown) = parse(&self.url)?;
         let (listen, listen_shown) = parse(self.listen_url.as_deref().unwrap_or(&self.url))?;

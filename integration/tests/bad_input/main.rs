@@ -2,7 +2,7 @@
 //! durations out of bounds, values over the servers' limits, fenced writes
 //! aimed inside a recipe's layout, recipes opened on another recipe's
 //! layout, wrong endpoints, lifecycle misuse, and the same through the
-//! `recipes` command — on both stores, and (but the command) on PostgreSQL.
+//! `recipes` command — on every store.
 //!
 //! Each area is one table per store (see [`bench`]): every case asserts
 //! the exact error kind or the documented outcome, that it returned within
@@ -76,4 +76,5 @@ on_pg! {
     values::run_layouts => pg_a_recipe_on_another_recipes_layout_is_refused;
     endpoints::run => pg_wrong_endpoints_fail_fast_with_a_typed_error;
     lifecycle::run => pg_close_twice_and_use_after_close_have_typed_outcomes;
+    cli::run_all => pg_cli_bad_input_exits_64_saying_what_to_change;
 }
