@@ -130,7 +130,14 @@ fn missing_privileges_are_permission_denied_until_granted() {
         Err(Error::PermissionDenied { what }) => assert!(what.contains("schema"), "{what}"),
         other => panic!("creating the schema without CREATE: {other:?}"),
     }
-    let admin = connect(&server.url(), TTL).expect("the superuser creates the schema");
+    PgClient::builder(server.url())
+        .init()
+        .expect("the superuser creates the schema");
+    assert!(
+        PgFacts::new(server.addr()).sessions().is_empty(),
+        "init opens no session"
+    );
+    let admin = connect(&server.url(), TTL).expect("the superuser connects");
     match connect(&url, TTL) {
         Err(Error::PermissionDenied { .. }) => {}
         other => panic!("using the schema without grants: {other:?}"),

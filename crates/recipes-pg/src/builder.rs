@@ -13,9 +13,11 @@ use crate::client::PgClient;
 use crate::db::Db;
 use crate::listen::Listener;
 
-/// TCP keep-alive: idle time before the first probe. A black-holed
-/// connection is then noticed by the kernel too, not only by our timeouts.
-const KEEPALIVE_IDLE: Duration = Duration::from_secs(5);
+/// TCP keep-alive: idle time before the first probe, the time between
+/// probes, and how many may go unanswered. A black-holed connection (the
+/// listening one sends nothing for long) is then closed by the kernel
+/// within about 8 s, not only noticed by our timeouts.
+const KEEPALIVE: (Duration, Duration, u32) = (Duration::from_secs(5), Duration::from_secs(1), 3);
 
 /// How often a waiter looks at the entry it waits for when no
 /// notification came, by default.
@@ -97,10 +99,33 @@ impl PgClientBuilder {
     /// create) the schema; [`Error::Backend`] naming the URL when no server
     /// answered within the connect timeout.
     pub fn connect(self) -> Result<PgClient> {
+        let (db, listener, rt) = self.prepare()?;
+        PgClient::start(self, db, listener, rt)
+    }
+
+    /// Create the schema `recipes` if it does not exist (what the first
+    /// [`connect`](Self::connect) does), without opening a session: for a
+    /// role that may create it, ahead of applications whose roles may only
+    /// use it (see the crate docs' privileges).
+    ///
+    /// # Errors
+    ///
+    /// As for [`connect`](Self::connect).
+    pub fn init(self) -> Result<()> {
+        let (_, _, rt) = self.prepare()?;
+        rt.shutdown(self.settings.rpc_timeout);
+        Ok(())
+    }
+
+    /// Check the settings, start the runtime, connect and make sure of the
+    /// schema.
+    fn prepare(&self) -> Result<(Arc<Db>, Listener, Runtime)> {
         let (mut config, shown, mut listen, listen_shown) = self.validate()?;
         for c in [&mut config, &mut listen] {
             c.keepalives(true)
-                .keepalives_idle(KEEPALIVE_IDLE)
+                .keepalives_idle(KEEPALIVE.0)
+                .keepalives_interval(KEEPALIVE.1)
+                .keepalives_retries(KEEPALIVE.2)
                 .connect_timeout(self.settings.connect_timeout)
                 .application_name("recipes");
         }
@@ -121,7 +146,7 @@ impl PgClientBuilder {
             Err(e) => return Err(e),
         }
         log::debug!("[pg={shown}] connected");
-        PgClient::start(self, db, listener, rt)
+        Ok((db, listener, rt))
     }
 }
 

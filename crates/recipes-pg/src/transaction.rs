@@ -145,7 +145,9 @@ pub trait FencedTransaction {
     ///
     /// While the transaction is open no later holder can mint its fence
     /// (its confirm waits for the share lock), so what commits here is
-    /// ordered before every later holder's writes. A transaction left idle
+    /// ordered before every later holder's writes. Keep it short: new
+    /// contenders of the name (whose enter updates the same row) wait for
+    /// it too. A transaction left idle
     /// longer than the session's TTL (a paused process) is ended by the
     /// server (`idle_in_transaction_session_timeout`), so it cannot block
     /// the lock for longer than a crash would.
