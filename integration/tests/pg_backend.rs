@@ -156,6 +156,31 @@ fn missing_privileges_are_permission_denied_until_granted() {
     );
 }
 
+/// Clients that connect to an empty database at once create the schema
+/// once between them (failed before: "relation layout already exists").
+#[test]
+fn clients_connecting_at_once_to_an_empty_database_all_connect() {
+    let server = PgServer::start();
+    let url = server.url();
+    let go = Arc::new(std::sync::Barrier::new(8));
+    let clients: Vec<_> = (0..8)
+        .map(|_| {
+            let (url, go) = (url.clone(), go.clone());
+            std::thread::spawn(move || {
+                go.wait();
+                connect(&url, TTL)
+            })
+        })
+        .collect();
+    for c in clients {
+        c.join()
+            .unwrap()
+            .expect("every client connects")
+            .close()
+            .unwrap();
+    }
+}
+
 #[test]
 fn a_layout_of_another_version_is_refused() {
     let server = PgServer::start();
@@ -432,4 +457,113 @@ fn fault_a_paused_holders_fenced_transaction_is_rejected() {
     assert_eq!(fences(&server, &t), vec![old_token, new_token.to_string()]);
     new.release().unwrap();
     c.close().unwrap();
+}
+
+/// A renewal that checked the row before its expiry but commits after it
+/// (a slow commit: a disk, a synchronous standby): a waiter that saw the
+/// old row expire must not hold while that renewal makes the holder live
+/// again. Holder A is written by hand (its session row, its entry) and
+/// renewed by the test's own connection inside an open transaction.
+#[test]
+fn fault_a_renewal_committed_after_the_expiry_was_seen_is_not_overtaken() {
+    use integration::runtime::{block_on_timeout, runtime};
+    let server = PgServer::start();
+    let facts = PgFacts::new(server.addr());
+    let b = connect(&server.url(), Duration::from_secs(10)).unwrap();
+    let lock = name("late-renewal");
+    let a = server.sql(
+        "INSERT INTO recipes.sessions (ttl, expires_at) \
+         VALUES (interval '1500 ms', clock_timestamp() + interval '1500 ms') RETURNING id",
+    );
+    let a = a.trim().to_owned();
+    server.sql(&format!(
+        "INSERT INTO recipes.names (name, kind) VALUES ('{lock}', 'lock'); \
+         INSERT INTO recipes.queue (name, seq, entry, session) \
+         VALUES ('{lock}', 0, gen_random_uuid(), {a})"
+    ));
+    let (tx, rx) = crossbeam_channel::bounded(1);
+    let m = b.mutex(&lock).unwrap();
+    std::thread::spawn(move || {
+        let g = m.lock().expect("B acquires");
+        tx.send(g.token()).unwrap();
+        g
+    });
+    wait_until("B queues behind A", scale(Duration::from_secs(10)), || {
+        facts.entries_under(&lock).len() == 2
+    });
+
+    let limit = scale(Duration::from_secs(5));
+    let (renewer, connection) = block_on_timeout(
+        limit,
+        tokio_postgres::connect(&server.url(), tokio_postgres::NoTls),
+    )
+    .expect("connect in time")
+    .expect("connect");
+    runtime().spawn(connection);
+    let old = server.sql(&format!(
+        "SELECT expires_at FROM recipes.sessions WHERE id = {a}"
+    ));
+    let renewed = block_on_timeout(limit, async {
+        renewer.batch_execute("BEGIN").await?;
+        renewer
+            .execute(
+                &format!(
+                    "UPDATE recipes.sessions SET expires_at = clock_timestamp() + ttl \
+                     WHERE id = {a} AND expires_at > clock_timestamp()"
+                ),
+                &[],
+            )
+            .await
+    })
+    .expect("the renewal runs")
+    .expect("the renewal is sent");
+    assert_eq!(
+        renewed, 1,
+        "A's renewal came before its expiry (else the case did not run)"
+    );
+    // The commit is slow: B sees the old row expire meanwhile.
+    let expired = format!("SELECT clock_timestamp() > '{}'::timestamptz", old.trim());
+    wait_until(
+        "A's old expiry passes",
+        scale(Duration::from_secs(10)),
+        || facts.sql(&expired).trim() == "t",
+    );
+    let blocked = "SELECT count(*) FROM pg_stat_activity \
+                   WHERE wait_event_type = 'Lock' AND application_name = 'recipes'";
+    let early = crate::wait_for_either(&rx, || facts.sql(blocked).trim() != "0");
+    block_on_timeout(limit, renewer.batch_execute("COMMIT"))
+        .expect("commit in time")
+        .expect("commit");
+    let token = match early {
+        Some(token) => token,
+        None => rx
+            .recv_timeout(scale(Duration::from_secs(10)))
+            .expect("B acquires once A's renewed row expired"),
+    };
+    let a_expired = format!(
+        "SELECT coalesce(bool_and(clock_timestamp() >= expires_at), true) \
+         FROM recipes.sessions WHERE id = {a}"
+    );
+    assert_eq!(
+        facts.sql(&a_expired).trim(),
+        "t",
+        "B holds (fence {token}) while A's renewed session is live"
+    );
+    b.close().unwrap();
+}
+
+/// Wait until `rx` has a value (returned) or `blocked()` holds (`None`).
+fn wait_for_either<T>(
+    rx: &crossbeam_channel::Receiver<T>,
+    mut blocked: impl FnMut() -> bool,
+) -> Option<T> {
+    integration::wait_for(
+        "B acquired or waits on a row lock",
+        scale(Duration::from_secs(10)),
+        || match rx.try_recv() {
+            Ok(v) => Some(Some(v)),
+            Err(_) if blocked() => Some(None),
+            Err(_) => None,
+        },
+    )
 }

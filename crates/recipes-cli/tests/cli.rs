@@ -347,13 +347,10 @@ fn never_two_at_once(store: Store) {
             let (name, script, store) = (scene.name.clone(), script.clone(), store);
             std::thread::spawn(move || {
                 for _ in 0..ROUNDS {
-                    assert_eq!(
-                        code(
-                            with_store(store, "5s")
-                                .args(["lock", &name, "--", "sh", "-c", &script])
-                        ),
-                        0
-                    );
+                    let (status, stderr) =
+                        run(with_store(store, "5s")
+                            .args(["lock", &name, "--", "sh", "-c", &script]));
+                    assert_eq!(status.code(), Some(0), "{stderr}");
                 }
             })
         })

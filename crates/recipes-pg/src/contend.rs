@@ -14,8 +14,10 @@
 //!   look at it when told, every poll interval, and once its session's
 //!   remaining life is over; resolve once it is gone or expired.
 //! - **confirm**: the fence bump: `fence + 1` on the name's row, only while
-//!   our entry is live; serialized by that row's lock with other confirms
-//!   and with fenced writes.
+//!   our entry is live and fewer than `max_leases` ahead are, judged on the
+//!   newest session rows under a share lock (a renewal that commits late
+//!   cannot revive an entry the listing saw expire); serialized by the
+//!   name's row with other confirms and with fenced writes.
 //! - **remove**: delete our row by its uuid (the trigger notifies).
 
 use std::sync::Arc;
@@ -249,13 +251,27 @@ impl ContendDriver for RowContender<'_> {
         entry: &mut RowEntry,
         _listing: &Listing<i64>,
     ) -> Result<Option<i64>> {
-        let sql = "UPDATE recipes.names n SET fence = n.fence + 1 \
-                   WHERE n.name = $1 AND EXISTS (SELECT 1 FROM recipes.queue q \
-                     JOIN recipes.sessions s ON s.id = q.session \
-                     WHERE q.name = $1 AND q.seq = $2 AND s.expires_at > clock_timestamp()) \
+        // The listing judged expiry on a snapshot: a renewal that checked
+        // its row before the expiry may commit after it (a slow commit),
+        // making an entry ahead live again (measured: two holders). So
+        // the sessions of ours and of every entry ahead are locked in
+        // share mode — waiting for such a renewal, and holding off later
+        // ones until this commits — and judged on their newest versions.
+        let sql = "WITH ahead AS (SELECT q.seq, s.expires_at > clock_timestamp() AS live \
+                     FROM recipes.queue q JOIN recipes.sessions s ON s.id = q.session \
+                     WHERE q.name = $1 AND q.seq <= $2 FOR SHARE OF s) \
+                   UPDATE recipes.names n SET fence = n.fence + 1 \
+                   WHERE n.name = $1 \
+                     AND EXISTS (SELECT 1 FROM ahead WHERE seq = $2 AND live) \
+                     AND (SELECT count(*) FROM ahead WHERE seq < $2 AND live) < $3 \
                    RETURNING n.fence";
         let what = format!("confirm the hold of {}", self.name);
-        let params: crate::db::Params<'_> = &[(&self.name, Type::TEXT), (&entry.seq, Type::INT8)];
+        let most = i64::try_from(self.max_leases).unwrap_or(i64::MAX);
+        let params: crate::db::Params<'_> = &[
+            (&self.name, Type::TEXT),
+            (&entry.seq, Type::INT8),
+            (&most, Type::INT8),
+        ];
         let row = self.client.db().query_opt(&what, sql, params).await?;
         Ok(row.map(|r| r.get(0)))
     }

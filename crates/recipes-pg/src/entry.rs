@@ -74,12 +74,6 @@ impl PgEntry {
         HeldEntry::new(entry, trigger, FencingToken(a.fence.unsigned_abs()))
     }
 
-    /// The fence this holding writes under (a permit's own, unordered
-    /// against other permits').
-    pub(crate) fn fence_param(&self) -> Option<i64> {
-        self.fence
-    }
-
     /// Our row's position in the queue.
     pub fn seq(&self) -> i64 {
         self.seq
@@ -98,16 +92,34 @@ impl PgEntry {
     }
 }
 
-/// What must hold for a fenced write, as SQL over `$1` (the name), `$2`
-/// (our fence, NULL for a permit) and `$3` (our entry): the name's row
+/// What must hold for a fenced write of a lock or leadership, as SQL over
+/// `$1` (the name), `$2` (our fence) and `$3` (our entry): the name's row
 /// still has our fence, locked in share mode so that no confirm (the next
 /// holder's fence bump) runs before the write commits, and our row is
 /// live.
-pub(crate) const STILL_OURS: &str = "SELECT 1 FROM recipes.names n \
-     WHERE n.name = $1 AND ($2::int8 IS NULL OR n.fence = $2) \
+const STILL_HELD: &str = "SELECT 1 FROM recipes.names n WHERE n.name = $1 AND n.fence = $2 \
      AND EXISTS (SELECT 1 FROM recipes.queue q JOIN recipes.sessions s ON s.id = q.session \
                  WHERE q.entry = $3 AND s.expires_at > clock_timestamp()) \
      FOR SHARE OF n";
+
+/// The same for a permit (`$2` is NULL): our row is live. Permits are not
+/// ordered against each other, so the name's row is not locked: a waiting
+/// permit's confirm, which holds the live permits' sessions in share mode
+/// while it waits for that row, never waits for a permit's write.
+const STILL_PERMITTED: &str = "SELECT 1 FROM recipes.queue q \
+     JOIN recipes.sessions s ON s.id = q.session \
+     WHERE q.entry = $3 AND $1::text IS NOT NULL AND $2::int8 IS NULL \
+       AND s.expires_at > clock_timestamp()";
+
+impl PgEntry {
+    /// What must hold for a write fenced by this holding.
+    pub(crate) fn still_ours(&self) -> &'static str {
+        match self.fence {
+            Some(_) => STILL_HELD,
+            None => STILL_PERMITTED,
+        }
+    }
+}
 
 impl StoreEntry for PgEntry {
     fn runtime(&self) -> &Runtime {
@@ -152,11 +164,12 @@ impl StoreEntry for PgEntry {
 
     async fn write(self, what: &'static str, write: FencedWrite) -> Result<()> {
         let (name, fence, entry) = (&self.name, &self.fence, &self.entry);
+        let ok = self.still_ours();
         let rows = match &write {
             FencedWrite::Put { key, value } => {
                 validate_key(key)?;
                 let sql = format!(
-                    "WITH ok AS ({STILL_OURS}) INSERT INTO recipes.kv (key, value) \
+                    "WITH ok AS ({ok}) INSERT INTO recipes.kv (key, value) \
                          SELECT $4, $5 FROM ok ON CONFLICT (key) DO UPDATE \
                          SET value = EXCLUDED.value RETURNING 1"
                 );
@@ -172,7 +185,7 @@ impl StoreEntry for PgEntry {
             FencedWrite::Delete { key } => {
                 validate_key(key)?;
                 let sql = format!(
-                    "WITH ok AS ({STILL_OURS}), d AS (DELETE FROM recipes.kv \
+                    "WITH ok AS ({ok}), d AS (DELETE FROM recipes.kv \
                          WHERE key = $4 AND EXISTS (SELECT 1 FROM ok)) SELECT 1 FROM ok"
                 );
                 let params: crate::db::Params<'_> = &[
@@ -185,7 +198,7 @@ impl StoreEntry for PgEntry {
             }
             FencedWrite::Proclaim { value } => {
                 let sql = format!(
-                    "WITH ok AS ({STILL_OURS}) UPDATE recipes.queue SET value = $4 \
+                    "WITH ok AS ({ok}) UPDATE recipes.queue SET value = $4 \
                          WHERE entry = $3 AND EXISTS (SELECT 1 FROM ok) RETURNING 1"
                 );
                 let params: crate::db::Params<'_> = &[

@@ -75,9 +75,7 @@ pub(crate) async fn ensure(db: &Client, what: &str) -> Result<()> {
         db.batch_execute("BEGIN; SELECT pg_advisory_xact_lock(hashtext('recipes.layout'))")
             .await?;
         // Another client may have created it while we waited for the lock.
-        let exists = db
-            .query_typed_one("SELECT to_regclass('recipes.layout') IS NOT NULL", &[])
-            .await?;
+        let exists = db.query_typed_one(EXISTS, &[]).await?;
         if !exists.get::<_, bool>(0) {
             db.batch_execute(CREATE).await?;
         }
@@ -94,12 +92,18 @@ pub(crate) async fn ensure(db: &Client, what: &str) -> Result<()> {
     }
 }
 
+/// Whether `recipes.layout` exists, read from the catalog with a fresh
+/// snapshot: `to_regclass` reads the backend's catalog cache, which an
+/// advisory lock does not refresh, so a client that waited for another's
+/// creation still saw none (measured: "relation layout already exists"
+/// with four clients connecting at once).
+const EXISTS: &str = "SELECT EXISTS (SELECT 1 FROM pg_catalog.pg_tables \
+                      WHERE schemaname = 'recipes' AND tablename = 'layout')";
+
 /// The layout's version, `None` when it does not exist.
 async fn version(db: &Client, what: &str) -> Result<Option<i32>> {
     let read = async {
-        let exists = db
-            .query_typed_one("SELECT to_regclass('recipes.layout') IS NOT NULL", &[])
-            .await?;
+        let exists = db.query_typed_one(EXISTS, &[]).await?;
         if !exists.get::<_, bool>(0) {
             return Ok(None);
         }

@@ -10,7 +10,7 @@ use recipes_core::{within, Error, Leadership, MutexGuard, Result, SemaphorePermi
 use tokio_postgres::types::{ToSql, Type};
 use tokio_postgres::Row;
 
-use crate::entry::{PgEntry, PgLock, STILL_OURS};
+use crate::entry::{PgEntry, PgLock};
 use crate::sql::{from_pg, Encoded};
 
 /// Statements of one fenced transaction, run on a connection of their own
@@ -170,13 +170,13 @@ impl FencedTransaction for PgLock {
             let ttl_ms = e.session.ttl().as_millis();
             let begin =
                 format!("BEGIN; SET LOCAL idle_in_transaction_session_timeout = '{ttl_ms}ms'");
-            let (name, fence, id) = (&e.name, &e.fence_param(), &e.entry);
+            let (name, fence, id) = (&e.name, &e.fence, &e.entry);
             let checked = within(what, e.client.rpc_timeout(), async {
                 let begun = async {
                     conn.batch_execute(&begin).await?;
                     let params: crate::db::Params<'_> =
                         &[(name, Type::TEXT), (fence, Type::INT8), (id, Type::UUID)];
-                    conn.query_typed(STILL_OURS, params).await
+                    conn.query_typed(e.still_ours(), params).await
                 };
                 begun.await.map_err(|err| from_pg(what, err))
             });
