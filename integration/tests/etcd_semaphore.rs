@@ -170,7 +170,12 @@ fn try_and_timed_acquire() {
     );
     assert_eq!(sa.name(), name);
     assert_eq!(sa.permits(), 2);
-    assert_eq!(sa.backend().config_key(), format!("{name}/config"));
+    let stored = a.read(&format!("{name}/config")).unwrap();
+    assert_eq!(
+        stored.as_deref(),
+        Some(&b"2"[..]),
+        "the size in <name>/config"
+    );
 
     let p1 = sa.try_acquire().unwrap().expect("free");
     let p2 = sa

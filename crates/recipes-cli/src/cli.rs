@@ -126,6 +126,16 @@ pub enum Command {
 }
 
 impl Command {
+    /// The run options of `lock`, `semaphore` and `elect`.
+    pub fn run_options(&self) -> Option<&RunOptions> {
+        match self {
+            Command::Lock(a) => Some(&a.run),
+            Command::Semaphore(a) => Some(&a.run),
+            Command::Elect(a) => Some(&a.run),
+            Command::Status(_) => None,
+        }
+    }
+
     /// The lock, semaphore or election name the command is about.
     pub fn name(&self) -> &str {
         match self {
@@ -166,6 +176,24 @@ pub struct RunOptions {
     pub grace: Duration,
 
     /// Exit status when not acquired in time.
+    /// Keep the lock, permit or leadership at least this long after it
+    /// was acquired, even when CMD ends sooner (ShedLock's
+    /// `lockAtLeastFor`): a scheduler on a skewed clock that fires again
+    /// a little early finds it still held and does not run the job twice.
+    /// A signal or the lease's loss ends the wait early.
+    #[arg(
+        long,
+        value_name = "DURATION",
+        value_parser = parse_duration,
+        allow_hyphen_values = true
+    )]
+    pub hold_at_least: Option<Duration>,
+
+    /// Serve the metrics (see the guide's table) as Prometheus text at
+    /// http://ADDR/metrics while this runs, for long-running holders.
+    #[arg(long, value_name = "ADDR")]
+    pub metrics_addr: Option<std::net::SocketAddr>,
+
     #[arg(long, value_name = "N", default_value_t = exit::CONFLICT as u8)]
     pub conflict_exit_code: u8,
 

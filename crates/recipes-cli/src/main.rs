@@ -114,6 +114,15 @@ fn real_main() -> i32 {
         eprintln!("recipes: {e}");
         return exit::for_error(&e);
     }
+    if let Some(addr) = cli.command.run_options().and_then(|o| o.metrics_addr) {
+        let exporter = metrics_exporter_prometheus::PrometheusBuilder::new()
+            .with_http_listener(addr)
+            .install();
+        if let Err(e) = exporter {
+            eprintln!("recipes: cannot serve metrics on {addr}: {e}; give a free address");
+            return exit::USAGE;
+        }
+    }
     let store = run::describe(&choice);
     let connected = match backend::connect(&choice, cli.ttl) {
         Ok(c) => c,

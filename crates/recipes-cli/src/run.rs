@@ -7,7 +7,7 @@ use crossbeam_channel::{select, Receiver};
 
 use recipes_core::Client;
 
-use crate::backend::{acquire, Recipe, Wait};
+use crate::backend::{acquire, Held, Recipe, Wait};
 use crate::cli::{BackendChoice, RunOptions};
 use crate::exit;
 use crate::signals;
@@ -100,6 +100,7 @@ pub fn run_under<C: Client>(
             return exit::for_signal(sig);
         }
     };
+    let acquired_at = Instant::now();
     let job = Job {
         name,
         argv: &opts.command,
@@ -111,6 +112,9 @@ pub fn run_under<C: Client>(
     let outcome = supervise::run(&job, &held, forwarded);
     let code = match outcome {
         Outcome::Exited(code) | Outcome::NotStarted(code) => {
+            if let (Outcome::Exited(_), Some(d)) = (&outcome, opts.hold_at_least) {
+                hold_until(&held, acquired_at + d, forwarded, &shown);
+            }
             if let Err(e) = held.release() {
                 eprintln!(
                     "recipes: {name}: warning: release failed ({e}); \
@@ -129,6 +133,26 @@ pub fn run_under<C: Client>(
     };
     close(&backend);
     code
+}
+
+/// Keep `held` until `until` (`--hold-at-least`): a signal or the lease's
+/// loss ends the wait early.
+fn hold_until(held: &Held, until: Instant, forwarded: &Receiver<libc::c_int>, shown: &str) {
+    let Some(left) = until.checked_duration_since(Instant::now()) else {
+        return;
+    };
+    eprintln!("recipes: {shown}: CMD ended; holding on for {left:?} (--hold-at-least)");
+    select! {
+        recv(held.lost.receiver()) -> _ => {
+            let reason = held.lost.reason().map_or("lost".into(), |r| r.to_string());
+            eprintln!("recipes: {shown}: warning: lost while holding on ({reason})");
+        }
+        recv(forwarded) -> sig => {
+            let sig = sig.unwrap_or(libc::SIGTERM);
+            eprintln!("recipes: {shown}: {} while holding on; releasing", signals::name(sig));
+        }
+        default(left) => {}
+    }
 }
 
 /// `recipes status` through `client`: the exit status.

@@ -84,6 +84,9 @@ pub trait MutexBackend: Send + Sync + 'static {
     /// The lock's name (path or key prefix).
     fn name(&self) -> &str;
 
+    /// The client's runtime (its store names the metrics).
+    fn runtime(&self) -> &Runtime;
+
     /// Acquire, waiting until `deadline` (`None`: as long as it takes).
     ///
     /// # Errors
@@ -99,6 +102,9 @@ pub trait SemaphoreBackend: Send + Sync + 'static {
 
     /// The semaphore's name (path or key prefix).
     fn name(&self) -> &str;
+
+    /// The client's runtime (its store names the metrics).
+    fn runtime(&self) -> &Runtime;
 
     /// How many permits exist.
     fn permits(&self) -> u32;
@@ -169,12 +175,16 @@ pub trait ElectionBackend: Send + Sync + 'static {
     /// How long a latch's `close` may wait for its term to end.
     fn close_timeout(&self) -> Duration;
 
-    /// The current leader, if any.
+    /// The current leader, if any: the first of the
+    /// [`candidates`](ElectionBackend::candidates) unless the store reads it
+    /// more cheaply.
     ///
     /// # Errors
     ///
     /// Backend errors.
-    fn leader(&self) -> Result<Option<LeaderInfo>>;
+    fn leader(&self) -> Result<Option<LeaderInfo>> {
+        Ok(self.candidates()?.into_iter().next())
+    }
 
     /// Follow the leader: first the current one (if any), then every change
     /// — a new leader, or a new value it proclaimed. When this returns, the

@@ -10,6 +10,7 @@ use crate::backend::{ElectionBackend, LeaderInfo, LeadershipLease};
 use crate::error::Result;
 use crate::fence::FencingToken;
 use crate::guard::{deadline_after, lease_accessors, unbounded_wait_ended, Hold};
+use crate::metrics::Labels;
 
 /// A leader election: campaign, publish a value while leader, resign.
 ///
@@ -28,12 +29,21 @@ use crate::guard::{deadline_after, lease_accessors, unbounded_wait_ended, Hold};
 /// late by as long as it was cut off: no proof of leadership.
 pub struct Election<B: ElectionBackend> {
     backend: B,
+    labels: Labels,
 }
 
 impl<B: ElectionBackend> Election<B> {
     /// An election over `backend`.
     pub fn from_backend(backend: B) -> Election<B> {
-        Election { backend }
+        let labels = Labels::new(backend.runtime().store(), "election");
+        Election { backend, labels }
+    }
+
+    /// Label this election's metrics with its name too (names are
+    /// unbounded, so they are no label by default).
+    pub fn with_name_label(mut self) -> Election<B> {
+        self.labels = self.labels.with_name(self.backend.name());
+        self
     }
 
     /// The election's name.
@@ -62,10 +72,10 @@ impl<B: ElectionBackend> Election<B> {
         deadline: Option<Instant>,
     ) -> Result<Option<Leadership<B::Leadership>>> {
         crate::limits::check_value("election value", value)?;
-        Ok(self
-            .backend
-            .campaign(value, deadline)?
-            .map(Leadership::from_lease))
+        let won = self
+            .labels
+            .timed(|| self.backend.campaign(value, deadline))?;
+        Ok(won.map(|lease| Leadership::counted(lease, &self.labels)))
     }
 
     /// Become leader only if nobody leads now.
@@ -191,6 +201,15 @@ impl<L: LeadershipLease> Leadership<L> {
         let token = lease.token();
         Leadership {
             hold: Hold::new(lease),
+            token,
+        }
+    }
+
+    /// A leadership counted in the metrics of `labels` (the leader gauge).
+    pub(crate) fn counted(lease: L, labels: &Labels) -> Leadership<L> {
+        let token = lease.token();
+        Leadership {
+            hold: Hold::counted(lease, labels, true),
             token,
         }
     }

@@ -106,6 +106,25 @@ pub enum Error {
 }
 
 impl Error {
+    /// The variant's name in snake case (`connection_loss`): the `kind`
+    /// label of the error metrics.
+    pub fn kind(&self) -> &'static str {
+        match self {
+            Error::SessionExpired => "session_expired",
+            Error::LeaseLost { .. } => "lease_lost",
+            Error::ConnectionLoss => "connection_loss",
+            Error::Indeterminate { .. } => "indeterminate",
+            Error::FenceRejected { .. } => "fence_rejected",
+            Error::Timeout { .. } => "timeout",
+            Error::NotHeld { .. } => "not_held",
+            Error::Closed => "closed",
+            Error::Unauthenticated { .. } => "unauthenticated",
+            Error::PermissionDenied { .. } => "permission_denied",
+            Error::InvalidArgument(_) => "invalid_argument",
+            Error::Backend { .. } => "backend",
+        }
+    }
+
     /// The same call may succeed if it is made again (connection trouble, a
     /// timed-out RPC, a transient backend error). An [`Error::Indeterminate`]
     /// write is not retryable in general: it may already have been applied.

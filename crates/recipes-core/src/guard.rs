@@ -7,12 +7,15 @@ use crate::backend::HeldLease;
 use crate::clock::BootInstant;
 use crate::error::{Error, Result};
 use crate::loss::LossSignal;
+use crate::metrics::Labels;
 
 /// The held lease inside a guard; gone only after release.
 #[derive(Debug)]
 pub(crate) struct Hold<L: HeldLease> {
     lease: Option<L>,
     signal: LossSignal,
+    // The recipe's metrics, and when the holding began.
+    metrics: Option<(Labels, Instant)>,
 }
 
 impl<L: HeldLease> Hold<L> {
@@ -21,6 +24,22 @@ impl<L: HeldLease> Hold<L> {
         Hold {
             lease: Some(lease),
             signal,
+            metrics: None,
+        }
+    }
+
+    /// Hold `lease`, counting it in the recipe's metrics: its loss, its
+    /// hold time, and for a `leadership` the leader gauge.
+    pub(crate) fn counted(lease: L, labels: &Labels, leadership: bool) -> Hold<L> {
+        let mut hold = Hold::new(lease);
+        labels.holding(&hold.signal, leadership);
+        hold.metrics = Some((labels.clone(), Instant::now()));
+        hold
+    }
+
+    fn ended(&mut self) {
+        if let Some((labels, since)) = self.metrics.take() {
+            labels.held(since);
         }
     }
 
@@ -52,6 +71,7 @@ impl<L: HeldLease> Hold<L> {
     /// did not confirm in time (the backend goes on removing the entry in
     /// the background while the session lives).
     pub(crate) fn release(mut self) -> Result<()> {
+        self.ended();
         let lost_before = self.signal.reason();
         let released = match self.lease.take() {
             Some(l) => l.release().map_err(Error::unconfirmed),
@@ -67,6 +87,7 @@ impl<L: HeldLease> Hold<L> {
 impl<L: HeldLease> Drop for Hold<L> {
     fn drop(&mut self) {
         if let Some(l) = self.lease.take() {
+            self.ended();
             l.release_in_background();
         }
     }

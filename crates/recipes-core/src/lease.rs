@@ -123,6 +123,10 @@ impl SessionLease {
             .tracker
             .acknowledged(sent_at, granted);
         self.shared.wake.notify_all();
+        if let Some(until) = self.shared.valid_until() {
+            let margin = until.saturating_duration_since(self.shared.now());
+            crate::metrics::lease_margin(self.trigger.store(), margin);
+        }
         updated
     }
 

@@ -9,6 +9,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use parking_lot::Mutex;
+use tokio::time::Instant;
 
 use crate::clock::BootInstant;
 use crate::close::end_sessions_within;
@@ -17,7 +18,7 @@ use crate::lease_session::{LeaseSession, LeaseStore};
 use crate::limits::Settings;
 use crate::loss::LossReason;
 use crate::runtime::Runtime;
-use crate::sessions::{Sessions, Turn};
+use crate::sessions::{PooledSession, Sessions, Turn};
 
 /// The lease sessions of one client of a [`LeaseStore`].
 pub struct LeaseSessions<S: LeaseStore> {
@@ -78,6 +79,43 @@ impl<S: LeaseStore> LeaseSessions<S> {
     /// As for [`primary`](LeaseSessions::primary).
     pub async fn for_name(&self, name: &str) -> Result<(Arc<LeaseSession<S>>, Turn)> {
         self.sessions.for_name(name, || self.grant(true)).await
+    }
+
+    /// [`primary`](LeaseSessions::primary) as a contend driver's epoch,
+    /// holding no turn (for entries that are distinct anyway).
+    ///
+    /// # Errors
+    ///
+    /// As for [`primary`](LeaseSessions::primary).
+    pub async fn epoch(&self) -> Result<LeaseEpoch<S>> {
+        Ok(LeaseEpoch::new(self.primary().await?, None))
+    }
+
+    /// [`for_name`](LeaseSessions::for_name) as a contend driver's epoch.
+    ///
+    /// # Errors
+    ///
+    /// As for [`primary`](LeaseSessions::primary).
+    pub async fn epoch_for(&self, name: &str) -> Result<LeaseEpoch<S>> {
+        let (session, turn) = self.for_name(name).await?;
+        Ok(LeaseEpoch::new(session, Some(turn)))
+    }
+
+    /// The primary session once this process's turn at `name` on it is
+    /// free, as a contend driver's epoch; `None` when `deadline` passed
+    /// first.
+    ///
+    /// # Errors
+    ///
+    /// As for [`primary`](LeaseSessions::primary).
+    pub async fn epoch_waiting(
+        &self,
+        name: &str,
+        deadline: Option<Instant>,
+    ) -> Result<Option<LeaseEpoch<S>>> {
+        let session = self.primary().await?;
+        let turn = session.turns().wait(name, deadline).await;
+        Ok(turn.map(|turn| LeaseEpoch::new(session, Some(turn))))
     }
 
     async fn grant(&self, single_use: bool) -> Result<Arc<LeaseSession<S>>> {
@@ -167,6 +205,30 @@ impl<S: LeaseStore> Drop for LeaseSessions<S> {
                 let _ = session.revoke(LossReason::Closed).await;
             });
         }
+    }
+}
+
+/// A lease session as a contend driver's epoch, with this process's turn
+/// at the name on it when the store needs one; the turn goes to the
+/// acquisition's ticket ([`take_turn`](LeaseEpoch::take_turn)).
+#[derive(Debug)]
+pub struct LeaseEpoch<S: LeaseStore> {
+    /// The session.
+    pub session: Arc<LeaseSession<S>>,
+    turn: Mutex<Option<Turn>>,
+}
+
+impl<S: LeaseStore> LeaseEpoch<S> {
+    fn new(session: Arc<LeaseSession<S>>, turn: Option<Turn>) -> LeaseEpoch<S> {
+        LeaseEpoch {
+            session,
+            turn: Mutex::new(turn),
+        }
+    }
+
+    /// The turn, once.
+    pub fn take_turn(&self) -> Option<Turn> {
+        self.turn.lock().take()
     }
 }
 

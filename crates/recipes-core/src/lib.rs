@@ -65,6 +65,7 @@ mod lease_pool;
 mod lease_session;
 mod limits;
 mod loss;
+pub mod metrics;
 mod mutex;
 mod names;
 mod observe;
@@ -93,7 +94,7 @@ pub use held::{FencedWrite, HeldEntry, StoreEntry};
 pub use held_watch::{watch_held, EntryWatcher};
 pub use leader::{validate_participant_id, LatchEvent, LeaderLatch, LeaderSelector, Participant};
 pub use lease::{LossPolicy, SessionLease};
-pub use lease_pool::LeaseSessions;
+pub use lease_pool::{LeaseEpoch, LeaseSessions};
 pub use lease_session::{LeaseSession, LeaseStore, Opened};
 pub use limits::{
     check_timeout, check_ttl, check_value, deadline_in, quote, Settings, DEFAULT_CONNECT_TIMEOUT,
@@ -101,7 +102,7 @@ pub use limits::{
 };
 pub use loss::{LossReason, LossSignal, LossTrigger};
 pub use mutex::{Mutex, MutexGuard};
-pub use names::{check_name, check_stored_size};
+pub use names::{check_name, check_permits, check_stored_size};
 pub use observe::{follow_leader, LeaderWatch};
 pub use renewal::{renew_on, Renewal, RenewalStream, StopFlag, StreamEnd};
 pub use retry::{resend_within, until_done, within};

@@ -32,6 +32,22 @@ pub enum LossReason {
     Closed,
 }
 
+impl LossReason {
+    /// The reason in snake case (`deadline_expired`): the `reason` label of
+    /// the loss metrics.
+    pub fn label(self) -> &'static str {
+        match self {
+            LossReason::DeadlineExpired => "deadline_expired",
+            LossReason::SessionExpired => "session_expired",
+            LossReason::Deleted => "deleted",
+            LossReason::Revoked => "revoked",
+            LossReason::Disconnected => "disconnected",
+            LossReason::Released => "released",
+            LossReason::Closed => "closed",
+        }
+    }
+}
+
 impl fmt::Display for LossReason {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.write_str(match self {
@@ -54,6 +70,8 @@ struct SignalState {
     // Dropped when the signal fires: every receiver sees a disconnect.
     tx: Option<Sender<()>>,
     children: Vec<Weak<SignalInner>>,
+    // Run once, when the signal fires (metrics).
+    hooks: Vec<Box<dyn FnOnce(LossReason) + Send>>,
 }
 
 struct SignalInner {
@@ -62,10 +80,13 @@ struct SignalInner {
     // Wakes async waiters (tasks on a backend's runtime) when fired.
     notify: tokio::sync::Notify,
     lease: Option<Arc<LeaseClock>>,
+    // The store of the runtime whose root this descends from (`etcd`), for
+    // metrics.
+    store: Arc<str>,
 }
 
 impl SignalInner {
-    fn new(lease: Option<Arc<LeaseClock>>) -> Arc<SignalInner> {
+    fn new(lease: Option<Arc<LeaseClock>>, store: Arc<str>) -> Arc<SignalInner> {
         let (tx, rx) = crossbeam_channel::bounded(0);
         Arc::new(SignalInner {
             state: Mutex::new(SignalState {
@@ -73,25 +94,29 @@ impl SignalInner {
                 fired_at: None,
                 tx: Some(tx),
                 children: Vec::new(),
+                hooks: Vec::new(),
             }),
             rx,
             notify: tokio::sync::Notify::new(),
             lease,
+            store,
         })
     }
 
     fn fire(&self, reason: LossReason) -> bool {
-        let (tx, children) = {
+        let (tx, children, hooks) = {
             let mut st = self.state.lock();
             if st.reason.is_some() {
                 return false;
             }
             st.reason = Some(reason);
             st.fired_at = Some(self.now());
-            (st.tx.take(), std::mem::take(&mut st.children))
+            let hooks = std::mem::take(&mut st.hooks);
+            (st.tx.take(), std::mem::take(&mut st.children), hooks)
         };
         drop(tx);
         self.notify.notify_waiters();
+        hooks.into_iter().for_each(|hook| hook(reason));
         for child in children.iter().filter_map(Weak::upgrade) {
             child.fire(reason);
         }
@@ -153,6 +178,25 @@ pub struct LossSignal {
 }
 
 impl LossSignal {
+    /// Run `hook` once with the reason when the signal fires (at once if it
+    /// already has). Explicit fires only: a deadline seen by the clock
+    /// before the deadline thread fired counts when the thread fires.
+    pub(crate) fn on_fire(&self, hook: impl FnOnce(LossReason) + Send + 'static) {
+        let fired = {
+            let mut st = self.inner.state.lock();
+            match st.reason {
+                Some(reason) => Some(reason),
+                None => {
+                    st.hooks.push(Box::new(hook));
+                    return;
+                }
+            }
+        };
+        if let Some(reason) = fired {
+            hook(reason);
+        }
+    }
+
     /// Whether the lease may be gone. Reads the clock, so a thread that runs
     /// first after a process pause never sees a stale "held".
     pub fn is_lost(&self) -> bool {
@@ -257,19 +301,30 @@ pub struct LossTrigger {
 impl LossTrigger {
     /// A trigger with no lease deadline and no parent.
     pub fn root() -> LossTrigger {
+        LossTrigger::root_of("")
+    }
+
+    /// The root of a runtime of `store` (metrics name it).
+    pub(crate) fn root_of(store: &str) -> LossTrigger {
         LossTrigger {
-            inner: SignalInner::new(None),
+            inner: SignalInner::new(None, store.into()),
         }
     }
 
     pub(crate) fn with_lease(parent: &LossTrigger, lease: Arc<LeaseClock>) -> LossTrigger {
-        parent.attach(SignalInner::new(Some(lease)))
+        parent.attach(SignalInner::new(Some(lease), parent.inner.store.clone()))
     }
 
     /// A child trigger: shares this one's lease deadline, fires when this
     /// one fires (at once if it already has).
     pub fn child(&self) -> LossTrigger {
-        self.attach(SignalInner::new(self.inner.lease.clone()))
+        let (lease, store) = (self.inner.lease.clone(), self.inner.store.clone());
+        self.attach(SignalInner::new(lease, store))
+    }
+
+    /// The store this trigger's runtime serves (empty when none).
+    pub(crate) fn store(&self) -> &str {
+        &self.inner.store
     }
 
     fn attach(&self, child: Arc<SignalInner>) -> LossTrigger {

@@ -7,6 +7,7 @@ use crate::backend::{FencedLease, MutexBackend};
 use crate::error::Result;
 use crate::fence::FencingToken;
 use crate::guard::{deadline_after, lease_accessors, unbounded_wait_ended, Hold};
+use crate::metrics::Labels;
 
 /// A mutex shared by processes on many machines.
 ///
@@ -34,12 +35,26 @@ use crate::guard::{deadline_after, lease_accessors, unbounded_wait_ended, Hold};
 /// deadline even if the store still keeps its session.
 pub struct Mutex<B: MutexBackend> {
     backend: B,
+    labels: Labels,
 }
 
 impl<B: MutexBackend> Mutex<B> {
     /// A mutex over `backend`.
     pub fn from_backend(backend: B) -> Mutex<B> {
-        Mutex { backend }
+        let labels = Labels::new(backend.runtime().store(), "mutex");
+        Mutex { backend, labels }
+    }
+
+    /// Label this mutex's metrics with its name too (names are unbounded,
+    /// so they are no label by default).
+    pub fn with_name_label(mut self) -> Mutex<B> {
+        self.labels = self.labels.with_name(self.backend.name());
+        self
+    }
+
+    fn acquire(&self, deadline: Option<Instant>) -> Result<Option<MutexGuard<B::Lease>>> {
+        let got = self.labels.timed(|| self.backend.acquire(deadline))?;
+        Ok(got.map(|lease| MutexGuard::counted(lease, &self.labels)))
     }
 
     /// The lock's name.
@@ -59,9 +74,7 @@ impl<B: MutexBackend> Mutex<B> {
     /// Backend errors (connection, session expiry, closed client). Nothing is
     /// left in the store when it fails.
     pub fn lock(&self) -> Result<MutexGuard<B::Lease>> {
-        self.backend
-            .acquire(None)?
-            .map(MutexGuard::from_lease)
+        self.acquire(None)?
             .ok_or_else(|| unbounded_wait_ended("lock"))
     }
 
@@ -80,10 +93,7 @@ impl<B: MutexBackend> Mutex<B> {
     ///
     /// As for [`lock`](Mutex::lock); `Ok(None)` when `timeout` passed first.
     pub fn try_lock_for(&self, timeout: Duration) -> Result<Option<MutexGuard<B::Lease>>> {
-        Ok(self
-            .backend
-            .acquire(deadline_after(timeout))?
-            .map(MutexGuard::from_lease))
+        self.acquire(deadline_after(timeout))
     }
 
     /// Acquire, waiting until `deadline`.
@@ -92,10 +102,7 @@ impl<B: MutexBackend> Mutex<B> {
     ///
     /// As for [`lock`](Mutex::lock); `Ok(None)` when `deadline` passed first.
     pub fn try_lock_until(&self, deadline: Instant) -> Result<Option<MutexGuard<B::Lease>>> {
-        Ok(self
-            .backend
-            .acquire(Some(deadline))?
-            .map(MutexGuard::from_lease))
+        self.acquire(Some(deadline))
     }
 }
 
@@ -127,6 +134,15 @@ impl<L: FencedLease> MutexGuard<L> {
         let token = lease.token();
         MutexGuard {
             hold: Hold::new(lease),
+            token,
+        }
+    }
+
+    /// A guard counted in the metrics of `labels`.
+    pub(crate) fn counted(lease: L, labels: &Labels) -> MutexGuard<L> {
+        let token = lease.token();
+        MutexGuard {
+            hold: Hold::counted(lease, labels, false),
             token,
         }
     }

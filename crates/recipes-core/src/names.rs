@@ -48,6 +48,21 @@ pub fn check_name(kind: &str, name: &str, limit: &str, refused: fn(char) -> bool
     }
 }
 
+/// Check the size a client asks for the semaphore `what` (`the etcd
+/// semaphore /sems/x`).
+///
+/// # Errors
+///
+/// [`Error::InvalidArgument`] for no permits at all.
+pub fn check_permits(what: &str, permits: u32) -> Result<()> {
+    match permits {
+        0 => Err(Error::invalid(format!(
+            "{what} needs at least one permit; ask for 1 or more"
+        ))),
+        _ => Ok(()),
+    }
+}
+
 /// Check the size `stored` at `config` for the semaphore `what` (`the etcd
 /// semaphore /sems/x`) against the `permits` this client asked for.
 ///

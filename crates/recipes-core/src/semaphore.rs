@@ -6,6 +6,7 @@ use std::time::{Duration, Instant};
 use crate::backend::{HeldLease, SemaphoreBackend};
 use crate::error::Result;
 use crate::guard::{deadline_after, lease_accessors, unbounded_wait_ended, Hold};
+use crate::metrics::Labels;
 
 /// A counting semaphore shared by processes on many machines: at most
 /// [`permits`](Semaphore::permits) holders at once.
@@ -26,12 +27,28 @@ use crate::guard::{deadline_after, lease_accessors, unbounded_wait_ended, Hold};
 /// away, so N + 1 workers can overlap; only fenced writes stop it.
 pub struct Semaphore<B: SemaphoreBackend> {
     backend: B,
+    labels: Labels,
 }
 
 impl<B: SemaphoreBackend> Semaphore<B> {
     /// A semaphore over `backend`.
     pub fn from_backend(backend: B) -> Semaphore<B> {
-        Semaphore { backend }
+        let labels = Labels::new(backend.runtime().store(), "semaphore");
+        Semaphore { backend, labels }
+    }
+
+    /// Label this semaphore's metrics with its name too (names are
+    /// unbounded, so they are no label by default).
+    pub fn with_name_label(mut self) -> Semaphore<B> {
+        self.labels = self.labels.with_name(self.backend.name());
+        self
+    }
+
+    fn take(&self, deadline: Option<Instant>) -> Result<Option<SemaphorePermit<B::Permit>>> {
+        let got = self.labels.timed(|| self.backend.acquire(deadline))?;
+        Ok(got.map(|permit| SemaphorePermit {
+            hold: Hold::counted(permit, &self.labels, false),
+        }))
     }
 
     /// The semaphore's name.
@@ -55,9 +72,7 @@ impl<B: SemaphoreBackend> Semaphore<B> {
     ///
     /// Backend errors; nothing is left in the store when it fails.
     pub fn acquire(&self) -> Result<SemaphorePermit<B::Permit>> {
-        self.backend
-            .acquire(None)?
-            .map(SemaphorePermit::new)
+        self.take(None)?
             .ok_or_else(|| unbounded_wait_ended("acquire"))
     }
 
@@ -76,10 +91,7 @@ impl<B: SemaphoreBackend> Semaphore<B> {
     ///
     /// As for [`acquire`](Semaphore::acquire); `Ok(None)` on timeout.
     pub fn try_acquire_for(&self, timeout: Duration) -> Result<Option<SemaphorePermit<B::Permit>>> {
-        Ok(self
-            .backend
-            .acquire(deadline_after(timeout))?
-            .map(SemaphorePermit::new))
+        self.take(deadline_after(timeout))
     }
 
     /// Acquire a permit, waiting until `deadline`.
@@ -91,10 +103,7 @@ impl<B: SemaphoreBackend> Semaphore<B> {
         &self,
         deadline: Instant,
     ) -> Result<Option<SemaphorePermit<B::Permit>>> {
-        Ok(self
-            .backend
-            .acquire(Some(deadline))?
-            .map(SemaphorePermit::new))
+        self.take(Some(deadline))
     }
 }
 
@@ -115,12 +124,6 @@ pub struct SemaphorePermit<P: HeldLease> {
 
 impl<P: HeldLease> SemaphorePermit<P> {
     lease_accessors!("the permit");
-
-    fn new(permit: P) -> SemaphorePermit<P> {
-        SemaphorePermit {
-            hold: Hold::new(permit),
-        }
-    }
 
     /// The backend's permit, for backend-specific operations.
     pub fn lease(&self) -> &P {

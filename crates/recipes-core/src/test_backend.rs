@@ -138,6 +138,10 @@ impl MutexBackend for MemoryMutex {
         "/memory"
     }
 
+    fn runtime(&self) -> &Runtime {
+        &self.rt
+    }
+
     fn acquire(&self, deadline: Option<Instant>) -> Result<Option<MemoryLease>> {
         if self.session.is_lost() {
             return Err(Error::SessionExpired);

@@ -9,12 +9,12 @@ use recipes_core::{Error, Result, Runtime, Settings};
 use crate::client::EtcdClient;
 use crate::rpc::from_etcd;
 
-/// HTTP/2 keep-alive: ping interval and the time to wait for the answer.
-/// Without it a black-holed connection is never noticed.
 /// The key the connect probe reads (keys only, at most one): one no
 /// recipe writes.
 const AUTH_PROBE: &str = "\0recipes-connect-probe";
 
+/// HTTP/2 keep-alive: ping interval and the time to wait for the answer.
+/// Without it a black-holed connection is never noticed.
 const HTTP2_KEEP_ALIVE: (Duration, Duration) = (Duration::from_secs(1), Duration::from_secs(2));
 
 /// Settings for an [`EtcdClient`]; see [`EtcdClient::builder`].

@@ -4,36 +4,25 @@ use std::fmt;
 use std::sync::Arc;
 use std::time::Duration;
 
-use recipes_core::{LeaseSessions, Result, Runtime, Settings, Turn};
+use recipes_core::{LeaseSessions, Result, Runtime, Settings};
 
 use crate::builder::EtcdClientBuilder;
-use crate::session::{Etcd, Session};
-
-struct Inner {
-    // The current session (lease) and the single-use ones of concurrent
-    // acquisitions of one name; revoked with the client.
-    leases: LeaseSessions<Etcd>,
-    config: EtcdClientBuilder,
-}
+use crate::session::Etcd;
 
 /// An etcd client on its own runtime thread, holding one lease (its
 /// session) that its recipes' keys are bound to; see
 /// [`recipes_core::Client`] for what it does.
 ///
 /// One lease serves every lock, election and semaphore of the client: one
-/// keep-alive stream, and an uncontended acquire costs one transaction, a
+/// keep-alive stream; an uncontended acquire costs one transaction, a
 /// release one delete. Two acquisitions of the *same* name must not share
-/// a lease — they would own the same key `<name>/<lease id>`, one identity
-/// in etcd (etcd#11360) — so threads sharing one handle (a
-/// [`Mutex`](crate::Mutex) or [`Election`](crate::Election), and its
-/// clones) take turns in the process, holding no key while they wait, and
-/// separate handles of one name contend in etcd: when the client's lease
-/// already has an acquisition of the name under way or held, the next one
-/// gets a *single-use* lease of its own, newly granted with its own
-/// keep-alive stream. A single-use lease lives as long as its acquisition
-/// and then its guard: it is revoked (taking the key along) when the
-/// acquisition ends without a win and when the guard is released or
-/// dropped, and with the client at the latest.
+/// a lease — they would own the same key `<name>/<lease id>` (etcd#11360)
+/// — so threads sharing one handle (a [`Mutex`](crate::Mutex) or
+/// [`Election`](crate::Election), and its clones) take turns in the
+/// process, holding no key while they wait, and a second handle of a name
+/// the client's lease already has under way gets a *single-use* lease of
+/// its own, revoked (taking the key along) when its acquisition ends
+/// without a win, when its guard goes, or with the client.
 ///
 /// Cheap to clone; it closes when the last clone (and every guard made from
 /// it) is dropped, or at [`close`](recipes_core::Client::close), which
@@ -47,7 +36,10 @@ struct Inner {
 /// that shows as loss too.
 #[derive(Clone)]
 pub struct EtcdClient {
-    inner: Arc<Inner>,
+    // The current session (lease) and the single-use ones of concurrent
+    // acquisitions of one name; revoked with the client.
+    leases: Arc<LeaseSessions<Etcd>>,
+    endpoints: Arc<[String]>,
 }
 
 impl EtcdClient {
@@ -83,35 +75,27 @@ impl EtcdClient {
         etcd: etcd_client::Client,
         rt: Runtime,
     ) -> Result<EtcdClient> {
-        let settings = config.settings;
         let client = EtcdClient {
-            inner: Arc::new(Inner {
-                leases: LeaseSessions::new(Etcd(etcd), rt, settings),
-                config,
-            }),
+            leases: Arc::new(LeaseSessions::new(Etcd(etcd), rt, config.settings)),
+            endpoints: config.endpoints.into(),
         };
-        let inner = client.inner.clone();
+        let leases = client.leases.clone();
         client.call("grant the client's lease", async move {
-            inner.leases.primary().await.map(drop)
+            leases.primary().await.map(drop)
         })?;
         Ok(client)
     }
 
     /// The deadline of one request.
     pub(crate) fn rpc_timeout(&self) -> Duration {
-        self.inner.config.settings.rpc_timeout
-    }
-
-    /// The endpoints.
-    pub fn endpoints(&self) -> &[String] {
-        &self.inner.config.endpoints
+        self.leases.settings().rpc_timeout
     }
 
     /// Whether the current lease is lost: its deadline passed, the server
     /// said it is gone, or it was orphaned or revoked. The next acquisition
     /// then grants a new lease.
     pub fn is_session_lost(&self) -> bool {
-        self.inner.leases.is_lost()
+        self.leases.is_lost()
     }
 
     /// Stop renewing the current lease — and the single-use ones — without
@@ -121,22 +105,12 @@ impl EtcdClient {
     /// grant a new lease; `close` and `Drop` leave the orphaned ones to
     /// expire.
     pub fn orphan(&self) {
-        self.inner.leases.orphan();
+        self.leases.orphan();
     }
 
     /// The client's sessions.
     pub(crate) fn leases(&self) -> &LeaseSessions<Etcd> {
-        &self.inner.leases
-    }
-
-    /// A handle of the connection, unless closed.
-    pub(crate) fn etcd(&self) -> Result<Etcd> {
-        self.inner.leases.store()
-    }
-
-    /// The current session, or a new one (on the runtime).
-    pub(crate) async fn live_session(&self) -> Result<Arc<Session>> {
-        self.inner.leases.primary().await
+        &self.leases
     }
 
     /// Run `read` with the connection and the RPC timeout, on the runtime
@@ -147,15 +121,8 @@ impl EtcdClient {
         F: FnOnce(Etcd, Duration) -> Fut + Send + 'static,
         Fut: std::future::Future<Output = Result<T>> + Send,
     {
-        let (etcd, timeout) = (self.etcd(), self.rpc_timeout());
+        let (etcd, timeout) = (self.leases().store(), self.rpc_timeout());
         self.call(what, async move { read(etcd?, timeout).await })
-    }
-
-    /// A session and its turn for an acquisition of the lock `name`: the
-    /// current session, or a single-use one when an acquisition of `name`
-    /// already uses the current one (on the runtime).
-    pub(crate) async fn session_for(&self, name: &str) -> Result<(Arc<Session>, Turn)> {
-        self.inner.leases.for_name(name).await
     }
 
     /// Run one request on the runtime with the RPC timeout.
@@ -169,22 +136,14 @@ impl EtcdClient {
 
     /// The runtime this client runs on.
     pub fn runtime(&self) -> &Runtime {
-        self.inner.leases.runtime()
-    }
-
-    /// [`Client::close_within`](recipes_core::Client::close_within):
-    /// revoke the current and the single-use leases (not orphaned ones), so
-    /// every key goes at once, then stop the runtime; see
-    /// [`LeaseSessions::close_within`].
-    pub(crate) fn close_within(&self, grace: Duration) -> Result<()> {
-        self.inner.leases.close_within(grace)
+        self.leases.runtime()
     }
 }
 
 impl fmt::Debug for EtcdClient {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("EtcdClient")
-            .field("endpoints", &self.inner.config.endpoints)
+            .field("endpoints", &self.endpoints)
             .field(
                 "lease",
                 &self.leases().current().map(|s| format!("{:x}", s.id())),

@@ -18,12 +18,11 @@
 //! - **remove**: delete our key, guarded by its `create_revision` once
 //!   known, retrying until done or the session is lost.
 
-use std::sync::Arc;
 use std::time::Duration;
 
 use etcd_client::{Compare, CompareOp, GetOptions, PutOptions, Txn, TxnOp};
 use recipes_core::engine::{ContendDriver, Entered, Listing};
-use recipes_core::{LossSignal, PooledSession, Result, Turn};
+use recipes_core::{LeaseEpoch, LossSignal, Result};
 use tokio::time::Instant;
 
 use crate::client::EtcdClient;
@@ -64,13 +63,6 @@ impl<'a> Claim<'a> {
             Claim::Campaign(value) => value,
         }
     }
-
-    fn what(self) -> &'static str {
-        match self {
-            Claim::Lock => "lock",
-            Claim::Campaign(_) => "campaign on",
-        }
-    }
 }
 
 /// One acquisition's driver of the contend engine, in one of the two
@@ -97,10 +89,7 @@ pub(crate) enum Layout<'a> {
 
 /// A session and this process's turn at the name on it, until the ticket
 /// takes the turn.
-pub(crate) struct KeyEpoch {
-    session: Arc<Session>,
-    turn: parking_lot::Mutex<Option<Turn>>,
-}
+pub(crate) type KeyEpoch = LeaseEpoch<Etcd>;
 
 /// Our key while it contends.
 pub(crate) struct KeyEntry {
@@ -108,11 +97,9 @@ pub(crate) struct KeyEntry {
     pub(crate) key: String,
     id: Key,
     pub(crate) create_revision: i64,
-    /// On our own key since the create, and on the key ahead once we
-    /// waited for one.
+    /// On our own key since the create, and on what is ahead once we
+    /// waited for it.
     watches: Option<WatchSet>,
-    /// On the permit prefix, once a permit had to wait.
-    pub(crate) waiting: Option<Watch>,
 }
 
 impl KeyContender<'_> {
@@ -150,7 +137,7 @@ impl KeyContender<'_> {
                 TxnOp::get(self.prefix, Some(oldest)),
                 TxnOp::get(size.as_str(), Some(GetOptions::new().with_keys_only())),
             ]);
-        let what = format!("{} {}", claim.what(), self.prefix);
+        let what = format!("enter {}", self.prefix);
         // Safe to send twice: a second run finds our key and reads it.
         let resp = retrying_txn(&etcd, &what, timeout, &txn).await?;
         let header = header_revision(&resp)?;
@@ -187,27 +174,37 @@ impl KeyContender<'_> {
         Ok((rev, Some(first(rev)?)))
     }
 
-    /// Add a synced watch on the contender `ahead` to our key's stream
-    /// (the engine then reads again), or wait for it or our key to go.
-    async fn wait_ahead(&self, session: &Session, entry: &mut KeyEntry, ahead: &Key) -> Result<()> {
-        let timeout = session.rpc_timeout();
+    /// Watch what must go before ours may hold — the contender `ahead`;
+    /// for a permit, any key under the prefix (we are the one waiter the
+    /// internal mutex lets in) — on a stream of its own (the engine then
+    /// reads again), or wait for it or our key to go.
+    async fn wait_ahead(
+        &self,
+        session: &Session,
+        entry: &mut KeyEntry,
+        ahead: &[u8],
+    ) -> Result<()> {
+        let (etcd, timeout) = (&entry.etcd, session.rpc_timeout());
         match entry.watches.take() {
             // Both watches were confirmed before the read that named
             // `ahead`: neither deletion can be missed. `next` is
             // cancel-safe, so the set stays in the entry while it runs.
-            Some(w) if w.ahead() == Some(ahead.0.as_slice()) => {
-                entry.watches.insert(w).next().await.map(drop)
-            }
+            Some(w) if w.ahead() == Some(ahead) => entry.watches.insert(w).next().await.map(drop),
             // The engine reads again once the watch exists. Out of the
             // entry meanwhile: a half-added watch must not be used again.
             Some(mut w) => {
-                log::debug!("[{}] {} waits for {ahead:?}", session.label(), entry.key);
-                w.watch_ahead(&entry.etcd, &ahead.0, timeout).await?;
+                let shown = String::from_utf8_lossy(ahead);
+                log::debug!("[{}] {} waits for {shown}", session.label(), entry.key);
+                let watch = match self.layout {
+                    Layout::Permits(_) => Watch::prefix(etcd, self.prefix, true, timeout).await?,
+                    Layout::Key { .. } => Watch::key(etcd, ahead, timeout).await?,
+                };
+                w.set_ahead(ahead.to_vec(), watch);
                 entry.watches = Some(w);
                 Ok(())
             }
             None => {
-                entry.watches = Some(WatchSet::open(&entry.etcd, &entry.key, timeout).await?);
+                entry.watches = Some(WatchSet::open(etcd, &entry.key, timeout).await?);
                 Ok(())
             }
         }
@@ -239,27 +236,17 @@ impl ContendDriver for KeyContender<'_> {
     }
 
     async fn epoch(&self, deadline: Option<Instant>) -> Result<Option<KeyEpoch>> {
-        let (session, turn) = match self.layout {
+        let leases = self.client.leases();
+        match self.layout {
             Layout::Key {
                 name,
                 via: Via::Handle,
                 ..
-            } => {
-                let (session, turn) = self.client.session_for(name).await?;
-                (session, Some(turn))
-            }
-            Layout::Key { name, .. } => {
-                let session = self.client.live_session().await?;
-                match session.turns().wait(name, deadline).await {
-                    Some(turn) => (session, Some(turn)),
-                    None => return Ok(None),
-                }
-            }
+            } => leases.epoch_for(name).await.map(Some),
+            Layout::Key { name, .. } => leases.epoch_waiting(name, deadline).await,
             // Every permit key is distinct: no turn at a name to wait for.
-            Layout::Permits(_) => (self.client.live_session().await?, None),
-        };
-        let turn = parking_lot::Mutex::new(turn);
-        Ok(Some(KeyEpoch { session, turn }))
+            Layout::Permits(_) => leases.epoch().await.map(Some),
+        }
     }
 
     fn epoch_signal(&self, epoch: &KeyEpoch) -> LossSignal {
@@ -276,7 +263,7 @@ impl ContendDriver for KeyContender<'_> {
             session: epoch.session.clone(),
             key,
             create_revision: None,
-            turn: epoch.turn.lock().take(),
+            turn: epoch.take_turn(),
         }
     }
 
@@ -292,20 +279,15 @@ impl ContendDriver for KeyContender<'_> {
         };
         let (create_revision, first) = created?;
         ticket.create_revision = Some(create_revision);
-        log::debug!(
-            "[{}] {key} created at revision {create_revision}",
-            session.label()
-        );
-        let watches = watches
-            .map_err(|e| log::debug!("[{}] watch on {key} failed: {e}", session.label()))
-            .ok();
+        let label = session.label();
+        log::debug!("[{label}] {key} created at revision {create_revision}");
+        let watches = watches.map_err(|e| log::debug!("[{label}] watch on {key}: {e}"));
         let entry = KeyEntry {
             etcd,
             id: Key(key.clone().into_bytes()),
             key,
             create_revision,
-            watches,
-            waiting: None,
+            watches: watches.ok(),
         };
         Ok((entry, first))
     }
@@ -315,26 +297,22 @@ impl ContendDriver for KeyContender<'_> {
     }
 
     async fn list(&self, epoch: &KeyEpoch, entry: &mut KeyEntry) -> Result<Listing<Key>> {
-        let (key, rev) = (&entry.key, entry.create_revision);
-        list(
-            &entry.etcd,
+        let (key, rev, timeout) = (
+            &entry.key,
+            entry.create_revision,
             epoch.session.rpc_timeout(),
-            self.prefix,
-            key,
-            rev,
-        )
-        .await
+        );
+        list(&entry.etcd, timeout, self.prefix, key, rev).await
     }
 
     async fn wait(&self, epoch: &KeyEpoch, entry: &mut KeyEntry, ahead: &Key) -> Result<()> {
-        let session = &epoch.session;
-        let waited = match self.layout {
-            Layout::Key { .. } => self.wait_ahead(session, entry, ahead).await,
-            Layout::Permits(sem) => sem.wait_for_permit(session, entry).await,
+        let ahead = match self.layout {
+            Layout::Permits(_) => self.prefix.as_bytes(),
+            Layout::Key { .. } => &ahead.0,
         };
+        let waited = self.wait_ahead(&epoch.session, entry, ahead).await;
         if waited.is_err() {
             entry.watches = None;
-            entry.waiting = None;
         }
         waited
     }

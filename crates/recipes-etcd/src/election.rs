@@ -1,7 +1,6 @@
-//! The etcd election — and the latch and the selector, which campaign in
-//! it with their id as the value: the mutex's layout, rule and wait
-//! (`contend.rs`), with values, and Go's `concurrency.Election` and
-//! `etcdctl elect` campaign against it correctly.
+//! The etcd election (and so the latch and the selector, whose id is the
+//! value): the mutex's layout, rule and wait with values; Go's
+//! `concurrency.Election` and `etcdctl elect` campaign against it.
 //!
 //! Once a read finds none ahead of us, our key is put again — same value,
 //! same lease, guarded by `create_revision == ours` — and that write's
@@ -13,14 +12,14 @@
 use std::future::Future;
 use std::time::Duration;
 
-use recipes_core::{ElectionBackend, LeaderInfo, LeaderObserver, Result, Runtime};
+use recipes_core::{Client, ElectionBackend, LeaderInfo, LeaderObserver, Result, Runtime};
 use tokio::time::Instant;
 
 use crate::client::EtcdClient;
 use crate::contend::Claim;
 use crate::lock::{EtcdKey, EtcdLock};
 use crate::mutex::NameHandle;
-use crate::observe::{read_candidates, read_leader, Following};
+use crate::observe::Following;
 
 /// An election in etcd's `concurrency` layout (keys `<name>/<lease id>`
 /// holding the candidates' values), shared with Go's
@@ -87,8 +86,8 @@ impl ElectionBackend for EtcdElection {
             Ok(won.map(|a| {
                 log::info!(
                     "[{}] {} leads (fence {})",
-                    a.session.label(),
-                    a.key,
+                    a.own.session.label(),
+                    a.own.key,
                     a.fence
                 );
                 EtcdKey::held(this.client.clone(), a, "leadership")
@@ -97,13 +96,8 @@ impl ElectionBackend for EtcdElection {
     }
 
     fn candidates(&self) -> Result<Vec<LeaderInfo>> {
-        let prefix = self.0.prefix.clone();
-        self.0
-            .client
-            .read_with("list candidates", |etcd, timeout| async move {
-                let candidates = read_candidates(&etcd, timeout, &prefix).await?;
-                Ok(candidates.into_iter().map(LeaderInfo::from).collect())
-            })
+        let queue = self.0.client.contenders(&self.0.name)?;
+        Ok(queue.into_iter().map(LeaderInfo::from).collect())
     }
 
     /// Resigning retries until the key is deleted or the session is lost,
@@ -118,17 +112,12 @@ impl ElectionBackend for EtcdElection {
     /// A synced watch on the prefix, opened again (and the leader read
     /// again) when its stream breaks.
     fn observe(&self) -> Result<LeaderObserver> {
-        let watch = Following::new(self.0.client.clone(), self.0.prefix.clone());
+        let (client, prefix) = (self.0.client.clone(), self.0.prefix.clone());
+        let watch = Following {
+            client,
+            prefix,
+            watch: None,
+        };
         recipes_core::follow_leader(self.0.client.runtime(), self.0.client.rpc_timeout(), watch)
-    }
-
-    fn leader(&self) -> Result<Option<LeaderInfo>> {
-        let prefix = self.0.prefix.clone();
-        self.0
-            .client
-            .read_with("read the leader", |etcd, timeout| async move {
-                let leader = read_leader(&etcd, timeout, &prefix).await?;
-                Ok(leader.map(LeaderInfo::from))
-            })
     }
 }

@@ -31,13 +31,19 @@ impl Ticket {
     }
 }
 
+/// Our key once it exists: its session (lease) and `create_revision`.
+#[derive(Debug, Clone)]
+pub(crate) struct OwnKey {
+    pub(crate) session: Arc<Session>,
+    pub(crate) key: String,
+    pub(crate) create_revision: i64,
+}
+
 /// A key that won, ready to become an [`EtcdLock`](crate::EtcdLock) (or,
 /// for a semaphore's internal mutex, to be deleted again).
 #[derive(Debug)]
 pub(crate) struct Acquired {
-    pub(crate) session: Arc<Session>,
-    pub(crate) key: String,
-    pub(crate) create_revision: i64,
+    pub(crate) own: OwnKey,
     pub(crate) fence: i64,
     /// Watches our key since before the fence, when it did.
     pub(crate) watch: Option<Watch>,
@@ -54,10 +60,13 @@ impl Acquired {
         fence: i64,
         watches: Option<WatchSet>,
     ) -> Acquired {
-        Acquired {
+        let own = OwnKey {
             session: ticket.session,
             key: ticket.key,
             create_revision,
+        };
+        Acquired {
+            own,
             fence,
             watch: watches
                 .map(WatchSet::into_ours)
@@ -68,8 +77,12 @@ impl Acquired {
 
     /// Delete the key at once; see [`delete_until_done`].
     pub(crate) async fn delete(self) {
-        let rev = Some(self.create_revision);
-        delete_until_done(self.session, self.key, rev, self.turns).await;
+        let OwnKey {
+            session,
+            key,
+            create_revision,
+        } = self.own;
+        delete_until_done(session, key, Some(create_revision), self.turns).await;
     }
 }
 

@@ -28,13 +28,10 @@
 //! ```
 //!
 //! Sessions (one etcd lease per client, single-use leases for concurrent
-//! acquisitions of one name) are described at [`EtcdClient`].
-//!
-//! etcd-client's own timeout option is never set (it would also cut off
-//! watches); each request is timed on its own. The keep-alive and watch
-//! streams are re-opened when their member dies (etcd-client does not).
-//! etcd-client's lock and campaign RPCs are never used: without a lease
-//! they get a 60 s server lease nobody renews.
+//! acquisitions of one name) are described at [`EtcdClient`]. Each
+//! request is timed on its own, and keep-alive and watch streams are
+//! re-opened when their member dies; etcd-client's lock and campaign RPCs
+//! are never used (without a lease they get a 60 s one nobody renews).
 
 #![warn(missing_docs)]
 #![deny(missing_debug_implementations)]

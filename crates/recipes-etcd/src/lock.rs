@@ -9,15 +9,14 @@ use std::time::Duration;
 
 use etcd_client::{PutOptions, TxnOp, TxnResponse};
 use recipes_core::{
-    watch_held, EntryWatcher, Error, FencedWrite, FencingToken, HeldEntry, Result, Runtime,
+    watch_held, within, EntryWatcher, Error, FencedWrite, FencingToken, HeldEntry, Result, Runtime,
     StoreEntry, Turns,
 };
 
 use crate::client::EtcdClient;
-use crate::key::{delete_key, delete_until_done, if_ours, Acquired};
+use crate::key::{delete_key, delete_until_done, if_ours, Acquired, OwnKey};
 use crate::names::validate_key;
-use crate::rpc::{retrying_get, rpc};
-use crate::session::Session;
+use crate::rpc::{from_etcd, retrying_get};
 use crate::watch::Watch;
 
 /// This process's turns at a lock name (the session's and the handle's),
@@ -37,11 +36,9 @@ pub type EtcdLock = HeldEntry<EtcdKey>;
 #[derive(Clone)]
 pub struct EtcdKey {
     client: EtcdClient,
-    session: Arc<Session>,
-    key: String,
+    own: OwnKey,
     // What the key is, for messages: "lock", "permit" or "leadership".
     kind: &'static str,
-    create_revision: i64,
     // Given back once the key is gone (released, or deleted by someone:
     // the watch gives them back then).
     turn: Turn,
@@ -51,13 +48,9 @@ impl EtcdKey {
     /// Hold the key `a` won and watch it (its deletion is loss); `kind`
     /// names it in messages.
     pub(crate) fn held(client: EtcdClient, a: Acquired, kind: &'static str) -> EtcdLock {
-        let trigger = a.session.epoch().trigger().child();
+        let trigger = a.own.session.epoch().trigger().child();
         let turn: Turn = Arc::new(parking_lot::Mutex::new(Some(a.turns)));
-        let own = OwnKey {
-            session: a.session.clone(),
-            key: a.key.clone(),
-            create_revision: a.create_revision,
-        };
+        let own = a.own.clone();
         let (watch, watched, gone) = (a.watch, trigger.clone(), turn.clone());
         client.runtime().handle().spawn(async move {
             let label = &own.session.label();
@@ -70,10 +63,8 @@ impl EtcdKey {
         let token = FencingToken(a.fence.unsigned_abs());
         let key = EtcdKey {
             client,
-            session: a.session,
-            key: a.key,
+            own: a.own,
             kind,
-            create_revision: a.create_revision,
             turn,
         };
         HeldEntry::new(key, trigger, token)
@@ -84,7 +75,7 @@ impl EtcdKey {
     /// Not the fencing token: that is the revision at which ownership was
     /// confirmed.
     pub fn create_revision(&self) -> i64 {
-        self.create_revision
+        self.own.create_revision
     }
 
     /// Run `ops` in one transaction, only while our key exists. Unlike
@@ -102,10 +93,12 @@ impl EtcdKey {
     }
 
     async fn fenced(self, what: &'static str, ops: Vec<TxnOp>) -> Result<TxnResponse> {
-        let (key, rev) = (self.key.as_str(), self.create_revision);
-        let mut etcd = self.session.store()?;
+        let (key, rev) = (self.own.key.as_str(), self.own.create_revision);
+        let mut etcd = self.own.session.store()?;
         let txn = if_ours(key, Some(rev), ops);
-        let resp = rpc(what, self.session.rpc_timeout(), etcd.txn(txn))
+        // Not resent: a write whose reply was lost is `Indeterminate`.
+        let sent = async { etcd.txn(txn).await.map_err(|e| from_etcd(what, e)) };
+        let resp = within(what, self.own.session.rpc_timeout(), sent)
             .await
             .map_err(Error::unconfirmed)?;
         if !resp.succeeded() {
@@ -130,15 +123,15 @@ impl StoreEntry for EtcdKey {
     }
 
     fn holder(&self) -> &str {
-        &self.key
+        &self.own.key
     }
 
     fn session_id(&self) -> i64 {
-        self.session.id()
+        self.own.session.id()
     }
 
     fn label(&self) -> &str {
-        self.session.label()
+        self.own.session.label()
     }
 
     /// The keys below our key's parent; for a permit
@@ -146,7 +139,7 @@ impl StoreEntry for EtcdKey {
     /// semaphore's config, internal mutex and permits live. A put there
     /// would strip our key of its lease, or forge a contender or a size.
     fn inside_layout(&self, key: &str) -> Option<&str> {
-        let parent = &self.key[..self.key.rfind('/').map_or(0, |i| i + 1)];
+        let parent = &self.own.key[..self.own.key.rfind('/').map_or(0, |i| i + 1)];
         let layout = match self.kind {
             "permit" => parent.strip_suffix("leases/").unwrap_or(parent),
             _ => parent,
@@ -155,14 +148,24 @@ impl StoreEntry for EtcdKey {
     }
 
     async fn delete(self) -> Result<()> {
-        delete_key(&self.session, &self.key, Some(self.create_revision)).await
+        delete_key(
+            &self.own.session,
+            &self.own.key,
+            Some(self.own.create_revision),
+        )
+        .await
     }
 
     /// Deletes our key (retrying until done or the session is lost), then
     /// gives this process's turns at the name back.
     fn delete_until_done(self) -> impl Future<Output = ()> + Send + 'static {
         let turns = self.turn.lock().take().unwrap_or_default();
-        delete_until_done(self.session, self.key, Some(self.create_revision), turns)
+        delete_until_done(
+            self.own.session,
+            self.own.key,
+            Some(self.own.create_revision),
+            turns,
+        )
     }
 
     fn released(&self) {
@@ -183,8 +186,8 @@ impl StoreEntry for EtcdKey {
             FencedWrite::Delete { key } => TxnOp::delete(key, None),
             // Our key again, with our lease, as Go's `Election.Proclaim`.
             FencedWrite::Proclaim { value } => {
-                let lease = PutOptions::new().with_lease(self.session.id());
-                TxnOp::put(self.key.as_str(), value, Some(lease))
+                let lease = PutOptions::new().with_lease(self.own.session.id());
+                TxnOp::put(self.own.key.as_str(), value, Some(lease))
             }
         };
         async move {
@@ -195,12 +198,6 @@ impl StoreEntry for EtcdKey {
 }
 
 /// Our held key, watched for deletion (core's [`watch_held`]).
-struct OwnKey {
-    session: Arc<Session>,
-    key: String,
-    create_revision: i64,
-}
-
 impl EntryWatcher for OwnKey {
     type Watch = Watch;
 
@@ -224,8 +221,8 @@ impl EntryWatcher for OwnKey {
 impl fmt::Debug for EtcdKey {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("EtcdKey")
-            .field("key", &self.key)
-            .field("create_revision", &self.create_revision)
+            .field("key", &self.own.key)
+            .field("create_revision", &self.own.create_revision)
             .finish()
     }
 }

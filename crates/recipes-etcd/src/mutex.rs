@@ -1,15 +1,10 @@
-//! The etcd mutex: etcd's `concurrency` layout, driven by `contend.rs`
-//! (one-transaction acquire, a synced watch on the one key that must go).
-//! The owner is the key exactly one level below `<name>/` with the lowest
-//! `create_revision`; Go's `concurrency.Mutex` and `etcdctl lock` use the
-//! same layout and rule (they count nested keys too), so they contend with
-//! this mutex correctly.
-//!
-//! The fence equals what Go's `Mutex.Header().Revision` and `etcdctl
-//! lock`'s `ETCD_LOCK_REV` give their holders, so mixed holders share one
-//! strictly increasing sequence: each confirming read happens after the
-//! previous holder's key was deleted, which came after that holder's own
-//! confirming read.
+//! The etcd mutex: etcd's `concurrency` layout, driven by `contend.rs`.
+//! The owner is the key one level below `<name>/` with the lowest
+//! `create_revision`, as for Go's `concurrency.Mutex` and `etcdctl lock`
+//! (which count nested keys too), so they contend with it correctly. The
+//! fence equals their `Header().Revision` / `ETCD_LOCK_REV`: mixed holders
+//! share one strictly increasing sequence, as each confirming read follows
+//! the deletion of the previous holder's key.
 
 use std::time::Instant as StdInstant;
 
@@ -94,6 +89,10 @@ impl MutexBackend for EtcdMutex {
 
     fn name(&self) -> &str {
         &self.0.name
+    }
+
+    fn runtime(&self) -> &recipes_core::Runtime {
+        self.0.client.runtime()
     }
 
     fn acquire(&self, deadline: Option<StdInstant>) -> Result<Option<EtcdLock>> {

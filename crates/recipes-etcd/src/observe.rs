@@ -15,29 +15,22 @@ use crate::watch::Watch;
 
 /// A synced watch on the election's prefix, and the reads after it.
 pub(crate) struct Following {
-    client: EtcdClient,
-    prefix: String,
-    watch: Option<Watch>,
-}
-
-impl Following {
-    pub(crate) fn new(client: EtcdClient, prefix: String) -> Following {
-        Following {
-            client,
-            prefix,
-            watch: None,
-        }
-    }
+    pub(crate) client: EtcdClient,
+    pub(crate) prefix: String,
+    pub(crate) watch: Option<Watch>,
 }
 
 impl LeaderWatch for Following {
     async fn look(&mut self) -> Result<Option<(LeaderInfo, i64)>> {
-        let (etcd, timeout) = (self.client.etcd()?, self.client.rpc_timeout());
+        let (etcd, timeout) = (self.client.leases().store()?, self.client.rpc_timeout());
         if self.watch.is_none() {
             let watch = Watch::prefix(&etcd, &self.prefix, false, timeout).await?;
             self.watch = Some(watch);
         }
-        let leader = read_leader(&etcd, timeout, &self.prefix).await?;
+        let leader = read_candidates(&etcd, timeout, &self.prefix)
+            .await?
+            .into_iter()
+            .next();
         // A key is one lease's: its create revision tells its terms apart.
         Ok(leader.map(|c| (c.clone().into(), c.created)))
     }
@@ -92,16 +85,4 @@ pub(crate) async fn read_candidates(
         .filter(|kv| is_contender(prefix, kv.key()))
         .map(contender)
         .collect())
-}
-
-/// The leader under `prefix`: the oldest candidate key.
-pub(crate) async fn read_leader(
-    etcd: &etcd_client::Client,
-    timeout: Duration,
-    prefix: &str,
-) -> Result<Option<Contender>> {
-    Ok(read_candidates(etcd, timeout, prefix)
-        .await?
-        .into_iter()
-        .next())
 }

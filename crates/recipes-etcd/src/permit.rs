@@ -5,21 +5,19 @@
 //!   key still holds our N, put the key and read every permit key — joined
 //!   with a synced watch on our own key (the held permit's loss watch).
 //! - **list**: one read of the permit keys up to ours (`listing.rs`).
-//! - **wait**: a synced watch for any deletion under the permit prefix (we
-//!   are the one waiter the internal mutex lets in), then read again.
+//! - **wait**: a synced watch for any deletion under the permit prefix
+//!   (`contend.rs`), then read again.
 //! - **confirm**: the admitting read's revision; permits have no fence.
 
 use etcd_client::{Compare, CompareOp, GetOptions, PutOptions, Txn, TxnOp};
 use recipes_core::engine::Listing;
 use recipes_core::Result;
 
-use crate::contend::KeyEntry;
 use crate::listing::{listing, oldest_first};
 use crate::names::Key;
 use crate::rpc::{header_revision, read_at, retrying_txn};
 use crate::semaphore::EtcdSemaphore;
 use crate::session::Session;
-use crate::watch::Watch;
 
 impl EtcdSemaphore {
     /// Create our permit key if the stored size is ours, and list the
@@ -67,27 +65,6 @@ impl EtcdSemaphore {
                 Some(kv) => self.check_stored(kv.value())?,
                 // Deleted by hand since: store it again and retry.
                 None => self.ensure_size(&etcd, session.rpc_timeout()).await?,
-            }
-        }
-    }
-
-    /// Set a synced watch for deletions under the permit prefix (the engine
-    /// then reads again), or wait for one.
-    pub(crate) async fn wait_for_permit(
-        &self,
-        session: &Session,
-        entry: &mut KeyEntry,
-    ) -> Result<()> {
-        match entry.waiting.as_mut() {
-            // Confirmed before the read that found us waiting: no deletion
-            // after that read can be missed.
-            Some(w) => w.deleted().await,
-            None => {
-                log::debug!("[{}] {} waits for a permit", session.label(), entry.key);
-                let prefix = &self.lease_prefix;
-                let watch = Watch::prefix(&entry.etcd, prefix, true, session.rpc_timeout());
-                entry.waiting = Some(watch.await?);
-                Ok(())
             }
         }
     }

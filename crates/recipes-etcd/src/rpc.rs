@@ -4,7 +4,7 @@ use std::future::Future;
 use std::time::Duration;
 
 use etcd_client::{GetOptions, GetResponse, Txn, TxnOpResponse, TxnResponse};
-use recipes_core::{quote, resend_within, within, Backoff, Error, Result};
+use recipes_core::{quote, resend_within, Backoff, Error, Result};
 
 /// gRPC status codes (their numbers are part of the gRPC protocol).
 const INVALID_ARGUMENT: i32 = 3;
@@ -87,21 +87,6 @@ fn connection_broke(e: &etcd_client::Error) -> bool {
         E::LeaseKeepAliveError(msg) => !msg.contains("not found"),
         _ => false,
     }
-}
-
-/// Await one etcd request for at most `timeout`, mapping its error.
-///
-/// A timed-out read is [`Error::Timeout`] (retryable). A timed-out write's
-/// outcome is unknown: callers that cannot repeat it blindly map that with
-/// [`Error::unconfirmed`].
-pub(crate) async fn rpc<T, F>(what: &str, timeout: Duration, request: F) -> Result<T>
-where
-    F: Future<Output = std::result::Result<T, etcd_client::Error>>,
-{
-    within(what, timeout, async {
-        request.await.map_err(|e| from_etcd(what, e))
-    })
-    .await
 }
 
 /// Run an idempotent request for at most `timeout`, sending it again after

@@ -1,30 +1,14 @@
-//! The etcd semaphore: the structure of Curator's `InterProcessSemaphoreV2`
-//! on etcd — an internal mutex, one key per permit, the size stored in the
-//! store and checked. No etcd library has this recipe; the layout is ours
-//! (`docs/etcd-semaphore.md`).
-//!
-//! # Layout
-//!
-//! A semaphore named `/sems/x` owns three things:
-//!
-//! - `/sems/x/config`: N, the number of permits, in decimal. Created by the
-//!   first client with a put-if-absent transaction, without a lease: it
-//!   outlives every client, so every later client is checked against it.
-//! - `/sems/x/locks/<lease id in hex>`: the internal mutex, in the etcd
-//!   mutex layout (`etcdctl lock /sems/x/locks` contends with it).
-//! - `/sems/x/leases/<lease id in hex>-<n>`: one key per permit (and one for
-//!   the waiter), bound to the client's lease. `<n>` is a process-wide
-//!   counter, so one client (one lease) can hold several permits.
-//!
-//! Only keys exactly one level below `/sems/x/leases/` count as permits.
-//! Core's [`admit`](recipes_core::engine::admit) drives the internal mutex
-//! (`contend.rs`) and the permit keys (`permit.rs`).
+//! The etcd semaphore: Curator's `InterProcessSemaphoreV2` structure on
+//! etcd — the size in `<name>/config`, an internal mutex `<name>/locks`,
+//! one key per permit under `<name>/leases/` — as a driver of core's
+//! [`admit`](recipes_core::engine::admit). The layout and protocol are in
+//! `docs/etcd-semaphore.md`.
 
 use std::time::{Duration, Instant as StdInstant};
 
 use etcd_client::{Compare, CompareOp, GetOptions, Txn, TxnOp};
 use recipes_core::engine::{self, SemaphoreDriver};
-use recipes_core::{Error, Result, SemaphoreBackend};
+use recipes_core::{Result, SemaphoreBackend};
 use tokio::time::Instant;
 
 use crate::client::EtcdClient;
@@ -35,7 +19,8 @@ use crate::names::{is_contender, key_prefix, other_layout, size_key, validate_na
 use crate::rpc::{read_at, retrying_get, retrying_txn, unexpected};
 use crate::session::Etcd;
 
-/// A counting semaphore in etcd (the layout above); see
+/// A counting semaphore in etcd (`docs/etcd-semaphore.md` has its
+/// layout); see
 /// [`recipes_core::Semaphore`] for the API and what holds under pause and
 /// partition. Made by [`Client::semaphore`](crate::Client::semaphore).
 ///
@@ -63,11 +48,7 @@ pub struct EtcdSemaphore {
 impl EtcdSemaphore {
     pub(crate) fn new(client: EtcdClient, name: &str, permits: u32) -> Result<EtcdSemaphore> {
         validate_name("semaphore", name)?;
-        if permits == 0 {
-            return Err(Error::invalid(format!(
-                "the etcd semaphore {name} needs at least one permit; ask for 1 or more"
-            )));
-        }
+        recipes_core::check_permits(&format!("the etcd semaphore {name}"), permits)?;
         let lock_name = format!("{name}/locks");
         Ok(EtcdSemaphore {
             client,
@@ -78,11 +59,6 @@ impl EtcdSemaphore {
             lock_name,
             lease_prefix: format!("{name}/leases/"),
         })
-    }
-
-    /// The key that stores the number of permits (`<name>/config`).
-    pub fn config_key(&self) -> &str {
-        &self.config_key
     }
 
     /// The stored size is ours, or an [`Error::InvalidArgument`] that says
@@ -136,6 +112,10 @@ impl SemaphoreBackend for EtcdSemaphore {
 
     fn name(&self) -> &str {
         &self.name
+    }
+
+    fn runtime(&self) -> &recipes_core::Runtime {
+        self.client.runtime()
     }
 
     fn permits(&self) -> u32 {
@@ -197,11 +177,7 @@ impl<'a> SemaphoreDriver for Admission<'a> {
     }
 
     /// Awaited, so that a `try_acquire` right after finds the mutex free.
-    async fn unlock(held: Acquired) {
-        held.delete().await;
-    }
-
-    fn unlock_in_background(&self, held: Acquired) {
-        recipes_core::engine::ContendDriver::spawn(&self.lock, held.delete());
+    fn unlock(held: Acquired) -> impl std::future::Future<Output = ()> + Send + 'static {
+        held.delete()
     }
 }

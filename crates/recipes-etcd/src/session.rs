@@ -1,14 +1,10 @@
 //! etcd's leases as core's [`LeaseStore`]: a session is core's
 //! [`LeaseSession`] over them (grant, keep-alive every TTL/3 on
 //! etcd-client's keep-alive stream, revoke), and the client's sessions are
-//! core's [`LeaseSessions`](recipes_core::LeaseSessions).
-//!
-//! Two acquisitions of one name on one lease would own the same key, so
-//! each session hands out one *turn* per name at a time, held until the
-//! key is gone; see [`EtcdClient`](crate::EtcdClient). A semaphore's
-//! internal mutex waits for its turn on the client's session: every permit
-//! has a key of its own (`<lease id>-<n>`), so one lease serves any number
-//! of them.
+//! core's [`LeaseSessions`](recipes_core::LeaseSessions), with one turn per
+//! name on each (see [`EtcdClient`](crate::EtcdClient)). A semaphore's
+//! permits have keys of their own (`<lease id>-<n>`): one lease serves any
+//! number of them.
 
 use std::ops::{Deref, DerefMut};
 use std::time::Duration;

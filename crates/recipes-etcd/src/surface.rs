@@ -101,7 +101,7 @@ impl Client for EtcdClient {
 
     /// A status request to a member.
     fn ping(&self) -> Result<Duration> {
-        let mut etcd = self.etcd()?;
+        let mut etcd = self.leases().store()?;
         let started = Instant::now();
         self.call("ping", async move {
             etcd.status().await.map_err(|e| from_etcd("ping", e))?;
@@ -114,6 +114,6 @@ impl Client for EtcdClient {
     }
 
     fn close_within(&self, grace: Duration) -> Result<()> {
-        EtcdClient::close_within(self, grace)
+        self.leases().close_within(grace)
     }
 }

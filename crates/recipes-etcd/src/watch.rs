@@ -168,23 +168,15 @@ impl WatchSet {
         self.ours
     }
 
-    /// The key ahead of ours being watched.
+    /// What is ahead of ours being watched.
     pub(crate) fn ahead(&self) -> Option<&[u8]> {
         self.ahead.as_ref().map(|(key, _)| key.as_slice())
     }
 
-    /// Watch `key` as the contender ahead of ours (instead of the previous
-    /// one); returns once the server confirmed.
-    pub(crate) async fn watch_ahead(
-        &mut self,
-        etcd: &etcd_client::Client,
-        key: &[u8],
-        timeout: Duration,
-    ) -> Result<()> {
-        self.ahead = None;
-        let watch = Watch::key(etcd, key, timeout).await?;
-        self.ahead = Some((key.to_vec(), watch));
-        Ok(())
+    /// Watch what is ahead of ours (`ahead` names it) with `watch`,
+    /// instead of the previous one.
+    pub(crate) fn set_ahead(&mut self, ahead: Vec<u8>, watch: Watch) {
+        self.ahead = Some((ahead, watch));
     }
 
     /// Resolves when a watched key is deleted. An error means a stream

@@ -91,14 +91,6 @@ impl ElectionBackend for PgElection {
         self.0.client.leases().lease_span() + 2 * self.0.client.rpc_timeout()
     }
 
-    fn leader(&self) -> Result<Option<LeaderInfo>> {
-        let (client, name) = (self.0.client.clone(), self.0.name.clone());
-        self.0.client.call("read the leader", async move {
-            let all = read_contenders(&client, &name).await?;
-            Ok(all.into_iter().next().map(LeaderInfo::from))
-        })
-    }
-
     /// The name's channel, and a look every poll interval (a leader whose
     /// session expired sends nothing).
     fn observe(&self) -> Result<LeaderObserver> {

@@ -70,6 +70,10 @@ impl MutexBackend for PgMutex {
         &self.0.name
     }
 
+    fn runtime(&self) -> &recipes_core::Runtime {
+        self.0.client.runtime()
+    }
+
     fn acquire(&self, deadline: Option<StdInstant>) -> Result<Option<PgLock>> {
         let this = self.0.clone();
         self.0

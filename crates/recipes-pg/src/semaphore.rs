@@ -8,8 +8,8 @@
 
 use std::time::Instant as StdInstant;
 
-use recipes_core::engine::{self, ContendDriver, SemaphoreDriver};
-use recipes_core::{check_stored_size, Error, Result, SemaphoreBackend};
+use recipes_core::engine::{self, SemaphoreDriver};
+use recipes_core::{check_stored_size, Result, SemaphoreBackend};
 use tokio::time::Instant;
 use tokio_postgres::types::Type;
 
@@ -39,11 +39,7 @@ pub struct PgSemaphore {
 impl PgSemaphore {
     pub(crate) fn new(client: PgClient, name: &str, permits: u32) -> Result<PgSemaphore> {
         validate_name("semaphore", name)?;
-        if permits == 0 {
-            return Err(Error::invalid(format!(
-                "the PostgreSQL semaphore {name} needs at least one permit; ask for 1 or more"
-            )));
-        }
+        recipes_core::check_permits(&format!("the PostgreSQL semaphore {name}"), permits)?;
         Ok(PgSemaphore {
             client,
             name: name.to_owned(),
@@ -95,6 +91,10 @@ impl SemaphoreBackend for PgSemaphore {
         self.permits
     }
 
+    fn runtime(&self) -> &recipes_core::Runtime {
+        self.client.runtime()
+    }
+
     fn acquire(&self, deadline: Option<StdInstant>) -> Result<Option<PgLock>> {
         let this = self.clone();
         self.client
@@ -142,11 +142,7 @@ impl<'a> SemaphoreDriver for Admission<'a> {
     }
 
     /// Awaited, so that a `try_acquire` right after finds the mutex free.
-    async fn unlock(held: Acquired) {
-        held.ticket.remove().await;
-    }
-
-    fn unlock_in_background(&self, held: Acquired) {
-        self.lock.spawn(held.ticket.remove());
+    fn unlock(held: Acquired) -> impl std::future::Future<Output = ()> + Send + 'static {
+        held.ticket.remove()
     }
 }

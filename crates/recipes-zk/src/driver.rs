@@ -18,7 +18,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use recipes_core::engine::{ContendDriver, Entered, Listing};
-use recipes_core::{Backoff, Error, LossSignal, Result, SessionLease};
+use recipes_core::{until_done, Backoff, Error, LossSignal, Result, SessionLease};
 use tokio::time::Instant;
 use zookeeper_client as zk;
 
@@ -274,27 +274,20 @@ async fn ours(
 /// Delete every child of `dir` created with `uuid`, on `session`. Retries
 /// until done or the session is gone (which deletes ephemerals anyway).
 pub(crate) async fn delete_ours(session: &Session, dir: &str, uuid: &str) {
-    let mut backoff = Backoff::RECOVER;
-    loop {
-        let done = match ours(session, dir, uuid).await {
+    let what = format!("[{}] removing ours from {dir}", session.label());
+    let attempt = || async {
+        match ours(session, dir, uuid).await {
             Ok(paths) => {
-                let mut done = true;
                 for path in paths {
-                    done &= delete_node(session, &path).await.is_ok();
+                    delete_node(session, &path).await?;
                 }
-                done
+                Ok(())
             }
-            Err(e) => matches!(e, zk::Error::SessionExpired | zk::Error::ClientClosed),
-        };
-        if done {
-            return;
+            Err(zk::Error::SessionExpired | zk::Error::ClientClosed) => Ok(()),
+            Err(e) => Err(from_zk(&format!("list {dir}"), e)),
         }
-        log::debug!(
-            "[{}] removing ours from {dir} failed; retrying",
-            session.label()
-        );
-        backoff.pause().await;
-    }
+    };
+    until_done(&what, Backoff::RECOVER, || false, attempt).await;
 }
 
 /// Create `dir` and its missing parents as container nodes.

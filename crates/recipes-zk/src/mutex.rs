@@ -48,6 +48,10 @@ impl MutexBackend for ZkMutex {
         &self.driver.contender.dir
     }
 
+    fn runtime(&self) -> &recipes_core::Runtime {
+        self.driver.client.runtime()
+    }
+
     fn acquire(&self, deadline: Option<Instant>) -> Result<Option<ZkNodeLease>> {
         let (driver, client) = (self.driver.clone(), &self.driver.client);
         let acquired = client.runtime().call_until("lock", None, async move {

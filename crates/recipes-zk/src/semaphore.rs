@@ -42,11 +42,7 @@ pub struct ZkSemaphore {
 impl ZkSemaphore {
     pub(crate) fn new(client: &ZkClient, path: &str, permits: u32) -> Result<ZkSemaphore> {
         validate_path(path)?;
-        if permits == 0 {
-            return Err(Error::invalid(
-                "a semaphore needs at least one permit; ask for 1 or more",
-            ));
-        }
+        recipes_core::check_permits(&format!("the ZooKeeper semaphore {path}"), permits)?;
         let folder = |name: &str, lock_name, max_leases| {
             let contender = Contender {
                 dir: format!("{path}/{name}"),
@@ -153,12 +149,8 @@ impl SemaphoreDriver for Drivers {
         &self.leases
     }
 
-    fn unlock(held: Acquired) -> impl std::future::Future<Output = ()> + Send {
+    fn unlock(held: Acquired) -> impl std::future::Future<Output = ()> + Send + 'static {
         delete_until_done(held.session, held.node)
-    }
-
-    fn unlock_in_background(&self, held: Acquired) {
-        self.client.runtime().spawn(Self::unlock(held));
     }
 }
 
@@ -167,6 +159,10 @@ impl SemaphoreBackend for ZkSemaphore {
 
     fn name(&self) -> &str {
         &self.inner.path
+    }
+
+    fn runtime(&self) -> &recipes_core::Runtime {
+        self.inner.client.runtime()
     }
 
     fn permits(&self) -> u32 {

@@ -96,18 +96,7 @@ fn boot_ms(t: Option<BootInstant>) -> u128 {
 type Reply = Result<String, String>;
 
 fn err(e: &Error) -> String {
-    let kind = match e {
-        Error::SessionExpired => "session-expired",
-        Error::LeaseLost { .. } => "lease-lost",
-        Error::ConnectionLoss => "connection-loss",
-        Error::Indeterminate { .. } => "indeterminate",
-        Error::FenceRejected { .. } => "fence-rejected",
-        Error::Timeout { .. } => "timeout",
-        Error::NotHeld { .. } => "not-held",
-        Error::Closed => "closed",
-        Error::InvalidArgument(_) => "invalid-argument",
-        _ => "backend",
-    };
+    let kind = e.kind().replace('_', "-");
     format!("{kind} {}", e.to_string().replace('\n', " "))
 }
 

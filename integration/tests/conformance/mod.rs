@@ -19,6 +19,7 @@
 
 pub mod election;
 pub mod errors;
+pub mod metrics;
 pub mod outcomes;
 
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
@@ -527,6 +528,13 @@ macro_rules! conformance_suite {
         #[test]
         fn errors_only_the_recipes_own_entries_are_contenders() {
             conformance::errors::only_the_recipes_own_entries_are_contenders(
+                &<$kit as conformance::Kit>::shared(),
+            );
+        }
+
+        #[test]
+        fn metrics_follow_a_scripted_sequence() {
+            conformance::metrics::metrics_follow_a_scripted_sequence(
                 &<$kit as conformance::Kit>::shared(),
             );
         }

@@ -37,11 +37,15 @@ pub trait SemaphoreDriver: Send + Sync {
 
     /// Give the internal mutex back, retrying until the store confirmed or
     /// the session is gone.
-    fn unlock(held: <Self::Lock as ContendDriver>::Won) -> impl Future<Output = ()> + Send;
+    fn unlock(
+        held: <Self::Lock as ContendDriver>::Won,
+    ) -> impl Future<Output = ()> + Send + 'static;
 
     /// The same, handed to the client's runtime without blocking (the
     /// admission's future was dropped while it held the mutex).
-    fn unlock_in_background(&self, held: <Self::Lock as ContendDriver>::Won);
+    fn unlock_in_background(&self, held: <Self::Lock as ContendDriver>::Won) {
+        self.lock().spawn(Self::unlock(held));
+    }
 }
 
 /// Gives the internal mutex back however the admission ends, the

@@ -14,6 +14,7 @@ use crate::backoff::Backoff;
 use crate::error::{Error, Result};
 use crate::fence::FencingToken;
 use crate::loss::{LossReason, LossSignal, LossTrigger};
+use crate::metrics::Labels;
 
 #[derive(Default)]
 struct LatchState {
@@ -30,6 +31,7 @@ struct LatchInner<E> {
     events: (Sender<LatchEvent>, Receiver<LatchEvent>),
     // Fired by close and drop; the latch's task ends when it sees it.
     closing: LossTrigger,
+    labels: Labels,
 }
 
 /// A leader latch: among all participants of a name, one leads.
@@ -65,8 +67,10 @@ impl<E: ElectionBackend> LeaderLatch<E> {
     /// [`Error::InvalidArgument`] for an empty id.
     pub fn new(election: E, id: &str) -> Result<LeaderLatch<E>> {
         validate_participant_id("latch", id)?;
+        let labels = Labels::new(election.runtime().store(), "latch");
         Ok(LeaderLatch {
             inner: Arc::new(LatchInner {
+                labels,
                 election,
                 id: id.to_owned(),
                 state: Mutex::new(LatchState::default()),
@@ -75,6 +79,16 @@ impl<E: ElectionBackend> LeaderLatch<E> {
                 closing: LossTrigger::root(),
             }),
         })
+    }
+
+    /// Label this latch's metrics with the election's name too (names are
+    /// unbounded, so they are no label by default). Before
+    /// [`start`](LeaderLatch::start) only; later it changes nothing.
+    pub fn with_name_label(mut self) -> LeaderLatch<E> {
+        if let Some(inner) = Arc::get_mut(&mut self.inner) {
+            inner.labels = inner.labels.clone().with_name(inner.election.name());
+        }
+        self
     }
 
     /// The election it campaigns in.
@@ -245,10 +259,12 @@ async fn run<E: ElectionBackend>(inner: Arc<LatchInner<E>>) {
         if closing.is_lost() {
             break;
         }
+        let started = std::time::Instant::now();
         let won = tokio::select! {
             r = inner.election.campaign_async(inner.id.as_bytes().to_vec(), None) => r,
             _ = closing.fired() => break,
         };
+        inner.labels.acquisition(started, &won);
         let term = match won {
             Ok(Some(term)) => term,
             Ok(None) => continue,
@@ -266,6 +282,8 @@ async fn run<E: ElectionBackend>(inner: Arc<LatchInner<E>>) {
         let token = term.token();
         let lost = term.loss_signal().clone();
         log::info!("{label} leadership gained (fence {token})");
+        inner.labels.holding(&lost, true);
+        let since = std::time::Instant::now();
         inner.set_leading(Some((token, lost.clone())));
         inner.emit(LatchEvent::Gained {
             token,
@@ -276,6 +294,7 @@ async fn run<E: ElectionBackend>(inner: Arc<LatchInner<E>>) {
             _ = closing.fired() => None,
         };
         inner.set_leading(None);
+        inner.labels.held(since);
         let reason = ended.unwrap_or(LossReason::Released);
         log::info!("{label} leadership lost: {reason}");
         inner.emit(LatchEvent::Lost { reason });

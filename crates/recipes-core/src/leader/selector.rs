@@ -14,6 +14,7 @@ use crate::backoff::Backoff;
 use crate::election::Leadership;
 use crate::error::{Error, Result};
 use crate::loss::{LossReason, LossSignal, LossTrigger};
+use crate::metrics::Labels;
 
 /// Campaign until leading (`Some`) or until `closing` fires (`None`), on the
 /// election's runtime.
@@ -21,20 +22,24 @@ fn contend<E: ElectionBackend>(
     election: &E,
     id: &str,
     closing: &LossSignal,
+    labels: &Labels,
 ) -> Result<Option<Leadership<E::Leadership>>> {
     let (campaign, closing) = (
         election.campaign_async(id.as_bytes().to_vec(), None),
         closing.clone(),
     );
-    let won = election
-        .runtime()
-        .call_until("queue for leadership", None, async move {
+    let won = labels.timed(|| {
+        let queued = async move {
             tokio::select! {
                 r = campaign => r,
                 _ = closing.fired() => Ok(None),
             }
-        })?;
-    Ok(won.map(Leadership::from_lease))
+        };
+        election
+            .runtime()
+            .call_until("queue for leadership", None, queued)
+    })?;
+    Ok(won.map(|lease| Leadership::counted(lease, labels)))
 }
 
 /// Runs a closure while this participant leads.
@@ -63,6 +68,7 @@ pub struct LeaderSelector<E: ElectionBackend> {
     // The current term's trigger, fired when the selector closes.
     term: Arc<Mutex<Option<LossTrigger>>>,
     thread: Mutex<Option<JoinHandle<()>>>,
+    labels: Labels,
 }
 
 impl<E: ElectionBackend> LeaderSelector<E> {
@@ -75,13 +81,22 @@ impl<E: ElectionBackend> LeaderSelector<E> {
     /// [`Error::InvalidArgument`] for an empty id.
     pub fn new(election: E, id: &str) -> Result<LeaderSelector<E>> {
         validate_participant_id("selector", id)?;
+        let labels = Labels::new(election.runtime().store(), "selector");
         Ok(LeaderSelector {
+            labels,
             election: Arc::new(election),
             id: id.into(),
             closing: LossTrigger::root(),
             term: Arc::new(Mutex::new(None)),
             thread: Mutex::new(None),
         })
+    }
+
+    /// Label this selector's metrics with the election's name too (names
+    /// are unbounded, so they are no label by default).
+    pub fn with_name_label(mut self) -> LeaderSelector<E> {
+        self.labels = self.labels.clone().with_name(self.election.name());
+        self
     }
 
     /// The election it campaigns in.
@@ -108,13 +123,13 @@ impl<E: ElectionBackend> LeaderSelector<E> {
             ));
         }
         let (election, id, term) = (self.election.clone(), self.id.clone(), self.term.clone());
-        let closing = self.closing.signal();
+        let (closing, labels) = (self.closing.signal(), self.labels.clone());
         let label = format!("[{} id={id}]", election.name());
         let mut backoff = Backoff::RECOVER;
         let spawned = std::thread::Builder::new()
             .name("recipes-selector".into())
             .spawn(move || loop {
-                let guard = match contend(&*election, &id, &closing) {
+                let guard = match contend(&*election, &id, &closing, &labels) {
                     Ok(Some(guard)) => guard,
                     Ok(None) | Err(Error::Closed) => return,
                     Err(e) => {

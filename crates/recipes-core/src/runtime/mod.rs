@@ -103,7 +103,7 @@ impl Runtime {
             )));
         }
         let alive = Arc::new(AtomicBool::new(true));
-        let loss = LossTrigger::root();
+        let loss = LossTrigger::root_of(name.strip_prefix("recipes-").unwrap_or(name));
         let background = Arc::new(AtomicUsize::new(0));
         let (control, mut control_rx) = mpsc::unbounded_channel::<Control>();
         let (ready_tx, ready_rx) = crossbeam_channel::bounded(1);
@@ -215,6 +215,18 @@ impl Runtime {
         T: Send + 'static,
         F: Future<Output = Result<T>> + Send + 'static,
     {
+        let result = self.answer(what, deadline, fut);
+        if let Err(e) = &result {
+            crate::metrics::error(self.store(), e);
+        }
+        result
+    }
+
+    fn answer<T, F>(&self, what: &str, deadline: Option<Instant>, fut: F) -> Result<T>
+    where
+        T: Send + 'static,
+        F: Future<Output = Result<T>> + Send + 'static,
+    {
         self.check_not_runtime_thread(what)?;
         if !self.is_alive() {
             return Err(Error::Closed);
@@ -302,6 +314,12 @@ impl Runtime {
     /// The runtime thread's name.
     pub fn name(&self) -> &str {
         &self.inner.name
+    }
+
+    /// The store this runtime serves: its name without `recipes-` (`etcd`
+    /// for `recipes-etcd`), the `store` label of the metrics.
+    pub fn store(&self) -> &str {
+        self.inner.loss.store()
     }
 
     /// Stop the runtime: fire every loss signal, give background work up to

@@ -1,0 +1,196 @@
+//! The metrics of `recipes_core::metrics`, read back through a recording
+//! recorder after a scripted sequence — acquire, contend, lose, release,
+//! lead, resign, fail — the same on every store. The recorder is global
+//! (losses fire on the deadline thread and the runtime's): one per test
+//! process, and each test labels its recipes with their names.
+
+use std::collections::HashMap;
+use std::sync::OnceLock;
+use std::time::Duration;
+
+use integration::{scale, wait_until};
+use metrics_util::debugging::{DebugValue, DebuggingRecorder, Snapshotter};
+use parking_lot::Mutex as PlMutex;
+use recipes_core::metrics::{
+    ACQUIRE_SECONDS, ERRORS, HOLD_SECONDS, LEADER, LEADERSHIP_TRANSITIONS, LEASE_MARGIN_SECONDS,
+    LOSSES,
+};
+use recipes_core::{Client, Error};
+
+use super::Kit;
+
+/// Every value recorded so far: a snapshot drains histograms, so they are
+/// kept here across snapshots.
+struct Recorded {
+    snapshotter: Snapshotter,
+    histograms: PlMutex<HashMap<String, Vec<f64>>>,
+}
+
+fn recorded() -> &'static Recorded {
+    static RECORDED: OnceLock<Recorded> = OnceLock::new();
+    RECORDED.get_or_init(|| {
+        let recorder = DebuggingRecorder::new();
+        let snapshotter = recorder.snapshotter();
+        recorder
+            .install()
+            .expect("no other recorder in this process");
+        Recorded {
+            snapshotter,
+            histograms: PlMutex::new(HashMap::new()),
+        }
+    })
+}
+
+/// `name{k=v,…}` with the labels sorted: one series.
+fn series(name: &str, labels: &[(&str, &str)]) -> String {
+    let mut labels: Vec<String> = labels.iter().map(|(k, v)| format!("{k}={v}")).collect();
+    labels.sort();
+    format!("{name}{{{}}}", labels.join(","))
+}
+
+/// The counters and gauges now, and every histogram value so far, by
+/// series.
+fn read() -> (HashMap<String, f64>, HashMap<String, Vec<f64>>) {
+    let rec = recorded();
+    let mut scalars = HashMap::new();
+    let mut histograms = rec.histograms.lock();
+    for (key, _, _, value) in rec.snapshotter.snapshot().into_vec() {
+        let key = key.key();
+        let labels: Vec<(&str, &str)> = key.labels().map(|l| (l.key(), l.value())).collect();
+        let id = series(key.name(), &labels);
+        match value {
+            DebugValue::Counter(n) => drop(scalars.insert(id, n as f64)),
+            DebugValue::Gauge(g) => drop(scalars.insert(id, g.into_inner())),
+            DebugValue::Histogram(values) => histograms
+                .entry(id)
+                .or_default()
+                .extend(values.into_iter().map(|v| v.into_inner())),
+        }
+    }
+    (scalars, histograms.clone())
+}
+
+fn scalar(name: &str, labels: &[(&str, &str)]) -> f64 {
+    read().0.get(&series(name, labels)).copied().unwrap_or(0.0)
+}
+
+fn observations(name: &str, labels: &[(&str, &str)]) -> Vec<f64> {
+    read()
+        .1
+        .get(&series(name, labels))
+        .cloned()
+        .unwrap_or_default()
+}
+
+/// A mutex acquired, contended (a timeout), lost (its entry deleted),
+/// acquired by the other client and released; an election led and
+/// resigned; a latch led and closed; a call after close: each shows in the metrics with the
+/// labels the docs' table gives.
+pub fn metrics_follow_a_scripted_sequence<K: Kit>(kit: &K) {
+    recorded();
+    let lease = Duration::from_secs(2);
+    let (a, b) = (kit.connect(lease).unwrap(), kit.connect(lease).unwrap());
+    let store = a.store();
+    let name = super::name("metrics");
+    let (ma, mb) = (
+        a.mutex(&name).unwrap().with_name_label(),
+        b.mutex(&name).unwrap().with_name_label(),
+    );
+    let of = |extra: &[(&'static str, &'static str)]| {
+        let mut labels = vec![
+            ("store", store),
+            ("recipe", "mutex"),
+            ("name", name.as_str()),
+        ];
+        labels.extend_from_slice(extra);
+        labels
+    };
+
+    let held = ma.try_lock().unwrap().expect("a free lock");
+    assert!(mb
+        .try_lock_for(Duration::from_millis(200))
+        .unwrap()
+        .is_none());
+    kit.delete_entry(held.holder());
+    wait_until(
+        "the deleted holder's loss",
+        scale(Duration::from_secs(10)),
+        || held.is_lost(),
+    );
+    wait_until("the loss counted", scale(Duration::from_secs(5)), || {
+        scalar(LOSSES, &of(&[("reason", "deleted")])) == 1.0
+    });
+    drop(held);
+    let second = mb.try_lock_for(scale(Duration::from_secs(10))).unwrap();
+    second
+        .expect("the lock, once the first entry is gone")
+        .release()
+        .unwrap();
+
+    let acquired = observations(ACQUIRE_SECONDS, &of(&[("outcome", "acquired")]));
+    let timed_out = observations(ACQUIRE_SECONDS, &of(&[("outcome", "timed_out")]));
+    assert_eq!(acquired.len(), 2, "two acquisitions: {acquired:?}");
+    assert_eq!(timed_out.len(), 1, "one timed-out try: {timed_out:?}");
+    assert!(timed_out[0] >= 0.2, "it waited its 200 ms: {timed_out:?}");
+    assert_eq!(
+        observations(HOLD_SECONDS, &of(&[])).len(),
+        2,
+        "two holdings ended"
+    );
+    assert_eq!(
+        scalar(LOSSES, &of(&[("reason", "released")])),
+        0.0,
+        "a release is no loss"
+    );
+
+    let election = super::name("metrics-election");
+    let e = a.election(&election).unwrap().with_name_label();
+    let led = [
+        ("store", store),
+        ("recipe", "election"),
+        ("name", election.as_str()),
+    ];
+    let term = e.campaign(b"a").unwrap();
+    assert_eq!(scalar(LEADER, &led), 1.0, "leading");
+    assert_eq!(scalar(LEADERSHIP_TRANSITIONS, &led), 1.0);
+    term.resign().unwrap();
+    assert_eq!(scalar(LEADER, &led), 0.0, "no longer leading");
+    assert_eq!(scalar(LEADERSHIP_TRANSITIONS, &led), 2.0);
+
+    let latched = super::name("metrics-latch");
+    let latch = a.leader_latch(&latched, "p1").unwrap().with_name_label();
+    let of_latch = [
+        ("store", store),
+        ("recipe", "latch"),
+        ("name", latched.as_str()),
+    ];
+    latch.start();
+    assert!(latch.await_leadership(scale(Duration::from_secs(10))));
+    wait_until("the latch's gauge", scale(Duration::from_secs(5)), || {
+        scalar(LEADER, &of_latch) == 1.0
+    });
+    latch.close().unwrap();
+    assert_eq!(
+        scalar(LEADER, &of_latch),
+        0.0,
+        "the closed latch leads no more"
+    );
+    let latch_won = [("outcome", "acquired")];
+    let waits = observations(ACQUIRE_SECONDS, &[&of_latch[..], &latch_won[..]].concat());
+    assert_eq!(waits.len(), 1, "one term won: {waits:?}");
+
+    let margins = observations(LEASE_MARGIN_SECONDS, &[("store", store)]);
+    let granted = a.granted_ttl().max(b.granted_ttl()).as_secs_f64();
+    assert!(!margins.is_empty(), "renewals leave a margin");
+    assert!(
+        margins.iter().all(|m| (0.0..=granted).contains(m)),
+        "margins within the granted lease ({granted} s): {margins:?}"
+    );
+
+    let closed = [("store", store), ("kind", "closed")];
+    let before = scalar(ERRORS, &closed);
+    a.close().unwrap();
+    assert!(matches!(ma.try_lock(), Err(Error::Closed)));
+    assert!(scalar(ERRORS, &closed) > before, "the failed call counted");
+    b.close().unwrap();
+}
