@@ -8,7 +8,7 @@ use std::process::Stdio;
 use std::time::Duration;
 
 use integration::env::command_without_recipes_env;
-use integration::{wait_for, EtcdServer, ZkServer};
+use integration::{wait_for, EtcdServer, PgServer, ZkServer};
 
 /// Upper bound (scaled by the harness) for one example's run; the longest
 /// runs about 15 s by design.
@@ -18,6 +18,7 @@ const RUN_BOUND: Duration = Duration::from_secs(120);
 enum Store {
     Zk,
     Etcd,
+    Pg,
 }
 
 /// The built example `name`, next to this test's own binary.
@@ -46,6 +47,7 @@ fn run(name: &str, store: Store) -> String {
             "RECIPES_ETCD",
             EtcdServer::shared().client_addr().to_string(),
         ),
+        Store::Pg => cmd.env("RECIPES_PG", PgServer::shared().url()),
     };
     let out_path = std::env::temp_dir().join(format!(
         "recipes-example-{name}-{store:?}-{}.out",
@@ -163,4 +165,11 @@ fn election_observe_zk() {
 #[test]
 fn election_observe_etcd() {
     election_observe(Store::Etcd);
+}
+
+#[test]
+fn pg_fenced_transaction_pg() {
+    let out = run("pg_fenced_transaction", Store::Pg);
+    says(&out, "the database REJECTED A's transaction");
+    says(&out, "the ledger says it was written by Some(\"B\")");
 }

@@ -2,14 +2,14 @@
 //! store: a holder and two waiters come through a kill -9 and restart with
 //! increasing fences, the waiters acquire, nothing leaks; and a waiter
 //! rides out an outage shorter than its session (ZooKeeper) or lease
-//! (etcd) and acquires after it — `SessionExpired` is only for a session
+//! (etcd, PostgreSQL's session row) and acquires after it — `SessionExpired` is only for a session
 //! the server expired. Every test here kills its own server: they are
 //! `fault` tests and run one at a time.
 
 use std::sync::Arc;
 use std::time::Duration;
 
-use integration::{scale, wait_until, EtcdServer, ZkServer};
+use integration::{scale, wait_until, EtcdServer, PgFacts, PgServer, ZkServer};
 use recipes_core::{Client, FencingToken};
 
 /// The lease of every client here: much longer than an outage.
@@ -82,6 +82,33 @@ impl Rig for EtcdServer {
     }
     fn leases(&self) -> Vec<i64> {
         self.facts().leases()
+    }
+}
+
+impl Rig for PgServer {
+    type C = recipes_pg::PgClient;
+    fn start() -> Self {
+        PgServer::start()
+    }
+    fn connect_with(&self, ttl: Duration) -> Self::C {
+        recipes_pg::PgClient::builder(self.url())
+            .ttl(ttl)
+            .connect()
+            .expect("connect")
+    }
+    fn kill(&self) {
+        PgServer::kill(self)
+    }
+    fn restart(&self) {
+        PgServer::restart(self)
+    }
+    fn entries(&self, name: &str) -> Vec<String> {
+        PgFacts::new(self.addr()).entries_under(name)
+    }
+    /// The session rows, live or not.
+    fn leases(&self) -> Vec<i64> {
+        let rows = PgFacts::new(self.addr()).sessions();
+        rows.iter().filter_map(|id| id.parse().ok()).collect()
     }
 }
 
@@ -298,4 +325,19 @@ fn zk_fault_outage_a_waiter_rides_it_out_without_session_expired() {
 #[test]
 fn etcd_fault_outage_a_waiter_rides_it_out_without_session_expired() {
     a_waiter_rides_out_an_outage_and_acquires::<EtcdServer>();
+}
+
+#[test]
+fn pg_fault_long_outage_a_waiter_acquires_on_a_new_session() {
+    a_waiter_outlives_a_client_side_expiry::<PgServer>();
+}
+
+#[test]
+fn pg_fault_restart_holder_and_two_waiters_fences_increase_nothing_leaks() {
+    holder_and_two_waiters_come_through_a_restart::<PgServer>();
+}
+
+#[test]
+fn pg_fault_outage_a_waiter_rides_it_out_without_session_expired() {
+    a_waiter_rides_out_an_outage_and_acquires::<PgServer>();
 }

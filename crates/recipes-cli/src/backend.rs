@@ -6,6 +6,7 @@ use std::time::{Duration, Instant};
 
 use recipes_core::{Client, FencingToken, LossSignal, Result};
 use recipes_etcd::EtcdClient;
+use recipes_pg::PgClient;
 use recipes_zk::ZkClient;
 
 use crate::cli::BackendChoice;
@@ -18,7 +19,7 @@ fn connect_timeout(ttl: Duration) -> Duration {
     ttl.clamp(Duration::from_secs(2), Duration::from_secs(10))
 }
 
-/// A connected client of either store: the one place the CLI branches on
+/// A connected client of one store: the one place the CLI branches on
 /// the store; everything else is written against [`Client`].
 #[derive(Debug)]
 pub enum Connected {
@@ -26,6 +27,8 @@ pub enum Connected {
     Zk(ZkClient),
     /// etcd.
     Etcd(EtcdClient),
+    /// PostgreSQL.
+    Pg(PgClient),
 }
 
 /// Run `$body` with `$client` bound to the connected client, whatever its
@@ -35,6 +38,7 @@ macro_rules! on_client {
         match $connected {
             $crate::backend::Connected::Zk($client) => $body,
             $crate::backend::Connected::Etcd($client) => $body,
+            $crate::backend::Connected::Pg($client) => $body,
         }
     };
 }
@@ -71,6 +75,15 @@ pub fn connect(
             }
             builder.connect().map(Connected::Etcd)
         }
+        BackendChoice::Pg(_) if user.is_some() => Err(recipes_core::Error::invalid(
+            "--user is not taken with --pg yet: give the user in the URL \
+             (postgres://USER@HOST/DB) and its password there or in the server's pg_hba trust",
+        )),
+        BackendChoice::Pg(url) => PgClient::builder(url.clone())
+            .ttl(ttl)
+            .connect_timeout(connect_timeout(ttl))
+            .connect()
+            .map(Connected::Pg),
     }
 }
 

@@ -65,10 +65,11 @@ Lists the contenders on NAME in queue order: the first (for a semaphore, the
 first N) hold it, the others wait. ZooKeeper shows each node's czxid, which
 is the fencing token of a mutex or latch holder; etcd shows each key's
 create_revision (an etcd mutex's fence is the revision of the read that
-confirmed it, which the store does not keep).";
+confirmed it, which the store does not keep); PostgreSQL shows each row's
+seq (the fence is the name's counter when the holder confirmed).";
 
 /// Run a command under a distributed lock, semaphore permit or leadership,
-/// over ZooKeeper or etcd — like flock(1), across machines, with fencing.
+/// over ZooKeeper, etcd or PostgreSQL — like flock(1), across machines, with fencing.
 #[derive(Debug, Parser)]
 #[command(name = "recipes", version, after_help = MAIN_EXAMPLES)]
 pub struct Cli {
@@ -80,7 +81,13 @@ pub struct Cli {
     #[arg(long, env = "RECIPES_ETCD", value_name = "ENDPOINTS", global = true)]
     pub etcd: Option<String>,
 
-    /// ZooKeeper session timeout or etcd lease TTL (2s, 500ms, 1m).
+    /// PostgreSQL URL, e.g. postgres://app:secret@db:5432/app (lease mode:
+    /// the schema recipes, created on first use).
+    #[arg(long, env = "RECIPES_PG", value_name = "URL", global = true)]
+    pub pg: Option<String>,
+
+    /// ZooKeeper session timeout, etcd lease or PostgreSQL session TTL (2s,
+    /// 500ms, 1m).
     #[arg(
         long,
         env = "RECIPES_TTL",
@@ -265,6 +272,8 @@ pub enum BackendChoice {
     Zk(String),
     /// etcd endpoints.
     Etcd(Vec<String>),
+    /// A PostgreSQL URL.
+    Pg(String),
 }
 
 /// Parse the command line. `Err` is the exit status after help, version or
@@ -289,7 +298,7 @@ pub fn parse<I: IntoIterator<Item = OsString>>(args: I) -> Result<(Cli, BackendC
 }
 
 /// Exactly one backend. A flag beats an environment variable, including
-/// the other backend's: `--zk` works with `RECIPES_ETCD` set.
+/// another backend's: `--zk` works with `RECIPES_ETCD` set.
 fn choose_backend(cli: &Cli, matches: &ArgMatches) -> Result<BackendChoice, String> {
     let from_flag = |id: &str| {
         let sub = matches.subcommand().map(|(_, m)| m);
@@ -298,23 +307,28 @@ fn choose_backend(cli: &Cli, matches: &ArgMatches) -> Result<BackendChoice, Stri
             .flatten()
             .any(|m| m.value_source(id) == Some(ValueSource::CommandLine))
     };
-    let zk = cli.zk.as_deref().filter(|s| !s.trim().is_empty());
-    let etcd = cli.etcd.as_deref().filter(|s| !s.trim().is_empty());
-    let (zk, etcd) = match (zk, etcd) {
-        (Some(_), Some(_)) => match (from_flag("zk"), from_flag("etcd")) {
-            (true, false) => (zk, None),
-            (false, true) => (None, etcd),
-            _ => {
-                return Err(
-                    "give either --zk (RECIPES_ZK) or --etcd (RECIPES_ETCD), not both".into(),
-                )
-            }
-        },
-        other => other,
+    let given = |id: &'static str, v: &Option<String>| {
+        v.as_deref()
+            .map(str::trim)
+            .filter(|s| !s.is_empty())
+            .map(|s| (id, s.to_owned()))
     };
-    match (zk, etcd) {
-        (Some(hosts), None) => Ok(BackendChoice::Zk(hosts.trim().to_owned())),
-        (None, Some(endpoints)) => Ok(BackendChoice::Etcd(
+    let mut chosen: Vec<(&str, String)> = [
+        given("zk", &cli.zk),
+        given("etcd", &cli.etcd),
+        given("pg", &cli.pg),
+    ]
+    .into_iter()
+    .flatten()
+    .collect();
+    if chosen.len() > 1 {
+        chosen.retain(|(id, _)| from_flag(id));
+    }
+    let both = "give only one of --zk (RECIPES_ZK), --etcd (RECIPES_ETCD) and --pg \
+                (RECIPES_PG), not both";
+    match chosen.as_slice() {
+        [("zk", hosts)] => Ok(BackendChoice::Zk(hosts.clone())),
+        [("etcd", endpoints)] => Ok(BackendChoice::Etcd(
             endpoints
                 .split(',')
                 .map(str::trim)
@@ -322,10 +336,14 @@ fn choose_backend(cli: &Cli, matches: &ArgMatches) -> Result<BackendChoice, Stri
                 .map(str::to_owned)
                 .collect(),
         )),
-        _ => Err(
-            "no backend: give --zk HOSTS (or RECIPES_ZK) or --etcd ENDPOINTS (or RECIPES_ETCD)"
+        [(_, url)] => Ok(BackendChoice::Pg(url.clone())),
+        [] if cli.zk.is_some() || cli.etcd.is_some() || cli.pg.is_some() => Err(both.into()),
+        [] => Err(
+            "no backend: give --zk HOSTS (or RECIPES_ZK), --etcd ENDPOINTS (or \
+                   RECIPES_ETCD) or --pg URL (or RECIPES_PG)"
                 .into(),
         ),
+        _ => Err(both.into()),
     }
 }
 

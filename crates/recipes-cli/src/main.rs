@@ -1,7 +1,7 @@
 //! # recipes
 //!
 //! Run a command under a distributed lock, semaphore permit or leadership
-//! over ZooKeeper or etcd — like `flock(1)`, across machines, with fencing.
+//! over ZooKeeper, etcd or PostgreSQL — like `flock(1)`, across machines, with fencing.
 //!
 //! ```text
 //! recipes --zk 127.0.0.1:2181 lock /locks/nightly-report --wait 30s -- ./report.sh

@@ -23,6 +23,10 @@ pub fn describe(choice: &BackendChoice) -> String {
     match choice {
         BackendChoice::Zk(hosts) => format!("ZooKeeper at {hosts}"),
         BackendChoice::Etcd(endpoints) => format!("etcd at {}", endpoints.join(",")),
+        BackendChoice::Pg(url) => match recipes_pg::PgClient::builder(url.clone()).redacted_url() {
+            Some(shown) => format!("PostgreSQL at {shown}"),
+            None => "PostgreSQL (an unreadable URL)".to_owned(),
+        },
     }
 }
 
@@ -157,7 +161,7 @@ pub fn status<C: Client>(client: C, store: &str, name: &str, json: bool) -> i32 
     let _ = client.close_within(CLOSE_GRACE);
     match read {
         Ok(s) => {
-            print!("{}", status::render(&s, name, client.store() == "zk", json));
+            print!("{}", status::render(&s, name, client.store(), json));
             0
         }
         Err(e) => {

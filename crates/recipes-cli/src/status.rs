@@ -4,8 +4,9 @@
 //! N from NAME's data) in the queue order the recipes use, each with its
 //! czxid — the fencing token of a mutex or latch holder. etcd: the keys exactly one level below
 //! `NAME/` (for a semaphore, below `NAME/leases/`, with N from
-//! `NAME/config`) by create_revision. The first (first N) hold, the rest
-//! wait.
+//! `NAME/config`) by create_revision. PostgreSQL: NAME's live queue rows
+//! (for a semaphore, `NAME/leases`'s, with N from NAME's row) by `seq`. The
+//! first (first N) hold, the rest wait.
 
 use std::fmt::Write as _;
 
@@ -83,9 +84,15 @@ fn json_string(s: &str) -> String {
     out
 }
 
-/// Render for people (`json == false`) or programs.
-pub fn render(status: &Status, name: &str, zk: bool, json: bool) -> String {
-    let order = if zk { "czxid" } else { "create_revision" };
+/// Render for people (`json == false`) or programs; `store` is
+/// [`Client::store`].
+pub fn render(status: &Status, name: &str, store: &str, json: bool) -> String {
+    let zk = store == "zk";
+    let (order, backend) = match store {
+        "zk" => ("czxid", "zookeeper"),
+        "pg" => ("seq", "postgresql"),
+        _ => ("create_revision", "etcd"),
+    };
     let n = status.permits as usize;
     let (holders, waiters) = status.entries.split_at(n.min(status.entries.len()));
     if json {
@@ -110,7 +117,7 @@ pub fn render(status: &Status, name: &str, zk: bool, json: bool) -> String {
         return format!(
             "{{\"name\":{},\"backend\":\"{}\",\"permits\":{},\"holders\":[{}],\"waiters\":[{}]}}\n",
             json_string(name),
-            if zk { "zookeeper" } else { "etcd" },
+            backend,
             status.permits,
             list(holders),
             list(waiters)

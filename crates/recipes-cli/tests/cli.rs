@@ -1,4 +1,4 @@
-//! The `recipes` binary against real ZooKeeper and etcd servers: exit
+//! The `recipes` binary against real ZooKeeper, etcd and PostgreSQL servers: exit
 //! statuses and their overrides, CMD's environment, mutual exclusion with
 //! increasing fences, and what happens to CMD when the lease is lost or
 //! `recipes` is killed.
@@ -27,6 +27,15 @@ fn usage_errors_exit_64() {
             recipes()
                 .env("RECIPES_ZK", "127.0.0.1:1")
                 .env("RECIPES_ETCD", "127.0.0.1:1")
+                .args(["lock", "/x", "--", "true"])
+        ),
+        64
+    );
+    // Two as flags, one of them PostgreSQL's.
+    assert_eq!(
+        code(
+            recipes()
+                .args(["--pg", "postgres://h/db", "--etcd", "127.0.0.1:1"])
                 .args(["lock", "/x", "--", "true"])
         ),
         64
@@ -170,6 +179,26 @@ fn a_flag_beats_the_other_backends_environment_variable() {
             recipes()
                 .env("RECIPES_ZK", ZkServer::shared().connect_string())
                 .env("RECIPES_TTL", "3s")
+                .args(["lock", &scene.name, "--", "true"])
+        ),
+        0
+    );
+    // --pg beats two other stores' variables; RECIPES_PG alone works.
+    let pg = integration::PgServer::shared().url();
+    assert_eq!(
+        code(
+            recipes()
+                .env("RECIPES_ETCD", "127.0.0.1:1")
+                .env("RECIPES_ZK", "127.0.0.1:1")
+                .args(["--pg", &pg])
+                .args(["lock", &scene.name, "--", "true"])
+        ),
+        0
+    );
+    assert_eq!(
+        code(
+            recipes()
+                .env("RECIPES_PG", &pg)
                 .args(["lock", &scene.name, "--", "true"])
         ),
         0
@@ -318,13 +347,10 @@ fn never_two_at_once(store: Store) {
             let (name, script, store) = (scene.name.clone(), script.clone(), store);
             std::thread::spawn(move || {
                 for _ in 0..ROUNDS {
-                    assert_eq!(
-                        code(
-                            with_store(store, "5s")
-                                .args(["lock", &name, "--", "sh", "-c", &script])
-                        ),
-                        0
-                    );
+                    let (status, stderr) =
+                        run(with_store(store, "5s")
+                            .args(["lock", &name, "--", "sh", "-c", &script]));
+                    assert_eq!(status.code(), Some(0), "{stderr}");
                 }
             })
         })
@@ -942,4 +968,59 @@ fn a_ttl_the_server_caps_still_runs_cmd_zk() {
         .trim()
         .parse::<u64>()
         .is_ok());
+}
+
+#[test]
+fn environment_reaches_cmd_pg() {
+    environment_reaches_cmd(Store::Pg);
+}
+
+#[test]
+fn conflict_exits_75_and_sigterm_is_forwarded_pg() {
+    conflict_exits_75_and_sigterm_is_forwarded(Store::Pg);
+}
+
+#[test]
+fn never_two_at_once_pg() {
+    never_two_at_once(Store::Pg);
+}
+
+#[test]
+fn semaphore_permits_pg() {
+    semaphore_permits(Store::Pg);
+}
+
+#[test]
+fn elect_runs_cmd_while_leader_pg() {
+    elect_runs_cmd_while_leader(Store::Pg);
+}
+
+#[test]
+fn status_shows_holder_and_waiter_pg() {
+    status_shows_holder_and_waiter(Store::Pg);
+}
+
+#[test]
+fn fault_sigkill_of_recipes_kills_cmd_pg() {
+    fault_sigkill_of_recipes_kills_cmd(Store::Pg);
+}
+
+#[test]
+fn fault_partitioned_holder_gets_sigterm_before_the_kill_pg() {
+    fault_partitioned_holder_gets_sigterm_before_the_kill(Store::Pg);
+}
+
+#[test]
+fn fault_partitioned_holder_is_killed_before_takeover_pg() {
+    fault_partitioned_holder_is_killed_before_takeover(Store::Pg);
+}
+
+#[test]
+fn fault_lease_lost_kills_cmd_pg() {
+    fault_lease_lost_kills_cmd(Store::Pg, &[], 76);
+}
+
+#[test]
+fn sigterm_while_waiting_leaves_nothing_behind_lock_pg() {
+    sigterm_while_waiting_leaves_nothing_behind(Store::Pg, "lock");
 }

@@ -8,6 +8,7 @@
 //!
 //! - `connect zk <hosts> <session_timeout_ms>` → `OK session=<hex> timeout_ms=<n>`
 //! - `connect etcd <endpoint[,endpoint…]> <ttl_ms>` → `OK`
+//! - `connect pg <url> <ttl_ms> [listen_url]` → `OK`
 //! - `connect zk <hosts> <session_timeout_ms> [deadline|disconnect]` (the
 //!   loss policy, default deadline)
 //! - `ping` → `OK rtt_us=<n>`
@@ -18,6 +19,9 @@
 //!   last_ack_ms=<boot ms>` for the held lock (times on CLOCK_BOOTTIME, so
 //!   comparable across processes)
 //! - `write <path> <value>` → a write fenced in the store by the held lock:
+//!   `OK`, or `ERR fence-rejected …`
+//! - `txwrite <table> <value>` (PostgreSQL only) → the value inserted into
+//!   `<table> (fence bigint)` in a transaction fenced by the held lock:
 //!   `OK`, or `ERR fence-rejected …`
 //! - `release` → `OK` once the store confirmed; `drop` → `OK` at once (the
 //!   release runs in the background)
@@ -39,6 +43,7 @@ use recipes_core::{
     MutexBackend, MutexGuard,
 };
 use recipes_etcd::EtcdClient;
+use recipes_pg::PgClient;
 use recipes_zk::ZkClient;
 
 /// A latch or selector this worker runs (dropping it closes it): the token
@@ -215,6 +220,7 @@ impl<C: Client> Worker<C> {
 enum Connected {
     Zk(Worker<ZkClient>),
     Etcd(Worker<EtcdClient>),
+    Pg(Worker<PgClient>),
 }
 
 fn worker<C: Client>(client: C) -> Worker<C> {
@@ -252,8 +258,30 @@ fn connect(words: &[&str]) -> Result<(Connected, String), String> {
                 .map_err(|e| err(&e))?;
             Ok((Connected::Etcd(worker(c)), String::new()))
         }
+        ["connect", "pg", url, ttl_ms, listen @ ..] => {
+            let mut builder = PgClient::builder(*url).ttl(millis(ttl_ms, "ttl_ms")?);
+            match listen {
+                [] => {}
+                [listen_url] => builder = builder.listen_url(*listen_url),
+                _ => return Err(usage("connect pg <url> <ttl_ms> [listen_url]")),
+            }
+            let c = builder.connect().map_err(|e| err(&e))?;
+            Ok((Connected::Pg(worker(c)), String::new()))
+        }
         _ => Err(usage("connect first")),
     }
+}
+
+/// Insert `value` into `table` in a transaction fenced by the held lock.
+fn txwrite(w: &Worker<PgClient>, table: &str, value: &str) -> Reply {
+    use recipes_pg::tokio_postgres::types::Type;
+    use recipes_pg::FencedTransaction;
+    let h = w.held.as_ref().ok_or_else(|| usage("nothing held"))?;
+    let value: i64 = value.parse().map_err(|_| usage("the value is a number"))?;
+    let sql = format!("INSERT INTO {table} (fence) VALUES ($1)");
+    h.transaction(|tx| tx.execute(&sql, &[(&value, Type::INT8)]))
+        .map_err(|e| err(&e))?;
+    Ok(String::new())
 }
 
 fn main() {
@@ -281,6 +309,8 @@ fn main() {
             }),
             (Some(Connected::Zk(w)), _) => w.handle(&words),
             (Some(Connected::Etcd(w)), _) => w.handle(&words),
+            (Some(Connected::Pg(w)), ["txwrite", table, value]) => txwrite(w, table, value),
+            (Some(Connected::Pg(w)), _) => w.handle(&words),
         };
         let reply = match reply {
             Ok(fields) if fields.is_empty() => "OK".to_owned(),
@@ -293,6 +323,7 @@ fn main() {
     match connected {
         Some(Connected::Zk(w)) => w.close(),
         Some(Connected::Etcd(w)) => w.close(),
+        Some(Connected::Pg(w)) => w.close(),
         None => {}
     }
 }

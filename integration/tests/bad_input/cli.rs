@@ -100,6 +100,7 @@ pub fn run_all<S: Store>() {
     let mut b = Bench::<S>::new("cli");
     let flag = match S::LABEL {
         "zk" => "--zk",
+        "pg" => "--pg",
         _ => "--etcd",
     };
     let target = S::target();
@@ -257,7 +258,7 @@ pub fn run_all<S: Store>() {
             let free = reserve_port();
             let v = args(&[
                 flag,
-                &free.addr().to_string(),
+                &S::target_at(&free.addr().to_string()),
                 "--ttl",
                 "2s",
                 "lock",
@@ -310,7 +311,7 @@ pub fn run_all<S: Store>() {
             let free = reserve_port();
             let v = args(&[
                 flag,
-                &free.addr().to_string(),
+                &S::target_at(&free.addr().to_string()),
                 "--ttl",
                 "2s",
                 "lock",

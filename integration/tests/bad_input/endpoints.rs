@@ -89,21 +89,28 @@ pub fn run<S: Store>() {
         BOUND,
         |_| {
             let other = S::other_addr().to_string();
-            unreachable::<S>(&other, &other)
+            unreachable::<S>(&S::target_at(&other), &other)
         },
     );
     b.case_within("an HTTP server is unreachable, named", BOUND, |_| {
-        unreachable::<S>(&http.addr.to_string(), &http.addr.to_string())
+        let http = http.addr.to_string();
+        unreachable::<S>(&S::target_at(&http), &http)
     });
     b.case_within(
         "a port nothing listens on is unreachable, named",
         BOUND,
-        |_| unreachable::<S>(&free.addr().to_string(), &free.addr().to_string()),
+        |_| {
+            let free = free.addr().to_string();
+            unreachable::<S>(&S::target_at(&free), &free)
+        },
     );
     b.case_within(
         "a host name that does not resolve is unreachable",
         BOUND,
-        |_| unreachable::<S>("no-such-host.invalid:2181", "no-such-host.invalid"),
+        |_| {
+            let target = S::target_at("no-such-host.invalid:2181");
+            unreachable::<S>(&target, "no-such-host.invalid")
+        },
     );
     // failed on 295faf2 (etcd): Backend "no etcd member of zk://… answered
     // within 2s" after 5 ms; builder.rs:84 checks only for empty endpoints.
@@ -164,6 +171,34 @@ pub fn run<S: Store>() {
                             .connect(),
                     )?;
                     in_chroot(&c, &chroot)
+                },
+            );
+        }
+        "pg" => {
+            b.case_within("an http:// URL is refused by PostgreSQL", BOUND, |_| {
+                invalid(S::connect_to(
+                    &format!("http://{addr}/recipes"),
+                    &settings(),
+                ))
+            });
+            b.case_within("an unknown role is Unauthenticated", BOUND, |_| {
+                let target = format!("postgres://nobody@{addr}/recipes");
+                error_is(
+                    S::connect_to(&target, &settings()),
+                    "Unauthenticated",
+                    |e| matches!(e, Error::Unauthenticated { .. }),
+                )
+            });
+            b.case_within(
+                "a role without grants on the schema is PermissionDenied",
+                BOUND,
+                |_| {
+                    let target = integration::PgServer::shared().url_as("recipes_user");
+                    error_is(
+                        S::connect_to(&target, &settings()),
+                        "PermissionDenied",
+                        |e| matches!(e, Error::PermissionDenied { .. }),
+                    )
                 },
             );
         }

@@ -183,8 +183,5 @@ pub fn run<S: Store>() {
 }
 
 fn delete<S: Store>(holder: &str) {
-    match S::LABEL {
-        "zk" => integration::ZkServer::shared().facts().delete(holder),
-        _ => integration::EtcdServer::shared().facts().delete(holder),
-    }
+    S::delete_entry(holder)
 }

@@ -2,7 +2,7 @@
 //! durations out of bounds, values over the servers' limits, fenced writes
 //! aimed inside a recipe's layout, recipes opened on another recipe's
 //! layout, wrong endpoints, lifecycle misuse, and the same through the
-//! `recipes` command — on both stores.
+//! `recipes` command — on every store.
 //!
 //! Each area is one table per store (see [`bench`]): every case asserts
 //! the exact error kind or the documented outcome, that it returned within
@@ -23,7 +23,7 @@ mod names;
 mod stores;
 mod values;
 
-use stores::{Etcd, Zk};
+use stores::{Etcd, Pg, Zk};
 
 macro_rules! on_both_stores {
     ($($area:ident :: $fun:ident => $zk:ident, $etcd:ident;)*) => {
@@ -56,4 +56,25 @@ on_both_stores! {
         etcd_close_twice_and_use_after_close_have_typed_outcomes;
     cli::run_all => zk_cli_bad_input_exits_64_saying_what_to_change,
         etcd_cli_bad_input_exits_64_saying_what_to_change;
+}
+
+macro_rules! on_pg {
+    ($($area:ident :: $fun:ident => $pg:ident;)*) => {
+        $(
+            #[test]
+            fn $pg() {
+                $area::$fun::<Pg>();
+            }
+        )*
+    };
+}
+
+on_pg! {
+    names::run => pg_bad_names_are_refused_before_anything_is_sent;
+    durations::run => pg_durations_out_of_bounds_are_refused_and_extreme_waits_work;
+    values::run => pg_oversized_values_and_fenced_writes_into_a_layout_are_refused;
+    values::run_layouts => pg_a_recipe_on_another_recipes_layout_is_refused;
+    endpoints::run => pg_wrong_endpoints_fail_fast_with_a_typed_error;
+    lifecycle::run => pg_close_twice_and_use_after_close_have_typed_outcomes;
+    cli::run_all => pg_cli_bad_input_exits_64_saying_what_to_change;
 }

@@ -5,9 +5,10 @@
 use std::net::SocketAddr;
 use std::time::Duration;
 
-use integration::{EtcdFacts, EtcdServer, ZkFacts, ZkServer};
+use integration::{EtcdFacts, EtcdServer, PgFacts, PgServer, ZkFacts, ZkServer};
 use recipes_core::Client;
 use recipes_etcd::EtcdClient;
+use recipes_pg::PgClient;
 use recipes_zk::ZkClient;
 
 /// A client's settings, as the builders of both stores take them.
@@ -48,6 +49,12 @@ pub trait Store: 'static {
     /// The shared server's client address.
     fn addr() -> SocketAddr;
 
+    /// The target the builder takes for a server at `address` (a
+    /// `host:port`, reachable or not).
+    fn target_at(address: &str) -> String {
+        address.to_owned()
+    }
+
     /// The other store's shared server (started on first use).
     fn other_addr() -> SocketAddr;
 
@@ -73,6 +80,23 @@ pub trait Store: 'static {
 
     /// Write a plain entry, as another program would.
     fn write_entry(path: &str, value: &[u8]);
+
+    /// Delete a holder's entry behind its back.
+    fn delete_entry(holder: &str);
+}
+
+/// `builder` with the settings every store's builder has (core's
+/// `settings_setters!`); the lease is set by the caller.
+macro_rules! with_settings {
+    ($builder:expr, $s:expr) => {{
+        let mut b = $builder
+            .connect_timeout($s.connect_timeout)
+            .rpc_timeout($s.rpc_timeout);
+        if let Some(slack) = $s.lease_slack {
+            b = b.lease_slack(slack);
+        }
+        b
+    }};
 }
 
 fn zk_facts() -> &'static ZkFacts {
@@ -107,14 +131,7 @@ impl Store for Zk {
     }
 
     fn connect_to(target: &str, s: &Settings) -> recipes_core::Result<ZkClient> {
-        let mut b = ZkClient::builder(target)
-            .session_timeout(s.ttl)
-            .connect_timeout(s.connect_timeout)
-            .rpc_timeout(s.rpc_timeout);
-        if let Some(slack) = s.lease_slack {
-            b = b.lease_slack(slack);
-        }
-        b.connect()
+        with_settings!(ZkClient::builder(target).session_timeout(s.ttl), s).connect()
     }
 
     fn leftovers(root: &str) -> Vec<String> {
@@ -140,6 +157,10 @@ impl Store for Zk {
     fn write_entry(path: &str, value: &[u8]) {
         zk_facts().create(path, value)
     }
+
+    fn delete_entry(holder: &str) {
+        zk_facts().delete(holder)
+    }
 }
 
 /// etcd.
@@ -164,14 +185,11 @@ impl Store for Etcd {
     }
 
     fn connect_to(target: &str, s: &Settings) -> recipes_core::Result<EtcdClient> {
-        let mut b = EtcdClient::builder(target.split(',').map(str::to_owned))
-            .ttl(s.ttl)
-            .connect_timeout(s.connect_timeout)
-            .rpc_timeout(s.rpc_timeout);
-        if let Some(slack) = s.lease_slack {
-            b = b.lease_slack(slack);
-        }
-        b.connect()
+        with_settings!(
+            EtcdClient::builder(target.split(',').map(str::to_owned)).ttl(s.ttl),
+            s
+        )
+        .connect()
     }
 
     fn leftovers(root: &str) -> Vec<String> {
@@ -188,5 +206,78 @@ impl Store for Etcd {
 
     fn write_entry(path: &str, value: &[u8]) {
         etcd_facts().put(path, value)
+    }
+
+    fn delete_entry(holder: &str) {
+        etcd_facts().delete(holder)
+    }
+}
+
+fn pg_facts() -> &'static PgFacts {
+    static FACTS: std::sync::OnceLock<PgFacts> = std::sync::OnceLock::new();
+    FACTS.get_or_init(|| PgFacts::new(PgServer::shared().addr()))
+}
+
+/// PostgreSQL, lease mode.
+pub struct Pg;
+
+impl Store for Pg {
+    type C = PgClient;
+    const LABEL: &'static str = "pg";
+    // Not the server's limit (a field holds up to 1 GB) but the one every
+    // store shares, MAX_VALUE_BYTES, rounded up.
+    const REQUEST_LIMIT: usize = 1024 * 1024;
+
+    fn target() -> String {
+        PgServer::shared().url()
+    }
+
+    fn addr() -> SocketAddr {
+        PgServer::shared().addr()
+    }
+
+    fn target_at(address: &str) -> String {
+        format!("postgres://postgres@{address}/recipes")
+    }
+
+    fn other_addr() -> SocketAddr {
+        EtcdServer::shared().client_addr()
+    }
+
+    fn connect_to(target: &str, s: &Settings) -> recipes_core::Result<PgClient> {
+        with_settings!(PgClient::builder(target).ttl(s.ttl), s).connect()
+    }
+
+    /// Live entries of the recipes at or under `root`, and the keys fenced
+    /// writes left there. A name's row (its queue counter and fence) is
+    /// kept for good, as the fences' order needs: not a leftover.
+    fn leftovers(root: &str) -> Vec<String> {
+        let like = format!("'{}%'", root.replace('\'', "''"));
+        let sql = format!(
+            "SELECT q.name || '/' || q.entry || ' (entry)' FROM recipes.queue q \
+             JOIN recipes.sessions s ON s.id = q.session \
+             WHERE s.expires_at > clock_timestamp() AND q.name LIKE {like} \
+             UNION ALL SELECT key || ' (key)' FROM recipes.kv WHERE key LIKE {like}"
+        );
+        pg_facts().sql(&sql).lines().map(str::to_owned).collect()
+    }
+
+    /// The live session rows.
+    fn leases() -> Vec<i64> {
+        let sql = "SELECT id FROM recipes.sessions WHERE expires_at > clock_timestamp()";
+        let rows = pg_facts().sql(sql);
+        rows.lines().filter_map(|id| id.parse().ok()).collect()
+    }
+
+    fn exists(holder: &str) -> bool {
+        pg_facts().exists(holder)
+    }
+
+    fn write_entry(path: &str, value: &[u8]) {
+        pg_facts().put(path, value)
+    }
+
+    fn delete_entry(holder: &str) {
+        pg_facts().delete(holder)
     }
 }

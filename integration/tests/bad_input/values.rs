@@ -91,7 +91,7 @@ pub fn run<S: Store>() {
         with_guard(ctx, |g, _| invalid(g.delete(g.holder())))
     });
     b.case(
-        "a fenced put to the lock's name: zk refuses (its parent node), etcd takes it",
+        "a fenced put to the lock's name: zk refuses (its parent node), etcd and pg take it",
         |ctx| {
             // On etcd the lock's keys live under `<name>/`: `<name>` is outside.
             with_guard(ctx, |g, name| match S::LABEL {
@@ -213,10 +213,11 @@ pub fn run_layouts<S: Store>() {
                 ctx.client.election(&name).and_then(|e| e.campaign(b"v")),
             )?;
             let tried = ctx.client.mutex(&name).and_then(|m| m.try_lock());
-            if S::LABEL == "etcd" {
+            if S::LABEL != "zk" {
                 // etcd's concurrency package gives a mutex and an election
                 // one layout (`<name>/<lease id>`): on one name they are
-                // one queue, as in Go, and the mutex waits its turn.
+                // one queue, as in Go, and the mutex waits its turn; so do
+                // PostgreSQL's queue rows.
                 match tried {
                     Ok(None) => {}
                     other => return Err(format!("expected Ok(None), got {other:?}")),

@@ -12,7 +12,7 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::Duration;
 
 use integration::env::command_without_recipes_env;
-use integration::{wait_for, EtcdServer, Proxy, ZkServer};
+use integration::{wait_for, EtcdServer, PgFacts, PgServer, Proxy, ZkServer};
 
 pub const BIN: &str = env!("CARGO_BIN_EXE_recipes");
 
@@ -23,6 +23,7 @@ pub const RUN_BOUND: Duration = Duration::from_secs(30);
 pub enum Store {
     Zk,
     Etcd,
+    Pg,
 }
 
 impl Store {
@@ -30,6 +31,7 @@ impl Store {
         match self {
             Store::Zk => ["--zk".into(), ZkServer::shared().connect_string()],
             Store::Etcd => ["--etcd".into(), EtcdServer::shared().endpoint()],
+            Store::Pg => ["--pg".into(), PgServer::shared().url()],
         }
     }
 
@@ -38,6 +40,7 @@ impl Store {
         match self {
             Store::Zk => ZkServer::shared().client_addr(),
             Store::Etcd => EtcdServer::shared().client_addr(),
+            Store::Pg => PgServer::shared().addr(),
         }
     }
 
@@ -47,6 +50,10 @@ impl Store {
         match self {
             Store::Zk => ["--zk".into(), proxy.addr().to_string()],
             Store::Etcd => ["--etcd".into(), format!("http://{}", proxy.addr())],
+            Store::Pg => [
+                "--pg".into(),
+                format!("postgres://postgres@{}/recipes", proxy.addr()),
+            ],
         }
     }
 
@@ -56,6 +63,7 @@ impl Store {
         match self {
             Store::Zk => ZkServer::shared().facts().delete(holder),
             Store::Etcd => EtcdServer::shared().facts().delete(holder),
+            Store::Pg => PgFacts::new(PgServer::shared().addr()).delete(holder),
         }
     }
 
@@ -68,6 +76,13 @@ impl Store {
             Store::Etcd => EtcdServer::shared()
                 .facts()
                 .wait_gone(holder, Duration::from_secs(20)),
+            Store::Pg => {
+                let facts = PgFacts::new(PgServer::shared().addr());
+                let bound = integration::scale(Duration::from_secs(20));
+                integration::wait_until("the holder's row is gone", bound, || {
+                    !facts.exists(holder)
+                });
+            }
         }
     }
 }

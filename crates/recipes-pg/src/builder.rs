@@ -1,0 +1,223 @@
+//! [`PgClientBuilder`]: a client's settings, checked, and its connect.
+
+use std::fmt;
+use std::str::FromStr;
+use std::sync::Arc;
+use std::time::Duration;
+
+use recipes_core::{quote, Error, Result, Runtime, Settings};
+use tokio_postgres::config::Host;
+use tokio_postgres::Config;
+
+use crate::client::PgClient;
+use crate::db::Db;
+use crate::listen::Listener;
+
+/// TCP keep-alive: idle time before the first probe, the time between
+/// probes, and how many may go unanswered. A black-holed connection (the
+/// listening one sends nothing for long) is then closed by the kernel
+/// within about 8 s, not only noticed by our timeouts.
+const KEEPALIVE: (Duration, Duration, u32) = (Duration::from_secs(5), Duration::from_secs(1), 3);
+
+/// How often a waiter looks at the entry it waits for when no
+/// notification came, by default.
+pub const DEFAULT_POLL_INTERVAL: Duration = Duration::from_millis(500);
+
+/// Settings for a [`PgClient`]; see [`PgClient::builder`].
+#[derive(Clone)]
+pub struct PgClientBuilder {
+    pub(crate) url: String,
+    pub(crate) listen_url: Option<String>,
+    pub(crate) poll_interval: Duration,
+    pub(crate) settings: Settings,
+}
+
+impl fmt::Debug for PgClientBuilder {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let shown = |u: &str| {
+            parse(u)
+                .map(|(_, s)| s)
+                .unwrap_or_else(|_| "(invalid)".into())
+        };
+        f.debug_struct("PgClientBuilder")
+            .field("url", &shown(&self.url))
+            .field("listen_url", &self.listen_url.as_deref().map(shown))
+            .field("poll_interval", &self.poll_interval)
+            .field("settings", &self.settings)
+            .finish()
+    }
+}
+
+impl PgClientBuilder {
+    recipes_core::settings_setters!(
+        ttl = "On PostgreSQL the TTL of the session row, counted in database time \
+               (`clock_timestamp()`), to the millisecond; it is granted as asked."
+    );
+
+    /// The URL of the connection that `LISTEN`s for queue changes (default:
+    /// the client's URL). Through a transaction-mode pooler (pgbouncer's
+    /// `pool_mode = transaction`) give a direct URL of the server here: the
+    /// pooler moves a listening backend to other clients, and waits then
+    /// fall back to polling every [`poll_interval`](Self::poll_interval).
+    pub fn listen_url(mut self, url: impl Into<String>) -> Self {
+        self.listen_url = Some(url.into());
+        self
+    }
+
+    /// How often a waiter (and a held entry's loss watch) looks at the
+    /// entry it waits for when no notification came (default
+    /// [`DEFAULT_POLL_INTERVAL`]); never longer than that entry's session
+    /// has left.
+    pub fn poll_interval(mut self, every: Duration) -> Self {
+        self.poll_interval = every;
+        self
+    }
+
+    /// The URL without its password, as messages show it; `None` when it
+    /// is not a URL this client takes.
+    pub fn redacted_url(&self) -> Option<String> {
+        parse(&self.url).ok().map(|(_, shown)| shown)
+    }
+
+    fn validate(&self) -> Result<(Config, String, Config, String)> {
+        let (config, shown) = parse(&self.url)?;
+        let (listen, listen_shown) = parse(self.listen_url.as_deref().unwrap_or(&self.url))?;
+        recipes_core::check_timeout("poll interval", self.poll_interval)?;
+        self.settings.validate("the session TTL")?;
+        Ok((config, shown, listen, listen_shown))
+    }
+
+    /// Connect: start the runtime thread, connect, make sure the schema
+    /// `recipes` exists in the version this crate knows (creating it on
+    /// first use), and open the client's session.
+    ///
+    /// # Errors
+    ///
+    /// [`Error::InvalidArgument`] for bad settings or a schema of another
+    /// layout version; [`Error::Unauthenticated`] for a refused user or
+    /// password; [`Error::PermissionDenied`] when the role may not use (or
+    /// create) the schema; [`Error::Backend`] naming the URL when no server
+    /// answered within the connect timeout.
+    pub fn connect(self) -> Result<PgClient> {
+        let (db, listener, rt) = self.prepare()?;
+        PgClient::start(self, db, listener, rt)
+    }
+
+    /// Create the schema `recipes` if it does not exist (what the first
+    /// [`connect`](Self::connect) does), without opening a session: for a
+    /// role that may create it, ahead of applications whose roles may only
+    /// use it (see the crate docs' privileges).
+    ///
+    /// # Errors
+    ///
+    /// As for [`connect`](Self::connect).
+    pub fn init(self) -> Result<()> {
+        let (_, _, rt) = self.prepare()?;
+        rt.shutdown(self.settings.rpc_timeout);
+        Ok(())
+    }
+
+    /// Check the settings, start the runtime, connect and make sure of the
+    /// schema.
+    fn prepare(&self) -> Result<(Arc<Db>, Listener, Runtime)> {
+        let (mut config, shown, mut listen, listen_shown) = self.validate()?;
+        for c in [&mut config, &mut listen] {
+            c.keepalives(true)
+                .keepalives_idle(KEEPALIVE.0)
+                .keepalives_interval(KEEPALIVE.1)
+                .keepalives_retries(KEEPALIVE.2)
+                .connect_timeout(self.settings.connect_timeout)
+                .application_name("recipes");
+        }
+        let (rpc, connect) = (self.settings.rpc_timeout, self.settings.connect_timeout);
+        let db = Arc::new(Db::new(config, shown.clone(), rpc, connect));
+        let listener = Listener::new(Db::new(listen, listen_shown, rpc, connect));
+        let rt = Runtime::new("recipes-pg")?;
+        let probe = db.clone();
+        let what = format!("connect to PostgreSQL at {shown}");
+        let budget = connect.saturating_add(rpc.saturating_mul(3));
+        let checked = rt.call(&what.clone(), budget, async move {
+            let conn = probe.conn().await?;
+            crate::schema::ensure(&conn, &what).await
+        });
+        match checked {
+            Ok(()) => {}
+            Err(Error::Timeout { .. } | Error::ConnectionLoss) => return Err(db.unreachable()),
+            Err(e) => return Err(e),
+        }
+        log::debug!("[pg={shown}] connected");
+        Ok((db, listener, rt))
+    }
+}
+
+/// A `postgres://` (or `postgresql://`) URL with a host, as
+/// tokio-postgres reads it; the URL without its password, for messages.
+pub(crate) fn parse(url: &str) -> Result<(Config, String)> {
+    let hint = "write postgres://user:password@host:port/database, such as \
+                postgres://recipes@127.0.0.1:5432/recipes";
+    let refuse = |why: &str| Err(Error::invalid(format!("PostgreSQL URL {why}; {hint}")));
+    let Some((scheme, _)) = url.split_once("://") else {
+        return refuse("is not a URL (no scheme://)");
+    };
+    if scheme != "postgres" && scheme != "postgresql" {
+        return refuse(&format!(
+            "has the scheme {}://, not postgres://",
+            quote(scheme)
+        ));
+    }
+    let config = match Config::from_str(url) {
+        Ok(c) => c,
+        // Its message may quote the password.
+        Err(_) => return refuse("cannot be read (a bad port, an unknown option, bad escapes)"),
+    };
+    let hosts: Vec<String> = config
+        .get_hosts()
+        .iter()
+        .map(|h| match h {
+            Host::Tcp(name) => name.clone(),
+            Host::Unix(path) => path.display().to_string(),
+        })
+        .collect();
+    if hosts.is_empty() || hosts.iter().any(String::is_empty) {
+        return refuse("names no host");
+    }
+    let ports: Vec<String> = config.get_ports().iter().map(u16::to_string).collect();
+    let user = config.get_user().unwrap_or("");
+    let db = config.get_dbname().unwrap_or(user);
+    let at = if user.is_empty() {
+        String::new()
+    } else {
+        format!("{user}@")
+    };
+    let port = if ports.is_empty() {
+        String::new()
+    } else {
+        format!(":{}", ports.join(","))
+    };
+    let shown = format!("{scheme}://{at}{}{port}/{db}", hosts.join(","));
+    Ok((config, shown))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::parse;
+
+    #[test]
+    fn urls_name_a_host_and_hide_the_password() {
+        let (_, shown) = parse("postgres://u:secret@127.0.0.1:5433/db").unwrap();
+        assert_eq!(shown, "postgres://u@127.0.0.1:5433/db");
+        assert!(parse("postgresql://h/db").is_ok());
+        for bad in [
+            "",
+            "127.0.0.1:5432",
+            "http://h:5432/db",
+            "postgres://h:port/db",
+            "postgres:///db",
+            "host=h user=u",
+        ] {
+            let e = parse(bad).expect_err(bad).to_string();
+            assert!(e.contains("postgres://user:password@host"), "{bad}: {e}");
+            assert!(!e.contains("secret"));
+        }
+    }
+}

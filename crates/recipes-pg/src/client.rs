@@ -1,0 +1,153 @@
+//! The PostgreSQL client: one connection for statements, one that
+//! listens, and one session row, on its own runtime thread.
+
+use std::fmt;
+use std::sync::Arc;
+use std::time::Duration;
+
+use recipes_core::{LeaseSessions, Result, Runtime, Settings};
+
+use crate::builder::{PgClientBuilder, DEFAULT_POLL_INTERVAL};
+use crate::db::Db;
+use crate::listen::Listener;
+use crate::session::{PgLeases, Session};
+
+struct Inner {
+    db: Arc<Db>,
+    listener: Listener,
+    poll_interval: Duration,
+    // The current session; a new one once it is lost. Deleted (its entries
+    // with it) when the client closes.
+    leases: LeaseSessions<PgLeases>,
+}
+
+/// A PostgreSQL client on its own runtime thread, whose recipes live in
+/// the schema `recipes` under one session row (see the crate docs for the
+/// layout); see [`recipes_core::Client`] for what it does.
+///
+/// The session is a row whose expiry is kept in database time and renewed
+/// every TTL/3 by an update that never revives an expired row. Its entries
+/// count as contenders only while it has not expired, so a crashed
+/// client's locks are free one TTL after its last renewal, and a client
+/// whose renewals went unanswered loses its guards (at the local deadline,
+/// earlier) before that. Every acquisition of the client shares the
+/// session: entries are named by a fresh uuid each.
+///
+/// Cheap to clone; it closes when the last clone (and every guard made from
+/// it) is dropped, or at [`close`](recipes_core::Client::close), which
+/// deletes its session row, so its locks are free at once.
+#[derive(Clone)]
+pub struct PgClient {
+    inner: Arc<Inner>,
+}
+
+impl PgClient {
+    /// Settings for a client of the database at `url`
+    /// (`postgres://user:password@host:port/database`).
+    pub fn builder(url: impl Into<String>) -> PgClientBuilder {
+        PgClientBuilder {
+            url: url.into(),
+            listen_url: None,
+            poll_interval: DEFAULT_POLL_INTERVAL,
+            settings: Settings::default(),
+        }
+    }
+
+    /// Connect with default settings.
+    ///
+    /// # Errors
+    ///
+    /// As for [`PgClientBuilder::connect`].
+    pub fn connect(url: impl Into<String>) -> Result<PgClient> {
+        PgClient::builder(url).connect()
+    }
+
+    /// A client of the connected `db`, with its first session opened.
+    pub(crate) fn start(
+        config: PgClientBuilder,
+        db: Arc<Db>,
+        listener: Listener,
+        rt: Runtime,
+    ) -> Result<PgClient> {
+        let client = PgClient {
+            inner: Arc::new(Inner {
+                leases: LeaseSessions::new(PgLeases(db.clone()), rt, config.settings),
+                db,
+                listener,
+                poll_interval: config.poll_interval,
+            }),
+        };
+        let inner = client.inner.clone();
+        client.call("open the client's session", async move {
+            inner.leases.primary().await.map(drop)
+        })?;
+        Ok(client)
+    }
+
+    /// The current session, or a new one once it is lost (on the runtime).
+    pub(crate) async fn live_session(&self) -> Result<Arc<Session>> {
+        self.inner.leases.primary().await
+    }
+
+    /// The client's sessions.
+    pub(crate) fn leases(&self) -> &LeaseSessions<PgLeases> {
+        &self.inner.leases
+    }
+
+    /// The statement connection.
+    pub(crate) fn db(&self) -> &Db {
+        &self.inner.db
+    }
+
+    /// The listening connection.
+    pub(crate) fn listener(&self) -> &Listener {
+        &self.inner.listener
+    }
+
+    /// The deadline of one statement.
+    pub(crate) fn rpc_timeout(&self) -> Duration {
+        self.inner.leases.settings().rpc_timeout
+    }
+
+    /// How often waits look when no notification came.
+    pub(crate) fn poll_interval(&self) -> Duration {
+        self.inner.poll_interval
+    }
+
+    /// The URL, without its password.
+    pub fn url(&self) -> &str {
+        &self.inner.db.shown
+    }
+
+    /// Stop renewing the session without deleting its row, as a crashed
+    /// process would: its entries stop counting when the row expires, and
+    /// guards held on it fire their loss at their local deadline (before
+    /// that). Later acquisitions open a new session.
+    pub fn orphan(&self) {
+        self.inner.leases.orphan();
+    }
+
+    /// Run one request on the runtime with the RPC timeout.
+    pub(crate) fn call<T, F>(&self, what: &str, fut: F) -> Result<T>
+    where
+        T: Send + 'static,
+        F: std::future::Future<Output = Result<T>> + Send + 'static,
+    {
+        self.runtime().call(what, self.rpc_timeout(), fut)
+    }
+
+    /// The runtime this client runs on.
+    pub fn runtime(&self) -> &Runtime {
+        self.inner.leases.runtime()
+    }
+}
+
+impl fmt::Debug for PgClient {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("PgClient")
+            .field("url", &self.url())
+            .field("session", &self.inner.leases.current().map(|s| s.id()))
+            .field("session_ttl", &self.inner.leases.granted_ttl())
+            .finish()
+    }
+}

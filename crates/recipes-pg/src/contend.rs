@@ -1,0 +1,290 @@
+//! The contend driver of the queue rows, shared by the mutex, the election
+//! (and so the latch and the selector) and both halves of a semaphore: the
+//! engine's verbs as single statements. The loop is the engine's
+//! ([`recipes_core::engine::contend`]).
+//!
+//! - **ticket**: a fresh uuid, known before the insert, so that an entry
+//!   whose insert reply was lost is still removed.
+//! - **enter**: one statement takes the next `seq` from the name's row
+//!   (which it locks until commit, so queue order is commit order — a
+//!   sequence's would not be: two holders, measured) and inserts our row.
+//! - **list**: the live entries up to ours (their session not expired in
+//!   database time): ours and the nearest `max_leases` ahead.
+//! - **wait**: hear of the entry ahead through `LISTEN` (`listen.rs`), and
+//!   look at it when told, every poll interval, and once its session's
+//!   remaining life is over; resolve once it is gone or expired.
+//! - **confirm**: the fence bump: `fence + 1` on the name's row, only while
+//!   our entry is live and fewer than `max_leases` ahead are, judged on the
+//!   newest session rows under a share lock (a renewal that commits late
+//!   cannot revive an entry the listing saw expire); serialized by the
+//!   name's row with other confirms and with fenced writes.
+//! - **remove**: delete our row by its uuid (the trigger notifies).
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use recipes_core::engine::{ContendDriver, Entered, Listing};
+use recipes_core::{Backoff, LossSignal, Result};
+use tokio::time::Instant;
+use tokio_postgres::types::Type;
+use uuid::Uuid;
+
+use crate::client::PgClient;
+use crate::listen::{next, Heard, Subscription};
+use crate::names::other_layout;
+use crate::session::Session;
+
+/// One acquisition's driver: the queue of `name`, entries of `kind`.
+pub(crate) struct RowContender<'a> {
+    pub(crate) client: &'a PgClient,
+    /// The queue's name (a recipe's name, or a semaphore's part).
+    pub(crate) name: &'a str,
+    /// What the name's row must be: `lock` (mutexes and elections) or
+    /// `permits`.
+    pub(crate) kind: &'static str,
+    pub(crate) max_leases: usize,
+    /// A candidate's value (empty for locks and permits).
+    pub(crate) value: &'a [u8],
+}
+
+/// Names our entry before it exists.
+#[derive(Debug)]
+pub(crate) struct Ticket {
+    pub(crate) client: PgClient,
+    pub(crate) session: Arc<Session>,
+    pub(crate) entry: Uuid,
+}
+
+impl Ticket {
+    /// Delete our row; see [`remove_entry`].
+    pub(crate) async fn remove(self) {
+        remove_entry(&self.client, &self.session, self.entry).await;
+    }
+}
+
+/// Delete the row of `entry` until done or `session` is lost (its
+/// renewals then stop and its end deletes the row, or the row stops
+/// counting when it expires).
+pub(crate) async fn remove_entry(client: &PgClient, session: &Session, entry: Uuid) {
+    let sql = "DELETE FROM recipes.queue WHERE entry = $1";
+    let what = format!("[{}] remove entry {entry}", session.label());
+    let delete = || async {
+        let params: crate::db::Params<'_> = &[(&entry, Type::UUID)];
+        client.db().query(&what, sql, params).await.map(drop)
+    };
+    recipes_core::until_done(&what, Backoff::RECOVER, || session.is_lost(), delete).await;
+}
+
+/// Our entry while it contends.
+pub(crate) struct RowEntry {
+    seq: i64,
+    heard: Option<Subscription>,
+}
+
+/// A won entry, ready to be held.
+#[derive(Debug)]
+pub(crate) struct Acquired {
+    pub(crate) ticket: Ticket,
+    pub(crate) seq: i64,
+    pub(crate) fence: i64,
+}
+
+fn seconds(s: f64) -> Duration {
+    Duration::try_from_secs_f64(s.max(0.0)).unwrap_or(Duration::MAX)
+}
+
+impl RowContender<'_> {
+    /// Whether the entry `seq` of our queue is live, and if so how long its
+    /// session has left.
+    async fn left(&self, seq: i64) -> Result<Option<Duration>> {
+        let sql = "SELECT extract(epoch FROM s.expires_at - clock_timestamp())::float8 \
+                   FROM recipes.queue q JOIN recipes.sessions s ON s.id = q.session \
+                   WHERE q.name = $1 AND q.seq = $2 AND s.expires_at > clock_timestamp()";
+        let what = format!("look at entry {seq} of {}", self.name);
+        let row = self
+            .client
+            .db()
+            .query_opt(&what, sql, &[(&self.name, Type::TEXT), (&seq, Type::INT8)])
+            .await?;
+        Ok(row.map(|r| seconds(r.get(0))))
+    }
+}
+
+impl ContendDriver for RowContender<'_> {
+    type Epoch = Arc<Session>;
+    type Ticket = Ticket;
+    type Entry = RowEntry;
+    type Id = i64;
+    type Won = Acquired;
+
+    fn max_leases(&self) -> usize {
+        self.max_leases
+    }
+
+    fn spawn(&self, task: impl std::future::Future<Output = ()> + Send + 'static) {
+        if !self.client.runtime().spawn(task) {
+            log::debug!(
+                "[{}] client closed: the session's end removes the entry",
+                self.name
+            );
+        }
+    }
+
+    fn rpc_timeout(&self) -> Duration {
+        self.client.rpc_timeout()
+    }
+
+    async fn epoch(&self, _deadline: Option<Instant>) -> Result<Option<Arc<Session>>> {
+        self.client.live_session().await.map(Some)
+    }
+
+    fn epoch_signal(&self, epoch: &Arc<Session>) -> LossSignal {
+        epoch.epoch().signal()
+    }
+
+    fn ticket(&self, epoch: &Arc<Session>) -> Ticket {
+        Ticket {
+            client: self.client.clone(),
+            session: epoch.clone(),
+            entry: Uuid::new_v4(),
+        }
+    }
+
+    async fn enter(&self, epoch: &Arc<Session>, ticket: &mut Ticket) -> Result<Entered<Self>> {
+        let sql = "WITH n AS (INSERT INTO recipes.names AS n (name, kind) VALUES ($1, $4) \
+                     ON CONFLICT (name) DO UPDATE SET next_seq = n.next_seq + 1 \
+                     WHERE n.kind = $4 RETURNING next_seq) \
+                   INSERT INTO recipes.queue (name, seq, entry, session, value) \
+                   SELECT $1, n.next_seq, $2, $3, $5 FROM n \
+                   ON CONFLICT (entry) DO NOTHING RETURNING seq";
+        let db = self.client.db();
+        let what = format!("enter the queue of {}", self.name);
+        let (name, entry, session) = (&self.name, &ticket.entry, epoch.id());
+        let kind = &self.kind;
+        let params: crate::db::Params<'_> = &[
+            (name, Type::TEXT),
+            (entry, Type::UUID),
+            (&session, Type::INT8),
+            (kind, Type::TEXT),
+            (&self.value, Type::BYTEA),
+        ];
+        let seq = match db.query_opt(&what, sql, params).await? {
+            Some(row) => row.get(0),
+            // Our row exists (an enter sent again), or the name is another
+            // recipe's.
+            None => {
+                let sql = "SELECT q.seq, n.kind FROM recipes.names n \
+                           LEFT JOIN recipes.queue q ON q.name = n.name AND q.entry = $2 \
+                           WHERE n.name = $1";
+                let params: crate::db::Params<'_> = &[(name, Type::TEXT), (entry, Type::UUID)];
+                let row = db.query_opt(&what, sql, params).await?;
+                match row.map(|r| (r.get::<_, Option<i64>>(0), r.get::<_, String>(1))) {
+                    Some((Some(seq), _)) => seq,
+                    Some((None, found)) if found != self.kind => {
+                        return Err(other_layout(self.name, self.kind, &found))
+                    }
+                    _ => return Err(crate::sql::unexpected("an entry vanished while entering")),
+                }
+            }
+        };
+        log::debug!("[{}] {} entered at {seq}", epoch.label(), self.name);
+        let entry = RowEntry { seq, heard: None };
+        Ok((entry, None))
+    }
+
+    fn ours<'e>(&self, entry: &'e RowEntry) -> &'e i64 {
+        &entry.seq
+    }
+
+    async fn list(&self, _epoch: &Arc<Session>, entry: &mut RowEntry) -> Result<Listing<i64>> {
+        let sql = "SELECT q.seq FROM recipes.queue q JOIN recipes.sessions s ON s.id = q.session \
+                   WHERE q.name = $1 AND q.seq <= $2 AND s.expires_at > clock_timestamp() \
+                   ORDER BY q.seq DESC LIMIT $3";
+        let window = i64::try_from(self.max_leases).unwrap_or(i64::MAX - 1) + 1;
+        let what = format!("read the queue of {}", self.name);
+        let params: crate::db::Params<'_> = &[
+            (&self.name, Type::TEXT),
+            (&entry.seq, Type::INT8),
+            (&window, Type::INT8),
+        ];
+        let rows = self.client.db().query(&what, sql, params).await?;
+        Ok(Listing {
+            contenders: rows.iter().rev().map(|r| r.get(0)).collect(),
+            revision: 0,
+        })
+    }
+
+    async fn wait(&self, _epoch: &Arc<Session>, entry: &mut RowEntry, ahead: &i64) -> Result<()> {
+        if entry.heard.is_none() {
+            match self.client.listener().subscribe(self.name).await {
+                Ok(s) => entry.heard = Some(s),
+                Err(e) => log::debug!("[{}] not listening ({e}); polling", self.name),
+            }
+        }
+        let poll = self.client.poll_interval();
+        loop {
+            // Heard from the subscription on: this look cannot miss a
+            // removal that the listing before it did not show.
+            let Some(left) = self.left(*ahead).await? else {
+                return Ok(());
+            };
+            let nap = tokio::time::sleep(left.min(poll));
+            tokio::pin!(nap);
+            loop {
+                tokio::select! {
+                    () = &mut nap => break,
+                    heard = next(&mut entry.heard) => match heard {
+                        Heard::Entry(seq) if seq == *ahead => break,
+                        // Ours changed (deleted, say): read the queue.
+                        Heard::Entry(seq) if seq == entry.seq => return Ok(()),
+                        Heard::Entry(_) => {}
+                        Heard::Missed => break,
+                    },
+                }
+            }
+        }
+    }
+
+    async fn confirm(
+        &self,
+        _epoch: &Arc<Session>,
+        entry: &mut RowEntry,
+        _listing: &Listing<i64>,
+    ) -> Result<Option<i64>> {
+        // The listing judged expiry on a snapshot: a renewal that checked
+        // its row before the expiry may commit after it (a slow commit),
+        // making an entry ahead live again (measured: two holders). So
+        // the sessions of ours and of every entry ahead are locked in
+        // share mode — waiting for such a renewal, and holding off later
+        // ones until this commits — and judged on their newest versions.
+        let sql = "WITH ahead AS (SELECT q.seq, s.expires_at > clock_timestamp() AS live \
+                     FROM recipes.queue q JOIN recipes.sessions s ON s.id = q.session \
+                     WHERE q.name = $1 AND q.seq <= $2 FOR SHARE OF s) \
+                   UPDATE recipes.names n SET fence = n.fence + 1 \
+                   WHERE n.name = $1 \
+                     AND EXISTS (SELECT 1 FROM ahead WHERE seq = $2 AND live) \
+                     AND (SELECT count(*) FROM ahead WHERE seq < $2 AND live) < $3 \
+                   RETURNING n.fence";
+        let what = format!("confirm the hold of {}", self.name);
+        let most = i64::try_from(self.max_leases).unwrap_or(i64::MAX);
+        let params: crate::db::Params<'_> = &[
+            (&self.name, Type::TEXT),
+            (&entry.seq, Type::INT8),
+            (&most, Type::INT8),
+        ];
+        let row = self.client.db().query_opt(&what, sql, params).await?;
+        Ok(row.map(|r| r.get(0)))
+    }
+
+    fn remove(ticket: Ticket) -> impl std::future::Future<Output = ()> + Send + 'static {
+        ticket.remove()
+    }
+
+    fn won(&self, _epoch: Arc<Session>, ticket: Ticket, entry: RowEntry, fence: i64) -> Acquired {
+        Acquired {
+            ticket,
+            seq: entry.seq,
+            fence,
+        }
+    }
+}

@@ -1,0 +1,299 @@
+//! [`PgLock`]: a held queue row as core's
+//! [`HeldEntry`](recipes_core::HeldEntry) — its loss watch, its deletion,
+//! and writes fenced by the name's fence and our row.
+
+use std::fmt;
+use std::sync::Arc;
+use std::time::Duration;
+
+use recipes_core::{
+    watch_held, EntryWatcher, FencedWrite, FencingToken, HeldEntry, Result, Runtime, StoreEntry,
+};
+use tokio_postgres::types::Type;
+use uuid::Uuid;
+
+use crate::client::PgClient;
+use crate::contend::{remove_entry, Acquired};
+use crate::listen::{next, Heard, Subscription};
+use crate::names::{holder, validate_key};
+use crate::session::Session;
+
+/// A held queue row: the lease behind a [`MutexGuard`](crate::MutexGuard),
+/// a [`SemaphorePermit`](crate::SemaphorePermit) and a
+/// [`Leadership`](crate::Leadership). Its fenced writes (and
+/// [`transaction`](crate::FencedTransaction::transaction)s) first lock the
+/// name's row in share mode and check that its fence is still ours and our
+/// row still live; a proclaim updates our row's value.
+pub type PgLock = HeldEntry<PgEntry>;
+
+/// The PostgreSQL side of a [`PgLock`]: our row of `recipes.queue` and its
+/// session.
+#[derive(Clone)]
+pub struct PgEntry {
+    pub(crate) client: PgClient,
+    pub(crate) session: Arc<Session>,
+    /// The queue's name.
+    pub(crate) name: String,
+    pub(crate) entry: Uuid,
+    pub(crate) seq: i64,
+    /// The fence a write must find on the name's row; `None` for a
+    /// permit, whose fences are not ordered against other permits'.
+    pub(crate) fence: Option<i64>,
+    holder: String,
+    /// Where the recipe's own rows are named: what a fenced write may not
+    /// touch.
+    layout: String,
+}
+
+impl PgEntry {
+    /// Hold the row `a` won and watch it (its deletion is loss). A permit
+    /// (`permit`) writes fenced by its row alone, and the layout it guards
+    /// is its semaphore's.
+    pub(crate) fn held(client: PgClient, name: &str, a: Acquired, permit: bool) -> PgLock {
+        let session = a.ticket.session.clone();
+        let trigger = session.epoch().trigger().child();
+        let layout = match name.strip_suffix("/leases").filter(|_| permit) {
+            Some(semaphore) => format!("{semaphore}/"),
+            None => format!("{name}/"),
+        };
+        let entry = PgEntry {
+            client,
+            session,
+            name: name.to_owned(),
+            entry: a.ticket.entry,
+            seq: a.seq,
+            fence: (!permit).then_some(a.fence),
+            holder: holder(name, &a.ticket.entry),
+            layout,
+        };
+        let (own, watched) = (entry.clone(), trigger.clone());
+        entry.client.runtime().handle().spawn(async move {
+            let label = own.session.label();
+            watch_held(&own, label, &own.holder, None, &watched).await;
+        });
+        HeldEntry::new(entry, trigger, FencingToken(a.fence.unsigned_abs()))
+    }
+
+    /// Our row's position in the queue.
+    pub fn seq(&self) -> i64 {
+        self.seq
+    }
+
+    /// Whether our row still exists.
+    async fn exists(&self) -> Result<bool> {
+        let sql = "SELECT 1 FROM recipes.queue WHERE entry = $1";
+        let what = format!("look at {}", self.holder);
+        let row = self
+            .client
+            .db()
+            .query_opt(&what, sql, &[(&self.entry, Type::UUID)])
+            .await?;
+        Ok(row.is_some())
+    }
+}
+
+/// What must hold for a fenced write of a lock or leadership, as SQL over
+/// `$1` (the name), `$2` (our fence) and `$3` (our entry): the name's row
+/// still has our fence, locked in share mode so that no confirm (the next
+/// holder's fence bump) runs before the write commits, and our row is
+/// live.
+const STILL_HELD: &str = "SELECT 1 FROM recipes.names n WHERE n.name = $1 AND n.fence = $2 \
+     AND EXISTS (SELECT 1 FROM recipes.queue q JOIN recipes.sessions s ON s.id = q.session \
+                 WHERE q.entry = $3 AND s.expires_at > clock_timestamp()) \
+     FOR SHARE OF n";
+
+/// The same for a permit (`$2` is NULL): our row is live. Permits are not
+/// ordered against each other, so the name's row is not locked: a waiting
+/// permit's confirm, which holds the live permits' sessions in share mode
+/// while it waits for that row, never waits for a permit's write.
+const STILL_PERMITTED: &str = "SELECT 1 FROM recipes.queue q \
+     JOIN recipes.sessions s ON s.id = q.session \
+     WHERE q.entry = $3 AND $1::text IS NOT NULL AND $2::int8 IS NULL \
+       AND s.expires_at > clock_timestamp()";
+
+impl PgEntry {
+    /// What must hold for a write fenced by this holding.
+    pub(crate) fn still_ours(&self) -> &'static str {
+        match self.fence {
+            Some(_) => STILL_HELD,
+            None => STILL_PERMITTED,
+        }
+    }
+}
+
+impl StoreEntry for PgEntry {
+    fn runtime(&self) -> &Runtime {
+        self.client.runtime()
+    }
+
+    fn rpc_timeout(&self) -> Duration {
+        self.client.rpc_timeout()
+    }
+
+    fn holder(&self) -> &str {
+        &self.holder
+    }
+
+    fn session_id(&self) -> i64 {
+        self.session.id()
+    }
+
+    fn label(&self) -> &str {
+        self.session.label()
+    }
+
+    /// Everything below the recipe's name (for a permit, its semaphore's),
+    /// where holders are named.
+    fn inside_layout(&self, key: &str) -> Option<&str> {
+        let root = self.layout.as_str();
+        key.starts_with(root).then_some(root)
+    }
+
+    async fn delete(self) -> Result<()> {
+        let sql = "DELETE FROM recipes.queue WHERE entry = $1";
+        let what = format!("release {}", self.holder);
+        let db = self.client.db();
+        db.query(&what, sql, &[(&self.entry, Type::UUID)])
+            .await
+            .map(drop)
+    }
+
+    async fn delete_until_done(self) {
+        remove_entry(&self.client, &self.session, self.entry).await
+    }
+
+    async fn write(self, what: &'static str, write: FencedWrite) -> Result<()> {
+        let (name, fence, entry) = (&self.name, &self.fence, &self.entry);
+        let ok = self.still_ours();
+        let rows = match &write {
+            FencedWrite::Put { key, value } => {
+                validate_key(key)?;
+                let sql = format!(
+                    "WITH ok AS ({ok}) INSERT INTO recipes.kv (key, value) \
+                         SELECT $4, $5 FROM ok ON CONFLICT (key) DO UPDATE \
+                         SET value = EXCLUDED.value RETURNING 1"
+                );
+                let params: crate::db::Params<'_> = &[
+                    (name, Type::TEXT),
+                    (fence, Type::INT8),
+                    (entry, Type::UUID),
+                    (key, Type::TEXT),
+                    (value, Type::BYTEA),
+                ];
+                self.client.db().query(what, &sql, params).await?
+            }
+            FencedWrite::Delete { key } => {
+                validate_key(key)?;
+                let sql = format!(
+                    "WITH ok AS ({ok}), d AS (DELETE FROM recipes.kv \
+                         WHERE key = $4 AND EXISTS (SELECT 1 FROM ok)) SELECT 1 FROM ok"
+                );
+                let params: crate::db::Params<'_> = &[
+                    (name, Type::TEXT),
+                    (fence, Type::INT8),
+                    (entry, Type::UUID),
+                    (key, Type::TEXT),
+                ];
+                self.client.db().query(what, &sql, params).await?
+            }
+            FencedWrite::Proclaim { value } => {
+                let sql = format!(
+                    "WITH ok AS ({ok}) UPDATE recipes.queue SET value = $4 \
+                         WHERE entry = $3 AND EXISTS (SELECT 1 FROM ok) RETURNING 1"
+                );
+                let params: crate::db::Params<'_> = &[
+                    (name, Type::TEXT),
+                    (fence, Type::INT8),
+                    (entry, Type::UUID),
+                    (value, Type::BYTEA),
+                ];
+                self.client.db().query(what, &sql, params).await?
+            }
+        };
+        if rows.is_empty() {
+            return Err(self.rejected(what));
+        }
+        Ok(())
+    }
+}
+
+impl PgEntry {
+    /// The refusal of a write once the holding is gone.
+    pub(crate) fn rejected(&self, what: &str) -> recipes_core::Error {
+        recipes_core::Error::FenceRejected {
+            what: format!(
+                "{what}: {} is gone, or the fence of {} moved past {}",
+                self.holder,
+                self.name,
+                self.fence.map_or("ours".to_owned(), |f| f.to_string())
+            ),
+        }
+    }
+}
+
+/// One watch of our row: the name's channel and the poll.
+pub struct RowWatch {
+    heard: Option<Subscription>,
+    entry: PgEntry,
+}
+
+impl EntryWatcher for PgEntry {
+    type Watch = RowWatch;
+
+    /// Listen on the name's channel, then look at our row.
+    async fn watch(&self) -> Result<Option<RowWatch>> {
+        let heard = match self.client.listener().subscribe(&self.name).await {
+            Ok(s) => Some(s),
+            Err(e) => {
+                log::debug!("[{}] not listening ({e}); polling", self.session.label());
+                None
+            }
+        };
+        let watch = RowWatch {
+            heard,
+            entry: self.clone(),
+        };
+        Ok(self.exists().await?.then_some(watch))
+    }
+
+    /// Our row's deletion, heard or seen by a poll.
+    async fn deleted(watch: &mut RowWatch) -> Result<()> {
+        // Our own row rarely goes behind our back: look at it as often as
+        // the session is renewed, not as often as a waiter looks.
+        let poll = watch
+            .entry
+            .client
+            .poll_interval()
+            .max(watch.entry.session.ttl() / 3);
+        loop {
+            tokio::select! {
+                () = tokio::time::sleep(poll) => {}
+                heard = next(&mut watch.heard) => match heard {
+                    Heard::Entry(seq) if seq != watch.entry.seq => continue,
+                    _ => {}
+                },
+            }
+            if !watch.entry.exists().await? {
+                return Ok(());
+            }
+        }
+    }
+}
+
+impl fmt::Debug for PgEntry {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("PgEntry")
+            .field("holder", &self.holder)
+            .field("seq", &self.seq)
+            .field("fence", &self.fence)
+            .finish()
+    }
+}
+
+impl fmt::Debug for RowWatch {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("RowWatch")
+            .field("entry", &self.entry)
+            .finish()
+    }
+}

@@ -1,0 +1,118 @@
+//! # recipes-pg
+//!
+//! The PostgreSQL backend of `recipes`, in *lease mode*: every lock is a
+//! row of the schema `recipes` whose session expires in database time, so
+//! it works through a transaction-mode pooler (pgbouncer) as well as
+//! directly. The API and its guarantees are core's ([`recipes_core`]);
+//! this crate documents the layout, the session and what a database needs.
+//!
+//! ```no_run
+//! # fn main() -> Result<(), recipes_pg::Error> {
+//! use std::time::Duration;
+//! use recipes_pg::{Client, FencedTransaction};
+//! use recipes_pg::tokio_postgres::types::Type;
+//! let client = recipes_pg::PgClient::builder("postgres://app:secret@db:5432/app")
+//!     .ttl(Duration::from_secs(10))
+//!     .connect()?;
+//! let mutex = client.mutex("/locks/nightly-report")?;
+//! if let Some(guard) = mutex.try_lock_for(Duration::from_secs(5))? {
+//!     // The application's own tables, written only while the lock is ours:
+//!     guard.transaction(|tx| {
+//!         let fence = guard.token().get() as i64;
+//!         tx.execute(
+//!             "UPDATE reports SET state = 'started', fence = $1 WHERE id = 1",
+//!             &[(&fence, Type::INT8)],
+//!         )
+//!     })?;
+//!     guard.release()?;
+//! }
+//! client.close()?;
+//! # Ok(())
+//! # }
+//! ```
+//!
+//! ## Layout
+//!
+//! The schema `recipes` (its tables are described in the `schema` module)
+//! is created by the first client that connects, or refused when it
+//! exists in a layout version this crate does not know. A contender is a
+//! row of `recipes.queue`; its `seq` comes from the name's row of
+//! `recipes.names`, locked until the insert commits, so queue order is
+//! commit order. The first live rows (whose session has not expired in
+//! database time) hold; the fence is the name's counter, bumped by the
+//! holder's confirm. Holders are shown as `<name>/<entry uuid>`.
+//!
+//! ## Privileges
+//!
+//! - To create the schema (first use): `CREATE` on the database (or an
+//!   existing, empty schema `recipes` the role owns).
+//! - To use it: `USAGE` on the schema `recipes`; `SELECT, INSERT, UPDATE,
+//!   DELETE` on its tables; `USAGE` on the sequence of `recipes.sessions`:
+//!   `GRANT USAGE ON SCHEMA recipes TO app; GRANT SELECT, INSERT, UPDATE,
+//!   DELETE ON ALL TABLES IN SCHEMA recipes TO app; GRANT USAGE ON ALL
+//!   SEQUENCES IN SCHEMA recipes TO app;`
+//!
+//! A role without them gets [`Error::PermissionDenied`] at connect; a
+//! refused password [`Error::Unauthenticated`].
+//!
+//! ## Poolers
+//!
+//! Every statement is unnamed (`query_typed`: parse, bind and execute in
+//! one round trip) and stands alone or inside an explicit transaction, so
+//! pgbouncer's `pool_mode = transaction` runs it on any backend. `LISTEN`
+//! cannot work through such a pooler: give a direct URL for it
+//! ([`PgClientBuilder::listen_url`]), or waits poll
+//! ([`PgClientBuilder::poll_interval`]).
+//!
+//! ## What is guaranteed
+//!
+//! Core's guarantees, with the database's clock as the server's: a session
+//! row expires `ttl` after its last renewal in `clock_timestamp()` time,
+//! so the database's clock must not step backwards (a step back revives
+//! expired sessions; NTP slewing is fine). Fences strictly increase per
+//! name as long as the database is not restored from an older backup.
+//! Nothing here is replicated by us: after a failover to a replica that
+//! missed the newest commits, a lock may be held twice — fence in the same
+//! database (fenced writes, [`FencedTransaction`]) to stay safe.
+
+#![warn(missing_docs)]
+#![deny(missing_debug_implementations)]
+
+mod builder;
+mod client;
+mod contend;
+mod db;
+mod election;
+mod entry;
+mod listen;
+mod mutex;
+mod names;
+mod schema;
+mod semaphore;
+mod session;
+mod sql;
+mod surface;
+mod transaction;
+
+pub use builder::{PgClientBuilder, DEFAULT_POLL_INTERVAL};
+pub use client::PgClient;
+pub use election::{Election, LeaderLatch, LeaderSelector, Leadership, PgElection};
+pub use entry::{PgEntry, PgLock, RowWatch};
+pub use mutex::{Mutex, PgMutex};
+pub use names::entry_of;
+pub use recipes_core;
+/// What users of this crate touch from `recipes-core`, so that one
+/// dependency line is enough; the whole core crate is [`recipes_core`].
+pub use recipes_core::{
+    BootInstant, Client, Contender, Error, FenceGate, FencedWrites, FencingToken, LatchEvent,
+    LeaderInfo, LeaderObserver, LossReason, LossSignal, Participant, Result,
+    DEFAULT_CONNECT_TIMEOUT, DEFAULT_RPC_TIMEOUT, DEFAULT_TTL, MAX_DURATION, MIN_TTL,
+};
+pub use semaphore::{PgSemaphore, Semaphore, SemaphorePermit};
+/// The PostgreSQL client crate, for the parameter types and rows of
+/// [`Transaction`].
+pub use tokio_postgres;
+pub use transaction::{FencedTransaction, Transaction};
+
+/// A held [`Mutex`]; see [`recipes_core::MutexGuard`].
+pub type MutexGuard = recipes_core::MutexGuard<PgLock>;

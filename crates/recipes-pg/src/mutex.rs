@@ -1,0 +1,87 @@
+//! The PostgreSQL mutex: the queue rows of `contend.rs` with one holder.
+//! The holder is the live entry with the lowest `seq`; its fence is the
+//! name's counter, bumped by the confirm that found none ahead, so fences
+//! strictly increase in holding order across every client of the database.
+
+use std::time::Instant as StdInstant;
+
+use recipes_core::{engine, MutexBackend, Result};
+use tokio::time::Instant;
+
+use crate::client::PgClient;
+use crate::contend::{Acquired, RowContender};
+use crate::entry::{PgEntry, PgLock};
+use crate::names::validate_name;
+
+/// A handle of a lock or election name: its client and its queue.
+#[derive(Debug, Clone)]
+pub(crate) struct NameHandle {
+    pub(crate) client: PgClient,
+    pub(crate) name: String,
+}
+
+impl NameHandle {
+    /// A handle of `name`, checked as the name of a `what`.
+    pub(crate) fn new(client: PgClient, what: &str, name: &str) -> Result<NameHandle> {
+        validate_name(what, name)?;
+        Ok(NameHandle {
+            client,
+            name: name.to_owned(),
+        })
+    }
+
+    /// Contend with `value` in the entry until ours or `deadline`.
+    pub(crate) async fn contend(
+        &self,
+        value: &[u8],
+        deadline: Option<Instant>,
+    ) -> Result<Option<Acquired>> {
+        let driver = RowContender {
+            client: &self.client,
+            name: &self.name,
+            kind: "lock",
+            max_leases: 1,
+            value,
+        };
+        engine::contend(&driver, deadline).await
+    }
+}
+
+/// A mutex in PostgreSQL (rows of `recipes.queue` under the name); see
+/// [`recipes_core::Mutex`] for the API and what holds under pause and
+/// partition. Made by [`Client::mutex`](crate::Client::mutex). Threads of
+/// one process contend in the database like any other client.
+pub type Mutex = recipes_core::Mutex<PgMutex>;
+
+/// The PostgreSQL mutex backend; use it through [`Mutex`].
+#[derive(Debug, Clone)]
+pub struct PgMutex(NameHandle);
+
+impl PgMutex {
+    pub(crate) fn new(client: PgClient, name: &str) -> Result<PgMutex> {
+        NameHandle::new(client, "lock", name).map(PgMutex)
+    }
+}
+
+impl MutexBackend for PgMutex {
+    type Lease = PgLock;
+
+    fn name(&self) -> &str {
+        &self.0.name
+    }
+
+    fn runtime(&self) -> &recipes_core::Runtime {
+        self.0.client.runtime()
+    }
+
+    fn acquire(&self, deadline: Option<StdInstant>) -> Result<Option<PgLock>> {
+        let this = self.0.clone();
+        self.0
+            .client
+            .runtime()
+            .call_until("lock", None, async move {
+                let won = this.contend(&[], deadline.map(Instant::from_std)).await?;
+                Ok(won.map(|a| PgEntry::held(this.client.clone(), &this.name, a, false)))
+            })
+    }
+}

@@ -1,0 +1,91 @@
+//! Recipe names, keys and holders on PostgreSQL.
+//!
+//! A recipe named `/locks/x` has one row in `recipes.names` (its queue
+//! counter, its fence, its kind) and its contenders are rows of
+//! `recipes.queue`; a contender's *holder* is `<name>/<entry uuid>`, so it
+//! reads like the other stores' node paths and keys. A semaphore `/sems/x`
+//! is three names: `/sems/x` (kind `semaphore`, holding the size),
+//! `/sems/x/locks` (its internal mutex) and `/sems/x/leases` (its permits).
+
+use recipes_core::{quote, Error, Result};
+
+/// What PostgreSQL text cannot hold.
+fn refused(c: char) -> bool {
+    c == '\0' || c.is_control()
+}
+
+/// Check the name of a lock, election or semaphore (`what`).
+pub(crate) fn validate_name(what: &str, name: &str) -> Result<()> {
+    let limit = "PostgreSQL indexes the name, and a btree row holds at most about 2,700 bytes";
+    recipes_core::check_name(&format!("PostgreSQL {what} name"), name, limit, refused)?;
+    if name.len() > MAX_INDEXED {
+        return Err(Error::invalid(format!(
+            "PostgreSQL {what} name {} is {} bytes long; {limit}: use at most {MAX_INDEXED} bytes",
+            quote(name),
+            name.len()
+        )));
+    }
+    Ok(())
+}
+
+/// The longest name or key: a btree entry holds at most a third of a page
+/// (2,704 bytes at the default 8 KiB).
+const MAX_INDEXED: usize = 2_048;
+
+/// Check a key that a plain read or a fenced write names, by the rules of
+/// names.
+pub(crate) fn validate_key(key: &str) -> Result<()> {
+    validate_name("key", key)
+}
+
+/// The holder of the entry `entry` of the queue `name`.
+pub(crate) fn holder(name: &str, entry: &uuid::Uuid) -> String {
+    format!("{name}/{entry}")
+}
+
+/// The entry named by a holder `<name>/<uuid>`.
+pub fn entry_of(holder: &str) -> Option<(&str, uuid::Uuid)> {
+    let (name, entry) = holder.rsplit_once('/')?;
+    Some((name, entry.parse().ok()?))
+}
+
+/// The name `name` holds another recipe (`found`, its kind), so a `ours`
+/// cannot use it.
+pub(crate) fn other_layout(name: &str, ours: &str, found: &str) -> Error {
+    let theirs = match found {
+        "semaphore" => "a semaphore",
+        "permits" => "a semaphore's permits",
+        _ => "a lock or election",
+    };
+    let ours = match ours {
+        "semaphore" => "a semaphore",
+        "permits" => "a semaphore's permits",
+        _ => "a lock or election",
+    };
+    Error::invalid(format!(
+        "the PostgreSQL name {} holds {theirs}, so {ours} cannot use it; give the {ours} \
+         another name",
+        quote(name)
+    ))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn holders_name_their_entry() {
+        let e = uuid::Uuid::new_v4();
+        let h = holder("/locks/x", &e);
+        assert_eq!(entry_of(&h), Some(("/locks/x", e)));
+        assert_eq!(entry_of("/locks/x/job-1"), None);
+    }
+
+    #[test]
+    fn names_fit_an_index() {
+        assert!(validate_name("lock", "/a/b").is_ok());
+        let long = format!("/{}", "x".repeat(MAX_INDEXED));
+        assert!(validate_name("lock", &long).is_err());
+        assert!(validate_name("lock", "/a\u{0}b").is_err());
+    }
+}

@@ -1,0 +1,127 @@
+//! The schema `recipes`: its tables, its version, and its creation on
+//! first use.
+//!
+//! ```text
+//! recipes.layout    (version)                    the layout's version, one row
+//! recipes.sessions  (id, ttl, expires_at)        a client's lease, in database time
+//! recipes.names     (name, kind, next_seq,       one row per recipe name: its queue
+//!                    fence, permits)             counter, its fence, a semaphore's size
+//! recipes.queue     (name, seq, entry, session,  one row per contender, gone with its
+//!                    value)                      session (ON DELETE CASCADE)
+//! recipes.kv        (key, value)                 what fenced puts and deletes write
+//! ```
+//!
+//! A trigger on `recipes.queue` sends `pg_notify('recipes_' || md5(name),
+//! seq)` for every insert, update and delete (a cascade from a session's
+//! end included), so that a waiter hears of the one entry it waits for,
+//! whoever removed it.
+
+use recipes_core::{Error, Result};
+use tokio_postgres::Client;
+
+use crate::sql::from_pg;
+
+/// The layout this crate reads and writes.
+pub(crate) const LAYOUT_VERSION: i32 = 1;
+
+/// Creates the layout, in one transaction (so a pooler keeps it on one
+/// backend), serialized against other clients creating it at the same time
+/// by a transaction-scoped advisory lock.
+const CREATE: &str = r#"
+CREATE SCHEMA IF NOT EXISTS recipes;
+CREATE TABLE recipes.layout (version integer NOT NULL);
+INSERT INTO recipes.layout (version) VALUES (1);
+CREATE TABLE recipes.sessions (
+    id bigint GENERATED ALWAYS AS IDENTITY PRIMARY KEY,
+    ttl interval NOT NULL,
+    expires_at timestamptz NOT NULL);
+CREATE TABLE recipes.names (
+    name text PRIMARY KEY,
+    kind text NOT NULL,
+    next_seq bigint NOT NULL DEFAULT 0,
+    fence bigint NOT NULL DEFAULT 0,
+    permits bigint);
+CREATE TABLE recipes.queue (
+    name text NOT NULL REFERENCES recipes.names (name),
+    seq bigint NOT NULL,
+    entry uuid NOT NULL UNIQUE,
+    session bigint NOT NULL REFERENCES recipes.sessions (id) ON DELETE CASCADE,
+    value bytea NOT NULL DEFAULT '',
+    PRIMARY KEY (name, seq));
+CREATE INDEX queue_session ON recipes.queue (session);
+CREATE TABLE recipes.kv (key text PRIMARY KEY, value bytea NOT NULL);
+CREATE FUNCTION recipes.notify_queue() RETURNS trigger LANGUAGE plpgsql AS $$
+BEGIN
+    PERFORM pg_notify('recipes_' || md5(COALESCE(OLD.name, NEW.name)),
+                      COALESCE(OLD.seq, NEW.seq)::text);
+    RETURN NULL;
+END $$;
+CREATE TRIGGER queue_notify AFTER INSERT OR UPDATE OR DELETE ON recipes.queue
+    FOR EACH ROW EXECUTE FUNCTION recipes.notify_queue();
+"#;
+
+/// Makes sure the layout exists in the version this crate knows: creates
+/// it when missing, refuses a newer one. One statement when it exists.
+///
+/// # Errors
+///
+/// [`Error::PermissionDenied`] when the role may not read or create it;
+/// [`Error::InvalidArgument`] for a layout of another version.
+pub(crate) async fn ensure(db: &Client, what: &str) -> Result<()> {
+    if let Some(found) = version(db, what).await? {
+        return check(found);
+    }
+    let created = async {
+        db.batch_execute("BEGIN; SELECT pg_advisory_xact_lock(hashtext('recipes.layout'))")
+            .await?;
+        // Another client may have created it while we waited for the lock.
+        let exists = db.query_typed_one(EXISTS, &[]).await?;
+        if !exists.get::<_, bool>(0) {
+            db.batch_execute(CREATE).await?;
+        }
+        db.batch_execute("COMMIT").await
+    };
+    if let Err(e) = created.await {
+        // A failed statement leaves the transaction aborted.
+        let _ = db.batch_execute("ROLLBACK").await;
+        return Err(from_pg(&format!("{what}: create the schema recipes"), e));
+    }
+    match version(db, what).await? {
+        Some(found) => check(found),
+        None => Err(crate::sql::unexpected("recipes.layout is empty")),
+    }
+}
+
+/// Whether `recipes.layout` exists, read from the catalog with a fresh
+/// snapshot: `to_regclass` reads the backend's catalog cache, which an
+/// advisory lock does not refresh, so a client that waited for another's
+/// creation still saw none (measured: "relation layout already exists"
+/// with four clients connecting at once).
+const EXISTS: &str = "SELECT EXISTS (SELECT 1 FROM pg_catalog.pg_tables \
+                      WHERE schemaname = 'recipes' AND tablename = 'layout')";
+
+/// The layout's version, `None` when it does not exist.
+async fn version(db: &Client, what: &str) -> Result<Option<i32>> {
+    let read = async {
+        let exists = db.query_typed_one(EXISTS, &[]).await?;
+        if !exists.get::<_, bool>(0) {
+            return Ok(None);
+        }
+        let row = db
+            .query_typed_one("SELECT max(version) FROM recipes.layout", &[])
+            .await?;
+        Ok(row.get::<_, Option<i32>>(0))
+    };
+    read.await
+        .map_err(|e| from_pg(&format!("{what}: read recipes.layout"), e))
+}
+
+fn check(found: i32) -> Result<()> {
+    if found == LAYOUT_VERSION {
+        return Ok(());
+    }
+    Err(Error::invalid(format!(
+        "the schema recipes has layout version {found}, this client knows version \
+         {LAYOUT_VERSION}: use a recipes-pg release for layout {found}, or another database"
+    )))
+}

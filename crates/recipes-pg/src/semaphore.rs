@@ -1,0 +1,148 @@
+//! The PostgreSQL semaphore: the structure of Curator's
+//! `InterProcessSemaphoreV2` over the queue rows — an internal mutex
+//! (`<name>/locks`), one row per permit (`<name>/leases`, whose first N
+//! live rows hold), and the size N in the name's own row of
+//! `recipes.names` (kind `semaphore`), stored by the first client and
+//! checked by every later one. Core's [`admit`](recipes_core::engine::admit)
+//! drives both queues.
+
+use std::time::Instant as StdInstant;
+
+use recipes_core::engine::{self, SemaphoreDriver};
+use recipes_core::{check_stored_size, Result, SemaphoreBackend};
+use tokio::time::Instant;
+use tokio_postgres::types::Type;
+
+use crate::client::PgClient;
+use crate::contend::{Acquired, RowContender};
+use crate::entry::{PgEntry, PgLock};
+use crate::names::{other_layout, validate_name};
+
+/// A counting semaphore in PostgreSQL (the layout above); see
+/// [`recipes_core::Semaphore`] for the API and what holds under pause and
+/// partition. Made by [`Client::semaphore`](crate::Client::semaphore).
+pub type Semaphore = recipes_core::Semaphore<PgSemaphore>;
+
+/// A held permit of a [`Semaphore`]; see [`recipes_core::SemaphorePermit`].
+pub type SemaphorePermit = recipes_core::SemaphorePermit<PgLock>;
+
+/// The PostgreSQL semaphore backend; use it through [`Semaphore`].
+#[derive(Debug, Clone)]
+pub struct PgSemaphore {
+    client: PgClient,
+    name: String,
+    permits: u32,
+    lock_name: String,
+    lease_name: String,
+}
+
+impl PgSemaphore {
+    pub(crate) fn new(client: PgClient, name: &str, permits: u32) -> Result<PgSemaphore> {
+        validate_name("semaphore", name)?;
+        recipes_core::check_permits(&format!("the PostgreSQL semaphore {name}"), permits)?;
+        Ok(PgSemaphore {
+            client,
+            name: name.to_owned(),
+            permits,
+            lock_name: format!("{name}/locks"),
+            lease_name: permits_name(name),
+        })
+    }
+
+    /// Store our size unless one is stored; check the stored one. A name
+    /// that holds a lock or election is refused.
+    pub(crate) async fn ensure_size(&self) -> Result<()> {
+        let what = format!("store the size of {}", self.name);
+        let n = i64::from(self.permits);
+        let (db, name) = (self.client.db(), &self.name);
+        let insert = "INSERT INTO recipes.names (name, kind, permits) \
+                      VALUES ($1, 'semaphore', $2) ON CONFLICT (name) DO NOTHING";
+        db.query(&what, insert, &[(name, Type::TEXT), (&n, Type::INT8)])
+            .await?;
+        let read = "SELECT kind, permits FROM recipes.names WHERE name = $1";
+        let row = db
+            .query_opt(&what, read, &[(name, Type::TEXT)])
+            .await?
+            .ok_or_else(|| crate::sql::unexpected("the name's row vanished"))?;
+        let (kind, stored): (String, Option<i64>) = (row.get(0), row.get(1));
+        if kind != "semaphore" {
+            return Err(other_layout(name, "semaphore", &kind));
+        }
+        let stored = stored.map(|s| s.to_string()).unwrap_or_default();
+        let what = format!("the PostgreSQL semaphore {name}");
+        let config = format!("the permits column of {name}'s row in recipes.names");
+        check_stored_size(&what, &config, stored.as_bytes(), self.permits)
+    }
+}
+
+/// The queue name of the permits of the semaphore `name`.
+pub(crate) fn permits_name(name: &str) -> String {
+    format!("{name}/leases")
+}
+
+impl SemaphoreBackend for PgSemaphore {
+    type Permit = PgLock;
+
+    fn name(&self) -> &str {
+        &self.name
+    }
+
+    fn permits(&self) -> u32 {
+        self.permits
+    }
+
+    fn runtime(&self) -> &recipes_core::Runtime {
+        self.client.runtime()
+    }
+
+    fn acquire(&self, deadline: Option<StdInstant>) -> Result<Option<PgLock>> {
+        let this = self.clone();
+        self.client
+            .runtime()
+            .call_until("acquire a permit", None, async move {
+                let contender = |name, kind, max_leases| RowContender {
+                    client: &this.client,
+                    name,
+                    kind,
+                    max_leases,
+                    value: &[],
+                };
+                let admission = Admission {
+                    lock: contender(&this.lock_name, "lock", 1),
+                    permits: contender(&this.lease_name, "permits", this.permits as usize),
+                };
+                let won = engine::admit(&admission, deadline.map(Instant::from_std)).await?;
+                let client = this.client.clone();
+                Ok(won.map(|a| PgEntry::held(client, &this.lease_name, a, true)))
+            })
+    }
+}
+
+/// One acquisition's side of the engine's semaphore.
+struct Admission<'a> {
+    lock: RowContender<'a>,
+    permits: RowContender<'a>,
+}
+
+impl<'a> SemaphoreDriver for Admission<'a> {
+    type Lock = RowContender<'a>;
+    type Permit = RowContender<'a>;
+
+    /// No round trip: the size was checked when the handle was made.
+    async fn ensure_size(&self) -> Result<()> {
+        Ok(())
+    }
+
+    fn lock(&self) -> &RowContender<'a> {
+        &self.lock
+    }
+
+    fn permits(&self) -> &RowContender<'a> {
+        &self.permits
+    }
+
+    /// Awaited, so that a `try_acquire` right after finds the mutex free.
+    fn unlock(held: Acquired) -> impl std::future::Future<Output = ()> + Send + 'static {
+        held.ticket.remove()
+    }
+}

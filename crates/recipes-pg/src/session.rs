@@ -1,0 +1,124 @@
+//! PostgreSQL's leases as core's [`LeaseStore`]: a lease is one row of
+//! `recipes.sessions` whose expiry is kept in database time
+//! (`clock_timestamp()`); a renewal is a guarded update that never
+//! revives an expired row (0 rows: the lease is gone); a revoke deletes
+//! the row, and its cascade every entry of it. A session is core's
+//! [`LeaseSession`] over them (the grant's timing, renewals every TTL/3,
+//! the local deadline, the revoke on every way out), and the client's
+//! sessions are core's [`LeaseSessions`](recipes_core::LeaseSessions).
+//!
+//! Entries are named by a fresh uuid each, so acquisitions of one name
+//! share the client's session: no turn at a name is ever taken.
+
+use std::collections::VecDeque;
+use std::sync::Arc;
+use std::time::Duration;
+
+use recipes_core::{Error, LeaseSession, LeaseStore, Opened, Renewal, RenewalStream, Result};
+use tokio::task::JoinHandle;
+use tokio_postgres::types::Type;
+
+use crate::db::Db;
+use crate::sql::unexpected;
+
+/// A session: one row of `recipes.sessions`, kept alive.
+pub(crate) type Session = LeaseSession<PgLeases>;
+
+/// Sessions expired this long ago are deleted by the next grant of any
+/// client (their entries go with them); an expired session's entries never
+/// count as contenders anyway.
+const SWEEP_AFTER: &str = "1 minute";
+
+/// The database's session rows, reached through the client's connection.
+#[derive(Clone)]
+pub(crate) struct PgLeases(pub(crate) Arc<Db>);
+
+impl LeaseStore for PgLeases {
+    type Renewals = PgRenewals;
+
+    fn label(&self, id: i64) -> String {
+        format!("session={id}")
+    }
+
+    /// Insert a row expiring `ttl` from now in database time; the TTL is
+    /// granted as asked, to the millisecond. Then, in the background,
+    /// sweep long-expired rows.
+    async fn grant(&self, ttl: Duration, _timeout: Duration) -> Result<(i64, Duration)> {
+        let ms = i64::try_from(ttl.as_millis()).unwrap_or(i64::MAX);
+        let sql = "INSERT INTO recipes.sessions (ttl, expires_at) \
+                   VALUES ($1 * interval '1 millisecond', \
+                           clock_timestamp() + $1 * interval '1 millisecond') \
+                   RETURNING id";
+        let row = self
+            .0
+            .query_opt("open a session", sql, &[(&ms, Type::INT8)])
+            .await?
+            .ok_or_else(|| unexpected("an insert returned no row"))?;
+        let db = self.0.clone();
+        tokio::spawn(async move {
+            let sweep = format!(
+                "DELETE FROM recipes.sessions \
+                 WHERE expires_at < clock_timestamp() - interval '{SWEEP_AFTER}'"
+            );
+            if let Err(e) = db.query("sweep expired sessions", &sweep, &[]).await {
+                log::debug!("sweeping expired sessions failed: {e}");
+            }
+        });
+        Ok((row.get(0), Duration::from_millis(ms.unsigned_abs())))
+    }
+
+    async fn renewals(&self, id: i64, _timeout: Duration) -> Result<Opened<PgRenewals>> {
+        Ok(Opened::Ready(PgRenewals {
+            db: self.0.clone(),
+            id,
+            sent: VecDeque::new(),
+        }))
+    }
+
+    async fn revoke(&self, id: i64, _timeout: Duration) -> Result<()> {
+        let sql = "DELETE FROM recipes.sessions WHERE id = $1";
+        self.0
+            .query("end a session", sql, &[(&id, Type::INT8)])
+            .await
+            .map(drop)
+    }
+}
+
+/// Renewals of one session on the client's connection: each one an update
+/// of its own, answered in the order sent.
+pub(crate) struct PgRenewals {
+    db: Arc<Db>,
+    id: i64,
+    sent: VecDeque<JoinHandle<Result<Renewal>>>,
+}
+
+impl RenewalStream for PgRenewals {
+    async fn send(&mut self) -> Result<()> {
+        let (db, id) = (self.db.clone(), self.id);
+        self.sent.push_back(tokio::spawn(async move {
+            let sql = "UPDATE recipes.sessions SET expires_at = clock_timestamp() + ttl \
+                       WHERE id = $1 AND expires_at > clock_timestamp() \
+                       RETURNING (extract(epoch FROM ttl) * 1000)::int8";
+            let row = db
+                .query_opt("renew the session", sql, &[(&id, Type::INT8)])
+                .await?;
+            Ok(match row {
+                Some(row) => {
+                    Renewal::Granted(Duration::from_millis(row.get::<_, i64>(0).unsigned_abs()))
+                }
+                None => Renewal::Gone,
+            })
+        }));
+        Ok(())
+    }
+
+    /// Cancel-safe: the oldest renewal stays queued until it answered.
+    async fn reply(&mut self) -> Result<Renewal> {
+        let Some(oldest) = self.sent.front_mut() else {
+            return std::future::pending().await;
+        };
+        let answered = oldest.await;
+        self.sent.pop_front();
+        answered.map_err(|_| Error::ConnectionLoss)?
+    }
+}

@@ -1,0 +1,145 @@
+//! [`PgClient`] as the one client surface of `recipes-core`
+//! ([`recipes_core::Client`]): recipes by name, contenders in queue order,
+//! reads of `recipes.kv`.
+
+use std::time::{Duration, Instant};
+
+use recipes_core::{BootInstant, Client, Contender, Result};
+use tokio_postgres::types::Type;
+use uuid::Uuid;
+
+use crate::client::PgClient;
+use crate::election::{Election, LeaderLatch, LeaderSelector, PgElection};
+use crate::mutex::{Mutex, PgMutex};
+use crate::names::{holder, validate_key, validate_name};
+use crate::semaphore::{permits_name, PgSemaphore, Semaphore};
+
+/// The live entries of the queue `name`, first in line first.
+pub(crate) async fn read_contenders(client: &PgClient, name: &str) -> Result<Vec<Contender>> {
+    let sql = "SELECT q.entry, q.seq, q.value FROM recipes.queue q \
+               JOIN recipes.sessions s ON s.id = q.session \
+               WHERE q.name = $1 AND s.expires_at > clock_timestamp() ORDER BY q.seq";
+    let what = format!("list the contenders of {name}");
+    let rows = client
+        .db()
+        .query(&what, sql, &[(&name, Type::TEXT)])
+        .await?;
+    Ok(rows
+        .iter()
+        .map(|r| Contender {
+            holder: holder(name, &r.get::<_, Uuid>(0)),
+            created: r.get(1),
+            value: r.get(2),
+        })
+        .collect())
+}
+
+impl Client for PgClient {
+    type Mutex = PgMutex;
+    type Semaphore = PgSemaphore;
+    type Election = PgElection;
+
+    fn store(&self) -> &'static str {
+        "pg"
+    }
+
+    fn mutex(&self, name: &str) -> Result<Mutex> {
+        Ok(Mutex::from_backend(PgMutex::new(self.clone(), name)?))
+    }
+
+    /// The size is stored in the name's row by the first client and
+    /// checked here; a name that holds a lock or election is refused.
+    fn semaphore(&self, name: &str, permits: u32) -> Result<Semaphore> {
+        let backend = PgSemaphore::new(self.clone(), name, permits)?;
+        let this = backend.clone();
+        self.call("check the semaphore size", async move {
+            this.ensure_size().await
+        })?;
+        Ok(Semaphore::from_backend(backend))
+    }
+
+    fn election(&self, name: &str) -> Result<Election> {
+        Ok(Election::from_backend(PgElection::new(self.clone(), name)?))
+    }
+
+    fn leader_latch(&self, name: &str, id: &str) -> Result<LeaderLatch> {
+        LeaderLatch::new(PgElection::new(self.clone(), name)?, id)
+    }
+
+    fn leader_selector(&self, name: &str, id: &str) -> Result<LeaderSelector> {
+        LeaderSelector::new(PgElection::new(self.clone(), name)?, id)
+    }
+
+    /// The live rows of the name's queue, by `seq` (the first holds or
+    /// leads); `created` is the `seq`.
+    fn contenders(&self, name: &str) -> Result<Vec<Contender>> {
+        validate_name("lock", name)?;
+        let (client, name) = (self.clone(), name.to_owned());
+        self.call("list contenders", async move {
+            read_contenders(&client, &name).await
+        })
+    }
+
+    fn permits(&self, name: &str) -> Result<(Option<u32>, Vec<Contender>)> {
+        validate_name("semaphore", name)?;
+        let (client, name) = (self.clone(), name.to_owned());
+        self.call("list permits", async move {
+            let sql = "SELECT permits FROM recipes.names WHERE name = $1 AND kind = 'semaphore'";
+            let what = format!("read the size of {name}");
+            let row = client
+                .db()
+                .query_opt(&what, sql, &[(&name, Type::TEXT)])
+                .await?;
+            let size = row
+                .and_then(|r| r.get::<_, Option<i64>>(0))
+                .and_then(|n| u32::try_from(n).ok());
+            Ok((size, read_contenders(&client, &permits_name(&name)).await?))
+        })
+    }
+
+    /// A read of `recipes.kv`, where fenced writes land.
+    fn read(&self, key: &str) -> Result<Option<Vec<u8>>> {
+        validate_key(key)?;
+        let (client, key) = (self.clone(), key.to_owned());
+        self.call("read", async move {
+            let sql = "SELECT value FROM recipes.kv WHERE key = $1";
+            let row = client
+                .db()
+                .query_opt("read", sql, &[(&key, Type::TEXT)])
+                .await?;
+            Ok(row.map(|r| r.get(0)))
+        })
+    }
+
+    fn session_id(&self) -> Option<i64> {
+        self.leases().current().map(|s| s.id())
+    }
+
+    fn granted_ttl(&self) -> Duration {
+        self.leases().granted_ttl()
+    }
+
+    /// `SELECT 1` on the statement connection.
+    fn ping(&self) -> Result<Duration> {
+        let client = self.clone();
+        let started = Instant::now();
+        self.call("ping", async move {
+            client.db().query("ping", "SELECT 1", &[]).await?;
+            Ok(started.elapsed())
+        })
+    }
+
+    fn last_acknowledged(&self) -> Option<BootInstant> {
+        self.leases().last_acknowledged()
+    }
+
+    fn valid_until(&self) -> Option<BootInstant> {
+        self.leases().valid_until()
+    }
+
+    /// Deletes the session row, so every entry goes at once, then stops
+    /// the runtime.
+    fn close_within(&self, grace: Duration) -> Result<()> {
+        self.leases().close_within(grace)
+    }
+}

@@ -1,0 +1,224 @@
+//! Transactions fenced by a held lock: the caller's own statements, in the
+//! same database, committed only if the holding was still ours when the
+//! transaction began — and, because the check locks the name's row in
+//! share mode until the commit, no later holder's fence exists before it.
+
+use std::fmt;
+use std::sync::Arc;
+
+use recipes_core::{within, Error, Leadership, MutexGuard, Result, SemaphorePermit};
+use tokio_postgres::types::{ToSql, Type};
+use tokio_postgres::Row;
+
+use crate::entry::{PgEntry, PgLock};
+use crate::sql::{from_pg, Encoded};
+
+/// Statements of one fenced transaction, run on a connection of their own
+/// (held to one backend by the open transaction, so a transaction-mode
+/// pooler serves it too). Each statement is unnamed: its parameters carry
+/// their types, as tokio-postgres's `query_typed`.
+pub struct Transaction<'h> {
+    entry: &'h PgEntry,
+    conn: Option<Arc<tokio_postgres::Client>>,
+}
+
+type Typed<'a> = &'a [(&'a (dyn ToSql + Sync), Type)];
+
+impl Transaction<'_> {
+    fn encode(params: Typed<'_>) -> Result<Vec<(Encoded, Type)>> {
+        params
+            .iter()
+            .map(|(v, ty)| Ok((Encoded::new(*v, ty)?, ty.clone())))
+            .collect()
+    }
+
+    /// Run `sql` with `params` (each with its type) and return its rows.
+    ///
+    /// # Errors
+    ///
+    /// The server's refusal ([`Error::Backend`] with PostgreSQL's message
+    /// and code); [`Error::Timeout`] after the RPC timeout; a parameter
+    /// that does not fit its type is [`Error::InvalidArgument`].
+    pub fn query(&mut self, sql: &str, params: Typed<'_>) -> Result<Vec<Row>> {
+        let (params, conn) = (Self::encode(params)?, self.conn()?);
+        let (sql, what) = (sql.to_owned(), "a statement of a fenced transaction");
+        self.entry.client.call(what, async move {
+            let typed = borrowed(&params);
+            conn.query_typed(&sql, &typed)
+                .await
+                .map_err(|e| from_pg(what, e))
+        })
+    }
+
+    /// Run `sql` with `params`; the number of rows it changed.
+    ///
+    /// # Errors
+    ///
+    /// As for [`query`](Transaction::query).
+    pub fn execute(&mut self, sql: &str, params: Typed<'_>) -> Result<u64> {
+        let (params, conn) = (Self::encode(params)?, self.conn()?);
+        let (sql, what) = (sql.to_owned(), "a statement of a fenced transaction");
+        self.entry.client.call(what, async move {
+            let typed = borrowed(&params);
+            conn.execute_typed(&sql, &typed)
+                .await
+                .map_err(|e| from_pg(what, e))
+        })
+    }
+
+    fn conn(&self) -> Result<Arc<tokio_postgres::Client>> {
+        self.conn.clone().ok_or(Error::Closed)
+    }
+
+    /// Run statements without parameters (the simple protocol; several
+    /// may be separated by `;`).
+    ///
+    /// # Errors
+    ///
+    /// As for [`query`](Transaction::query).
+    pub fn batch_execute(&mut self, sql: &str) -> Result<()> {
+        let conn = self.conn()?;
+        let (sql, what) = (sql.to_owned(), "statements of a fenced transaction");
+        self.entry.client.call(what, async move {
+            conn.batch_execute(&sql).await.map_err(|e| from_pg(what, e))
+        })
+    }
+
+    fn end(&mut self, commit: bool) -> Result<()> {
+        let Some(conn) = self.conn.take() else {
+            return Ok(());
+        };
+        let e = self.entry.clone();
+        let what = if commit {
+            "commit a fenced transaction"
+        } else {
+            "roll back a fenced transaction"
+        };
+        let sql = if commit { "COMMIT" } else { "ROLLBACK" };
+        e.client.clone().call(what, async move {
+            conn.batch_execute(sql)
+                .await
+                .map_err(|err| from_pg(what, err))?;
+            if let Ok(c) = Arc::try_unwrap(conn) {
+                e.client.db().checkin(c);
+            }
+            Ok(())
+        })
+    }
+}
+
+/// Encoded parameters as tokio-postgres takes them.
+fn borrowed(params: &[(Encoded, Type)]) -> Vec<(&(dyn ToSql + Sync), Type)> {
+    params
+        .iter()
+        .map(|(v, t)| (v as &(dyn ToSql + Sync), t.clone()))
+        .collect()
+}
+
+impl Drop for Transaction<'_> {
+    /// Not committed (the closure panicked): the connection is dropped,
+    /// which rolls the transaction back at the server.
+    fn drop(&mut self) {
+        if let Some(conn) = self.conn.take() {
+            let _enter = self.entry.client.runtime().enter();
+            drop(conn);
+        }
+    }
+}
+
+impl fmt::Debug for Transaction<'_> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Transaction")
+            .field("holder", &recipes_core::StoreEntry::holder(self.entry))
+            .field("open", &self.conn.is_some())
+            .finish()
+    }
+}
+
+/// Run the caller's statements in one transaction fenced by a held lock,
+/// leadership or permit.
+pub trait FencedTransaction {
+    /// Begin a transaction that first locks the name's row in share mode
+    /// and checks that its fence is still this holding's (for a permit:
+    /// that our row is live), run `work` in it, and commit when `work`
+    /// returns `Ok` (roll back when it returns an error or panics).
+    ///
+    /// While the transaction is open no later holder can mint its fence
+    /// (its confirm waits for the share lock), so what commits here is
+    /// ordered before every later holder's writes. Keep it short: new
+    /// contenders of the name (whose enter updates the same row) wait for
+    /// it too. A transaction left idle
+    /// longer than the session's TTL (a paused process) is ended by the
+    /// server (`idle_in_transaction_session_timeout`), so it cannot block
+    /// the lock for longer than a crash would.
+    ///
+    /// # Errors
+    ///
+    /// [`Error::FenceRejected`] when the holding is gone or stale (nothing
+    /// ran); `work`'s error (rolled back); a commit that got no reply is
+    /// [`Error::Indeterminate`].
+    fn transaction<T>(&self, work: impl FnOnce(&mut Transaction<'_>) -> Result<T>) -> Result<T>;
+}
+
+impl FencedTransaction for PgLock {
+    fn transaction<T>(&self, work: impl FnOnce(&mut Transaction<'_>) -> Result<T>) -> Result<T> {
+        let entry: &PgEntry = self.entry();
+        let e = entry.clone();
+        let begun = entry.client.call("begin a fenced transaction", async move {
+            let conn = e.client.db().checkout().await?;
+            let what = "begin a fenced transaction";
+            let ttl_ms = e.session.ttl().as_millis();
+            let begin =
+                format!("BEGIN; SET LOCAL idle_in_transaction_session_timeout = '{ttl_ms}ms'");
+            let (name, fence, id) = (&e.name, &e.fence, &e.entry);
+            let checked = within(what, e.client.rpc_timeout(), async {
+                let begun = async {
+                    conn.batch_execute(&begin).await?;
+                    let params: crate::db::Params<'_> =
+                        &[(name, Type::TEXT), (fence, Type::INT8), (id, Type::UUID)];
+                    conn.query_typed(e.still_ours(), params).await
+                };
+                begun.await.map_err(|err| from_pg(what, err))
+            });
+            match checked.await {
+                Ok(rows) if !rows.is_empty() => Ok(Arc::new(conn)),
+                Ok(_) => {
+                    let _ = conn.batch_execute("ROLLBACK").await;
+                    e.client.db().checkin(conn);
+                    Err(e.rejected("fenced transaction"))
+                }
+                Err(err) => Err(err),
+            }
+        });
+        let mut tx = Transaction {
+            entry,
+            conn: Some(begun?),
+        };
+        match work(&mut tx) {
+            Ok(value) => tx.end(true).map_err(Error::unconfirmed).map(|()| value),
+            Err(e) => {
+                if let Err(rolled) = tx.end(false) {
+                    log::debug!("rolling back a fenced transaction failed: {rolled}");
+                }
+                Err(e)
+            }
+        }
+    }
+}
+
+macro_rules! through_the_lease {
+    ($guard:ty) => {
+        impl FencedTransaction for $guard {
+            fn transaction<T>(
+                &self,
+                work: impl FnOnce(&mut Transaction<'_>) -> Result<T>,
+            ) -> Result<T> {
+                self.lease().transaction(work)
+            }
+        }
+    };
+}
+
+through_the_lease!(MutexGuard<PgLock>);
+through_the_lease!(Leadership<PgLock>);
+through_the_lease!(SemaphorePermit<PgLock>);

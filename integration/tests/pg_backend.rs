@@ -1,0 +1,242 @@
+//! What only the PostgreSQL backend has: its URL, its roles and
+//! privileges, its versioned schema, transactions fenced by a held lock.
+//! Its faults are in `pg_faults.rs`.
+
+mod pg_common;
+
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use integration::pg_server::PG_USER;
+use integration::{scale, wait_until, PgFacts, PgServer};
+use pg_common::*;
+use recipes_core::{Client, Error};
+use recipes_pg::tokio_postgres::types::Type;
+use recipes_pg::{FencedTransaction, PgClient};
+
+#[test]
+fn bad_urls_are_invalid_argument_and_an_unreachable_server_is_named_in_time() {
+    for bad in [
+        "",
+        "127.0.0.1:5432",
+        "http://127.0.0.1:5432/recipes",
+        "postgres://u@h:port/db",
+        "postgres:///recipes",
+        "host=127.0.0.1 user=postgres",
+    ] {
+        match connect(bad, TTL) {
+            Err(Error::InvalidArgument(m)) => assert!(m.contains("postgres://"), "{bad}: {m}"),
+            other => panic!("{bad:?}: expected InvalidArgument, got {other:?}"),
+        }
+    }
+    let free = integration::ports::reserve_port();
+    let url = format!("postgres://postgres:hidden@{}/recipes", free.addr());
+    let started = Instant::now();
+    match connect(&url, TTL) {
+        Err(Error::Backend { message, .. }) => {
+            assert!(message.contains(&free.addr().to_string()), "{message}");
+            assert!(
+                !message.contains("hidden"),
+                "the password is not shown: {message}"
+            );
+        }
+        other => panic!("nothing listens: expected Backend, got {other:?}"),
+    }
+    let bound = scale(Duration::from_secs(6));
+    assert!(started.elapsed() < bound, "took {:?}", started.elapsed());
+}
+
+/// A role that must give a password (scram), and what a wrong one and an
+/// unknown role get.
+#[test]
+fn a_wrong_password_or_an_unknown_role_is_unauthenticated() {
+    let server = PgServer::start();
+    server.sql("CREATE ROLE pw_user LOGIN SUPERUSER PASSWORD 'right'");
+    let hba = server.dir().join("data/pg_hba.conf");
+    let rules = std::fs::read_to_string(&hba).expect("read pg_hba.conf");
+    let ours = "host all pw_user 127.0.0.1/32 scram-sha-256\n";
+    std::fs::write(&hba, format!("{ours}{rules}")).expect("write pg_hba.conf");
+    server.sql("SELECT pg_reload_conf()");
+    let url = |who: &str| format!("postgres://{who}@{}/recipes", server.addr());
+    wait_until(
+        "the password rule is in force",
+        scale(Duration::from_secs(10)),
+        || {
+            matches!(
+                connect(&url("pw_user:wrong"), TTL),
+                Err(Error::Unauthenticated { .. })
+            )
+        },
+    );
+    match connect(&url("pw_user:wrong"), TTL) {
+        Err(Error::Unauthenticated { what }) => assert!(!what.contains("wrong"), "{what}"),
+        other => panic!("a wrong password: {other:?}"),
+    }
+    match connect(&url("nobody"), TTL) {
+        Err(Error::Unauthenticated { .. }) => {}
+        other => panic!("an unknown role: {other:?}"),
+    }
+    let c = connect(&url("pw_user:right"), TTL).expect("the right password");
+    c.close().unwrap();
+}
+
+/// Without `CREATE` on the database the schema cannot be made; without
+/// grants on it, it cannot be used; with them, it works. Nothing is left
+/// by the refusals.
+#[test]
+fn missing_privileges_are_permission_denied_until_granted() {
+    let server = PgServer::start();
+    let url = server.url_as(PG_USER);
+    match connect(&url, TTL) {
+        Err(Error::PermissionDenied { what }) => assert!(what.contains("schema"), "{what}"),
+        other => panic!("creating the schema without CREATE: {other:?}"),
+    }
+    PgClient::builder(server.url())
+        .init()
+        .expect("the superuser creates the schema");
+    assert!(
+        PgFacts::new(server.addr()).sessions().is_empty(),
+        "init opens no session"
+    );
+    let admin = connect(&server.url(), TTL).expect("the superuser connects");
+    match connect(&url, TTL) {
+        Err(Error::PermissionDenied { .. }) => {}
+        other => panic!("using the schema without grants: {other:?}"),
+    }
+    grant(&server, PG_USER);
+    let user = connect(&url, TTL).expect("with the grants");
+    let lock = name("privileges");
+    let g = user.mutex(&lock).unwrap().lock().unwrap();
+    g.put(&format!("{lock}-resource"), b"x").unwrap();
+    g.release().unwrap();
+    user.close().unwrap();
+    admin.close().unwrap();
+    assert!(
+        PgFacts::new(server.addr()).sessions().is_empty(),
+        "no session left"
+    );
+}
+
+/// Clients that connect to an empty database at once create the schema
+/// once between them (failed before: "relation layout already exists").
+#[test]
+fn clients_connecting_at_once_to_an_empty_database_all_connect() {
+    let server = PgServer::start();
+    let url = server.url();
+    let go = Arc::new(std::sync::Barrier::new(8));
+    let clients: Vec<_> = (0..8)
+        .map(|_| {
+            let (url, go) = (url.clone(), go.clone());
+            std::thread::spawn(move || {
+                go.wait();
+                connect(&url, TTL)
+            })
+        })
+        .collect();
+    for c in clients {
+        c.join()
+            .unwrap()
+            .expect("every client connects")
+            .close()
+            .unwrap();
+    }
+}
+
+#[test]
+fn a_layout_of_another_version_is_refused() {
+    let server = PgServer::start();
+    connect(&server.url(), TTL).unwrap().close().unwrap();
+    server.sql("UPDATE recipes.layout SET version = 2");
+    match connect(&server.url(), TTL) {
+        Err(Error::InvalidArgument(m)) => assert!(m.contains("layout version 2"), "{m}"),
+        other => panic!("a newer layout: {other:?}"),
+    }
+    assert!(PgFacts::new(server.addr()).sessions().is_empty());
+}
+
+#[test]
+fn a_fenced_transaction_commits_only_while_the_lock_is_ours() {
+    let server = PgServer::shared();
+    let t = table(server, "tx");
+    let lock = name("tx");
+    let (a, b) = (
+        connect(&server.url(), TTL).unwrap(),
+        connect(&server.url(), TTL).unwrap(),
+    );
+    let held = a.mutex(&lock).unwrap().lock().unwrap();
+    let fence = held.token().get() as i64;
+    let insert = format!("INSERT INTO {t} (fence) VALUES ($1)");
+    let n = held
+        .transaction(|tx| tx.execute(&insert, &[(&fence, Type::INT8)]))
+        .expect("a transaction of the holder commits");
+    assert_eq!(n, 1);
+    // The caller's error rolls back.
+    let failed = held.transaction(|tx| {
+        tx.execute(&insert, &[(&(fence + 1000), Type::INT8)])?;
+        Err::<(), _>(Error::invalid("the caller changed its mind"))
+    });
+    assert!(
+        matches!(failed, Err(Error::InvalidArgument(_))),
+        "{failed:?}"
+    );
+    assert_eq!(fences(server, &t), vec![fence.to_string()]);
+
+    // Another holder after ours was deleted: ours is stale and writes
+    // nothing, theirs commits.
+    PgFacts::new(server.addr()).delete(held.holder());
+    held.lost().wait_timeout(scale(Duration::from_secs(10)));
+    let next = b.mutex(&lock).unwrap().lock().unwrap();
+    assert!(next.token() > held.token());
+    let stale = held.transaction(|tx| tx.execute(&insert, &[(&fence, Type::INT8)]));
+    assert!(
+        matches!(stale, Err(Error::FenceRejected { .. })),
+        "{stale:?}"
+    );
+    let newer = next.token().get() as i64;
+    next.transaction(|tx| tx.execute(&insert, &[(&newer, Type::INT8)]))
+        .unwrap();
+    assert_eq!(
+        fences(server, &t),
+        vec![fence.to_string(), newer.to_string()]
+    );
+    next.release().unwrap();
+    drop(held);
+    a.close().unwrap();
+    b.close().unwrap();
+}
+
+#[test]
+fn a_semaphore_admits_at_most_its_permits() {
+    let server = PgServer::shared();
+    let sem = name("sem");
+    let inside = Arc::new(AtomicUsize::new(0));
+    let most = Arc::new(AtomicUsize::new(0));
+    let threads: Vec<_> = (0..6)
+        .map(|_| {
+            let c = connect(&server.url(), Duration::from_secs(10)).unwrap();
+            let (inside, most, sem) = (inside.clone(), most.clone(), sem.clone());
+            std::thread::spawn(move || {
+                let s = c.semaphore(&sem, 3).unwrap();
+                for _ in 0..5 {
+                    let p = s.acquire().unwrap();
+                    let now = inside.fetch_add(1, Ordering::SeqCst) + 1;
+                    most.fetch_max(now, Ordering::SeqCst);
+                    p.put(&format!("{sem}-resource"), b"x").unwrap();
+                    inside.fetch_sub(1, Ordering::SeqCst);
+                    p.release().unwrap();
+                }
+                c.close().unwrap();
+            })
+        })
+        .collect();
+    for t in threads {
+        t.join().unwrap();
+    }
+    assert!(
+        most.load(Ordering::SeqCst) <= 3,
+        "{} at once",
+        most.load(Ordering::SeqCst)
+    );
+    assert!(PgFacts::new(server.addr()).entries_under(&sem).is_empty());
+}

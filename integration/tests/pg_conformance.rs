@@ -1,0 +1,227 @@
+//! The conformance suite against PostgreSQL in lease mode, run twice:
+//! directly, and through pgbouncer in transaction mode (each statement may
+//! run on another backend; `LISTEN` goes to the server directly, as the
+//! crate docs say to deploy it). Tests whose names contain `fault` get
+//! their own server and run one at a time.
+
+mod conformance;
+
+use std::net::SocketAddr;
+use std::time::Duration;
+
+use conformance::{Kit, Server};
+use integration::{PgBouncer, PgFacts, PgServer, PoolMode};
+use recipes_core::Client as _;
+use recipes_pg::{PgClient, PgElection, PgMutex};
+
+/// The server, and the pgbouncer in front of it when the kit goes
+/// through one.
+struct PgKit {
+    // Field order is drop order: the pooler before its server.
+    bouncer: Option<Server<PgBouncer>>,
+    server: Server<PgServer>,
+    facts: PgFacts,
+}
+
+impl PgKit {
+    fn on(server: Server<PgServer>, bouncer: Option<Server<PgBouncer>>) -> PgKit {
+        PgKit {
+            facts: PgFacts::new(server.addr()),
+            server,
+            bouncer,
+        }
+    }
+
+    /// Where statements go: the server, or the pooler.
+    fn url(&self) -> String {
+        match &self.bouncer {
+            Some(b) => b.url(),
+            None => self.server.url(),
+        }
+    }
+
+    fn builder(&self, url: String, ttl: Duration) -> recipes_pg::PgClientBuilder {
+        PgClient::builder(url)
+            .ttl(ttl)
+            .listen_url(self.server.url())
+    }
+
+    fn client(&self, ttl: Duration) -> PgClient {
+        self.builder(self.url(), ttl).connect().expect("connect")
+    }
+
+    fn via(&self, proxy: SocketAddr) -> String {
+        format!("postgresql://postgres@{proxy}/recipes")
+    }
+}
+
+impl Kit for PgKit {
+    type Mutex = PgMutex;
+
+    fn shared() -> Self {
+        PgKit::on(Server::Shared(PgServer::shared()), None)
+    }
+
+    fn own() -> Self {
+        PgKit::on(Server::Own(Box::new(PgServer::start())), None)
+    }
+
+    fn mutex(&self, name: &str, ttl: Duration) -> recipes_pg::Mutex {
+        self.client(ttl).mutex(name).unwrap()
+    }
+
+    type Client = PgClient;
+
+    fn connect(&self, ttl: Duration) -> recipes_core::Result<PgClient> {
+        self.builder(self.url(), ttl).connect()
+    }
+
+    fn connect_via(
+        &self,
+        proxy: SocketAddr,
+        ttl: Duration,
+        rpc_timeout: Duration,
+    ) -> recipes_core::Result<PgClient> {
+        let url = self.via(proxy);
+        PgClient::builder(url.clone())
+            .ttl(ttl)
+            .rpc_timeout(rpc_timeout)
+            .listen_url(url)
+            .connect()
+    }
+
+    type Election = PgElection;
+
+    fn election(&self, name: &str, ttl: Duration) -> recipes_pg::Election {
+        self.client(ttl).election(name).unwrap()
+    }
+
+    fn entries_under(&self, name: &str) -> Vec<String> {
+        self.facts.entries_under(name)
+    }
+
+    fn all_waiters_watch(&self, name: &str, waiters: usize) -> bool {
+        // Every waiter's client (and the holder's, for its own row) has
+        // listened on the name's channel, which each waiter does after its
+        // first read of the queue.
+        self.facts.entries_under(name).len() == waiters + 1
+            && self.facts.listeners(name) == waiters + 1
+    }
+
+    fn write_entry(&self, path: &str, value: &[u8]) {
+        self.facts.put(path, value)
+    }
+
+    fn delete_entry(&self, holder: &str) {
+        self.facts.delete(holder)
+    }
+
+    fn mutex_via(&self, proxy: SocketAddr, name: &str, ttl: Duration) -> recipes_pg::Mutex {
+        let url = self.via(proxy);
+        let client = PgClient::builder(url.clone())
+            .ttl(ttl)
+            .listen_url(url)
+            .connect()
+            .expect("connect through the proxy");
+        client.mutex(name).unwrap()
+    }
+
+    fn server_addr(&self) -> SocketAddr {
+        match &self.bouncer {
+            Some(b) => b.addr(),
+            None => self.server.addr(),
+        }
+    }
+
+    fn worker_connect(&self, ttl: Duration) -> String {
+        format!(
+            "connect pg {} {} {}",
+            self.url(),
+            ttl.as_millis(),
+            self.server.url()
+        )
+    }
+
+    fn exists(&self, holder: &str) -> bool {
+        self.facts.exists(holder)
+    }
+
+    fn value(&self, resource: &str) -> Option<String> {
+        self.facts.get(resource)
+    }
+
+    fn granted(&self, ttl: Duration) -> Duration {
+        // As asked, to the millisecond.
+        ttl
+    }
+
+    fn expiry_granularity(&self) -> Duration {
+        // No server-side sweep: an expired row stops counting at once; a
+        // waiter looks again when the row's remaining life is over.
+        Duration::from_millis(100)
+    }
+}
+
+/// The same server, statements through pgbouncer in transaction mode.
+struct PgBouncerKit(PgKit);
+
+impl std::ops::Deref for PgBouncerKit {
+    type Target = PgKit;
+    fn deref(&self) -> &PgKit {
+        &self.0
+    }
+}
+
+macro_rules! delegate {
+    ($($f:ident($($a:ident: $t:ty),*) -> $r:ty;)*) => {
+        $(fn $f(&self, $($a: $t),*) -> $r { self.0.$f($($a),*) })*
+    };
+}
+
+impl Kit for PgBouncerKit {
+    type Mutex = PgMutex;
+    type Client = PgClient;
+    type Election = PgElection;
+
+    fn shared() -> Self {
+        let server = Server::Shared(PgServer::shared());
+        let bouncer = Server::Shared(PgBouncer::shared(PoolMode::Transaction));
+        PgBouncerKit(PgKit::on(server, Some(bouncer)))
+    }
+
+    fn own() -> Self {
+        let server = Box::new(PgServer::start());
+        let bouncer = Box::new(PgBouncer::start(&server, PoolMode::Transaction));
+        PgBouncerKit(PgKit::on(Server::Own(server), Some(Server::Own(bouncer))))
+    }
+
+    delegate! {
+        mutex(name: &str, ttl: Duration) -> recipes_pg::Mutex;
+        connect(ttl: Duration) -> recipes_core::Result<PgClient>;
+        connect_via(proxy: SocketAddr, ttl: Duration, rpc: Duration) -> recipes_core::Result<PgClient>;
+        election(name: &str, ttl: Duration) -> recipes_pg::Election;
+        entries_under(name: &str) -> Vec<String>;
+        all_waiters_watch(name: &str, waiters: usize) -> bool;
+        write_entry(path: &str, value: &[u8]) -> ();
+        delete_entry(holder: &str) -> ();
+        mutex_via(proxy: SocketAddr, name: &str, ttl: Duration) -> recipes_pg::Mutex;
+        server_addr() -> SocketAddr;
+        worker_connect(ttl: Duration) -> String;
+        exists(holder: &str) -> bool;
+        value(resource: &str) -> Option<String>;
+        granted(ttl: Duration) -> Duration;
+        expiry_granularity() -> Duration;
+    }
+}
+
+mod direct {
+    use super::{conformance, PgKit};
+    use crate::conformance_suite;
+    conformance_suite!(PgKit);
+}
+
+mod bouncer {
+    use super::{conformance, PgBouncerKit};
+    use crate::conformance_suite;
+    conformance_suite!(PgBouncerKit);
+}
