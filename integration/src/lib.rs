@@ -3,7 +3,7 @@
 //! server facts.
 //!
 //! - [`ZkServer`] / [`ZkCluster`], [`EtcdServer`] / [`EtcdCluster`],
-//!   [`PgServer`] / [`PgBouncer`]: server processes in their own temp
+//!   [`PgServer`] / [`PgBouncer`], [`RedisServer`]: server processes in their own temp
 //!   folders on free loopback ports, with `kill` (SIGKILL), `pause`/`resume`
 //!   (SIGSTOP/SIGCONT) and `restart` (same ports, same data). Dropping one
 //!   kills and reaps its processes.
@@ -46,6 +46,7 @@ pub mod process;
 pub mod process_tree;
 pub mod proxy;
 pub mod psql;
+pub mod redis_server;
 pub mod runtime;
 mod server;
 pub mod spawner;
@@ -67,6 +68,7 @@ pub use pg_server::{PgConfig, PgServer};
 pub use pgbouncer::{PgBouncer, PoolMode};
 pub use process::{continue_and_wait, stop_and_wait, ManagedProcess};
 pub use proxy::{Proxy, ProxyMode};
+pub use redis_server::{RedisConfig, RedisServer};
 pub use wait::{wait_for, wait_for_with, wait_until, wait_until_with};
 pub use zk_cluster::ZkCluster;
 pub use zk_facts::ZkFacts;
