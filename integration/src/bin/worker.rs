@@ -8,6 +8,7 @@
 //!
 //! - `connect zk <hosts> <session_timeout_ms>` → `OK session=<hex> timeout_ms=<n>`
 //! - `connect etcd <endpoint[,endpoint…]> <ttl_ms>` → `OK`
+//! - `connect redis <url> <ttl_ms>` → `OK`
 //! - `connect zk <hosts> <session_timeout_ms> [deadline|disconnect]` (the
 //!   loss policy, default deadline)
 //! - `ping` → `OK rtt_us=<n>`
@@ -39,6 +40,7 @@ use recipes_core::{
     MutexBackend, MutexGuard,
 };
 use recipes_etcd::EtcdClient;
+use recipes_redis::RedisClient;
 use recipes_zk::ZkClient;
 
 /// A latch or selector this worker runs (dropping it closes it): the token
@@ -226,6 +228,7 @@ impl<C: Client> Worker<C> {
 enum Connected {
     Zk(Worker<ZkClient>),
     Etcd(Worker<EtcdClient>),
+    Redis(Worker<RedisClient>),
 }
 
 fn worker<C: Client>(client: C) -> Worker<C> {
@@ -263,6 +266,13 @@ fn connect(words: &[&str]) -> Result<(Connected, String), String> {
                 .map_err(|e| err(&e))?;
             Ok((Connected::Etcd(worker(c)), String::new()))
         }
+        ["connect", "redis", url, ttl_ms] => {
+            let c = RedisClient::builder(*url)
+                .ttl(millis(ttl_ms, "ttl_ms")?)
+                .connect()
+                .map_err(|e| err(&e))?;
+            Ok((Connected::Redis(worker(c)), String::new()))
+        }
         _ => Err(usage("connect first")),
     }
 }
@@ -292,6 +302,7 @@ fn main() {
             }),
             (Some(Connected::Zk(w)), _) => w.handle(&words),
             (Some(Connected::Etcd(w)), _) => w.handle(&words),
+            (Some(Connected::Redis(w)), _) => w.handle(&words),
         };
         let reply = match reply {
             Ok(fields) if fields.is_empty() => "OK".to_owned(),
@@ -304,6 +315,7 @@ fn main() {
     match connected {
         Some(Connected::Zk(w)) => w.close(),
         Some(Connected::Etcd(w)) => w.close(),
+        Some(Connected::Redis(w)) => w.close(),
         None => {}
     }
 }
