@@ -65,8 +65,8 @@ impl RedisClientBuilder {
                  redis://:PASSWORD@host:port or redis://USER:PASSWORD@host:port/DB"
             )))
         };
-        match self.url.split_once("://") {
-            Some(("redis", _)) => {}
+        let url = match self.url.split_once("://") {
+            Some(("redis", _)) => self.url.clone(),
             Some(("rediss", _)) => {
                 return refuse(
                     "asks for TLS (rediss://), which this client does not support yet \
@@ -74,9 +74,10 @@ impl RedisClientBuilder {
                 )
             }
             Some((scheme, _)) => return refuse(&format!("has the scheme {scheme}://")),
-            None => return refuse("has no scheme"),
-        }
-        let client = match redis::Client::open(self.url.as_str()) {
+            None if recipes_core::is_host_port(&self.url) => format!("redis://{}", self.url),
+            None => return refuse("is not a URL, nor host:port with a numeric port"),
+        };
+        let client = match redis::Client::open(url.as_str()) {
             Ok(client) => client,
             Err(e) => return refuse(&format!("cannot be used ({e})")),
         };

@@ -38,9 +38,10 @@ pub struct RedisClient {
 }
 
 impl RedisClient {
-    /// Settings for a client of the server at `url` (`redis://host:port`,
-    /// with `:PASSWORD@` or `USER:PASSWORD@` before the host when the
-    /// server wants them, and `/DB` after it).
+    /// Settings for a client of the server at `url`: `redis://host:port`
+    /// (port 6379 if left out), with `:PASSWORD@` or `USER:PASSWORD@`
+    /// before the host when the server wants them and `/DB` after it; or
+    /// plain `host:port`.
     pub fn builder(url: impl Into<String>) -> RedisClientBuilder {
         RedisClientBuilder {
             url: url.into(),

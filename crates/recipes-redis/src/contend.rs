@@ -9,10 +9,10 @@
 //!   read the live members up to ours.
 //! - **list**: the same read; entries of expired sessions are swept (and
 //!   their going published).
-//! - **wait**: subscribe to where the entry ahead's going is published
-//!   (the engine then reads again, so a release in between is not
-//!   missed), then wait for a message, checking every [`POLL`] whether the
-//!   entry ahead is still live: a lost message costs one poll, never a TTL.
+//! - **wait**: subscribe to where the entry ahead's going is published,
+//!   then check that it is still live (so a release in between is not
+//!   missed) and wait for a message, checking again every [`POLL`]: a lost
+//!   message costs one poll, never a TTL.
 //! - **confirm**: `SET <lock> <member> NX PX <session's PTTL>` and, only on
 //!   a new acquisition, `INCR` of the queue's fence counter — the fence.
 //! - **remove**: delete our entry (and the lock, if it holds it), publish
@@ -252,34 +252,39 @@ impl ContendDriver for QueueContender<'_> {
         Ok(self.listing(members))
     }
 
+    /// Subscribed anew, a lock waiter checks the entry ahead itself
+    /// instead of asking for a read of the queue: a release between the
+    /// read and the subscription is seen, and a waiter whose entry ahead
+    /// stays reads nothing (one read per release, for the one behind it).
     async fn wait(&self, epoch: &Epoch, entry: &mut Entry, ahead: &String) -> Result<()> {
         let redis = epoch.session.store()?.redis;
         let timeout = epoch.session.rpc_timeout();
         let channel = self.queue.channel(ahead);
-        match &mut entry.listening {
-            Some((on, stream)) if *on == channel => {
-                let waited = message_or(stream, || async {
-                    if self.queue.mode == Mode::Permit {
-                        // The one permit waiter: read the queue again.
-                        return Ok(true);
-                    }
-                    let args = self.queue.args(ahead);
-                    let live: i64 = redis.once("poll", timeout, &scripts::ALIVE, &args).await?;
-                    Ok(live == 0)
-                })
-                .await;
-                if waited.is_err() {
-                    entry.listening = None;
-                }
-                waited
+        let gone = || async {
+            if self.queue.mode == Mode::Permit {
+                // The one permit waiter: read the queue again.
+                return Ok(true);
             }
-            _ => {
-                entry.listening = None;
-                let stream = subscribe(&redis, &channel, timeout).await?;
-                entry.listening = Some((channel, stream));
-                Ok(())
+            let args = self.queue.args(ahead);
+            let live: i64 = redis.once("poll", timeout, &scripts::ALIVE, &args).await?;
+            Ok(live == 0)
+        };
+        if !matches!(&entry.listening, Some((on, _)) if *on == channel) {
+            entry.listening = None;
+            let stream = subscribe(&redis, &channel, timeout).await?;
+            entry.listening = Some((channel, stream));
+            if gone().await? {
+                return Ok(());
             }
         }
+        let Some((_, stream)) = entry.listening.as_mut() else {
+            return Ok(());
+        };
+        let waited = message_or(stream, gone).await;
+        if waited.is_err() {
+            entry.listening = None;
+        }
+        waited
     }
 
     async fn confirm(
