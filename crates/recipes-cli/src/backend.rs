@@ -6,6 +6,7 @@ use std::time::{Duration, Instant};
 
 use recipes_core::{Client, FencingToken, LossSignal, Result};
 use recipes_etcd::EtcdClient;
+use recipes_redis::RedisClient;
 use recipes_zk::ZkClient;
 
 use crate::cli::BackendChoice;
@@ -25,6 +26,8 @@ pub enum Connected {
     Zk(ZkClient),
     /// etcd.
     Etcd(EtcdClient),
+    /// Redis (a single node).
+    Redis(RedisClient),
 }
 
 /// Run `$body` with `$client` bound to the connected client, whatever its
@@ -34,6 +37,7 @@ macro_rules! on_client {
         match $connected {
             $crate::backend::Connected::Zk($client) => $body,
             $crate::backend::Connected::Etcd($client) => $body,
+            $crate::backend::Connected::Redis($client) => $body,
         }
     };
 }
@@ -58,6 +62,11 @@ pub fn connect(choice: &BackendChoice, ttl: Duration) -> Result<Connected> {
             .connect_timeout(connect_timeout(ttl))
             .connect()
             .map(Connected::Etcd),
+        BackendChoice::Redis(url) => RedisClient::builder(url.clone())
+            .ttl(ttl)
+            .connect_timeout(connect_timeout(ttl))
+            .connect()
+            .map(Connected::Redis),
     }
 }
 

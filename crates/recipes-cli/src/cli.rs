@@ -65,10 +65,11 @@ Lists the contenders on NAME in queue order: the first (for a semaphore, the
 first N) hold it, the others wait. ZooKeeper shows each node's czxid, which
 is the fencing token of a mutex or latch holder; etcd shows each key's
 create_revision (an etcd mutex's fence is the revision of the read that
-confirmed it, which the store does not keep).";
+confirmed it, which the store does not keep); Redis shows each entry's place
+in the queue (a Redis fence is the name's INCR counter at the acquisition).";
 
 /// Run a command under a distributed lock, semaphore permit or leadership,
-/// over ZooKeeper or etcd — like flock(1), across machines, with fencing.
+/// over ZooKeeper, etcd or Redis — like flock(1), across machines, with fencing.
 #[derive(Debug, Parser)]
 #[command(name = "recipes", version, after_help = MAIN_EXAMPLES)]
 pub struct Cli {
@@ -79,6 +80,12 @@ pub struct Cli {
     /// etcd endpoints, comma-separated, e.g. 127.0.0.1:2379.
     #[arg(long, env = "RECIPES_ETCD", value_name = "ENDPOINTS", global = true)]
     pub etcd: Option<String>,
+
+    /// Redis URL of a single node, e.g. redis://127.0.0.1:6379 (with
+    /// :PASSWORD@ before the host if it wants one; rediss:// is not
+    /// supported yet).
+    #[arg(long, env = "RECIPES_REDIS", value_name = "URL", global = true)]
+    pub redis: Option<String>,
 
     /// ZooKeeper session timeout or etcd lease TTL (2s, 500ms, 1m).
     #[arg(
@@ -221,6 +228,8 @@ pub enum BackendChoice {
     Zk(String),
     /// etcd endpoints.
     Etcd(Vec<String>),
+    /// A Redis URL.
+    Redis(String),
 }
 
 /// Parse the command line. `Err` is the exit status after help, version or
@@ -254,23 +263,33 @@ fn choose_backend(cli: &Cli, matches: &ArgMatches) -> Result<BackendChoice, Stri
             .flatten()
             .any(|m| m.value_source(id) == Some(ValueSource::CommandLine))
     };
-    let zk = cli.zk.as_deref().filter(|s| !s.trim().is_empty());
-    let etcd = cli.etcd.as_deref().filter(|s| !s.trim().is_empty());
-    let (zk, etcd) = match (zk, etcd) {
-        (Some(_), Some(_)) => match (from_flag("zk"), from_flag("etcd")) {
-            (true, false) => (zk, None),
-            (false, true) => (None, etcd),
-            _ => {
-                return Err(
-                    "give either --zk (RECIPES_ZK) or --etcd (RECIPES_ETCD), not both".into(),
-                )
-            }
-        },
-        other => other,
-    };
-    match (zk, etcd) {
-        (Some(hosts), None) => Ok(BackendChoice::Zk(hosts.trim().to_owned())),
-        (None, Some(endpoints)) => Ok(BackendChoice::Etcd(
+    let given = [
+        ("zk", cli.zk.as_deref()),
+        ("etcd", cli.etcd.as_deref()),
+        ("redis", cli.redis.as_deref()),
+    ];
+    let mut chosen: Vec<(&str, &str)> = given
+        .into_iter()
+        .filter_map(|(id, v)| Some((id, v.filter(|s| !s.trim().is_empty())?.trim())))
+        .collect();
+    if chosen.len() > 1 {
+        let flagged: Vec<_> = chosen
+            .iter()
+            .copied()
+            .filter(|(id, _)| from_flag(id))
+            .collect();
+        if flagged.len() != 1 {
+            return Err(
+                "give one backend, not both (nor all three): --zk (RECIPES_ZK), \
+                        --etcd (RECIPES_ETCD) or --redis (RECIPES_REDIS)"
+                    .into(),
+            );
+        }
+        chosen = flagged;
+    }
+    match chosen.as_slice() {
+        [("zk", hosts)] => Ok(BackendChoice::Zk((*hosts).to_owned())),
+        [("etcd", endpoints)] => Ok(BackendChoice::Etcd(
             endpoints
                 .split(',')
                 .map(str::trim)
@@ -278,8 +297,10 @@ fn choose_backend(cli: &Cli, matches: &ArgMatches) -> Result<BackendChoice, Stri
                 .map(str::to_owned)
                 .collect(),
         )),
+        [(_, url)] => Ok(BackendChoice::Redis((*url).to_owned())),
         _ => Err(
-            "no backend: give --zk HOSTS (or RECIPES_ZK) or --etcd ENDPOINTS (or RECIPES_ETCD)"
+            "no backend: give --zk HOSTS (or RECIPES_ZK), --etcd ENDPOINTS (or \
+                  RECIPES_ETCD) or --redis URL (or RECIPES_REDIS)"
                 .into(),
         ),
     }

@@ -23,6 +23,18 @@ pub fn describe(choice: &BackendChoice) -> String {
     match choice {
         BackendChoice::Zk(hosts) => format!("ZooKeeper at {hosts}"),
         BackendChoice::Etcd(endpoints) => format!("etcd at {}", endpoints.join(",")),
+        BackendChoice::Redis(url) => format!("Redis at {}", redis_shown(url)),
+    }
+}
+
+/// A Redis URL without its password.
+fn redis_shown(url: &str) -> String {
+    match url
+        .split_once("://")
+        .and_then(|(scheme, rest)| Some((scheme, rest.rsplit_once('@')?.1)))
+    {
+        Some((scheme, host)) => format!("{scheme}://***@{host}"),
+        None => url.to_owned(),
     }
 }
 
@@ -133,7 +145,7 @@ pub fn status<C: Client>(client: C, store: &str, name: &str, json: bool) -> i32 
     let _ = client.close_within(CLOSE_GRACE);
     match read {
         Ok(s) => {
-            print!("{}", status::render(&s, name, client.store() == "zk", json));
+            print!("{}", status::render(&s, name, client.store(), json));
             0
         }
         Err(e) => {

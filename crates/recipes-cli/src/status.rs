@@ -84,8 +84,14 @@ fn json_string(s: &str) -> String {
 }
 
 /// Render for people (`json == false`) or programs.
-pub fn render(status: &Status, name: &str, zk: bool, json: bool) -> String {
-    let order = if zk { "czxid" } else { "create_revision" };
+/// `store` is [`recipes_core::Client::store`]'s name.
+pub fn render(status: &Status, name: &str, store: &str, json: bool) -> String {
+    let zk = store == "zk";
+    let (order, backend) = match store {
+        "zk" => ("czxid", "zookeeper"),
+        "redis" => ("place", "redis"),
+        _ => ("create_revision", "etcd"),
+    };
     let n = status.permits as usize;
     let (holders, waiters) = status.entries.split_at(n.min(status.entries.len()));
     if json {
@@ -110,7 +116,7 @@ pub fn render(status: &Status, name: &str, zk: bool, json: bool) -> String {
         return format!(
             "{{\"name\":{},\"backend\":\"{}\",\"permits\":{},\"holders\":[{}],\"waiters\":[{}]}}\n",
             json_string(name),
-            if zk { "zookeeper" } else { "etcd" },
+            backend,
             status.permits,
             list(holders),
             list(waiters)

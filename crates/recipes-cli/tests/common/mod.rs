@@ -12,7 +12,7 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::Duration;
 
 use integration::env::command_without_recipes_env;
-use integration::{wait_for, EtcdServer, Proxy, ZkServer};
+use integration::{wait_for, wait_until, EtcdServer, Proxy, RedisServer, ZkServer};
 
 pub const BIN: &str = env!("CARGO_BIN_EXE_recipes");
 
@@ -23,6 +23,7 @@ pub const RUN_BOUND: Duration = Duration::from_secs(30);
 pub enum Store {
     Zk,
     Etcd,
+    Redis,
 }
 
 impl Store {
@@ -30,6 +31,7 @@ impl Store {
         match self {
             Store::Zk => ["--zk".into(), ZkServer::shared().connect_string()],
             Store::Etcd => ["--etcd".into(), EtcdServer::shared().endpoint()],
+            Store::Redis => ["--redis".into(), RedisServer::shared().url()],
         }
     }
 
@@ -38,6 +40,7 @@ impl Store {
         match self {
             Store::Zk => ZkServer::shared().client_addr(),
             Store::Etcd => EtcdServer::shared().client_addr(),
+            Store::Redis => RedisServer::shared().addr(),
         }
     }
 
@@ -47,6 +50,7 @@ impl Store {
         match self {
             Store::Zk => ["--zk".into(), proxy.addr().to_string()],
             Store::Etcd => ["--etcd".into(), format!("http://{}", proxy.addr())],
+            Store::Redis => ["--redis".into(), format!("redis://{}", proxy.addr())],
         }
     }
 
@@ -56,6 +60,15 @@ impl Store {
         match self {
             Store::Zk => ZkServer::shared().facts().delete(holder),
             Store::Etcd => EtcdServer::shared().facts().delete(holder),
+            Store::Redis => {
+                let (queue, member) = redis_holder(holder);
+                let server = RedisServer::shared();
+                let _: i64 = server.cmd(&["ZREM", &format!("{{recipes}}:q:{queue}"), member]);
+                let lock = format!("{{recipes}}:lock:{queue}");
+                if server.cmd::<Option<String>>(&["GET", &lock]).as_deref() == Some(member) {
+                    let _: i64 = server.cmd(&["DEL", &lock]);
+                }
+            }
         }
     }
 
@@ -68,8 +81,25 @@ impl Store {
             Store::Etcd => EtcdServer::shared()
                 .facts()
                 .wait_gone(holder, Duration::from_secs(20)),
+            // Gone once its session expired and it holds nothing.
+            Store::Redis => wait_until("the holder is gone", Duration::from_secs(20), || {
+                let (queue, member) = redis_holder(holder);
+                let server = RedisServer::shared();
+                let session = member.split('-').next().unwrap_or_default();
+                let alive: bool = server.cmd(&["EXISTS", &format!("{{recipes}}:s:{session}")]);
+                let lock = format!("{{recipes}}:lock:{queue}");
+                let held = server.cmd::<Option<String>>(&["GET", &lock]).as_deref() == Some(member);
+                !alive && !held
+            }),
         }
     }
+}
+
+/// A Redis holder `<queue>/<member>`, split.
+fn redis_holder(holder: &str) -> (&str, &str) {
+    holder
+        .rsplit_once('/')
+        .expect("a Redis holder is <queue>/<member>")
 }
 
 /// A fresh name and scratch folder per test.
