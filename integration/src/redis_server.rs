@@ -177,10 +177,7 @@ impl RedisServer {
     ///
     /// The server's or the connection's error.
     pub fn try_cmd<T: redis::FromRedisValue>(&self, cmd: &redis::Cmd) -> redis::RedisResult<T> {
-        let client = redis::Client::open(self.url())?;
-        let mut conn = client.get_connection_with_timeout(QUERY_TIMEOUT)?;
-        conn.set_read_timeout(Some(QUERY_TIMEOUT))?;
-        cmd.query(&mut conn)
+        query(&self.url(), cmd)
     }
 
     /// Runs one command (`args`, the command first).
@@ -189,11 +186,7 @@ impl RedisServer {
     ///
     /// When it fails; the message quotes the log.
     pub fn cmd<T: redis::FromRedisValue>(&self, args: &[&str]) -> T {
-        let mut cmd = redis::cmd(args[0]);
-        args[1..].iter().for_each(|a| {
-            cmd.arg(*a);
-        });
-        self.try_cmd(&cmd)
+        self.try_cmd(&command(args))
             .unwrap_or_else(|e| panic!("redis {args:?}: {e}\n{}", self.log_tail()))
     }
 
@@ -209,6 +202,23 @@ impl RedisServer {
         let role: Vec<redis::Value> = self.cmd(&["ROLE"]);
         redis::from_redis_value(&role[0]).unwrap_or_default()
     }
+}
+
+/// `args` (the command first) as a command.
+fn command(args: &[&str]) -> redis::Cmd {
+    let mut cmd = redis::cmd(args[0]);
+    args[1..].iter().for_each(|a| {
+        cmd.arg(*a);
+    });
+    cmd
+}
+
+/// One command on a fresh connection to `url`, timed.
+fn query<T: redis::FromRedisValue>(url: &str, cmd: &redis::Cmd) -> redis::RedisResult<T> {
+    let client = redis::Client::open(url)?;
+    let mut conn = client.get_connection_with_timeout(QUERY_TIMEOUT)?;
+    conn.set_read_timeout(Some(QUERY_TIMEOUT))?;
+    cmd.query(&mut conn)
 }
 
 /// Started means it answers `PING`.
@@ -230,5 +240,115 @@ impl ServerProcess for RedisServer {
     fn is_ready(&self) -> bool {
         let ping = redis::cmd("PING");
         matches!(self.try_cmd::<String>(&ping).as_deref(), Ok("PONG"))
+    }
+}
+
+/// The sentinel binary (Debian's `redis-sentinel` package).
+pub const SENTINEL_BINARY: &str = "/usr/bin/redis-sentinel";
+
+/// One `redis-sentinel` watching a primary under the name
+/// [`RedisSentinel::MASTER`], quorum 1, on a loopback port in its own
+/// folder: it calls the primary down 500 ms after its last answer and
+/// promotes a replica.
+#[derive(Debug)]
+pub struct RedisSentinel {
+    addr: SocketAddr,
+    process: ManagedProcess,
+    _port: PortReservation,
+    _dir: TestDir,
+}
+
+impl RedisSentinel {
+    /// The name the primary is monitored under.
+    pub const MASTER: &'static str = "recipes";
+
+    /// Starts a sentinel of `primary` and waits until it answers `PING`
+    /// and knows of `replicas` replicas.
+    ///
+    /// # Panics
+    ///
+    /// When it does not within the (scaled) start timeout.
+    pub fn start(primary: &RedisServer, replicas: usize) -> RedisSentinel {
+        assert!(
+            Path::new(SENTINEL_BINARY).exists(),
+            "{SENTINEL_BINARY} is missing: install Debian's redis-sentinel package (scripts/setup)"
+        );
+        let port = reserve_port();
+        let dir = TestDir::new("sentinel");
+        let conf = dir.path().join("sentinel.conf");
+        let m = Self::MASTER;
+        let text = format!(
+            "port {}\nbind 127.0.0.1\ndir {}\nlogfile \"\"\n\
+             sentinel monitor {m} 127.0.0.1 {} 1\n\
+             sentinel down-after-milliseconds {m} 500\n\
+             sentinel failover-timeout {m} 5000\n\
+             sentinel parallel-syncs {m} 1\n",
+            port.port(),
+            dir.path().display(),
+            primary.addr().port()
+        );
+        std::fs::write(&conf, text).expect("write sentinel.conf");
+        let process = ManagedProcess::new(
+            format!("sentinel-{}", port.port()),
+            SENTINEL_BINARY,
+            [conf.display().to_string()],
+            dir.path(),
+            dir.path().join("sentinel.log"),
+        );
+        let sentinel = RedisSentinel {
+            addr: port.addr(),
+            process,
+            _port: port,
+            _dir: dir,
+        };
+        sentinel.spawn();
+        sentinel.expect_started("sentinel: ", REDIS_START_TIMEOUT);
+        crate::wait_until(
+            "the sentinel knows the replicas",
+            crate::scale(REDIS_START_TIMEOUT),
+            || sentinel.replicas() >= replicas,
+        );
+        sentinel
+    }
+
+    fn query<T: redis::FromRedisValue>(&self, args: &[&str]) -> redis::RedisResult<T> {
+        query(&format!("redis://{}", self.addr), &command(args))
+    }
+
+    /// How many replicas of the primary it knows.
+    pub fn replicas(&self) -> usize {
+        self.query::<Vec<redis::Value>>(&["SENTINEL", "REPLICAS", Self::MASTER])
+            .map(|r| r.len())
+            .unwrap_or(0)
+    }
+
+    /// The port of the primary it names now.
+    pub fn primary_port(&self) -> Option<u16> {
+        let addr: Vec<String> = self
+            .query(&["SENTINEL", "GET-MASTER-ADDR-BY-NAME", Self::MASTER])
+            .ok()?;
+        addr.get(1)?.parse().ok()
+    }
+
+    process_lifecycle!("sentinel");
+}
+
+impl ServerProcess for RedisSentinel {
+    const KIND: &'static str = "Redis sentinel";
+    const READY: &'static str = "answering PING";
+    const SPAWN_HINT: &'static str = " (scripts/setup installs redis-sentinel)";
+    const PORT_IN_USE: &'static str = "Address already in use";
+    const START_TIMEOUT: Duration = REDIS_START_TIMEOUT;
+
+    fn process(&self) -> &ManagedProcess {
+        &self.process
+    }
+
+    fn addr(&self) -> SocketAddr {
+        self.addr
+    }
+
+    fn is_ready(&self) -> bool {
+        matches!(self.query::<String>(&["PING"]).as_deref(), Ok("PONG"))
     }
 }

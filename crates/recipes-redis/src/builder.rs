@@ -123,15 +123,23 @@ impl RedisClientBuilder {
                 .map_err(|e| from_redis(&what, e))?;
             Ok(conn)
         });
+        let hint = "the URL names a Redis server (port 6379 by default), not a sentinel \
+                    (26379), another store or a TLS-only port";
         let conn = match connected {
             Ok(c) => c,
             Err(Error::Timeout { .. } | Error::ConnectionLoss) => {
-                return Err(recipes_core::no_server_answered(
-                    &format!("no Redis server at {shown}"),
-                    timeout,
-                    "the URL names a Redis server (port 6379 by default), not a sentinel \
-                     (26379) or a TLS-only port",
-                ))
+                let who = format!("no Redis server at {shown}");
+                return Err(recipes_core::no_server_answered(&who, timeout, hint));
+            }
+            // Something answered, not as Redis does (an HTTP server, etcd).
+            Err(Error::Backend {
+                message, source, ..
+            }) => {
+                return Err(Error::Backend {
+                    message: format!("{message}: check that {hint}, and that it is up"),
+                    retryable: true,
+                    source,
+                })
             }
             Err(e) => return Err(e),
         };

@@ -100,6 +100,7 @@ pub fn run_all<S: Store>() {
     let mut b = Bench::<S>::new("cli");
     let flag = match S::LABEL {
         "zk" => "--zk",
+        "redis" => "--redis",
         _ => "--etcd",
     };
     let target = S::target();

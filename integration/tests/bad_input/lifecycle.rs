@@ -185,6 +185,7 @@ pub fn run<S: Store>() {
 fn delete<S: Store>(holder: &str) {
     match S::LABEL {
         "zk" => integration::ZkServer::shared().facts().delete(holder),
+        "redis" => crate::stores::redis_delete(holder),
         _ => integration::EtcdServer::shared().facts().delete(holder),
     }
 }
