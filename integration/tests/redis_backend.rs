@@ -68,6 +68,18 @@ fn urls_that_are_not_plain_redis_are_refused_saying_what_to_write() {
 }
 
 #[test]
+fn a_replica_wait_as_long_as_a_third_of_the_ttl_is_refused() {
+    let r = RedisClient::builder("redis://127.0.0.1:1")
+        .ttl(Duration::from_secs(3))
+        .wait_for_replicas(1, Duration::from_secs(1))
+        .connect();
+    assert!(
+        matches!(r, Err(Error::InvalidArgument(ref m)) if m.contains("WAIT")),
+        "{r:?}"
+    );
+}
+
+#[test]
 fn a_port_nothing_listens_on_is_a_backend_error_naming_it() {
     let free = integration::ports::reserve_port();
     let started = std::time::Instant::now();

@@ -52,6 +52,10 @@ impl RedisClientBuilder {
     /// had not received the lock or the fence counter loses them: a second
     /// holder, and a fence that repeats (see the guide, "Choosing a
     /// backend: Redis"). Zero replicas turns it off.
+    ///
+    /// `WAIT` holds the client's one connection until it returns, so the
+    /// session's renewals queue behind it: `timeout` must be below a third
+    /// of the TTL (checked at connect).
     pub fn wait_for_replicas(mut self, replicas: u32, timeout: Duration) -> Self {
         self.replicas = (replicas > 0).then_some((replicas, timeout));
         self
@@ -87,6 +91,14 @@ impl RedisClientBuilder {
         }
         if let Some((_, wait)) = self.replicas {
             recipes_core::check_timeout("replica wait timeout", wait)?;
+            if wait >= self.settings.ttl / 3 {
+                return Err(Error::invalid(format!(
+                    "the replica wait timeout {wait:?} is not below a third of the TTL {:?}: \
+                     renewals queue behind WAIT on the client's connection; shorten the wait \
+                     or lengthen the TTL",
+                    self.settings.ttl
+                )));
+            }
         }
         self.settings.validate("the session TTL")?;
         Ok(client)
