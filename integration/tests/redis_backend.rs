@@ -364,3 +364,43 @@ fn fault_a_restart_without_persistence_loses_locks_and_restarts_fences() {
     drop(g);
     client.close().unwrap();
 }
+
+/// A release whose message is lost (the holder's entry removed by hand:
+/// nothing is published) costs the waiter one poll, never the TTL.
+#[test]
+fn a_lost_wake_costs_one_poll_not_the_ttl() {
+    let server = RedisServer::shared();
+    let ttl = Duration::from_secs(30);
+    let lock = name("lost-wake");
+    let holder = connect(server, ttl);
+    let held = holder.mutex(&lock).unwrap().lock().unwrap();
+    let waiter = connect(server, ttl);
+    let m = waiter.mutex(&lock).unwrap();
+    let (tx, rx) = crossbeam_channel::bounded(1);
+    let taker = std::thread::spawn(move || {
+        let g = m.lock().expect("the waiter acquires");
+        tx.send(std::time::Instant::now()).unwrap();
+        g.release().unwrap();
+    });
+    wait_until("the waiter listens", scale(Duration::from_secs(10)), || {
+        let channels: Vec<String> = server.cmd(&["PUBSUB", "CHANNELS", &format!("{NS}gone:*")]);
+        let member = held.holder().rsplit_once('/').unwrap().1;
+        channels.contains(&format!("{NS}gone:{member}"))
+    });
+    let member = held.holder().rsplit_once('/').unwrap().1.to_owned();
+    let removed = std::time::Instant::now();
+    let _: i64 = server.cmd(&["ZREM", &format!("{NS}q:{lock}"), &member]);
+    let _: i64 = server.cmd(&["DEL", held.hold_key()]);
+    let taken = rx
+        .recv_timeout(scale(Duration::from_secs(10)))
+        .expect("taken over");
+    taker.join().unwrap();
+    assert!(
+        taken - removed < scale(Duration::from_secs(2)),
+        "taken {:?} after the silent removal; the poll is 500 ms, the TTL {ttl:?}",
+        taken - removed
+    );
+    drop(held);
+    holder.close().unwrap();
+    waiter.close().unwrap();
+}
