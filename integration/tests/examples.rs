@@ -8,7 +8,7 @@ use std::process::Stdio;
 use std::time::Duration;
 
 use integration::env::command_without_recipes_env;
-use integration::{wait_for, EtcdServer, ZkServer};
+use integration::{wait_for, EtcdServer, RedisServer, ZkServer};
 
 /// Upper bound (scaled by the harness) for one example's run; the longest
 /// runs about 15 s by design.
@@ -18,6 +18,7 @@ const RUN_BOUND: Duration = Duration::from_secs(120);
 enum Store {
     Zk,
     Etcd,
+    Redis,
 }
 
 /// The built example `name`, next to this test's own binary.
@@ -46,6 +47,7 @@ fn run(name: &str, store: Store) -> String {
             "RECIPES_ETCD",
             EtcdServer::shared().client_addr().to_string(),
         ),
+        Store::Redis => cmd.env("RECIPES_REDIS", RedisServer::shared().url()),
     };
     let out_path = std::env::temp_dir().join(format!(
         "recipes-example-{name}-{store:?}-{}.out",
@@ -98,6 +100,11 @@ fn active_passive_etcd() {
     active_passive(Store::Etcd);
 }
 
+#[test]
+fn active_passive_redis() {
+    active_passive(Store::Redis);
+}
+
 fn cron_singleton(store: Store) {
     let out = run("cron_singleton", store);
     says(&out, ">>> running the job");
@@ -113,6 +120,11 @@ fn cron_singleton_zk() {
 #[test]
 fn cron_singleton_etcd() {
     cron_singleton(Store::Etcd);
+}
+
+#[test]
+fn cron_singleton_redis() {
+    cron_singleton(Store::Redis);
 }
 
 fn fenced_write(store: Store) {
@@ -132,6 +144,11 @@ fn fenced_write_etcd() {
     fenced_write(Store::Etcd);
 }
 
+#[test]
+fn fenced_write_redis() {
+    fenced_write(Store::Redis);
+}
+
 fn semaphore_pool(store: Store) {
     let out = run("semaphore_pool", store);
     says(&out, "at most 2 workers ran at the same moment (limit 2)");
@@ -145,6 +162,11 @@ fn semaphore_pool_zk() {
 #[test]
 fn semaphore_pool_etcd() {
     semaphore_pool(Store::Etcd);
+}
+
+#[test]
+fn semaphore_pool_redis() {
+    semaphore_pool(Store::Redis);
 }
 
 fn election_observe(store: Store) {
@@ -163,4 +185,9 @@ fn election_observe_zk() {
 #[test]
 fn election_observe_etcd() {
     election_observe(Store::Etcd);
+}
+
+#[test]
+fn election_observe_redis() {
+    election_observe(Store::Redis);
 }
