@@ -11,7 +11,8 @@
 //!
 //! Arguments: the replica's name (default `replica-<pid>`) and how many
 //! seconds it runs before it leaves (default 15). Backend:
-//! `RECIPES_ZK=host:port` (default 127.0.0.1:2181) or `RECIPES_ETCD=host:port`.
+//! `RECIPES_ZK=host:port` (default 127.0.0.1:2181), `RECIPES_ETCD=host:port` or
+//! `RECIPES_REDIS=redis://host:port`.
 //! A killed replica's session or lease lapses after 4 s; then a standby
 //! becomes active.
 
@@ -30,6 +31,13 @@ fn main() -> Result<(), Error> {
     let run_for = Duration::from_secs(args.next().and_then(|s| s.parse().ok()).unwrap_or(15));
     let stop_at = Instant::now() + run_for;
 
+    if let Ok(url) = std::env::var("RECIPES_REDIS") {
+        let client = recipes_redis::RedisClient::builder(url.as_str())
+            .ttl(TTL)
+            .connect()?;
+        println!("[{id}] connected to Redis at {url}");
+        return run(client, &id, stop_at);
+    }
     let zk = std::env::var("RECIPES_ZK").ok();
     match (zk, std::env::var("RECIPES_ETCD").ok()) {
         (None, Some(endpoint)) => {

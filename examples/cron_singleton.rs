@@ -5,14 +5,15 @@
 //! cargo run --example cron_singleton -- replica-1 &
 //! cargo run --example cron_singleton -- replica-2 &
 //! RECIPES_ETCD=127.0.0.1:2379 cargo run --example cron_singleton -- replica-3
+//! RECIPES_REDIS=redis://127.0.0.1:6379 cargo run --example cron_singleton -- replica-4
 //! ```
 //!
 //! Each attempt: `try_lock` (someone else checking right now → skip); read
 //! the record of the last run; if the interval has not passed → skip; else
 //! do the job and write the new record with a fenced write, which lands only
 //! while we still hold the lock. Use the same backend for all replicas
-//! (`RECIPES_ZK=host:port`, default 127.0.0.1:2181, or
-//! `RECIPES_ETCD=host:port`).
+//! (`RECIPES_ZK=host:port`, default 127.0.0.1:2181, `RECIPES_ETCD=host:port`
+//! or `RECIPES_REDIS=redis://host:port`).
 
 use std::thread;
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
@@ -29,6 +30,13 @@ fn main() -> Result<(), Error> {
     let name = std::env::args()
         .nth(1)
         .unwrap_or_else(|| format!("replica-{}", std::process::id()));
+    if let Ok(url) = std::env::var("RECIPES_REDIS") {
+        let client = recipes_redis::RedisClient::builder(url.as_str())
+            .ttl(TTL)
+            .connect()?;
+        println!("connected to Redis at {url}");
+        return run(client, &name);
+    }
     let zk = std::env::var("RECIPES_ZK").ok();
     match (zk, std::env::var("RECIPES_ETCD").ok()) {
         (None, Some(endpoint)) => {

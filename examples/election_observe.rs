@@ -4,6 +4,7 @@
 //! ```sh
 //! cargo run --example election_observe                        # ZooKeeper at 127.0.0.1:2181
 //! RECIPES_ETCD=127.0.0.1:2379 cargo run --example election_observe
+//! RECIPES_REDIS=redis://127.0.0.1:6379 cargo run --example election_observe
 //! ```
 //!
 //! An observer watches the election `/examples/election-observe`. Two
@@ -21,6 +22,15 @@ const NAME: &str = "/examples/election-observe";
 const TTL: Duration = Duration::from_secs(5);
 
 fn main() -> Result<(), Error> {
+    if let Ok(url) = std::env::var("RECIPES_REDIS") {
+        println!("connecting to Redis at {url}");
+        let connect = || {
+            recipes_redis::RedisClient::builder(url.as_str())
+                .ttl(TTL)
+                .connect()
+        };
+        return run(connect()?, connect()?, connect()?);
+    }
     let zk = std::env::var("RECIPES_ZK").ok();
     match (zk, std::env::var("RECIPES_ETCD").ok()) {
         (None, Some(endpoint)) => {

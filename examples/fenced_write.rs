@@ -4,6 +4,7 @@
 //! ```sh
 //! cargo run --example fenced_write                            # ZooKeeper at 127.0.0.1:2181
 //! RECIPES_ETCD=127.0.0.1:2379 cargo run --example fenced_write
+//! RECIPES_REDIS=redis://127.0.0.1:6379 cargo run --example fenced_write
 //! ```
 //!
 //! 1. Holder A takes the lock and writes, fenced by its token.
@@ -28,6 +29,27 @@ const LOCK: &str = "/examples/fenced-write";
 const DATA: &str = "/examples/fenced-write-data";
 
 fn main() -> Result<(), Error> {
+    if let Ok(url) = std::env::var("RECIPES_REDIS") {
+        println!("backend: Redis at {url}");
+        let connect = |ttl| {
+            recipes_redis::RedisClient::builder(url.as_str())
+                .ttl(ttl)
+                .connect()
+        };
+        let (a, b) = (
+            connect(Duration::from_secs(2))?,
+            connect(Duration::from_secs(5))?,
+        );
+        return run(a, b, |a| {
+            println!(
+                "2. A pauses. SIMULATED: A's client stops renewing its session (as a \
+                 stopped process would); Redis will expire it after the {:?} TTL",
+                a.granted_ttl()
+            );
+            a.orphan();
+            Ok(())
+        });
+    }
     let zk = std::env::var("RECIPES_ZK").ok();
     match (zk, std::env::var("RECIPES_ETCD").ok()) {
         (None, Some(endpoint)) => {

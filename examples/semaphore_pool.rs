@@ -5,6 +5,7 @@
 //! cargo run --example semaphore_pool                         # ZooKeeper at 127.0.0.1:2181
 //! RECIPES_ZK=127.0.0.1:2181 cargo run --example semaphore_pool
 //! RECIPES_ETCD=127.0.0.1:2379 cargo run --example semaphore_pool
+//! RECIPES_REDIS=redis://127.0.0.1:6379 cargo run --example semaphore_pool
 //! ```
 //!
 //! Six worker threads share two permits. A counter shows how many work at
@@ -24,6 +25,15 @@ const PERMITS: u32 = 2;
 const WORKERS: usize = 6;
 
 fn main() -> Result<(), Error> {
+    if let Ok(url) = std::env::var("RECIPES_REDIS") {
+        let client = recipes_redis::RedisClient::builder(url.as_str())
+            .ttl(Duration::from_secs(5))
+            .connect()?;
+        println!("connected to Redis at {url}");
+        run(&client.semaphore(NAME, PERMITS)?)?;
+        let _ = client.close_within(Duration::from_secs(2));
+        return Ok(());
+    }
     let zk = std::env::var("RECIPES_ZK").ok();
     match (zk, std::env::var("RECIPES_ETCD").ok()) {
         (None, Some(endpoint)) => {

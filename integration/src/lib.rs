@@ -3,7 +3,7 @@
 //! server facts.
 //!
 //! - [`ZkServer`] / [`ZkCluster`], [`EtcdServer`] / [`EtcdCluster`],
-//!   [`PgServer`] / [`PgBouncer`]: server processes in their own temp
+//!   [`PgServer`] / [`PgBouncer`], [`RedisServer`]: server processes in their own temp
 //!   folders on free loopback ports, with `kill` (SIGKILL), `pause`/`resume`
 //!   (SIGSTOP/SIGCONT) and `restart` (same ports, same data). Dropping one
 //!   kills and reaps its processes.
@@ -47,6 +47,7 @@ pub mod process;
 pub mod process_tree;
 pub mod proxy;
 pub mod psql;
+pub mod redis_server;
 pub mod runtime;
 mod server;
 pub mod spawner;
@@ -69,6 +70,7 @@ pub use pg_server::{PgConfig, PgServer};
 pub use pgbouncer::{PgBouncer, PoolMode};
 pub use process::{continue_and_wait, stop_and_wait, ManagedProcess};
 pub use proxy::{Proxy, ProxyMode};
+pub use redis_server::{RedisConfig, RedisSentinel, RedisServer};
 pub use wait::{wait_for, wait_for_with, wait_until, wait_until_with};
 pub use zk_cluster::ZkCluster;
 pub use zk_facts::ZkFacts;

@@ -8,7 +8,7 @@ use std::process::Stdio;
 use std::time::Duration;
 
 use integration::env::command_without_recipes_env;
-use integration::{wait_for, EtcdServer, PgServer, ZkServer};
+use integration::{wait_for, EtcdServer, PgServer, RedisServer, ZkServer};
 
 /// Upper bound (scaled by the harness) for one example's run; the longest
 /// runs about 15 s by design.
@@ -19,6 +19,7 @@ enum Store {
     Zk,
     Etcd,
     Pg,
+    Redis,
 }
 
 /// The built example `name`, next to this test's own binary.
@@ -48,6 +49,7 @@ fn run(name: &str, store: Store) -> String {
             EtcdServer::shared().client_addr().to_string(),
         ),
         Store::Pg => cmd.env("RECIPES_PG", PgServer::shared().url()),
+        Store::Redis => cmd.env("RECIPES_REDIS", RedisServer::shared().url()),
     };
     let out_path = std::env::temp_dir().join(format!(
         "recipes-example-{name}-{store:?}-{}.out",
@@ -100,6 +102,11 @@ fn active_passive_etcd() {
     active_passive(Store::Etcd);
 }
 
+#[test]
+fn active_passive_redis() {
+    active_passive(Store::Redis);
+}
+
 fn cron_singleton(store: Store) {
     let out = run("cron_singleton", store);
     says(&out, ">>> running the job");
@@ -115,6 +122,11 @@ fn cron_singleton_zk() {
 #[test]
 fn cron_singleton_etcd() {
     cron_singleton(Store::Etcd);
+}
+
+#[test]
+fn cron_singleton_redis() {
+    cron_singleton(Store::Redis);
 }
 
 fn fenced_write(store: Store) {
@@ -134,6 +146,11 @@ fn fenced_write_etcd() {
     fenced_write(Store::Etcd);
 }
 
+#[test]
+fn fenced_write_redis() {
+    fenced_write(Store::Redis);
+}
+
 fn semaphore_pool(store: Store) {
     let out = run("semaphore_pool", store);
     says(&out, "at most 2 workers ran at the same moment (limit 2)");
@@ -147,6 +164,11 @@ fn semaphore_pool_zk() {
 #[test]
 fn semaphore_pool_etcd() {
     semaphore_pool(Store::Etcd);
+}
+
+#[test]
+fn semaphore_pool_redis() {
+    semaphore_pool(Store::Redis);
 }
 
 fn election_observe(store: Store) {
@@ -172,4 +194,9 @@ fn pg_fenced_transaction_pg() {
     let out = run("pg_fenced_transaction", Store::Pg);
     says(&out, "the database REJECTED A's transaction");
     says(&out, "the ledger says it was written by Some(\"B\")");
+}
+
+#[test]
+fn election_observe_redis() {
+    election_observe(Store::Redis);
 }

@@ -7,6 +7,7 @@ use std::time::{Duration, Instant};
 use recipes_core::{Client, FencingToken, LossSignal, Result};
 use recipes_etcd::EtcdClient;
 use recipes_pg::PgClient;
+use recipes_redis::RedisClient;
 use recipes_zk::ZkClient;
 
 use crate::cli::BackendChoice;
@@ -29,6 +30,8 @@ pub enum Connected {
     Etcd(EtcdClient),
     /// PostgreSQL.
     Pg(PgClient),
+    /// Redis (a single node).
+    Redis(RedisClient),
 }
 
 /// Run `$body` with `$client` bound to the connected client, whatever its
@@ -39,6 +42,7 @@ macro_rules! on_client {
             $crate::backend::Connected::Zk($client) => $body,
             $crate::backend::Connected::Etcd($client) => $body,
             $crate::backend::Connected::Pg($client) => $body,
+            $crate::backend::Connected::Redis($client) => $body,
         }
     };
 }
@@ -84,6 +88,15 @@ pub fn connect(
             .connect_timeout(connect_timeout(ttl))
             .connect()
             .map(Connected::Pg),
+        BackendChoice::Redis(_) if user.is_some() => Err(recipes_core::Error::invalid(
+            "--user is not taken with --redis yet: give the password in the URL \
+             (redis://:PASSWORD@HOST:PORT)",
+        )),
+        BackendChoice::Redis(url) => RedisClient::builder(url.clone())
+            .ttl(ttl)
+            .connect_timeout(connect_timeout(ttl))
+            .connect()
+            .map(Connected::Redis),
     }
 }
 

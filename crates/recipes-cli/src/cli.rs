@@ -66,10 +66,12 @@ first N) hold it, the others wait. ZooKeeper shows each node's czxid, which
 is the fencing token of a mutex or latch holder; etcd shows each key's
 create_revision (an etcd mutex's fence is the revision of the read that
 confirmed it, which the store does not keep); PostgreSQL shows each row's
-seq (the fence is the name's counter when the holder confirmed).";
+seq (the fence is the name's counter when the holder confirmed); Redis shows
+each entry's place in the queue (a Redis fence is the name's INCR counter at
+the acquisition).";
 
 /// Run a command under a distributed lock, semaphore permit or leadership,
-/// over ZooKeeper, etcd or PostgreSQL — like flock(1), across machines, with fencing.
+/// over ZooKeeper, etcd, PostgreSQL or Redis — like flock(1), across machines, with fencing.
 #[derive(Debug, Parser)]
 #[command(name = "recipes", version, after_help = MAIN_EXAMPLES)]
 pub struct Cli {
@@ -86,8 +88,14 @@ pub struct Cli {
     #[arg(long, env = "RECIPES_PG", value_name = "URL", global = true)]
     pub pg: Option<String>,
 
-    /// ZooKeeper session timeout, etcd lease or PostgreSQL session TTL (2s,
-    /// 500ms, 1m).
+    /// Redis URL of a single node, e.g. redis://127.0.0.1:6379 (with
+    /// :PASSWORD@ before the host if it wants one; rediss:// is not
+    /// supported yet).
+    #[arg(long, env = "RECIPES_REDIS", value_name = "URL", global = true)]
+    pub redis: Option<String>,
+
+    /// ZooKeeper session timeout, etcd lease, PostgreSQL or Redis session
+    /// TTL (2s, 500ms, 1m).
     #[arg(
         long,
         env = "RECIPES_TTL",
@@ -274,6 +282,8 @@ pub enum BackendChoice {
     Etcd(Vec<String>),
     /// A PostgreSQL URL.
     Pg(String),
+    /// A Redis URL.
+    Redis(String),
 }
 
 /// Parse the command line. `Err` is the exit status after help, version or
@@ -317,6 +327,7 @@ fn choose_backend(cli: &Cli, matches: &ArgMatches) -> Result<BackendChoice, Stri
         given("zk", &cli.zk),
         given("etcd", &cli.etcd),
         given("pg", &cli.pg),
+        given("redis", &cli.redis),
     ]
     .into_iter()
     .flatten()
@@ -324,8 +335,8 @@ fn choose_backend(cli: &Cli, matches: &ArgMatches) -> Result<BackendChoice, Stri
     if chosen.len() > 1 {
         chosen.retain(|(id, _)| from_flag(id));
     }
-    let both = "give only one of --zk (RECIPES_ZK), --etcd (RECIPES_ETCD) and --pg \
-                (RECIPES_PG), not both";
+    let both = "give only one of --zk (RECIPES_ZK), --etcd (RECIPES_ETCD), --pg \
+                (RECIPES_PG) and --redis (RECIPES_REDIS), not both";
     match chosen.as_slice() {
         [("zk", hosts)] => Ok(BackendChoice::Zk(hosts.clone())),
         [("etcd", endpoints)] => Ok(BackendChoice::Etcd(
@@ -336,11 +347,14 @@ fn choose_backend(cli: &Cli, matches: &ArgMatches) -> Result<BackendChoice, Stri
                 .map(str::to_owned)
                 .collect(),
         )),
-        [(_, url)] => Ok(BackendChoice::Pg(url.clone())),
-        [] if cli.zk.is_some() || cli.etcd.is_some() || cli.pg.is_some() => Err(both.into()),
+        [("pg", url)] => Ok(BackendChoice::Pg(url.clone())),
+        [(_, url)] => Ok(BackendChoice::Redis(url.clone())),
+        [] if cli.zk.is_some() || cli.etcd.is_some() || cli.pg.is_some() || cli.redis.is_some() => {
+            Err(both.into())
+        }
         [] => Err(
             "no backend: give --zk HOSTS (or RECIPES_ZK), --etcd ENDPOINTS (or \
-                   RECIPES_ETCD) or --pg URL (or RECIPES_PG)"
+                   RECIPES_ETCD), --pg URL (or RECIPES_PG) or --redis URL (or RECIPES_REDIS)"
                 .into(),
         ),
         _ => Err(both.into()),

@@ -27,6 +27,18 @@ pub fn describe(choice: &BackendChoice) -> String {
             Some(shown) => format!("PostgreSQL at {shown}"),
             None => "PostgreSQL (an unreadable URL)".to_owned(),
         },
+        BackendChoice::Redis(url) => format!("Redis at {}", redis_shown(url)),
+    }
+}
+
+/// A Redis URL without its password.
+fn redis_shown(url: &str) -> String {
+    match url
+        .split_once("://")
+        .and_then(|(scheme, rest)| Some((scheme, rest.rsplit_once('@')?.1)))
+    {
+        Some((scheme, host)) => format!("{scheme}://***@{host}"),
+        None => url.to_owned(),
     }
 }
 

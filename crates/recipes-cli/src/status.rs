@@ -91,6 +91,7 @@ pub fn render(status: &Status, name: &str, store: &str, json: bool) -> String {
     let (order, backend) = match store {
         "zk" => ("czxid", "zookeeper"),
         "pg" => ("seq", "postgresql"),
+        "redis" => ("place", "redis"),
         _ => ("create_revision", "etcd"),
     };
     let n = status.permits as usize;

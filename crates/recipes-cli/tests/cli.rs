@@ -276,6 +276,11 @@ fn environment_reaches_cmd_etcd() {
     environment_reaches_cmd(Store::Etcd);
 }
 
+#[test]
+fn environment_reaches_cmd_redis() {
+    environment_reaches_cmd(Store::Redis);
+}
+
 fn conflict_exits_75_and_sigterm_is_forwarded(store: Store) {
     let scene = Scene::new("conflict");
     let (mut holder, _) = hold(store, "5s", &scene, &[]);
@@ -331,6 +336,11 @@ fn conflict_exits_75_and_sigterm_is_forwarded_etcd() {
     conflict_exits_75_and_sigterm_is_forwarded(Store::Etcd);
 }
 
+#[test]
+fn conflict_exits_75_and_sigterm_is_forwarded_redis() {
+    conflict_exits_75_and_sigterm_is_forwarded(Store::Redis);
+}
+
 /// Contenders append `start <fence>` / `end <fence>` around a short
 /// workload; the log must show no overlap and increasing fences.
 fn never_two_at_once(store: Store) {
@@ -382,6 +392,11 @@ fn never_two_at_once_etcd() {
     never_two_at_once(Store::Etcd);
 }
 
+#[test]
+fn never_two_at_once_redis() {
+    never_two_at_once(Store::Redis);
+}
+
 fn semaphore_permits(store: Store) {
     let scene = Scene::new("semaphore");
     let mut holders = Vec::new();
@@ -430,6 +445,11 @@ fn semaphore_permits_zk() {
 #[test]
 fn semaphore_permits_etcd() {
     semaphore_permits(Store::Etcd);
+}
+
+#[test]
+fn semaphore_permits_redis() {
+    semaphore_permits(Store::Redis);
 }
 
 fn elect_runs_cmd_while_leader(store: Store) {
@@ -506,6 +526,11 @@ fn elect_runs_cmd_while_leader_etcd() {
     elect_runs_cmd_while_leader(Store::Etcd);
 }
 
+#[test]
+fn elect_runs_cmd_while_leader_redis() {
+    elect_runs_cmd_while_leader(Store::Redis);
+}
+
 fn status_shows_holder_and_waiter(store: Store) {
     let scene = Scene::new("status");
     let (mut holder, info) = hold(store, "5s", &scene, &[]);
@@ -550,6 +575,11 @@ fn status_shows_holder_and_waiter_etcd() {
     status_shows_holder_and_waiter(Store::Etcd);
 }
 
+#[test]
+fn status_shows_holder_and_waiter_redis() {
+    status_shows_holder_and_waiter(Store::Redis);
+}
+
 /// SIGSTOP `recipes` past its TTL; once the store has dropped its holder
 /// node/key, SIGCONT: CMD is killed and `recipes` exits 76 (or the
 /// override).
@@ -578,6 +608,11 @@ fn fault_lease_lost_kills_cmd_etcd() {
 }
 
 #[test]
+fn fault_lease_lost_kills_cmd_redis() {
+    fault_lease_lost_kills_cmd(Store::Redis, &[], 76);
+}
+
+#[test]
 fn fault_lease_lost_exit_code_override_zk() {
     fault_lease_lost_kills_cmd(Store::Zk, &["--lost-exit-code", "42"], 42);
 }
@@ -602,6 +637,11 @@ fn fault_sigkill_of_recipes_kills_cmd_zk() {
 #[test]
 fn fault_sigkill_of_recipes_kills_cmd_etcd() {
     fault_sigkill_of_recipes_kills_cmd(Store::Etcd);
+}
+
+#[test]
+fn fault_sigkill_of_recipes_kills_cmd_redis() {
+    fault_sigkill_of_recipes_kills_cmd(Store::Redis);
 }
 
 #[test]
@@ -729,8 +769,18 @@ fn sigterm_while_waiting_leaves_nothing_behind_lock_etcd() {
 }
 
 #[test]
+fn sigterm_while_waiting_leaves_nothing_behind_lock_redis() {
+    sigterm_while_waiting_leaves_nothing_behind(Store::Redis, "lock");
+}
+
+#[test]
 fn sigterm_while_waiting_leaves_nothing_behind_elect_etcd() {
     sigterm_while_waiting_leaves_nothing_behind(Store::Etcd, "elect");
+}
+
+#[test]
+fn sigterm_while_waiting_leaves_nothing_behind_elect_redis() {
+    sigterm_while_waiting_leaves_nothing_behind(Store::Redis, "elect");
 }
 
 /// A holder cut off from the store (its traffic black-holed: no reply and
@@ -822,6 +872,11 @@ fn fault_partitioned_holder_gets_sigterm_before_the_kill_etcd() {
 }
 
 #[test]
+fn fault_partitioned_holder_gets_sigterm_before_the_kill_redis() {
+    fault_partitioned_holder_gets_sigterm_before_the_kill(Store::Redis);
+}
+
+#[test]
 fn fault_partitioned_holder_is_killed_before_takeover_zk() {
     fault_partitioned_holder_is_killed_before_takeover(Store::Zk);
 }
@@ -829,6 +884,11 @@ fn fault_partitioned_holder_is_killed_before_takeover_zk() {
 #[test]
 fn fault_partitioned_holder_is_killed_before_takeover_etcd() {
     fault_partitioned_holder_is_killed_before_takeover(Store::Etcd);
+}
+
+#[test]
+fn fault_partitioned_holder_is_killed_before_takeover_redis() {
+    fault_partitioned_holder_is_killed_before_takeover(Store::Redis);
 }
 
 /// `pgrp tpgid` of the shell that runs this line: its process group and the
@@ -940,6 +1000,11 @@ fn release_failure_keeps_cmds_status_zk() {
 #[test]
 fn release_failure_keeps_cmds_status_etcd() {
     release_failure_keeps_cmds_status(Store::Etcd);
+}
+
+#[test]
+fn release_failure_keeps_cmds_status_redis() {
+    release_failure_keeps_cmds_status(Store::Redis);
 }
 
 /// Asking for more than the server grants (the shared ZooKeeper caps

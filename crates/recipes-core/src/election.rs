@@ -255,6 +255,16 @@ impl<L: LeadershipLease> Leadership<L> {
     }
 }
 
+/// The backend's lease, so that what only that store has (its own fenced
+/// writes, say) is a method of the guard too.
+impl<L: LeadershipLease> std::ops::Deref for Leadership<L> {
+    type Target = L;
+
+    fn deref(&self) -> &L {
+        self.lease()
+    }
+}
+
 impl<L: LeadershipLease> fmt::Debug for Leadership<L> {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("Leadership")

@@ -176,6 +176,16 @@ impl<L: FencedLease> MutexGuard<L> {
     }
 }
 
+/// The backend's lease, so that what only that store has (its own fenced
+/// writes, say) is a method of the guard too.
+impl<L: FencedLease> std::ops::Deref for MutexGuard<L> {
+    type Target = L;
+
+    fn deref(&self) -> &L {
+        self.lease()
+    }
+}
+
 impl<L: FencedLease> fmt::Debug for MutexGuard<L> {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("MutexGuard")

@@ -147,6 +147,16 @@ impl<P: HeldLease> SemaphorePermit<P> {
     }
 }
 
+/// The backend's lease, so that what only that store has (its own fenced
+/// writes, say) is a method of the guard too.
+impl<P: HeldLease> std::ops::Deref for SemaphorePermit<P> {
+    type Target = P;
+
+    fn deref(&self) -> &P {
+        self.lease()
+    }
+}
+
 impl<P: HeldLease> fmt::Debug for SemaphorePermit<P> {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("SemaphorePermit")

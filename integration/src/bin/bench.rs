@@ -3,12 +3,13 @@
 //! line.
 //!
 //! ```sh
-//! cargo run --release -p integration --bin bench -- [zk|etcd|all] [seconds]
+//! cargo run --release -p integration --bin bench -- [zk|etcd|redis|all] [seconds]
 //! ```
 //!
 //! Cases: `raw` (the minimum RPCs of an uncontended lock and release —
 //! ZooKeeper: create, list children, delete; etcd: the acquire txn and a
-//! delete — issued straight through the client crate), `uncontended` (our
+//! delete; Redis: `SET NX PX`, `INCR` of the fence, compare-and-delete by
+//! `EVAL` — issued straight through the client crate), `uncontended` (our
 //! `lock` + `release` on a free lock), `contended` (two clients handing one
 //! lock back and forth).
 
@@ -17,8 +18,9 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use integration::{EtcdConfig, EtcdServer, ZkConfig, ZkServer};
+use integration::{EtcdConfig, EtcdServer, RedisConfig, RedisServer, ZkConfig, ZkServer};
 use recipes_etcd::EtcdClient;
+use recipes_redis::RedisClient;
 use recipes_zk::ZkClient;
 
 fn report(backend: &str, case: &str, ops: u64, elapsed: Duration) {
@@ -166,6 +168,55 @@ fn etcd(seconds: Duration) {
     report("etcd", "contended handoff, 2 clients", n, t);
 }
 
+/// Redis with `appendfsync always`: every write on disk before its reply.
+fn redis(seconds: Duration) {
+    let server = RedisServer::start_with(RedisConfig {
+        aof: Some("always"),
+        ..RedisConfig::default()
+    });
+    let raw = redis::Client::open(server.url()).unwrap();
+    let mut conn = raw.get_connection().unwrap();
+    let release = redis::Script::new(
+        "if redis.call('GET', KEYS[1]) == ARGV[1] then return redis.call('DEL', KEYS[1]) end return 0",
+    );
+    let (n, t) = timed(seconds, || {
+        let set: Option<String> = redis::cmd("SET")
+            .arg("/bench/raw")
+            .arg("token")
+            .arg("NX")
+            .arg("PX")
+            .arg(10_000)
+            .query(&mut conn)
+            .unwrap();
+        assert!(set.is_some());
+        let _: i64 = redis::cmd("INCR")
+            .arg("/bench/raw-fence")
+            .query(&mut conn)
+            .unwrap();
+        let _: i64 = release
+            .key("/bench/raw")
+            .arg("token")
+            .invoke(&mut conn)
+            .unwrap();
+    });
+    report("redis", "raw SET NX PX+INCR+compare-and-delete", n, t);
+
+    let client = RedisClient::connect(server.url()).unwrap();
+    let mutex = client.mutex("/bench/uncontended").unwrap();
+    let (n, t) = timed(seconds, || mutex.lock().unwrap().release().unwrap());
+    report("redis", "uncontended lock+release", n, t);
+
+    let url = server.url();
+    let (n, t) = contended(seconds, || {
+        let m = RedisClient::connect(url.as_str())
+            .unwrap()
+            .mutex("/bench/contended")
+            .unwrap();
+        Box::new(move || m.lock().unwrap().release().unwrap())
+    });
+    report("redis", "contended handoff, 2 clients", n, t);
+}
+
 fn main() {
     let args: Vec<String> = std::env::args().skip(1).collect();
     let which = args.first().map(String::as_str).unwrap_or("all");
@@ -173,12 +224,14 @@ fn main() {
     match which {
         "zk" => zk(seconds),
         "etcd" => etcd(seconds),
+        "redis" => redis(seconds),
         "all" => {
             zk(seconds);
             etcd(seconds);
+            redis(seconds);
         }
         other => {
-            eprintln!("bench: unknown backend {other:?}; use zk, etcd or all");
+            eprintln!("bench: unknown backend {other:?}; use zk, etcd, redis or all");
             std::process::exit(64);
         }
     }

@@ -9,6 +9,7 @@
 //! - `connect zk <hosts> <session_timeout_ms>` → `OK session=<hex> timeout_ms=<n>`
 //! - `connect etcd <endpoint[,endpoint…]> <ttl_ms>` → `OK`
 //! - `connect pg <url> <ttl_ms> [listen_url]` → `OK`
+//! - `connect redis <url> <ttl_ms>` → `OK`
 //! - `connect zk <hosts> <session_timeout_ms> [deadline|disconnect]` (the
 //!   loss policy, default deadline)
 //! - `ping` → `OK rtt_us=<n>`
@@ -44,6 +45,7 @@ use recipes_core::{
 };
 use recipes_etcd::EtcdClient;
 use recipes_pg::PgClient;
+use recipes_redis::RedisClient;
 use recipes_zk::ZkClient;
 
 /// A latch or selector this worker runs (dropping it closes it): the token
@@ -221,6 +223,7 @@ enum Connected {
     Zk(Worker<ZkClient>),
     Etcd(Worker<EtcdClient>),
     Pg(Worker<PgClient>),
+    Redis(Worker<RedisClient>),
 }
 
 fn worker<C: Client>(client: C) -> Worker<C> {
@@ -268,6 +271,13 @@ fn connect(words: &[&str]) -> Result<(Connected, String), String> {
             let c = builder.connect().map_err(|e| err(&e))?;
             Ok((Connected::Pg(worker(c)), String::new()))
         }
+        ["connect", "redis", url, ttl_ms] => {
+            let c = RedisClient::builder(*url)
+                .ttl(millis(ttl_ms, "ttl_ms")?)
+                .connect()
+                .map_err(|e| err(&e))?;
+            Ok((Connected::Redis(worker(c)), String::new()))
+        }
         _ => Err(usage("connect first")),
     }
 }
@@ -311,6 +321,7 @@ fn main() {
             (Some(Connected::Etcd(w)), _) => w.handle(&words),
             (Some(Connected::Pg(w)), ["txwrite", table, value]) => txwrite(w, table, value),
             (Some(Connected::Pg(w)), _) => w.handle(&words),
+            (Some(Connected::Redis(w)), _) => w.handle(&words),
         };
         let reply = match reply {
             Ok(fields) if fields.is_empty() => "OK".to_owned(),
@@ -324,6 +335,7 @@ fn main() {
         Some(Connected::Zk(w)) => w.close(),
         Some(Connected::Etcd(w)) => w.close(),
         Some(Connected::Pg(w)) => w.close(),
+        Some(Connected::Redis(w)) => w.close(),
         None => {}
     }
 }

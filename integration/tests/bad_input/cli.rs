@@ -101,6 +101,7 @@ pub fn run_all<S: Store>() {
     let flag = match S::LABEL {
         "zk" => "--zk",
         "pg" => "--pg",
+        "redis" => "--redis",
         _ => "--etcd",
     };
     let target = S::target();

@@ -202,6 +202,26 @@ pub fn run<S: Store>() {
                 },
             );
         }
+        "redis" => {
+            b.case_within("an http:// URL is refused by Redis", BOUND, |_| {
+                invalid(S::connect_to(&format!("http://{addr}"), &settings()))
+            });
+            b.case_within("a rediss:// URL is refused: no TLS yet", BOUND, |_| {
+                invalid(S::connect_to(&format!("rediss://{addr}"), &settings()))
+            });
+            b.case_within(
+                "a redis:// URL and plain host:port are taken",
+                BOUND,
+                |_| {
+                    for target in [format!("redis://{addr}"), addr.to_string()] {
+                        let c = ok("connect", S::connect_to(&target, &settings()))?;
+                        ok("ping", c.ping())?;
+                        ok("close", c.close())?;
+                    }
+                    Ok(())
+                },
+            );
+        }
         _ => {
             b.case_within("an http:// URL is taken by etcd", BOUND, |_| {
                 let c = ok(

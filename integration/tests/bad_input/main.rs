@@ -23,10 +23,10 @@ mod names;
 mod stores;
 mod values;
 
-use stores::{Etcd, Pg, Zk};
+use stores::{Etcd, Pg, Redis, Zk};
 
 macro_rules! on_both_stores {
-    ($($area:ident :: $fun:ident => $zk:ident, $etcd:ident;)*) => {
+    ($($area:ident :: $fun:ident => $zk:ident, $etcd:ident, $redis:ident;)*) => {
         $(
             #[test]
             fn $zk() {
@@ -37,25 +37,30 @@ macro_rules! on_both_stores {
             fn $etcd() {
                 $area::$fun::<Etcd>();
             }
+
+            #[test]
+            fn $redis() {
+                $area::$fun::<Redis>();
+            }
         )*
     };
 }
 
 on_both_stores! {
     names::run => zk_bad_names_are_refused_before_anything_is_sent,
-        etcd_bad_names_are_refused_before_anything_is_sent;
+        etcd_bad_names_are_refused_before_anything_is_sent, redis_bad_names_are_refused_before_anything_is_sent;
     durations::run => zk_durations_out_of_bounds_are_refused_and_extreme_waits_work,
-        etcd_durations_out_of_bounds_are_refused_and_extreme_waits_work;
+        etcd_durations_out_of_bounds_are_refused_and_extreme_waits_work, redis_durations_out_of_bounds_are_refused_and_extreme_waits_work;
     values::run => zk_oversized_values_and_fenced_writes_into_a_layout_are_refused,
-        etcd_oversized_values_and_fenced_writes_into_a_layout_are_refused;
+        etcd_oversized_values_and_fenced_writes_into_a_layout_are_refused, redis_oversized_values_and_fenced_writes_into_a_layout_are_refused;
     values::run_layouts => zk_a_recipe_on_another_recipes_layout_is_refused,
-        etcd_a_recipe_on_another_recipes_layout_is_refused;
+        etcd_a_recipe_on_another_recipes_layout_is_refused, redis_a_recipe_on_another_recipes_layout_is_refused;
     endpoints::run => zk_wrong_endpoints_fail_fast_with_a_typed_error,
-        etcd_wrong_endpoints_fail_fast_with_a_typed_error;
+        etcd_wrong_endpoints_fail_fast_with_a_typed_error, redis_wrong_endpoints_fail_fast_with_a_typed_error;
     lifecycle::run => zk_close_twice_and_use_after_close_have_typed_outcomes,
-        etcd_close_twice_and_use_after_close_have_typed_outcomes;
+        etcd_close_twice_and_use_after_close_have_typed_outcomes, redis_close_twice_and_use_after_close_have_typed_outcomes;
     cli::run_all => zk_cli_bad_input_exits_64_saying_what_to_change,
-        etcd_cli_bad_input_exits_64_saying_what_to_change;
+        etcd_cli_bad_input_exits_64_saying_what_to_change, redis_cli_bad_input_exits_64_saying_what_to_change;
 }
 
 macro_rules! on_pg {

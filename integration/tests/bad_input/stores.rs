@@ -1,14 +1,15 @@
-//! The two stores as the bad-input suite sees them: how to connect with
+//! The stores as the bad-input suite sees them: how to connect with
 //! given settings, and what a case may have left behind (nodes, keys,
 //! leases).
 
 use std::net::SocketAddr;
 use std::time::Duration;
 
-use integration::{EtcdFacts, EtcdServer, PgFacts, PgServer, ZkFacts, ZkServer};
+use integration::{EtcdFacts, EtcdServer, PgFacts, PgServer, RedisServer, ZkFacts, ZkServer};
 use recipes_core::Client;
 use recipes_etcd::EtcdClient;
 use recipes_pg::PgClient;
+use recipes_redis::RedisClient;
 use recipes_zk::ZkClient;
 
 /// A client's settings, as the builders of both stores take them.
@@ -279,5 +280,104 @@ impl Store for Pg {
 
     fn delete_entry(holder: &str) {
         pg_facts().delete(holder)
+    }
+}
+
+/// A single Redis node.
+pub struct Redis;
+
+/// Our keys on the shared Redis server.
+fn redis_keys(pattern: &str) -> Vec<String> {
+    RedisServer::shared().keys(pattern)
+}
+
+impl Store for Redis {
+    type C = RedisClient;
+    const LABEL: &'static str = "redis";
+    // Core's MAX_VALUE_BYTES refuses first (Redis takes up to 512 MB).
+    const REQUEST_LIMIT: usize = 1024 * 1024;
+
+    fn target() -> String {
+        RedisServer::shared().url()
+    }
+
+    fn addr() -> SocketAddr {
+        RedisServer::shared().addr()
+    }
+
+    fn other_addr() -> SocketAddr {
+        EtcdServer::shared().client_addr()
+    }
+
+    fn connect_to(target: &str, s: &Settings) -> recipes_core::Result<RedisClient> {
+        let mut b = RedisClient::builder(target)
+            .ttl(s.ttl)
+            .connect_timeout(s.connect_timeout)
+            .rpc_timeout(s.rpc_timeout);
+        if let Some(slack) = s.lease_slack {
+            b = b.lease_slack(slack);
+        }
+        b.connect()
+    }
+
+    /// Keys at and under `root` (plain writes), and every key of ours that
+    /// names it, fence counters aside (kept for ever, so that fences never
+    /// repeat), shown by the name first (`<name> ({recipes}:size:)`), so
+    /// that what a case may leave under a name is matched as on the other
+    /// stores.
+    fn leftovers(root: &str) -> Vec<String> {
+        let mut keys = redis_keys(&format!("{root}*"));
+        keys.extend(
+            redis_keys(&format!("{{recipes}}:*{root}*"))
+                .into_iter()
+                .filter(|k| !k.starts_with("{recipes}:fence:"))
+                .map(|k| match k.find(root) {
+                    Some(at) => format!("{} ({})", &k[at..], &k[..at]),
+                    None => k,
+                }),
+        );
+        keys
+    }
+
+    /// The session ids whose keys exist.
+    fn leases() -> Vec<i64> {
+        redis_keys("{recipes}:s:*")
+            .iter()
+            .filter_map(|k| k.rsplit(':').next()?.parse().ok())
+            .collect()
+    }
+
+    /// Queued, and its session alive or holding.
+    fn exists(holder: &str) -> bool {
+        let (queue, member) = holder.rsplit_once('/').unwrap_or((holder, ""));
+        let server = RedisServer::shared();
+        let queued: Option<f64> =
+            server.cmd(&["ZSCORE", &format!("{{recipes}}:q:{queue}"), member]);
+        let session = member.split('-').next().unwrap_or_default();
+        let alive: bool = server.cmd(&["EXISTS", &format!("{{recipes}}:s:{session}")]);
+        queued.is_some() && alive
+    }
+
+    fn write_entry(path: &str, value: &[u8]) {
+        let _: () = RedisServer::shared().cmd(&["SET", path, &String::from_utf8_lossy(value)]);
+    }
+
+    fn delete_entry(holder: &str) {
+        redis_delete(holder)
+    }
+}
+
+/// Delete a Redis holder behind its back, as an administrator would.
+pub fn redis_delete(holder: &str) {
+    let (queue, member) = holder.rsplit_once('/').unwrap_or((holder, ""));
+    let server = RedisServer::shared();
+    let _: i64 = server.cmd(&["ZREM", &format!("{{recipes}}:q:{queue}"), member]);
+    for key in [
+        format!("{{recipes}}:lock:{queue}"),
+        format!("{{recipes}}:permit:{queue}:{member}"),
+    ] {
+        if server.cmd::<Option<String>>(&["GET", &key]).as_deref() == Some(member) {
+            let _: i64 = server.cmd(&["DEL", &key]);
+        }
     }
 }

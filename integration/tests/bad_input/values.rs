@@ -217,7 +217,7 @@ pub fn run_layouts<S: Store>() {
                 // etcd's concurrency package gives a mutex and an election
                 // one layout (`<name>/<lease id>`): on one name they are
                 // one queue, as in Go, and the mutex waits its turn; so do
-                // PostgreSQL's queue rows.
+                // PostgreSQL's and Redis' queues.
                 match tried {
                     Ok(None) => {}
                     other => return Err(format!("expected Ok(None), got {other:?}")),

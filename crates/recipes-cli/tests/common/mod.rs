@@ -12,7 +12,9 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::Duration;
 
 use integration::env::command_without_recipes_env;
-use integration::{wait_for, EtcdServer, PgFacts, PgServer, Proxy, ZkServer};
+use integration::{
+    wait_for, wait_until, EtcdServer, PgFacts, PgServer, Proxy, RedisServer, ZkServer,
+};
 
 pub const BIN: &str = env!("CARGO_BIN_EXE_recipes");
 
@@ -24,6 +26,7 @@ pub enum Store {
     Zk,
     Etcd,
     Pg,
+    Redis,
 }
 
 impl Store {
@@ -32,6 +35,7 @@ impl Store {
             Store::Zk => ["--zk".into(), ZkServer::shared().connect_string()],
             Store::Etcd => ["--etcd".into(), EtcdServer::shared().endpoint()],
             Store::Pg => ["--pg".into(), PgServer::shared().url()],
+            Store::Redis => ["--redis".into(), RedisServer::shared().url()],
         }
     }
 
@@ -41,6 +45,7 @@ impl Store {
             Store::Zk => ZkServer::shared().client_addr(),
             Store::Etcd => EtcdServer::shared().client_addr(),
             Store::Pg => PgServer::shared().addr(),
+            Store::Redis => RedisServer::shared().addr(),
         }
     }
 
@@ -54,6 +59,7 @@ impl Store {
                 "--pg".into(),
                 format!("postgres://postgres@{}/recipes", proxy.addr()),
             ],
+            Store::Redis => ["--redis".into(), format!("redis://{}", proxy.addr())],
         }
     }
 
@@ -64,6 +70,15 @@ impl Store {
             Store::Zk => ZkServer::shared().facts().delete(holder),
             Store::Etcd => EtcdServer::shared().facts().delete(holder),
             Store::Pg => PgFacts::new(PgServer::shared().addr()).delete(holder),
+            Store::Redis => {
+                let (queue, member) = redis_holder(holder);
+                let server = RedisServer::shared();
+                let _: i64 = server.cmd(&["ZREM", &format!("{{recipes}}:q:{queue}"), member]);
+                let lock = format!("{{recipes}}:lock:{queue}");
+                if server.cmd::<Option<String>>(&["GET", &lock]).as_deref() == Some(member) {
+                    let _: i64 = server.cmd(&["DEL", &lock]);
+                }
+            }
         }
     }
 
@@ -83,8 +98,25 @@ impl Store {
                     !facts.exists(holder)
                 });
             }
+            // Gone once its session expired and it holds nothing.
+            Store::Redis => wait_until("the holder is gone", Duration::from_secs(20), || {
+                let (queue, member) = redis_holder(holder);
+                let server = RedisServer::shared();
+                let session = member.split('-').next().unwrap_or_default();
+                let alive: bool = server.cmd(&["EXISTS", &format!("{{recipes}}:s:{session}")]);
+                let lock = format!("{{recipes}}:lock:{queue}");
+                let held = server.cmd::<Option<String>>(&["GET", &lock]).as_deref() == Some(member);
+                !alive && !held
+            }),
         }
     }
+}
+
+/// A Redis holder `<queue>/<member>`, split.
+fn redis_holder(holder: &str) -> (&str, &str) {
+    holder
+        .rsplit_once('/')
+        .expect("a Redis holder is <queue>/<member>")
 }
 
 /// A fresh name and scratch folder per test.

@@ -1,0 +1,178 @@
+//! [`RedisClientBuilder`]: a client's settings, checked, and its connect.
+
+use std::fmt;
+use std::time::Duration;
+
+use recipes_core::{Error, Result, Runtime, Settings};
+use redis::aio::{ConnectionManager, ConnectionManagerConfig};
+
+use crate::client::RedisClient;
+use crate::rpc::{from_redis, Redis};
+
+/// Settings for a [`RedisClient`]; see [`RedisClient::builder`].
+#[derive(Clone)]
+pub struct RedisClientBuilder {
+    pub(crate) url: String,
+    pub(crate) replicas: Option<(u32, Duration)>,
+    pub(crate) settings: Settings,
+}
+
+impl fmt::Debug for RedisClientBuilder {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("RedisClientBuilder")
+            .field("url", &shown_url(&self.url))
+            .field("replicas", &self.replicas)
+            .field("settings", &self.settings)
+            .finish()
+    }
+}
+
+/// The URL without its password, for messages and logs.
+pub(crate) fn shown_url(url: &str) -> String {
+    let Some((scheme, rest)) = url.split_once("://") else {
+        return recipes_core::quote(url);
+    };
+    match rest.rsplit_once('@') {
+        Some((_, host)) => format!("{scheme}://***@{host}"),
+        None => url.to_owned(),
+    }
+}
+
+impl RedisClientBuilder {
+    recipes_core::settings_setters!(
+        ttl = "On Redis the `PX` of the session key, in milliseconds, and of every hold key \
+               (a lock's, a permit's) of the session: a lock is free once its holder's \
+               session key expired, not before."
+    );
+
+    /// Make every acquisition and every fenced write wait for
+    /// `WAIT replicas timeout`: an acquisition that fewer replicas
+    /// acknowledged is undone and fails, a fenced write fails as
+    /// [`Error::Indeterminate`]. Without it a failover to a replica that
+    /// had not received the lock or the fence counter loses them: a second
+    /// holder, and a fence that repeats (see the guide, "Choosing a
+    /// backend: Redis"). Zero replicas turns it off.
+    ///
+    /// `WAIT` holds the client's one connection until it returns, so the
+    /// session's renewals queue behind it: `timeout` must be below a third
+    /// of the TTL (checked at connect).
+    pub fn wait_for_replicas(mut self, replicas: u32, timeout: Duration) -> Self {
+        self.replicas = (replicas > 0).then_some((replicas, timeout));
+        self
+    }
+
+    fn validate(&self) -> Result<redis::Client> {
+        let shown = shown_url(&self.url);
+        let refuse = |why: &str| {
+            Err(Error::invalid(format!(
+                "Redis URL {shown} {why}; write redis://host:port, \
+                 redis://:PASSWORD@host:port or redis://USER:PASSWORD@host:port/DB"
+            )))
+        };
+        let url = match self.url.split_once("://") {
+            Some(("redis", _)) => self.url.clone(),
+            Some(("rediss", _)) => {
+                return refuse(
+                    "asks for TLS (rediss://), which this client does not support yet \
+                     (it comes with the production issue); use redis:// on a trusted network",
+                )
+            }
+            Some((scheme, _)) => return refuse(&format!("has the scheme {scheme}://")),
+            None if recipes_core::is_host_port(&self.url) => format!("redis://{}", self.url),
+            None => return refuse("is not a URL, nor host:port with a numeric port"),
+        };
+        let client = match redis::Client::open(url.as_str()) {
+            Ok(client) => client,
+            Err(e) => return refuse(&format!("cannot be used ({e})")),
+        };
+        match &client.get_connection_info().addr {
+            redis::ConnectionAddr::Tcp(host, _) if !host.is_empty() => {}
+            _ => return refuse("lacks a host"),
+        }
+        if let Some((_, wait)) = self.replicas {
+            recipes_core::check_timeout("replica wait timeout", wait)?;
+            if wait >= self.settings.ttl / 3 {
+                return Err(Error::invalid(format!(
+                    "the replica wait timeout {wait:?} is not below a third of the TTL {:?}: \
+                     renewals queue behind WAIT on the client's connection; shorten the wait \
+                     or lengthen the TTL",
+                    self.settings.ttl
+                )));
+            }
+        }
+        self.settings.validate("the session TTL")?;
+        Ok(client)
+    }
+
+    /// Connect: start the runtime thread, open the connection, and prove
+    /// with a `PING` that the server answers and takes our credentials;
+    /// then grant the client's session.
+    ///
+    /// # Errors
+    ///
+    /// [`Error::InvalidArgument`] for bad settings or a bad URL (`rediss://`
+    /// included: TLS is not supported yet); [`Error::Backend`] naming the
+    /// server when it did not answer within the connect timeout;
+    /// [`Error::Unauthenticated`] when the password is wrong or missing
+    /// (`NOAUTH`); errors of the session's grant.
+    pub fn connect(self) -> Result<RedisClient> {
+        let client = self.validate()?;
+        let rt = Runtime::new("recipes-redis")?;
+        let timeout = self.settings.connect_timeout;
+        let config = ConnectionManagerConfig::new()
+            .set_connection_timeout(timeout)
+            .set_number_of_retries(2)
+            .set_max_delay(200);
+        let (pubsub, shown) = (client.clone(), shown_url(&self.url));
+        let what = format!("connect to Redis at {shown}");
+        let connected = rt.call(&what.clone(), timeout, async move {
+            let mut conn = ConnectionManager::new_with_config(client, config)
+                .await
+                .map_err(|e| from_redis(&what, e))?;
+            let _: String = redis::cmd("PING")
+                .query_async(&mut conn)
+                .await
+                .map_err(|e| from_redis(&what, e))?;
+            Ok(conn)
+        });
+        let hint = "the URL names a Redis server (port 6379 by default), not a sentinel \
+                    (26379), another store or a TLS-only port";
+        let conn = match connected {
+            Ok(c) => c,
+            Err(Error::Timeout { .. } | Error::ConnectionLoss) => {
+                let who = format!("no Redis server at {shown}");
+                return Err(recipes_core::no_server_answered(&who, timeout, hint));
+            }
+            // Something answered, not as Redis does (an HTTP server, etcd).
+            Err(Error::Backend {
+                message, source, ..
+            }) => {
+                return Err(Error::Backend {
+                    message: format!("{message}: check that {hint}, and that it is up"),
+                    retryable: true,
+                    source,
+                })
+            }
+            Err(e) => return Err(e),
+        };
+        log::debug!("[url={shown}] connected to Redis");
+        let redis = Redis {
+            conn,
+            client: pubsub,
+            replicas: self.replicas,
+        };
+        RedisClient::start(self, redis, rt)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn passwords_are_never_shown() {
+        assert_eq!(shown_url("redis://:pw@h:1"), "redis://***@h:1");
+        assert_eq!(shown_url("redis://u:p@w@h:1/2"), "redis://***@h:1/2");
+        assert_eq!(shown_url("redis://h:1"), "redis://h:1");
+    }
+}

@@ -1,0 +1,136 @@
+//! The Redis client: one connection on its own runtime thread.
+
+use std::fmt;
+use std::sync::Arc;
+use std::time::Duration;
+
+use recipes_core::{LeaseSessions, Result, Runtime, Settings};
+
+use crate::builder::{shown_url, RedisClientBuilder};
+use crate::rpc::Redis;
+use crate::session::Sessions;
+
+/// A client of one Redis server on its own runtime thread, holding one
+/// session (a key renewed every TTL/3) that its recipes' entries live on;
+/// see [`recipes_core::Client`] for what it does.
+///
+/// One session serves every lock, election and semaphore of the client,
+/// and any number of acquisitions of one name: entries are named by a
+/// fresh uuid. An uncontended acquire is two scripts (enter, confirm), a
+/// release one.
+///
+/// Cheap to clone; it closes when the last clone (and every guard made from
+/// it) is dropped, or at [`close`](recipes_core::Client::close), which
+/// revokes its session, so its locks are free at once.
+///
+/// While no renewal is acknowledged (a partition, a paused process, a
+/// stopped server) the local deadline
+/// ([`valid_until`](recipes_core::Client::valid_until)) is not renewed,
+/// and when it passes every guard of the session is lost. Not guaranteed:
+/// that Redis keeps the keys as long as we assume — a restart without
+/// persistence, or a failover to a replica that had not received them,
+/// loses them (see the crate's documentation); a held entry is polled, so
+/// that shows as loss too.
+#[derive(Clone)]
+pub struct RedisClient {
+    leases: Arc<LeaseSessions<Sessions>>,
+    url: Arc<str>,
+}
+
+impl RedisClient {
+    /// Settings for a client of the server at `url`: `redis://host:port`
+    /// (port 6379 if left out), with `:PASSWORD@` or `USER:PASSWORD@`
+    /// before the host when the server wants them and `/DB` after it; or
+    /// plain `host:port`.
+    pub fn builder(url: impl Into<String>) -> RedisClientBuilder {
+        RedisClientBuilder {
+            url: url.into(),
+            replicas: None,
+            settings: Settings::default(),
+        }
+    }
+
+    /// Connect with default settings.
+    ///
+    /// # Errors
+    ///
+    /// As for [`RedisClientBuilder::connect`].
+    pub fn connect(url: impl Into<String>) -> Result<RedisClient> {
+        RedisClient::builder(url).connect()
+    }
+
+    /// A client of the connected `redis`, with its first session granted.
+    pub(crate) fn start(
+        config: RedisClientBuilder,
+        redis: Redis,
+        rt: Runtime,
+    ) -> Result<RedisClient> {
+        let client = RedisClient {
+            leases: Arc::new(LeaseSessions::new(
+                Sessions::new(redis),
+                rt,
+                config.settings,
+            )),
+            url: shown_url(&config.url).into(),
+        };
+        let leases = client.leases.clone();
+        client.call("grant the client's session", async move {
+            leases.primary().await.map(drop)
+        })?;
+        Ok(client)
+    }
+
+    /// The deadline of one request.
+    pub(crate) fn rpc_timeout(&self) -> Duration {
+        self.leases.settings().rpc_timeout
+    }
+
+    /// Whether the current session is lost: its deadline passed, the
+    /// server said it is gone, or it was orphaned or revoked. The next
+    /// acquisition then grants a new session.
+    pub fn is_session_lost(&self) -> bool {
+        self.leases.is_lost()
+    }
+
+    /// Stop renewing the current session without revoking it, as a crashed
+    /// process would: Redis expires its keys when the TTL runs out, and
+    /// guards held on it fire their loss signal at their local deadline
+    /// (before that). Later acquisitions grant a new session.
+    pub fn orphan(&self) {
+        self.leases.orphan();
+    }
+
+    /// The client's sessions.
+    pub(crate) fn leases(&self) -> &LeaseSessions<Sessions> {
+        &self.leases
+    }
+
+    /// The connection, unless closed.
+    pub(crate) fn redis(&self) -> Result<Redis> {
+        Ok(self.leases.store()?.redis)
+    }
+
+    /// Run one request on the runtime with the RPC timeout.
+    pub(crate) fn call<T, F>(&self, what: &str, fut: F) -> Result<T>
+    where
+        T: Send + 'static,
+        F: std::future::Future<Output = Result<T>> + Send + 'static,
+    {
+        self.runtime().call(what, self.rpc_timeout(), fut)
+    }
+
+    /// The runtime this client runs on.
+    pub fn runtime(&self) -> &Runtime {
+        self.leases.runtime()
+    }
+}
+
+impl fmt::Debug for RedisClient {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("RedisClient")
+            .field("url", &self.url)
+            .field("session", &self.leases.current().map(|s| s.id()))
+            .field("granted_ttl", &self.leases.granted_ttl())
+            .finish()
+    }
+}

@@ -1,0 +1,327 @@
+//! The contend driver of every Redis queue — a mutex's, an election's
+//! (and so a latch's and a selector's), a semaphore's internal mutex and
+//! its permits: the engine's verbs as scripts (`scripts.rs`). The loop is
+//! the engine's ([`recipes_core::engine::contend`]).
+//!
+//! - **enter**: one script — check our session's token, queue our member
+//!   (a fresh uuid under our session id, known before it is sent, so a
+//!   lost reply still lets us remove it) at the queue's next place, and
+//!   read the live members up to ours.
+//! - **list**: the same read; entries of expired sessions are swept (and
+//!   their going published).
+//! - **wait**: subscribe to where the entry ahead's going is published,
+//!   then check that it is still live (so a release in between is not
+//!   missed) and wait for a message, checking again every [`POLL`]: a lost
+//!   message costs one poll, never a TTL.
+//! - **confirm**: `SET <lock> <member> NX PX <session's PTTL>` and, only on
+//!   a new acquisition, `INCR` of the queue's fence counter — the fence.
+//! - **remove**: delete our entry (and the lock, if it holds it), publish
+//!   its going, retrying until done or the session is lost.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use futures_util::StreamExt;
+use recipes_core::engine::{ContendDriver, Entered, Listing};
+use recipes_core::{until_done, Backoff, Error, LeaseEpoch, LossReason, LossSignal, Result};
+use tokio::time::Instant;
+
+use crate::client::RedisClient;
+use crate::names::{member, other_layout, Mode, Queue};
+use crate::rpc::{from_redis, unexpected, Redis};
+use crate::scripts;
+use crate::session::{Session, Sessions};
+
+/// How often a waiter (and a holder) checks what it waits on by itself,
+/// should a message be lost.
+pub(crate) const POLL: Duration = Duration::from_millis(500);
+
+/// One acquisition's driver.
+pub(crate) struct QueueContender<'a> {
+    pub(crate) client: &'a RedisClient,
+    pub(crate) queue: &'a Queue,
+    /// The candidate's value (empty for a lock).
+    pub(crate) value: &'a [u8],
+    pub(crate) max_leases: usize,
+}
+
+/// A session as the engine's epoch.
+pub(crate) type Epoch = LeaseEpoch<Sessions>;
+
+/// Names our entry before it exists.
+#[derive(Clone)]
+pub(crate) struct Ticket {
+    pub(crate) session: Arc<Session>,
+    pub(crate) queue: Queue,
+    pub(crate) member: String,
+}
+
+/// Our entry while it waits: its member, and the subscription of the wait.
+pub(crate) struct Entry {
+    member: String,
+    listening: Option<(String, redis::aio::PubSubStream)>,
+}
+
+/// A win: the ticket and the fence.
+pub(crate) struct Acquired {
+    pub(crate) ticket: Ticket,
+    pub(crate) fence: i64,
+}
+
+impl Ticket {
+    /// Remove our entry once: it goes, and so does the lock if it holds it.
+    pub(crate) async fn remove_once(&self) -> Result<bool> {
+        let redis = self.session.store()?.redis;
+        let what = format!("remove {}", self.queue.holder(&self.member));
+        let args = self.queue.args(&self.member);
+        let timeout = self.session.rpc_timeout();
+        let held: i64 = redis
+            .idempotent(&what, timeout, &scripts::REMOVE, &args)
+            .await?;
+        redis.replicated(&what, timeout).await.ok();
+        Ok(held == 1)
+    }
+
+    /// Remove our entry, retrying until done or the session is lost (its
+    /// entries are then swept once its key expired).
+    pub(crate) async fn remove(self) {
+        let what = format!("[{}] remove {}", self.session.label(), self.member);
+        let lost = || self.session.is_lost();
+        until_done(&what, Backoff::RETRY, lost, || async {
+            self.remove_once().await.map(drop)
+        })
+        .await;
+    }
+}
+
+/// A connection of its own subscribed to `channel`.
+pub(crate) async fn subscribe(
+    redis: &Redis,
+    channel: &str,
+    timeout: Duration,
+) -> Result<redis::aio::PubSubStream> {
+    let what = format!("subscribe to {channel}");
+    let open = async {
+        let mut pubsub = redis
+            .client
+            .get_async_pubsub()
+            .await
+            .map_err(|e| from_redis(&what, e))?;
+        pubsub
+            .subscribe(channel)
+            .await
+            .map_err(|e| from_redis(&what, e))?;
+        Ok(pubsub.into_on_message())
+    };
+    recipes_core::within(&what, timeout, open).await
+}
+
+/// Wait for a message on `stream`, or `poll` finding what we wait for
+/// gone, checked every [`POLL`].
+pub(crate) async fn message_or<F, Fut>(
+    stream: &mut redis::aio::PubSubStream,
+    mut poll: F,
+) -> Result<()>
+where
+    F: FnMut() -> Fut,
+    Fut: std::future::Future<Output = Result<bool>>,
+{
+    loop {
+        tokio::select! {
+            msg = stream.next() => return msg.map(drop).ok_or(Error::ConnectionLoss),
+            () = tokio::time::sleep(POLL) => if poll().await? {
+                return Ok(());
+            }
+        }
+    }
+}
+
+impl QueueContender<'_> {
+    fn session_gone(session: &Session) -> Error {
+        session.epoch().fire(LossReason::SessionExpired);
+        Error::SessionExpired
+    }
+
+    fn listing(&self, members: Vec<String>) -> Listing<String> {
+        Listing {
+            contenders: members,
+            revision: 0,
+        }
+    }
+}
+
+impl ContendDriver for QueueContender<'_> {
+    type Epoch = Epoch;
+    type Ticket = Ticket;
+    type Entry = Entry;
+    type Id = String;
+    type Won = Acquired;
+
+    fn max_leases(&self) -> usize {
+        self.max_leases
+    }
+
+    fn spawn(&self, task: impl std::future::Future<Output = ()> + Send + 'static) {
+        if !self.client.runtime().spawn(task) {
+            log::debug!(
+                "[{}] client closed: the session's expiry removes the entry",
+                self.queue.name
+            );
+        }
+    }
+
+    fn rpc_timeout(&self) -> Duration {
+        self.client.rpc_timeout()
+    }
+
+    async fn epoch(&self, _deadline: Option<Instant>) -> Result<Option<Epoch>> {
+        self.client.leases().epoch().await.map(Some)
+    }
+
+    fn epoch_signal(&self, epoch: &Epoch) -> LossSignal {
+        epoch.session.epoch().signal()
+    }
+
+    fn ticket(&self, epoch: &Epoch) -> Ticket {
+        Ticket {
+            session: epoch.session.clone(),
+            queue: self.queue.clone(),
+            member: member(epoch.session.id()),
+        }
+    }
+
+    async fn enter(&self, epoch: &Epoch, ticket: &mut Ticket) -> Result<Entered<Self>> {
+        let session = &epoch.session;
+        let store = session.store()?;
+        let mut args: Vec<Vec<u8>> = self
+            .queue
+            .args(&ticket.member)
+            .into_iter()
+            .map(String::into_bytes)
+            .collect();
+        args.push(store.token(session.id()).into_bytes());
+        args.push(self.value.to_vec());
+        args.push(self.queue.conflict.clone().into_bytes());
+        let what = format!("enter {}", self.queue.name);
+        let reply: redis::Value = store
+            .redis
+            .idempotent(&what, session.rpc_timeout(), &scripts::ENTER, &args)
+            .await?;
+        let (code, members): (i64, Vec<String>) = match redis::from_redis_value(&reply) {
+            Ok((code, members)) => (code, members),
+            Err(_) => (
+                redis::from_redis_value::<(i64,)>(&reply)
+                    .map_err(|_| unexpected(&what, &reply))?
+                    .0,
+                vec![],
+            ),
+        };
+        match code {
+            0 => {}
+            -1 => return Err(Self::session_gone(session)),
+            -2 => {
+                return Err(other_layout(
+                    &self.queue.name,
+                    "a lock or election",
+                    "a semaphore",
+                ))
+            }
+            _ => return Err(unexpected(&what, reply)),
+        }
+        log::debug!(
+            "[{}] {} queued",
+            session.label(),
+            self.queue.holder(&ticket.member)
+        );
+        let entry = Entry {
+            member: ticket.member.clone(),
+            listening: None,
+        };
+        Ok((entry, Some(self.listing(members))))
+    }
+
+    fn ours<'e>(&self, entry: &'e Entry) -> &'e String {
+        &entry.member
+    }
+
+    async fn list(&self, epoch: &Epoch, entry: &mut Entry) -> Result<Listing<String>> {
+        let redis = epoch.session.store()?.redis;
+        let members = redis
+            .list(self.queue, &entry.member, epoch.session.rpc_timeout())
+            .await?;
+        Ok(self.listing(members))
+    }
+
+    /// Subscribed anew, a lock waiter checks the entry ahead itself
+    /// instead of asking for a read of the queue: a release between the
+    /// read and the subscription is seen, and a waiter whose entry ahead
+    /// stays reads nothing (one read per release, for the one behind it).
+    async fn wait(&self, epoch: &Epoch, entry: &mut Entry, ahead: &String) -> Result<()> {
+        let redis = epoch.session.store()?.redis;
+        let timeout = epoch.session.rpc_timeout();
+        let channel = self.queue.channel(ahead);
+        let gone = || async {
+            if self.queue.mode == Mode::Permit {
+                // The one permit waiter: read the queue again.
+                return Ok(true);
+            }
+            let args = self.queue.args(ahead);
+            let live: i64 = redis.once("poll", timeout, &scripts::ALIVE, &args).await?;
+            Ok(live == 0)
+        };
+        if !matches!(&entry.listening, Some((on, _)) if *on == channel) {
+            entry.listening = None;
+            let stream = subscribe(&redis, &channel, timeout).await?;
+            entry.listening = Some((channel, stream));
+            if gone().await? {
+                return Ok(());
+            }
+        }
+        let Some((_, stream)) = entry.listening.as_mut() else {
+            return Ok(());
+        };
+        let waited = message_or(stream, gone).await;
+        if waited.is_err() {
+            entry.listening = None;
+        }
+        waited
+    }
+
+    async fn confirm(
+        &self,
+        epoch: &Epoch,
+        entry: &mut Entry,
+        _listing: &Listing<String>,
+    ) -> Result<Option<i64>> {
+        let session = &epoch.session;
+        let store = session.store()?;
+        let mut args = self.queue.args(&entry.member);
+        args.push(store.token(session.id()));
+        args.push(self.max_leases.to_string());
+        args.push(self.queue.fence_key());
+        let what = format!("confirm {}", self.queue.holder(&entry.member));
+        let timeout = session.rpc_timeout();
+        let fence: i64 = store
+            .redis
+            .idempotent(&what, timeout, &scripts::CONFIRM, &args)
+            .await?;
+        match fence {
+            -1 => Ok(None),
+            -2 => Err(Error::Backend {
+                message: format!("{what}: the lock is still held by another; reading again"),
+                retryable: true,
+                source: None,
+            }),
+            fence if fence > 0 => Ok(Some(fence)),
+            other => Err(unexpected(&what, other)),
+        }
+    }
+
+    fn remove(ticket: Ticket) -> impl std::future::Future<Output = ()> + Send + 'static {
+        ticket.remove()
+    }
+
+    fn won(&self, _epoch: Epoch, ticket: Ticket, _entry: Entry, fence: i64) -> Acquired {
+        Acquired { ticket, fence }
+    }
+}

@@ -1,0 +1,91 @@
+//! The Redis mutex: a queue of members, the lock key `SET NX PX` by the
+//! first live one, the fence `INCR`ed in the same script (`contend.rs`).
+
+use std::time::Instant as StdInstant;
+
+use recipes_core::{engine, MutexBackend, Result};
+use tokio::time::Instant;
+
+use crate::client::RedisClient;
+use crate::contend::{Acquired, QueueContender};
+use crate::lock::{RedisEntry, RedisLock};
+use crate::names::{validate_name, Queue};
+
+/// A handle of a lock or election name: what a mutex and an election
+/// backend hold.
+#[derive(Debug, Clone)]
+pub(crate) struct NameHandle {
+    pub(crate) client: RedisClient,
+    pub(crate) name: String,
+    pub(crate) queue: Queue,
+}
+
+impl NameHandle {
+    /// A handle of `name`, checked as the name of a `what`.
+    pub(crate) fn new(client: RedisClient, what: &str, name: &str) -> Result<NameHandle> {
+        validate_name(what, name)?;
+        Ok(NameHandle {
+            client,
+            name: name.to_owned(),
+            queue: Queue::lock(name),
+        })
+    }
+
+    /// Contend with `value` until ours or `deadline`.
+    pub(crate) async fn contend(
+        &self,
+        value: &[u8],
+        deadline: Option<Instant>,
+    ) -> Result<Option<Acquired>> {
+        let driver = QueueContender {
+            client: &self.client,
+            queue: &self.queue,
+            value,
+            max_leases: 1,
+        };
+        engine::contend(&driver, deadline).await
+    }
+}
+
+/// A mutex in Redis (the layout is in the crate's documentation); see
+/// [`recipes_core::Mutex`] for the API and what holds under pause and
+/// partition. Made by [`Client::mutex`](crate::Client::mutex).
+pub type Mutex = recipes_core::Mutex<RedisMutex>;
+
+/// The Redis mutex backend; use it through [`Mutex`].
+#[derive(Debug, Clone)]
+pub struct RedisMutex(NameHandle);
+
+impl RedisMutex {
+    pub(crate) fn new(client: RedisClient, name: &str) -> Result<RedisMutex> {
+        NameHandle::new(client, "lock", name).map(RedisMutex)
+    }
+}
+
+impl MutexBackend for RedisMutex {
+    type Lease = RedisLock;
+
+    fn name(&self) -> &str {
+        &self.0.name
+    }
+
+    fn runtime(&self) -> &recipes_core::Runtime {
+        self.0.client.runtime()
+    }
+
+    fn acquire(&self, deadline: Option<StdInstant>) -> Result<Option<RedisLock>> {
+        let this = self.0.clone();
+        self.0
+            .client
+            .runtime()
+            .call_until("lock", None, async move {
+                let deadline = deadline.map(Instant::from_std);
+                match this.contend(&[], deadline).await? {
+                    Some(a) => RedisEntry::held(this.client.clone(), a, "lock")
+                        .await
+                        .map(Some),
+                    None => Ok(None),
+                }
+            })
+    }
+}

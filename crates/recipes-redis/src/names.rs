@@ -1,0 +1,156 @@
+//! Names and keys: what callers name (checked as on every store), and the
+//! keys and script arguments of one queue (`scripts.rs` has the layout).
+
+use recipes_core::{quote, Error, Result};
+
+/// The prefix of every key of ours, one hash tag.
+pub(crate) const NS: &str = "{recipes}:";
+
+/// Check the name of a lock, election or semaphore (`what`).
+pub(crate) fn validate_name(what: &str, name: &str) -> Result<()> {
+    let limit = "a name is sent in every request of the recipe";
+    recipes_core::check_name(&format!("Redis {what} name"), name, limit, char::is_control)
+}
+
+/// Check a key that a plain read or a fenced write names, by the rules of
+/// names; our own prefix is refused.
+pub(crate) fn validate_key(key: &str) -> Result<()> {
+    let limit = "a key is sent in every write";
+    recipes_core::check_name("Redis key", key, limit, char::is_control)
+}
+
+/// A fresh member of a queue for the session `session`.
+pub(crate) fn member(session: i64) -> String {
+    format!("{session}-{}", uuid::Uuid::new_v4().simple())
+}
+
+/// Whether a queue's entries hold one lock key, or a key each.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Mode {
+    /// A mutex, an election, a semaphore's internal mutex.
+    Lock,
+    /// A semaphore's permits.
+    Permit,
+}
+
+/// One queue: its name, where holding is recorded, its fence.
+#[derive(Debug, Clone)]
+pub(crate) struct Queue {
+    /// The queue's name: the recipe's name, or `<sem>/locks`, `<sem>/leases`.
+    pub(crate) name: String,
+    /// The lock key, or the prefix of the permit keys.
+    pub(crate) hold: String,
+    pub(crate) mode: Mode,
+    /// A key whose existence means the name holds another recipe.
+    pub(crate) conflict: String,
+}
+
+impl Queue {
+    /// The queue of a lock or election `name`.
+    pub(crate) fn lock(name: &str) -> Queue {
+        Queue {
+            name: name.to_owned(),
+            hold: format!("{NS}lock:{name}"),
+            mode: Mode::Lock,
+            conflict: size_key(name),
+        }
+    }
+
+    /// A semaphore's internal mutex and its permits.
+    pub(crate) fn semaphore(name: &str) -> (Queue, Queue) {
+        let mut lock = Queue::lock(&format!("{name}/locks"));
+        lock.conflict.clear();
+        let leases = format!("{name}/leases");
+        let permits = Queue {
+            hold: format!("{NS}permit:{leases}:"),
+            name: leases,
+            mode: Mode::Permit,
+            conflict: String::new(),
+        };
+        (lock, permits)
+    }
+
+    /// ns, queue, hold, mode, member: the arguments every queue script
+    /// opens with.
+    pub(crate) fn args(&self, member: &str) -> Vec<String> {
+        let mode = match self.mode {
+            Mode::Lock => "lock",
+            Mode::Permit => "permit",
+        };
+        let (name, hold) = (self.name.clone(), self.hold.clone());
+        vec![NS.into(), name, hold, mode.into(), member.into()]
+    }
+
+    /// The key that holds `member` once it holds.
+    pub(crate) fn hold_key(&self, member: &str) -> String {
+        match self.mode {
+            Mode::Lock => self.hold.clone(),
+            Mode::Permit => format!("{}{member}", self.hold),
+        }
+    }
+
+    /// The fence counter.
+    pub(crate) fn fence_key(&self) -> String {
+        format!("{NS}fence:{}", self.name)
+    }
+
+    /// The queue's sorted set.
+    pub(crate) fn queue_key(&self) -> String {
+        format!("{NS}q:{}", self.name)
+    }
+
+    /// How a holder is shown: `<queue>/<member>`.
+    pub(crate) fn holder(&self, member: &str) -> String {
+        format!("{}/{member}", self.name)
+    }
+
+    /// Where the member waiting behind `member` listens (a lock's), or a
+    /// permit waiter and observers listen (the queue's).
+    pub(crate) fn channel(&self, ahead: &str) -> String {
+        match self.mode {
+            Mode::Lock => format!("{NS}gone:{ahead}"),
+            Mode::Permit => self.wake_channel(),
+        }
+    }
+
+    /// Published on whenever an entry of the queue goes.
+    pub(crate) fn wake_channel(&self) -> String {
+        format!("{NS}wake:{}", self.name)
+    }
+}
+
+/// Where a semaphore's size lives.
+pub(crate) fn size_key(name: &str) -> String {
+    format!("{NS}size:{name}")
+}
+
+/// The name `name` holds `theirs`, so `ours` cannot use it.
+pub(crate) fn other_layout(name: &str, ours: &str, theirs: &str) -> Error {
+    Error::invalid(format!(
+        "the Redis name {} holds {theirs}, so {ours} cannot use it; give the {ours} \
+         another name",
+        quote(name)
+    ))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn members_name_their_session_and_are_fresh() {
+        let (a, b) = (member(42), member(42));
+        assert!(a.starts_with("42-"));
+        assert_ne!(a, b);
+    }
+
+    #[test]
+    fn a_semaphores_queues_live_below_its_name() {
+        let (lock, permits) = Queue::semaphore("/s");
+        assert_eq!(lock.name, "/s/locks");
+        assert!(lock.conflict.is_empty());
+        assert_eq!(permits.hold_key("1-x"), "{recipes}:permit:/s/leases:1-x");
+        assert_eq!(Queue::lock("/a").hold_key("1-x"), "{recipes}:lock:/a");
+        assert_eq!(Queue::lock("/a").holder("1-x"), "/a/1-x");
+    }
+}

@@ -1,0 +1,180 @@
+//! The connection to Redis ([`Redis`]): one multiplexed connection that
+//! reconnects by itself, script calls on it, and the one mapping of the
+//! `redis` crate's errors to ours.
+
+use std::time::Duration;
+
+use recipes_core::{resend_within, within, Backoff, Error, Result};
+use redis::aio::ConnectionManager;
+use redis::{FromRedisValue, RedisError, Script};
+
+use crate::names::{Queue, NS};
+use crate::scripts;
+
+/// The connection, cheap to clone: every request of the client goes on it
+/// (pub/sub opens connections of its own from `client`).
+#[derive(Clone)]
+pub(crate) struct Redis {
+    pub(crate) conn: ConnectionManager,
+    pub(crate) client: redis::Client,
+    /// `WAIT numreplicas timeout` after every acquisition and fenced write.
+    pub(crate) replicas: Option<(u32, Duration)>,
+}
+
+impl Redis {
+    /// Run `script` with `args` once; no resend (the caller's reply may be
+    /// lost: see [`Error::unconfirmed`]).
+    pub(crate) async fn once<T: FromRedisValue>(
+        &self,
+        what: &str,
+        timeout: Duration,
+        script: &Script,
+        args: &[impl redis::ToRedisArgs],
+    ) -> Result<T> {
+        let mut invocation = script.prepare_invoke();
+        args.iter().for_each(|a| {
+            invocation.arg(a);
+        });
+        let mut conn = self.conn.clone();
+        let sent = async move {
+            let reply = invocation.invoke_async(&mut conn).await;
+            reply.map_err(|e| from_redis(what, e))
+        };
+        within(what, timeout, sent).await
+    }
+
+    /// Run the idempotent `script` with `args`, resent after a retryable
+    /// failure within `timeout`.
+    pub(crate) async fn idempotent<T: FromRedisValue>(
+        &self,
+        what: &str,
+        timeout: Duration,
+        script: &Script,
+        args: &[impl redis::ToRedisArgs + Sync],
+    ) -> Result<T> {
+        let map = |e: Error| e;
+        resend_within(what, timeout, Backoff::RETRY, map, || async {
+            self.once(what, timeout, script, args).await
+        })
+        .await
+    }
+
+    /// One plain command, resent after a retryable failure (reads only).
+    pub(crate) async fn read<T: FromRedisValue>(
+        &self,
+        what: &str,
+        timeout: Duration,
+        cmd: redis::Cmd,
+    ) -> Result<T> {
+        let map = |e: RedisError| from_redis(what, e);
+        resend_within(what, timeout, Backoff::RETRY, map, || {
+            let (cmd, mut conn) = (cmd.clone(), self.conn.clone());
+            async move { cmd.query_async(&mut conn).await }
+        })
+        .await
+    }
+
+    /// The live members of `queue` up to `member` (all of them when
+    /// `member` is not queued), oldest first; dead ones are swept.
+    pub(crate) async fn list(
+        &self,
+        queue: &Queue,
+        member: &str,
+        timeout: Duration,
+    ) -> Result<Vec<String>> {
+        let what = format!("list {}", queue.name);
+        let args = queue.args(member);
+        self.idempotent(&what, timeout, &scripts::LIST, &args).await
+    }
+
+    /// Wait until the configured number of replicas acknowledged every
+    /// write sent on the connection so far, if a number is configured.
+    ///
+    /// # Errors
+    ///
+    /// [`Error::Indeterminate`] when fewer acknowledged within the
+    /// configured timeout: the writes are on the primary and may be lost
+    /// with it.
+    pub(crate) async fn replicated(&self, what: &str, rpc_timeout: Duration) -> Result<()> {
+        let Some((replicas, wait)) = self.replicas else {
+            return Ok(());
+        };
+        let mut conn = self.conn.clone();
+        let mut cmd = redis::cmd("WAIT");
+        cmd.arg(replicas).arg(wait.as_millis() as u64);
+        let waited = async move {
+            let acked: u32 = cmd
+                .query_async(&mut conn)
+                .await
+                .map_err(|e| from_redis(what, e))?;
+            Ok(acked)
+        };
+        let acked = within(what, wait + rpc_timeout, waited)
+            .await
+            .map_err(Error::unconfirmed)?;
+        if acked < replicas {
+            return Err(Error::Indeterminate {
+                what: format!(
+                    "{what}: {acked} of {replicas} replicas acknowledged within {wait:?}; \
+                     the write is on the primary only and a failover may lose it"
+                ),
+            });
+        }
+        Ok(())
+    }
+}
+
+/// A reply the scripts never give.
+pub(crate) fn unexpected(what: &str, reply: impl std::fmt::Debug) -> Error {
+    Error::Backend {
+        message: format!("{what}: unexpected reply {reply:?} from Redis"),
+        retryable: false,
+        source: None,
+    }
+}
+
+/// The one mapping of the `redis` crate's errors: connection trouble is
+/// [`Error::ConnectionLoss`], credentials [`Error::Unauthenticated`], an
+/// ACL's refusal [`Error::PermissionDenied`], `maxmemory` a backend error
+/// that says what to change.
+pub(crate) fn from_redis(what: &str, e: RedisError) -> Error {
+    let detail = e.detail().unwrap_or_default().to_owned();
+    let code = e.code().unwrap_or_default().to_owned();
+    if e.kind() == redis::ErrorKind::AuthenticationFailed
+        || matches!(code.as_str(), "NOAUTH" | "WRONGPASS")
+    {
+        return Error::Unauthenticated {
+            what: format!(
+                "{what}: Redis refused the credentials ({code} {detail}); give them in the \
+                 URL, redis://:PASSWORD@host:port or redis://USER:PASSWORD@host:port"
+            ),
+        };
+    }
+    if code == "NOPERM" {
+        return Error::PermissionDenied {
+            what: format!(
+                "{what}: {detail}; the user needs the keys {NS}* and the channels {NS}*, \
+                 and the commands EVALSHA, EVAL, SCRIPT, GET, PUBLISH, SUBSCRIBE, WAIT, PING"
+            ),
+        };
+    }
+    if code == "OOM" {
+        return Error::Backend {
+            message: format!(
+                "{what}: Redis is out of memory (maxmemory reached) and wrote nothing; \
+                 raise maxmemory or free memory, and keep maxmemory-policy noeviction \
+                 (an eviction policy could evict lock keys)"
+            ),
+            retryable: false,
+            source: Some(std::sync::Arc::new(e)),
+        };
+    }
+    if e.is_io_error() || e.is_connection_dropped() || e.is_connection_refusal() {
+        return Error::ConnectionLoss;
+    }
+    let retryable = matches!(
+        code.as_str(),
+        "LOADING" | "BUSY" | "MASTERDOWN" | "TRYAGAIN" | "READONLY"
+    ) || e.is_unrecoverable_error();
+    Error::backend(format!("{what}: {e}"), retryable, e)
+}

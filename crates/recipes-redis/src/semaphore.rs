@@ -1,0 +1,166 @@
+//! The Redis semaphore: Curator's `InterProcessSemaphoreV2` structure —
+//! the size in `{recipes}:size:<name>`, an internal mutex (the queue
+//! `<name>/locks`) and the permits (the queue `<name>/leases`, each
+//! holder's own key `PX` its session's) — as a driver of core's
+//! [`admit`](recipes_core::engine::admit). A permit whose session is not
+//! renewed expires by itself.
+
+use std::time::{Duration, Instant as StdInstant};
+
+use recipes_core::engine::{self, SemaphoreDriver};
+use recipes_core::{Result, SemaphoreBackend};
+use tokio::time::Instant;
+
+use crate::client::RedisClient;
+use crate::contend::{Acquired, QueueContender};
+use crate::lock::{RedisEntry, RedisLock};
+use crate::names::{other_layout, size_key, validate_name, Queue, NS};
+use crate::rpc::{unexpected, Redis};
+use crate::scripts;
+
+/// A counting semaphore in Redis; see [`recipes_core::Semaphore`] for the
+/// API and what holds under pause and partition. Made by
+/// [`Client::semaphore`](crate::Client::semaphore).
+pub type Semaphore = recipes_core::Semaphore<RedisSemaphore>;
+
+/// A held permit of a [`Semaphore`]; see [`recipes_core::SemaphorePermit`].
+pub type SemaphorePermit = recipes_core::SemaphorePermit<RedisLock>;
+
+/// The Redis semaphore backend; use it through [`Semaphore`].
+#[derive(Debug, Clone)]
+pub struct RedisSemaphore {
+    client: RedisClient,
+    name: String,
+    permits: u32,
+    lock: Queue,
+    leases: Queue,
+}
+
+impl RedisSemaphore {
+    pub(crate) fn new(client: RedisClient, name: &str, permits: u32) -> Result<RedisSemaphore> {
+        validate_name("semaphore", name)?;
+        recipes_core::check_permits(&format!("the Redis semaphore {name}"), permits)?;
+        let (lock, leases) = Queue::semaphore(name);
+        Ok(RedisSemaphore {
+            client,
+            name: name.to_owned(),
+            permits,
+            lock,
+            leases,
+        })
+    }
+
+    /// Store our size unless one is stored; check the stored one. A lock's
+    /// or an election's queue on the name is refused.
+    pub(crate) async fn ensure_size(&self, redis: &Redis, timeout: Duration) -> Result<()> {
+        let size = size_key(&self.name);
+        let lock_queue = Queue::lock(&self.name).queue_key();
+        let args = [
+            NS.to_owned(),
+            size.clone(),
+            self.permits.to_string(),
+            lock_queue,
+        ];
+        let what = format!("store the size of {}", self.name);
+        let reply: redis::Value = redis
+            .idempotent(&what, timeout, &scripts::ENSURE_SIZE, &args)
+            .await?;
+        let parts: Vec<redis::Value> = redis::from_redis_value(&reply).unwrap_or_default();
+        let code = parts
+            .first()
+            .and_then(|c| redis::from_redis_value::<i64>(c).ok());
+        let stored = parts
+            .get(1)
+            .and_then(|v| redis::from_redis_value::<Vec<u8>>(v).ok());
+        match (code, stored) {
+            (Some(0), _) => Ok(()),
+            (Some(-1), _) => Err(other_layout(
+                &self.name,
+                "a semaphore",
+                "a lock or election",
+            )),
+            (Some(1), Some(stored)) => {
+                let what = format!("the Redis semaphore {}", self.name);
+                recipes_core::check_stored_size(&what, &size, &stored, self.permits)
+            }
+            _ => Err(unexpected(&what, reply)),
+        }
+    }
+}
+
+impl SemaphoreBackend for RedisSemaphore {
+    type Permit = RedisLock;
+
+    fn name(&self) -> &str {
+        &self.name
+    }
+
+    fn runtime(&self) -> &recipes_core::Runtime {
+        self.client.runtime()
+    }
+
+    fn permits(&self) -> u32 {
+        self.permits
+    }
+
+    fn acquire(&self, deadline: Option<StdInstant>) -> Result<Option<RedisLock>> {
+        let this = self.clone();
+        self.client
+            .runtime()
+            .call_until("acquire a permit", None, async move {
+                let admission = Admission {
+                    semaphore: &this,
+                    lock: QueueContender {
+                        client: &this.client,
+                        queue: &this.lock,
+                        value: &[],
+                        max_leases: 1,
+                    },
+                    permits: QueueContender {
+                        client: &this.client,
+                        queue: &this.leases,
+                        value: &[],
+                        max_leases: this.permits as usize,
+                    },
+                };
+                match engine::admit(&admission, deadline.map(Instant::from_std)).await? {
+                    Some(a) => RedisEntry::held(this.client.clone(), a, "permit")
+                        .await
+                        .map(Some),
+                    None => Ok(None),
+                }
+            })
+    }
+}
+
+/// One acquisition's side of the engine's semaphore.
+struct Admission<'a> {
+    semaphore: &'a RedisSemaphore,
+    lock: QueueContender<'a>,
+    permits: QueueContender<'a>,
+}
+
+impl<'a> SemaphoreDriver for Admission<'a> {
+    type Lock = QueueContender<'a>;
+    type Permit = QueueContender<'a>;
+
+    /// One script: the size stored again if it was deleted.
+    async fn ensure_size(&self) -> Result<()> {
+        let s = self.semaphore;
+        s.ensure_size(&s.client.redis()?, s.client.rpc_timeout())
+            .await
+    }
+
+    fn lock(&self) -> &QueueContender<'a> {
+        &self.lock
+    }
+
+    fn permits(&self) -> &QueueContender<'a> {
+        &self.permits
+    }
+
+    /// Awaited, so that a `try_acquire` right after finds the mutex free.
+    fn unlock(held: Acquired) -> impl std::future::Future<Output = ()> + Send + 'static {
+        held.ticket.remove()
+    }
+}

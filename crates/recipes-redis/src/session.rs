@@ -1,0 +1,161 @@
+//! Redis sessions as core's [`LeaseStore`]: a session is a key
+//! `{recipes}:s:<id>` holding a random token, `PX` the TTL; a session is
+//! core's [`LeaseSession`] over it (grant, a renewal every TTL/3, revoke)
+//! and the client's sessions are core's
+//! [`LeaseSessions`](recipes_core::LeaseSessions).
+//!
+//! The renewal is a script guarded by the token: it extends the session
+//! key and the hold keys of its entries only while the session key still
+//! holds our token, so a renewal that arrives after the key expired
+//! resurrects nothing — its reply says the session is gone. Entries are
+//! named by a fresh uuid, never by the session, so one session serves any
+//! number of acquisitions of one name.
+
+use std::collections::{HashMap, VecDeque};
+use std::sync::Arc;
+use std::time::Duration;
+
+use recipes_core::{Error, LeaseSession, LeaseStore, Opened, Renewal, RenewalStream, Result};
+use tokio::task::JoinHandle;
+
+use crate::names::NS;
+use crate::rpc::{unexpected, Redis};
+use crate::scripts;
+
+/// A session: one Redis session key, renewed.
+pub(crate) type Session = LeaseSession<Sessions>;
+
+/// A granted session's token and TTL.
+type Granted = (Arc<str>, Duration);
+
+/// The connection as core's lease store, and what it granted: each
+/// session's token and TTL.
+#[derive(Clone)]
+pub(crate) struct Sessions {
+    pub(crate) redis: Redis,
+    granted: Arc<parking_lot::Mutex<HashMap<i64, Granted>>>,
+}
+
+impl Sessions {
+    pub(crate) fn new(redis: Redis) -> Sessions {
+        Sessions {
+            redis,
+            granted: Arc::default(),
+        }
+    }
+
+    /// The token of the session `id` (the enter and confirm scripts check
+    /// it); empty once revoked, which no session key holds.
+    pub(crate) fn token(&self, id: i64) -> String {
+        let granted = self.granted.lock();
+        granted
+            .get(&id)
+            .map(|(t, _)| t.to_string())
+            .unwrap_or_default()
+    }
+}
+
+fn millis(d: Duration) -> u64 {
+    u64::try_from(d.as_millis()).unwrap_or(u64::MAX).max(1)
+}
+
+impl LeaseStore for Sessions {
+    type Renewals = Renewals;
+
+    fn label(&self, id: i64) -> String {
+        format!("session={id}")
+    }
+
+    /// Redis keeps milliseconds: the TTL granted is the one asked, in
+    /// whole milliseconds.
+    async fn grant(&self, ttl: Duration, timeout: Duration) -> Result<(i64, Duration)> {
+        let token: Arc<str> = uuid::Uuid::new_v4().simple().to_string().into();
+        let ttl = Duration::from_millis(millis(ttl));
+        let args = [NS.to_owned(), token.to_string(), millis(ttl).to_string()];
+        // Not resent: a grant applied twice leaves a session without
+        // entries, which expires.
+        let id: i64 = self
+            .redis
+            .once("grant a session", timeout, &scripts::GRANT, &args)
+            .await?;
+        self.granted.lock().insert(id, (token, ttl));
+        Ok((id, ttl))
+    }
+
+    async fn renewals(&self, id: i64, timeout: Duration) -> Result<Opened<Renewals>> {
+        let Some((token, ttl)) = self.granted.lock().get(&id).cloned() else {
+            return Ok(Opened::Gone);
+        };
+        let args = vec![
+            NS.to_owned(),
+            id.to_string(),
+            token.to_string(),
+            millis(ttl).to_string(),
+        ];
+        Ok(Opened::Ready(Renewals {
+            redis: self.redis.clone(),
+            args: args.into(),
+            ttl,
+            timeout,
+            pending: VecDeque::new(),
+        }))
+    }
+
+    async fn revoke(&self, id: i64, timeout: Duration) -> Result<()> {
+        let args = [NS.to_owned(), id.to_string()];
+        let what = format!("revoke session {id}");
+        let _: i64 = self
+            .redis
+            .idempotent(&what, timeout, &scripts::REVOKE, &args)
+            .await?;
+        self.granted.lock().remove(&id);
+        Ok(())
+    }
+}
+
+/// Renewals in flight, answered in the order sent (one connection).
+pub(crate) struct Renewals {
+    redis: Redis,
+    args: Arc<[String]>,
+    ttl: Duration,
+    timeout: Duration,
+    pending: VecDeque<JoinHandle<Result<Renewal>>>,
+}
+
+impl Drop for Renewals {
+    fn drop(&mut self) {
+        self.pending.iter().for_each(JoinHandle::abort);
+    }
+}
+
+impl RenewalStream for Renewals {
+    /// Hands the renewal to a task; its reply is read in order by `reply`.
+    async fn send(&mut self) -> Result<()> {
+        let (redis, args, ttl, timeout) = (
+            self.redis.clone(),
+            self.args.clone(),
+            self.ttl,
+            self.timeout,
+        );
+        self.pending.push_back(tokio::spawn(async move {
+            let renewed: i64 = redis.once("renew", timeout, &scripts::RENEW, &args).await?;
+            match renewed {
+                1 => Ok(Renewal::Granted(ttl)),
+                0 => Ok(Renewal::Gone),
+                other => Err(unexpected("renew", other)),
+            }
+        }));
+        Ok(())
+    }
+
+    async fn reply(&mut self) -> Result<Renewal> {
+        match self.pending.front_mut() {
+            None => std::future::pending().await,
+            Some(task) => {
+                let done = task.await;
+                self.pending.pop_front();
+                done.map_err(|_| Error::ConnectionLoss)?
+            }
+        }
+    }
+}

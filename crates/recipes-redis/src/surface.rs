@@ -1,0 +1,149 @@
+//! [`RedisClient`] as the one client surface of `recipes-core`
+//! ([`recipes_core::Client`]): recipes by name, contenders in queue order,
+//! plain reads.
+
+use std::time::{Duration, Instant};
+
+use recipes_core::{BootInstant, Client, Contender, Result};
+
+use crate::client::RedisClient;
+use crate::election::{Election, LeaderLatch, LeaderSelector, RedisElection};
+use crate::mutex::{Mutex, RedisMutex};
+use crate::names::{size_key, validate_key, validate_name, Queue};
+use crate::rpc::{unexpected, Redis};
+use crate::scripts;
+use crate::semaphore::{RedisSemaphore, Semaphore};
+
+/// The live entries of `queue`, oldest first (the first holds or leads).
+pub(crate) async fn read_contenders(
+    redis: &Redis,
+    queue: &Queue,
+    timeout: Duration,
+) -> Result<Vec<Contender>> {
+    let what = format!("list the contenders of {}", queue.name);
+    let args = queue.args("");
+    let flat: Vec<redis::Value> = redis
+        .idempotent(&what, timeout, &scripts::CONTENDERS, &args)
+        .await?;
+    flat.chunks(3)
+        .map(|c| {
+            let parsed =
+                redis::from_redis_value::<(String, f64, Vec<u8>)>(&redis::Value::Array(c.to_vec()));
+            let (member, place, value) = parsed.map_err(|_| unexpected(&what, c))?;
+            Ok(Contender {
+                holder: queue.holder(&member),
+                created: place as i64,
+                value,
+            })
+        })
+        .collect()
+}
+
+impl Client for RedisClient {
+    type Mutex = RedisMutex;
+    type Semaphore = RedisSemaphore;
+    type Election = RedisElection;
+
+    fn store(&self) -> &'static str {
+        "redis"
+    }
+
+    fn mutex(&self, name: &str) -> Result<Mutex> {
+        Ok(Mutex::from_backend(RedisMutex::new(self.clone(), name)?))
+    }
+
+    /// The size is stored in `{recipes}:size:<name>` by the first client
+    /// and checked here; a name that holds a lock's or an election's queue
+    /// is refused.
+    fn semaphore(&self, name: &str, permits: u32) -> Result<Semaphore> {
+        let backend = RedisSemaphore::new(self.clone(), name, permits)?;
+        let (this, redis, timeout) = (backend.clone(), self.redis()?, self.rpc_timeout());
+        self.call("check the semaphore size", async move {
+            this.ensure_size(&redis, timeout).await
+        })?;
+        Ok(Semaphore::from_backend(backend))
+    }
+
+    fn election(&self, name: &str) -> Result<Election> {
+        Ok(Election::from_backend(RedisElection::new(
+            self.clone(),
+            name,
+        )?))
+    }
+
+    fn leader_latch(&self, name: &str, id: &str) -> Result<LeaderLatch> {
+        LeaderLatch::new(RedisElection::new(self.clone(), name)?, id)
+    }
+
+    fn leader_selector(&self, name: &str, id: &str) -> Result<LeaderSelector> {
+        LeaderSelector::new(RedisElection::new(self.clone(), name)?, id)
+    }
+
+    /// The live members of the name's queue, in queue order; `created` is
+    /// the member's place in it.
+    fn contenders(&self, name: &str) -> Result<Vec<Contender>> {
+        validate_name("lock", name)?;
+        let (queue, redis, timeout) = (Queue::lock(name), self.redis()?, self.rpc_timeout());
+        self.call("list contenders", async move {
+            read_contenders(&redis, &queue, timeout).await
+        })
+    }
+
+    fn permits(&self, name: &str) -> Result<(Option<u32>, Vec<Contender>)> {
+        validate_name("semaphore", name)?;
+        let (_, leases) = Queue::semaphore(name);
+        let (redis, timeout) = (self.redis()?, self.rpc_timeout());
+        let size_key = size_key(name);
+        self.call("list permits", async move {
+            let mut get = redis::cmd("GET");
+            get.arg(&size_key);
+            let size: Option<String> = redis.read("read the size", timeout, get).await?;
+            let permits = read_contenders(&redis, &leases, timeout).await?;
+            Ok((size.and_then(|s| s.parse().ok()), permits))
+        })
+    }
+
+    fn read(&self, key: &str) -> Result<Option<Vec<u8>>> {
+        validate_key(key)?;
+        let (redis, timeout) = (self.redis()?, self.rpc_timeout());
+        let mut get = redis::cmd("GET");
+        get.arg(key);
+        self.call(
+            "read",
+            async move { redis.read("read", timeout, get).await },
+        )
+    }
+
+    /// The client's own session.
+    fn session_id(&self) -> Option<i64> {
+        self.leases().current().map(|s| s.id())
+    }
+
+    /// The TTL asked, in whole milliseconds (Redis grants what is asked).
+    /// Zero once closed.
+    fn granted_ttl(&self) -> Duration {
+        self.leases().granted_ttl()
+    }
+
+    fn valid_until(&self) -> Option<BootInstant> {
+        self.leases().valid_until()
+    }
+
+    /// A `PING`.
+    fn ping(&self) -> Result<Duration> {
+        let (redis, timeout) = (self.redis()?, self.rpc_timeout());
+        let started = Instant::now();
+        self.call("ping", async move {
+            let _: String = redis.read("ping", timeout, redis::cmd("PING")).await?;
+            Ok(started.elapsed())
+        })
+    }
+
+    fn last_acknowledged(&self) -> Option<BootInstant> {
+        self.leases().last_acknowledged()
+    }
+
+    fn close_within(&self, grace: Duration) -> Result<()> {
+        self.leases().close_within(grace)
+    }
+}

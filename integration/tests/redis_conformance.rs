@@ -1,0 +1,192 @@
+//! The conformance suite against a single Redis node. Tests whose names
+//! contain `fault` get their own server and run one at a time.
+
+mod conformance;
+
+use recipes_core::Client as _;
+use std::net::SocketAddr;
+use std::time::Duration;
+
+use conformance::{Kit, Server};
+use integration::RedisServer;
+use recipes_redis::{RedisClient, RedisElection, RedisMutex};
+
+const NS: &str = "{recipes}:";
+
+struct RedisKit {
+    server: Server<RedisServer>,
+}
+
+impl RedisKit {
+    fn client(&self, url: String, ttl: Duration) -> RedisClient {
+        RedisClient::builder(url)
+            .ttl(ttl)
+            .connect()
+            .expect("connect")
+    }
+
+    /// The queue and member a holder string (`<queue>/<member>`) names.
+    fn split(holder: &str) -> (&str, &str) {
+        holder
+            .rsplit_once('/')
+            .expect("a holder is <queue>/<member>")
+    }
+
+    /// The key that holds `member` of `queue` once it holds.
+    fn hold_key(queue: &str, member: &str) -> String {
+        match queue.ends_with("/leases") {
+            true => format!("{NS}permit:{queue}:{member}"),
+            false => format!("{NS}lock:{queue}"),
+        }
+    }
+
+    /// Queued, and its session's key exists or it holds — what the scripts
+    /// count as live.
+    fn live(&self, queue: &str, member: &str) -> bool {
+        let queued: Option<f64> = self
+            .server
+            .cmd(&["ZSCORE", &format!("{NS}q:{queue}"), member]);
+        let session = member.split('-').next().unwrap_or_default();
+        let session_exists: bool = self.server.cmd(&["EXISTS", &format!("{NS}s:{session}")]);
+        let held: Option<String> = self.server.cmd(&["GET", &Self::hold_key(queue, member)]);
+        queued.is_some() && (session_exists || held.as_deref() == Some(member))
+    }
+
+    fn members(&self, queue: &str) -> Vec<String> {
+        self.server
+            .cmd(&["ZRANGE", &format!("{NS}q:{queue}"), "0", "-1"])
+    }
+}
+
+impl Kit for RedisKit {
+    type Mutex = RedisMutex;
+
+    fn shared() -> Self {
+        RedisKit {
+            server: Server::Shared(RedisServer::shared()),
+        }
+    }
+
+    fn own() -> Self {
+        RedisKit {
+            server: Server::Own(Box::new(RedisServer::start())),
+        }
+    }
+
+    fn mutex(&self, name: &str, ttl: Duration) -> recipes_redis::Mutex {
+        self.client(self.server.url(), ttl).mutex(name).unwrap()
+    }
+
+    type Client = RedisClient;
+
+    fn connect(&self, ttl: Duration) -> recipes_core::Result<RedisClient> {
+        RedisClient::builder(self.server.url()).ttl(ttl).connect()
+    }
+
+    fn connect_via(
+        &self,
+        proxy: SocketAddr,
+        ttl: Duration,
+        rpc_timeout: Duration,
+    ) -> recipes_core::Result<RedisClient> {
+        RedisClient::builder(format!("redis://{proxy}"))
+            .ttl(ttl)
+            .rpc_timeout(rpc_timeout)
+            .connect()
+    }
+
+    type Election = RedisElection;
+
+    fn election(&self, name: &str, ttl: Duration) -> recipes_redis::Election {
+        self.client(self.server.url(), ttl).election(name).unwrap()
+    }
+
+    /// The live members of the name's queues (a lock's, an election's, a
+    /// semaphore's permits), as holders.
+    fn entries_under(&self, name: &str) -> Vec<String> {
+        [
+            name.to_owned(),
+            format!("{name}/leases"),
+            format!("{name}/locks"),
+        ]
+        .iter()
+        .flat_map(|queue| {
+            self.members(queue)
+                .into_iter()
+                .filter(|m| self.live(queue, m))
+                .map(move |m| format!("{queue}/{m}"))
+        })
+        .collect()
+    }
+
+    /// Each waiter listens on the channel of the member ahead of it.
+    fn all_waiters_watch(&self, name: &str, waiters: usize) -> bool {
+        let members = self.members(name);
+        if members.len() != waiters + 1 {
+            return false;
+        }
+        let channels: Vec<String> =
+            self.server
+                .cmd(&["PUBSUB", "CHANNELS", &format!("{NS}gone:*")]);
+        let listened = members
+            .iter()
+            .filter(|m| channels.contains(&format!("{NS}gone:{m}")))
+            .count();
+        listened == waiters
+    }
+
+    fn write_entry(&self, path: &str, value: &[u8]) {
+        let value = String::from_utf8_lossy(value);
+        let _: () = self.server.cmd(&["SET", path, &value]);
+    }
+
+    /// Removes the member and its hold, as an administrator would: nothing
+    /// is published.
+    fn delete_entry(&self, holder: &str) {
+        let (queue, member) = Self::split(holder);
+        let _: i64 = self
+            .server
+            .cmd(&["ZREM", &format!("{NS}q:{queue}"), member]);
+        let key = Self::hold_key(queue, member);
+        let held: Option<String> = self.server.cmd(&["GET", &key]);
+        if held.as_deref() == Some(member) {
+            let _: i64 = self.server.cmd(&["DEL", &key]);
+        }
+    }
+
+    fn mutex_via(&self, proxy: SocketAddr, name: &str, ttl: Duration) -> recipes_redis::Mutex {
+        self.client(format!("redis://{proxy}"), ttl)
+            .mutex(name)
+            .unwrap()
+    }
+
+    fn server_addr(&self) -> SocketAddr {
+        self.server.addr()
+    }
+
+    fn worker_connect(&self, ttl: Duration) -> String {
+        format!("connect redis {} {}", self.server.url(), ttl.as_millis())
+    }
+
+    fn exists(&self, holder: &str) -> bool {
+        let (queue, member) = Self::split(holder);
+        self.live(queue, member)
+    }
+
+    fn value(&self, resource: &str) -> Option<String> {
+        self.server.cmd(&["GET", resource])
+    }
+
+    /// Redis grants the TTL asked, in milliseconds.
+    fn granted(&self, ttl: Duration) -> Duration {
+        ttl
+    }
+
+    /// Keys expire on time (a read expires them), but a waiter notices a
+    /// holder whose session expired at its next poll, every 500 ms.
+    fn expiry_granularity(&self) -> Duration {
+        Duration::from_millis(500)
+    }
+}
+
+conformance_suite!(RedisKit);
