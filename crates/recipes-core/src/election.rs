@@ -198,20 +198,17 @@ impl<L: LeadershipLease> Leadership<L> {
     /// A leadership over a lease a backend won by other means (a leader
     /// selector's term, say). It resigns when dropped.
     pub fn from_lease(lease: L) -> Leadership<L> {
-        let token = lease.token();
-        Leadership {
-            hold: Hold::new(lease),
-            token,
-        }
+        Leadership::over(Hold::new(lease))
     }
 
     /// A leadership counted in the metrics of `labels` (the leader gauge).
     pub(crate) fn counted(lease: L, labels: &Labels) -> Leadership<L> {
-        let token = lease.token();
-        Leadership {
-            hold: Hold::counted(lease, labels, true),
-            token,
-        }
+        Leadership::over(Hold::counted(lease, labels, true))
+    }
+
+    fn over(hold: Hold<L>) -> Leadership<L> {
+        let token = hold.lease().token();
+        Leadership { hold, token }
     }
 
     /// The fencing token of this term.

@@ -81,11 +81,11 @@ impl Labels {
 
     fn labels(&self, extra: Option<(&'static str, &'static str)>) -> Vec<Label> {
         let mut labels = vec![
-            Label::new("store", self.store.to_string()),
+            Label::new("store", self.store.clone()),
             Label::new("recipe", self.recipe),
         ];
         if self.name_label {
-            labels.push(Label::new("name", self.name.to_string()));
+            labels.push(Label::new("name", self.name.clone()));
         }
         if let Some((key, value)) = extra {
             labels.push(Label::new(key, value));

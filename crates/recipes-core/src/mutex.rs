@@ -131,20 +131,17 @@ impl<L: FencedLease> MutexGuard<L> {
     /// A guard over a lease a backend acquired by other means (a leader
     /// selector's term, say). The guard releases it when dropped.
     pub fn from_lease(lease: L) -> MutexGuard<L> {
-        let token = lease.token();
-        MutexGuard {
-            hold: Hold::new(lease),
-            token,
-        }
+        MutexGuard::over(Hold::new(lease))
     }
 
     /// A guard counted in the metrics of `labels`.
     pub(crate) fn counted(lease: L, labels: &Labels) -> MutexGuard<L> {
-        let token = lease.token();
-        MutexGuard {
-            hold: Hold::counted(lease, labels, false),
-            token,
-        }
+        MutexGuard::over(Hold::counted(lease, labels, false))
+    }
+
+    fn over(hold: Hold<L>) -> MutexGuard<L> {
+        let token = hold.lease().token();
+        MutexGuard { hold, token }
     }
 
     /// The fencing token: pass it with every write to the protected
