@@ -396,17 +396,26 @@ impl ZkClient {
     /// Connection errors within the connect timeout.
     pub fn kill_session(&self) -> Result<()> {
         let client = self.clone();
-        let (info, timeout) = self.call("read the session", async move {
+        let (info, timeout, mut states) = self.call("read the session", async move {
             let session = client.live_session().await?;
-            Ok((session.zk().session().clone(), session.timeout()))
+            let zk = session.zk();
+            Ok((zk.session().clone(), session.timeout(), zk.state_watcher()))
         })?;
         // Hold this client's runtime still meanwhile: it would reattach the
         // session at once, and the two connections would take it from each
         // other until one gives up.
         let (resume, held) = std::sync::mpsc::channel::<()>();
+        let (holding, still) = std::sync::mpsc::channel::<()>();
         self.runtime().spawn(async move {
+            let _ = holding.send(());
             let _ = held.recv_timeout(timeout);
         });
+        if still.recv_timeout(timeout).is_err() {
+            return Err(Error::Timeout {
+                what: "kill the session: pause this client's runtime".into(),
+                after: timeout,
+            });
+        }
         let killer = recipes_core::Runtime::new("recipes-zk-kill-session")?;
         let hosts = self.hosts().to_owned();
         let killed = killer.call("kill the session", timeout, async move {
@@ -416,13 +425,28 @@ impl ZkClient {
                 .connect(&hosts)
                 .await
                 .map_err(|e| from_zk(&format!("resume the session at {hosts}"), e))?;
-            // Dropping a connected client sends CloseSession.
+            // Dropping a connected client sends CloseSession; its state
+            // turns terminal when the server has answered.
+            let mut states = other.state_watcher();
             drop(other);
+            while !states.state().is_terminated() {
+                states.changed().await;
+            }
             Ok(())
         });
         killer.shutdown(timeout);
         drop(resume);
-        killed
+        killed?;
+        // Return once this client has seen the server close its connection,
+        // as a paused process would on waking: from here on a fenced write
+        // is refused, never sent on a connection that is already gone
+        // (that would be "outcome unknown").
+        self.call("see the session end", async move {
+            while states.state() == zk::SessionState::SyncConnected {
+                states.changed().await;
+            }
+            Ok(())
+        })
     }
 }
 
