@@ -60,6 +60,7 @@ RECIPES_FENCE while leading, resigns when CMD exits.";
 const STATUS_EXAMPLES: &str = "\
 Example:
   recipes --zk 127.0.0.1:2181 status /locks/nightly-report --json
+  recipes --zk 127.0.0.1:2181 status /elections/scheduler --watch
 
 Lists the contenders on NAME in queue order: the first (for a semaphore, the
 first N) hold it, the others wait. ZooKeeper shows each node's czxid, which
@@ -68,7 +69,11 @@ create_revision (an etcd mutex's fence is the revision of the read that
 confirmed it, which the store does not keep); PostgreSQL shows each row's
 seq (the fence is the name's counter when the holder confirmed); Redis shows
 each entry's place in the queue (a Redis fence is the name's INCR counter at
-the acquisition).";
+the acquisition).
+
+--watch keeps showing it: redrawn on every change the store's watches
+report (under a terminal, with how long NAME has had no holder), until
+Ctrl-C; with --json, one object per change, each with no_holder_for_ms.";
 
 /// Run a command under a distributed lock, semaphore permit or leadership,
 /// over ZooKeeper, etcd, PostgreSQL or Redis — like flock(1), across machines, with fencing.
@@ -271,6 +276,11 @@ pub struct StatusArgs {
     /// Print JSON instead of text.
     #[arg(long)]
     pub json: bool,
+    /// Keep watching: show the status again on every change (the store's
+    /// watches, not polling) until Ctrl-C; with --json, one object per
+    /// change.
+    #[arg(long)]
+    pub watch: bool,
 }
 
 /// The one backend chosen.

@@ -75,6 +75,7 @@ mod signals;
 mod status;
 mod supervise;
 mod tree;
+mod watch;
 
 use backend::{on_client, Recipe};
 use cli::Command;
@@ -150,6 +151,6 @@ fn real_main() -> i32 {
         Command::Elect(a) => {
             run::run_under(client, Recipe::Elect(id), &a.name, &a.run, &forwarded)
         }
-        Command::Status(a) => run::status(client, &store, &a.name, a.json),
+        Command::Status(a) => run::status(client, &store, a, &forwarded),
     })
 }

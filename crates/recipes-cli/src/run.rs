@@ -8,7 +8,7 @@ use crossbeam_channel::{select, Receiver};
 use recipes_core::Client;
 
 use crate::backend::{acquire, Held, Recipe, Wait};
-use crate::cli::{BackendChoice, RunOptions};
+use crate::cli::{BackendChoice, RunOptions, StatusArgs};
 use crate::exit;
 use crate::signals;
 use crate::status;
@@ -168,12 +168,29 @@ fn hold_until(held: &Held, until: Instant, forwarded: &Receiver<libc::c_int>, sh
 }
 
 /// `recipes status` through `client`: the exit status.
-pub fn status<C: Client>(client: C, store: &str, name: &str, json: bool) -> i32 {
+pub fn status<C: Client>(
+    client: C,
+    store: &str,
+    args: &StatusArgs,
+    signals: &Receiver<libc::c_int>,
+) -> i32 {
+    let (name, json) = (args.name.as_str(), args.json);
+    if args.watch {
+        let watched = crate::watch::watch(&client, name, json, signals);
+        let _ = client.close_within(CLOSE_GRACE);
+        return match watched {
+            Ok(()) => 0,
+            Err(e) => {
+                eprintln!("recipes: status of {} on {store}: {e}", shown(name));
+                exit::for_error(&e)
+            }
+        };
+    }
     let read = status::read(&client, name);
     let _ = client.close_within(CLOSE_GRACE);
     match read {
         Ok(s) => {
-            print!("{}", status::render(&s, name, client.store(), json));
+            print!("{}", status::render(&s, name, client.store(), json, None));
             0
         }
         Err(e) => {

@@ -9,6 +9,7 @@
 //! first (first N) hold, the rest wait.
 
 use std::fmt::Write as _;
+use std::time::Duration;
 
 use recipes_core::{Client, Contender, Result};
 
@@ -30,6 +31,15 @@ pub struct Status {
     pub permits: u32,
     /// Every contender in queue order.
     pub entries: Vec<Entry>,
+}
+
+/// How long NAME has had no holder, as `--watch` saw it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Vacancy {
+    /// Since the last holder went, or since the watch began.
+    pub for_: Duration,
+    /// It had none when the watch began: it may have had none for longer.
+    pub at_least: bool,
 }
 
 /// Read NAME's contenders in the order the recipes use
@@ -85,8 +95,16 @@ fn json_string(s: &str) -> String {
 }
 
 /// Render for people (`json == false`) or programs; `store` is
-/// [`Client::store`].
-pub fn render(status: &Status, name: &str, store: &str, json: bool) -> String {
+/// [`Client::store`]. `watched` is `None` for a one-shot read; under
+/// `--watch` it is `Some` of how long NAME has had no holder (`Some(None)`
+/// while it has one).
+pub fn render(
+    status: &Status,
+    name: &str,
+    store: &str,
+    json: bool,
+    watched: Option<Option<Vacancy>>,
+) -> String {
     let zk = store == "zk";
     let (order, backend) = match store {
         "zk" => ("czxid", "zookeeper"),
@@ -115,8 +133,17 @@ pub fn render(status: &Status, name: &str, store: &str, json: bool) -> String {
                 .collect::<Vec<_>>()
                 .join(",")
         };
+        let vacancy = match watched {
+            None => String::new(),
+            Some(None) => ",\"no_holder_for_ms\":null".into(),
+            Some(Some(v)) => format!(
+                ",\"no_holder_for_ms\":{},\"at_least\":{}",
+                v.for_.as_millis(),
+                v.at_least
+            ),
+        };
         return format!(
-            "{{\"name\":{},\"backend\":\"{}\",\"permits\":{},\"holders\":[{}],\"waiters\":[{}]}}\n",
+            "{{\"name\":{},\"backend\":\"{}\",\"permits\":{},\"holders\":[{}],\"waiters\":[{}]{vacancy}}}\n",
             json_string(name),
             backend,
             status.permits,
@@ -125,6 +152,17 @@ pub fn render(status: &Status, name: &str, store: &str, json: bool) -> String {
         );
     }
     let mut out = String::new();
+    if let Some(watched) = watched {
+        let _ = writeln!(out, "{name} on {backend} (watching; Ctrl-C ends)");
+        if let Some(v) = watched {
+            let at_least = if v.at_least { "at least " } else { "" };
+            let _ = writeln!(
+                out,
+                "no leader: no holder for {at_least}{:.1} s",
+                v.for_.as_secs_f64()
+            );
+        }
+    }
     if status.entries.is_empty() {
         let _ = writeln!(out, "{name}: free (no holders, no waiters)");
         return out;

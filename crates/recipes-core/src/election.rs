@@ -144,6 +144,7 @@ impl<B: ElectionBackend> Election<B> {
 #[derive(Debug)]
 pub struct LeaderObserver {
     rx: Receiver<LeaderInfo>,
+    looks: Receiver<()>,
     // Dropping it stops the backend's watch task.
     _stop: oneshot::Sender<()>,
 }
@@ -152,7 +153,26 @@ impl LeaderObserver {
     /// An observer fed by a backend's watch task through `rx`; the task
     /// stops when `stop`'s receiver sees it dropped.
     pub fn new(rx: Receiver<LeaderInfo>, stop: oneshot::Sender<()>) -> LeaderObserver {
-        LeaderObserver { rx, _stop: stop }
+        LeaderObserver {
+            rx,
+            looks: crossbeam_channel::never(),
+            _stop: stop,
+        }
+    }
+
+    /// The same, also ticking [`looks`](LeaderObserver::looks) on `looks`.
+    pub fn with_looks(self, looks: Receiver<()>) -> LeaderObserver {
+        LeaderObserver { looks, ..self }
+    }
+
+    /// A tick after every look at the store: the first, then one each time
+    /// the watch fired — any candidate came or went, or changed its value,
+    /// not only the leader (on Redis a newcomer is seen at the next poll:
+    /// only goings are published). Ticks are coalesced into one pending:
+    /// the cue to read the whole queue again, as `recipes status --watch`
+    /// does. It disconnects when the observer's task ends.
+    pub fn looks(&self) -> &Receiver<()> {
+        &self.looks
     }
 
     /// The leader changes, for `crossbeam_channel::select!`; it disconnects

@@ -39,12 +39,14 @@ pub fn follow_leader<W: LeaderWatch>(
     watch: W,
 ) -> Result<LeaderObserver> {
     let (tx, rx) = crossbeam_channel::unbounded();
+    // One pending look is all a reader needs: it reads the store anew.
+    let (looked, looks) = crossbeam_channel::bounded(1);
     let (stop, stopped) = oneshot::channel::<()>();
     let (ready, first) = oneshot::channel();
     let started = runtime.spawn(async move {
         tokio::select! {
             _ = stopped => {}
-            () = follow(watch, tx, ready) => {}
+            () = follow(watch, tx, looked, ready) => {}
         }
     });
     if !started {
@@ -53,12 +55,13 @@ pub fn follow_leader<W: LeaderWatch>(
     runtime.call("observe the election", timeout, async move {
         first.await.unwrap_or(Err(Error::Closed))
     })?;
-    Ok(LeaderObserver::new(rx, stop))
+    Ok(LeaderObserver::new(rx, stop).with_looks(looks))
 }
 
 async fn follow<W: LeaderWatch>(
     mut watch: W,
     tx: Sender<LeaderInfo>,
+    looked: Sender<()>,
     ready: oneshot::Sender<Result<()>>,
 ) {
     let mut ready = Some(ready);
@@ -83,6 +86,8 @@ async fn follow<W: LeaderWatch>(
             }
         };
         backoff.reset();
+        // Full: a look is already pending, and the reader reads anew.
+        let _ = looked.try_send(());
         if let Some((info, term)) = leader {
             // A moment without a leader is not reported.
             let now = (info.holder.clone(), term, info.value.clone());
