@@ -60,43 +60,33 @@ pub fn connect(
     ttl: Duration,
     user: Option<&Credentials>,
 ) -> Result<Connected> {
+    // Each builder: the lease, the connect timeout, the credentials.
+    macro_rules! connect_with {
+        ($builder:expr, $login:ident, $connected:path) => {{
+            let mut builder = $builder.ttl(ttl).connect_timeout(connect_timeout(ttl));
+            if let Some(c) = user {
+                builder = builder.$login(c.user.clone(), c.password.clone());
+            }
+            builder.connect().map($connected)
+        }};
+    }
     match choice {
         BackendChoice::Zk(hosts) => {
-            let mut builder = ZkClient::builder(hosts.clone())
-                .session_timeout(ttl)
-                .connect_timeout(connect_timeout(ttl));
-            if let Some(c) = user {
-                builder = builder.digest_auth(c.user.clone(), c.password.clone());
-            }
-            builder.connect().map(Connected::Zk)
+            connect_with!(ZkClient::builder(hosts.clone()), digest_auth, Connected::Zk)
         }
         BackendChoice::Etcd(endpoints) => {
-            let mut builder = EtcdClient::builder(endpoints.clone())
-                .ttl(ttl)
-                .connect_timeout(connect_timeout(ttl));
-            if let Some(c) = user {
-                builder = builder.user(c.user.clone(), c.password.clone());
-            }
-            builder.connect().map(Connected::Etcd)
+            connect_with!(
+                EtcdClient::builder(endpoints.clone()),
+                user,
+                Connected::Etcd
+            )
         }
-        BackendChoice::Pg(_) if user.is_some() => Err(recipes_core::Error::invalid(
-            "--user is not taken with --pg yet: give the user in the URL \
-             (postgres://USER@HOST/DB) and its password there or in the server's pg_hba trust",
-        )),
-        BackendChoice::Pg(url) => PgClient::builder(url.clone())
-            .ttl(ttl)
-            .connect_timeout(connect_timeout(ttl))
-            .connect()
-            .map(Connected::Pg),
-        BackendChoice::Redis(_) if user.is_some() => Err(recipes_core::Error::invalid(
-            "--user is not taken with --redis yet: give the password in the URL \
-             (redis://:PASSWORD@HOST:PORT)",
-        )),
-        BackendChoice::Redis(url) => RedisClient::builder(url.clone())
-            .ttl(ttl)
-            .connect_timeout(connect_timeout(ttl))
-            .connect()
-            .map(Connected::Redis),
+        BackendChoice::Pg(url) => {
+            connect_with!(PgClient::builder(url.clone()), user, Connected::Pg)
+        }
+        BackendChoice::Redis(url) => {
+            connect_with!(RedisClient::builder(url.clone()), user, Connected::Redis)
+        }
     }
 }
 

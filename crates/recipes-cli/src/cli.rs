@@ -117,9 +117,10 @@ pub struct Cli {
     pub id: Option<String>,
 
     /// Authenticate as USER (etcd: a user of its RBAC; ZooKeeper: a
-    /// digest identity, whose nodes only it may change). The password
-    /// comes from RECIPES_PASSWORD or --password-file, never from the
-    /// command line.
+    /// digest identity, whose nodes only it may change; PostgreSQL: the
+    /// role, in place of the URL's; Redis: an ACL user, `default` for
+    /// requirepass). The password comes from RECIPES_PASSWORD or
+    /// --password-file, never from the command line.
     #[arg(long, env = "RECIPES_USER", value_name = "USER", global = true)]
     pub user: Option<String>,
 

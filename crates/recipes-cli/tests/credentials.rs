@@ -1,17 +1,19 @@
 //! `--user` with its password from `RECIPES_PASSWORD` or `--password-file`
 //! against etcd with authentication on (a role read-write on `/app/`
-//! only) and ZooKeeper digest identities: the right password works, a
-//! wrong one exits 77 at connect, a key outside the role exits 77 naming
-//! it, and the password never shows in anything `recipes` prints.
+//! only), ZooKeeper digest identities, a PostgreSQL role with a password
+//! and a Redis ACL user: the right password works, a wrong one exits 77 at
+//! connect, a key outside the role exits 77 naming it, and the password
+//! never shows in anything `recipes` prints.
 
 mod common;
 
 use std::process::Command;
 
 use common::*;
-use integration::{EtcdServer, ZkServer};
+use integration::{scale, wait_until, EtcdServer, PgServer, RedisConfig, RedisServer, ZkServer};
 
 const SECRET: &str = "s3cret-pw-941";
+const NAME: &str = "/creds/nightly";
 
 fn etcd_with_auth() -> EtcdServer {
     let server = EtcdServer::start();
@@ -22,17 +24,7 @@ fn etcd_with_auth() -> EtcdServer {
 /// `recipes --etcd … --user app lock NAME -- true`, the password in the
 /// environment: status and everything printed.
 fn lock_as_app(server: &EtcdServer, name: &str, password: &str) -> (Option<i32>, String) {
-    let mut cmd = recipes();
-    cmd.args(["--etcd", &server.endpoints()[0], "--user", "app"])
-        .env("RECIPES_PASSWORD", password)
-        .args(["lock", name, "--", "true"]);
-    let out = cmd.output().unwrap();
-    let printed = format!(
-        "{}{}",
-        String::from_utf8_lossy(&out.stdout),
-        String::from_utf8_lossy(&out.stderr)
-    );
-    (out.status.code(), printed)
+    lock_as(["--etcd", &server.endpoints()[0]], "app", password, name)
 }
 
 #[test]
@@ -103,4 +95,85 @@ fn zk_digest_identity() {
 fn code_of(cmd: &mut Command) -> i32 {
     let out = cmd.output().unwrap();
     out.status.code().unwrap_or(-1)
+}
+
+/// `recipes <backend> --user USER lock NAME -- true`, the password in the
+/// environment: status and everything printed.
+fn lock_as(backend: [&str; 2], user: &str, password: &str, name: &str) -> (Option<i32>, String) {
+    let mut cmd = recipes();
+    cmd.args(backend)
+        .args(["--user", user])
+        .env("RECIPES_PASSWORD", password)
+        .args(["lock", name, "--", "true"]);
+    let out = cmd.output().unwrap();
+    let printed = format!(
+        "{}{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    (out.status.code(), printed)
+}
+
+/// The right password works, a wrong one is 77 and never printed, nor
+/// is the right one.
+fn right_and_wrong(backend: [&str; 2], user: &str) {
+    let (code, printed) = lock_as(backend, user, SECRET, NAME);
+    assert_eq!(code, Some(0), "the right password: {printed}");
+    assert!(
+        !printed.contains(SECRET),
+        "the password was printed: {printed}"
+    );
+    let (code, printed) = lock_as(backend, user, "wrong-pw-77", NAME);
+    assert_eq!(code, Some(77), "a wrong password: {printed}");
+    assert!(
+        !printed.contains("wrong-pw-77"),
+        "the password was printed: {printed}"
+    );
+}
+
+#[test]
+fn pg_role_and_password_from_the_environment() {
+    let server = PgServer::start();
+    server.sql(&format!(
+        "CREATE ROLE app LOGIN SUPERUSER PASSWORD '{SECRET}'"
+    ));
+    let hba = server.dir().join("data/pg_hba.conf");
+    let rules = std::fs::read_to_string(&hba).unwrap();
+    std::fs::write(
+        &hba,
+        format!("host all app 127.0.0.1/32 scram-sha-256\n{rules}"),
+    )
+    .unwrap();
+    server.sql("SELECT pg_reload_conf()");
+    // The URL names no user: --user gives it, the environment its password.
+    let url = format!("postgres://{}/recipes", server.addr());
+    wait_until(
+        "the password rule is in force",
+        scale(std::time::Duration::from_secs(10)),
+        || lock_as(["--pg", &url], "app", "wrong-pw-77", NAME).0 == Some(77),
+    );
+    right_and_wrong(["--pg", &url], "app");
+}
+
+#[test]
+fn redis_acl_user_and_password_from_the_environment() {
+    let server = RedisServer::start_with(RedisConfig {
+        password: Some("default-pw-5".into()),
+        ..RedisConfig::default()
+    });
+    let _: String = server.cmd(&[
+        "ACL",
+        "SETUSER",
+        "app",
+        "on",
+        &format!(">{SECRET}"),
+        "~*",
+        "&*",
+        "+@all",
+    ]);
+    let url = format!("redis://{}", server.addr());
+    right_and_wrong(["--redis", &url], "app");
+    // `default` is the user of a server with only requirepass.
+    let (code, printed) = lock_as(["--redis", &url], "default", "default-pw-5", NAME);
+    assert_eq!(code, Some(0), "{printed}");
 }

@@ -28,6 +28,8 @@ pub const DEFAULT_POLL_INTERVAL: Duration = Duration::from_millis(500);
 pub struct PgClientBuilder {
     pub(crate) url: String,
     pub(crate) listen_url: Option<String>,
+    /// A user and password that replace the URL's.
+    pub(crate) user: Option<(String, String)>,
     pub(crate) poll_interval: Duration,
     pub(crate) settings: Settings,
 }
@@ -35,7 +37,7 @@ pub struct PgClientBuilder {
 impl fmt::Debug for PgClientBuilder {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         let shown = |u: &str| {
-            parse(u)
+            parse(u, self.user.as_ref())
                 .map(|(_, s)| s)
                 .unwrap_or_else(|_| "(invalid)".into())
         };
@@ -64,6 +66,15 @@ impl PgClientBuilder {
         self
     }
 
+    /// Log in as `user` with `password`, in place of the URL's user and
+    /// password (on the listening connection too): for a password kept
+    /// out of the URL, read from a file or the environment. Neither
+    /// `Debug` nor any message shows the password.
+    pub fn user(mut self, user: impl Into<String>, password: impl Into<String>) -> Self {
+        self.user = Some((user.into(), password.into()));
+        self
+    }
+
     /// How often a waiter (and a held entry's loss watch) looks at the
     /// entry it waits for when no notification came (default
     /// [`DEFAULT_POLL_INTERVAL`]); never longer than that entry's session
@@ -76,12 +87,19 @@ impl PgClientBuilder {
     /// The URL without its password, as messages show it; `None` when it
     /// is not a URL this client takes.
     pub fn redacted_url(&self) -> Option<String> {
-        parse(&self.url).ok().map(|(_, shown)| shown)
+        parse(&self.url, self.user.as_ref())
+            .ok()
+            .map(|(_, shown)| shown)
     }
 
     fn validate(&self) -> Result<(Config, String, Config, String)> {
-        let (config, shown) = parse(&self.url)?;
-        let (listen, listen_shown) = parse(self.listen_url.as_deref().unwrap_or(&self.url))?;
+        let user = self.user.as_ref();
+        if user.is_some_and(|(u, _)| u.is_empty()) {
+            return Err(Error::invalid("the PostgreSQL user is empty; name a role"));
+        }
+        let (config, shown) = parse(&self.url, user)?;
+        let listen_url = self.listen_url.as_deref().unwrap_or(&self.url);
+        let (listen, listen_shown) = parse(listen_url, user)?;
         recipes_core::check_timeout("poll interval", self.poll_interval)?;
         self.settings.validate("the session TTL")?;
         Ok((config, shown, listen, listen_shown))
@@ -151,8 +169,9 @@ impl PgClientBuilder {
 }
 
 /// A `postgres://` (or `postgresql://`) URL with a host, as
-/// tokio-postgres reads it; the URL without its password, for messages.
-pub(crate) fn parse(url: &str) -> Result<(Config, String)> {
+/// tokio-postgres reads it, its user and password replaced by `user`'s;
+/// the URL without its password, for messages.
+pub(crate) fn parse(url: &str, user: Option<&(String, String)>) -> Result<(Config, String)> {
     let hint = "write postgres://user:password@host:port/database, such as \
                 postgres://recipes@127.0.0.1:5432/recipes";
     let refuse = |why: &str| Err(Error::invalid(format!("PostgreSQL URL {why}; {hint}")));
@@ -165,11 +184,14 @@ pub(crate) fn parse(url: &str) -> Result<(Config, String)> {
             quote(scheme)
         ));
     }
-    let config = match Config::from_str(url) {
+    let mut config = match Config::from_str(url) {
         Ok(c) => c,
         // Its message may quote the password.
         Err(_) => return refuse("cannot be read (a bad port, an unknown option, bad escapes)"),
     };
+    if let Some((name, password)) = user {
+        config.user(name).password(password);
+    }
     let hosts: Vec<String> = config
         .get_hosts()
         .iter()
@@ -204,9 +226,9 @@ mod tests {
 
     #[test]
     fn urls_name_a_host_and_hide_the_password() {
-        let (_, shown) = parse("postgres://u:secret@127.0.0.1:5433/db").unwrap();
+        let (_, shown) = parse("postgres://u:secret@127.0.0.1:5433/db", None).unwrap();
         assert_eq!(shown, "postgres://u@127.0.0.1:5433/db");
-        assert!(parse("postgresql://h/db").is_ok());
+        assert!(parse("postgresql://h/db", None).is_ok());
         for bad in [
             "",
             "127.0.0.1:5432",
@@ -215,7 +237,7 @@ mod tests {
             "postgres:///db",
             "host=h user=u",
         ] {
-            let e = parse(bad).expect_err(bad).to_string();
+            let e = parse(bad, None).expect_err(bad).to_string();
             assert!(e.contains("postgres://user:password@host"), "{bad}: {e}");
             assert!(!e.contains("secret"));
         }

@@ -48,6 +48,7 @@ impl PgClient {
         PgClientBuilder {
             url: url.into(),
             listen_url: None,
+            user: None,
             poll_interval: DEFAULT_POLL_INTERVAL,
             settings: Settings::default(),
         }

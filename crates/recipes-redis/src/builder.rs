@@ -14,6 +14,8 @@ use crate::rpc::{from_redis, Redis};
 pub struct RedisClientBuilder {
     pub(crate) url: String,
     pub(crate) replicas: Option<(u32, Duration)>,
+    /// A user and password that replace the URL's.
+    pub(crate) user: Option<(String, String)>,
     pub(crate) settings: Settings,
 }
 
@@ -22,6 +24,7 @@ impl fmt::Debug for RedisClientBuilder {
         f.debug_struct("RedisClientBuilder")
             .field("url", &shown_url(&self.url))
             .field("replicas", &self.replicas)
+            .field("user", &self.user.as_ref().map(|(u, _)| u))
             .field("settings", &self.settings)
             .finish()
     }
@@ -61,6 +64,15 @@ impl RedisClientBuilder {
         self
     }
 
+    /// Log in as `user` (an ACL user; `default` for a server with only
+    /// `requirepass`) with `password`, in place of the URL's: for a
+    /// password kept out of the URL, read from a file or the environment.
+    /// Neither `Debug` nor any message shows the password.
+    pub fn user(mut self, user: impl Into<String>, password: impl Into<String>) -> Self {
+        self.user = Some((user.into(), password.into()));
+        self
+    }
+
     fn validate(&self) -> Result<redis::Client> {
         let shown = shown_url(&self.url);
         let refuse = |why: &str| {
@@ -81,7 +93,20 @@ impl RedisClientBuilder {
             None if recipes_core::is_host_port(&self.url) => format!("redis://{}", self.url),
             None => return refuse("is not a URL, nor host:port with a numeric port"),
         };
-        let client = match redis::Client::open(url.as_str()) {
+        let mut info = match redis::IntoConnectionInfo::into_connection_info(url.as_str()) {
+            Ok(info) => info,
+            Err(e) => return refuse(&format!("cannot be used ({e})")),
+        };
+        if let Some((user, password)) = &self.user {
+            if user.is_empty() {
+                return Err(Error::invalid(
+                    "the Redis user is empty; name an ACL user (default for requirepass)",
+                ));
+            }
+            info.redis.username = Some(user.clone());
+            info.redis.password = Some(password.clone());
+        }
+        let client = match redis::Client::open(info) {
             Ok(client) => client,
             Err(e) => return refuse(&format!("cannot be used ({e})")),
         };
