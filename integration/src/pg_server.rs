@@ -228,6 +228,30 @@ impl PgServer {
         self.dir.path()
     }
 
+    /// Creates the superuser role `role` that logs in over TCP with
+    /// `password` only (a `scram-sha-256` rule ahead of the trust rules),
+    /// and waits until the rule is in force: a wrong password is refused.
+    ///
+    /// # Panics
+    ///
+    /// When the rule is not in force within 10 s (scaled).
+    pub fn add_password_role(&self, role: &str, password: &str) {
+        self.sql(&format!(
+            "CREATE ROLE {role} LOGIN SUPERUSER PASSWORD '{password}'"
+        ));
+        let hba = self.dir().join("data/pg_hba.conf");
+        let rules = std::fs::read_to_string(&hba).expect("read pg_hba.conf");
+        let ours = format!("host all {role} 127.0.0.1/32 scram-sha-256\n");
+        std::fs::write(&hba, format!("{ours}{rules}")).expect("write pg_hba.conf");
+        self.sql("SELECT pg_reload_conf()");
+        // psql sends no password: refused once the rule is read.
+        crate::wait_until(
+            "the password rule is in force",
+            Duration::from_secs(10),
+            || psql(self.addr, role, PG_DATABASE, "SELECT 1", PG_PROBE_TIMEOUT).is_err(),
+        );
+    }
+
     /// Runs `sql` as the superuser on [`PG_DATABASE`]; see
     /// [`psql`] for the output format.
     ///

@@ -9,7 +9,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use integration::pg_server::PG_USER;
-use integration::{scale, wait_until, PgFacts, PgServer};
+use integration::{scale, PgFacts, PgServer};
 use pg_common::*;
 use recipes_core::{Client, Error};
 use recipes_pg::tokio_postgres::types::Type;
@@ -52,23 +52,8 @@ fn bad_urls_are_invalid_argument_and_an_unreachable_server_is_named_in_time() {
 #[test]
 fn a_wrong_password_or_an_unknown_role_is_unauthenticated() {
     let server = PgServer::start();
-    server.sql("CREATE ROLE pw_user LOGIN SUPERUSER PASSWORD 'right'");
-    let hba = server.dir().join("data/pg_hba.conf");
-    let rules = std::fs::read_to_string(&hba).expect("read pg_hba.conf");
-    let ours = "host all pw_user 127.0.0.1/32 scram-sha-256\n";
-    std::fs::write(&hba, format!("{ours}{rules}")).expect("write pg_hba.conf");
-    server.sql("SELECT pg_reload_conf()");
+    server.add_password_role("pw_user", "right");
     let url = |who: &str| format!("postgres://{who}@{}/recipes", server.addr());
-    wait_until(
-        "the password rule is in force",
-        scale(Duration::from_secs(10)),
-        || {
-            matches!(
-                connect(&url("pw_user:wrong"), TTL),
-                Err(Error::Unauthenticated { .. })
-            )
-        },
-    );
     match connect(&url("pw_user:wrong"), TTL) {
         Err(Error::Unauthenticated { what }) => assert!(!what.contains("wrong"), "{what}"),
         other => panic!("a wrong password: {other:?}"),

@@ -10,7 +10,7 @@ mod common;
 use std::process::Command;
 
 use common::*;
-use integration::{scale, wait_until, EtcdServer, PgServer, RedisConfig, RedisServer, ZkServer};
+use integration::{EtcdServer, PgServer, RedisConfig, RedisServer, ZkServer};
 
 const SECRET: &str = "s3cret-pw-941";
 const NAME: &str = "/creds/nightly";
@@ -123,6 +123,18 @@ fn right_and_wrong(backend: [&str; 2], user: &str) {
         !printed.contains(SECRET),
         "the password was printed: {printed}"
     );
+    let mut status = recipes();
+    status
+        .args(backend)
+        .args(["--user", user])
+        .env("RECIPES_PASSWORD", SECRET);
+    let out = status.args(["status", NAME, "--json"]).output().unwrap();
+    let printed = String::from_utf8_lossy(&out.stdout) + String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "{printed}");
+    assert!(
+        !printed.contains(SECRET),
+        "status printed the password: {printed}"
+    );
     let (code, printed) = lock_as(backend, user, "wrong-pw-77", NAME);
     assert_eq!(code, Some(77), "a wrong password: {printed}");
     assert!(
@@ -134,24 +146,9 @@ fn right_and_wrong(backend: [&str; 2], user: &str) {
 #[test]
 fn pg_role_and_password_from_the_environment() {
     let server = PgServer::start();
-    server.sql(&format!(
-        "CREATE ROLE app LOGIN SUPERUSER PASSWORD '{SECRET}'"
-    ));
-    let hba = server.dir().join("data/pg_hba.conf");
-    let rules = std::fs::read_to_string(&hba).unwrap();
-    std::fs::write(
-        &hba,
-        format!("host all app 127.0.0.1/32 scram-sha-256\n{rules}"),
-    )
-    .unwrap();
-    server.sql("SELECT pg_reload_conf()");
+    server.add_password_role("app", SECRET);
     // The URL names no user: --user gives it, the environment its password.
     let url = format!("postgres://{}/recipes", server.addr());
-    wait_until(
-        "the password rule is in force",
-        scale(std::time::Duration::from_secs(10)),
-        || lock_as(["--pg", &url], "app", "wrong-pw-77", NAME).0 == Some(77),
-    );
     right_and_wrong(["--pg", &url], "app");
 }
 
