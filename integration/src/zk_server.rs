@@ -53,6 +53,7 @@ pub struct ZkConfig {
     min_session_timeout: Duration,
     max_session_timeout: Duration,
     fsync: bool,
+    sasl_users: Vec<(String, String)>,
 }
 
 impl Default for ZkConfig {
@@ -62,6 +63,7 @@ impl Default for ZkConfig {
             min_session_timeout: Duration::from_millis(400),
             max_session_timeout: Duration::from_secs(20),
             fsync: false,
+            sasl_users: Vec::new(),
         }
     }
 }
@@ -87,6 +89,29 @@ impl ZkConfig {
         self.min_session_timeout = min;
         self.max_session_timeout = max;
         self
+    }
+
+    /// Require SASL: the server's JAAS `Server` section knows `user` with
+    /// `password` (DIGEST-MD5), and a client that has not authenticated
+    /// with SASL is refused (`enforce.auth.enabled`). Call once per user.
+    pub fn with_sasl_user(mut self, user: &str, password: &str) -> Self {
+        self.sasl_users.push((user.into(), password.into()));
+        self
+    }
+
+    /// The JAAS file of the SASL users, `None` without any.
+    fn jaas(&self) -> Option<String> {
+        if self.sasl_users.is_empty() {
+            return None;
+        }
+        let users: String = self
+            .sasl_users
+            .iter()
+            .map(|(u, p)| format!("\n  user_{u}=\"{p}\""))
+            .collect();
+        Some(format!(
+            "Server {{\n  org.apache.zookeeper.server.auth.DigestLoginModule required{users};\n}};\n"
+        ))
     }
 
     /// `tickTime`.
@@ -131,6 +156,12 @@ impl ZkConfig {
         cfg.push_str("admin.enableServer=false\n");
         cfg.push_str("4lw.commands.whitelist=srvr,mntr,cons,wchc,wchp,stat,ruok,dump\n");
         cfg.push_str("autopurge.purgeInterval=0\n");
+        if !self.sasl_users.is_empty() {
+            cfg.push_str(
+                "authProvider.sasl=org.apache.zookeeper.server.auth.SASLAuthenticationProvider\n",
+            );
+            cfg.push_str("enforce.auth.enabled=true\nenforce.auth.schemes=sasl\n");
+        }
         cfg
     }
 }
@@ -233,6 +264,13 @@ impl ZkServer {
                 }
                 None => Ok(()),
             });
+        let jaas = config
+            .jaas()
+            .map(|text| (dir.path().join("jaas.conf"), text));
+        let written = written.and_then(|()| match &jaas {
+            Some((path, text)) => std::fs::write(path, text),
+            None => Ok(()),
+        });
         if let Err(e) = written {
             panic!(
                 "cannot write ZooKeeper config in {}: {e}",
@@ -244,7 +282,7 @@ impl ZkServer {
             .map(|jar| format!("{ZK_JAR_DIR}/{jar}"))
             .collect::<Vec<_>>()
             .join(":");
-        let args: Vec<String> = vec![
+        let mut args: Vec<String> = vec![
             // A small, fast-starting JVM: tests start many of them.
             "-Xmx256m".into(),
             "-XX:+UseSerialGC".into(),
@@ -263,6 +301,14 @@ impl ZkServer {
             main_class.into(),
             cfg_path.display().to_string(),
         ];
+        if let Some((path, _)) = &jaas {
+            // A JVM option: before the class path and the main class.
+            let at = args.iter().position(|a| a == "-cp").unwrap_or(0);
+            args.insert(
+                at,
+                format!("-Djava.security.auth.login.config={}", path.display()),
+            );
+        }
         other_ports.insert(0, client_port);
         let process = ManagedProcess::new(
             label.clone(),

@@ -137,3 +137,19 @@ fn zk_never_shows_the_digest_password() {
     assert!(!shown.contains(SECRET), "shown: {shown}");
     assert!(!logged.contains(SECRET), "logged:\n{logged}");
 }
+
+#[test]
+fn zk_sasl_never_shows_the_password() {
+    let server =
+        ZkServer::start_with(integration::ZkConfig::default().with_sasl_user("app", SECRET));
+    let hosts = server.connect_string();
+    never_shown(
+        |pw| {
+            recipes_zk::ZkClient::builder(hosts.as_str())
+                .session_timeout(Duration::from_secs(5))
+                .sasl_digest("app", pw)
+        },
+        |b| b.connect(),
+        "/secrets/zk",
+    );
+}

@@ -75,3 +75,46 @@ fn another_identity_may_read_but_not_join_and_leaves_nothing() {
     other.close().unwrap();
     owner.close().unwrap();
 }
+
+/// SASL DIGEST-MD5 against a server that requires it: the right password
+/// locks (its node belongs to `sasl:app`), a wrong one and none are
+/// refused at connect with `Unauthenticated`, within the connect timeout,
+/// and leave nothing.
+#[test]
+fn sasl_digest_authenticates_and_a_wrong_password_is_unauthenticated() {
+    use integration::ZkConfig;
+    let server = ZkServer::start_with(ZkConfig::default().with_sasl_user("app", "app-pw-9"));
+    let connect = |password: Option<&str>| {
+        let builder = ZkClient::builder(server.connect_string())
+            .session_timeout(Duration::from_secs(5))
+            .connect_timeout(Duration::from_secs(5));
+        match password {
+            Some(pw) => builder.sasl_digest("app", pw).connect(),
+            None => builder.connect(),
+        }
+    };
+    let client = connect(Some("app-pw-9")).expect("the right password");
+    let name = "/sasl/lock";
+    let held = client.mutex(name).unwrap().lock().unwrap();
+    // The server refuses clients without SASL: the harness's own
+    // (unauthenticated) reader included, so ours reads.
+    assert_eq!(client.contenders(name).unwrap().len(), 1);
+    held.release().unwrap();
+
+    let started = std::time::Instant::now();
+    match connect(Some("wrong-pw-3")) {
+        Err(Error::Unauthenticated { what }) => assert!(!what.contains("wrong-pw-3"), "{what}"),
+        other => panic!("a wrong password: {other:?}"),
+    }
+    assert!(
+        started.elapsed() < integration::scale(Duration::from_secs(10)),
+        "refused within the connect timeout"
+    );
+    // Without SASL the server refuses the session's requests.
+    match connect(None).and_then(|c| c.mutex("/sasl/other")?.try_lock()) {
+        Err(Error::Unauthenticated { .. } | Error::PermissionDenied { .. }) => {}
+        other => panic!("no credentials: {other:?}"),
+    }
+    assert!(client.contenders(name).unwrap().is_empty(), "nothing left");
+    client.close().unwrap();
+}

@@ -49,7 +49,8 @@ macro_rules! on_client {
 pub(crate) use on_client;
 
 /// Connect to the chosen store with `ttl` as the session timeout or lease
-/// TTL.
+/// TTL, as `user` (on ZooKeeper by SASL when `zk_sasl`, else as a digest
+/// identity).
 ///
 /// # Errors
 ///
@@ -59,6 +60,7 @@ pub fn connect(
     choice: &BackendChoice,
     ttl: Duration,
     user: Option<&Credentials>,
+    zk_sasl: bool,
 ) -> Result<Connected> {
     // Each builder: the lease, the connect timeout, the credentials.
     macro_rules! connect_with {
@@ -71,6 +73,9 @@ pub fn connect(
         }};
     }
     match choice {
+        BackendChoice::Zk(hosts) if zk_sasl => {
+            connect_with!(ZkClient::builder(hosts.clone()), sasl_digest, Connected::Zk)
+        }
         BackendChoice::Zk(hosts) => {
             connect_with!(ZkClient::builder(hosts.clone()), digest_auth, Connected::Zk)
         }

@@ -124,6 +124,12 @@ pub struct Cli {
     #[arg(long, env = "RECIPES_USER", value_name = "USER", global = true)]
     pub user: Option<String>,
 
+    /// With --zk: authenticate --user with SASL DIGEST-MD5 (a user of the
+    /// ensemble's JAAS Server section; a wrong password fails at connect)
+    /// instead of as a digest identity.
+    #[arg(long, env = "RECIPES_ZK_SASL", global = true)]
+    pub zk_sasl: bool,
+
     /// A file whose first line is the password of --user.
     #[arg(
         long,

@@ -134,7 +134,7 @@ fn real_main() -> i32 {
         }
     };
     let store = run::describe(&choice);
-    let connected = match backend::connect(&choice, cli.ttl, credentials.as_ref()) {
+    let connected = match backend::connect(&choice, cli.ttl, credentials.as_ref(), cli.zk_sasl) {
         Ok(c) => c,
         Err(e) => {
             eprintln!("recipes: cannot connect to {store}: {e}");

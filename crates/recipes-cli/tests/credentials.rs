@@ -10,7 +10,7 @@ mod common;
 use std::process::Command;
 
 use common::*;
-use integration::{EtcdServer, PgServer, RedisConfig, RedisServer, ZkServer};
+use integration::{EtcdServer, PgServer, RedisConfig, RedisServer, ZkConfig, ZkServer};
 
 const SECRET: &str = "s3cret-pw-941";
 const NAME: &str = "/creds/nightly";
@@ -24,7 +24,7 @@ fn etcd_with_auth() -> EtcdServer {
 /// `recipes --etcd … --user app lock NAME -- true`, the password in the
 /// environment: status and everything printed.
 fn lock_as_app(server: &EtcdServer, name: &str, password: &str) -> (Option<i32>, String) {
-    lock_as(["--etcd", &server.endpoints()[0]], "app", password, name)
+    lock_as(&["--etcd", &server.endpoints()[0]], "app", password, name)
 }
 
 #[test]
@@ -99,7 +99,7 @@ fn code_of(cmd: &mut Command) -> i32 {
 
 /// `recipes <backend> --user USER lock NAME -- true`, the password in the
 /// environment: status and everything printed.
-fn lock_as(backend: [&str; 2], user: &str, password: &str, name: &str) -> (Option<i32>, String) {
+fn lock_as(backend: &[&str], user: &str, password: &str, name: &str) -> (Option<i32>, String) {
     let mut cmd = recipes();
     cmd.args(backend)
         .args(["--user", user])
@@ -116,7 +116,7 @@ fn lock_as(backend: [&str; 2], user: &str, password: &str, name: &str) -> (Optio
 
 /// The right password works, a wrong one is 77 and never printed, nor
 /// is the right one.
-fn right_and_wrong(backend: [&str; 2], user: &str) {
+fn right_and_wrong(backend: &[&str], user: &str) {
     let (code, printed) = lock_as(backend, user, SECRET, NAME);
     assert_eq!(code, Some(0), "the right password: {printed}");
     assert!(
@@ -149,7 +149,7 @@ fn pg_role_and_password_from_the_environment() {
     server.add_password_role("app", SECRET);
     // The URL names no user: --user gives it, the environment its password.
     let url = format!("postgres://{}/recipes", server.addr());
-    right_and_wrong(["--pg", &url], "app");
+    right_and_wrong(&["--pg", &url], "app");
 }
 
 #[test]
@@ -169,8 +169,15 @@ fn redis_acl_user_and_password_from_the_environment() {
         "+@all",
     ]);
     let url = format!("redis://{}", server.addr());
-    right_and_wrong(["--redis", &url], "app");
+    right_and_wrong(&["--redis", &url], "app");
     // `default` is the user of a server with only requirepass.
-    let (code, printed) = lock_as(["--redis", &url], "default", "default-pw-5", NAME);
+    let (code, printed) = lock_as(&["--redis", &url], "default", "default-pw-5", NAME);
     assert_eq!(code, Some(0), "{printed}");
+}
+
+#[test]
+fn zk_sasl_user_and_password_from_the_environment() {
+    let server = ZkServer::start_with(ZkConfig::default().with_sasl_user("app", SECRET));
+    let hosts = server.connect_string();
+    right_and_wrong(&["--zk", &hosts, "--zk-sasl"], "app");
 }
