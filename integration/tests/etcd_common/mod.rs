@@ -5,9 +5,14 @@
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 
+use std::process::Command;
+use std::thread::JoinHandle;
+
+use integration::runtime::block_on;
 use integration::{EtcdFacts, EtcdServer};
+use recipes_core::{BootInstant, Client as _, FencingToken};
 use recipes_etcd::etcd_client::TxnOp;
-use recipes_etcd::{EtcdClient, EtcdKey};
+use recipes_etcd::{EtcdClient, EtcdKey, MutexGuard};
 
 /// A TTL short enough for expiry tests, long enough for a loaded machine.
 pub const SHORT_TTL: Duration = Duration::from_secs(2);
@@ -75,4 +80,43 @@ pub fn wait_keys(facts: &EtcdFacts, name: &str, n: usize) -> Vec<String> {
 pub fn fenced_put(key: &EtcdKey, at: &str, value: &str) -> i64 {
     let resp = key.txn(vec![TxnOp::put(at, value, None)]).unwrap();
     resp.header().unwrap().revision()
+}
+
+/// The store's current revision, as a read's header says.
+pub fn store_revision(facts: &EtcdFacts) -> i64 {
+    let mut client = facts.client();
+    block_on(async move { client.get("/", None).await })
+        .expect("read the store revision")
+        .header()
+        .expect("a header")
+        .revision()
+}
+
+/// What a waiter thread returns: its guard, token and when it acquired.
+pub type Waited = recipes_core::Result<(FencingToken, BootInstant, MutexGuard)>;
+
+/// `client` starts waiting for `name` (held by someone else) in a thread;
+/// returns once the waiter's key is in etcd, behind the holder's.
+pub fn queue_waiter(facts: &EtcdFacts, client: &EtcdClient, name: &str) -> JoinHandle<Waited> {
+    let m = client.mutex(name).unwrap();
+    let waiter = std::thread::spawn(move || m.lock().map(|g| (g.token(), BootInstant::now(), g)));
+    wait_keys(facts, name, 2);
+    assert!(!waiter.is_finished(), "waits while the lock is held");
+    waiter
+}
+
+/// Run `etcdctl` against `server` and insist it succeeds.
+pub fn etcdctl(server: &EtcdServer, args: &[&str]) -> String {
+    let out = Command::new("etcdctl")
+        .env("ETCDCTL_API", "3")
+        .arg(format!("--endpoints={}", server.endpoint()))
+        .args(args)
+        .output()
+        .expect("run etcdctl");
+    assert!(
+        out.status.success(),
+        "etcdctl {args:?}: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    String::from_utf8_lossy(&out.stdout).into_owned()
 }
