@@ -12,7 +12,7 @@ use integration::runtime::block_on;
 use integration::{EtcdFacts, EtcdServer};
 use recipes_core::{BootInstant, Client as _, FencingToken};
 use recipes_etcd::etcd_client::TxnOp;
-use recipes_etcd::{EtcdClient, EtcdKey, MutexGuard};
+use recipes_etcd::{EtcdClient, EtcdKey, LeaderInfo, MutexGuard};
 
 /// A TTL short enough for expiry tests, long enough for a loaded machine.
 pub const SHORT_TTL: Duration = Duration::from_secs(2);
@@ -119,4 +119,30 @@ pub fn etcdctl(server: &EtcdServer, args: &[&str]) -> String {
         String::from_utf8_lossy(&out.stderr)
     );
     String::from_utf8_lossy(&out.stdout).into_owned()
+}
+
+/// Upper bound (scaled) for anything that should happen at once.
+pub const SOON: Duration = Duration::from_secs(10);
+
+/// A client's contender key of `name`: `<name>/<lease hex>`.
+pub fn key_of(client: &EtcdClient, name: &str) -> String {
+    format!("{name}/{:x}", client.session_id().unwrap())
+}
+
+/// A key's (create_revision, mod_revision, value), as etcd says now.
+pub fn read_key(facts: &EtcdFacts, key: &str) -> Option<(i64, i64, Vec<u8>)> {
+    let mut client = facts.client();
+    let key = key.to_owned();
+    let resp = block_on(async move { client.get(key, None).await }).expect("read a key");
+    resp.kvs()
+        .first()
+        .map(|kv| (kv.create_revision(), kv.mod_revision(), kv.value().to_vec()))
+}
+
+/// What an observer reports for `holder` with `value`.
+pub fn info(holder: &str, value: &[u8]) -> LeaderInfo {
+    LeaderInfo {
+        holder: holder.to_owned(),
+        value: value.to_vec(),
+    }
 }
