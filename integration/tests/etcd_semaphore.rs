@@ -1,9 +1,10 @@
-//! The etcd semaphore against real etcd 3.4.
+//! The etcd semaphore against real etcd 3.4: at most N permits under
+//! churn, try and timed acquires, a freed permit admitting a waiter, a size
+//! mismatch refused, no key left by a timed-out acquire, a deleted permit's
+//! loss, a closed client's permits. (Faults: `etcd_semaphore_faults.rs`.)
 //!
-//! Tests that do not break the server share one (`EtcdServer::shared`) and
-//! use their own semaphore names. Tests that pause a server or wait for a
-//! lease to expire are named `*_fault` (nextest runs them one at a time)
-//! and start their own server when they break it.
+//! The tests share one server (`EtcdServer::shared`) and use their own
+//! semaphore names.
 
 mod etcd_common;
 
@@ -12,76 +13,10 @@ use recipes_core::Client as _;
 
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
-use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
-use integration::runtime::block_on;
-use integration::{scale, wait_until, EtcdFacts, EtcdServer};
+use integration::{scale, wait_until, EtcdServer};
 use recipes_core::{BootInstant, Error, LossReason};
-use recipes_etcd::{Semaphore, SemaphorePermit};
-
-/// Upper bound (scaled) for anything that should happen promptly.
-const PROMPTLY: Duration = Duration::from_secs(10);
-
-fn lease_keys(facts: &EtcdFacts, name: &str) -> Vec<String> {
-    facts.keys_with_prefix(&format!("{name}/leases/"))
-}
-
-/// Waits until the permit keys are exactly `expected` (in any order).
-fn wait_lease_keys(facts: &EtcdFacts, name: &str, expected: &[&str]) {
-    let mut want: Vec<String> = expected.iter().map(|k| k.to_string()).collect();
-    want.sort();
-    facts.wait_keys(
-        &format!("{name}/leases/"),
-        &format!("are {want:?}"),
-        PROMPTLY,
-        |k| k == want.as_slice(),
-    );
-}
-
-fn wait_lease_count(facts: &EtcdFacts, name: &str, n: usize) -> Vec<String> {
-    facts.wait_keys(
-        &format!("{name}/leases/"),
-        &format!("number {n}"),
-        PROMPTLY,
-        |k| k.len() == n,
-    )
-}
-
-fn wait_lock_count(facts: &EtcdFacts, name: &str, n: usize) -> Vec<String> {
-    facts.wait_keys(
-        &format!("{name}/locks/"),
-        &format!("number {n}"),
-        PROMPTLY,
-        |k| k.len() == n,
-    )
-}
-
-fn delete_key(facts: &EtcdFacts, key: &str) {
-    let mut raw = facts.client();
-    let key = key.to_owned();
-    block_on(async move { raw.delete(key, None).await }).expect("delete a key");
-}
-
-fn put_key(facts: &EtcdFacts, key: &str, value: &str) {
-    let mut raw = facts.client();
-    let (key, value) = (key.to_owned(), value.to_owned());
-    block_on(async move { raw.put(key, value, None).await }).expect("put a key");
-}
-
-/// A permit acquired in a thread, and when.
-type Waited = recipes_core::Result<(BootInstant, SemaphorePermit)>;
-
-fn spawn_waiter(sem: Semaphore) -> JoinHandle<Waited> {
-    std::thread::spawn(move || sem.acquire().map(|p| (BootInstant::now(), p)))
-}
-
-fn timed<T>(what: &str, f: impl FnOnce() -> T) -> T {
-    let started = Instant::now();
-    let r = f();
-    println!("{what}: {:?}", started.elapsed());
-    r
-}
 
 #[test]
 fn at_most_n_permits_are_held_under_churn() {
@@ -441,96 +376,4 @@ fn closing_a_client_frees_its_permits_and_ends_its_waits() {
     let (_, pb) = wb.join().unwrap().unwrap();
     wait_lease_keys(&facts, &name, &[pb.holder()]);
     pb.release().unwrap();
-}
-
-/// A client that stops renewing (as a crashed process would) keeps its
-/// permit keys until etcd expires its lease; its permits are lost before
-/// then, and only then is a waiter admitted.
-#[test]
-fn an_orphaned_clients_permits_free_others_after_the_ttl_fault() {
-    let server = EtcdServer::shared();
-    let facts = server.facts();
-    let a = connect_with_ttl(server, SHORT_TTL);
-    let b = connect(server);
-    let name = sem_name("orphan");
-    let sa = a.semaphore(&name, 2).unwrap();
-    let (p1, p2) = (sa.acquire().unwrap(), sa.acquire().unwrap());
-    let lease = a.session_id().unwrap();
-    let wb = spawn_waiter(b.semaphore(&name, 2).unwrap());
-    wait_lease_count(&facts, &name, 3);
-    a.orphan();
-    let last_deadline = p1.valid_until().unwrap();
-    let (admitted_at, pb) = timed("orphan to admission", || wb.join().unwrap().unwrap());
-    for p in [&p1, &p2] {
-        let reason = p.lost().reason();
-        assert!(
-            matches!(
-                reason,
-                Some(LossReason::DeadlineExpired | LossReason::Deleted)
-            ),
-            "{reason:?}"
-        );
-        let lost_at = p.valid_until().unwrap();
-        assert!(lost_at <= last_deadline);
-        assert!(
-            lost_at < admitted_at,
-            "lost locally ({lost_at:?}) before etcd admitted another ({admitted_at:?})"
-        );
-        assert!(matches!(
-            p.put(&format!("{name}-x"), b"x"),
-            Err(Error::FenceRejected { .. })
-        ));
-    }
-    assert_eq!(facts.lease_time_to_live(lease), -1);
-    wait_lease_keys(&facts, &name, &[pb.holder()]);
-    // The orphaning client goes on with a new lease.
-    let p3 = sa.try_acquire().unwrap().expect("one permit free");
-    assert_ne!(p3.lease().session_id(), lease);
-    p3.release().unwrap();
-    pb.release().unwrap();
-}
-
-/// The server stops answering: keep-alives go unacknowledged and every
-/// permit is lost at its local deadline, before the server's lease ends.
-#[test]
-fn a_paused_server_loses_the_permits_at_their_deadline_fault() {
-    let server = EtcdServer::start();
-    let a = connect_with_ttl(&server, SHORT_TTL);
-    let name = sem_name("paused");
-    let sa = a.semaphore(&name, 2).unwrap();
-    let (p1, p2) = (sa.acquire().unwrap(), sa.acquire().unwrap());
-    let lease = a.session_id().unwrap();
-    let paused_at = BootInstant::now();
-    server.pause();
-    let reasons = [&p1, &p2].map(|p| p.lost().wait_timeout(scale(Duration::from_secs(10))));
-    server.resume();
-    for (p, reason) in [&p1, &p2].into_iter().zip(reasons) {
-        assert_eq!(reason, Some(LossReason::DeadlineExpired));
-        // Lower bound, unscaled: the deadline came from an acknowledgement
-        // sent before the pause.
-        let lost = p.valid_until().unwrap();
-        assert!(lost <= paused_at + SHORT_TTL, "{lost:?} vs {paused_at:?}");
-    }
-    server
-        .facts()
-        .wait_lease_gone(lease, Duration::from_secs(10));
-    for p in [&p1, &p2] {
-        assert!(matches!(
-            p.put(&format!("{name}-x"), b"x"),
-            Err(Error::FenceRejected { .. })
-        ));
-    }
-    drop((p1, p2));
-    let facts = server.facts();
-    wait_lease_count(&facts, &name, 0);
-    // The client recovers with a new lease.
-    let p = sa
-        .try_acquire_for(Duration::from_secs(10))
-        .unwrap()
-        .expect("free");
-    assert_ne!(p.lease().session_id(), lease);
-    p.release().unwrap();
-    wait_until("the internal lock is free", PROMPTLY, || {
-        facts.keys_with_prefix(&format!("{name}/locks/")).is_empty()
-    });
 }

@@ -3,7 +3,7 @@
 #![allow(dead_code)]
 
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use std::process::Command;
 use std::thread::JoinHandle;
@@ -12,7 +12,7 @@ use integration::runtime::block_on;
 use integration::{EtcdFacts, EtcdServer};
 use recipes_core::{BootInstant, Client as _, FencingToken};
 use recipes_etcd::etcd_client::TxnOp;
-use recipes_etcd::{EtcdClient, EtcdKey, LeaderInfo, MutexGuard};
+use recipes_etcd::{EtcdClient, EtcdKey, LeaderInfo, MutexGuard, Semaphore, SemaphorePermit};
 
 /// A TTL short enough for expiry tests, long enough for a loaded machine.
 pub const SHORT_TTL: Duration = Duration::from_secs(2);
@@ -145,4 +145,74 @@ pub fn info(holder: &str, value: &[u8]) -> LeaderInfo {
         holder: holder.to_owned(),
         value: value.to_vec(),
     }
+}
+
+/// Upper bound (scaled) for anything that should happen promptly.
+pub const PROMPTLY: Duration = Duration::from_secs(10);
+
+/// The permit keys of the semaphore `name`.
+pub fn lease_keys(facts: &EtcdFacts, name: &str) -> Vec<String> {
+    facts.keys_with_prefix(&format!("{name}/leases/"))
+}
+
+/// Waits until the permit keys are exactly `expected` (in any order).
+pub fn wait_lease_keys(facts: &EtcdFacts, name: &str, expected: &[&str]) {
+    let mut want: Vec<String> = expected.iter().map(|k| k.to_string()).collect();
+    want.sort();
+    facts.wait_keys(
+        &format!("{name}/leases/"),
+        &format!("are {want:?}"),
+        PROMPTLY,
+        |k| k == want.as_slice(),
+    );
+}
+
+/// Waits until `name` has `n` permit keys; returns them.
+pub fn wait_lease_count(facts: &EtcdFacts, name: &str, n: usize) -> Vec<String> {
+    facts.wait_keys(
+        &format!("{name}/leases/"),
+        &format!("number {n}"),
+        PROMPTLY,
+        |k| k.len() == n,
+    )
+}
+
+/// Waits until `name`'s internal mutex has `n` keys; returns them.
+pub fn wait_lock_count(facts: &EtcdFacts, name: &str, n: usize) -> Vec<String> {
+    facts.wait_keys(
+        &format!("{name}/locks/"),
+        &format!("number {n}"),
+        PROMPTLY,
+        |k| k.len() == n,
+    )
+}
+
+/// Deletes `key` behind its holder's back.
+pub fn delete_key(facts: &EtcdFacts, key: &str) {
+    let mut raw = facts.client();
+    let key = key.to_owned();
+    block_on(async move { raw.delete(key, None).await }).expect("delete a key");
+}
+
+/// Puts `key` as another program would.
+pub fn put_key(facts: &EtcdFacts, key: &str, value: &str) {
+    let mut raw = facts.client();
+    let (key, value) = (key.to_owned(), value.to_owned());
+    block_on(async move { raw.put(key, value, None).await }).expect("put a key");
+}
+
+/// A permit acquired in a thread, and when.
+pub type PermitWaited = recipes_core::Result<(BootInstant, SemaphorePermit)>;
+
+/// `sem.acquire()` in a thread.
+pub fn spawn_waiter(sem: Semaphore) -> JoinHandle<PermitWaited> {
+    std::thread::spawn(move || sem.acquire().map(|p| (BootInstant::now(), p)))
+}
+
+/// Runs `f`, printing how long it took.
+pub fn timed<T>(what: &str, f: impl FnOnce() -> T) -> T {
+    let started = Instant::now();
+    let r = f();
+    println!("{what}: {:?}", started.elapsed());
+    r
 }
