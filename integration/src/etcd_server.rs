@@ -295,6 +295,34 @@ impl EtcdServer {
             .unwrap_or_else(|| panic!("no {name} in /metrics"))
     }
 
+    /// The sum of every series of the metric `name` (all its label sets),
+    /// 0 when it has none yet.
+    ///
+    /// # Panics
+    ///
+    /// When `/metrics` cannot be read.
+    pub fn metric_sum(&self, name: &str) -> f64 {
+        let (status, body) = crate::http::http_request(
+            self.client_addr,
+            "GET",
+            "/metrics",
+            "",
+            std::time::Duration::from_secs(5),
+        )
+        .expect("read /metrics");
+        assert_eq!(status, 200, "{body}");
+        body.lines()
+            .filter_map(|l| {
+                let rest = l.strip_prefix(name)?;
+                let value = match rest.strip_prefix('{') {
+                    Some(labels) => labels.split_once("} ")?.1,
+                    None => rest.strip_prefix(' ')?,
+                };
+                value.trim().parse::<f64>().ok()
+            })
+            .sum()
+    }
+
     /// Its peer (raft) address.
     pub fn peer_addr(&self) -> SocketAddr {
         self.peer_addr

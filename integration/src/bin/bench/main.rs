@@ -1,0 +1,193 @@
+//! The benchmark: M1–M5 against real servers started with fsync on, each
+//! figure beside the raw minimum measured in the same run, one JSON object
+//! per line (`metric`, `backend`, the figures, `raw`, `violations`).
+//!
+//! ```sh
+//! cargo run --release -p integration --bin bench -- [zk|etcd|pg|redis|all] [--quick]
+//! ```
+//!
+//! - **M1** uncontended `lock` + `release`: ops/s, p50, p99.
+//! - **M2** 2, 4 and 8 clients (each its own session, as separate
+//!   processes would be) handing one lock on: acquisitions/s, handoff
+//!   p50/p99; violations = overlaps and fence inversions.
+//! - **M3** failover to the next leader after a resignation and after a
+//!   crash (etcd, PostgreSQL, Redis: the client stops renewing, as a killed
+//!   process would; ZooKeeper: its session killed at the server).
+//! - **M4** 10, 100 and 1,000 waiters on one lock: wakes (queue reads) and
+//!   server requests per release (ZooKeeper `mntr`'s packets received,
+//!   etcd's gRPC messages received, Redis `INFO`'s commands processed;
+//!   PostgreSQL's statistics lag by a second, so none).
+//! - **M5** 1, 100 and 10,000 locks held by one client: threads, resident
+//!   memory per lock, idle server requests per second.
+//!
+//! `--quick` runs every measurement small, as a smoke test (`scripts/test`):
+//! it fails only when a measurement does not complete or sees a violation.
+
+mod load;
+mod measures;
+mod out;
+mod raw;
+
+use std::time::Duration;
+
+use integration::{
+    EtcdConfig, EtcdServer, PgConfig, PgServer, RedisConfig, RedisServer, ZkConfig, ZkServer,
+};
+use measures::{Sizes, Store};
+use recipes_core::Client;
+
+const FULL: Sizes = Sizes {
+    seconds: Duration::from_secs(3),
+    contenders: &[2, 4, 8],
+    rounds: 5,
+    waiters: &[10, 100, 1000],
+    held: &[1, 100, 10_000],
+    idle: Duration::from_secs(3),
+};
+
+const QUICK: Sizes = Sizes {
+    seconds: Duration::from_millis(300),
+    contenders: &[2],
+    rounds: 1,
+    waiters: &[10],
+    held: &[1, 100],
+    idle: Duration::from_millis(300),
+};
+
+fn all<C: Client>(store: Store<C>, sizes: &Sizes) {
+    measures::m1(&store, sizes);
+    measures::m2(&store, sizes);
+    measures::m3(&store, sizes);
+    load::m4(&store, sizes);
+    load::m5(&store, sizes);
+}
+
+fn zk(sizes: &Sizes) {
+    let server = ZkServer::start_with(ZkConfig::default().with_fsync(true));
+    let hosts = server.connect_string();
+    let (h, h2) = (hosts.clone(), hosts.clone());
+    let store = Store {
+        name: "zk",
+        connect: Box::new(move |ttl| {
+            recipes_zk::ZkClient::builder(h.as_str())
+                .ttl(ttl)
+                .connect()
+                .unwrap()
+        }),
+        raw: Some(Box::new(move |s| raw::zk(&h2, s))),
+        requests: Box::new(move || {
+            let mntr = server.four_letter("mntr");
+            mntr.lines()
+                .find_map(|l| l.strip_prefix("zk_packets_received"))
+                .and_then(|v| v.trim().parse().ok())
+        }),
+        kill: Box::new(|c: &recipes_zk::ZkClient| c.kill_session().unwrap()),
+        kill_is: "session killed at the server",
+    };
+    all(store, sizes);
+}
+
+fn etcd(sizes: &Sizes) {
+    let server = EtcdServer::start_with(EtcdConfig::default().with_fsync(true));
+    let endpoints = server.endpoints();
+    let (e, e2) = (endpoints.clone(), endpoints.clone());
+    let store = Store {
+        name: "etcd",
+        connect: Box::new(move |ttl| {
+            recipes_etcd::EtcdClient::builder(e.clone())
+                .ttl(ttl)
+                .connect()
+                .unwrap()
+        }),
+        raw: Some(Box::new(move |s| raw::etcd(&e2, s))),
+        requests: Box::new(move || {
+            // Every gRPC message: reads, transactions, watch requests and
+            // each lease keep-alive.
+            Some(server.metric_sum("grpc_server_msg_received_total") as u64)
+        }),
+        kill: Box::new(|c: &recipes_etcd::EtcdClient| c.orphan()),
+        kill_is: "renewals stopped (crash)",
+    };
+    all(store, sizes);
+}
+
+fn redis(sizes: &Sizes) {
+    let server = RedisServer::start_with(RedisConfig {
+        aof: Some("always"),
+        ..RedisConfig::default()
+    });
+    let url = server.url();
+    let (u, u2) = (url.clone(), url.clone());
+    let store = Store {
+        name: "redis",
+        connect: Box::new(move |ttl| {
+            recipes_redis::RedisClient::builder(u.as_str())
+                .ttl(ttl)
+                .connect()
+                .unwrap()
+        }),
+        raw: Some(Box::new(move |s| raw::redis(&u2, s))),
+        requests: Box::new(move || {
+            let info: String = server.cmd(&["INFO", "stats"]);
+            info.lines()
+                .find_map(|l| l.strip_prefix("total_commands_processed:"))
+                .and_then(|v| v.trim().parse().ok())
+        }),
+        kill: Box::new(|c: &recipes_redis::RedisClient| c.orphan()),
+        kill_is: "renewals stopped (crash)",
+    };
+    all(store, sizes);
+}
+
+fn pg(sizes: &Sizes) {
+    let server = PgServer::start_with(PgConfig::default().with_fsync(true));
+    let url = server.url();
+    let store = Store {
+        name: "pg",
+        connect: Box::new(move |ttl| {
+            recipes_pg::PgClient::builder(url.as_str())
+                .ttl(ttl)
+                .connect()
+                .unwrap()
+        }),
+        raw: None,
+        requests: Box::new(|| None),
+        kill: Box::new(|c: &recipes_pg::PgClient| c.orphan()),
+        kill_is: "renewals stopped (crash)",
+    };
+    all(store, sizes);
+}
+
+fn main() {
+    let args: Vec<String> = std::env::args().skip(1).collect();
+    let sizes = if args.iter().any(|a| a == "--quick") {
+        &QUICK
+    } else {
+        &FULL
+    };
+    let which = args
+        .iter()
+        .find(|a| !a.starts_with("--"))
+        .map_or("all", String::as_str);
+    match which {
+        "zk" => zk(sizes),
+        "etcd" => etcd(sizes),
+        "pg" => pg(sizes),
+        "redis" => redis(sizes),
+        "all" => {
+            zk(sizes);
+            etcd(sizes);
+            pg(sizes);
+            redis(sizes);
+        }
+        other => {
+            eprintln!("bench: unknown backend {other:?}; use zk, etcd, pg, redis or all");
+            std::process::exit(64);
+        }
+    }
+    let violations = out::VIOLATIONS.load(std::sync::atomic::Ordering::SeqCst);
+    if violations > 0 {
+        eprintln!("bench: {violations} violation(s): see the lines with violations > 0");
+        std::process::exit(1);
+    }
+}

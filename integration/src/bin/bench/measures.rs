@@ -1,0 +1,186 @@
+//! M1–M5, written once over [`recipes_core::Client`]: what each store adds
+//! is in [`Store`].
+
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use parking_lot::Mutex;
+use recipes_core::Client;
+
+use crate::out::{line, percentile_us, rate_and_latency, Figures, V};
+use crate::raw::Samples;
+
+/// A store under measurement.
+pub struct Store<C> {
+    pub name: &'static str,
+    /// A new client (its own session) with this TTL.
+    pub connect: Box<dyn Fn(Duration) -> C + Send + Sync>,
+    /// The raw minimum of an uncontended cycle, for this long.
+    pub raw: Option<Box<dyn Fn(Duration) -> Samples>>,
+    /// The server's count of requests served so far, where it keeps one.
+    pub requests: Box<dyn Fn() -> Option<u64>>,
+    /// End a client as a crash would.
+    pub kill: Box<dyn Fn(&C)>,
+    /// What [`kill`](Store::kill) is on this store.
+    pub kill_is: &'static str,
+}
+
+/// The sizes of one run: `--quick` makes every one small.
+pub struct Sizes {
+    pub seconds: Duration,
+    pub contenders: &'static [usize],
+    pub rounds: usize,
+    pub waiters: &'static [usize],
+    pub held: &'static [usize],
+    pub idle: Duration,
+}
+
+fn raw_figures<C>(store: &Store<C>, seconds: Duration) -> Option<Figures> {
+    let raw = store.raw.as_ref()?;
+    let (mut samples, elapsed) = raw(seconds);
+    Some(rate_and_latency(&mut samples, elapsed))
+}
+
+/// M1: `lock` then `release` of a free lock, one client.
+pub fn m1<C: Client>(store: &Store<C>, sizes: &Sizes) {
+    let client = (store.connect)(Duration::from_secs(10));
+    let mutex = client.mutex("/bench/m1").unwrap();
+    let started = Instant::now();
+    let mut samples = Vec::new();
+    while started.elapsed() < sizes.seconds {
+        let t = Instant::now();
+        mutex.lock().unwrap().release().unwrap();
+        samples.push(t.elapsed());
+    }
+    let figures = rate_and_latency(&mut samples, started.elapsed());
+    line(
+        "M1",
+        store.name,
+        figures,
+        raw_figures(store, sizes.seconds),
+        0,
+    );
+    let _ = client.close();
+}
+
+/// M2: `n` clients handing one lock on; acquisitions/s, the handoff (a
+/// release to the next acquisition) p50/p99, overlaps and fence
+/// inversions (violations).
+pub fn m2<C: Client>(store: &Store<C>, sizes: &Sizes) {
+    for &n in sizes.contenders {
+        let inside = Arc::new(AtomicBool::new(false));
+        let violations = Arc::new(AtomicU64::new(0));
+        // The last release: when, and the fence it had.
+        let last = Arc::new(Mutex::new((None::<Instant>, 0u64)));
+        let handoffs = Arc::new(Mutex::new(Vec::new()));
+        let stop_at = Instant::now() + sizes.seconds;
+        let clients: Vec<C> = (0..n)
+            .map(|_| (store.connect)(Duration::from_secs(10)))
+            .collect();
+        let started = Instant::now();
+        std::thread::scope(|s| {
+            for c in &clients {
+                let mutex = c.mutex("/bench/m2").unwrap();
+                let (inside, violations) = (inside.clone(), violations.clone());
+                let (last, handoffs) = (last.clone(), handoffs.clone());
+                s.spawn(move || {
+                    while Instant::now() < stop_at {
+                        let g = mutex.lock().unwrap();
+                        let acquired = Instant::now();
+                        if inside.swap(true, Ordering::SeqCst) {
+                            violations.fetch_add(1, Ordering::SeqCst);
+                        }
+                        {
+                            let mut last = last.lock();
+                            if g.token().get() <= last.1 {
+                                violations.fetch_add(1, Ordering::SeqCst);
+                            }
+                            if let Some(released) = last.0 {
+                                handoffs
+                                    .lock()
+                                    .push(acquired.saturating_duration_since(released));
+                            }
+                            last.1 = g.token().get();
+                        }
+                        inside.store(false, Ordering::SeqCst);
+                        last.lock().0 = Some(Instant::now());
+                        g.release().unwrap();
+                    }
+                });
+            }
+        });
+        let elapsed = started.elapsed();
+        let mut handoffs = std::mem::take(&mut *handoffs.lock());
+        let figures = vec![
+            ("processes", V::N(n as f64)),
+            (
+                "acquisitions_per_sec",
+                V::N((handoffs.len() + 1) as f64 / elapsed.as_secs_f64()),
+            ),
+            ("handoff_p50_us", V::N(percentile_us(&mut handoffs, 50.0))),
+            ("handoff_p99_us", V::N(percentile_us(&mut handoffs, 99.0))),
+        ];
+        let raw = raw_figures(store, sizes.seconds);
+        line(
+            "M2",
+            store.name,
+            figures,
+            raw,
+            violations.load(Ordering::SeqCst),
+        );
+        for c in clients {
+            let _ = c.close();
+        }
+    }
+}
+
+/// M3: failover — the time from a leader's resignation, and from its
+/// crash, to the next leader's `campaign` returning.
+pub fn m3<C: Client>(store: &Store<C>, sizes: &Sizes) {
+    let ttl = Duration::from_secs(2);
+    for crash in [false, true] {
+        let mut took = Vec::new();
+        let mut violations = 0;
+        for round in 0..sizes.rounds {
+            let name = format!("/bench/m3-{crash}-{round}");
+            let (a, b) = ((store.connect)(ttl), (store.connect)(ttl));
+            let leading = a.election(&name).unwrap().campaign(b"a").unwrap();
+            let fence_a = leading.token();
+            let next = std::thread::scope(|s| {
+                let waiting = s.spawn(|| {
+                    let l = b.election(&name).unwrap().campaign(b"b").unwrap();
+                    (Instant::now(), l)
+                });
+                // b is queued once the store lists two candidates.
+                while a.contenders(&name).unwrap().len() < 2 {
+                    std::thread::sleep(Duration::from_millis(2));
+                }
+                let ended = Instant::now();
+                if crash {
+                    (store.kill)(&a);
+                    std::mem::forget(leading);
+                } else {
+                    leading.resign().unwrap();
+                }
+                let (at, l) = waiting.join().unwrap();
+                (at.saturating_duration_since(ended), l)
+            });
+            if next.1.token() <= fence_a {
+                violations += 1;
+            }
+            took.push(next.0);
+            drop(next.1);
+            let _ = b.close();
+            let _ = a.close_within(Duration::from_millis(100));
+        }
+        let how = if crash { store.kill_is } else { "resign" };
+        let figures = vec![
+            ("after", V::S(how.into())),
+            ("ttl_ms", V::N(ttl.as_millis() as f64)),
+            ("median_us", V::N(percentile_us(&mut took, 50.0))),
+            ("max_us", V::N(percentile_us(&mut took, 100.0))),
+        ];
+        line("M3", store.name, figures, None, violations);
+    }
+}

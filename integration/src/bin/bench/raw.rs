@@ -1,0 +1,112 @@
+//! The raw minimum of an uncontended lock and its release, issued straight
+//! through each store's client crate, timed per cycle: what no recipe can
+//! beat on that store.
+//!
+//! - ZooKeeper: create an ephemeral-sequential node, list the folder,
+//!   delete the node.
+//! - etcd: the put-if-absent + read-owner transaction, then a delete.
+//! - Redis: `SET NX PX`, `INCR` of a fence key, compare-and-delete by `EVAL`.
+
+use std::time::{Duration, Instant};
+
+/// Per-cycle times of `cycle` run for `seconds`, and the time it took.
+pub type Samples = (Vec<Duration>, Duration);
+
+fn runtime() -> tokio::runtime::Runtime {
+    tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .expect("a runtime")
+}
+
+/// One async loop: the client's own task runs throughout, as ours does on
+/// its runtime thread.
+async fn samples<F: std::future::Future<Output = ()>>(
+    seconds: Duration,
+    mut cycle: impl FnMut() -> F,
+) -> Samples {
+    let started = Instant::now();
+    let mut out = Vec::new();
+    while started.elapsed() < seconds {
+        let t = Instant::now();
+        cycle().await;
+        out.push(t.elapsed());
+    }
+    (out, started.elapsed())
+}
+
+pub fn zk(hosts: &str, seconds: Duration) -> Samples {
+    use zookeeper_client as zk;
+    let rt = runtime();
+    let raw = rt.block_on(zk::Client::connect(hosts)).expect("connect");
+    let open = zk::Acls::anyone_all();
+    rt.block_on(raw.mkdir("/bench/raw", &zk::CreateMode::Persistent.with_acls(open)))
+        .expect("mkdir");
+    let options = zk::CreateMode::EphemeralSequential.with_acls(open);
+    rt.block_on(samples(seconds, || async {
+        let (_, seq) = raw.create("/bench/raw/n-", b"", &options).await.unwrap();
+        raw.list_children("/bench/raw").await.unwrap();
+        raw.delete(&format!("/bench/raw/n-{seq}"), None)
+            .await
+            .unwrap();
+    }))
+}
+
+pub fn etcd(endpoints: &[String], seconds: Duration) -> Samples {
+    use etcd_client::{Compare, CompareOp, GetOptions, PutOptions, Txn, TxnOp};
+    let rt = runtime();
+    let raw = rt
+        .block_on(etcd_client::Client::connect(endpoints, None))
+        .expect("connect");
+    let lease = rt.block_on(raw.clone().lease_grant(10, None)).unwrap().id();
+    let key = format!("/bench/raw/{lease:x}");
+    rt.block_on(samples(seconds, || {
+        let (mut raw, key) = (raw.clone(), key.clone());
+        async move {
+            let txn = Txn::new()
+                .when([Compare::create_revision(key.as_str(), CompareOp::Equal, 0)])
+                .and_then([
+                    TxnOp::put(key.as_str(), "", Some(PutOptions::new().with_lease(lease))),
+                    TxnOp::get(
+                        "/bench/raw/",
+                        Some(GetOptions::new().with_prefix().with_limit(1)),
+                    ),
+                ]);
+            raw.txn(txn).await.unwrap();
+            raw.delete(key.as_str(), None).await.unwrap();
+        }
+    }))
+}
+
+pub fn redis(url: &str, seconds: Duration) -> Samples {
+    let raw = redis::Client::open(url).expect("a Redis URL");
+    let mut conn = raw.get_connection().expect("connect");
+    let release = redis::Script::new(
+        "if redis.call('GET', KEYS[1]) == ARGV[1] then return redis.call('DEL', KEYS[1]) end return 0",
+    );
+    let started = Instant::now();
+    let mut out = Vec::new();
+    while started.elapsed() < seconds {
+        let t = Instant::now();
+        let set: Option<String> = redis::cmd("SET")
+            .arg("/bench/raw")
+            .arg("token")
+            .arg("NX")
+            .arg("PX")
+            .arg(10_000)
+            .query(&mut conn)
+            .unwrap();
+        assert!(set.is_some(), "the raw lock is free between cycles");
+        let _: i64 = redis::cmd("INCR")
+            .arg("/bench/raw-fence")
+            .query(&mut conn)
+            .unwrap();
+        let _: i64 = release
+            .key("/bench/raw")
+            .arg("token")
+            .invoke(&mut conn)
+            .unwrap();
+        out.push(t.elapsed());
+    }
+    (out, started.elapsed())
+}
