@@ -280,6 +280,15 @@ impl EtcdServer {
     ///
     /// When the page cannot be read or has no such metric.
     pub fn metric(&self, name: &str) -> f64 {
+        let body = self.metrics_text();
+        body.lines()
+            .find_map(|l| l.strip_prefix(name)?.strip_prefix(' '))
+            .and_then(|v| v.trim().parse().ok())
+            .unwrap_or_else(|| panic!("no {name} in /metrics"))
+    }
+
+    /// The text of `/metrics`.
+    fn metrics_text(&self) -> String {
         let (status, body) = crate::http::http_request(
             self.client_addr,
             "GET",
@@ -289,10 +298,7 @@ impl EtcdServer {
         )
         .expect("read /metrics");
         assert_eq!(status, 200, "{body}");
-        body.lines()
-            .find_map(|l| l.strip_prefix(name)?.strip_prefix(' '))
-            .and_then(|v| v.trim().parse().ok())
-            .unwrap_or_else(|| panic!("no {name} in /metrics"))
+        body
     }
 
     /// The sum of every series of the metric `name` (all its label sets),
@@ -302,15 +308,7 @@ impl EtcdServer {
     ///
     /// When `/metrics` cannot be read.
     pub fn metric_sum(&self, name: &str) -> f64 {
-        let (status, body) = crate::http::http_request(
-            self.client_addr,
-            "GET",
-            "/metrics",
-            "",
-            std::time::Duration::from_secs(5),
-        )
-        .expect("read /metrics");
-        assert_eq!(status, 200, "{body}");
+        let body = self.metrics_text();
         body.lines()
             .filter_map(|l| {
                 let rest = l.strip_prefix(name)?;
