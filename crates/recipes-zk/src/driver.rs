@@ -5,7 +5,11 @@
 //!
 //! - **enter**: create `<dir>/_c_<uuid>-<lock_name><seq>`; when the reply is
 //!   lost, find the node by its uuid.
-//! - **list**: the children, in serial-number order around our sequence.
+//! - **list**: the children, in serial-number order around our sequence,
+//!   with a watch on them: for the listing that makes us the holder, that
+//!   watch is the loss watch's first stage (it fires when any contender
+//!   comes or goes, ours included), so an uncontended cycle costs create,
+//!   list and delete — no read of our own node.
 //! - **wait**: a one-shot watch on the node ahead (a mutex, a latch) or on
 //!   the folder's children (semaphore permits: any release may admit us).
 //! - **confirm**: nothing to ask; the fence is our node's czxid.
@@ -49,6 +53,8 @@ pub(crate) struct Acquired {
     pub(crate) epoch: Arc<SessionLease>,
     pub(crate) node: String,
     pub(crate) czxid: i64,
+    /// The watch the winning listing set on the folder's children.
+    pub(crate) children: Option<zk::OneshotWatcher>,
 }
 
 /// The contend driver over one folder of a client.
@@ -72,6 +78,8 @@ pub(crate) struct Entry {
     name: String,
     seq: i32,
     czxid: i64,
+    /// The watch of the latest listing on the folder's children.
+    children: Option<zk::OneshotWatcher>,
 }
 
 /// The engine's epoch: the session and its lease epoch.
@@ -167,6 +175,7 @@ impl ContendDriver for NodeDriver {
             name,
             seq,
             czxid,
+            children: None,
         };
         Ok((entry, None))
     }
@@ -178,8 +187,11 @@ impl ContendDriver for NodeDriver {
     async fn list(&self, epoch: &Epoch, entry: &mut Entry) -> Result<Listing<String>> {
         let (session, dir) = (&epoch.0, &self.contender.dir);
         let lock_name = self.contender.lock_name;
-        let children = match session.zk().list_children(dir).await {
-            Ok(children) => children,
+        let children = match session.zk().get_and_watch_children(dir).await {
+            Ok((children, _, watcher)) => {
+                entry.children = Some(watcher);
+                children
+            }
             // A session that ended has fired the epoch's loss first: the
             // engine starts over on this error.
             Err(e) => return Err(read_error(&format!("list {dir}"), e)),
@@ -249,6 +261,7 @@ impl ContendDriver for NodeDriver {
             epoch,
             node: entry.node,
             czxid: entry.czxid,
+            children: entry.children,
         }
     }
 }

@@ -47,6 +47,7 @@ impl ZkNode {
         client.runtime().spawn(watch_own_node(
             Arc::downgrade(&a.session),
             a.node.clone(),
+            a.children,
             trigger.clone(),
         ));
         let token = FencingToken(a.czxid as u64);
@@ -198,7 +199,20 @@ fn is(e: &Error, code: &zk::Error) -> bool {
 
 /// Watch our own node: its deletion is loss. The session's end fires the
 /// epoch, of which `trigger` is a child.
-async fn watch_own_node(session: Weak<Session>, node: String, trigger: LossTrigger) {
+///
+/// First through `children`, the watch the winning listing set on the
+/// folder (it was armed before that listing was read, so no change since
+/// is missed): it costs no request until a contender comes or goes. Then
+/// through a watch on the node itself.
+async fn watch_own_node(
+    session: Weak<Session>,
+    node: String,
+    children: Option<zk::OneshotWatcher>,
+    trigger: LossTrigger,
+) {
+    if let Some(children) = children {
+        drop(children.changed().await);
+    }
     while !trigger.is_fired() {
         let Some(s) = session.upgrade() else { return };
         let (watched, id) = (s.zk().get_and_watch_data(&node).await, s.id());

@@ -46,6 +46,7 @@ fn raw_figures<C>(store: &Store<C>, seconds: Duration) -> Option<Figures> {
 pub fn m1<C: Client>(store: &Store<C>, sizes: &Sizes) {
     let client = (store.connect)(Duration::from_secs(10));
     let mutex = client.mutex("/bench/m1").unwrap();
+    let served = (store.requests)();
     let started = Instant::now();
     let mut samples = Vec::new();
     while started.elapsed() < sizes.seconds {
@@ -53,7 +54,15 @@ pub fn m1<C: Client>(store: &Store<C>, sizes: &Sizes) {
         mutex.lock().unwrap().release().unwrap();
         samples.push(t.elapsed());
     }
-    let figures = rate_and_latency(&mut samples, started.elapsed());
+    let elapsed = started.elapsed();
+    let cycles = samples.len() as f64;
+    let mut figures = rate_and_latency(&mut samples, elapsed);
+    // Heartbeats and keep-alives included: a little above the true count.
+    let per_cycle = match ((store.requests)(), served) {
+        (Some(after), Some(before)) => V::N(after.saturating_sub(before) as f64 / cycles),
+        _ => V::Null,
+    };
+    figures.push(("server_requests_per_cycle", per_cycle));
     line(
         "M1",
         store.name,
