@@ -49,6 +49,7 @@ impl PgClient {
             url: url.into(),
             listen_url: None,
             poll_interval: DEFAULT_POLL_INTERVAL,
+            tls: None,
             settings: Settings::default(),
         }
     }

@@ -46,6 +46,7 @@ impl RedisClient {
         RedisClientBuilder {
             url: url.into(),
             replicas: None,
+            tls: None,
             settings: Settings::default(),
         }
     }

@@ -6,6 +6,7 @@ use std::time::{Duration, Instant};
 
 use std::sync::atomic::{AtomicBool, Ordering};
 
+use recipes_core::tls::{Prelude, Probe};
 use recipes_core::{Error, LossPolicy, LossReason, Result, Runtime, Settings};
 use zookeeper_client as zk;
 
@@ -20,6 +21,7 @@ pub struct ZkClientBuilder {
     loss_policy: LossPolicy,
     chroot: Option<String>,
     digest: Option<(String, String)>,
+    tls: Option<recipes_core::Tls>,
 }
 
 impl fmt::Debug for ZkClientBuilder {
@@ -30,6 +32,7 @@ impl fmt::Debug for ZkClientBuilder {
             .field("settings", &self.settings)
             .field("loss_policy", &self.loss_policy)
             .field("digest_user", &self.digest.as_ref().map(|(u, _)| u))
+            .field("tls", &self.tls)
             .finish()
     }
 }
@@ -69,6 +72,12 @@ impl ZkClientBuilder {
         self.digest = Some((user.into(), password.into()));
         self
     }
+
+    recipes_core::tls_setter!(
+        "Give the servers' secure client ports (`secureClientPort`). ZooKeeper's client \
+         checks the certificate against the host it connects to: a \
+         [`Tls::server_name`](recipes_core::Tls::server_name) is refused."
+    );
 
     fn acls(&self) -> zk::Acls<'static> {
         static CREATOR_ALL_ANYONE_READ: [zk::Acl; 2] = [
@@ -120,11 +129,26 @@ impl ZkClientBuilder {
     /// connect timeout.
     pub fn connect(self) -> Result<ZkClient> {
         self.validate()?;
+        let files = match &self.tls {
+            None => None,
+            Some(tls) => {
+                tls.refuse_server_name("ZooKeeper")?;
+                Some(tls.load()?)
+            }
+        };
+        let target = format!("ZooKeeper at {}", self.hosts);
+        let first = self.hosts.split(',').next().unwrap_or_default();
+        let probe = Probe::new(first, target, files, Prelude::None).unanswered(
+            format!("no ZooKeeper server of {}", self.hosts),
+            "each host:port is a ZooKeeper client port (2181 by default; its \
+             secureClientPort with TLS), not etcd's (2379) or an HTTP server",
+        );
         let rt = Runtime::new("recipes-zk")?;
         let inner = Arc::new(Inner {
             session: parking_lot::Mutex::new(None),
             rt,
             config: self,
+            probe,
             reconnect: tokio::sync::Mutex::new(()),
             closed: AtomicBool::new(false),
         });
@@ -138,6 +162,22 @@ impl ZkClientBuilder {
     }
 }
 
+/// The client crate's TLS options of `files`.
+fn tls_options(files: &recipes_core::TlsFiles) -> Result<zk::TlsOptions> {
+    recipes_core::tls::install_provider();
+    let text = |pem: &[u8]| String::from_utf8_lossy(pem).into_owned();
+    let refused = |e: zk::Error| Error::invalid(format!("TLS files refused: {e}"));
+    let mut options = zk::TlsOptions::new()
+        .with_pem_ca(&text(&files.ca_pem))
+        .map_err(refused)?;
+    if let Some((cert, key)) = &files.identity_pem {
+        options = options
+            .with_pem_identity(&text(cert), &text(key))
+            .map_err(refused)?;
+    }
+    Ok(options)
+}
+
 struct Inner {
     // The current session; replaced by a new one after expiry. zookeeper-
     // client sends CloseSession when the last handle of a session is gone:
@@ -145,6 +185,8 @@ struct Inner {
     session: parking_lot::Mutex<Option<Arc<Session>>>,
     rt: Runtime,
     config: ZkClientBuilder,
+    /// What explains a failed connect; its files are the TLS ones.
+    probe: Probe,
     reconnect: tokio::sync::Mutex<()>,
     closed: AtomicBool,
 }
@@ -166,26 +208,28 @@ impl Inner {
         if let Some((user, password)) = &self.config.digest {
             connector = connector.with_auth("digest", format!("{user}:{password}").as_bytes());
         }
+        if let Some(files) = &self.probe.files {
+            connector = connector.with_tls(tls_options(files)?);
+        }
         let sent_at = recipes_core::BootInstant::now();
-        let connected = tokio::time::timeout(
+        let (what, timeout) = (
+            format!("connect to ZooKeeper at {hosts}"),
             self.config.settings.connect_timeout,
-            connector.connect(&hosts),
-        )
-        .await;
-        let zk = match connected {
-            Ok(Ok(zk)) => zk,
-            Ok(Err(e)) if e != zk::Error::Timeout => {
-                return Err(from_zk(&format!("connect to ZooKeeper at {hosts}"), e))
-            }
-            Ok(Err(_)) | Err(_) => {
-                return Err(recipes_core::no_server_answered(
-                    &format!("no ZooKeeper server of {hosts}"),
-                    self.config.settings.connect_timeout,
-                    "each host:port is a ZooKeeper client port (2181 by default), not etcd's \
-                     (2379), an HTTP server or ZooKeeper's TLS-only secure port",
-                ))
-            }
+        );
+        let connecting = async {
+            let connected = match self.probe.files {
+                None => connector.connect(&hosts).await,
+                Some(_) => connector.secure_connect(&hosts).await,
+            };
+            connected.map_err(|e| match e {
+                zk::Error::Timeout => Error::Timeout {
+                    what: what.clone(),
+                    after: timeout,
+                },
+                e => self.probe.error_in(&e).unwrap_or_else(|| from_zk(&what, e)),
+            })
         };
+        let zk = self.probe.connect(&what, timeout, connecting).await?;
         // The server may grant less than asked (its maxSessionTimeout); an
         // unusable grant would make every acquisition lost at once. Dropping
         // `zk` closes the session.
@@ -279,6 +323,7 @@ impl ZkClient {
             loss_policy: LossPolicy::default(),
             chroot: chroot.filter(|c| c != "/"),
             digest: None,
+            tls: None,
         }
     }
 
