@@ -13,6 +13,8 @@ use rcgen::{
 
 use crate::test_dir::TestDir;
 
+pub use recipes_core::tls::with_tls;
+
 /// A certificate and its key, PEM files.
 #[derive(Debug, Clone)]
 pub struct CertFiles {
@@ -241,13 +243,4 @@ fn set_mode(path: &Path, mode: u32) {
     let permissions = std::fs::Permissions::from_mode(mode);
     std::fs::set_permissions(path, permissions)
         .unwrap_or_else(|e| panic!("chmod {}: {e}", path.display()));
-}
-
-/// `builder` with `tls` when given: `set` is its TLS setter
-/// (`EtcdClientBuilder::tls`, `EtcdConfig::with_tls`, …).
-pub fn with_tls<B, T>(builder: B, tls: Option<T>, set: fn(B, T) -> B) -> B {
-    match tls {
-        Some(tls) => set(builder, tls),
-        None => builder,
-    }
 }

@@ -95,6 +95,11 @@ impl PgConfig {
         self
     }
 
+    /// The server's TLS, if any.
+    pub fn tls(&self) -> Option<&ServerTls> {
+        self.tls.as_ref()
+    }
+
     /// Whether `fsync` is on.
     pub fn fsync(&self) -> bool {
         self.fsync

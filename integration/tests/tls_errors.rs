@@ -16,7 +16,7 @@ mod tls_common;
 use tls_common::{Backend, EtcdBackend, PgBackend, RedisBackend, ZkBackend};
 
 /// The connect timeout of every client here.
-const CONNECT_TIMEOUT: Duration = Duration::from_secs(4);
+const CONNECT_TIMEOUT: Duration = Duration::from_secs(6);
 
 /// Which server a case connects to.
 #[derive(Debug, Clone, Copy)]

@@ -4,7 +4,8 @@
 use std::fmt;
 use std::time::{Duration, Instant};
 
-use recipes_core::{Client, FencingToken, LossSignal, Result};
+use recipes_core::tls::with_tls;
+use recipes_core::{Client, FencingToken, LossSignal, Result, Tls};
 use recipes_etcd::EtcdClient;
 use recipes_pg::PgClient;
 use recipes_redis::RedisClient;
@@ -49,7 +50,7 @@ macro_rules! on_client {
 pub(crate) use on_client;
 
 /// Connect to the chosen store with `ttl` as the session timeout or lease
-/// TTL.
+/// TTL, over `tls` when given.
 ///
 /// # Errors
 ///
@@ -59,10 +60,12 @@ pub fn connect(
     choice: &BackendChoice,
     ttl: Duration,
     user: Option<&Credentials>,
+    tls: Option<&Tls>,
 ) -> Result<Connected> {
+    let tls = tls.cloned();
     match choice {
         BackendChoice::Zk(hosts) => {
-            let mut builder = ZkClient::builder(hosts.clone())
+            let mut builder = with_tls(ZkClient::builder(hosts.clone()), tls, |b, t| b.tls(t))
                 .session_timeout(ttl)
                 .connect_timeout(connect_timeout(ttl));
             if let Some(c) = user {
@@ -71,9 +74,10 @@ pub fn connect(
             builder.connect().map(Connected::Zk)
         }
         BackendChoice::Etcd(endpoints) => {
-            let mut builder = EtcdClient::builder(endpoints.clone())
-                .ttl(ttl)
-                .connect_timeout(connect_timeout(ttl));
+            let mut builder =
+                with_tls(EtcdClient::builder(endpoints.clone()), tls, |b, t| b.tls(t))
+                    .ttl(ttl)
+                    .connect_timeout(connect_timeout(ttl));
             if let Some(c) = user {
                 builder = builder.user(c.user.clone(), c.password.clone());
             }
@@ -83,7 +87,7 @@ pub fn connect(
             "--user is not taken with --pg yet: give the user in the URL \
              (postgres://USER@HOST/DB) and its password there or in the server's pg_hba trust",
         )),
-        BackendChoice::Pg(url) => PgClient::builder(url.clone())
+        BackendChoice::Pg(url) => with_tls(PgClient::builder(url.clone()), tls, |b, t| b.tls(t))
             .ttl(ttl)
             .connect_timeout(connect_timeout(ttl))
             .connect()
@@ -92,11 +96,13 @@ pub fn connect(
             "--user is not taken with --redis yet: give the password in the URL \
              (redis://:PASSWORD@HOST:PORT)",
         )),
-        BackendChoice::Redis(url) => RedisClient::builder(url.clone())
-            .ttl(ttl)
-            .connect_timeout(connect_timeout(ttl))
-            .connect()
-            .map(Connected::Redis),
+        BackendChoice::Redis(url) => {
+            with_tls(RedisClient::builder(url.clone()), tls, |b, t| b.tls(t))
+                .ttl(ttl)
+                .connect_timeout(connect_timeout(ttl))
+                .connect()
+                .map(Connected::Redis)
+        }
     }
 }
 

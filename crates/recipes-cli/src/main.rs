@@ -132,8 +132,15 @@ fn real_main() -> i32 {
             return exit::USAGE;
         }
     };
+    let tls = match cli.tls() {
+        Ok(tls) => tls,
+        Err(msg) => {
+            eprintln!("recipes: {msg}");
+            return exit::USAGE;
+        }
+    };
     let store = run::describe(&choice);
-    let connected = match backend::connect(&choice, cli.ttl, credentials.as_ref()) {
+    let connected = match backend::connect(&choice, cli.ttl, credentials.as_ref(), tls.as_ref()) {
         Ok(c) => c,
         Err(e) => {
             eprintln!("recipes: cannot connect to {store}: {e}");

@@ -9,11 +9,6 @@ use super::{Prelude, TlsFiles, Verify};
 use crate::connect::no_server_answered;
 use crate::error::{Error, Result};
 
-/// The part of the connect timeout the connect itself may take; the rest
-/// is for asking the server why it failed ([`diagnose`](super::diagnose)),
-/// so that the explained error still comes within the connect timeout.
-const CONNECT_SHARE: (u32, u32) = (3, 4);
-
 /// `e` as an [`Error::Tls`] when a rustls error in its source chain says
 /// what went wrong (see [`classify`]); `e` itself otherwise. `target`
 /// names the server (`etcd at https://h:2379`); `sent_cert` says whether
@@ -91,12 +86,16 @@ impl Probe {
         error_in(e, &self.target, self.sends_cert())
     }
 
-    /// Run `connect` within three quarters of `budget`. When it fails the
-    /// way a TLS mismatch makes a connect fail — a timeout, a lost
-    /// connection, a retryable backend error — ask the first server with
-    /// the rest of the budget ([`Probe::diagnose`]) and return what it
-    /// found. A rustls error in the failure's source chain is explained
-    /// without asking (see [`explain`]).
+    /// Run `connect` within `budget`, and explain its failure in TLS
+    /// terms when TLS is why. A connect that fails the way a TLS mismatch
+    /// makes one fail — a timeout, a lost connection, a retryable backend
+    /// error — is explained by asking the first server
+    /// ([`Probe::diagnose`]) in the time left; one still running at half
+    /// the budget gets the question asked beside it, and whichever answers
+    /// first wins (a slow but healthy connect keeps its whole budget; some
+    /// client crates retry a failed handshake until their timeout and say
+    /// only that). A rustls error in the failure's source chain is
+    /// explained without asking (see [`explain`]).
     ///
     /// # Errors
     ///
@@ -109,30 +108,77 @@ impl Probe {
         budget: Duration,
         connect: impl Future<Output = Result<T>>,
     ) -> Result<T> {
-        let share = budget * CONNECT_SHARE.0 / CONNECT_SHARE.1;
-        let failed = match tokio::time::timeout(share, connect).await {
-            Ok(Ok(connected)) => return Ok(connected),
-            Ok(Err(e)) => explain(e, &self.target, self.sends_cert()),
-            Err(_) => Error::Timeout {
-                what: what.to_owned(),
-                after: budget,
-            },
+        let timeout = || Error::Timeout {
+            what: what.to_owned(),
+            after: budget,
         };
-        let unexplained = match &failed {
-            Error::Timeout { .. } | Error::ConnectionLoss => true,
-            Error::Backend { retryable, .. } => *retryable,
-            _ => false,
+        let start = tokio::time::Instant::now();
+        let (half, end) = (start + budget / 2, start + budget);
+        let connect = tokio::time::timeout_at(end, connect);
+        tokio::pin!(connect);
+        // The first half: the connect alone.
+        let outcome = tokio::select! {
+            outcome = &mut connect => Some(outcome),
+            () = tokio::time::sleep_until(half) => None,
         };
-        if !unexplained {
-            return Err(failed);
-        }
-        match self.diagnose(budget.saturating_sub(share)).await {
-            Some(found) => Err(found),
-            None if matches!(failed, Error::Timeout { .. } | Error::ConnectionLoss) => {
-                let (who, check) = &self.unanswered;
-                Err(no_server_answered(who, budget, check))
+        let outcome = match outcome {
+            Some(outcome) => outcome,
+            // Still connecting: ask the server beside it, and take whichever
+            // says something first (a slow connect keeps its whole budget).
+            None => {
+                let probe = self.diagnose(end.saturating_duration_since(half));
+                tokio::pin!(probe);
+                tokio::select! {
+                    outcome = &mut connect => match outcome {
+                        Ok(Ok(connected)) => return Ok(connected),
+                        Ok(Err(e)) => return Err(self.unexplained(e, budget, probe.await)),
+                        Err(_) => return Err(self.unexplained(timeout(), budget, None)),
+                    },
+                    found = &mut probe => match found {
+                        Some(found) => return Err(found),
+                        None => connect.await,
+                    },
+                }
             }
-            None => Err(failed),
+        };
+        match outcome {
+            Ok(Ok(connected)) => Ok(connected),
+            Ok(Err(e)) => {
+                let rest = end.saturating_duration_since(tokio::time::Instant::now());
+                let ask = retryable_failure(&e) && self.error_in(&e).is_none();
+                let found = match ask {
+                    true => self.diagnose(rest).await,
+                    false => None,
+                };
+                Err(self.unexplained(e, budget, found))
+            }
+            Err(_) => Err(self.unexplained(timeout(), budget, None)),
         }
+    }
+
+    /// The error of a failed connect: what the diagnosis `found`, the TLS
+    /// problem in `e`'s chain, [`no_server_answered`] for a timeout or a
+    /// lost connection, or `e`.
+    fn unexplained(&self, e: Error, budget: Duration, found: Option<Error>) -> Error {
+        if let Some(found) = found {
+            return found;
+        }
+        match explain(e, &self.target, self.sends_cert()) {
+            Error::Timeout { .. } | Error::ConnectionLoss => {
+                let (who, check) = &self.unanswered;
+                no_server_answered(who, budget, check)
+            }
+            other => other,
+        }
+    }
+}
+
+/// Whether `e` is how a TLS mismatch makes a connect fail: a timeout, a
+/// lost connection, a retryable backend error.
+fn retryable_failure(e: &Error) -> bool {
+    match e {
+        Error::Timeout { .. } | Error::ConnectionLoss => true,
+        Error::Backend { retryable, .. } => *retryable,
+        _ => false,
     }
 }

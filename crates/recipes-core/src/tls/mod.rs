@@ -181,3 +181,12 @@ macro_rules! tls_setter {
         }
     };
 }
+
+/// `builder` with `tls` when given: `set` is its TLS setter
+/// (`EtcdClientBuilder::tls`, …), for code that has an `Option`.
+pub fn with_tls<B, T>(builder: B, tls: Option<T>, set: fn(B, T) -> B) -> B {
+    match tls {
+        Some(tls) => set(builder, tls),
+        None => builder,
+    }
+}
