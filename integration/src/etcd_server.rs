@@ -7,6 +7,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::OnceLock;
 use std::time::Duration;
 
+use crate::certs::ServerTls;
 use crate::etcd_facts::EtcdFacts;
 use crate::http::{http_request, json_field};
 use crate::ports::{reserve_port, PortReservation};
@@ -39,6 +40,7 @@ pub struct EtcdConfig {
     election_timeout: Duration,
     fsync: bool,
     binary: PathBuf,
+    tls: Option<ServerTls>,
 }
 
 impl Default for EtcdConfig {
@@ -48,6 +50,7 @@ impl Default for EtcdConfig {
             election_timeout: Duration::from_millis(500),
             fsync: false,
             binary: PathBuf::from(ETCD_BINARY),
+            tls: None,
         }
     }
 }
@@ -91,6 +94,16 @@ impl EtcdConfig {
     ) -> Self {
         self.heartbeat_interval = heartbeat_interval;
         self.election_timeout = election_timeout;
+        self
+    }
+
+    /// Serve clients over TLS (an `https://` client URL, its certificate
+    /// and key), with `--client-cert-auth` when `tls.client_auth`. The
+    /// harness itself (health, facts, status) reads through a second,
+    /// plain client URL on another port, so that it works whatever is
+    /// wrong with the certificate under test.
+    pub fn with_tls(mut self, tls: ServerTls) -> Self {
+        self.tls = Some(tls);
         self
     }
 
@@ -144,10 +157,13 @@ pub struct EtcdServer {
     name: String,
     client_addr: SocketAddr,
     peer_addr: SocketAddr,
+    /// Where the harness reads (health, facts): the client address, or
+    /// with TLS a plain client URL of its own.
+    health_addr: SocketAddr,
     config: EtcdConfig,
     // Field order is drop order: process first, folder last.
     process: ManagedProcess,
-    _ports: [PortReservation; 2],
+    _ports: Vec<PortReservation>,
     dir: TestDir,
 }
 
@@ -219,9 +235,15 @@ impl EtcdServer {
             config.binary.display()
         );
         let dir = TestDir::new(&name);
-        let client_url = format!("http://{}", client_port.addr());
+        let scheme = if config.tls.is_some() {
+            "https"
+        } else {
+            "http"
+        };
+        let client_url = format!("{scheme}://{}", client_port.addr());
         let peer_url = format!("http://{}", peer_port.addr());
-        let args: Vec<String> = vec![
+        let mut ports = vec![client_port, peer_port];
+        let mut args: Vec<String> = vec![
             format!("--name={name}"),
             format!("--data-dir={}", dir.path().join("data").display()),
             format!("--listen-client-urls={client_url}"),
@@ -241,6 +263,19 @@ impl EtcdServer {
             "--logger=zap".to_owned(),
             "--log-outputs=stderr".to_owned(),
         ];
+        let mut health_addr = ports[0].addr();
+        if let Some(tls) = &config.tls {
+            let plain = reserve_port();
+            health_addr = plain.addr();
+            args[2] = format!("--listen-client-urls={client_url},http://{health_addr}");
+            args.extend([
+                format!("--cert-file={}", tls.server.cert.display()),
+                format!("--key-file={}", tls.server.key.display()),
+                format!("--trusted-ca-file={}", tls.ca.display()),
+                format!("--client-cert-auth={}", tls.client_auth),
+            ]);
+            ports.push(plain);
+        }
         let process = ManagedProcess::new(
             name.clone(),
             config.binary.clone(),
@@ -250,11 +285,12 @@ impl EtcdServer {
         );
         EtcdServer {
             name,
-            client_addr: client_port.addr(),
-            peer_addr: peer_port.addr(),
+            client_addr: ports[0].addr(),
+            peer_addr: ports[1].addr(),
+            health_addr,
             config,
             process,
-            _ports: [client_port, peer_port],
+            _ports: ports,
             dir,
         }
     }
@@ -290,7 +326,7 @@ impl EtcdServer {
     /// The text of `/metrics`.
     fn metrics_text(&self) -> String {
         let (status, body) = crate::http::http_request(
-            self.client_addr,
+            self.health_addr,
             "GET",
             "/metrics",
             "",
@@ -326,9 +362,14 @@ impl EtcdServer {
         self.peer_addr
     }
 
-    /// Its client URL, `http://127.0.0.1:<port>`.
+    /// Its client URL, `http://127.0.0.1:<port>` (`https://` with TLS).
     pub fn endpoint(&self) -> String {
-        format!("http://{}", self.client_addr)
+        let scheme = if self.config.tls.is_some() {
+            "https"
+        } else {
+            "http"
+        };
+        format!("{scheme}://{}", self.client_addr)
     }
 
     /// Its client URL as a one-element list, for `etcd_client::Client::connect`.
@@ -390,7 +431,7 @@ impl EtcdServer {
     /// Whether `/health` answers `"health":"true"` within
     /// [`ETCD_PROBE_TIMEOUT`] (it needs a leader and a served read).
     pub fn is_healthy(&self) -> bool {
-        match http_request(self.client_addr, "GET", "/health", "", ETCD_PROBE_TIMEOUT) {
+        match http_request(self.health_addr, "GET", "/health", "", ETCD_PROBE_TIMEOUT) {
             Ok((200, body)) => json_field(&body, "health") == Some("true"),
             _ => false,
         }
@@ -409,7 +450,7 @@ impl EtcdServer {
     /// [`ETCD_PROBE_TIMEOUT`].
     pub fn status(&self) -> Option<EtcdStatus> {
         let (code, body) = http_request(
-            self.client_addr,
+            self.health_addr,
             "POST",
             "/v3/maintenance/status",
             "{}",
@@ -432,7 +473,8 @@ impl EtcdServer {
 
     /// A new fact client connected to this member only.
     pub fn facts(&self) -> EtcdFacts {
-        EtcdFacts::connect(&self.endpoints(), self.logs())
+        let plain = vec![format!("http://{}", self.health_addr)];
+        EtcdFacts::connect(&plain, self.logs())
     }
 }
 

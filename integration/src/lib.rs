@@ -30,6 +30,7 @@
 #[doc = include_str!("../../README.md")]
 pub struct ReadmeDoctests;
 
+pub mod certs;
 pub mod env;
 pub mod etcd_cluster;
 pub mod etcd_facts;
@@ -59,6 +60,7 @@ pub mod zk_cluster;
 pub mod zk_facts;
 pub mod zk_server;
 
+pub use certs::{CertFiles, ServerTls, TestPki};
 pub use env::scale;
 pub use etcd_cluster::EtcdCluster;
 pub use etcd_facts::EtcdFacts;

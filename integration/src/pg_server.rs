@@ -18,6 +18,7 @@ use std::process::{Command, Stdio};
 use std::sync::OnceLock;
 use std::time::Duration;
 
+use crate::certs::ServerTls;
 use crate::ports::{reserve_port, PortReservation};
 use crate::process::ManagedProcess;
 use crate::psql::{psql, PG_BIN_DIR};
@@ -32,6 +33,11 @@ pub const PG_SUPERUSER: &str = "postgres";
 
 /// The unprivileged login role, for permission tests.
 pub const PG_USER: &str = "recipes_user";
+
+/// On a server with TLS, the superuser that may log in only over TLS (with
+/// a client certificate when the server asks for one): the clients under
+/// test; the harness stays [`PG_SUPERUSER`] on plain connections.
+pub const PG_TLS_USER: &str = "recipes_tls";
 
 /// The database the tests use.
 pub const PG_DATABASE: &str = "recipes";
@@ -55,6 +61,7 @@ pub const PG_PROBE_TIMEOUT: Duration = Duration::from_secs(2);
 pub struct PgConfig {
     fsync: bool,
     max_connections: u32,
+    tls: Option<ServerTls>,
 }
 
 impl Default for PgConfig {
@@ -62,6 +69,7 @@ impl Default for PgConfig {
         PgConfig {
             fsync: false,
             max_connections: 400,
+            tls: None,
         }
     }
 }
@@ -77,6 +85,19 @@ impl PgConfig {
     pub fn with_max_connections(mut self, max_connections: u32) -> Self {
         self.max_connections = max_connections;
         self
+    }
+
+    /// `ssl=on` with the certificate; [`PG_TLS_USER`] logs in over TLS
+    /// only, with `cert` authentication (its client certificate, mapped
+    /// from any name) when `tls.client_auth`.
+    pub fn with_tls(mut self, tls: ServerTls) -> Self {
+        self.tls = Some(tls);
+        self
+    }
+
+    /// The server's TLS, if any.
+    pub fn tls(&self) -> Option<&ServerTls> {
+        self.tls.as_ref()
     }
 
     /// Whether `fsync` is on.
@@ -152,7 +173,7 @@ impl PgServer {
         let data = dir.path().join("data");
         let log = dir.path().join("server.log");
         init_data_dir(&data, &log, uid, gid);
-        let args: Vec<String> = vec![
+        let mut args: Vec<String> = vec![
             "-D".to_owned(),
             data.display().to_string(),
             "-p".to_owned(),
@@ -168,6 +189,9 @@ impl PgServer {
             "-c".to_owned(),
             "log_line_prefix=%m [%p] %q%u@%d ".to_owned(),
         ];
+        if let Some(tls) = &config.tls {
+            args.extend(tls_setup(&tls_dir(dir.path()), &data, tls, uid, gid));
+        }
         let process = ManagedProcess::new("pg", postgres, args, dir.path(), log)
             .with_user(uid, gid)
             .with_process_tree();
@@ -184,6 +208,7 @@ impl PgServer {
     fn bootstrap(&self) {
         for sql in [
             format!("CREATE ROLE {PG_USER} LOGIN"),
+            format!("CREATE ROLE {PG_TLS_USER} LOGIN SUPERUSER"),
             format!("CREATE DATABASE {PG_DATABASE}"),
         ] {
             if let Err(e) = psql(
@@ -221,6 +246,16 @@ impl PgServer {
     /// The connection URL for the superuser.
     pub fn url(&self) -> String {
         self.url_as(PG_SUPERUSER)
+    }
+
+    /// The connection URL of the clients under test: [`PG_TLS_USER`] on a
+    /// server with TLS (give the client the TLS settings), else
+    /// [`url`](Self::url).
+    pub fn client_url(&self) -> String {
+        match self.config.tls {
+            Some(_) => self.url_as(PG_TLS_USER),
+            None => self.url(),
+        }
     }
 
     /// Its folder (data directory `data/`, `server.log`, the Unix socket).
@@ -392,4 +427,56 @@ fn init_data_dir(data: &Path, log: &Path, uid: u32, gid: u32) {
             crate::ServerLogs::single("pg initdb", log).tail()
         ),
     }
+}
+
+/// Where a server's TLS files go.
+fn tls_dir(dir: &Path) -> std::path::PathBuf {
+    dir.join("tls")
+}
+
+/// Copies the certificate, key and CA into `dir` (PostgreSQL wants its key
+/// owned by the server's user, mode 0600), writes `pg_hba.conf` and
+/// `pg_ident.conf` in `data`, and returns the server's `-c` arguments.
+fn tls_setup(dir: &Path, data: &Path, tls: &ServerTls, uid: u32, gid: u32) -> Vec<String> {
+    use std::os::unix::fs::PermissionsExt;
+    std::fs::create_dir_all(dir).expect("create the TLS folder");
+    chown(dir, uid, gid);
+    let files = [
+        ("server.crt", &tls.server.cert),
+        ("server.key", &tls.server.key),
+        ("ca.crt", &tls.ca),
+    ];
+    for (name, from) in files {
+        let to = dir.join(name);
+        std::fs::copy(from, &to).expect("copy a TLS file");
+        chown(&to, uid, gid);
+        let mode = std::fs::Permissions::from_mode(0o600);
+        std::fs::set_permissions(&to, mode).expect("chmod a TLS file");
+    }
+    let method = if tls.client_auth {
+        "cert map=tls"
+    } else {
+        "trust"
+    };
+    let hba = format!(
+        "local all all trust\n\
+         host all {PG_SUPERUSER} 127.0.0.1/32 trust\n\
+         hostssl all {PG_TLS_USER} 127.0.0.1/32 {method}\n"
+    );
+    std::fs::write(data.join("pg_hba.conf"), hba).expect("write pg_hba.conf");
+    std::fs::write(
+        data.join("pg_ident.conf"),
+        format!("tls /^.*$ {PG_TLS_USER}\n"),
+    )
+    .expect("write pg_ident.conf");
+    let at = |name: &str| dir.join(name).display().to_string();
+    [
+        "ssl=on".to_owned(),
+        format!("ssl_cert_file={}", at("server.crt")),
+        format!("ssl_key_file={}", at("server.key")),
+        format!("ssl_ca_file={}", at("ca.crt")),
+    ]
+    .into_iter()
+    .flat_map(|setting| ["-c".to_owned(), setting])
+    .collect()
 }

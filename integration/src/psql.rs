@@ -37,6 +37,8 @@ pub fn psql(
         // A whole number of seconds, at least 2 (libpq's minimum); the
         // deadline below is the real bound.
         .env("PGCONNECT_TIMEOUT", timeout.as_secs().max(2).to_string())
+        // The harness reads plain, whatever TLS the server has.
+        .env("PGSSLMODE", "disable")
         .env_remove("PGPASSWORD")
         .env_remove("PGSERVICE")
         .stdin(Stdio::null())

@@ -7,6 +7,7 @@ use std::path::Path;
 use std::sync::OnceLock;
 use std::time::Duration;
 
+use crate::certs::ServerTls;
 use crate::ports::{reserve_port, PortReservation};
 use crate::process::ManagedProcess;
 use crate::server::{process_lifecycle, start_server, ServerProcess};
@@ -32,6 +33,10 @@ pub struct RedisConfig {
     pub password: Option<String>,
     /// `--replicaof 127.0.0.1 <port>`.
     pub replica_of: Option<SocketAddr>,
+    /// TLS: `--tls-port <port>` with the certificate, and
+    /// `--tls-auth-clients yes` when `client_auth`; the harness itself
+    /// reads through a plain `--port` of its own.
+    pub tls: Option<ServerTls>,
 }
 
 /// One `redis-server` process with its own folder and loopback port.
@@ -41,10 +46,12 @@ pub struct RedisConfig {
 #[derive(Debug)]
 pub struct RedisServer {
     addr: SocketAddr,
+    /// Where the harness reads: `addr`, or with TLS a plain port.
+    harness_addr: SocketAddr,
     config: RedisConfig,
     // Field order is drop order: process first, folder last.
     process: ManagedProcess,
-    _port: PortReservation,
+    _ports: Vec<PortReservation>,
     dir: TestDir,
 }
 
@@ -84,9 +91,16 @@ impl RedisServer {
             "{REDIS_BINARY} is missing: install Debian's redis-server package (scripts/setup)"
         );
         let dir = TestDir::new("redis");
+        let harness = config.tls.as_ref().map(|_| reserve_port());
+        let (plain, tls_port) = match &harness {
+            None => (port.port().to_string(), "0".to_owned()),
+            Some(h) => (h.port().to_string(), port.port().to_string()),
+        };
         let mut args: Vec<String> = [
             "--port",
-            &port.port().to_string(),
+            &plain,
+            "--tls-port",
+            &tls_port,
             "--bind",
             "127.0.0.1",
             "--dir",
@@ -115,6 +129,19 @@ impl RedisServer {
             args.extend(["--requirepass".to_owned(), password.clone()]);
             args.extend(["--masterauth".to_owned(), password.clone()]);
         }
+        if let Some(tls) = &config.tls {
+            let auth = if tls.client_auth { "yes" } else { "no" };
+            args.extend([
+                "--tls-cert-file".to_owned(),
+                tls.server.cert.display().to_string(),
+                "--tls-key-file".to_owned(),
+                tls.server.key.display().to_string(),
+                "--tls-ca-cert-file".to_owned(),
+                tls.ca.display().to_string(),
+                "--tls-auth-clients".to_owned(),
+                auth.to_owned(),
+            ]);
+        }
         if let Some(primary) = config.replica_of {
             let (host, port) = (primary.ip().to_string(), primary.port().to_string());
             args.extend(["--replicaof".to_owned(), host, port]);
@@ -128,9 +155,10 @@ impl RedisServer {
         );
         RedisServer {
             addr: port.addr(),
+            harness_addr: harness.as_ref().map_or(port.addr(), PortReservation::addr),
             config,
             process,
-            _port: port,
+            _ports: [Some(port), harness].into_iter().flatten().collect(),
             dir,
         }
     }
@@ -140,11 +168,16 @@ impl RedisServer {
         self.addr
     }
 
-    /// Its URL, with the password when it has one.
+    /// Its URL, with the password when it has one (`rediss://` with TLS).
     pub fn url(&self) -> String {
+        let scheme = if self.config.tls.is_some() {
+            "rediss"
+        } else {
+            "redis"
+        };
         match &self.config.password {
-            Some(p) => format!("redis://:{p}@{}", self.addr),
-            None => format!("redis://{}", self.addr),
+            Some(p) => format!("{scheme}://:{p}@{}", self.addr),
+            None => format!("{scheme}://{}", self.addr),
         }
     }
 
@@ -177,7 +210,11 @@ impl RedisServer {
     ///
     /// The server's or the connection's error.
     pub fn try_cmd<T: redis::FromRedisValue>(&self, cmd: &redis::Cmd) -> redis::RedisResult<T> {
-        query(&self.url(), cmd)
+        let url = match &self.config.password {
+            Some(p) => format!("redis://:{p}@{}", self.harness_addr),
+            None => format!("redis://{}", self.harness_addr),
+        };
+        query(&url, cmd)
     }
 
     /// Runs one command (`args`, the command first).

@@ -13,6 +13,7 @@ use std::path::Path;
 use std::sync::OnceLock;
 use std::time::Duration;
 
+use crate::certs::ServerTls;
 use crate::env::scale;
 use crate::four_letter::{
     self, parse_mode, parse_watches_by_path, parse_watches_by_session, ZkMode,
@@ -27,12 +28,15 @@ use crate::zk_facts::ZkFacts;
 pub const ZK_JAR_DIR: &str = "/usr/share/java";
 
 /// `zookeeper.jar`'s manifest names its own dependencies (jute, netty,
-/// slf4j-api, …); only the slf4j binding has to be added.
-const CLASSPATH_JARS: [&str; 4] = [
+/// slf4j-api, …); the slf4j binding has to be added, and netty's codec,
+/// which Debian's manifest lacks and the Netty server (the secure client
+/// port) needs.
+const CLASSPATH_JARS: [&str; 5] = [
     "zookeeper.jar",
     "zookeeper-jute.jar",
     "slf4j-api.jar",
     "slf4j-simple.jar",
+    "netty-codec.jar",
 ];
 
 /// Upper bound (scaled) for a server to start serving.
@@ -54,6 +58,7 @@ pub struct ZkConfig {
     max_session_timeout: Duration,
     fsync: bool,
     sasl_users: Vec<(String, String)>,
+    tls: Option<ServerTls>,
 }
 
 impl Default for ZkConfig {
@@ -64,6 +69,7 @@ impl Default for ZkConfig {
             max_session_timeout: Duration::from_secs(20),
             fsync: false,
             sasl_users: Vec::new(),
+            tls: None,
         }
     }
 }
@@ -112,6 +118,19 @@ impl ZkConfig {
         Some(format!(
             "Server {{\n  org.apache.zookeeper.server.auth.DigestLoginModule required{users};\n}};\n"
         ))
+    }
+
+    /// A secure client port beside the plain one (Netty, PEM key and
+    /// trust stores), with `ssl.clientAuth=need` when `tls.client_auth`.
+    /// The harness itself (4lw, facts) stays on the plain port.
+    pub fn with_tls(mut self, tls: ServerTls) -> Self {
+        self.tls = Some(tls);
+        self
+    }
+
+    /// The secure port's TLS, if any.
+    pub fn tls(&self) -> Option<&ServerTls> {
+        self.tls.as_ref()
     }
 
     /// `tickTime`.
@@ -183,6 +202,8 @@ pub(crate) struct Ensemble {
 pub struct ZkServer {
     label: String,
     client_addr: SocketAddr,
+    /// The secure client port's address, with TLS.
+    secure_addr: Option<SocketAddr>,
     config: ZkConfig,
     ensemble: bool,
     // Field order is drop order: process first, folder last.
@@ -247,6 +268,13 @@ impl ZkServer {
         let data_dir = dir.path().join("data");
         let client_addr = client_port.addr();
         let mut cfg = config.common_lines(&data_dir, client_addr);
+        let mut secure_addr = None;
+        if let Some(tls) = &config.tls {
+            let secure = reserve_port();
+            secure_addr = Some(secure.addr());
+            cfg.push_str(&tls_lines(dir.path(), tls, secure.port()));
+            other_ports.push(secure);
+        }
         let main_class = match &ensemble {
             None => "org.apache.zookeeper.server.ZooKeeperServerMain",
             Some(ensemble) => {
@@ -320,6 +348,7 @@ impl ZkServer {
         ZkServer {
             label,
             client_addr,
+            secure_addr,
             config,
             ensemble: ensemble.is_some(),
             process,
@@ -341,6 +370,16 @@ impl ZkServer {
     /// Its client address, `127.0.0.1:<port>`.
     pub fn client_addr(&self) -> SocketAddr {
         self.client_addr
+    }
+
+    /// Its secure client port's address, with TLS.
+    ///
+    /// # Panics
+    ///
+    /// When it was started without TLS.
+    pub fn secure_addr(&self) -> SocketAddr {
+        self.secure_addr
+            .expect("a ZooKeeper server started with TLS")
     }
 
     /// The connect string of this one server (`127.0.0.1:<port>`).
@@ -465,4 +504,28 @@ fn check_installed() {
             path.display()
         );
     }
+}
+
+/// The `zoo.cfg` lines of a secure client port on `port`: the key store
+/// (key and certificate in one PEM file, written into `dir`) and the CA as
+/// trust store.
+fn tls_lines(dir: &Path, tls: &ServerTls, port: u16) -> String {
+    let read = |p: &Path| {
+        std::fs::read_to_string(p).unwrap_or_else(|e| panic!("read {}: {e}", p.display()))
+    };
+    let store = dir.join("keystore.pem");
+    let pem = format!("{}{}", read(&tls.server.key), read(&tls.server.cert));
+    std::fs::write(&store, pem).expect("write the key store");
+    let auth = if tls.client_auth { "need" } else { "none" };
+    format!(
+        "secureClientPort={port}\n\
+         serverCnxnFactory=org.apache.zookeeper.server.NettyServerCnxnFactory\n\
+         ssl.keyStore.location={}\n\
+         ssl.keyStore.type=PEM\n\
+         ssl.trustStore.location={}\n\
+         ssl.trustStore.type=PEM\n\
+         ssl.clientAuth={auth}\n",
+        store.display(),
+        tls.ca.display()
+    )
 }

@@ -1,31 +1,60 @@
 //! The conformance suite against etcd: Debian's 3.4 at the top level, and
 //! the etcd-bin-vendored 3.5, 3.6 and 3.7 servers in the modules
-//! `etcd_3_5`, `etcd_3_6`, `etcd_3_7` (the version matrix). Tests whose
-//! names contain `fault` get their own server and run one at a time.
+//! `etcd_3_5`, `etcd_3_6`, `etcd_3_7` (the version matrix); the whole
+//! suite again over mutual TLS (Debian's 3.4 with `--client-cert-auth`)
+//! in the module `tls`. Tests whose names contain `fault` get their own
+//! server and run one at a time.
 
 mod conformance;
 
 use recipes_core::Client as _;
 use std::net::SocketAddr;
+use std::sync::OnceLock;
 use std::time::Duration;
 
 use conformance::{Kit, Server};
 use integration::etcd_server::VENDORED_VERSIONS;
-use integration::{EtcdConfig, EtcdFacts, EtcdServer};
-use recipes_etcd::{EtcdClient, EtcdElection, EtcdMutex};
+use integration::{EtcdConfig, EtcdFacts, EtcdServer, TestPki};
+use recipes_etcd::{EtcdClient, EtcdClientBuilder, EtcdElection, EtcdMutex};
 
-/// A kit on Debian's etcd (`V` = 0) or on `VENDORED_VERSIONS[V - 1]`.
-struct EtcdKit<const V: usize = 0> {
+/// A kit on Debian's etcd (`V` = 0) or on `VENDORED_VERSIONS[V - 1]`;
+/// over mutual TLS when `TLS`.
+struct EtcdKit<const V: usize = 0, const TLS: bool = false> {
     server: Server<EtcdServer>,
     facts: EtcdFacts,
 }
 
-impl<const V: usize> EtcdKit<V> {
+impl<const V: usize, const TLS: bool> EtcdKit<V, TLS> {
     fn version() -> Option<&'static str> {
         V.checked_sub(1).map(|i| VENDORED_VERSIONS[i])
     }
 
-    fn on(server: Server<EtcdServer>) -> EtcdKit<V> {
+    fn config() -> EtcdConfig {
+        let config = match Self::version() {
+            None => EtcdConfig::default(),
+            Some(v) => EtcdConfig::default().with_version(v),
+        };
+        match TLS {
+            true => config.with_tls(TestPki::shared().server_tls(true)),
+            false => config,
+        }
+    }
+
+    /// A client of `endpoints` (`host:port`), over mutual TLS when `TLS`.
+    fn builder(endpoints: Vec<String>) -> EtcdClientBuilder {
+        let builder = EtcdClient::builder(endpoints);
+        match TLS {
+            true => builder.tls(TestPki::shared().client_tls()),
+            false => builder,
+        }
+    }
+
+    /// The server's address, as the clients name it.
+    fn addrs(&self) -> Vec<String> {
+        vec![self.server.client_addr().to_string()]
+    }
+
+    fn on(server: Server<EtcdServer>) -> EtcdKit<V, TLS> {
         EtcdKit {
             facts: server.facts(),
             server,
@@ -37,44 +66,40 @@ impl<const V: usize> EtcdKit<V> {
     }
 
     fn client(&self, endpoints: Vec<String>, ttl: Duration) -> EtcdClient {
-        EtcdClient::builder(endpoints)
+        Self::builder(endpoints)
             .ttl(ttl)
             .connect()
             .expect("connect")
     }
 }
 
-impl<const V: usize> Kit for EtcdKit<V> {
+impl<const V: usize, const TLS: bool> Kit for EtcdKit<V, TLS> {
     type Mutex = EtcdMutex;
 
     fn shared() -> Self {
-        let server = match Self::version() {
-            None => EtcdServer::shared(),
-            Some(v) => EtcdServer::shared_version(v),
+        static SHARED_TLS: OnceLock<EtcdServer> = OnceLock::new();
+        let server = match (TLS, Self::version()) {
+            (true, _) => SHARED_TLS.get_or_init(|| EtcdServer::start_with(Self::config())),
+            (false, None) => EtcdServer::shared(),
+            (false, Some(v)) => EtcdServer::shared_version(v),
         };
         EtcdKit::on(Server::Shared(server))
     }
 
     fn own() -> Self {
-        let config = match Self::version() {
-            None => EtcdConfig::default(),
-            Some(v) => EtcdConfig::default().with_version(v),
-        };
-        EtcdKit::on(Server::Own(Box::new(EtcdServer::start_with(config))))
+        EtcdKit::on(Server::Own(Box::new(
+            EtcdServer::start_with(Self::config()),
+        )))
     }
 
     fn mutex(&self, name: &str, ttl: Duration) -> recipes_etcd::Mutex {
-        self.client(self.server.endpoints(), ttl)
-            .mutex(name)
-            .unwrap()
+        self.client(self.addrs(), ttl).mutex(name).unwrap()
     }
 
     type Client = EtcdClient;
 
     fn connect(&self, ttl: Duration) -> recipes_core::Result<EtcdClient> {
-        EtcdClient::builder(self.server.endpoints())
-            .ttl(ttl)
-            .connect()
+        Self::builder(self.addrs()).ttl(ttl).connect()
     }
 
     fn connect_via(
@@ -83,7 +108,7 @@ impl<const V: usize> Kit for EtcdKit<V> {
         ttl: Duration,
         rpc_timeout: Duration,
     ) -> recipes_core::Result<EtcdClient> {
-        EtcdClient::builder(vec![format!("http://{proxy}")])
+        Self::builder(vec![proxy.to_string()])
             .ttl(ttl)
             .rpc_timeout(rpc_timeout)
             .connect()
@@ -92,9 +117,7 @@ impl<const V: usize> Kit for EtcdKit<V> {
     type Election = EtcdElection;
 
     fn election(&self, name: &str, ttl: Duration) -> recipes_etcd::Election {
-        self.client(self.server.endpoints(), ttl)
-            .election(name)
-            .unwrap()
+        self.client(self.addrs(), ttl).election(name).unwrap()
     }
 
     fn entries_under(&self, name: &str) -> Vec<String> {
@@ -117,7 +140,7 @@ impl<const V: usize> Kit for EtcdKit<V> {
     }
 
     fn mutex_via(&self, proxy: SocketAddr, name: &str, ttl: Duration) -> recipes_etcd::Mutex {
-        self.client(vec![format!("http://{proxy}")], ttl)
+        self.client(vec![proxy.to_string()], ttl)
             .mutex(name)
             .unwrap()
     }
@@ -127,11 +150,11 @@ impl<const V: usize> Kit for EtcdKit<V> {
     }
 
     fn worker_connect(&self, ttl: Duration) -> String {
-        format!(
-            "connect etcd {} {}",
-            self.server.endpoints().join(","),
-            ttl.as_millis()
-        )
+        let connect = format!("connect etcd {} {}", self.addrs()[0], ttl.as_millis());
+        match TLS {
+            true => format!("{connect} {}", TestPki::shared().worker_tls()),
+            false => connect,
+        }
     }
 
     fn exists(&self, holder: &str) -> bool {
@@ -171,4 +194,10 @@ mod etcd_3_6 {
 mod etcd_3_7 {
     use super::{conformance, EtcdKit};
     crate::conformance_suite!(EtcdKit<3>);
+}
+
+/// The whole suite over mutual TLS.
+mod tls {
+    use super::{conformance, EtcdKit};
+    crate::conformance_suite!(EtcdKit<0, true>);
 }

@@ -1,16 +1,19 @@
-//! The conformance suite against PostgreSQL in lease mode, run twice:
-//! directly, and through pgbouncer in transaction mode (each statement may
-//! run on another backend; `LISTEN` goes to the server directly, as the
-//! crate docs say to deploy it). Tests whose names contain `fault` get
+//! The conformance suite against PostgreSQL in lease mode, run three
+//! times: directly, through pgbouncer in transaction mode (each statement
+//! may run on another backend; `LISTEN` goes to the server directly, as
+//! the crate docs say to deploy it), and directly over TLS with client
+//! certificates (`hostssl … cert`). Tests whose names contain `fault` get
 //! their own server and run one at a time.
 
 mod conformance;
 
 use std::net::SocketAddr;
+use std::sync::OnceLock;
 use std::time::Duration;
 
 use conformance::{Kit, Server};
-use integration::{PgBouncer, PgFacts, PgServer, PoolMode};
+use integration::pg_server::PG_TLS_USER;
+use integration::{PgBouncer, PgConfig, PgFacts, PgServer, PoolMode, TestPki};
 use recipes_core::Client as _;
 use recipes_pg::{PgClient, PgElection, PgMutex};
 
@@ -21,12 +24,15 @@ struct PgKit {
     bouncer: Option<Server<PgBouncer>>,
     server: Server<PgServer>,
     facts: PgFacts,
+    /// Whether the clients connect over TLS with a client certificate.
+    tls: bool,
 }
 
 impl PgKit {
     fn on(server: Server<PgServer>, bouncer: Option<Server<PgBouncer>>) -> PgKit {
         PgKit {
             facts: PgFacts::new(server.addr()),
+            tls: server.config().tls().is_some(),
             server,
             bouncer,
         }
@@ -36,14 +42,25 @@ impl PgKit {
     fn url(&self) -> String {
         match &self.bouncer {
             Some(b) => b.url(),
-            None => self.server.url(),
+            None => self.server.client_url(),
         }
     }
 
+    /// A client of `url`, over TLS with the client certificate when the
+    /// kit is.
+    fn client_of(&self, url: String) -> recipes_pg::PgClientBuilder {
+        let tls = self.tls.then(|| TestPki::shared().client_tls());
+        integration::certs::with_tls(
+            PgClient::builder(url),
+            tls,
+            recipes_pg::PgClientBuilder::tls,
+        )
+    }
+
     fn builder(&self, url: String, ttl: Duration) -> recipes_pg::PgClientBuilder {
-        PgClient::builder(url)
+        self.client_of(url)
             .ttl(ttl)
-            .listen_url(self.server.url())
+            .listen_url(self.server.client_url())
     }
 
     fn client(&self, ttl: Duration) -> PgClient {
@@ -51,7 +68,8 @@ impl PgKit {
     }
 
     fn via(&self, proxy: SocketAddr) -> String {
-        format!("postgresql://postgres@{proxy}/recipes")
+        let user = if self.tls { PG_TLS_USER } else { "postgres" };
+        format!("postgresql://{user}@{proxy}/recipes")
     }
 }
 
@@ -83,7 +101,7 @@ impl Kit for PgKit {
         rpc_timeout: Duration,
     ) -> recipes_core::Result<PgClient> {
         let url = self.via(proxy);
-        PgClient::builder(url.clone())
+        self.client_of(url.clone())
             .ttl(ttl)
             .rpc_timeout(rpc_timeout)
             .listen_url(url)
@@ -118,7 +136,8 @@ impl Kit for PgKit {
 
     fn mutex_via(&self, proxy: SocketAddr, name: &str, ttl: Duration) -> recipes_pg::Mutex {
         let url = self.via(proxy);
-        let client = PgClient::builder(url.clone())
+        let client = self
+            .client_of(url.clone())
             .ttl(ttl)
             .listen_url(url)
             .connect()
@@ -134,12 +153,12 @@ impl Kit for PgKit {
     }
 
     fn worker_connect(&self, ttl: Duration) -> String {
-        format!(
-            "connect pg {} {} {}",
-            self.url(),
-            ttl.as_millis(),
-            self.server.url()
-        )
+        let (url, listen) = (self.url(), self.server.client_url());
+        let connect = format!("connect pg {url} {} {listen}", ttl.as_millis());
+        match self.tls {
+            true => format!("{connect} {}", TestPki::shared().worker_tls()),
+            false => connect,
+        }
     }
 
     fn exists(&self, holder: &str) -> bool {
@@ -178,6 +197,29 @@ macro_rules! delegate {
     };
 }
 
+/// Every `Kit` method but `shared` and `own`, to the inner `PgKit`.
+macro_rules! delegate_to_pg_kit {
+    () => {
+        delegate! {
+            mutex(name: &str, ttl: Duration) -> recipes_pg::Mutex;
+            connect(ttl: Duration) -> recipes_core::Result<PgClient>;
+            connect_via(proxy: SocketAddr, ttl: Duration, rpc: Duration) -> recipes_core::Result<PgClient>;
+            election(name: &str, ttl: Duration) -> recipes_pg::Election;
+            entries_under(name: &str) -> Vec<String>;
+            all_waiters_watch(name: &str, waiters: usize) -> bool;
+            write_entry(path: &str, value: &[u8]) -> ();
+            delete_entry(holder: &str) -> ();
+            mutex_via(proxy: SocketAddr, name: &str, ttl: Duration) -> recipes_pg::Mutex;
+            server_addr() -> SocketAddr;
+            worker_connect(ttl: Duration) -> String;
+            exists(holder: &str) -> bool;
+            value(resource: &str) -> Option<String>;
+            granted(ttl: Duration) -> Duration;
+            expiry_granularity() -> Duration;
+        }
+    };
+}
+
 impl Kit for PgBouncerKit {
     type Mutex = PgMutex;
     type Client = PgClient;
@@ -195,23 +237,41 @@ impl Kit for PgBouncerKit {
         PgBouncerKit(PgKit::on(Server::Own(server), Some(Server::Own(bouncer))))
     }
 
-    delegate! {
-        mutex(name: &str, ttl: Duration) -> recipes_pg::Mutex;
-        connect(ttl: Duration) -> recipes_core::Result<PgClient>;
-        connect_via(proxy: SocketAddr, ttl: Duration, rpc: Duration) -> recipes_core::Result<PgClient>;
-        election(name: &str, ttl: Duration) -> recipes_pg::Election;
-        entries_under(name: &str) -> Vec<String>;
-        all_waiters_watch(name: &str, waiters: usize) -> bool;
-        write_entry(path: &str, value: &[u8]) -> ();
-        delete_entry(holder: &str) -> ();
-        mutex_via(proxy: SocketAddr, name: &str, ttl: Duration) -> recipes_pg::Mutex;
-        server_addr() -> SocketAddr;
-        worker_connect(ttl: Duration) -> String;
-        exists(holder: &str) -> bool;
-        value(resource: &str) -> Option<String>;
-        granted(ttl: Duration) -> Duration;
-        expiry_granularity() -> Duration;
+    delegate_to_pg_kit!();
+}
+
+/// The server over TLS, every client with a client certificate.
+struct PgTlsKit(PgKit);
+
+impl PgTlsKit {
+    fn config() -> PgConfig {
+        PgConfig::default().with_tls(TestPki::shared().server_tls(true))
     }
+}
+
+impl Kit for PgTlsKit {
+    type Mutex = PgMutex;
+    type Client = PgClient;
+    type Election = PgElection;
+
+    fn shared() -> Self {
+        static SHARED: OnceLock<PgServer> = OnceLock::new();
+        let server = SHARED.get_or_init(|| PgServer::start_with(Self::config()));
+        PgTlsKit(PgKit::on(Server::Shared(server), None))
+    }
+
+    fn own() -> Self {
+        let server = Box::new(PgServer::start_with(Self::config()));
+        PgTlsKit(PgKit::on(Server::Own(server), None))
+    }
+
+    delegate_to_pg_kit!();
+}
+
+mod tls {
+    use super::{conformance, PgTlsKit};
+    use crate::conformance_suite;
+    conformance_suite!(PgTlsKit);
 }
 
 mod direct {

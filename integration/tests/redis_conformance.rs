@@ -1,28 +1,44 @@
-//! The conformance suite against a single Redis node. Tests whose names
-//! contain `fault` get their own server and run one at a time.
+//! The conformance suite against a single Redis node, and again over
+//! mutual TLS (`--tls-auth-clients yes`) in the module `tls`. Tests whose
+//! names contain `fault` get their own server and run one at a time.
 
 mod conformance;
 
 use recipes_core::Client as _;
 use std::net::SocketAddr;
+use std::sync::OnceLock;
 use std::time::Duration;
 
 use conformance::{Kit, Server};
-use integration::RedisServer;
-use recipes_redis::{RedisClient, RedisElection, RedisMutex};
+use integration::{RedisConfig, RedisServer, TestPki};
+use recipes_redis::{RedisClient, RedisClientBuilder, RedisElection, RedisMutex};
 
 const NS: &str = "{recipes}:";
 
-struct RedisKit {
+/// A kit on a plain server, or over mutual TLS when `TLS`.
+struct RedisKit<const TLS: bool = false> {
     server: Server<RedisServer>,
 }
 
-impl RedisKit {
-    fn client(&self, url: String, ttl: Duration) -> RedisClient {
-        RedisClient::builder(url)
-            .ttl(ttl)
-            .connect()
-            .expect("connect")
+impl<const TLS: bool> RedisKit<TLS> {
+    fn config() -> RedisConfig {
+        RedisConfig {
+            tls: TLS.then(|| TestPki::shared().server_tls(true)),
+            ..RedisConfig::default()
+        }
+    }
+
+    /// A client of `addr` (`host:port`), over mutual TLS when `TLS`.
+    fn builder(addr: impl std::fmt::Display) -> RedisClientBuilder {
+        let builder = RedisClient::builder(addr.to_string());
+        match TLS {
+            true => builder.tls(TestPki::shared().client_tls()),
+            false => builder,
+        }
+    }
+
+    fn client(&self, addr: impl std::fmt::Display, ttl: Duration) -> RedisClient {
+        Self::builder(addr).ttl(ttl).connect().expect("connect")
     }
 
     /// The queue and member a holder string (`<queue>/<member>`) names.
@@ -58,29 +74,34 @@ impl RedisKit {
     }
 }
 
-impl Kit for RedisKit {
+impl<const TLS: bool> Kit for RedisKit<TLS> {
     type Mutex = RedisMutex;
 
     fn shared() -> Self {
+        static SHARED_TLS: OnceLock<RedisServer> = OnceLock::new();
+        let server = match TLS {
+            true => SHARED_TLS.get_or_init(|| RedisServer::start_with(Self::config())),
+            false => RedisServer::shared(),
+        };
         RedisKit {
-            server: Server::Shared(RedisServer::shared()),
+            server: Server::Shared(server),
         }
     }
 
     fn own() -> Self {
         RedisKit {
-            server: Server::Own(Box::new(RedisServer::start())),
+            server: Server::Own(Box::new(RedisServer::start_with(Self::config()))),
         }
     }
 
     fn mutex(&self, name: &str, ttl: Duration) -> recipes_redis::Mutex {
-        self.client(self.server.url(), ttl).mutex(name).unwrap()
+        self.client(self.server.addr(), ttl).mutex(name).unwrap()
     }
 
     type Client = RedisClient;
 
     fn connect(&self, ttl: Duration) -> recipes_core::Result<RedisClient> {
-        RedisClient::builder(self.server.url()).ttl(ttl).connect()
+        Self::builder(self.server.addr()).ttl(ttl).connect()
     }
 
     fn connect_via(
@@ -89,7 +110,7 @@ impl Kit for RedisKit {
         ttl: Duration,
         rpc_timeout: Duration,
     ) -> recipes_core::Result<RedisClient> {
-        RedisClient::builder(format!("redis://{proxy}"))
+        Self::builder(proxy)
             .ttl(ttl)
             .rpc_timeout(rpc_timeout)
             .connect()
@@ -98,7 +119,7 @@ impl Kit for RedisKit {
     type Election = RedisElection;
 
     fn election(&self, name: &str, ttl: Duration) -> recipes_redis::Election {
-        self.client(self.server.url(), ttl).election(name).unwrap()
+        self.client(self.server.addr(), ttl).election(name).unwrap()
     }
 
     /// The live members of the name's queues (a lock's, an election's, a
@@ -155,9 +176,7 @@ impl Kit for RedisKit {
     }
 
     fn mutex_via(&self, proxy: SocketAddr, name: &str, ttl: Duration) -> recipes_redis::Mutex {
-        self.client(format!("redis://{proxy}"), ttl)
-            .mutex(name)
-            .unwrap()
+        self.client(proxy, ttl).mutex(name).unwrap()
     }
 
     fn server_addr(&self) -> SocketAddr {
@@ -165,7 +184,11 @@ impl Kit for RedisKit {
     }
 
     fn worker_connect(&self, ttl: Duration) -> String {
-        format!("connect redis {} {}", self.server.url(), ttl.as_millis())
+        let connect = format!("connect redis {} {}", self.server.url(), ttl.as_millis());
+        match TLS {
+            true => format!("{connect} {}", TestPki::shared().worker_tls()),
+            false => connect,
+        }
     }
 
     fn exists(&self, holder: &str) -> bool {
@@ -190,3 +213,9 @@ impl Kit for RedisKit {
 }
 
 conformance_suite!(RedisKit);
+
+/// The whole suite over mutual TLS.
+mod tls {
+    use super::{conformance, RedisKit};
+    crate::conformance_suite!(RedisKit<true>);
+}

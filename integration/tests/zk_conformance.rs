@@ -1,60 +1,81 @@
-//! The conformance suite against ZooKeeper. Tests whose names contain
-//! `fault` get their own server and run one at a time.
+//! The conformance suite against ZooKeeper, and again over the secure
+//! client port with client certificates (`ssl.clientAuth=need`) in the
+//! module `tls`. Tests whose names contain `fault` get their own server
+//! and run one at a time.
 
 mod conformance;
 
 use recipes_core::Client as _;
 use std::net::SocketAddr;
+use std::sync::OnceLock;
 use std::time::Duration;
 
 use conformance::{Kit, Server};
-use integration::{ZkFacts, ZkServer};
-use recipes_zk::{ZkClient, ZkElection, ZkMutex};
+use integration::{TestPki, ZkConfig, ZkFacts, ZkServer};
+use recipes_zk::{ZkClient, ZkClientBuilder, ZkElection, ZkMutex};
 
-struct ZkKit {
+/// A kit on the plain client port, or on the secure one with a client
+/// certificate when `TLS`.
+struct ZkKit<const TLS: bool = false> {
     server: Server<ZkServer>,
     facts: ZkFacts,
 }
 
-impl ZkKit {
-    fn on(server: Server<ZkServer>) -> ZkKit {
+impl<const TLS: bool> ZkKit<TLS> {
+    fn on(server: Server<ZkServer>) -> ZkKit<TLS> {
         ZkKit {
             facts: server.facts(),
             server,
         }
     }
 
+    fn config() -> ZkConfig {
+        let tls = TLS.then(|| TestPki::shared().server_tls(true));
+        integration::certs::with_tls(ZkConfig::default(), tls, ZkConfig::with_tls)
+    }
+
+    /// A client of `hosts`, over TLS with the client certificate when `TLS`.
+    fn builder(hosts: String) -> ZkClientBuilder {
+        let tls = TLS.then(|| TestPki::shared().client_tls());
+        integration::certs::with_tls(ZkClient::builder(hosts), tls, ZkClientBuilder::tls)
+    }
+
+    /// The port the clients use: the secure one with TLS.
+    fn hosts(&self) -> String {
+        self.server_addr().to_string()
+    }
+
     fn client(&self, hosts: String, ttl: Duration) -> ZkClient {
-        ZkClient::builder(hosts)
+        Self::builder(hosts)
             .session_timeout(ttl)
             .connect()
             .expect("connect")
     }
 }
 
-impl Kit for ZkKit {
+impl<const TLS: bool> Kit for ZkKit<TLS> {
     type Mutex = ZkMutex;
 
     fn shared() -> Self {
-        ZkKit::on(Server::Shared(ZkServer::shared()))
+        static SHARED_TLS: OnceLock<ZkServer> = OnceLock::new();
+        ZkKit::on(Server::Shared(match TLS {
+            true => SHARED_TLS.get_or_init(|| ZkServer::start_with(Self::config())),
+            false => ZkServer::shared(),
+        }))
     }
 
     fn own() -> Self {
-        ZkKit::on(Server::Own(Box::new(ZkServer::start())))
+        ZkKit::on(Server::Own(Box::new(ZkServer::start_with(Self::config()))))
     }
 
     fn mutex(&self, name: &str, ttl: Duration) -> recipes_zk::InterProcessMutex {
-        self.client(self.server.connect_string(), ttl)
-            .mutex(name)
-            .unwrap()
+        self.client(self.hosts(), ttl).mutex(name).unwrap()
     }
 
     type Client = ZkClient;
 
     fn connect(&self, ttl: Duration) -> recipes_core::Result<ZkClient> {
-        ZkClient::builder(self.server.connect_string())
-            .ttl(ttl)
-            .connect()
+        Self::builder(self.hosts()).ttl(ttl).connect()
     }
 
     fn connect_via(
@@ -63,7 +84,7 @@ impl Kit for ZkKit {
         ttl: Duration,
         rpc_timeout: Duration,
     ) -> recipes_core::Result<ZkClient> {
-        ZkClient::builder(proxy.to_string())
+        Self::builder(proxy.to_string())
             .ttl(ttl)
             .rpc_timeout(rpc_timeout)
             .connect()
@@ -72,9 +93,7 @@ impl Kit for ZkKit {
     type Election = ZkElection;
 
     fn election(&self, name: &str, ttl: Duration) -> recipes_zk::Election {
-        self.client(self.server.connect_string(), ttl)
-            .election(name)
-            .unwrap()
+        self.client(self.hosts(), ttl).election(name).unwrap()
     }
 
     fn entries_under(&self, name: &str) -> Vec<String> {
@@ -119,15 +138,18 @@ impl Kit for ZkKit {
     }
 
     fn server_addr(&self) -> SocketAddr {
-        self.server.client_addr()
+        match TLS {
+            true => self.server.secure_addr(),
+            false => self.server.client_addr(),
+        }
     }
 
     fn worker_connect(&self, ttl: Duration) -> String {
-        format!(
-            "connect zk {} {}",
-            self.server.connect_string(),
-            ttl.as_millis()
-        )
+        let connect = format!("connect zk {} {}", self.hosts(), ttl.as_millis());
+        match TLS {
+            true => format!("{connect} {}", TestPki::shared().worker_tls()),
+            false => connect,
+        }
     }
 
     fn exists(&self, holder: &str) -> bool {
@@ -152,3 +174,9 @@ impl Kit for ZkKit {
 }
 
 conformance_suite!(ZkKit);
+
+/// The whole suite over the secure client port, with client certificates.
+mod tls {
+    use super::{conformance, ZkKit};
+    crate::conformance_suite!(ZkKit<true>);
+}

@@ -4,7 +4,8 @@
 use std::fmt;
 use std::time::{Duration, Instant};
 
-use recipes_core::{Client, FencingToken, LossSignal, Result};
+use recipes_core::tls::with_tls;
+use recipes_core::{Client, FencingToken, LossSignal, Result, Tls};
 use recipes_etcd::EtcdClient;
 use recipes_pg::PgClient;
 use recipes_redis::RedisClient;
@@ -49,8 +50,8 @@ macro_rules! on_client {
 pub(crate) use on_client;
 
 /// Connect to the chosen store with `ttl` as the session timeout or lease
-/// TTL, as `user` (on ZooKeeper by SASL when `zk_sasl`, else as a digest
-/// identity).
+/// TTL, over `tls` when given, as `user` (on ZooKeeper by SASL when
+/// `zk_sasl`, else as a digest identity).
 ///
 /// # Errors
 ///
@@ -61,11 +62,14 @@ pub fn connect(
     ttl: Duration,
     user: Option<&Credentials>,
     zk_sasl: bool,
+    tls: Option<&Tls>,
 ) -> Result<Connected> {
-    // Each builder: the lease, the connect timeout, the credentials.
+    // Each builder: TLS, the lease, the connect timeout, the credentials.
     macro_rules! connect_with {
         ($builder:expr, $login:ident, $connected:path) => {{
-            let mut builder = $builder.ttl(ttl).connect_timeout(connect_timeout(ttl));
+            let mut builder = with_tls($builder, tls.cloned(), |b, t| b.tls(t))
+                .ttl(ttl)
+                .connect_timeout(connect_timeout(ttl));
             if let Some(c) = user {
                 builder = builder.$login(c.user.clone(), c.password.clone());
             }

@@ -94,8 +94,8 @@ pub struct Cli {
     pub pg: Option<String>,
 
     /// Redis URL of a single node, e.g. redis://127.0.0.1:6379 (with
-    /// :PASSWORD@ before the host if it wants one; rediss:// is not
-    /// supported yet).
+    /// :PASSWORD@ before the host if it wants one; rediss:// with
+    /// --cacert).
     #[arg(long, env = "RECIPES_REDIS", value_name = "URL", global = true)]
     pub redis: Option<String>,
 
@@ -139,9 +139,58 @@ pub struct Cli {
     )]
     pub password_file: Option<std::path::PathBuf>,
 
+    /// CA bundle (PEM) that signed the servers' certificates: connect over
+    /// TLS (etcd https://, Redis rediss://, PostgreSQL sslmode=verify-full
+    /// unless the URL says verify-ca or require, ZooKeeper's secure client
+    /// port).
+    #[arg(long, env = "RECIPES_CACERT", value_name = "FILE", global = true)]
+    pub cacert: Option<std::path::PathBuf>,
+
+    /// Client certificate (PEM) for mutual TLS, with --key and --cacert.
+    #[arg(long, env = "RECIPES_CERT", value_name = "FILE", global = true)]
+    pub cert: Option<std::path::PathBuf>,
+
+    /// Private key (PEM) of --cert.
+    #[arg(long, env = "RECIPES_KEY", value_name = "FILE", global = true)]
+    pub key: Option<std::path::PathBuf>,
+
+    /// The name the server's certificate must hold, when it is not the
+    /// host connected to (etcd and PostgreSQL).
+    #[arg(long, env = "RECIPES_SERVER_NAME", value_name = "NAME", global = true)]
+    pub server_name: Option<String>,
+
     /// What to do.
     #[command(subcommand)]
     pub command: Command,
+}
+
+impl Cli {
+    /// The TLS settings of --cacert, --cert, --key, --server-name; the
+    /// files are read at connect.
+    ///
+    /// # Errors
+    ///
+    /// A message when --cert, --key or --server-name come without
+    /// --cacert.
+    pub fn tls(&self) -> Result<Option<recipes_core::Tls>, String> {
+        let Some(ca) = &self.cacert else {
+            if self.cert.is_some() || self.key.is_some() || self.server_name.is_some() {
+                return Err(
+                    "--cert, --key and --server-name need --cacert (RECIPES_CACERT): \
+                            the CA bundle that signed the server's certificate"
+                        .into(),
+                );
+            }
+            return Ok(None);
+        };
+        use recipes_core::tls::with_tls;
+        let tls = recipes_core::Tls::new(ca);
+        let tls = with_tls(tls, self.cert.clone(), |t, cert| t.cert(cert));
+        let tls = with_tls(tls, self.key.clone(), |t, key| t.key(key));
+        Ok(Some(with_tls(tls, self.server_name.clone(), |t, n| {
+            t.server_name(n)
+        })))
+    }
 }
 
 /// The subcommands.

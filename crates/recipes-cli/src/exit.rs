@@ -14,6 +14,9 @@ pub const CONFLICT: i32 = 75;
 pub const LOST: i32 = 76;
 /// The store refused the credentials or the operation (`EX_NOPERM`).
 pub const NO_PERMISSION: i32 = 77;
+/// TLS does not fit the server: a plain client on a TLS port, an unknown
+/// CA, a refused or missing client certificate (`EX_CONFIG`).
+pub const CONFIG: i32 = 78;
 /// CMD's keeper process could not be started (`EX_OSERR`).
 pub const OS_ERROR: i32 = 71;
 /// CMD could not be executed (as `env(1)`): found but not runnable.
@@ -27,6 +30,7 @@ pub fn for_error(err: &Error) -> i32 {
     match err {
         Error::InvalidArgument(_) => USAGE,
         Error::Unauthenticated { .. } | Error::PermissionDenied { .. } => NO_PERMISSION,
+        Error::Tls { .. } => CONFIG,
         _ => UNAVAILABLE,
     }
 }

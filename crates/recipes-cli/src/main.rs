@@ -133,8 +133,21 @@ fn real_main() -> i32 {
             return exit::USAGE;
         }
     };
+    let tls = match cli.tls() {
+        Ok(tls) => tls,
+        Err(msg) => {
+            eprintln!("recipes: {msg}");
+            return exit::USAGE;
+        }
+    };
     let store = run::describe(&choice);
-    let connected = match backend::connect(&choice, cli.ttl, credentials.as_ref(), cli.zk_sasl) {
+    let connected = match backend::connect(
+        &choice,
+        cli.ttl,
+        credentials.as_ref(),
+        cli.zk_sasl,
+        tls.as_ref(),
+    ) {
         Ok(c) => c,
         Err(e) => {
             eprintln!("recipes: cannot connect to {store}: {e}");

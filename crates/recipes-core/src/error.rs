@@ -88,6 +88,18 @@ pub enum Error {
         what: String,
     },
 
+    /// TLS could not be set up with the server: the configuration does
+    /// not fit it (a plain client on a TLS port, an unknown CA, no client
+    /// certificate where one is required, …). The message says what to
+    /// change; retrying with the same settings meets the same refusal.
+    #[error("TLS: {what}")]
+    Tls {
+        /// What went wrong.
+        problem: crate::tls::TlsProblem,
+        /// The server, and what to change.
+        what: String,
+    },
+
     /// The caller passed something unusable; the message says what to change.
     #[error("invalid argument: {0}")]
     InvalidArgument(String),
@@ -120,6 +132,7 @@ impl Error {
             Error::Closed => "closed",
             Error::Unauthenticated { .. } => "unauthenticated",
             Error::PermissionDenied { .. } => "permission_denied",
+            Error::Tls { .. } => "tls",
             Error::InvalidArgument(_) => "invalid_argument",
             Error::Backend { .. } => "backend",
         }
@@ -138,12 +151,18 @@ impl Error {
 
     /// The guard, session or client that returned this error will never work
     /// again: drop it and start over (a new acquisition, a new client).
+    /// [`Error::Tls`] is terminal and not retryable, as
+    /// [`Error::Unauthenticated`] is: the server refused the client's
+    /// configuration (its CA, certificate, name or port), and only a new
+    /// client with other settings gets past it; an expired certificate
+    /// needs a renewed one, not another try.
     pub fn is_terminal(&self) -> bool {
         matches!(
             self,
             Error::SessionExpired
                 | Error::LeaseLost { .. }
                 | Error::Unauthenticated { .. }
+                | Error::Tls { .. }
                 | Error::Closed
                 | Error::NotHeld { .. }
                 | Error::FenceRejected { .. }

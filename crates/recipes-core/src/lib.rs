@@ -76,6 +76,7 @@ mod semaphore;
 mod sessions;
 #[cfg(test)]
 mod test_backend;
+pub mod tls;
 
 pub use backend::{
     ElectionBackend, FencedLease, HeldLease, LeaderInfo, LeadershipLease, MutexBackend,
@@ -97,8 +98,9 @@ pub use lease::{LossPolicy, SessionLease};
 pub use lease_pool::{LeaseEpoch, LeaseSessions};
 pub use lease_session::{LeaseSession, LeaseStore, Opened};
 pub use limits::{
-    check_timeout, check_ttl, check_value, deadline_in, quote, Settings, DEFAULT_CONNECT_TIMEOUT,
-    DEFAULT_RPC_TIMEOUT, DEFAULT_TTL, MAX_DURATION, MAX_NAME_BYTES, MAX_VALUE_BYTES, MIN_TTL,
+    check_timeout, check_ttl, check_value, deadline_in, quote, whole_seconds_up, Settings,
+    DEFAULT_CONNECT_TIMEOUT, DEFAULT_RPC_TIMEOUT, DEFAULT_TTL, MAX_DURATION, MAX_NAME_BYTES,
+    MAX_VALUE_BYTES, MIN_TTL,
 };
 pub use loss::{LossReason, LossSignal, LossTrigger};
 pub use mutex::{Mutex, MutexGuard};
@@ -109,3 +111,4 @@ pub use retry::{resend_within, until_done, within};
 pub use runtime::{Runtime, DEFAULT_SHUTDOWN_GRACE};
 pub use semaphore::{Semaphore, SemaphorePermit};
 pub use sessions::{HandleQueue, NamedTurns, PooledSession, Sessions, Turn, Turns};
+pub use tls::{Tls, TlsFiles, TlsProblem, CALL_MARGIN};

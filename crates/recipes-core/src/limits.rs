@@ -40,6 +40,13 @@ pub fn check_ttl(ttl: Duration) -> Result<()> {
     check_at_most_a_day("lease (TTL, session timeout)", ttl)
 }
 
+/// `d` in whole seconds, rounded up (so that a lease of whole seconds is
+/// never shorter than asked), saturating at `i64::MAX`.
+pub fn whole_seconds_up(d: Duration) -> i64 {
+    let secs = d.as_secs().saturating_add(u64::from(d.subsec_nanos() > 0));
+    i64::try_from(secs).unwrap_or(i64::MAX)
+}
+
 /// Check a timeout (`what` names it): more than zero, at most a day.
 ///
 /// # Errors
@@ -204,6 +211,14 @@ const FAR_AWAY: Duration = Duration::from_secs(100 * 365 * 24 * 3600);
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn whole_seconds_round_up() {
+        assert_eq!(whole_seconds_up(Duration::from_secs(10)), 10);
+        assert_eq!(whole_seconds_up(Duration::from_millis(1500)), 2);
+        assert_eq!(whole_seconds_up(Duration::from_millis(1)), 1);
+        assert_eq!(whole_seconds_up(Duration::MAX), i64::MAX);
+    }
 
     #[test]
     fn quotes_are_cut() {

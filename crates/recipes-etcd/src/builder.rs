@@ -3,14 +3,18 @@
 use std::fmt;
 use std::time::Duration;
 
-use etcd_client::GetOptions;
-use recipes_core::{Error, Result, Runtime, Settings};
+use etcd_client::{ConnectOptions, GetOptions};
+use recipes_core::tls::{check_scheme, Prelude::None as NONE, Probe};
+use recipes_core::{Error, Result, Runtime, Settings, Tls, TlsFiles, CALL_MARGIN};
 
 use crate::client::EtcdClient;
 use crate::rpc::from_etcd;
 
-/// The key the connect probe reads (keys only, at most one): one no
-/// recipe writes.
+/// What to check when no member answered.
+const UNANSWERED: &str = "each endpoint is an etcd client URL (port 2379 by default), not \
+                          ZooKeeper's (2181) or an HTTP/1 server";
+
+/// The key the connect probe reads (keys only, at most one), unused.
 const AUTH_PROBE: &str = "\0recipes-connect-probe";
 
 /// HTTP/2 keep-alive: ping interval and the time to wait for the answer.
@@ -22,6 +26,7 @@ const HTTP2_KEEP_ALIVE: (Duration, Duration) = (Duration::from_secs(1), Duration
 pub struct EtcdClientBuilder {
     pub(crate) endpoints: Vec<String>,
     pub(crate) user: Option<(String, String)>,
+    pub(crate) tls: Option<Tls>,
     pub(crate) settings: Settings,
 }
 
@@ -30,6 +35,7 @@ impl fmt::Debug for EtcdClientBuilder {
         f.debug_struct("EtcdClientBuilder")
             .field("endpoints", &self.endpoints)
             .field("user", &self.user.as_ref().map(|(u, _)| u))
+            .field("tls", &self.tls)
             .field("settings", &self.settings)
             .finish()
     }
@@ -51,14 +57,20 @@ impl EtcdClientBuilder {
         self
     }
 
-    fn validate(&self) -> Result<()> {
+    recipes_core::tls_setter!("`https://` endpoints need it; `host:port` then means `https://`.");
+
+    /// The endpoints with their scheme, the TLS files read.
+    fn validate(&self) -> Result<(Vec<String>, Option<TlsFiles>)> {
         if self.endpoints.is_empty() {
             return Err(Error::invalid(
-                "no etcd endpoints given; give at least one host:port",
+                "no etcd endpoints: give at least one host:port",
             ));
         }
-        self.endpoints.iter().try_for_each(|e| check_endpoint(e))?;
-        self.settings.validate("the lease TTL")
+        let tls = self.tls.is_some();
+        let check = |e: &String| check_endpoint(e, tls);
+        let endpoints = self.endpoints.iter().map(check).collect::<Result<_>>()?;
+        self.settings.validate("the lease TTL")?;
+        Ok((endpoints, self.tls.as_ref().map(Tls::load).transpose()?))
     }
 
     /// Connect: start the runtime thread, open the channel, make one round
@@ -66,87 +78,78 @@ impl EtcdClientBuilder {
     ///
     /// # Errors
     ///
-    /// [`Error::InvalidArgument`] for bad settings; [`Error::Backend`]
+    /// [`Error::InvalidArgument`] for bad settings or TLS files;
+    /// [`Error::Tls`] when TLS does not fit the server; [`Error::Backend`]
     /// naming the endpoints when no member answered within the connect
     /// timeout; [`Error::Unauthenticated`] when etcd has authentication on
-    /// and the user or password is missing or wrong; errors of the lease
-    /// grant.
+    /// and the user or password is wrong; errors of the lease grant.
     pub fn connect(self) -> Result<EtcdClient> {
-        self.validate()?;
+        let (endpoints, files) = self.validate()?;
         let rt = Runtime::new("recipes-etcd")?;
-        let mut options = etcd_client::ConnectOptions::new()
+        let mut options = ConnectOptions::new()
             .with_connect_timeout(self.settings.connect_timeout)
             .with_keep_alive(HTTP2_KEEP_ALIVE.0, HTTP2_KEEP_ALIVE.1)
             .with_keep_alive_while_idle(true);
         if let Some((user, password)) = &self.user {
             options = options.with_user(user.clone(), password.clone());
         }
-        let endpoints = self.endpoints.clone();
-        let connected = rt.call(
-            "connect to etcd",
-            self.settings.connect_timeout,
-            async move {
-                let what = format!("connect to etcd at {}", endpoints.join(","));
+        let options = with_tls(options, files.as_ref());
+        let timeout = self.settings.connect_timeout;
+        let listed = endpoints.join(",");
+        let probe = Probe::new(&endpoints[0], format!("etcd at {listed}"), files, NONE)
+            .unanswered(format!("no etcd member of {listed}"), UNANSWERED);
+        // The probe answers within the timeout: the margin lets it.
+        let client = rt.call("connect to etcd", timeout + CALL_MARGIN, async move {
+            let what = format!("connect to {}", probe.target);
+            let failed = |e| probe.error_in(&e).unwrap_or_else(|| from_etcd(&what, e));
+            let connecting = async {
                 let mut client = etcd_client::Client::connect(&endpoints, Some(options))
                     .await
-                    .map_err(|e| from_etcd(&what, e))?;
-                client.status().await.map_err(|e| from_etcd(&what, e))?;
+                    .map_err(failed)?;
+                client.status().await.map_err(failed)?;
                 // A read proves the credentials: with authentication on,
-                // etcd answers status and grants leases to anyone, and
-                // refuses a client without a user only at its first key.
-                // A user whose roles do not cover this key is still
-                // authenticated.
+                // etcd refuses a client without a user only at its first
+                // key. A user whose roles do not cover it is authenticated.
                 let probe = GetOptions::new().with_keys_only().with_limit(1);
-                match client
-                    .get(AUTH_PROBE, Some(probe))
-                    .await
-                    .map_err(|e| from_etcd(&what, e))
-                {
+                match client.get(AUTH_PROBE, Some(probe)).await.map_err(failed) {
                     Ok(_) | Err(Error::PermissionDenied { .. }) => Ok(client),
                     Err(e) => Err(e),
                 }
-            },
-        );
-        let client = match connected {
-            Ok(c) => c,
-            Err(Error::Timeout { .. } | Error::ConnectionLoss) => {
-                return Err(recipes_core::no_server_answered(
-                    &format!("no etcd member of {}", self.endpoints.join(",")),
-                    self.settings.connect_timeout,
-                    "each endpoint is an etcd client URL (port 2379 by default), not \
-                     ZooKeeper's (2181), an HTTP/1 server or a TLS-only port",
-                ))
-            }
-            Err(e) => return Err(e),
-        };
+            };
+            probe.connect(&what, timeout, connecting).await
+        })?;
         log::debug!("[endpoints={}] connected to etcd", self.endpoints.join(","));
         EtcdClient::start(self, client, rt)
     }
 }
 
-/// One endpoint is `host:port` (a numeric port) or `http://host:port`;
-/// the message names the endpoint and says what to write.
-fn check_endpoint(endpoint: &str) -> Result<()> {
-    let shown = recipes_core::quote(endpoint);
-    let refuse = |why: String| {
-        Err(Error::invalid(format!(
-            "etcd endpoint {shown} {why}; write host:port or http://host:port, \
-             such as 127.0.0.1:2379"
-        )))
-    };
-    if endpoint.trim().is_empty() || endpoint.contains(',') {
-        return refuse("is empty or holds a comma (give one endpoint per item)".into());
+/// `options` with the TLS of `files`, when given.
+fn with_tls(options: ConnectOptions, files: Option<&TlsFiles>) -> ConnectOptions {
+    let Some(files) = files else { return options };
+    recipes_core::tls::install_provider();
+    let mut tls = etcd_client::TlsOptions::new()
+        .ca_certificate(etcd_client::Certificate::from_pem(&files.ca_pem));
+    if let Some((cert, key)) = &files.identity_pem {
+        tls = tls.identity(etcd_client::Identity::from_pem(cert, key));
     }
-    let address = match endpoint.split_once("://") {
-        None => endpoint,
-        Some(("http", address)) => address,
-        Some(("https", _)) => {
-            return refuse("asks for TLS, which this client does not support yet".into())
-        }
-        Some((scheme, _)) => return refuse(format!("has the scheme {scheme}://, not http://")),
+    let name = files.tls.server_name_override();
+    options.with_tls(name.map_or(tls.clone(), |n| tls.domain_name(n)))
+}
+
+/// One endpoint, `host:port` (a numeric port) or `http://host:port`
+/// (`https://` with TLS), with its scheme; or what to write.
+fn check_endpoint(endpoint: &str, tls: bool) -> Result<String> {
+    let refuse = |why: &str| {
+        Error::invalid(format!(
+            "etcd endpoint {} {why}; write host:port, http://host:port or, with TLS, \
+             https://host:port, such as 127.0.0.1:2379",
+            recipes_core::quote(endpoint)
+        ))
     };
-    match recipes_core::is_host_port(address) {
-        true => Ok(()),
-        false => refuse("lacks a host or a numeric port".into()),
+    let (scheme, address) = check_scheme(endpoint, "http", "https", tls).map_err(|w| refuse(&w))?;
+    match address.unwrap_or(endpoint) {
+        _ if endpoint.contains(',') => Err(refuse("holds a comma (give one endpoint per item)")),
+        a if recipes_core::is_host_port(a) => Ok(format!("{scheme}://{a}")),
+        _ => Err(refuse("is empty or lacks a host or a numeric port")),
     }
 }

@@ -52,6 +52,7 @@ impl EtcdClient {
         EtcdClientBuilder {
             endpoints: endpoints.into_iter().map(Into::into).collect(),
             user: None,
+            tls: None,
             settings: Settings::default(),
         }
     }

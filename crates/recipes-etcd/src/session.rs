@@ -45,7 +45,8 @@ impl LeaseStore for Etcd {
     /// A TTL etcd reports as 0 or less comes back as zero, which core
     /// refuses.
     async fn grant(&self, ttl: Duration, timeout: Duration) -> Result<(i64, Duration)> {
-        let asked = ttl_seconds(ttl);
+        // Whole seconds, rounded up: never shorter than asked.
+        let asked = recipes_core::whole_seconds_up(ttl);
         // A grant sent twice leaks a lease without keys for one TTL.
         let granted = retrying("grant an etcd lease", timeout, || {
             let mut etcd = self.0.clone();
@@ -105,15 +106,6 @@ impl RenewalStream for KeepAlive {
     }
 }
 
-/// etcd wants whole seconds: round up, so the lease is never shorter than
-/// asked.
-fn ttl_seconds(ttl: Duration) -> i64 {
-    let secs = ttl
-        .as_secs()
-        .saturating_add(u64::from(ttl.subsec_nanos() > 0));
-    i64::try_from(secs).unwrap_or(i64::MAX)
-}
-
 /// The server's "requested lease not found", as a gRPC status or as
 /// etcd-client's keep-alive error.
 fn is_lease_not_found(e: &etcd_client::Error) -> bool {
@@ -121,18 +113,5 @@ fn is_lease_not_found(e: &etcd_client::Error) -> bool {
         etcd_client::Error::GRpcStatus(status) => status.message().contains("lease not found"),
         etcd_client::Error::LeaseKeepAliveError(msg) => msg.contains("not found"),
         _ => false,
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn ttls_round_up_to_whole_seconds() {
-        assert_eq!(ttl_seconds(Duration::from_secs(10)), 10);
-        assert_eq!(ttl_seconds(Duration::from_millis(1500)), 2);
-        assert_eq!(ttl_seconds(Duration::from_millis(1)), 1);
-        assert_eq!(ttl_seconds(Duration::MAX), i64::MAX);
     }
 }

@@ -5,8 +5,9 @@ use std::str::FromStr;
 use std::sync::Arc;
 use std::time::Duration;
 
-use recipes_core::{quote, Error, Result, Runtime, Settings};
-use tokio_postgres::config::Host;
+use recipes_core::tls::{Prelude, Probe, Verify};
+use recipes_core::{quote, Error, Result, Runtime, Settings, Tls};
+use tokio_postgres::config::{Host, SslMode};
 use tokio_postgres::Config;
 
 use crate::client::PgClient;
@@ -31,6 +32,7 @@ pub struct PgClientBuilder {
     /// A user and password that replace the URL's.
     pub(crate) user: Option<(String, String)>,
     pub(crate) poll_interval: Duration,
+    pub(crate) tls: Option<recipes_core::Tls>,
     pub(crate) settings: Settings,
 }
 
@@ -45,6 +47,7 @@ impl fmt::Debug for PgClientBuilder {
             .field("url", &shown(&self.url))
             .field("listen_url", &self.listen_url.as_deref().map(shown))
             .field("poll_interval", &self.poll_interval)
+            .field("tls", &self.tls)
             .field("settings", &self.settings)
             .finish()
     }
@@ -54,6 +57,13 @@ impl PgClientBuilder {
     recipes_core::settings_setters!(
         ttl = "On PostgreSQL the TTL of the session row, counted in database time \
                (`clock_timestamp()`), to the millisecond; it is granted as asked."
+    );
+
+    recipes_core::tls_setter!(
+        "The URL's `sslmode` says how much is checked: `verify-full` (the default with \
+         TLS) the chain and the host's name, `verify-ca` and `require` the chain only (as \
+         libpq does with a CA); `disable` is refused with TLS, and `require` and above \
+         without it."
     );
 
     /// The URL of the connection that `LISTEN`s for queue changes (default:
@@ -92,17 +102,39 @@ impl PgClientBuilder {
             .map(|(_, shown)| shown)
     }
 
-    fn validate(&self) -> Result<(Config, String, Config, String)> {
-        let user = self.user.as_ref();
-        if user.is_some_and(|(u, _)| u.is_empty()) {
+    /// The statements' and the listener's connection: each URL's
+    /// settings, what explains a failed connect, the URL as shown.
+    fn validate(&self) -> Result<[((Config, Probe), String); 2]> {
+        if self.user.as_ref().is_some_and(|(u, _)| u.is_empty()) {
             return Err(Error::invalid("the PostgreSQL user is empty; name a role"));
         }
-        let (config, shown) = parse(&self.url, user)?;
-        let listen_url = self.listen_url.as_deref().unwrap_or(&self.url);
-        let (listen, listen_shown) = parse(listen_url, user)?;
+        let main = self.connection(&self.url)?;
+        let listen = self.connection(self.listen_url.as_deref().unwrap_or(&self.url))?;
         recipes_core::check_timeout("poll interval", self.poll_interval)?;
         self.settings.validate("the session TTL")?;
-        Ok((config, shown, listen, listen_shown))
+        Ok([main, listen])
+    }
+
+    /// The settings of `url` with its TLS and the builder's.
+    fn connection(&self, url: &str) -> Result<((Config, Probe), String)> {
+        let (url, tls) = split_tls(url, self.tls.as_ref())?;
+        let (mut config, shown) = parse(&url, self.user.as_ref())?;
+        let files = match &tls {
+            Some((tls, _)) => Some(tls.load()?),
+            None => None,
+        };
+        if files.is_some() {
+            config.ssl_mode(SslMode::Require);
+        }
+        let mut probe = Probe::new(
+            &url,
+            format!("PostgreSQL at {shown}"),
+            files,
+            Prelude::Postgres,
+        )
+        .unanswered(format!("no PostgreSQL server at {shown}"), UNANSWERED);
+        probe.verify = tls.map_or(Verify::Full, |(_, verify)| verify);
+        Ok(((config, probe), shown))
     }
 
     /// Connect: start the runtime thread, connect, make sure the schema
@@ -138,8 +170,8 @@ impl PgClientBuilder {
     /// Check the settings, start the runtime, connect and make sure of the
     /// schema.
     fn prepare(&self) -> Result<(Arc<Db>, Listener, Runtime)> {
-        let (mut config, shown, mut listen, listen_shown) = self.validate()?;
-        for c in [&mut config, &mut listen] {
+        let [(mut config, shown), (mut listen, listen_shown)] = self.validate()?;
+        for (c, _) in [&mut config, &mut listen] {
             c.keepalives(true)
                 .keepalives_idle(KEEPALIVE.0)
                 .keepalives_interval(KEEPALIVE.1)
@@ -148,8 +180,8 @@ impl PgClientBuilder {
                 .application_name("recipes");
         }
         let (rpc, connect) = (self.settings.rpc_timeout, self.settings.connect_timeout);
-        let db = Arc::new(Db::new(config, shown.clone(), rpc, connect));
-        let listener = Listener::new(Db::new(listen, listen_shown, rpc, connect));
+        let db = Arc::new(Db::new(config, shown.clone(), rpc, connect)?);
+        let listener = Listener::new(Db::new(listen, listen_shown, rpc, connect)?);
         let rt = Runtime::new("recipes-pg")?;
         let probe = db.clone();
         let what = format!("connect to PostgreSQL at {shown}");
@@ -166,6 +198,70 @@ impl PgClientBuilder {
         log::debug!("[pg={shown}] connected");
         Ok((db, listener, rt))
     }
+}
+
+/// What to check when no server answered.
+const UNANSWERED: &str = "the host and port are PostgreSQL's (5432 by default, pgbouncer's \
+                          6432), not another store's";
+
+/// libpq's TLS options, which tokio-postgres does not read: `url` without
+/// them, and the TLS that they and `tls` ask for with how much of the
+/// server's certificate is checked (`sslmode`: `verify-full` by default
+/// with TLS, the chain only for `verify-ca` and `require`, as libpq does
+/// with a CA). `sslrootcert`, `sslcert`, `sslkey` give the files when
+/// `tls` does not.
+fn split_tls(url: &str, tls: Option<&Tls>) -> Result<(String, Option<(Tls, Verify)>)> {
+    let (base, query) = url.split_once('?').unwrap_or((url, ""));
+    let (mut mode, mut files, mut kept) = (None, [None, None, None], Vec::new());
+    for pair in query.split('&').filter(|p| !p.is_empty()) {
+        let slot = ["sslrootcert", "sslcert", "sslkey"]
+            .iter()
+            .position(|k| pair.split_once('=').is_some_and(|(key, _)| key == *k));
+        match (pair.split_once('='), slot) {
+            (Some(("sslmode", m)), _) => mode = Some(m.to_owned()),
+            (Some((_, path)), Some(i)) => files[i] = Some(path.to_owned()),
+            _ => kept.push(pair),
+        }
+    }
+    let url = match kept.is_empty() {
+        true => base.to_owned(),
+        false => format!("{base}?{}", kept.join("&")),
+    };
+    let refuse = |why: String| Err(Error::invalid(format!("PostgreSQL URL {why}")));
+    let from_url = match files {
+        [None, None, None] => None,
+        [None, ..] => return refuse("has sslcert or sslkey without sslrootcert (the CA)".into()),
+        [Some(ca), cert, key] => {
+            let tls = Tls::new(ca);
+            let tls = cert.map_or(tls.clone(), |c| tls.cert(c));
+            Some(key.map_or(tls.clone(), |k| tls.key(k)))
+        }
+    };
+    let tls = tls.cloned().or(from_url);
+    let verify = match (mode.as_deref(), &tls) {
+        (None | Some("verify-full"), Some(_)) => Verify::Full,
+        (Some("verify-ca" | "require"), Some(_)) => Verify::ChainOnly,
+        (None | Some("disable" | "allow" | "prefer"), None) => return Ok((url, None)),
+        (Some(m @ ("require" | "verify-ca" | "verify-full")), None) => {
+            return refuse(format!(
+                "asks for sslmode={m} and no CA bundle is given: pass the TLS settings \
+                 (Tls, --cacert) or sslrootcert=PATH"
+            ))
+        }
+        (Some(m @ ("disable" | "allow" | "prefer")), Some(_)) => {
+            return refuse(format!(
+                "has sslmode={m} and TLS settings are given: say sslmode=verify-full (the \
+                 default with TLS), verify-ca or require"
+            ))
+        }
+        (Some(m), _) => {
+            return refuse(format!(
+                "has sslmode={}: write disable, require, verify-ca or verify-full",
+                quote(m)
+            ))
+        }
+    };
+    Ok((url, tls.map(|t| (t, verify))))
 }
 
 /// A `postgres://` (or `postgresql://`) URL with a host, as

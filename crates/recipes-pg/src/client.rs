@@ -50,6 +50,7 @@ impl PgClient {
             listen_url: None,
             user: None,
             poll_interval: DEFAULT_POLL_INTERVAL,
+            tls: None,
             settings: Settings::default(),
         }
     }

@@ -6,9 +6,11 @@
 use std::sync::Arc;
 use std::time::Duration;
 
+use recipes_core::tls::{Probe, TlsProblem};
 use recipes_core::{within, Error, Result};
 use tokio_postgres::types::{ToSql, Type};
 use tokio_postgres::{Client, Config, NoTls, Row};
+use tokio_postgres_rustls::MakeRustlsConnect;
 
 use crate::sql::from_pg;
 
@@ -18,6 +20,10 @@ pub(crate) type Params<'a> = &'a [(&'a (dyn ToSql + Sync), Type)];
 /// How to reach the database, and the connection in use.
 pub(crate) struct Db {
     config: Config,
+    /// The TLS connector, when the client uses TLS.
+    tls: Option<MakeRustlsConnect>,
+    /// What explains a failed connect (see [`Probe`]).
+    probe: Probe,
     /// The URL without its password, for messages.
     pub(crate) shown: String,
     rpc_timeout: Duration,
@@ -32,19 +38,27 @@ const IDLE_CONNECTIONS: usize = 4;
 
 impl Db {
     pub(crate) fn new(
-        config: Config,
+        (config, probe): (Config, Probe),
         shown: String,
         rpc_timeout: Duration,
         connect_timeout: Duration,
-    ) -> Db {
-        Db {
+    ) -> Result<Db> {
+        let tls = match &probe.files {
+            None => None,
+            Some(files) => Some(MakeRustlsConnect::new(
+                (*files.client_config(probe.verify)?).clone(),
+            )),
+        };
+        Ok(Db {
             config,
+            tls,
+            probe,
             shown,
             rpc_timeout,
             connect_timeout,
             current: tokio::sync::Mutex::new(None),
             idle: parking_lot::Mutex::new(Vec::new()),
-        }
+        })
     }
 
     /// A new connection, its driving task spawned on the runtime; `drive`
@@ -54,31 +68,58 @@ impl Db {
         drive: impl FnMut(tokio_postgres::AsyncMessage) + Send + 'static,
     ) -> Result<Client> {
         let what = format!("connect to PostgreSQL at {}", self.shown);
+        let failed = |e| self.failed(&what, e);
+        let shown = self.shown.clone();
         let connecting = async {
-            self.config
-                .connect(NoTls)
-                .await
-                .map_err(|e| from_pg(&what, e))
+            let client = match &self.tls {
+                None => {
+                    let (client, connection) = self.config.connect(NoTls).await.map_err(failed)?;
+                    tokio::spawn(drive_connection(connection, drive, shown));
+                    client
+                }
+                Some(tls) => {
+                    let (client, connection) =
+                        self.config.connect(tls.clone()).await.map_err(failed)?;
+                    tokio::spawn(drive_connection(connection, drive, shown));
+                    client
+                }
+            };
+            Ok(client)
         };
-        let (client, connection) = match within(&what, self.connect_timeout, connecting).await {
-            Ok(c) => c,
-            Err(Error::Timeout { .. } | Error::ConnectionLoss) => {
-                return Err(self.unreachable());
+        self.probe
+            .connect(&what, self.connect_timeout, connecting)
+            .await
+    }
+
+    /// A failed connect's error: in TLS terms when TLS is why (the
+    /// server's refusals of a plain or certificate-less login included).
+    fn failed(&self, what: &str, e: tokio_postgres::Error) -> Error {
+        if let Some(found) = self.probe.error_in(&e) {
+            return found;
+        }
+        let said = match e.as_db_error() {
+            Some(db) => db.message().to_owned(),
+            // "error performing TLS handshake" names the reason in its source.
+            None => std::error::Error::source(&e).map_or(e.to_string(), |c| c.to_string()),
+        };
+        let problem = match () {
+            _ if said.contains("server does not support TLS") => TlsProblem::TlsClientPlainServer,
+            _ if said.contains("no encryption") => TlsProblem::PlainClientTlsServer,
+            _ if said.contains("requires a valid client certificate") => {
+                TlsProblem::ClientCertRequired
             }
-            Err(e) => return Err(e),
+            _ if said.contains("certificate authentication failed") => {
+                TlsProblem::ClientCertRejected
+            }
+            _ => return from_pg(what, e),
         };
-        tokio::spawn(drive_connection(connection, drive, self.shown.clone()));
-        Ok(client)
+        problem.error(&self.probe.target, &said)
     }
 
     /// No server answered: a retryable error naming the URL.
     pub(crate) fn unreachable(&self) -> Error {
-        recipes_core::no_server_answered(
-            &format!("no PostgreSQL server at {}", self.shown),
-            self.connect_timeout,
-            "the host and port are PostgreSQL's (5432 by default, pgbouncer's 6432), not \
-             another store's",
-        )
+        let (who, check) = &self.probe.unanswered;
+        recipes_core::no_server_answered(who, self.connect_timeout, check)
     }
 
     /// The connection in use, or a new one when it is broken.
@@ -161,16 +202,15 @@ impl Db {
     }
 }
 
-/// Drive a connection until it ends, handing the server's own messages to
-/// `drive`.
-async fn drive_connection(
-    mut connection: tokio_postgres::Connection<
-        tokio_postgres::Socket,
-        tokio_postgres::tls::NoTlsStream,
-    >,
+/// Drive a connection (plain or TLS) until it ends, handing the server's
+/// own messages to `drive`.
+async fn drive_connection<T>(
+    mut connection: tokio_postgres::Connection<tokio_postgres::Socket, T>,
     mut drive: impl FnMut(tokio_postgres::AsyncMessage) + Send + 'static,
     shown: String,
-) {
+) where
+    T: tokio::io::AsyncRead + tokio::io::AsyncWrite + Unpin,
+{
     let ended = std::future::poll_fn(|cx| loop {
         match connection.poll_message(cx) {
             std::task::Poll::Ready(Some(Ok(m))) => drive(m),

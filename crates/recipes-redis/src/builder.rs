@@ -3,7 +3,8 @@
 use std::fmt;
 use std::time::Duration;
 
-use recipes_core::{Error, Result, Runtime, Settings};
+use recipes_core::tls::{check_scheme, Prelude, Probe};
+use recipes_core::{Error, Result, Runtime, Settings, Tls, TlsFiles};
 use redis::aio::{ConnectionManager, ConnectionManagerConfig};
 
 use crate::client::RedisClient;
@@ -16,6 +17,7 @@ pub struct RedisClientBuilder {
     pub(crate) replicas: Option<(u32, Duration)>,
     /// A user and password that replace the URL's.
     pub(crate) user: Option<(String, String)>,
+    pub(crate) tls: Option<Tls>,
     pub(crate) settings: Settings,
 }
 
@@ -25,6 +27,7 @@ impl fmt::Debug for RedisClientBuilder {
             .field("url", &shown_url(&self.url))
             .field("replicas", &self.replicas)
             .field("user", &self.user.as_ref().map(|(u, _)| u))
+            .field("tls", &self.tls)
             .field("settings", &self.settings)
             .finish()
     }
@@ -73,25 +76,28 @@ impl RedisClientBuilder {
         self
     }
 
-    fn validate(&self) -> Result<redis::Client> {
+    recipes_core::tls_setter!(
+        "A `rediss://` URL needs it; `host:port` then means `rediss://`. Redis's client \
+         checks the certificate against the URL's host: a \
+         [`Tls::server_name`](recipes_core::Tls::server_name) is refused."
+    );
+
+    fn validate(&self) -> Result<(redis::Client, Option<TlsFiles>)> {
         let shown = shown_url(&self.url);
         let refuse = |why: &str| {
             Err(Error::invalid(format!(
                 "Redis URL {shown} {why}; write redis://host:port, \
-                 redis://:PASSWORD@host:port or redis://USER:PASSWORD@host:port/DB"
+                 redis://:PASSWORD@host:port or redis://USER:PASSWORD@host:port/DB \
+                 (rediss:// with TLS)"
             )))
         };
-        let url = match self.url.split_once("://") {
-            Some(("redis", _)) => self.url.clone(),
-            Some(("rediss", _)) => {
-                return refuse(
-                    "asks for TLS (rediss://), which this client does not support yet \
-                     (it comes with the production issue); use redis:// on a trusted network",
-                )
+        let url = match check_scheme(&self.url, "redis", "rediss", self.tls.is_some()) {
+            Ok((_, Some(_))) => self.url.clone(),
+            Ok((scheme, None)) if recipes_core::is_host_port(&self.url) => {
+                format!("{scheme}://{}", self.url)
             }
-            Some((scheme, _)) => return refuse(&format!("has the scheme {scheme}://")),
-            None if recipes_core::is_host_port(&self.url) => format!("redis://{}", self.url),
-            None => return refuse("is not a URL, nor host:port with a numeric port"),
+            Ok((_, None)) => return refuse("is not a URL, nor host:port with a numeric port"),
+            Err(why) => return refuse(&why),
         };
         let mut info = match redis::IntoConnectionInfo::into_connection_info(url.as_str()) {
             Ok(info) => info,
@@ -106,12 +112,39 @@ impl RedisClientBuilder {
             info.redis.username = Some(user.clone());
             info.redis.password = Some(password.clone());
         }
-        let client = match redis::Client::open(info) {
+        let files = match &self.tls {
+            None => None,
+            Some(tls) => {
+                tls.refuse_server_name("Redis")?;
+                Some(tls.load()?)
+            }
+        };
+        let opened = match &files {
+            None => redis::Client::open(info),
+            Some(files) => {
+                recipes_core::tls::install_provider();
+                let client_tls =
+                    files
+                        .identity_pem
+                        .as_ref()
+                        .map(|(cert, key)| redis::ClientTlsConfig {
+                            client_cert: cert.clone(),
+                            client_key: key.clone(),
+                        });
+                let certs = redis::TlsCertificates {
+                    client_tls,
+                    root_cert: Some(files.ca_pem.clone()),
+                };
+                redis::Client::build_with_tls(info, certs)
+            }
+        };
+        let client = match opened {
             Ok(client) => client,
             Err(e) => return refuse(&format!("cannot be used ({e})")),
         };
         match &client.get_connection_info().addr {
-            redis::ConnectionAddr::Tcp(host, _) if !host.is_empty() => {}
+            redis::ConnectionAddr::Tcp(host, _) | redis::ConnectionAddr::TcpTls { host, .. }
+                if !host.is_empty() => {}
             _ => return refuse("lacks a host"),
         }
         if let Some((_, wait)) = self.replicas {
@@ -126,7 +159,7 @@ impl RedisClientBuilder {
             }
         }
         self.settings.validate("the session TTL")?;
-        Ok(client)
+        Ok((client, files))
     }
 
     /// Connect: start the runtime thread, open the connection, and prove
@@ -135,13 +168,14 @@ impl RedisClientBuilder {
     ///
     /// # Errors
     ///
-    /// [`Error::InvalidArgument`] for bad settings or a bad URL (`rediss://`
-    /// included: TLS is not supported yet); [`Error::Backend`] naming the
+    /// [`Error::InvalidArgument`] for bad settings, a bad URL or unusable
+    /// TLS files; [`Error::Tls`] when TLS does not fit the server (a plain
+    /// client on a TLS port, an unknown CA, …); [`Error::Backend`] naming the
     /// server when it did not answer within the connect timeout;
     /// [`Error::Unauthenticated`] when the password is wrong or missing
     /// (`NOAUTH`); errors of the session's grant.
     pub fn connect(self) -> Result<RedisClient> {
-        let client = self.validate()?;
+        let (client, files) = self.validate()?;
         let rt = Runtime::new("recipes-redis")?;
         let timeout = self.settings.connect_timeout;
         let config = ConnectionManagerConfig::new()
@@ -150,15 +184,22 @@ impl RedisClientBuilder {
             .set_max_delay(200);
         let (pubsub, shown) = (client.clone(), shown_url(&self.url));
         let what = format!("connect to Redis at {shown}");
+        // A plain port waits on a ClientHello, and answers a PING.
+        let ping = Prelude::PlainAnswers(b"PING\r\n");
+        let probe = Probe::new(&self.url, format!("Redis at {shown}"), files, ping);
         let connected = rt.call(&what.clone(), timeout, async move {
-            let mut conn = ConnectionManager::new_with_config(client, config)
-                .await
-                .map_err(|e| from_redis(&what, e))?;
-            let _: String = redis::cmd("PING")
-                .query_async(&mut conn)
-                .await
-                .map_err(|e| from_redis(&what, e))?;
-            Ok(conn)
+            let failed = |e| probe.error_in(&e).unwrap_or_else(|| from_redis(&what, e));
+            let connecting = async {
+                let mut conn = ConnectionManager::new_with_config(client, config)
+                    .await
+                    .map_err(failed)?;
+                let _: String = redis::cmd("PING")
+                    .query_async(&mut conn)
+                    .await
+                    .map_err(failed)?;
+                Ok(conn)
+            };
+            probe.connect(&what, timeout, connecting).await
         });
         let hint = "the URL names a Redis server (port 6379 by default), not a sentinel \
                     (26379), another store or a TLS-only port";

@@ -47,6 +47,7 @@ impl RedisClient {
             url: url.into(),
             replicas: None,
             user: None,
+            tls: None,
             settings: Settings::default(),
         }
     }

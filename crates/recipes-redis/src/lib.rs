@@ -95,7 +95,7 @@ pub use recipes_core;
 /// dependency line is enough; the whole core crate is [`recipes_core`].
 pub use recipes_core::{
     BootInstant, Client, Contender, Error, FenceGate, FencedWrites, FencingToken, LatchEvent,
-    LeaderInfo, LeaderObserver, LossReason, LossSignal, Participant, Result,
+    LeaderInfo, LeaderObserver, LossReason, LossSignal, Participant, Result, Tls, TlsProblem,
     DEFAULT_CONNECT_TIMEOUT, DEFAULT_RPC_TIMEOUT, DEFAULT_TTL, MAX_DURATION, MIN_TTL,
 };
 /// The `redis` crate, for the values of [`RedisEntry::fenced_script`].

@@ -6,6 +6,7 @@ use std::time::{Duration, Instant};
 
 use std::sync::atomic::{AtomicBool, Ordering};
 
+use recipes_core::tls::{Prelude, Probe};
 use recipes_core::{Error, LossPolicy, LossReason, Result, Runtime, Settings};
 use zookeeper_client as zk;
 
@@ -21,6 +22,7 @@ pub struct ZkClientBuilder {
     chroot: Option<String>,
     digest: Option<(String, String)>,
     sasl: Option<(String, String)>,
+    tls: Option<recipes_core::Tls>,
 }
 
 impl fmt::Debug for ZkClientBuilder {
@@ -32,6 +34,7 @@ impl fmt::Debug for ZkClientBuilder {
             .field("loss_policy", &self.loss_policy)
             .field("digest_user", &self.digest.as_ref().map(|(u, _)| u))
             .field("sasl_user", &self.sasl.as_ref().map(|(u, _)| u))
+            .field("tls", &self.tls)
             .finish()
     }
 }
@@ -82,6 +85,11 @@ impl ZkClientBuilder {
         self.sasl = Some((user.into(), password.into()));
         self
     }
+    recipes_core::tls_setter!(
+        "Give the servers' secure client ports (`secureClientPort`). ZooKeeper's client \
+         checks the certificate against the host it connects to: a \
+         [`Tls::server_name`](recipes_core::Tls::server_name) is refused."
+    );
 
     fn acls(&self) -> zk::Acls<'static> {
         static CREATOR_ALL_ANYONE_READ: [zk::Acl; 2] = [
@@ -138,11 +146,26 @@ impl ZkClientBuilder {
     /// connect timeout.
     pub fn connect(self) -> Result<ZkClient> {
         self.validate()?;
+        let files = match &self.tls {
+            None => None,
+            Some(tls) => {
+                tls.refuse_server_name("ZooKeeper")?;
+                Some(tls.load()?)
+            }
+        };
+        let target = format!("ZooKeeper at {}", self.hosts);
+        let first = self.hosts.split(',').next().unwrap_or_default();
+        let probe = Probe::new(first, target, files, Prelude::None).unanswered(
+            format!("no ZooKeeper server of {}", self.hosts),
+            "each host:port is a ZooKeeper client port (2181 by default; its \
+             secureClientPort with TLS), not etcd's (2379) or an HTTP server",
+        );
         let rt = Runtime::new("recipes-zk")?;
         let inner = Arc::new(Inner {
             session: parking_lot::Mutex::new(None),
             rt,
             config: self,
+            probe,
             reconnect: tokio::sync::Mutex::new(()),
             closed: AtomicBool::new(false),
         });
@@ -156,6 +179,22 @@ impl ZkClientBuilder {
     }
 }
 
+/// The client crate's TLS options of `files`.
+fn tls_options(files: &recipes_core::TlsFiles) -> Result<zk::TlsOptions> {
+    recipes_core::tls::install_provider();
+    let text = |pem: &[u8]| String::from_utf8_lossy(pem).into_owned();
+    let refused = |e: zk::Error| Error::invalid(format!("TLS files refused: {e}"));
+    let mut options = zk::TlsOptions::new()
+        .with_pem_ca(&text(&files.ca_pem))
+        .map_err(refused)?;
+    if let Some((cert, key)) = &files.identity_pem {
+        options = options
+            .with_pem_identity(&text(cert), &text(key))
+            .map_err(refused)?;
+    }
+    Ok(options)
+}
+
 struct Inner {
     // The current session; replaced by a new one after expiry. zookeeper-
     // client sends CloseSession when the last handle of a session is gone:
@@ -163,6 +202,8 @@ struct Inner {
     session: parking_lot::Mutex<Option<Arc<Session>>>,
     rt: Runtime,
     config: ZkClientBuilder,
+    /// What explains a failed connect; its files are the TLS ones.
+    probe: Probe,
     reconnect: tokio::sync::Mutex<()>,
     closed: AtomicBool,
 }
@@ -187,26 +228,28 @@ impl Inner {
         if let Some((user, password)) = self.config.sasl.clone() {
             connector = connector.with_sasl(zk::SaslOptions::digest_md5(user, password));
         }
+        if let Some(files) = &self.probe.files {
+            connector = connector.with_tls(tls_options(files)?);
+        }
         let sent_at = recipes_core::BootInstant::now();
-        let connected = tokio::time::timeout(
+        let (what, timeout) = (
+            format!("connect to ZooKeeper at {hosts}"),
             self.config.settings.connect_timeout,
-            connector.connect(&hosts),
-        )
-        .await;
-        let zk = match connected {
-            Ok(Ok(zk)) => zk,
-            Ok(Err(e)) if e != zk::Error::Timeout => {
-                return Err(from_zk(&format!("connect to ZooKeeper at {hosts}"), e))
-            }
-            Ok(Err(_)) | Err(_) => {
-                return Err(recipes_core::no_server_answered(
-                    &format!("no ZooKeeper server of {hosts}"),
-                    self.config.settings.connect_timeout,
-                    "each host:port is a ZooKeeper client port (2181 by default), not etcd's \
-                     (2379), an HTTP server or ZooKeeper's TLS-only secure port",
-                ))
-            }
+        );
+        let connecting = async {
+            let connected = match self.probe.files {
+                None => connector.connect(&hosts).await,
+                Some(_) => connector.secure_connect(&hosts).await,
+            };
+            connected.map_err(|e| match e {
+                zk::Error::Timeout => Error::Timeout {
+                    what: what.clone(),
+                    after: timeout,
+                },
+                e => self.probe.error_in(&e).unwrap_or_else(|| from_zk(&what, e)),
+            })
         };
+        let zk = self.probe.connect(&what, timeout, connecting).await?;
         // The server may grant less than asked (its maxSessionTimeout); an
         // unusable grant would make every acquisition lost at once. Dropping
         // `zk` closes the session.
@@ -301,6 +344,7 @@ impl ZkClient {
             chroot: chroot.filter(|c| c != "/"),
             digest: None,
             sasl: None,
+            tls: None,
         }
     }
 
@@ -403,72 +447,6 @@ impl ZkClient {
             .rt
             .shutdown(until.saturating_duration_since(Instant::now()));
         closed
-    }
-
-    /// Make the server end this client's session now, exactly as it would
-    /// after a pause or partition longer than the session timeout, without
-    /// this client taking part: a second connection resumes the session
-    /// with its credentials and closes it (ZooKeeper's own way to test
-    /// expiry, as Curator's `KillSession`). The session's nodes go at once;
-    /// this client learns of it like any expired client, and its guards'
-    /// fenced writes are refused from then on. For drills, demos and tests.
-    ///
-    /// # Errors
-    ///
-    /// Connection errors within the connect timeout.
-    pub fn kill_session(&self) -> Result<()> {
-        let client = self.clone();
-        let (info, timeout, mut states) = self.call("read the session", async move {
-            let session = client.live_session().await?;
-            let zk = session.zk();
-            Ok((zk.session().clone(), session.timeout(), zk.state_watcher()))
-        })?;
-        // Hold this client's runtime still meanwhile: it would reattach the
-        // session at once, and the two connections would take it from each
-        // other until one gives up.
-        let (resume, held) = std::sync::mpsc::channel::<()>();
-        let (holding, still) = std::sync::mpsc::channel::<()>();
-        self.runtime().spawn(async move {
-            let _ = holding.send(());
-            let _ = held.recv_timeout(timeout);
-        });
-        if still.recv_timeout(timeout).is_err() {
-            return Err(Error::Timeout {
-                what: "kill the session: pause this client's runtime".into(),
-                after: timeout,
-            });
-        }
-        let killer = recipes_core::Runtime::new("recipes-zk-kill-session")?;
-        let hosts = self.hosts().to_owned();
-        let killed = killer.call("kill the session", timeout, async move {
-            let other = zk::Client::connector()
-                .with_session(info)
-                .with_session_timeout(timeout)
-                .connect(&hosts)
-                .await
-                .map_err(|e| from_zk(&format!("resume the session at {hosts}"), e))?;
-            // Dropping a connected client sends CloseSession; its state
-            // turns terminal when the server has answered.
-            let mut states = other.state_watcher();
-            drop(other);
-            while !states.state().is_terminated() {
-                states.changed().await;
-            }
-            Ok(())
-        });
-        killer.shutdown(timeout);
-        drop(resume);
-        killed?;
-        // Return once this client has seen the server close its connection,
-        // as a paused process would on waking: from here on a fenced write
-        // is refused, never sent on a connection that is already gone
-        // (that would be "outcome unknown").
-        self.call("see the session end", async move {
-            while states.state() == zk::SessionState::SyncConnected {
-                states.changed().await;
-            }
-            Ok(())
-        })
     }
 }
 

@@ -81,6 +81,7 @@
 
 mod client;
 mod contenders;
+mod drill;
 mod driver;
 mod election;
 mod error;
@@ -101,8 +102,8 @@ pub use recipes_core;
 /// dependency line is enough; the whole core crate is [`recipes_core`].
 pub use recipes_core::{
     BootInstant, Client, Contender, Error, FenceGate, FencedWrites, FencingToken, LatchEvent,
-    LeaderInfo, LeaderObserver, LossPolicy, LossReason, LossSignal, Participant, Result,
-    DEFAULT_CONNECT_TIMEOUT, DEFAULT_RPC_TIMEOUT, DEFAULT_TTL, MAX_DURATION, MIN_TTL,
+    LeaderInfo, LeaderObserver, LossPolicy, LossReason, LossSignal, Participant, Result, Tls,
+    TlsProblem, DEFAULT_CONNECT_TIMEOUT, DEFAULT_RPC_TIMEOUT, DEFAULT_TTL, MAX_DURATION, MIN_TTL,
 };
 pub use semaphore::{InterProcessSemaphore, ZkSemaphore};
 pub use session::SessionState;

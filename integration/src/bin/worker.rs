@@ -12,6 +12,8 @@
 //! - `connect redis <url> <ttl_ms>` → `OK`
 //! - `connect zk <hosts> <session_timeout_ms> [deadline|disconnect]` (the
 //!   loss policy, default deadline)
+//! - any `connect` followed by `tls <ca> <cert> <key>` (PEM files):
+//!   over mutual TLS
 //! - `ping` → `OK rtt_us=<n>`
 //! - `lock <name> [wait_ms]` → `OK token=<n> holder=<path>`, or `OK timeout`
 //!   when not acquired within `wait_ms` (no `wait_ms`: wait as long as it
@@ -39,14 +41,16 @@ use std::io::{self, BufRead, Write};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
+use integration::certs::with_tls;
+use recipes_core::Tls;
 use recipes_core::{
     BootInstant, Client, ElectionBackend, Error, LeaderLatch, LeaderSelector, LossPolicy,
     MutexBackend, MutexGuard,
 };
-use recipes_etcd::EtcdClient;
-use recipes_pg::PgClient;
-use recipes_redis::RedisClient;
-use recipes_zk::ZkClient;
+use recipes_etcd::{EtcdClient, EtcdClientBuilder};
+use recipes_pg::{PgClient, PgClientBuilder};
+use recipes_redis::{RedisClient, RedisClientBuilder};
+use recipes_zk::{ZkClient, ZkClientBuilder};
 
 /// A latch or selector this worker runs (dropping it closes it): the token
 /// of the term it leads now, if any.
@@ -235,6 +239,10 @@ fn worker<C: Client>(client: C) -> Worker<C> {
 }
 
 fn connect(words: &[&str]) -> Result<(Connected, String), String> {
+    let (words, tls) = match words {
+        [head @ .., "tls", ca, cert, key] => (head, Some(Tls::new(ca).cert(cert).key(key))),
+        _ => (words, None),
+    };
     match words {
         ["connect", "zk", hosts, timeout_ms, rest @ ..] => {
             let policy = match rest {
@@ -242,7 +250,7 @@ fn connect(words: &[&str]) -> Result<(Connected, String), String> {
                 ["disconnect"] => LossPolicy::OnDisconnect,
                 _ => return Err(usage("loss policy is deadline or disconnect")),
             };
-            let c = ZkClient::builder(*hosts)
+            let c = with_tls(ZkClient::builder(*hosts), tls.clone(), ZkClientBuilder::tls)
                 .session_timeout(millis(timeout_ms, "timeout_ms")?)
                 .loss_policy(policy)
                 .connect()
@@ -255,14 +263,19 @@ fn connect(words: &[&str]) -> Result<(Connected, String), String> {
             Ok((Connected::Zk(worker(c)), reply))
         }
         ["connect", "etcd", endpoints, ttl_ms] => {
-            let c = EtcdClient::builder(endpoints.split(','))
-                .ttl(millis(ttl_ms, "ttl_ms")?)
-                .connect()
-                .map_err(|e| err(&e))?;
+            let c = with_tls(
+                EtcdClient::builder(endpoints.split(',')),
+                tls.clone(),
+                EtcdClientBuilder::tls,
+            )
+            .ttl(millis(ttl_ms, "ttl_ms")?)
+            .connect()
+            .map_err(|e| err(&e))?;
             Ok((Connected::Etcd(worker(c)), String::new()))
         }
         ["connect", "pg", url, ttl_ms, listen @ ..] => {
-            let mut builder = PgClient::builder(*url).ttl(millis(ttl_ms, "ttl_ms")?);
+            let mut builder = with_tls(PgClient::builder(*url), tls.clone(), PgClientBuilder::tls)
+                .ttl(millis(ttl_ms, "ttl_ms")?);
             match listen {
                 [] => {}
                 [listen_url] => builder = builder.listen_url(*listen_url),
@@ -272,10 +285,14 @@ fn connect(words: &[&str]) -> Result<(Connected, String), String> {
             Ok((Connected::Pg(worker(c)), String::new()))
         }
         ["connect", "redis", url, ttl_ms] => {
-            let c = RedisClient::builder(*url)
-                .ttl(millis(ttl_ms, "ttl_ms")?)
-                .connect()
-                .map_err(|e| err(&e))?;
+            let c = with_tls(
+                RedisClient::builder(*url),
+                tls.clone(),
+                RedisClientBuilder::tls,
+            )
+            .ttl(millis(ttl_ms, "ttl_ms")?)
+            .connect()
+            .map_err(|e| err(&e))?;
             Ok((Connected::Redis(worker(c)), String::new()))
         }
         _ => Err(usage("connect first")),

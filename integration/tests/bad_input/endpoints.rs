@@ -206,9 +206,11 @@ pub fn run<S: Store>() {
             b.case_within("an http:// URL is refused by Redis", BOUND, |_| {
                 invalid(S::connect_to(&format!("http://{addr}"), &settings()))
             });
-            b.case_within("a rediss:// URL is refused: no TLS yet", BOUND, |_| {
-                invalid(S::connect_to(&format!("rediss://{addr}"), &settings()))
-            });
+            b.case_within(
+                "a rediss:// URL is refused without TLS settings",
+                BOUND,
+                |_| invalid(S::connect_to(&format!("rediss://{addr}"), &settings())),
+            );
             b.case_within(
                 "a redis:// URL and plain host:port are taken",
                 BOUND,

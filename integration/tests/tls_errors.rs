@@ -1,0 +1,190 @@
+//! TLS errors, table-driven over the backends: each mismatch between the
+//! client's TLS settings and the server's is one typed `Error::Tls` (or
+//! `InvalidArgument` for unusable files) that says what to change, comes
+//! within the connect timeout, and leaves nothing in the store.
+//!
+//! The servers: one with mutual TLS (the good certificate, client
+//! certificates required), one plain, one whose certificate expired, one
+//! whose certificate names another host.
+
+use std::time::{Duration, Instant};
+
+use integration::{scale, ServerTls, TestPki};
+use recipes_core::{Error, Tls, TlsProblem};
+
+mod tls_common;
+use tls_common::{Backend, EtcdBackend, PgBackend, RedisBackend, ZkBackend};
+
+/// The connect timeout of every client here.
+const CONNECT_TIMEOUT: Duration = Duration::from_secs(6);
+
+/// Which server a case connects to.
+#[derive(Debug, Clone, Copy)]
+enum Target {
+    Mutual,
+    Plain,
+    Expired,
+    WrongName,
+}
+
+/// What a case expects.
+#[derive(Debug, Clone, Copy)]
+enum Expect {
+    Tls(TlsProblem),
+    /// `InvalidArgument` whose message holds this.
+    Invalid(&'static str),
+}
+
+struct Case {
+    name: &'static str,
+    target: Target,
+    client: fn(&TestPki) -> Option<Tls>,
+    expect: Expect,
+    /// What the message must say to do.
+    says: &'static str,
+}
+
+fn cases() -> Vec<Case> {
+    use TlsProblem as P;
+    vec![
+        Case {
+            name: "a plain client against a TLS port",
+            target: Target::Mutual,
+            client: |_| None,
+            expect: Expect::Tls(P::PlainClientTlsServer),
+            says: "--cacert",
+        },
+        Case {
+            name: "a TLS client against a plain port",
+            target: Target::Plain,
+            client: |pki| Some(pki.client_tls()),
+            expect: Expect::Tls(P::TlsClientPlainServer),
+            says: "TLS port",
+        },
+        Case {
+            name: "no client certificate where one is required",
+            target: Target::Mutual,
+            client: |pki| Some(pki.ca_only()),
+            expect: Expect::Tls(P::ClientCertRequired),
+            says: "--cert",
+        },
+        Case {
+            name: "a CA that did not sign the server's certificate",
+            target: Target::Mutual,
+            client: |pki| {
+                let client = &pki.client;
+                Some(Tls::new(&pki.other_ca).cert(&client.cert).key(&client.key))
+            },
+            expect: Expect::Tls(P::UnknownCa),
+            says: "--cacert",
+        },
+        Case {
+            name: "a client certificate the server does not trust",
+            target: Target::Mutual,
+            client: |pki| {
+                let other = &pki.other_client;
+                Some(Tls::new(&pki.ca).cert(&other.cert).key(&other.key))
+            },
+            expect: Expect::Tls(P::ClientCertRejected),
+            says: "signed by a CA the server trusts",
+        },
+        Case {
+            name: "an expired server certificate",
+            target: Target::Expired,
+            client: |pki| Some(pki.client_tls()),
+            expect: Expect::Tls(P::CertificateExpired),
+            says: "renew",
+        },
+        Case {
+            name: "a server certificate for another name",
+            target: Target::WrongName,
+            client: |pki| Some(pki.client_tls()),
+            expect: Expect::Tls(P::WrongServerName),
+            says: "name",
+        },
+        Case {
+            name: "a missing key file",
+            target: Target::Mutual,
+            client: |pki| Some(pki.client_tls().key(pki.dir().join("no-such-key.pem"))),
+            expect: Expect::Invalid("no-such-key.pem"),
+            says: "--key",
+        },
+        Case {
+            name: "a key file that is not PEM",
+            target: Target::Mutual,
+            client: |pki| Some(pki.client_tls().key(&pki.client.cert)),
+            expect: Expect::Invalid("holds no PEM private key"),
+            says: "--key",
+        },
+        Case {
+            name: "a certificate without its key",
+            target: Target::Mutual,
+            client: |pki| Some(Tls::new(&pki.ca).cert(&pki.client.cert)),
+            expect: Expect::Invalid("without its key"),
+            says: "--key",
+        },
+    ]
+}
+
+/// Every case against backend `B`; the failures of all cases in one panic.
+fn run<B: Backend>() {
+    let pki = TestPki::shared();
+    let start = |tls: Option<ServerTls>| std::thread::spawn(move || B::start(tls));
+    let servers = [
+        start(Some(pki.server_tls(true))),
+        start(None),
+        start(Some(pki.server_tls_with(&pki.expired_server, true))),
+        start(Some(pki.server_tls_with(&pki.wrong_name_server, true))),
+    ]
+    .map(|t| t.join().expect("a server starts"));
+    let mut failures = Vec::new();
+    for case in cases() {
+        let server = &servers[case.target as usize];
+        let began = Instant::now();
+        let got = B::connect(server, (case.client)(pki), CONNECT_TIMEOUT);
+        let took = began.elapsed();
+        let fits = match (&got, case.expect) {
+            (Err(Error::Tls { problem, what }), Expect::Tls(p)) => {
+                *problem == p && what.contains(case.says)
+            }
+            (Err(Error::InvalidArgument(m)), Expect::Invalid(holds)) => {
+                m.contains(holds) && m.contains(case.says)
+            }
+            _ => false,
+        };
+        if !fits {
+            failures.push(format!(
+                "{}: expected {:?}, got {got:?}",
+                case.name, case.expect
+            ));
+        }
+        if took > scale(CONNECT_TIMEOUT + Duration::from_millis(500)) {
+            failures.push(format!("{}: took {took:?}", case.name));
+        }
+        let left = B::leftovers(server);
+        if !left.is_empty() {
+            failures.push(format!("{}: left {left:?} in the store", case.name));
+        }
+    }
+    assert!(failures.is_empty(), "{}:\n{}", B::NAME, failures.join("\n"));
+}
+
+#[test]
+fn tls_errors_etcd() {
+    run::<EtcdBackend>();
+}
+
+#[test]
+fn tls_errors_redis() {
+    run::<RedisBackend>();
+}
+
+#[test]
+fn tls_errors_pg() {
+    run::<PgBackend>();
+}
+
+#[test]
+fn tls_errors_zk() {
+    run::<ZkBackend>();
+}
