@@ -7,6 +7,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use recipes_core::{within, Error, Result};
+use tokio::sync::watch;
 use tokio_postgres::types::{ToSql, Type};
 use tokio_postgres::{Client, Config, NoTls, Row};
 
@@ -53,6 +54,31 @@ impl Db {
         &self,
         drive: impl FnMut(tokio_postgres::AsyncMessage) + Send + 'static,
     ) -> Result<Client> {
+        let (client, connection) = self.connect().await?;
+        tokio::spawn(drive_connection(connection, drive, self.shown.clone()));
+        Ok(client)
+    }
+
+    /// A new connection and a flag that turns `true` the moment its driving
+    /// task ends (the server closed it, terminated its backend, or it
+    /// broke): what a session-mode lock connection's holdings watch.
+    pub(crate) async fn open_watched(&self) -> Result<(Client, watch::Receiver<bool>)> {
+        let (client, connection) = self.connect().await?;
+        let (ended, rx) = watch::channel(false);
+        let shown = self.shown.clone();
+        tokio::spawn(async move {
+            drive_connection(connection, |_| {}, shown).await;
+            let _ = ended.send(true);
+        });
+        Ok((client, rx))
+    }
+
+    async fn connect(
+        &self,
+    ) -> Result<(
+        Client,
+        tokio_postgres::Connection<tokio_postgres::Socket, tokio_postgres::tls::NoTlsStream>,
+    )> {
         let what = format!("connect to PostgreSQL at {}", self.shown);
         let connecting = async {
             self.config
@@ -67,8 +93,7 @@ impl Db {
             }
             Err(e) => return Err(e),
         };
-        tokio::spawn(drive_connection(connection, drive, self.shown.clone()));
-        Ok(client)
+        Ok((client, connection))
     }
 
     /// No server answered: a retryable error naming the URL.
