@@ -79,11 +79,12 @@ pub fn connect(
             }
             builder.connect().map(Connected::Etcd)
         }
-        BackendChoice::Pg(_) if user.is_some() => Err(recipes_core::Error::invalid(
+        BackendChoice::Pg(..) if user.is_some() => Err(recipes_core::Error::invalid(
             "--user is not taken with --pg yet: give the user in the URL \
              (postgres://USER@HOST/DB) and its password there or in the server's pg_hba trust",
         )),
-        BackendChoice::Pg(url) => PgClient::builder(url.clone())
+        BackendChoice::Pg(url, mode) => PgClient::builder(url.clone())
+            .mode(*mode)
             .ttl(ttl)
             .connect_timeout(connect_timeout(ttl))
             .connect()
