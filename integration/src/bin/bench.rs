@@ -3,7 +3,7 @@
 //! line.
 //!
 //! ```sh
-//! cargo run --release -p integration --bin bench -- [zk|etcd|redis|all] [seconds]
+//! cargo run --release -p integration --bin bench -- [zk|etcd|redis|pg|all] [seconds]
 //! ```
 //!
 //! Cases: `raw` (the minimum RPCs of an uncontended lock and release —
@@ -11,7 +11,10 @@
 //! delete; Redis: `SET NX PX`, `INCR` of the fence, compare-and-delete by
 //! `EVAL` — issued straight through the client crate), `uncontended` (our
 //! `lock` + `release` on a free lock), `contended` (two clients handing one
-//! lock back and forth).
+//! lock back and forth). PostgreSQL runs both modes (`bench/pg.rs`).
+
+#[path = "bench/pg.rs"]
+mod pg;
 
 use recipes_core::Client as _;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
@@ -225,13 +228,15 @@ fn main() {
         "zk" => zk(seconds),
         "etcd" => etcd(seconds),
         "redis" => redis(seconds),
+        "pg" => pg::pg(seconds),
         "all" => {
             zk(seconds);
             etcd(seconds);
             redis(seconds);
+            pg::pg(seconds);
         }
         other => {
-            eprintln!("bench: unknown backend {other:?}; use zk, etcd, redis or all");
+            eprintln!("bench: unknown backend {other:?}; use zk, etcd, redis, pg or all");
             std::process::exit(64);
         }
     }
