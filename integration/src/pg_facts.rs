@@ -27,6 +27,15 @@ fn entry_of(holder: &str) -> String {
         .to_owned()
 }
 
+/// recipes-pg's default advisory namespace (`DEFAULT_NAMESPACE`).
+const ADVISORY_NS: u32 = 0x7265_6370;
+
+/// The key and backend of a session-mode holder `<key>/backend-<pid>`.
+fn advisory_holder(holder: &str) -> Option<(&str, u32)> {
+    let (key, backend) = holder.rsplit_once("/backend-")?;
+    Some((key, backend.parse().ok()?))
+}
+
 /// A live entry: its session has not expired.
 const LIVE: &str = "FROM recipes.queue q JOIN recipes.sessions s ON s.id = q.session \
                     WHERE s.expires_at > clock_timestamp()";
@@ -115,6 +124,56 @@ impl PgFacts {
             literal(name)
         ));
         rows.first().and_then(|n| n.parse().ok()).unwrap_or(0)
+    }
+
+    /// Session mode: the advisory locks of the recipe `name` (a lock's key,
+    /// a semaphore's permit keys `<name>/leases/<i>`) in the default
+    /// namespace, as `<key>/backend-<pid>`: granted ones, or (`granted`
+    /// false) the backends waiting for one.
+    pub fn advisory(&self, name: &str, granted: bool) -> Vec<String> {
+        let name = literal(name);
+        self.lines(&format!(
+            "WITH k(key) AS (SELECT {name} UNION ALL \
+               SELECT {name} || '/leases/' || i FROM recipes.names n, \
+                 generate_series(0, coalesce(n.permits, 0) - 1) i WHERE n.name = {name}) \
+             SELECT k.key || '/backend-' || l.pid FROM k JOIN pg_locks l \
+               ON l.locktype = 'advisory' AND l.objsubid = 2 AND l.classid::int8 = {ADVISORY_NS} \
+               AND l.objid::int8 = hashtext(k.key)::int8 & 4294967295 \
+             WHERE l.granted = {granted} ORDER BY 1"
+        ))
+    }
+
+    /// Session mode: whether the holder `<key>/backend-<pid>` holds its
+    /// advisory lock.
+    pub fn advisory_held(&self, holder: &str) -> bool {
+        let Some((key, pid)) = advisory_holder(holder) else {
+            return false;
+        };
+        !self
+            .lines(&format!(
+                "SELECT 1 FROM pg_locks WHERE locktype = 'advisory' AND objsubid = 2 \
+                 AND classid::int8 = {ADVISORY_NS} AND granted AND pid = {pid} \
+                 AND objid::int8 = hashtext({})::int8 & 4294967295",
+                literal(key)
+            ))
+            .is_empty()
+    }
+
+    /// Session mode: end the holder's backend, as an administrator would
+    /// (`pg_terminate_backend`); its lock goes with it.
+    pub fn terminate(&self, holder: &str) {
+        if let Some((_, pid)) = advisory_holder(holder) {
+            self.sql(&format!("SELECT pg_terminate_backend({pid})"));
+        }
+    }
+
+    /// Every advisory lock in the default namespace, granted or waited
+    /// for, as `<pid>:<objid>`.
+    pub fn advisory_all(&self) -> Vec<String> {
+        self.lines(&format!(
+            "SELECT pid || ':' || objid FROM pg_locks WHERE locktype = 'advisory' \
+             AND classid::int8 = {ADVISORY_NS} ORDER BY 1"
+        ))
     }
 
     /// The session rows, live or not.

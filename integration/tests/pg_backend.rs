@@ -132,12 +132,39 @@ fn clients_connecting_at_once_to_an_empty_database_all_connect() {
 fn a_layout_of_another_version_is_refused() {
     let server = PgServer::start();
     connect(&server.url(), TTL).unwrap().close().unwrap();
-    server.sql("UPDATE recipes.layout SET version = 2");
+    server.sql("UPDATE recipes.layout SET version = 3");
     match connect(&server.url(), TTL) {
-        Err(Error::InvalidArgument(m)) => assert!(m.contains("layout version 2"), "{m}"),
+        Err(Error::InvalidArgument(m)) => assert!(m.contains("layout version 3"), "{m}"),
         other => panic!("a newer layout: {other:?}"),
     }
     assert!(PgFacts::new(server.addr()).sessions().is_empty());
+}
+
+/// Layout 1 (before session mode's heartbeat table) is upgraded to 2 by
+/// the first client that connects; its rows stay.
+#[test]
+fn a_layout_1_schema_is_upgraded() {
+    let server = PgServer::start();
+    let c = connect(&server.url(), TTL).unwrap();
+    let lock = name("upgraded");
+    let first = c.mutex(&lock).unwrap().lock().unwrap().token();
+    c.close().unwrap();
+    server.sql("DROP TABLE recipes.advisory; UPDATE recipes.layout SET version = 1");
+    let c = connect(&server.url(), TTL).expect("a layout 1 schema is upgraded");
+    assert_eq!(
+        server.sql("SELECT max(version) FROM recipes.layout").trim(),
+        "2"
+    );
+    assert_eq!(
+        server
+            .sql("SELECT to_regclass('recipes.advisory') IS NOT NULL")
+            .trim(),
+        "t"
+    );
+    let next = c.mutex(&lock).unwrap().lock().unwrap();
+    assert!(next.token() > first, "the fence row survived the upgrade");
+    next.release().unwrap();
+    c.close().unwrap();
 }
 
 #[test]

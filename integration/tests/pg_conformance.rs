@@ -1,9 +1,10 @@
-//! The conformance suite against PostgreSQL in lease mode, run three
-//! times: directly, through pgbouncer in transaction mode (each statement
-//! may run on another backend; `LISTEN` goes to the server directly, as
-//! the crate docs say to deploy it), and directly over TLS with client
-//! certificates (`hostssl … cert`). Tests whose names contain `fault` get
-//! their own server and run one at a time.
+//! The conformance suite against PostgreSQL, run four times: lease mode
+//! directly, lease mode through pgbouncer in transaction mode (each
+//! statement may run on another backend; `LISTEN` goes to the server
+//! directly, as the crate docs say to deploy it), lease mode directly over
+//! TLS with client certificates (`hostssl … cert`), and session mode
+//! (advisory locks) directly. Tests whose names contain `fault` get their
+//! own server and run one at a time.
 
 mod conformance;
 
@@ -284,4 +285,138 @@ mod bouncer {
     use super::{conformance, PgBouncerKit};
     use crate::conformance_suite;
     conformance_suite!(PgBouncerKit);
+}
+
+/// Session mode: mutexes and semaphores are advisory locks on connections
+/// of their own (elections stay rows), so the store's entries are
+/// `pg_locks` rows as well as queue rows.
+struct PgSessionKit(PgKit);
+
+impl std::ops::Deref for PgSessionKit {
+    type Target = PgKit;
+    fn deref(&self) -> &PgKit {
+        &self.0
+    }
+}
+
+impl PgSessionKit {
+    fn session(&self, url: String, ttl: Duration) -> recipes_pg::PgClientBuilder {
+        PgClient::builder(url).ttl(ttl).session_mode()
+    }
+}
+
+impl Kit for PgSessionKit {
+    type Mutex = PgMutex;
+    type Client = PgClient;
+    type Election = PgElection;
+
+    fn shared() -> Self {
+        PgSessionKit(PgKit::shared())
+    }
+
+    fn own() -> Self {
+        PgSessionKit(PgKit::own())
+    }
+
+    fn mutex(&self, name: &str, ttl: Duration) -> recipes_pg::Mutex {
+        self.connect(ttl).expect("connect").mutex(name).unwrap()
+    }
+
+    fn connect(&self, ttl: Duration) -> recipes_core::Result<PgClient> {
+        self.session(self.url(), ttl).connect()
+    }
+
+    fn connect_via(
+        &self,
+        proxy: SocketAddr,
+        ttl: Duration,
+        rpc_timeout: Duration,
+    ) -> recipes_core::Result<PgClient> {
+        let url = self.via(proxy);
+        self.session(url.clone(), ttl)
+            .rpc_timeout(rpc_timeout)
+            .listen_url(url)
+            .connect()
+    }
+
+    fn election(&self, name: &str, ttl: Duration) -> recipes_pg::Election {
+        self.connect(ttl).expect("connect").election(name).unwrap()
+    }
+
+    /// Held and awaited advisory locks, then queue rows (an election's).
+    fn entries_under(&self, name: &str) -> Vec<String> {
+        let mut all = self.facts.advisory(name, true);
+        all.extend(self.facts.advisory(name, false));
+        all.extend(self.facts.entries_under(name));
+        all
+    }
+
+    /// Every waiter waits in the lock manager's queue (between two
+    /// slices a waiter is briefly out of it: asked again until true).
+    fn all_waiters_watch(&self, name: &str, waiters: usize) -> bool {
+        self.facts.advisory(name, false).len() == waiters
+            && self.facts.advisory(name, true).len() == 1
+    }
+
+    fn write_entry(&self, path: &str, value: &[u8]) {
+        self.facts.put(path, value)
+    }
+
+    /// An advisory lock is taken away by ending its backend.
+    fn delete_entry(&self, holder: &str) {
+        if holder.contains("/backend-") {
+            self.facts.terminate(holder)
+        } else {
+            self.facts.delete(holder)
+        }
+    }
+
+    fn mutex_via(&self, proxy: SocketAddr, name: &str, ttl: Duration) -> recipes_pg::Mutex {
+        let url = self.via(proxy);
+        let client = self
+            .session(url.clone(), ttl)
+            .listen_url(url)
+            .connect()
+            .expect("connect through the proxy");
+        client.mutex(name).unwrap()
+    }
+
+    fn server_addr(&self) -> SocketAddr {
+        self.server.addr()
+    }
+
+    fn worker_connect(&self, ttl: Duration) -> String {
+        format!("connect pg-session {} {}", self.url(), ttl.as_millis())
+    }
+
+    fn exists(&self, holder: &str) -> bool {
+        if holder.contains("/backend-") {
+            self.facts.advisory_held(holder)
+        } else {
+            self.facts.exists(holder)
+        }
+    }
+
+    fn value(&self, resource: &str) -> Option<String> {
+        self.facts.get(resource)
+    }
+
+    /// As asked: a lock whose holder ended without releasing it (killed,
+    /// terminated) is taken by the next holder only once the old one's
+    /// last heartbeat + TTL has passed (its deadline); a paused holder's
+    /// session is ended by the server `idle_session_timeout` (the TTL)
+    /// after its last heartbeat.
+    fn granted(&self, ttl: Duration) -> Duration {
+        ttl
+    }
+
+    fn expiry_granularity(&self) -> Duration {
+        Duration::from_millis(100)
+    }
+}
+
+mod session {
+    use super::{conformance, PgSessionKit};
+    use crate::conformance_suite;
+    conformance_suite!(PgSessionKit);
 }

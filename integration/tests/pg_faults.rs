@@ -9,7 +9,6 @@ use std::time::Duration;
 
 use integration::pg_server::PG_USER;
 use integration::test_dir::TestDir;
-use integration::worker::{worker_binary, Worker};
 use integration::{scale, wait_until, PgFacts, PgServer};
 use pg_common::*;
 use recipes_core::{BootInstant, Client, Error, LossReason};
@@ -154,21 +153,8 @@ fn fault_a_paused_holders_fenced_transaction_is_rejected() {
     let t = table(&server, "paused");
     let lock = name("paused");
     let dir = TestDir::new("pg-paused");
-    let mut old = Worker::start(&worker_binary(), "old", dir.path());
-    old.ok(
-        &format!("connect pg {} {}", server.url(), TTL.as_millis()),
-        Duration::from_secs(15),
-    );
-    let reply = old.ok(&format!("lock {lock}"), Duration::from_secs(10));
-    let field = |k: &str| {
-        reply
-            .split_whitespace()
-            .find_map(|kv| kv.strip_prefix(k))
-            .expect("field")
-            .to_owned()
-    };
-    let (old_token, old_holder) = (field("token="), field("holder="));
-    old.ok(&format!("txwrite {t} {old_token}"), Duration::from_secs(10));
+    let start = format!("connect pg {} {}", server.url(), TTL.as_millis());
+    let (mut old, old_token, old_holder) = worker_holding(&dir, &start, &lock, &t);
     old.pause();
     wait_until(
         "the paused holder's entry expires",
@@ -176,23 +162,9 @@ fn fault_a_paused_holders_fenced_transaction_is_rejected() {
         || !facts.exists(&old_holder),
     );
     let c = connect(&server.url(), Duration::from_secs(10)).unwrap();
-    let new = c.mutex(&lock).unwrap().lock().unwrap();
-    let new_token = new.token().get() as i64;
-    assert!(new_token > old_token.parse().unwrap());
-    new.transaction(|tx| {
-        tx.execute(
-            &format!("INSERT INTO {t} (fence) VALUES ($1)"),
-            &[(&new_token, Type::INT8)],
-        )
-    })
-    .unwrap();
-    old.resume();
-    let refused = old
-        .request(&format!("txwrite {t} {old_token}"), Duration::from_secs(30))
-        .expect_err("the old holder's transaction is refused");
-    assert!(refused.starts_with("fence-rejected"), "{refused}");
-    assert_eq!(fences(&server, &t), vec![old_token, new_token.to_string()]);
-    new.release().unwrap();
+    the_next_holder_commits_and_the_paused_one_is_refused(
+        &server, &c, &lock, &t, &mut old, &old_token,
+    );
     c.close().unwrap();
 }
 

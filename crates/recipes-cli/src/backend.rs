@@ -90,9 +90,11 @@ pub fn connect(
                 Connected::Etcd
             )
         }
-        BackendChoice::Pg(url) => {
-            connect_with!(PgClient::builder(url.clone()), user, Connected::Pg)
-        }
+        BackendChoice::Pg(url, mode) => connect_with!(
+            PgClient::builder(url.clone()).mode(*mode),
+            user,
+            Connected::Pg
+        ),
         BackendChoice::Redis(url) => {
             connect_with!(RedisClient::builder(url.clone()), user, Connected::Redis)
         }

@@ -88,10 +88,23 @@ pub struct Cli {
     #[arg(long, env = "RECIPES_ETCD", value_name = "ENDPOINTS", global = true)]
     pub etcd: Option<String>,
 
-    /// PostgreSQL URL, e.g. postgres://app:secret@db:5432/app (lease mode:
-    /// the schema recipes, created on first use).
+    /// PostgreSQL URL, e.g. postgres://app:secret@db:5432/app (the schema
+    /// recipes, created on first use).
     #[arg(long, env = "RECIPES_PG", value_name = "URL", global = true)]
     pub pg: Option<String>,
+
+    /// How --pg holds locks: lease (rows, through any pooler) or session
+    /// (advisory locks on a connection each; a direct URL or a
+    /// session-mode pool).
+    #[arg(
+        long,
+        env = "RECIPES_PG_MODE",
+        value_name = "MODE",
+        default_value = "lease",
+        value_parser = |s: &str| s.parse::<recipes_pg::PgMode>().map_err(|e| e.to_string()),
+        global = true
+    )]
+    pub pg_mode: recipes_pg::PgMode,
 
     /// Redis URL of a single node, e.g. redis://127.0.0.1:6379 (with
     /// :PASSWORD@ before the host if it wants one; rediss:// with
@@ -346,8 +359,8 @@ pub enum BackendChoice {
     Zk(String),
     /// etcd endpoints.
     Etcd(Vec<String>),
-    /// A PostgreSQL URL.
-    Pg(String),
+    /// A PostgreSQL URL and mode.
+    Pg(String, recipes_pg::PgMode),
     /// A Redis URL.
     Redis(String),
 }
@@ -413,7 +426,7 @@ fn choose_backend(cli: &Cli, matches: &ArgMatches) -> Result<BackendChoice, Stri
                 .map(str::to_owned)
                 .collect(),
         )),
-        [("pg", url)] => Ok(BackendChoice::Pg(url.clone())),
+        [("pg", url)] => Ok(BackendChoice::Pg(url.clone(), cli.pg_mode)),
         [(_, url)] => Ok(BackendChoice::Redis(url.clone())),
         [] if cli.zk.is_some() || cli.etcd.is_some() || cli.pg.is_some() || cli.redis.is_some() => {
             Err(both.into())

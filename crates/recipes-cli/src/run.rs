@@ -23,10 +23,12 @@ pub fn describe(choice: &BackendChoice) -> String {
     match choice {
         BackendChoice::Zk(hosts) => format!("ZooKeeper at {hosts}"),
         BackendChoice::Etcd(endpoints) => format!("etcd at {}", endpoints.join(",")),
-        BackendChoice::Pg(url) => match recipes_pg::PgClient::builder(url.clone()).redacted_url() {
-            Some(shown) => format!("PostgreSQL at {shown}"),
-            None => "PostgreSQL (an unreadable URL)".to_owned(),
-        },
+        BackendChoice::Pg(url, _) => {
+            match recipes_pg::PgClient::builder(url.clone()).redacted_url() {
+                Some(shown) => format!("PostgreSQL at {shown}"),
+                None => "PostgreSQL (an unreadable URL)".to_owned(),
+            }
+        }
         BackendChoice::Redis(url) => format!("Redis at {}", redis_shown(url)),
     }
 }

@@ -24,6 +24,36 @@ const KEEPALIVE: (Duration, Duration, u32) = (Duration::from_secs(5), Duration::
 /// notification came, by default.
 pub const DEFAULT_POLL_INTERVAL: Duration = Duration::from_millis(500);
 
+/// How a client's mutexes and semaphores hold their locks; see the crate
+/// docs' "Modes".
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum PgMode {
+    /// Rows of `recipes.queue` under a session row that expires in
+    /// database time: works through any pooler (the default).
+    #[default]
+    Lease,
+    /// Advisory locks, each on a connection of its own whose session is
+    /// the lease: needs a direct connection or a session-mode pool.
+    Session,
+}
+
+impl FromStr for PgMode {
+    type Err = Error;
+
+    /// `lease` or `session`.
+    fn from_str(s: &str) -> Result<PgMode> {
+        match s {
+            "lease" => Ok(PgMode::Lease),
+            "session" => Ok(PgMode::Session),
+            other => Err(Error::invalid(format!(
+                "the PostgreSQL mode {} is neither lease nor session; write lease (rows, \
+                 through any pooler) or session (advisory locks, direct connections)",
+                quote(other)
+            ))),
+        }
+    }
+}
+
 /// Settings for a [`PgClient`]; see [`PgClient::builder`].
 #[derive(Clone)]
 pub struct PgClientBuilder {
@@ -34,6 +64,8 @@ pub struct PgClientBuilder {
     pub(crate) poll_interval: Duration,
     pub(crate) tls: Option<recipes_core::Tls>,
     pub(crate) settings: Settings,
+    pub(crate) mode: PgMode,
+    pub(crate) namespace: u32,
 }
 
 impl fmt::Debug for PgClientBuilder {
@@ -49,6 +81,8 @@ impl fmt::Debug for PgClientBuilder {
             .field("poll_interval", &self.poll_interval)
             .field("tls", &self.tls)
             .field("settings", &self.settings)
+            .field("mode", &self.mode)
+            .field("namespace", &self.namespace)
             .finish()
     }
 }
@@ -94,6 +128,32 @@ impl PgClientBuilder {
         self
     }
 
+    /// How mutexes and semaphores hold their locks (default
+    /// [`PgMode::Lease`]). Elections, latches and selectors run on queue
+    /// rows in both modes: they need their candidates' values, which an
+    /// advisory lock cannot carry.
+    pub fn mode(mut self, mode: PgMode) -> Self {
+        self.mode = mode;
+        self
+    }
+
+    /// [`mode`](Self::mode)`(PgMode::Session)`: advisory locks on a
+    /// dedicated connection each. [`connect`](Self::connect) refuses a URL
+    /// behind a transaction-mode pooler.
+    pub fn session_mode(self) -> Self {
+        self.mode(PgMode::Session)
+    }
+
+    /// The first int of session mode's two-int advisory keys (default
+    /// [`DEFAULT_NAMESPACE`](crate::DEFAULT_NAMESPACE)), so they never
+    /// meet an application's own advisory locks: pick another if the
+    /// application uses this one. Every client of one database must use
+    /// the same. Not 0.
+    pub fn advisory_namespace(mut self, namespace: u32) -> Self {
+        self.namespace = namespace;
+        self
+    }
+
     /// The URL without its password, as messages show it; `None` when it
     /// is not a URL this client takes.
     pub fn redacted_url(&self) -> Option<String> {
@@ -111,6 +171,12 @@ impl PgClientBuilder {
         let main = self.connection(&self.url)?;
         let listen = self.connection(self.listen_url.as_deref().unwrap_or(&self.url))?;
         recipes_core::check_timeout("poll interval", self.poll_interval)?;
+        if self.namespace == 0 {
+            return Err(Error::invalid(
+                "the advisory namespace 0 is what applications that do not think about \
+                 namespaces use; pick another (the default is recipes_pg::DEFAULT_NAMESPACE)",
+            ));
+        }
         self.settings.validate("the session TTL")?;
         Ok([main, listen])
     }
@@ -143,8 +209,9 @@ impl PgClientBuilder {
     ///
     /// # Errors
     ///
-    /// [`Error::InvalidArgument`] for bad settings or a schema of another
-    /// layout version; [`Error::Unauthenticated`] for a refused user or
+    /// [`Error::InvalidArgument`] for bad settings, a schema of another
+    /// layout version, or session mode behind a transaction-mode pooler
+    /// (the message names the fix); [`Error::Unauthenticated`] for a refused user or
     /// password; [`Error::PermissionDenied`] when the role may not use (or
     /// create) the schema; [`Error::Backend`] naming the URL when no server
     /// answered within the connect timeout.
@@ -186,9 +253,14 @@ impl PgClientBuilder {
         let probe = db.clone();
         let what = format!("connect to PostgreSQL at {shown}");
         let budget = connect.saturating_add(rpc.saturating_mul(3));
-        let checked = rt.call(&what.clone(), budget, async move {
+        let session = self.mode == PgMode::Session;
+        let checked = rt.call(&what.clone(), budget.saturating_add(rpc), async move {
             let conn = probe.conn().await?;
-            crate::schema::ensure(&conn, &what).await
+            crate::schema::ensure(&conn, &what).await?;
+            if session {
+                crate::pooler::refuse_transaction_pooling(&probe).await?;
+            }
+            Ok(())
         });
         match checked {
             Ok(()) => {}

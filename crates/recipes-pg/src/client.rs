@@ -5,9 +5,10 @@ use std::fmt;
 use std::sync::Arc;
 use std::time::Duration;
 
-use recipes_core::{LeaseSessions, Result, Runtime, Settings};
+use recipes_core::{BootInstant, LeaseSessions, Result, Runtime, Settings};
 
-use crate::builder::{PgClientBuilder, DEFAULT_POLL_INTERVAL};
+use crate::advisory::{LockConn, LockConns, LockSession, DEFAULT_NAMESPACE};
+use crate::builder::{PgClientBuilder, PgMode, DEFAULT_POLL_INTERVAL};
 use crate::db::Db;
 use crate::listen::Listener;
 use crate::session::{PgLeases, Session};
@@ -19,6 +20,12 @@ struct Inner {
     // The current session; a new one once it is lost. Deleted (its entries
     // with it) when the client closes.
     leases: LeaseSessions<PgLeases>,
+    mode: PgMode,
+    namespace: u32,
+    /// Session mode's idle lock connections.
+    idle_locks: Arc<parking_lot::Mutex<Vec<Arc<LockConn>>>>,
+    /// Session mode's lock sessions, while they live.
+    lock_sessions: parking_lot::Mutex<Vec<std::sync::Weak<LockSession>>>,
 }
 
 /// A PostgreSQL client on its own runtime thread, whose recipes live in
@@ -52,6 +59,8 @@ impl PgClient {
             poll_interval: DEFAULT_POLL_INTERVAL,
             tls: None,
             settings: Settings::default(),
+            mode: PgMode::Lease,
+            namespace: DEFAULT_NAMESPACE,
         }
     }
 
@@ -77,6 +86,10 @@ impl PgClient {
                 db,
                 listener,
                 poll_interval: config.poll_interval,
+                mode: config.mode,
+                namespace: config.namespace,
+                idle_locks: Arc::default(),
+                lock_sessions: parking_lot::Mutex::default(),
             }),
         };
         let inner = client.inner.clone();
@@ -116,6 +129,50 @@ impl PgClient {
         self.inner.poll_interval
     }
 
+    /// How this client's mutexes and semaphores hold their locks.
+    pub fn mode(&self) -> PgMode {
+        self.inner.mode
+    }
+
+    /// The first int of session mode's advisory keys.
+    pub fn namespace(&self) -> u32 {
+        self.inner.namespace
+    }
+
+    /// A lock connection for one session-mode acquisition.
+    pub(crate) fn lock_conns(&self) -> LockConns {
+        LockConns::new(
+            self.inner.db.clone(),
+            self.inner.leases.settings().ttl,
+            self.inner.namespace,
+            self.inner.idle_locks.clone(),
+        )
+    }
+
+    /// Count `session` among the client's sessions (its deadline and last
+    /// acknowledgement) while it lives.
+    pub(crate) fn register(&self, session: &Arc<LockSession>) {
+        let mut all = self.inner.lock_sessions.lock();
+        all.retain(|s| s.strong_count() > 0);
+        all.push(Arc::downgrade(session));
+    }
+
+    /// The earliest of `f` over the session row and the live lock sessions:
+    /// what holds for every lock of the client.
+    pub(crate) fn earliest(
+        &self,
+        row: Option<BootInstant>,
+        f: impl Fn(&LockSession) -> Option<BootInstant>,
+    ) -> Option<BootInstant> {
+        let locks = self.inner.lock_sessions.lock();
+        let live = locks
+            .iter()
+            .filter_map(std::sync::Weak::upgrade)
+            .filter(|s| s.is_usable())
+            .filter_map(|s| f(&s));
+        row.into_iter().chain(live).min()
+    }
+
     /// The URL, without its password.
     pub fn url(&self) -> &str {
         &self.inner.db.shown
@@ -150,6 +207,7 @@ impl fmt::Debug for PgClient {
             .field("url", &self.url())
             .field("session", &self.inner.leases.current().map(|s| s.id()))
             .field("session_ttl", &self.inner.leases.granted_ttl())
+            .field("mode", &self.inner.mode)
             .finish()
     }
 }

@@ -8,6 +8,7 @@ use std::time::Duration;
 
 use recipes_core::tls::{Probe, TlsProblem};
 use recipes_core::{within, Error, Result};
+use tokio::sync::watch;
 use tokio_postgres::types::{ToSql, Type};
 use tokio_postgres::{Client, Config, NoTls, Row};
 use tokio_postgres_rustls::MakeRustlsConnect;
@@ -67,20 +68,50 @@ impl Db {
         &self,
         drive: impl FnMut(tokio_postgres::AsyncMessage) + Send + 'static,
     ) -> Result<Client> {
+        self.connect(drive, None).await
+    }
+
+    /// A new connection and a flag that turns `true` the moment its driving
+    /// task ends (the server closed it, terminated its backend, or it
+    /// broke): what a session-mode lock connection's holdings watch.
+    pub(crate) async fn open_watched(&self) -> Result<(Client, watch::Receiver<bool>)> {
+        let (ended, rx) = watch::channel(false);
+        let client = self.connect(|_| {}, Some(ended)).await?;
+        Ok((client, rx))
+    }
+
+    /// Connect (over TLS when the client uses it) and spawn the driving
+    /// task, which sets `ended` when it ends.
+    async fn connect(
+        &self,
+        drive: impl FnMut(tokio_postgres::AsyncMessage) + Send + 'static,
+        ended: Option<watch::Sender<bool>>,
+    ) -> Result<Client> {
         let what = format!("connect to PostgreSQL at {}", self.shown);
         let failed = |e| self.failed(&what, e);
         let shown = self.shown.clone();
+        let done = move || {
+            if let Some(ended) = ended {
+                let _ = ended.send(true);
+            }
+        };
         let connecting = async {
             let client = match &self.tls {
                 None => {
                     let (client, connection) = self.config.connect(NoTls).await.map_err(failed)?;
-                    tokio::spawn(drive_connection(connection, drive, shown));
+                    tokio::spawn(async move {
+                        drive_connection(connection, drive, shown).await;
+                        done();
+                    });
                     client
                 }
                 Some(tls) => {
                     let (client, connection) =
                         self.config.connect(tls.clone()).await.map_err(failed)?;
-                    tokio::spawn(drive_connection(connection, drive, shown));
+                    tokio::spawn(async move {
+                        drive_connection(connection, drive, shown).await;
+                        done();
+                    });
                     client
                 }
             };

@@ -12,7 +12,8 @@ use recipes_core::{ElectionBackend, LeaderInfo, LeaderObserver, LeaderWatch, Res
 use tokio::time::Instant;
 
 use crate::client::PgClient;
-use crate::entry::{PgEntry, PgLock};
+use crate::entry::PgEntry;
+use crate::held::PgLock;
 use crate::listen::{next, Subscription};
 use crate::mutex::NameHandle;
 use crate::surface::read_contenders;

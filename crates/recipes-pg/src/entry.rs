@@ -1,4 +1,4 @@
-//! [`PgLock`]: a held queue row as core's
+//! [`PgEntry`]: a held queue row (lease mode) as core's
 //! [`HeldEntry`](recipes_core::HeldEntry) — its loss watch, its deletion,
 //! and writes fenced by the name's fence and our row.
 
@@ -9,22 +9,16 @@ use std::time::Duration;
 use recipes_core::{
     watch_held, EntryWatcher, FencedWrite, FencingToken, HeldEntry, Result, Runtime, StoreEntry,
 };
-use tokio_postgres::types::Type;
+use tokio_postgres::types::{ToSql, Type};
 use uuid::Uuid;
 
 use crate::client::PgClient;
 use crate::contend::{remove_entry, Acquired};
+use crate::held::{PgHeld, PgLock};
 use crate::listen::{next, Heard, Subscription};
 use crate::names::{holder, validate_key};
 use crate::session::Session;
-
-/// A held queue row: the lease behind a [`MutexGuard`](crate::MutexGuard),
-/// a [`SemaphorePermit`](crate::SemaphorePermit) and a
-/// [`Leadership`](crate::Leadership). Its fenced writes (and
-/// [`transaction`](crate::FencedTransaction::transaction)s) first lock the
-/// name's row in share mode and check that its fence is still ours and our
-/// row still live; a proclaim updates our row's value.
-pub type PgLock = HeldEntry<PgEntry>;
+use crate::sql::Encoded;
 
 /// The PostgreSQL side of a [`PgLock`]: our row of `recipes.queue` and its
 /// session.
@@ -71,7 +65,11 @@ impl PgEntry {
             let label = own.session.label();
             watch_held(&own, label, &own.holder, None, &watched).await;
         });
-        HeldEntry::new(entry, trigger, FencingToken(a.fence.unsigned_abs()))
+        HeldEntry::new(
+            PgHeld::Row(entry),
+            trigger,
+            FencingToken(a.fence.unsigned_abs()),
+        )
     }
 
     /// Our row's position in the queue.
@@ -112,13 +110,83 @@ const STILL_PERMITTED: &str = "SELECT 1 FROM recipes.queue q \
        AND s.expires_at > clock_timestamp()";
 
 impl PgEntry {
-    /// What must hold for a write fenced by this holding.
-    pub(crate) fn still_ours(&self) -> &'static str {
-        match self.fence {
+    /// What a write fenced by this holding checks first.
+    pub(crate) fn check(&self) -> Result<FenceCheck> {
+        let sql = match self.fence {
             Some(_) => STILL_HELD,
             None => STILL_PERMITTED,
-        }
+        };
+        Ok(FenceCheck {
+            sql: sql.to_owned(),
+            name: self.name.clone(),
+            fence: self.fence,
+            third: (Encoded::new(&self.entry, &Type::UUID)?, Type::UUID),
+        })
     }
+}
+
+/// What a fenced write or transaction checks first: SQL over `$1` (the
+/// name), `$2` (our fence, NULL for a permit) and `$3` (our entry, or our
+/// lock's backend), which returns a row while the holding is ours.
+#[derive(Debug, Clone)]
+pub(crate) struct FenceCheck {
+    pub(crate) sql: String,
+    pub(crate) name: String,
+    pub(crate) fence: Option<i64>,
+    pub(crate) third: (Encoded, Type),
+}
+
+impl FenceCheck {
+    /// The check's three parameters.
+    pub(crate) fn params(&self) -> [(&(dyn ToSql + Sync), Type); 3] {
+        [
+            (&self.name, Type::TEXT),
+            (&self.fence, Type::INT8),
+            (&self.third.0, self.third.1.clone()),
+        ]
+    }
+}
+
+/// Run one write fenced by `check`; `false` when the check found the
+/// holding gone (nothing was written).
+pub(crate) async fn fenced_write(
+    client: &PgClient,
+    what: &'static str,
+    write: &FencedWrite,
+    check: &FenceCheck,
+) -> Result<bool> {
+    let ok = &check.sql;
+    let [name, fence, third] = check.params();
+    let rows = match write {
+        FencedWrite::Put { key, value } => {
+            validate_key(key)?;
+            let sql = format!(
+                "WITH ok AS ({ok}) INSERT INTO recipes.kv (key, value) \
+                     SELECT $4, $5 FROM ok ON CONFLICT (key) DO UPDATE \
+                     SET value = EXCLUDED.value RETURNING 1"
+            );
+            let params = [name, fence, third, (key, Type::TEXT), (value, Type::BYTEA)];
+            client.db().query(what, &sql, &params).await?
+        }
+        FencedWrite::Delete { key } => {
+            validate_key(key)?;
+            let sql = format!(
+                "WITH ok AS ({ok}), d AS (DELETE FROM recipes.kv \
+                     WHERE key = $4 AND EXISTS (SELECT 1 FROM ok)) SELECT 1 FROM ok"
+            );
+            let params = [name, fence, third, (key, Type::TEXT)];
+            client.db().query(what, &sql, &params).await?
+        }
+        FencedWrite::Proclaim { value } => {
+            let sql = format!(
+                "WITH ok AS ({ok}) UPDATE recipes.queue SET value = $4 \
+                     WHERE entry = $3 AND EXISTS (SELECT 1 FROM ok) RETURNING 1"
+            );
+            let params = [name, fence, third, (value, Type::BYTEA)];
+            client.db().query(what, &sql, &params).await?
+        }
+    };
+    Ok(!rows.is_empty())
 }
 
 impl StoreEntry for PgEntry {
@@ -163,54 +231,7 @@ impl StoreEntry for PgEntry {
     }
 
     async fn write(self, what: &'static str, write: FencedWrite) -> Result<()> {
-        let (name, fence, entry) = (&self.name, &self.fence, &self.entry);
-        let ok = self.still_ours();
-        let rows = match &write {
-            FencedWrite::Put { key, value } => {
-                validate_key(key)?;
-                let sql = format!(
-                    "WITH ok AS ({ok}) INSERT INTO recipes.kv (key, value) \
-                         SELECT $4, $5 FROM ok ON CONFLICT (key) DO UPDATE \
-                         SET value = EXCLUDED.value RETURNING 1"
-                );
-                let params: crate::db::Params<'_> = &[
-                    (name, Type::TEXT),
-                    (fence, Type::INT8),
-                    (entry, Type::UUID),
-                    (key, Type::TEXT),
-                    (value, Type::BYTEA),
-                ];
-                self.client.db().query(what, &sql, params).await?
-            }
-            FencedWrite::Delete { key } => {
-                validate_key(key)?;
-                let sql = format!(
-                    "WITH ok AS ({ok}), d AS (DELETE FROM recipes.kv \
-                         WHERE key = $4 AND EXISTS (SELECT 1 FROM ok)) SELECT 1 FROM ok"
-                );
-                let params: crate::db::Params<'_> = &[
-                    (name, Type::TEXT),
-                    (fence, Type::INT8),
-                    (entry, Type::UUID),
-                    (key, Type::TEXT),
-                ];
-                self.client.db().query(what, &sql, params).await?
-            }
-            FencedWrite::Proclaim { value } => {
-                let sql = format!(
-                    "WITH ok AS ({ok}) UPDATE recipes.queue SET value = $4 \
-                         WHERE entry = $3 AND EXISTS (SELECT 1 FROM ok) RETURNING 1"
-                );
-                let params: crate::db::Params<'_> = &[
-                    (name, Type::TEXT),
-                    (fence, Type::INT8),
-                    (entry, Type::UUID),
-                    (value, Type::BYTEA),
-                ];
-                self.client.db().query(what, &sql, params).await?
-            }
-        };
-        if rows.is_empty() {
+        if !fenced_write(&self.client, what, &write, &self.check()?).await? {
             return Err(self.rejected(what));
         }
         Ok(())

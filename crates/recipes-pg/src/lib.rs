@@ -1,10 +1,17 @@
 //! # recipes-pg
 //!
-//! The PostgreSQL backend of `recipes`, in *lease mode*: every lock is a
-//! row of the schema `recipes` whose session expires in database time, so
-//! it works through a transaction-mode pooler (pgbouncer) as well as
-//! directly. The API and its guarantees are core's ([`recipes_core`]);
-//! this crate documents the layout, the session and what a database needs.
+//! The PostgreSQL backend of `recipes`, in two modes behind the same
+//! client surface ([`PgMode`], chosen on the builder):
+//!
+//! - *lease mode* (the default): every lock is a row of the schema
+//!   `recipes` whose session expires in database time, so it works
+//!   through a transaction-mode pooler (pgbouncer) as well as directly;
+//! - *session mode* ([`PgClientBuilder::session_mode`]): a mutex or a
+//!   semaphore's permit is an advisory lock held on a connection of its
+//!   own, whose session is the lease (see "Session mode" below).
+//!
+//! The API and its guarantees are core's ([`recipes_core`]); this crate
+//! documents the layout, the sessions and what a database needs.
 //!
 //! ```no_run
 //! # fn main() -> Result<(), recipes_pg::Error> {
@@ -42,6 +49,32 @@
 //! database time) hold; the fence is the name's counter, bumped by the
 //! holder's confirm. Holders are shown as `<name>/<entry uuid>`.
 //!
+//! ## Session mode
+//!
+//! A mutex takes `pg_advisory_lock(namespace, hashtext(name))` (the
+//! two-int form: `pg_locks` shows `classid` = the namespace,
+//! [`DEFAULT_NAMESPACE`] unless [`PgClientBuilder::advisory_namespace`]
+//! says otherwise, `objid` = the hash, `objsubid` = 2, so an
+//! application's one-argument locks never meet ours); a semaphore of N
+//! permits takes one of the N keys `<name>/leases/<i>`. Each acquisition
+//! has a connection of its own (advisory locks are re-entrant per
+//! session), with `idle_session_timeout` = the TTL so the server ends a
+//! stopped holder's session, and heartbeats every TTL/3 that ask
+//! `pg_locks` whether this backend still holds our keys and stamp them in
+//! `recipes.advisory` (database time). The fence is the name's counter in
+//! `recipes.names`, bumped on the lock's connection right after the grant;
+//! a holder granted a key whose previous holder ended without releasing it
+//! (crashed, terminated: the server frees the key at once) first waits
+//! until that holder's last stamp + its TTL, so the old holder's loss has
+//! fired before the new one holds. The holder shows as
+//! `<key>/backend-<pid>`. Two
+//! names whose hashes collide exclude each other (never the reverse).
+//! Waits are slices of at most a second at the server (`lock_timeout`):
+//! not fair. Elections, latches and selectors are rows in both modes.
+//! [`PgClient::with_xact_lock`] takes the same key for one transaction
+//! (`pg_advisory_xact_lock`). A transaction-mode pooler is refused at
+//! connect; needs PostgreSQL 14 or later.
+//!
 //! ## Privileges
 //!
 //! - To create the schema (first use): `CREATE` on the database (or an
@@ -78,26 +111,35 @@
 #![warn(missing_docs)]
 #![deny(missing_debug_implementations)]
 
+mod advisory;
+mod advisory_lock;
 mod builder;
 mod client;
 mod contend;
 mod db;
 mod election;
 mod entry;
+mod held;
 mod listen;
 mod mutex;
 mod names;
+mod pooler;
 mod schema;
 mod semaphore;
 mod session;
+mod slots;
 mod sql;
 mod surface;
 mod transaction;
+mod xact;
 
-pub use builder::{PgClientBuilder, DEFAULT_POLL_INTERVAL};
+pub use advisory::DEFAULT_NAMESPACE;
+pub use advisory_lock::AdvisoryLock;
+pub use builder::{PgClientBuilder, PgMode, DEFAULT_POLL_INTERVAL};
 pub use client::PgClient;
 pub use election::{Election, LeaderLatch, LeaderSelector, Leadership, PgElection};
-pub use entry::{PgEntry, PgLock, RowWatch};
+pub use entry::{PgEntry, RowWatch};
+pub use held::{PgHeld, PgLock};
 pub use mutex::{Mutex, PgMutex};
 pub use names::entry_of;
 pub use recipes_core;

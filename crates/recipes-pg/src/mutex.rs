@@ -1,4 +1,5 @@
-//! The PostgreSQL mutex: the queue rows of `contend.rs` with one holder.
+//! The PostgreSQL mutex. Session mode: one advisory key (`slots.rs`).
+//! Lease mode: the queue rows of `contend.rs` with one holder.
 //! The holder is the live entry with the lowest `seq`; its fence is the
 //! name's counter, bumped by the confirm that found none ahead, so fences
 //! strictly increase in holding order across every client of the database.
@@ -8,10 +9,14 @@ use std::time::Instant as StdInstant;
 use recipes_core::{engine, MutexBackend, Result};
 use tokio::time::Instant;
 
+use crate::advisory_lock::AdvisoryLock;
+use crate::builder::PgMode;
 use crate::client::PgClient;
 use crate::contend::{Acquired, RowContender};
-use crate::entry::{PgEntry, PgLock};
+use crate::entry::PgEntry;
+use crate::held::PgLock;
 use crate::names::validate_name;
+use crate::slots::{AdvisorySlots, ADVISORY};
 
 /// A handle of a lock or election name: its client and its queue.
 #[derive(Debug, Clone)]
@@ -47,7 +52,8 @@ impl NameHandle {
     }
 }
 
-/// A mutex in PostgreSQL (rows of `recipes.queue` under the name); see
+/// A mutex in PostgreSQL (rows of `recipes.queue` under the name, or an
+/// advisory lock in session mode); see
 /// [`recipes_core::Mutex`] for the API and what holds under pause and
 /// partition. Made by [`Client::mutex`](crate::Client::mutex). Threads of
 /// one process contend in the database like any other client.
@@ -76,12 +82,27 @@ impl MutexBackend for PgMutex {
 
     fn acquire(&self, deadline: Option<StdInstant>) -> Result<Option<PgLock>> {
         let this = self.0.clone();
+        let deadline = deadline.map(Instant::from_std);
         self.0
             .client
             .runtime()
             .call_until("lock", None, async move {
-                let won = this.contend(&[], deadline.map(Instant::from_std)).await?;
-                Ok(won.map(|a| PgEntry::held(this.client.clone(), &this.name, a, false)))
+                let client = this.client.clone();
+                if client.mode() == PgMode::Session {
+                    let slots = AdvisorySlots {
+                        client: &client,
+                        name: &this.name,
+                        kind: ADVISORY,
+                        slots: 1,
+                    };
+                    let won = engine::take(&slots, deadline).await?;
+                    let name = &this.name;
+                    return Ok(
+                        won.map(|w| AdvisoryLock::held(client.clone(), name, name, w, false))
+                    );
+                }
+                let won = this.contend(&[], deadline).await?;
+                Ok(won.map(|a| PgEntry::held(client.clone(), &this.name, a, false)))
             })
     }
 }

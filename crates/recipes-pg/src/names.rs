@@ -52,16 +52,14 @@ pub fn entry_of(holder: &str) -> Option<(&str, uuid::Uuid)> {
 /// The name `name` holds another recipe (`found`, its kind), so a `ours`
 /// cannot use it.
 pub(crate) fn other_layout(name: &str, ours: &str, found: &str) -> Error {
-    let theirs = match found {
+    let say = |kind: &str| match kind {
         "semaphore" => "a semaphore",
-        "permits" => "a semaphore's permits",
-        _ => "a lock or election",
+        "permits" => "a lease-mode semaphore's permits",
+        "advisory" => "a session-mode lock",
+        "advisory-permits" => "a session-mode semaphore's permits",
+        _ => "a lease-mode lock or election",
     };
-    let ours = match ours {
-        "semaphore" => "a semaphore",
-        "permits" => "a semaphore's permits",
-        _ => "a lock or election",
-    };
+    let (theirs, ours) = (say(found), say(ours));
     Error::invalid(format!(
         "the PostgreSQL name {} holds {theirs}, so {ours} cannot use it; give the {ours} \
          another name",

@@ -9,7 +9,13 @@
 //! recipes.queue     (name, seq, entry, session,  one row per contender, gone with its
 //!                    value)                      session (ON DELETE CASCADE)
 //! recipes.kv        (key, value)                 what fenced puts and deletes write
+//! recipes.advisory  (key, beat_at, ttl)          session mode: the last heartbeat of an
+//!                                                advisory key's holder (NULL once released)
 //! ```
+//!
+//! Layout 2 added `recipes.advisory`; a layout 1 schema is upgraded by the
+//! first client of this version that connects (which needs `CREATE` on
+//! the schema).
 //!
 //! A trigger on `recipes.queue` sends `pg_notify('recipes_' || md5(name),
 //! seq)` for every insert, update and delete (a cascade from a session's
@@ -22,7 +28,16 @@ use tokio_postgres::Client;
 use crate::sql::from_pg;
 
 /// The layout this crate reads and writes.
-pub(crate) const LAYOUT_VERSION: i32 = 1;
+pub(crate) const LAYOUT_VERSION: i32 = 2;
+
+/// What layout 2 added: session mode's heartbeats, in database time, so
+/// that a waiter granted a key whose holder ended without releasing it
+/// (terminated, crashed, cut off) waits until that holder's own deadline
+/// has passed.
+const ADVISORY: &str = "CREATE TABLE recipes.advisory (
+    key text PRIMARY KEY,
+    beat_at timestamptz,
+    ttl interval NOT NULL)";
 
 /// Creates the layout, in one transaction (so a pooler keeps it on one
 /// backend), serialized against other clients creating it at the same time
@@ -30,7 +45,7 @@ pub(crate) const LAYOUT_VERSION: i32 = 1;
 const CREATE: &str = r#"
 CREATE SCHEMA IF NOT EXISTS recipes;
 CREATE TABLE recipes.layout (version integer NOT NULL);
-INSERT INTO recipes.layout (version) VALUES (1);
+INSERT INTO recipes.layout (version) VALUES (2);
 CREATE TABLE recipes.sessions (
     id bigint GENERATED ALWAYS AS IDENTITY PRIMARY KEY,
     ttl interval NOT NULL,
@@ -68,16 +83,29 @@ CREATE TRIGGER queue_notify AFTER INSERT OR UPDATE OR DELETE ON recipes.queue
 /// [`Error::PermissionDenied`] when the role may not read or create it;
 /// [`Error::InvalidArgument`] for a layout of another version.
 pub(crate) async fn ensure(db: &Client, what: &str) -> Result<()> {
-    if let Some(found) = version(db, what).await? {
-        return check(found);
+    match version(db, what).await? {
+        Some(1) => {}
+        Some(found) => return check(found),
+        None => {}
     }
     let created = async {
         db.batch_execute("BEGIN; SELECT pg_advisory_xact_lock(hashtext('recipes.layout'))")
             .await?;
-        // Another client may have created it while we waited for the lock.
+        // Another client may have created or upgraded it while we waited
+        // for the lock.
         let exists = db.query_typed_one(EXISTS, &[]).await?;
         if !exists.get::<_, bool>(0) {
             db.batch_execute(CREATE).await?;
+            db.batch_execute(ADVISORY).await?;
+        } else {
+            let found = db
+                .query_typed_one("SELECT max(version) FROM recipes.layout", &[])
+                .await?;
+            if found.get::<_, Option<i32>>(0) == Some(1) {
+                db.batch_execute(ADVISORY).await?;
+                db.batch_execute("UPDATE recipes.layout SET version = 2")
+                    .await?;
+            }
         }
         db.batch_execute("COMMIT").await
     };

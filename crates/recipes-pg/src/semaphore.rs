@@ -4,7 +4,9 @@
 //! live rows hold), and the size N in the name's own row of
 //! `recipes.names` (kind `semaphore`), stored by the first client and
 //! checked by every later one. Core's [`admit`](recipes_core::engine::admit)
-//! drives both queues.
+//! drives both queues. In session mode the permits are N advisory keys
+//! (`<name>/leases/<i>`) taken by core's [`take`](recipes_core::engine::take),
+//! the size stored the same way.
 
 use std::time::Instant as StdInstant;
 
@@ -13,10 +15,14 @@ use recipes_core::{check_stored_size, Result, SemaphoreBackend};
 use tokio::time::Instant;
 use tokio_postgres::types::Type;
 
+use crate::advisory_lock::AdvisoryLock;
+use crate::builder::PgMode;
 use crate::client::PgClient;
 use crate::contend::{Acquired, RowContender};
-use crate::entry::{PgEntry, PgLock};
+use crate::entry::PgEntry;
+use crate::held::PgLock;
 use crate::names::{other_layout, validate_name};
+use crate::slots::{AdvisorySlots, ADVISORY_PERMITS};
 
 /// A counting semaphore in PostgreSQL (the layout above); see
 /// [`recipes_core::Semaphore`] for the API and what holds under pause and
@@ -75,6 +81,22 @@ impl PgSemaphore {
     }
 }
 
+impl PgSemaphore {
+    /// Session mode: one of the N keys of the permits, with no internal
+    /// mutex (the keys themselves admit at most N).
+    async fn take_slot(&self, deadline: Option<Instant>) -> Result<Option<PgLock>> {
+        let slots = AdvisorySlots {
+            client: &self.client,
+            name: &self.lease_name,
+            kind: ADVISORY_PERMITS,
+            slots: self.permits as usize,
+        };
+        let won = engine::take(&slots, deadline).await?;
+        let client = self.client.clone();
+        Ok(won.map(|w| AdvisoryLock::held(client, &self.name, &self.lease_name, w, true)))
+    }
+}
+
 /// The queue name of the permits of the semaphore `name`.
 pub(crate) fn permits_name(name: &str) -> String {
     format!("{name}/leases")
@@ -100,6 +122,9 @@ impl SemaphoreBackend for PgSemaphore {
         self.client
             .runtime()
             .call_until("acquire a permit", None, async move {
+                if this.client.mode() == PgMode::Session {
+                    return this.take_slot(deadline.map(Instant::from_std)).await;
+                }
                 let contender = |name, kind, max_leases| RowContender {
                     client: &this.client,
                     name,

@@ -8,11 +8,13 @@ use recipes_core::{BootInstant, Client, Contender, Result};
 use tokio_postgres::types::Type;
 use uuid::Uuid;
 
+use crate::builder::PgMode;
 use crate::client::PgClient;
 use crate::election::{Election, LeaderLatch, LeaderSelector, PgElection};
 use crate::mutex::{Mutex, PgMutex};
 use crate::names::{holder, validate_key, validate_name};
 use crate::semaphore::{permits_name, PgSemaphore, Semaphore};
+use crate::slots::{key_name, ADVISORY_PERMITS};
 
 /// The live entries of the queue `name`, first in line first.
 pub(crate) async fn read_contenders(client: &PgClient, name: &str) -> Result<Vec<Contender>> {
@@ -30,6 +32,30 @@ pub(crate) async fn read_contenders(client: &PgClient, name: &str) -> Result<Vec
             holder: holder(name, &r.get::<_, Uuid>(0)),
             created: r.get(1),
             value: r.get(2),
+        })
+        .collect())
+}
+
+/// Session mode: the backends that hold (first) or wait for the advisory
+/// keys `keys`, as `<key>/backend-<pid>`; `created` is the PID.
+pub(crate) async fn read_advisory_holders(
+    client: &PgClient,
+    keys: Vec<String>,
+) -> Result<Vec<Contender>> {
+    let sql = "SELECT k.key || '/backend-' || l.pid, l.pid FROM unnest($1::text[]) AS k(key) \
+               JOIN pg_locks l ON l.locktype = 'advisory' AND l.objsubid = 2 \
+                 AND l.classid::int8 = $2 AND l.objid::int8 = hashtext(k.key)::int8 & 4294967295 \
+               ORDER BY l.granted DESC, l.pid";
+    let ns = i64::from(client.namespace());
+    let what = "list the holders of advisory locks";
+    let params: crate::db::Params<'_> = &[(&keys, Type::TEXT_ARRAY), (&ns, Type::INT8)];
+    let rows = client.db().query(what, sql, params).await?;
+    Ok(rows
+        .iter()
+        .map(|r| Contender {
+            holder: r.get(0),
+            created: i64::from(r.get::<_, i32>(1)),
+            value: Vec::new(),
         })
         .collect())
 }
@@ -71,12 +97,19 @@ impl Client for PgClient {
     }
 
     /// The live rows of the name's queue, by `seq` (the first holds or
-    /// leads); `created` is the `seq`.
+    /// leads); `created` is the `seq`. In session mode first the backends
+    /// that hold or wait for the name's advisory lock (`created` is the
+    /// PID), then the rows (an election's).
     fn contenders(&self, name: &str) -> Result<Vec<Contender>> {
         validate_name("lock", name)?;
         let (client, name) = (self.clone(), name.to_owned());
         self.call("list contenders", async move {
-            read_contenders(&client, &name).await
+            let mut all = match client.mode() {
+                PgMode::Session => read_advisory_holders(&client, vec![name.clone()]).await?,
+                PgMode::Lease => Vec::new(),
+            };
+            all.extend(read_contenders(&client, &name).await?);
+            Ok(all)
         })
     }
 
@@ -93,7 +126,17 @@ impl Client for PgClient {
             let size = row
                 .and_then(|r| r.get::<_, Option<i64>>(0))
                 .and_then(|n| u32::try_from(n).ok());
-            Ok((size, read_contenders(&client, &permits_name(&name)).await?))
+            let permits = permits_name(&name);
+            let held = match (client.mode(), size) {
+                (PgMode::Session, Some(n)) => {
+                    let keys = (0..n as usize)
+                        .map(|i| key_name(&permits, i, ADVISORY_PERMITS))
+                        .collect();
+                    read_advisory_holders(&client, keys).await?
+                }
+                _ => read_contenders(&client, &permits).await?,
+            };
+            Ok((size, held))
         })
     }
 
@@ -129,12 +172,18 @@ impl Client for PgClient {
         })
     }
 
+    /// The earliest over the session row and, in session mode, every live
+    /// lock connection.
     fn last_acknowledged(&self) -> Option<BootInstant> {
-        self.leases().last_acknowledged()
+        let row = self.leases().last_acknowledged();
+        self.earliest(row, |s| s.epoch().last_acknowledged_send())
     }
 
+    /// The earliest over the session row and, in session mode, every live
+    /// lock connection.
     fn valid_until(&self) -> Option<BootInstant> {
-        self.leases().valid_until()
+        let row = self.leases().valid_until();
+        self.earliest(row, |s| s.epoch().valid_until())
     }
 
     /// Deletes the session row, so every entry goes at once, then stops

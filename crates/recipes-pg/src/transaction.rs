@@ -10,7 +10,8 @@ use recipes_core::{within, Error, Leadership, MutexGuard, Result, SemaphorePermi
 use tokio_postgres::types::{ToSql, Type};
 use tokio_postgres::Row;
 
-use crate::entry::{PgEntry, PgLock};
+use crate::client::PgClient;
+use crate::held::{PgHeld, PgLock};
 use crate::sql::{from_pg, Encoded};
 
 /// Statements of one fenced transaction, run on a connection of their own
@@ -18,7 +19,9 @@ use crate::sql::{from_pg, Encoded};
 /// pooler serves it too). Each statement is unnamed: its parameters carry
 /// their types, as tokio-postgres's `query_typed`.
 pub struct Transaction<'h> {
-    entry: &'h PgEntry,
+    client: &'h PgClient,
+    /// What fences it: a holding's holder, or an advisory key.
+    holder: String,
     conn: Option<Arc<tokio_postgres::Client>>,
 }
 
@@ -42,7 +45,7 @@ impl Transaction<'_> {
     pub fn query(&mut self, sql: &str, params: Typed<'_>) -> Result<Vec<Row>> {
         let (params, conn) = (Self::encode(params)?, self.conn()?);
         let (sql, what) = (sql.to_owned(), "a statement of a fenced transaction");
-        self.entry.client.call(what, async move {
+        self.client.call(what, async move {
             let typed = borrowed(&params);
             conn.query_typed(&sql, &typed)
                 .await
@@ -58,7 +61,7 @@ impl Transaction<'_> {
     pub fn execute(&mut self, sql: &str, params: Typed<'_>) -> Result<u64> {
         let (params, conn) = (Self::encode(params)?, self.conn()?);
         let (sql, what) = (sql.to_owned(), "a statement of a fenced transaction");
-        self.entry.client.call(what, async move {
+        self.client.call(what, async move {
             let typed = borrowed(&params);
             conn.execute_typed(&sql, &typed)
                 .await
@@ -79,7 +82,7 @@ impl Transaction<'_> {
     pub fn batch_execute(&mut self, sql: &str) -> Result<()> {
         let conn = self.conn()?;
         let (sql, what) = (sql.to_owned(), "statements of a fenced transaction");
-        self.entry.client.call(what, async move {
+        self.client.call(what, async move {
             conn.batch_execute(&sql).await.map_err(|e| from_pg(what, e))
         })
     }
@@ -88,19 +91,19 @@ impl Transaction<'_> {
         let Some(conn) = self.conn.take() else {
             return Ok(());
         };
-        let e = self.entry.clone();
+        let client = self.client.clone();
         let what = if commit {
             "commit a fenced transaction"
         } else {
             "roll back a fenced transaction"
         };
         let sql = if commit { "COMMIT" } else { "ROLLBACK" };
-        e.client.clone().call(what, async move {
+        self.client.call(what, async move {
             conn.batch_execute(sql)
                 .await
                 .map_err(|err| from_pg(what, err))?;
             if let Ok(c) = Arc::try_unwrap(conn) {
-                e.client.db().checkin(c);
+                client.db().checkin(c);
             }
             Ok(())
         })
@@ -120,7 +123,7 @@ impl Drop for Transaction<'_> {
     /// which rolls the transaction back at the server.
     fn drop(&mut self) {
         if let Some(conn) = self.conn.take() {
-            let _enter = self.entry.client.runtime().enter();
+            let _enter = self.client.runtime().enter();
             drop(conn);
         }
     }
@@ -129,7 +132,7 @@ impl Drop for Transaction<'_> {
 impl fmt::Debug for Transaction<'_> {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("Transaction")
-            .field("holder", &recipes_core::StoreEntry::holder(self.entry))
+            .field("holder", &self.holder)
             .field("open", &self.conn.is_some())
             .finish()
     }
@@ -162,42 +165,62 @@ pub trait FencedTransaction {
 
 impl FencedTransaction for PgLock {
     fn transaction<T>(&self, work: impl FnOnce(&mut Transaction<'_>) -> Result<T>) -> Result<T> {
-        let entry: &PgEntry = self.entry();
-        let e = entry.clone();
-        let begun = entry.client.call("begin a fenced transaction", async move {
-            let conn = e.client.db().checkout().await?;
-            let what = "begin a fenced transaction";
-            let ttl_ms = e.session.ttl().as_millis();
-            let begin =
-                format!("BEGIN; SET LOCAL idle_in_transaction_session_timeout = '{ttl_ms}ms'");
-            let (name, fence, id) = (&e.name, &e.fence, &e.entry);
-            let checked = within(what, e.client.rpc_timeout(), async {
-                let begun = async {
-                    conn.batch_execute(&begin).await?;
-                    let params: crate::db::Params<'_> =
-                        &[(name, Type::TEXT), (fence, Type::INT8), (id, Type::UUID)];
-                    conn.query_typed(e.still_ours(), params).await
-                };
-                begun.await.map_err(|err| from_pg(what, err))
-            });
-            match checked.await {
-                Ok(rows) if !rows.is_empty() => Ok(Arc::new(conn)),
-                Ok(_) => {
-                    let _ = conn.batch_execute("ROLLBACK").await;
-                    e.client.db().checkin(conn);
-                    Err(e.rejected("fenced transaction"))
+        let entry: &PgHeld = self.entry();
+        let (e, check) = (entry.clone(), entry.check()?);
+        let begun = entry
+            .client()
+            .call("begin a fenced transaction", async move {
+                let client = e.client();
+                let conn = client.db().checkout().await?;
+                let what = "begin a fenced transaction";
+                let ttl_ms = e.ttl().as_millis();
+                let begin =
+                    format!("BEGIN; SET LOCAL idle_in_transaction_session_timeout = '{ttl_ms}ms'");
+                let checked = within(what, client.rpc_timeout(), async {
+                    let begun = async {
+                        conn.batch_execute(&begin).await?;
+                        conn.query_typed(&check.sql, &check.params()).await
+                    };
+                    begun.await.map_err(|err| from_pg(what, err))
+                });
+                match checked.await {
+                    Ok(rows) if !rows.is_empty() => Ok(Arc::new(conn)),
+                    Ok(_) => {
+                        let _ = conn.batch_execute("ROLLBACK").await;
+                        client.db().checkin(conn);
+                        Err(e.rejected("fenced transaction"))
+                    }
+                    Err(err) => Err(err),
                 }
-                Err(err) => Err(err),
-            }
-        });
-        let mut tx = Transaction {
-            entry,
-            conn: Some(begun?),
-        };
-        match work(&mut tx) {
-            Ok(value) => tx.end(true).map_err(Error::unconfirmed).map(|()| value),
+            });
+        let holder = recipes_core::StoreEntry::holder(entry).to_owned();
+        Transaction::new(entry.client(), holder, begun?).run(work)
+    }
+}
+
+impl<'h> Transaction<'h> {
+    /// The open transaction on `conn`, fenced by `holder`.
+    pub(crate) fn new(
+        client: &'h PgClient,
+        holder: String,
+        conn: Arc<tokio_postgres::Client>,
+    ) -> Transaction<'h> {
+        Transaction {
+            client,
+            holder,
+            conn: Some(conn),
+        }
+    }
+
+    /// Run `work`, then commit (`Ok`) or roll back (an error, a panic).
+    pub(crate) fn run<T>(
+        mut self,
+        work: impl FnOnce(&mut Transaction<'_>) -> Result<T>,
+    ) -> Result<T> {
+        match work(&mut self) {
+            Ok(value) => self.end(true).map_err(Error::unconfirmed).map(|()| value),
             Err(e) => {
-                if let Err(rolled) = tx.end(false) {
+                if let Err(rolled) = self.end(false) {
                     log::debug!("rolling back a fenced transaction failed: {rolled}");
                 }
                 Err(e)

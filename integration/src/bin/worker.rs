@@ -9,6 +9,7 @@
 //! - `connect zk <hosts> <session_timeout_ms>` → `OK session=<hex> timeout_ms=<n>`
 //! - `connect etcd <endpoint[,endpoint…]> <ttl_ms>` → `OK`
 //! - `connect pg <url> <ttl_ms> [listen_url]` → `OK`
+//! - `connect pg-session <url> <ttl_ms>` → `OK` (advisory locks)
 //! - `connect redis <url> <ttl_ms>` → `OK`
 //! - `connect zk <hosts> <session_timeout_ms> [deadline|disconnect]` (the
 //!   loss policy, default deadline)
@@ -272,6 +273,14 @@ fn connect(words: &[&str]) -> Result<(Connected, String), String> {
             .connect()
             .map_err(|e| err(&e))?;
             Ok((Connected::Etcd(worker(c)), String::new()))
+        }
+        ["connect", "pg-session", url, ttl_ms] => {
+            let c = PgClient::builder(*url)
+                .ttl(millis(ttl_ms, "ttl_ms")?)
+                .session_mode()
+                .connect()
+                .map_err(|e| err(&e))?;
+            Ok((Connected::Pg(worker(c)), String::new()))
         }
         ["connect", "pg", url, ttl_ms, listen @ ..] => {
             let mut builder = with_tls(PgClient::builder(*url), tls.clone(), PgClientBuilder::tls)

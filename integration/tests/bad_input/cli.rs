@@ -236,6 +236,31 @@ pub fn run_all<S: Store>() {
             expect(with(&rest), USAGE, words, dashes_ok)
         });
     }
+    if S::LABEL == "pg" {
+        b.case_within(
+            "--pg-mode sesion is refused, naming both modes",
+            BOUND,
+            |ctx| {
+                let name = ctx.name("n");
+                let v = with(&["--pg-mode", "sesion", "lock", &name, "--", "true"]);
+                expect(v, USAGE, &["lease", "session"], false)
+            },
+        );
+        b.case_within("--pg-mode session runs the command", BOUND, |ctx| {
+            let name = ctx.name("n");
+            match run(&with(&[
+                "--pg-mode",
+                "session",
+                "lock",
+                &name,
+                "--",
+                "true",
+            ]))? {
+                (0, _) => Ok(()),
+                (code, stderr) => Err(format!("exit {code}: {stderr}")),
+            }
+        });
+    }
     // failed on 295faf2 (zk, etcd): exit 64 with 41 KB of stderr; run.rs:80
     // prints the whole name (`recipes: {name}: {e}`).
     b.case_within("a 40 KiB name is refused, quoted short", BOUND, |ctx| {

@@ -45,3 +45,72 @@ pub fn grant(server: &PgServer, role: &str) {
          GRANT USAGE ON ALL SEQUENCES IN SCHEMA recipes TO {role}"
     ));
 }
+
+/// The value of `key=` in a worker's reply.
+pub fn field(reply: &str, key: &str) -> String {
+    reply
+        .split_whitespace()
+        .find_map(|kv| kv.strip_prefix(key))
+        .expect("field")
+        .to_owned()
+}
+
+/// A worker process connected by `connect`, holding `lock`, that has
+/// written its fence into `table` in a fenced transaction: the worker, its
+/// fence and its holder.
+pub fn worker_holding(
+    dir: &integration::test_dir::TestDir,
+    connect: &str,
+    lock: &str,
+    table: &str,
+) -> (integration::worker::Worker, String, String) {
+    use integration::worker::{worker_binary, Worker};
+    let mut w = Worker::start(&worker_binary(), "old", dir.path());
+    w.ok(connect, Duration::from_secs(15));
+    let reply = w.ok(&format!("lock {lock}"), Duration::from_secs(10));
+    let (token, holder) = (field(&reply, "token="), field(&reply, "holder="));
+    w.ok(&format!("txwrite {table} {token}"), Duration::from_secs(10));
+    (w, token, holder)
+}
+
+/// After the paused worker `old` (holding `lock` with fence `old_token`)
+/// lost the lock: `c` takes it with a higher fence and commits a fenced
+/// transaction into `table`; `old` is resumed, knows it lost, and its
+/// fenced transaction is refused; `table` holds both fences in order.
+pub fn the_next_holder_commits_and_the_paused_one_is_refused(
+    server: &PgServer,
+    c: &PgClient,
+    lock: &str,
+    table: &str,
+    old: &mut integration::worker::Worker,
+    old_token: &str,
+) {
+    use recipes_core::Client;
+    use recipes_pg::tokio_postgres::types::Type;
+    use recipes_pg::FencedTransaction;
+    let new = c.mutex(lock).unwrap().lock().unwrap();
+    let new_token = new.token().get() as i64;
+    assert!(new_token > old_token.parse().unwrap());
+    new.transaction(|tx| {
+        tx.execute(
+            &format!("INSERT INTO {table} (fence) VALUES ($1)"),
+            &[(&new_token, Type::INT8)],
+        )
+    })
+    .unwrap();
+    old.resume();
+    let refused = old
+        .request(
+            &format!("txwrite {table} {old_token}"),
+            Duration::from_secs(30),
+        )
+        .expect_err("the old holder's transaction is refused");
+    assert!(refused.starts_with("fence-rejected"), "{refused}");
+    let status = old.ok("status", Duration::from_secs(10));
+    assert_ne!(field(&status, "lost="), "no", "{status}");
+    assert_eq!(
+        fences(server, table),
+        vec![old_token.to_owned(), new_token.to_string()]
+    );
+    new.release().unwrap();
+}

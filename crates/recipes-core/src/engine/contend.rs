@@ -2,7 +2,9 @@
 //! for the one entry ahead, confirm, and remove our entry on every other
 //! way out.
 
+use std::future::Future;
 use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::Duration;
 
 use tokio::time::Instant;
 
@@ -56,12 +58,105 @@ impl<D: ContendDriver> Drop for Cleanup<'_, D> {
     }
 }
 
-/// How one attempt (one entry, one epoch) ended.
-enum Attempt<W> {
+/// How one attempt (one entry or slot, one epoch) ended.
+pub(super) enum Attempt<W> {
     Won(W),
     TimedOut,
     /// The epoch was lost or our entry vanished: start over.
     Restart,
+}
+
+/// One way of contending, as the shared loop ([`run`]) sees it: an epoch,
+/// then attempts under it until one wins, times out or must start over.
+pub(super) trait Contest: Sync {
+    type Epoch: Send;
+    type Won: Send;
+
+    /// How long a stuck attempt may run past the deadline.
+    fn rpc_timeout(&self) -> Duration;
+
+    /// A live epoch; `None` when the deadline passed first.
+    fn epoch(
+        &self,
+        deadline: Option<Instant>,
+    ) -> impl Future<Output = Result<Option<Self::Epoch>>> + Send;
+
+    /// One attempt under `epoch`; its cleanup runs on every way out.
+    fn attempt(
+        &self,
+        epoch: Self::Epoch,
+        deadline: Option<Instant>,
+        backoff: &mut Backoff,
+    ) -> impl Future<Output = Result<Attempt<Self::Won>>> + Send;
+}
+
+/// The loop both shapes share: an epoch (retried while none can be had),
+/// one attempt under it cut off [`rpc_timeout`](Contest::rpc_timeout)
+/// after the deadline, and a new attempt under a new epoch after a
+/// restart, until a win or the deadline.
+pub(super) async fn run<C: Contest>(c: C, deadline: Option<Instant>) -> Result<Option<C::Won>> {
+    let mut backoff = Backoff::RETRY;
+    loop {
+        let epoch = match c.epoch(deadline).await {
+            Ok(Some(epoch)) => epoch,
+            Ok(None) => return Ok(None),
+            // No session yet (an outage, a restart): nothing is held, so
+            // try again until the deadline.
+            Err(e) if e.is_retryable() && !passed(deadline) => {
+                log::debug!("contend: no epoch: {e}; retrying");
+                backoff.pause().await;
+                continue;
+            }
+            Err(e) => return Err(e),
+        };
+        let hard = deadline.and_then(|d| d.checked_add(c.rpc_timeout()));
+        let one = c.attempt(epoch, deadline, &mut backoff);
+        let outcome = match hard {
+            Some(hard) => match tokio::time::timeout_at(hard, one).await {
+                Ok(r) => r?,
+                // The attempt was dropped: its cleanup runs in the background.
+                Err(_) => Attempt::TimedOut,
+            },
+            None => one.await?,
+        };
+        match outcome {
+            Attempt::Won(w) => return Ok(Some(w)),
+            Attempt::TimedOut => return Ok(None),
+            Attempt::Restart if passed(deadline) => return Ok(None),
+            Attempt::Restart => {
+                log::debug!("contend: starting over");
+                backoff.pause().await;
+            }
+        }
+    }
+}
+
+/// A [`ContendDriver`] as a [`Contest`].
+struct Queue<'d, D>(&'d D);
+
+impl<D: ContendDriver> Contest for Queue<'_, D> {
+    type Epoch = D::Epoch;
+    type Won = D::Won;
+
+    fn rpc_timeout(&self) -> Duration {
+        self.0.rpc_timeout()
+    }
+
+    fn epoch(
+        &self,
+        deadline: Option<Instant>,
+    ) -> impl Future<Output = Result<Option<D::Epoch>>> + Send {
+        self.0.epoch(deadline)
+    }
+
+    fn attempt(
+        &self,
+        epoch: D::Epoch,
+        deadline: Option<Instant>,
+        backoff: &mut Backoff,
+    ) -> impl Future<Output = Result<Attempt<D::Won>>> + Send {
+        attempt(self.0, epoch, deadline, backoff)
+    }
 }
 
 /// Queue reads this process's engine made, every recipe and client
@@ -72,11 +167,21 @@ static QUEUE_READS: AtomicU64 = AtomicU64::new(0);
 /// ([`ContendDriver::list`]), over every client and recipe. A release
 /// should cost one read — the woken waiter's — however many wait: what
 /// the no-herd tests count, and a number worth exporting.
+///
+/// A slot driver ([`take`](super::take)) has no queue to read: what it
+/// counts is a take that waited at the server and was granted — the one
+/// waiter a release woke (slices that end without a grant are not
+/// counted: they are a steady poll, not a herd).
 pub fn queue_reads() -> u64 {
     QUEUE_READS.load(Ordering::Relaxed)
 }
 
-fn passed(deadline: Option<Instant>) -> bool {
+/// Count one read (or one woken take).
+pub(super) fn count_read() {
+    QUEUE_READS.fetch_add(1, Ordering::Relaxed);
+}
+
+pub(super) fn passed(deadline: Option<Instant>) -> bool {
     deadline.is_some_and(|d| Instant::now() >= d)
 }
 
@@ -102,44 +207,11 @@ fn passed(deadline: Option<Instant>) -> bool {
 /// runtime, not awaited: an error often means the store is out of reach,
 /// and waiting for the removal would hold the caller as long (and end as a
 /// timeout, hiding the error).
-pub async fn contend<D: ContendDriver>(
+pub fn contend<D: ContendDriver>(
     driver: &D,
     deadline: Option<Instant>,
-) -> Result<Option<D::Won>> {
-    let mut backoff = Backoff::RETRY;
-    loop {
-        let epoch = match driver.epoch(deadline).await {
-            Ok(Some(epoch)) => epoch,
-            Ok(None) => return Ok(None),
-            // No session yet (an outage, a restart): nothing is held, so
-            // try again until the deadline.
-            Err(e) if e.is_retryable() && !passed(deadline) => {
-                log::debug!("contend: no epoch: {e}; retrying");
-                backoff.pause().await;
-                continue;
-            }
-            Err(e) => return Err(e),
-        };
-        let hard = deadline.and_then(|d| d.checked_add(driver.rpc_timeout()));
-        let one = attempt(driver, epoch, deadline, &mut backoff);
-        let outcome = match hard {
-            Some(hard) => match tokio::time::timeout_at(hard, one).await {
-                Ok(r) => r?,
-                // The attempt was dropped: its cleanup runs in the background.
-                Err(_) => Attempt::TimedOut,
-            },
-            None => one.await?,
-        };
-        match outcome {
-            Attempt::Won(w) => return Ok(Some(w)),
-            Attempt::TimedOut => return Ok(None),
-            Attempt::Restart if passed(deadline) => return Ok(None),
-            Attempt::Restart => {
-                log::debug!("contend: starting over with a new entry");
-                backoff.pause().await;
-            }
-        }
-    }
+) -> impl Future<Output = Result<Option<D::Won>>> + Send + '_ {
+    run(Queue(driver), deadline)
 }
 
 async fn attempt<D: ContendDriver>(
@@ -244,7 +316,7 @@ async fn read_queue<D: ContendDriver>(
     epoch: &D::Epoch,
     entry: &mut D::Entry,
 ) -> Result<Listing<D::Id>> {
-    QUEUE_READS.fetch_add(1, Ordering::Relaxed);
+    count_read();
     driver.list(epoch, entry).await
 }
 
@@ -253,7 +325,7 @@ async fn read_queue<D: ContendDriver>(
 /// connection (within the deadline) or an ended epoch costs it only time.
 /// A write whose reply was lost (`Indeterminate`) counts as failed: the
 /// ticket names the entry, so the removal finds it if it landed.
-fn starts_over(e: &crate::Error, epoch_lost: bool, deadline: Option<Instant>) -> bool {
+pub(super) fn starts_over(e: &crate::Error, epoch_lost: bool, deadline: Option<Instant>) -> bool {
     let transient = e.is_retryable() || matches!(e, crate::Error::Indeterminate { .. });
     epoch_lost || (transient && !passed(deadline))
 }

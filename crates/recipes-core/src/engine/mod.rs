@@ -20,6 +20,12 @@
 //! [`admit`] composes the semaphore (Curator's `InterProcessSemaphoreV2`
 //! structure) from two drivers and a stored size.
 //!
+//! A store whose locks are slots to take rather than a queue to join
+//! (PostgreSQL's advisory locks) is a [`SlotDriver`] of the second loop,
+//! [`take`]: try every slot, wait a bounded slice at the server for one,
+//! confirm and mint the fence, give back on every other way out. Both
+//! loops share the epoch, restart and cut-off logic.
+//!
 //! The engine is deterministic given its driver and the tokio clock: it
 //! starts no threads and sleeps only in [`Backoff`](crate::Backoff) and in
 //! waits it races against the deadline, so the simulation in this module's
@@ -34,8 +40,10 @@ mod semaphore;
 mod sim;
 #[cfg(test)]
 mod sim_store;
+mod take;
 
 pub use contend::{contend, queue_reads};
 pub use decide::{gets_the_lock, Decision};
 pub use driver::{ContendDriver, Entered, Listing};
 pub use semaphore::{admit, SemaphoreDriver};
+pub use take::{take, SlotDriver};

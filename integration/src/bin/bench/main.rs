@@ -139,23 +139,34 @@ fn redis(sizes: &Sizes) {
     all(store, sizes);
 }
 
+/// PostgreSQL in both modes, each beside its own raw statements.
 fn pg(sizes: &Sizes) {
-    let server = PgServer::start_with(PgConfig::default().with_fsync(true));
-    let url = server.url();
-    let store = Store {
-        name: "pg",
-        connect: Box::new(move |ttl| {
-            recipes_pg::PgClient::builder(url.as_str())
-                .ttl(ttl)
-                .connect()
-                .unwrap()
-        }),
-        raw: None,
-        requests: Box::new(|| None),
-        kill: Box::new(|c: &recipes_pg::PgClient| c.orphan()),
-        kill_is: "renewals stopped (crash)",
-    };
-    all(store, sizes);
+    for (name, mode) in [
+        ("pg-lease", recipes_pg::PgMode::Lease),
+        ("pg-session", recipes_pg::PgMode::Session),
+    ] {
+        // A server each: a name used in one mode is refused in the other.
+        let server = PgServer::start_with(PgConfig::default().with_fsync(true));
+        let (url, raw_url) = (server.url(), server.url());
+        let store = Store {
+            name,
+            connect: Box::new(move |ttl| {
+                recipes_pg::PgClient::builder(url.as_str())
+                    .mode(mode)
+                    .ttl(ttl)
+                    .connect()
+                    .unwrap()
+            }),
+            raw: Some(Box::new(move |s| match mode {
+                recipes_pg::PgMode::Session => raw::pg_session(&raw_url, s),
+                recipes_pg::PgMode::Lease => raw::pg_lease(&raw_url, s),
+            })),
+            requests: Box::new(|| None),
+            kill: Box::new(|c: &recipes_pg::PgClient| c.orphan()),
+            kill_is: "renewals stopped (crash)",
+        };
+        all(store, sizes);
+    }
 }
 
 fn main() {

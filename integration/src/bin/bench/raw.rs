@@ -6,6 +6,9 @@
 //!   delete the node.
 //! - etcd: the put-if-absent + read-owner transaction, then a delete.
 //! - Redis: `SET NX PX`, `INCR` of a fence key, compare-and-delete by `EVAL`.
+//! - PostgreSQL, lease mode: the upsert that takes a free or expired row and
+//!   bumps its fence, and the release update; session mode:
+//!   `pg_try_advisory_lock`, the fence bump, `pg_advisory_unlock`.
 
 use std::time::{Duration, Instant};
 
@@ -109,4 +112,76 @@ pub fn redis(url: &str, seconds: Duration) -> Samples {
         out.push(t.elapsed());
     }
     (out, started.elapsed())
+}
+
+/// A raw PostgreSQL connection of the bench's own, on `rt`.
+fn pg_raw(rt: &tokio::runtime::Runtime, url: &str) -> recipes_pg::tokio_postgres::Client {
+    use recipes_pg::tokio_postgres::{connect, NoTls};
+    let (client, connection) = rt.block_on(connect(url, NoTls)).expect("connect");
+    rt.spawn(connection);
+    client
+}
+
+/// PostgreSQL, lease mode: the one statement that takes a free or expired
+/// row and bumps its fence (expiry in database time), and the one that
+/// gives it back.
+pub fn pg_lease(url: &str, seconds: Duration) -> Samples {
+    let rt = runtime();
+    let c = pg_raw(&rt, url);
+    rt.block_on(c.batch_execute(
+        "CREATE TABLE IF NOT EXISTS bench_leases (name text PRIMARY KEY, holder uuid, \
+           fence bigint NOT NULL DEFAULT 0, expires_at timestamptz NOT NULL)",
+    ))
+    .unwrap();
+    rt.block_on(samples(seconds, || async {
+        let row = c
+            .query_one(
+                "INSERT INTO bench_leases AS l (name, holder, fence, expires_at) \
+                 VALUES ('/bench/raw', '00000000-0000-0000-0000-000000000001', 1, \
+                         clock_timestamp() + interval '10 s') \
+                 ON CONFLICT (name) DO UPDATE SET holder = EXCLUDED.holder, \
+                   fence = l.fence + 1, expires_at = EXCLUDED.expires_at \
+                 WHERE l.expires_at <= clock_timestamp() RETURNING l.fence",
+                &[],
+            )
+            .await
+            .unwrap();
+        assert!(row.get::<_, i64>(0) > 0);
+        c.execute(
+            "UPDATE bench_leases SET expires_at = clock_timestamp() \
+             WHERE name = '/bench/raw' AND holder = '00000000-0000-0000-0000-000000000001'",
+            &[],
+        )
+        .await
+        .unwrap();
+    }))
+}
+
+/// PostgreSQL, session mode: `pg_try_advisory_lock`, the fence bump
+/// (`UPDATE … RETURNING`) and `pg_advisory_unlock` on one connection.
+pub fn pg_session(url: &str, seconds: Duration) -> Samples {
+    let rt = runtime();
+    let c = pg_raw(&rt, url);
+    rt.block_on(c.batch_execute(
+        "CREATE TABLE IF NOT EXISTS bench_fences (name text PRIMARY KEY, fence bigint NOT NULL); \
+         INSERT INTO bench_fences VALUES ('/bench/raw', 0) ON CONFLICT DO NOTHING",
+    ))
+    .unwrap();
+    rt.block_on(samples(seconds, || async {
+        let got: bool = c
+            .query_one("SELECT pg_try_advisory_lock(1, 1)", &[])
+            .await
+            .unwrap()
+            .get(0);
+        assert!(got, "the raw advisory lock is free between cycles");
+        c.query_one(
+            "UPDATE bench_fences SET fence = fence + 1 WHERE name = '/bench/raw' RETURNING fence",
+            &[],
+        )
+        .await
+        .unwrap();
+        c.query_one("SELECT pg_advisory_unlock(1, 1)", &[])
+            .await
+            .unwrap();
+    }))
 }

@@ -1,0 +1,308 @@
+//! Session mode's lock connections: one PostgreSQL connection per
+//! acquisition, whose session is the lease — core's
+//! [`LeaseStore`](recipes_core::LeaseStore) over a connection.
+//!
+//! - **grant**: a connection (an idle one of the client's, or a new one)
+//!   with `idle_session_timeout` = the TTL, so the server ends the session
+//!   — and frees its locks — when heartbeats stop, even while the holder's
+//!   TCP connection stays open (a paused process). Its id is the backend's
+//!   PID.
+//! - **renewal** (a heartbeat, every TTL/3): asks `pg_locks` whether *this*
+//!   backend still holds every key taken on the connection; no, a changed
+//!   PID or an ended connection is loss. The local deadline is core's:
+//!   the send time of the last acknowledged heartbeat + the TTL.
+//! - **revoke**: `pg_advisory_unlock_all()`, then the connection goes back
+//!   to the client's idle ones (or is closed, which frees everything too).
+//!
+//! Keys are the two-int form `(namespace, hashtext(key name))`; see the
+//! crate docs.
+
+use std::collections::VecDeque;
+use std::sync::Arc;
+use std::time::Duration;
+
+use parking_lot::Mutex;
+use recipes_core::{
+    within, Error, LeaseSession, LeaseStore, LossReason, LossTrigger, Opened, Renewal,
+    RenewalStream, Result,
+};
+use tokio::sync::watch;
+use tokio::task::JoinHandle;
+use tokio_postgres::error::SqlState;
+use tokio_postgres::types::Type;
+
+use crate::db::Db;
+use crate::sql::{from_pg, unexpected};
+
+/// The first int of our advisory keys by default: `recp` in ASCII.
+pub const DEFAULT_NAMESPACE: u32 = 0x7265_6370;
+
+/// How many idle lock connections a client keeps.
+const IDLE_LOCK_CONNECTIONS: usize = 4;
+
+/// One acquisition's lock session.
+pub(crate) type LockSession = LeaseSession<LockConns>;
+
+/// A connection that holds advisory locks.
+pub(crate) struct LockConn {
+    pub(crate) client: tokio_postgres::Client,
+    pub(crate) pid: i32,
+    ended: watch::Receiver<bool>,
+    /// The keys taken on it (as `pg_locks.objid` shows them, and by name),
+    /// which every heartbeat looks for and stamps.
+    held: Mutex<Vec<(i64, String)>>,
+    /// The loss triggers of the holdings on it.
+    holdings: Mutex<Vec<LossTrigger>>,
+}
+
+impl std::fmt::Debug for LockConn {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("LockConn")
+            .field("pid", &self.pid)
+            .field("held", &*self.held.lock())
+            .field("ended", &self.is_ended())
+            .finish()
+    }
+}
+
+impl LockConn {
+    pub(crate) fn is_ended(&self) -> bool {
+        *self.ended.borrow() || self.client.is_closed()
+    }
+
+    /// Resolves once the connection has ended.
+    async fn ended(&self) {
+        let mut rx = self.ended.clone();
+        let _ = rx.wait_for(|ended| *ended).await;
+    }
+
+    /// A key taken on this connection.
+    pub(crate) fn took(&self, key: i64, name: &str) {
+        self.held.lock().push((key, name.to_owned()));
+    }
+
+    /// A holding on this connection, lost with `trigger` when the server
+    /// says the lock is gone.
+    pub(crate) fn watch(&self, trigger: LossTrigger) {
+        self.holdings.lock().push(trigger);
+    }
+
+    /// The server ended the session or no longer shows our lock: every
+    /// holding on it is lost, as deleted (before the session's own loss,
+    /// so that is the reason they report).
+    fn gone(&self, why: &str) {
+        for t in self.holdings.lock().drain(..) {
+            if t.fire(LossReason::Deleted) {
+                log::info!("[backend={}] {why}: lock lost", self.pid);
+            }
+        }
+    }
+}
+
+/// The lock connection of one acquisition, and the client's idle ones.
+#[derive(Clone)]
+pub(crate) struct LockConns {
+    db: Arc<Db>,
+    ttl: Duration,
+    namespace: u32,
+    idle: Arc<Mutex<Vec<Arc<LockConn>>>>,
+    current: Arc<Mutex<Option<Arc<LockConn>>>>,
+}
+
+impl LockConns {
+    pub(crate) fn new(
+        db: Arc<Db>,
+        ttl: Duration,
+        namespace: u32,
+        idle: Arc<Mutex<Vec<Arc<LockConn>>>>,
+    ) -> LockConns {
+        LockConns {
+            db,
+            ttl,
+            namespace,
+            idle,
+            current: Arc::default(),
+        }
+    }
+
+    /// This acquisition's connection, once granted and until revoked.
+    pub(crate) fn conn(&self) -> Result<Arc<LockConn>> {
+        self.current.lock().clone().ok_or(Error::Closed)
+    }
+
+    async fn open(&self, ttl: Duration) -> Result<Arc<LockConn>> {
+        let idle = {
+            let mut idle = self.idle.lock();
+            idle.retain(|c| !c.is_ended());
+            idle.pop()
+        };
+        if let Some(c) = idle {
+            return Ok(c);
+        }
+        let (client, ended) = self.db.open_watched().await?;
+        let what = "open a lock connection";
+        let sql = "SELECT set_config('idle_session_timeout', $1, false), pg_backend_pid()";
+        let timeout = format!("{}ms", ttl.as_millis());
+        let row = within(what, self.db.rpc_timeout(), async {
+            client
+                .query_typed(sql, &[(&timeout, Type::TEXT)])
+                .await
+                .map_err(|e| match e.code() {
+                    Some(c) if *c == SqlState::UNDEFINED_OBJECT => Error::invalid(format!(
+                        "{what}: this PostgreSQL has no idle_session_timeout, which session \
+                         mode needs so that the server frees a stopped holder's locks; use \
+                         PostgreSQL 14 or later, or lease mode"
+                    )),
+                    _ => from_pg(what, e),
+                })
+        })
+        .await?;
+        let pid = row
+            .first()
+            .ok_or_else(|| unexpected("a select returned no row"))?
+            .get(1);
+        Ok(Arc::new(LockConn {
+            client,
+            pid,
+            ended,
+            held: Mutex::default(),
+            holdings: Mutex::default(),
+        }))
+    }
+}
+
+impl LeaseStore for LockConns {
+    type Renewals = Heartbeats;
+
+    fn label(&self, id: i64) -> String {
+        format!("backend={id}")
+    }
+
+    /// The TTL is granted as asked: it is the session's
+    /// `idle_session_timeout`, to the millisecond.
+    async fn grant(&self, ttl: Duration, _timeout: Duration) -> Result<(i64, Duration)> {
+        let conn = self.open(ttl).await?;
+        let pid = conn.pid;
+        *self.current.lock() = Some(conn);
+        Ok((i64::from(pid), ttl))
+    }
+
+    async fn renewals(&self, _id: i64, _timeout: Duration) -> Result<Opened<Heartbeats>> {
+        let Ok(conn) = self.conn() else {
+            return Ok(Opened::Gone);
+        };
+        if conn.is_ended() {
+            conn.gone("the server ended the session");
+            return Ok(Opened::Gone);
+        }
+        Ok(Opened::Ready(Heartbeats {
+            conn,
+            ttl: self.ttl,
+            namespace: i64::from(self.namespace),
+            sent: VecDeque::new(),
+        }))
+    }
+
+    /// Unlock everything and keep the connection for the next acquisition
+    /// (the keys' heartbeat rows stay: only a won holding's release clears
+    /// its own, `advisory_lock.rs`);
+    /// a connection that does not answer is closed, which frees its locks
+    /// as soon as the server notices (at the latest when its
+    /// `idle_session_timeout` ends the session).
+    async fn revoke(&self, _id: i64, timeout: Duration) -> Result<()> {
+        let Some(conn) = self.current.lock().take() else {
+            return Ok(());
+        };
+        conn.holdings.lock().clear();
+        if conn.is_ended() {
+            return Ok(());
+        }
+        let what = "release the lock connection's advisory locks";
+        within(what, timeout, async {
+            conn.client
+                .query_typed("SELECT pg_advisory_unlock_all()", &[])
+                .await
+                .map_err(|e| from_pg(what, e))
+        })
+        .await?;
+        conn.held.lock().clear();
+        let mut idle = self.idle.lock();
+        if idle.len() < IDLE_LOCK_CONNECTIONS {
+            idle.push(conn);
+        }
+        Ok(())
+    }
+}
+
+/// The heartbeat: this backend, holding every key we took — and, while it
+/// does, the keys' heartbeat time in `recipes.advisory`, which a waiter
+/// granted a key its holder did not release waits out (`slots.rs`).
+const HEARTBEAT: &str = "WITH ok AS (SELECT pg_backend_pid() = $1 AND \
+       (SELECT count(*) FROM pg_locks WHERE locktype = 'advisory' AND objsubid = 2 \
+          AND classid::int8 = $2 AND objid::int8 = ANY($3) \
+          AND pid = pg_backend_pid() AND granted) = cardinality($3) AS ok), \
+     beat AS (UPDATE recipes.advisory SET beat_at = clock_timestamp() \
+              WHERE key = ANY($4) AND (SELECT ok FROM ok)) \
+     SELECT ok FROM ok";
+
+/// Heartbeats of one lock connection, answered in the order sent.
+pub(crate) struct Heartbeats {
+    conn: Arc<LockConn>,
+    /// The session lives while heartbeats come: each acknowledged one
+    /// grants the TTL the session was opened with (`idle_session_timeout`).
+    ttl: Duration,
+    namespace: i64,
+    sent: VecDeque<JoinHandle<Result<bool>>>,
+}
+
+impl RenewalStream for Heartbeats {
+    async fn send(&mut self) -> Result<()> {
+        let (conn, ns) = (self.conn.clone(), self.namespace);
+        self.sent.push_back(tokio::spawn(async move {
+            let (keys, names): (Vec<i64>, Vec<String>) = conn.held.lock().iter().cloned().unzip();
+            let what = "heartbeat of a lock connection";
+            let params: crate::db::Params<'_> = &[
+                (&conn.pid, Type::INT4),
+                (&ns, Type::INT8),
+                (&keys, Type::INT8_ARRAY),
+                (&names, Type::TEXT_ARRAY),
+            ];
+            let rows = conn
+                .client
+                .query_typed(HEARTBEAT, params)
+                .await
+                .map_err(|e| from_pg(what, e))?;
+            Ok(rows.first().is_some_and(|r| r.get::<_, bool>(0)))
+        }));
+        Ok(())
+    }
+
+    /// Cancel-safe: the oldest heartbeat stays queued until it answered.
+    async fn reply(&mut self) -> Result<Renewal> {
+        let conn = self.conn.clone();
+        let answered = async {
+            match self.sent.front_mut() {
+                Some(oldest) => oldest.await,
+                None => std::future::pending().await,
+            }
+        };
+        tokio::select! {
+            biased;
+            () = conn.ended() => {
+                conn.gone("the server ended the session");
+                Err(Error::ConnectionLoss)
+            }
+            answered = answered => {
+                self.sent.pop_front();
+                match answered.map_err(|_| Error::ConnectionLoss)? {
+                    Ok(true) => Ok(Renewal::Granted(self.ttl)),
+                    Ok(false) => {
+                        conn.gone("pg_locks no longer shows our lock on this backend");
+                        Ok(Renewal::Gone)
+                    }
+                    Err(e) => Err(e),
+                }
+            }
+        }
+    }
+}

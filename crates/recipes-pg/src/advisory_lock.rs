@@ -1,0 +1,202 @@
+//! [`AdvisoryLock`]: a held advisory lock (session mode), the store side
+//! of core's [`StoreEntry`](recipes_core::StoreEntry) through [`PgHeld`]: its loss is its lock session's (`advisory.rs`: the
+//! heartbeat's `pg_locks` check, the connection's end, the deadline), its
+//! release unlocks on that connection, and its writes are fenced by the
+//! name's fence and by `pg_locks` showing the lock on our backend.
+
+use std::fmt;
+use std::sync::Arc;
+
+use recipes_core::{
+    within, Error, FencedWrite, FencingToken, HeldEntry, LossReason, LossSignal, Result,
+};
+use tokio_postgres::types::Type;
+
+use crate::advisory::{LockConn, LockSession};
+use crate::client::PgClient;
+use crate::entry::{fenced_write, FenceCheck};
+use crate::held::{PgHeld, PgLock};
+use crate::slots::Won;
+use crate::sql::{from_pg, Encoded};
+
+/// The PostgreSQL side of a session-mode [`PgLock`]: an advisory lock
+/// held by a backend of its own. Its holder reads
+/// `<key name>/backend-<pid>`.
+#[derive(Clone)]
+pub struct AdvisoryLock {
+    pub(crate) client: PgClient,
+    pub(crate) session: Arc<LockSession>,
+    conn: Arc<LockConn>,
+    /// The name whose row holds the fence.
+    name: String,
+    /// The key as `pg_locks.objid` shows it, and by name.
+    key: i64,
+    key_name: String,
+    /// `None` for a permit, whose fences are not ordered against other
+    /// permits'.
+    fence: Option<i64>,
+    holder: String,
+    layout: String,
+    /// The holding's loss: once it fired, writes are refused here, before
+    /// anything is sent (a terminated backend still shows its locks in
+    /// `pg_locks` while it exits).
+    lost: LossSignal,
+}
+
+impl AdvisoryLock {
+    /// Hold what `won` took for the recipe `recipe` (for a permit, its
+    /// semaphore), losing it when its lock session is lost.
+    pub(crate) fn held(
+        client: PgClient,
+        recipe: &str,
+        name: &str,
+        won: Won,
+        permit: bool,
+    ) -> PgLock {
+        let trigger = won.session.epoch().trigger().child();
+        won.conn.watch(trigger.clone());
+        let lock = AdvisoryLock {
+            lost: trigger.signal(),
+            client,
+            holder: format!("{}/backend-{}", won.key_name, won.conn.pid),
+            key_name: won.key_name,
+            session: won.session,
+            conn: won.conn,
+            name: name.to_owned(),
+            key: won.key,
+            fence: (!permit).then_some(won.fence),
+            layout: format!("{recipe}/"),
+        };
+        HeldEntry::new(
+            PgHeld::Advisory(lock),
+            trigger,
+            FencingToken(won.fence.unsigned_abs()),
+        )
+    }
+
+    /// Clear the heartbeat row of our key, while we hold it (so a next
+    /// holder knows it need not wait for our deadline).
+    async fn released_cleanly(&self) -> Result<()> {
+        let what = "mark a clean release";
+        let sql = "UPDATE recipes.advisory SET beat_at = NULL WHERE key = $1";
+        let c = &self.conn.client;
+        within(what, self.client.rpc_timeout(), async {
+            c.query_typed(sql, &[(&self.key_name, Type::TEXT)])
+                .await
+                .map_err(|e| from_pg(what, e))
+        })
+        .await
+        .map(drop)
+    }
+
+    /// The PID of the backend that holds the lock.
+    pub fn backend_pid(&self) -> i32 {
+        self.conn.pid
+    }
+
+    /// What a write fenced by this holding checks first: the name's fence
+    /// is ours (under a share lock, so no later holder's fence exists
+    /// before the write commits), and our backend holds our key.
+    ///
+    /// # Errors
+    ///
+    /// [`Error::FenceRejected`] once the holding's loss fired.
+    pub(crate) fn check(&self) -> Result<FenceCheck> {
+        if self.lost.is_lost() {
+            return Err(self.rejected("a fenced write after the lock was lost"));
+        }
+        let (ns, key) = (self.client.namespace(), self.key);
+        let ours = format!(
+            "EXISTS (SELECT 1 FROM pg_locks l WHERE l.locktype = 'advisory' \
+             AND l.objsubid = 2 AND l.classid::int8 = {ns} AND l.objid::int8 = {key} \
+             AND l.pid = $3 AND l.granted)"
+        );
+        let sql = match self.fence {
+            Some(_) => format!(
+                "SELECT 1 FROM recipes.names n WHERE n.name = $1 AND n.fence = $2 \
+                 AND {ours} FOR SHARE OF n"
+            ),
+            None => format!("SELECT 1 WHERE $1::text IS NOT NULL AND $2::int8 IS NULL AND {ours}"),
+        };
+        Ok(FenceCheck {
+            sql,
+            name: self.name.clone(),
+            fence: self.fence,
+            third: (Encoded::new(&self.conn.pid, &Type::INT4)?, Type::INT4),
+        })
+    }
+
+    /// The refusal of a write once the holding is gone.
+    pub(crate) fn rejected(&self, what: &str) -> Error {
+        Error::FenceRejected {
+            what: format!(
+                "{what}: {} no longer holds its advisory lock, or the fence of {} moved past {}",
+                self.holder,
+                self.name,
+                self.fence.map_or("ours".to_owned(), |f| f.to_string())
+            ),
+        }
+    }
+}
+
+/// What [`PgHeld`]'s [`StoreEntry`] asks of a session-mode holding (the
+/// runtime and the RPC timeout are the client's).
+impl AdvisoryLock {
+    pub(crate) fn holder(&self) -> &str {
+        &self.holder
+    }
+
+    /// The backend's PID.
+    pub(crate) fn session_id(&self) -> i64 {
+        self.session.id()
+    }
+
+    pub(crate) fn label(&self) -> &str {
+        self.session.label()
+    }
+
+    pub(crate) fn inside_layout(&self, key: &str) -> Option<&str> {
+        let root = self.layout.as_str();
+        key.starts_with(root).then_some(root)
+    }
+
+    /// Clear our heartbeat row (a clean release: the next holder need not
+    /// wait out our deadline), then unlock on the lock connection (which
+    /// then serves another acquisition).
+    pub(crate) async fn delete(self) -> Result<()> {
+        self.released_cleanly().await?;
+        self.session.revoke(LossReason::Released).await
+    }
+
+    pub(crate) async fn delete_until_done(self) {
+        if let Err(e) = self.released_cleanly().await {
+            log::debug!(
+                "[{}] {}: {e}; its heartbeat row stays",
+                self.label(),
+                self.holder
+            );
+        }
+        self.session.end(LossReason::Released).await
+    }
+
+    pub(crate) async fn write(self, what: &'static str, write: FencedWrite) -> Result<()> {
+        if let FencedWrite::Proclaim { .. } = write {
+            // Elections run on queue rows in both modes.
+            return Err(crate::sql::unexpected("a proclaim on an advisory lock"));
+        }
+        if !fenced_write(&self.client, what, &write, &self.check()?).await? {
+            return Err(self.rejected(what));
+        }
+        Ok(())
+    }
+}
+
+impl fmt::Debug for AdvisoryLock {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("AdvisoryLock")
+            .field("holder", &self.holder)
+            .field("key", &self.key)
+            .field("fence", &self.fence)
+            .finish()
+    }
+}

@@ -1,0 +1,345 @@
+//! Session mode's acquisitions as core's
+//! [`SlotDriver`](recipes_core::engine::SlotDriver): the loop is the
+//! engine's ([`recipes_core::engine::take`]).
+//!
+//! - **epoch**: a lock connection of this acquisition's own
+//!   (`advisory.rs`), ended (its locks unlocked, the connection kept idle)
+//!   on every way out but a win.
+//! - **take**: `pg_try_advisory_lock(namespace, hashtext(key))`, or
+//!   `pg_advisory_lock` under a `lock_timeout` of the slice, so no server
+//!   call outlives the caller's deadline. A mutex is one key (its name); a
+//!   semaphore of N permits is N keys `<name>/leases/<i>`.
+//! - **confirm**: the fence, bumped on the name's row of `recipes.names`
+//!   in the same session right after the grant (`UPDATE … RETURNING`), so
+//!   it strictly increases across holders; and, when the key's previous
+//!   holder ended without releasing it (its heartbeat row in
+//!   `recipes.advisory` not cleared), a wait until that holder's last
+//!   heartbeat + its TTL — its own deadline — has passed, so a holder
+//!   whose backend was terminated has lost before the next one holds. The row's kind (`advisory`,
+//!   `advisory-permits`) keeps a name to one mode: a name used in lease
+//!   mode is refused in session mode and the other way round, since the
+//!   two modes' locks do not exclude each other.
+//! - **give back**: the epoch's end — `pg_advisory_unlock_all()` on the
+//!   same connection, so it runs after a take still in flight (a take
+//!   granted after the caller gave up is undone in order).
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use recipes_core::engine::SlotDriver;
+use recipes_core::{LossReason, LossSignal, Result};
+use tokio::time::Instant;
+use tokio_postgres::error::SqlState;
+use tokio_postgres::types::Type;
+
+use crate::advisory::{LockConn, LockConns, LockSession};
+use crate::client::PgClient;
+use crate::names::other_layout;
+use crate::sql::{from_pg, unexpected};
+
+/// The kind of a session-mode lock's row in `recipes.names`.
+pub(crate) const ADVISORY: &str = "advisory";
+/// The kind of a session-mode semaphore's permits' row.
+pub(crate) const ADVISORY_PERMITS: &str = "advisory-permits";
+
+/// The longest one wait at the server, whatever the TTL.
+const MAX_SLICE: Duration = Duration::from_secs(1);
+
+/// One acquisition's driver: the keys of `name`.
+pub(crate) struct AdvisorySlots<'a> {
+    pub(crate) client: &'a PgClient,
+    /// The name whose row holds the fence: a lock's, a semaphore's permits'.
+    pub(crate) name: &'a str,
+    pub(crate) kind: &'static str,
+    pub(crate) slots: usize,
+}
+
+/// The key name of slot `slot`: a lock's name itself, a permit's
+/// `<permits' name>/<slot>`.
+pub(crate) fn key_name(name: &str, slot: usize, kind: &str) -> String {
+    if kind == ADVISORY_PERMITS {
+        format!("{name}/{slot}")
+    } else {
+        name.to_owned()
+    }
+}
+
+/// Bump the fence of `name` (a row of `kind`, made on first use) on `c`,
+/// the connection — and so the session or transaction — that holds the
+/// name's advisory key `key`: strictly increasing across holders of either
+/// scope. In the same statement, read how long the key's previous holder
+/// may still believe it holds — its last heartbeat + its TTL, in database
+/// time, unless it released the key — and, for a session holder
+/// (`beat_ttl`, its TTL) when that is nothing, stamp our own heartbeat on
+/// the key. The caller waits that long before it may use the lock (a
+/// session holder then stamps, [`stamp`]): while it waits the old stamp
+/// stays, so an acquisition cut off meanwhile never pushes the wait of
+/// the next one further out.
+///
+/// # Errors
+///
+/// [`InvalidArgument`](recipes_core::Error::InvalidArgument) when the
+/// name holds another kind of recipe (or the other mode's locks).
+pub(crate) async fn mint_fence(
+    client: &PgClient,
+    c: &tokio_postgres::Client,
+    name: &str,
+    kind: &str,
+    key: &str,
+    beat_ttl: Option<i64>,
+) -> Result<(i64, Duration)> {
+    let what = format!("mint the fence of {name}");
+    let sql = "WITH old AS (SELECT extract(epoch FROM beat_at + ttl - clock_timestamp())::float8 \
+                 AS remaining FROM recipes.advisory WHERE key = $3 AND beat_at IS NOT NULL), \
+               beat AS (INSERT INTO recipes.advisory AS a (key, beat_at, ttl) \
+                 SELECT $3, clock_timestamp(), $4 * interval '1 millisecond' \
+                 WHERE $4::int8 IS NOT NULL AND NOT EXISTS (SELECT 1 FROM old WHERE remaining > 0) \
+                 ON CONFLICT (key) DO UPDATE SET beat_at = EXCLUDED.beat_at, ttl = EXCLUDED.ttl) \
+               INSERT INTO recipes.names AS n (name, kind, fence) VALUES ($1, $2, 1) \
+               ON CONFLICT (name) DO UPDATE SET fence = n.fence + 1 WHERE n.kind = $2 \
+               RETURNING n.fence, (SELECT remaining FROM old)";
+    let params: crate::db::Params<'_> = &[
+        (&name, Type::TEXT),
+        (&kind, Type::TEXT),
+        (&key, Type::TEXT),
+        (&beat_ttl, Type::INT8),
+    ];
+    let rows = recipes_core::within(&what, client.rpc_timeout(), async {
+        c.query_typed(sql, params)
+            .await
+            .map_err(|e| from_pg(&what, e))
+    })
+    .await?;
+    if let Some(row) = rows.first() {
+        let left = row.get::<_, Option<f64>>(1).unwrap_or(0.0).max(0.0);
+        let left = Duration::try_from_secs_f64(left).unwrap_or(Duration::MAX);
+        if !left.is_zero() {
+            log::info!(
+                "[{name}] its previous holder ended without releasing it: waiting {left:?} \
+                 for that holder's deadline"
+            );
+        }
+        return Ok((row.get(0), left));
+    }
+    let sql = "SELECT kind FROM recipes.names WHERE name = $1";
+    let found = client
+        .db()
+        .query_opt(&what, sql, &[(&name, Type::TEXT)])
+        .await?
+        .map(|r| r.get::<_, String>(0))
+        .unwrap_or_default();
+    Err(other_layout(name, kind, &found))
+}
+
+/// Stamp our heartbeat on `key` (a session holder's, after waiting out
+/// its previous holder).
+async fn stamp(
+    client: &PgClient,
+    c: &tokio_postgres::Client,
+    key: &str,
+    ttl: Option<i64>,
+) -> Result<()> {
+    let what = format!("stamp the heartbeat of {key}");
+    let sql = "INSERT INTO recipes.advisory (key, beat_at, ttl) \
+               VALUES ($1, clock_timestamp(), $2 * interval '1 millisecond') \
+               ON CONFLICT (key) DO UPDATE SET beat_at = EXCLUDED.beat_at, ttl = EXCLUDED.ttl";
+    let params: crate::db::Params<'_> = &[(&key, Type::TEXT), (&ttl, Type::INT8)];
+    recipes_core::within(&what, client.rpc_timeout(), async {
+        c.query_typed(sql, params)
+            .await
+            .map_err(|e| from_pg(&what, e))
+    })
+    .await
+    .map(drop)
+}
+
+/// An acquisition's lock session, ended on drop unless it won.
+pub(crate) struct Epoch {
+    session: Option<Arc<LockSession>>,
+    conns: LockConns,
+    client: PgClient,
+}
+
+impl Drop for Epoch {
+    fn drop(&mut self) {
+        if let Some(s) = self.session.take() {
+            self.client
+                .runtime()
+                .spawn(async move { s.end(LossReason::Released).await });
+        }
+    }
+}
+
+/// One slot under one lock connection.
+#[derive(Debug)]
+pub(crate) struct Ticket {
+    conn: Arc<LockConn>,
+    namespace: i32,
+    key_name: String,
+    /// The key as `pg_locks.objid` shows it, once taken.
+    key: Option<i64>,
+    rpc_timeout: Duration,
+}
+
+/// A won slot: what the held lock is made of.
+#[derive(Debug)]
+pub(crate) struct Won {
+    pub(crate) session: Arc<LockSession>,
+    pub(crate) conn: Arc<LockConn>,
+    pub(crate) key_name: String,
+    pub(crate) key: i64,
+    pub(crate) fence: i64,
+}
+
+impl SlotDriver for AdvisorySlots<'_> {
+    type Epoch = Epoch;
+    type Ticket = Ticket;
+    type Won = Won;
+
+    fn slots(&self) -> usize {
+        self.slots
+    }
+
+    /// A quarter of the TTL (a heartbeat queued behind a wait is answered
+    /// within it), at most a second and half an RPC timeout.
+    fn slice(&self) -> Duration {
+        let s = self.client.leases().settings();
+        (s.ttl / 4).min(s.rpc_timeout / 2).min(MAX_SLICE)
+    }
+
+    fn spawn(&self, task: impl std::future::Future<Output = ()> + Send + 'static) {
+        if !self.client.runtime().spawn(task) {
+            log::debug!(
+                "[{}] client closed: closing the lock connection frees it",
+                self.name
+            );
+        }
+    }
+
+    fn rpc_timeout(&self) -> Duration {
+        self.client.rpc_timeout()
+    }
+
+    async fn epoch(&self, _deadline: Option<Instant>) -> Result<Option<Epoch>> {
+        let conns = self.client.lock_conns();
+        let (settings, rt) = (self.client.leases().settings(), self.client.runtime());
+        let session = LockSession::grant(conns.clone(), settings, rt, true).await?;
+        self.client.register(&session);
+        Ok(Some(Epoch {
+            session: Some(session),
+            conns,
+            client: self.client.clone(),
+        }))
+    }
+
+    fn epoch_signal(&self, epoch: &Epoch) -> LossSignal {
+        match &epoch.session {
+            Some(s) => s.epoch().signal(),
+            None => recipes_core::LossTrigger::root().signal(),
+        }
+    }
+
+    fn ticket(&self, epoch: &Epoch, slot: usize) -> Ticket {
+        let conn = epoch
+            .conns
+            .conn()
+            .expect("a granted lock session has a connection");
+        Ticket {
+            conn,
+            namespace: self.client.namespace() as i32,
+            key_name: key_name(self.name, slot, self.kind),
+            key: None,
+            rpc_timeout: self.client.rpc_timeout(),
+        }
+    }
+
+    async fn take(&self, _epoch: &Epoch, t: &mut Ticket, within: Duration) -> Result<bool> {
+        let what = format!("take the advisory lock of {}", t.key_name);
+        let c = &t.conn.client;
+        let params: crate::db::Params<'_> =
+            &[(&t.namespace, Type::INT4), (&t.key_name, Type::TEXT)];
+        let taken = if within.is_zero() {
+            let sql = "SELECT pg_try_advisory_lock($1, hashtext($2)), hashtext($2)";
+            let rows = recipes_core::within(&what, t.rpc_timeout, async {
+                c.query_typed(sql, params)
+                    .await
+                    .map_err(|e| from_pg(&what, e))
+            })
+            .await?;
+            let row = rows
+                .first()
+                .ok_or_else(|| unexpected("a select returned no row"))?;
+            row.get::<_, bool>(0).then(|| row.get::<_, i32>(1))
+        } else {
+            // Zero would wait forever.
+            let bound = format!("{}ms", within.as_millis().max(1));
+            let sql = "SELECT hashtext($2), pg_advisory_lock($1, hashtext($2))::text";
+            let waited = recipes_core::within(&what, t.rpc_timeout + within, async {
+                let set = "SELECT set_config('lock_timeout', $1, false)";
+                if let Err(e) = c.query_typed(set, &[(&bound, Type::TEXT)]).await {
+                    return Ok(Err(e));
+                }
+                Ok(c.query_typed(sql, params).await)
+            })
+            .await;
+            match waited {
+                Ok(Ok(rows)) => Some(
+                    rows.first()
+                        .ok_or_else(|| unexpected("a select returned no row"))?
+                        .get::<_, i32>(0),
+                ),
+                Ok(Err(e)) if e.code() == Some(&SqlState::LOCK_NOT_AVAILABLE) => None,
+                Ok(Err(e)) => return Err(from_pg(&what, e)),
+                Err(e) => return Err(e),
+            }
+        };
+        Ok(match taken {
+            Some(hash) => {
+                let key = i64::from(hash as u32);
+                t.key = Some(key);
+                true
+            }
+            None => false,
+        })
+    }
+
+    /// The fence, once the key's previous holder — if it ended without
+    /// releasing (terminated, crashed, cut off) — is past its own deadline,
+    /// so its loss has fired before ours begins. The heartbeats of our
+    /// connection run meanwhile.
+    async fn confirm(&self, _epoch: &Epoch, t: &mut Ticket) -> Result<Option<i64>> {
+        let ttl = i64::try_from(self.client.leases().settings().ttl.as_millis()).ok();
+        let c = &t.conn.client;
+        let (fence, left) =
+            mint_fence(self.client, c, self.name, self.kind, &t.key_name, ttl).await?;
+        if !left.is_zero() {
+            tokio::time::sleep(left).await;
+            stamp(self.client, c, &t.key_name, ttl).await?;
+        }
+        // From now on the heartbeats check and stamp the key.
+        if let Some(key) = t.key {
+            t.conn.took(key, &t.key_name);
+        }
+        Ok(Some(fence))
+    }
+
+    /// Nothing to send: every way out but a win ends the epoch, whose
+    /// `pg_advisory_unlock_all()` goes out on the same connection after
+    /// whatever the take sent, so it undoes a take granted late too; only
+    /// then is the connection kept for another acquisition.
+    fn give_back(t: Ticket) -> impl std::future::Future<Output = ()> + Send + 'static {
+        drop(t);
+        std::future::ready(())
+    }
+
+    fn won(&self, mut epoch: Epoch, t: Ticket, fence: i64) -> Won {
+        let session = epoch.session.take().expect("the epoch is won once");
+        Won {
+            session,
+            conn: t.conn,
+            key_name: t.key_name,
+            key: t.key.unwrap_or_default(),
+            fence,
+        }
+    }
+}
