@@ -10,53 +10,9 @@ use tokio::time::Instant;
 
 use super::decide::{gets_the_lock, Decision};
 use super::driver::{ContendDriver, Listing};
+use super::undo::{Undo, Undoer};
 use crate::backoff::Backoff;
 use crate::error::Result;
-
-/// Removes our entry unless disarmed, always from a task on the driver's
-/// runtime, so that a removal finishes even when the acquisition's future
-/// is dropped (a cut-off attempt, a cancelled caller) while it runs.
-/// [`run`](Cleanup::run) also waits for it, on a timeout or a restart, so
-/// that the next try finds the entry gone; an error only drops it.
-struct Cleanup<'d, D: ContendDriver> {
-    driver: &'d D,
-    ticket: Option<D::Ticket>,
-}
-
-impl<D: ContendDriver> Cleanup<'_, D> {
-    fn ticket(&mut self) -> &mut D::Ticket {
-        self.ticket
-            .as_mut()
-            .expect("the ticket is present until the cleanup runs or is disarmed")
-    }
-
-    async fn run(&mut self) {
-        if let Some(t) = self.ticket.take() {
-            let (done, removed) = tokio::sync::oneshot::channel();
-            self.driver.spawn(async move {
-                D::remove(t).await;
-                let _ = done.send(());
-            });
-            // An error: the runtime is gone, and the session's end removes
-            // the entry.
-            let _ = removed.await;
-        }
-    }
-
-    fn disarm(&mut self) -> D::Ticket {
-        self.ticket
-            .take()
-            .expect("the ticket is present until the cleanup runs or is disarmed")
-    }
-}
-
-impl<D: ContendDriver> Drop for Cleanup<'_, D> {
-    fn drop(&mut self) {
-        if let Some(t) = self.ticket.take() {
-            self.driver.spawn(D::remove(t));
-        }
-    }
-}
 
 /// How one attempt (one entry or slot, one epoch) ended.
 pub(super) enum Attempt<W> {
@@ -131,8 +87,29 @@ pub(super) async fn run<C: Contest>(c: C, deadline: Option<Instant>) -> Result<O
     }
 }
 
-/// A [`ContendDriver`] as a [`Contest`].
+/// A [`ContendDriver`] as a [`Contest`], and as the [`Undoer`] that
+/// removes our entry.
 struct Queue<'d, D>(&'d D);
+
+impl<D> Clone for Queue<'_, D> {
+    fn clone(&self) -> Self {
+        *self
+    }
+}
+
+impl<D> Copy for Queue<'_, D> {}
+
+impl<D: ContendDriver> Undoer for Queue<'_, D> {
+    type Ticket = D::Ticket;
+
+    fn spawn(&self, task: impl Future<Output = ()> + Send + 'static) {
+        self.0.spawn(task);
+    }
+
+    fn undo(ticket: D::Ticket) -> impl Future<Output = ()> + Send + 'static {
+        D::remove(ticket)
+    }
+}
 
 impl<D: ContendDriver> Contest for Queue<'_, D> {
     type Epoch = D::Epoch;
@@ -221,10 +198,7 @@ async fn attempt<D: ContendDriver>(
     backoff: &mut Backoff,
 ) -> Result<Attempt<D::Won>> {
     let lost = driver.epoch_signal(&epoch);
-    let mut cleanup = Cleanup {
-        driver,
-        ticket: Some(driver.ticket(&epoch)),
-    };
+    let mut cleanup = Undo::new(Queue(driver), driver.ticket(&epoch));
     let (mut entry, mut listing) = match driver.enter(&epoch, cleanup.ticket()).await {
         Ok(entered) => entered,
         // The connection failed under the create, or the epoch ended (the
@@ -333,7 +307,7 @@ pub(super) fn starts_over(e: &crate::Error, epoch_lost: bool, deadline: Option<I
 async fn confirm<D: ContendDriver>(
     driver: &D,
     epoch: D::Epoch,
-    cleanup: &mut Cleanup<'_, D>,
+    cleanup: &mut Undo<Queue<'_, D>>,
     mut entry: D::Entry,
     read: &Listing<D::Id>,
 ) -> Result<Attempt<D::Won>> {

@@ -48,9 +48,10 @@ pub type Entered<D> = (
 /// 5. [`confirm`](ContendDriver::confirm) the win and mint the fence, then
 ///    [`won`](ContendDriver::won) hands everything to the held lease.
 ///
-/// Every way out but a win removes our entry: the engine calls
-/// [`remove`](ContendDriver::remove) inline, or hands it to the runtime
-/// when the acquisition's future is dropped ([`spawn`](ContendDriver::spawn)).
+/// Every way out but a win removes our entry: the engine runs
+/// [`remove`](ContendDriver::remove) in a task on the runtime
+/// ([`spawn`](ContendDriver::spawn)), and waits for it unless the
+/// acquisition's future was dropped.
 /// Drivers never loop over the queue, never back off and never
 /// look at the acquisition's deadline: the engine does.
 pub trait ContendDriver: Send + Sync + Sized {

@@ -6,7 +6,7 @@
 //!  Mutex ──────────┐
 //!  Election ───────┼──► contend(driver, deadline) ──► epoch · ticket · enter
 //!  LeaderLatch ────┤        │  gets_the_lock()        list · wait · confirm
-//!  LeaderSelector ─┘        │  Backoff · Cleanup      remove · won
+//!  LeaderSelector ─┘        │  Backoff · Undo         remove · won
 //!  Semaphore ──► admit(semaphore driver)
 //!                 = ensure_size, contend(internal mutex), contend(permits)
 //! ```
@@ -41,6 +41,7 @@ mod sim;
 #[cfg(test)]
 mod sim_store;
 mod take;
+mod undo;
 
 pub use contend::{contend, queue_reads};
 pub use decide::{gets_the_lock, Decision};

@@ -12,6 +12,7 @@ use std::time::Duration;
 use tokio::time::Instant;
 
 use super::contend::{count_read, passed, run, starts_over, Attempt, Contest};
+use super::undo::{Undo, Undoer};
 use crate::backoff::Backoff;
 use crate::error::Result;
 use crate::loss::LossSignal;
@@ -26,12 +27,12 @@ use crate::loss::LossSignal;
 /// 4. [`confirm`](SlotDriver::confirm) the holding and mint the fence, then
 ///    [`won`](SlotDriver::won).
 ///
-/// Every way out but a win gives the slot back: inline, or from a task
-/// when the acquisition's future is dropped (even while a take is in
-/// flight, which may be granted after the drop: the give-back must then
-/// undo it — on PostgreSQL it is sent on the same connection after the
-/// take, so the server runs it after the take). Drivers never loop and
-/// never look at the deadline.
+/// Every way out but a win gives the slot back, from a task on the
+/// runtime, waited for unless the acquisition's future was dropped — even
+/// while a take is in flight, which may be granted after the drop: the
+/// give-back must then undo it (on PostgreSQL it is sent on the same
+/// connection after the take, so the server runs it after the take).
+/// Drivers never loop and never look at the deadline.
 pub trait SlotDriver: Send + Sync + Sized {
     /// What the slots are taken under; once its
     /// [`epoch_signal`](SlotDriver::epoch_signal) fires, the engine gives
@@ -115,8 +116,29 @@ pub fn take<D: SlotDriver>(
     run(Slots(driver), deadline)
 }
 
-/// A [`SlotDriver`] as the shared loop's [`Contest`].
+/// A [`SlotDriver`] as the shared loop's [`Contest`], and as the
+/// [`Undoer`] that gives a slot back.
 struct Slots<'d, D>(&'d D);
+
+impl<D> Clone for Slots<'_, D> {
+    fn clone(&self) -> Self {
+        *self
+    }
+}
+
+impl<D> Copy for Slots<'_, D> {}
+
+impl<D: SlotDriver> Undoer for Slots<'_, D> {
+    type Ticket = D::Ticket;
+
+    fn spawn(&self, task: impl Future<Output = ()> + Send + 'static) {
+        self.0.spawn(task);
+    }
+
+    fn undo(ticket: D::Ticket) -> impl Future<Output = ()> + Send + 'static {
+        D::give_back(ticket)
+    }
+}
 
 impl<D: SlotDriver> Contest for Slots<'_, D> {
     type Epoch = D::Epoch;
@@ -140,41 +162,6 @@ impl<D: SlotDriver> Contest for Slots<'_, D> {
         _backoff: &mut Backoff,
     ) -> impl Future<Output = Result<Attempt<D::Won>>> + Send {
         attempt(self.0, epoch, deadline)
-    }
-}
-
-/// Gives the slot back unless disarmed: inline by [`run`](GiveBack::run),
-/// else from a task when dropped (a dropped acquisition, an error).
-struct GiveBack<'d, D: SlotDriver> {
-    driver: &'d D,
-    ticket: Option<D::Ticket>,
-}
-
-impl<D: SlotDriver> GiveBack<'_, D> {
-    fn ticket(&mut self) -> &mut D::Ticket {
-        self.ticket
-            .as_mut()
-            .expect("the ticket is present until it is given back or won")
-    }
-
-    async fn run(&mut self) {
-        if let Some(t) = self.ticket.take() {
-            D::give_back(t).await;
-        }
-    }
-
-    fn disarm(&mut self) -> D::Ticket {
-        self.ticket
-            .take()
-            .expect("the ticket is present until it is given back or won")
-    }
-}
-
-impl<D: SlotDriver> Drop for GiveBack<'_, D> {
-    fn drop(&mut self) {
-        if let Some(t) = self.ticket.take() {
-            self.driver.spawn(D::give_back(t));
-        }
     }
 }
 
@@ -228,7 +215,7 @@ async fn attempt<D: SlotDriver>(
 
 /// A won slot, still armed to be given back until handed to `won`.
 struct Granted<'d, D: SlotDriver> {
-    give_back: GiveBack<'d, D>,
+    give_back: Undo<Slots<'d, D>>,
     fence: i64,
 }
 
@@ -246,10 +233,7 @@ async fn take_one<'d, D: SlotDriver>(
     lost: &LossSignal,
     deadline: Option<Instant>,
 ) -> Result<Took<Granted<'d, D>>> {
-    let mut give_back = GiveBack {
-        driver,
-        ticket: Some(driver.ticket(epoch, slot)),
-    };
+    let mut give_back = Undo::new(Slots(driver), driver.ticket(epoch, slot));
     let taken = tokio::select! {
         biased;
         taken = driver.take(epoch, give_back.ticket(), within) => taken,
