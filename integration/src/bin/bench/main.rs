@@ -141,12 +141,13 @@ fn redis(sizes: &Sizes) {
 
 /// PostgreSQL in both modes, each beside its own raw statements.
 fn pg(sizes: &Sizes) {
+    // One server: each store's lock names are its own (`Store::lock_name`),
+    // as a name used in one mode is refused in the other.
+    let server = PgServer::start_with(PgConfig::default().with_fsync(true));
     for (name, mode) in [
         ("pg-lease", recipes_pg::PgMode::Lease),
         ("pg-session", recipes_pg::PgMode::Session),
     ] {
-        // A server each: a name used in one mode is refused in the other.
-        let server = PgServer::start_with(PgConfig::default().with_fsync(true));
         let (url, raw_url) = (server.url(), server.url());
         let store = Store {
             name,

@@ -5,6 +5,7 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+use integration::wait_until;
 use parking_lot::Mutex;
 use recipes_core::Client;
 
@@ -36,6 +37,14 @@ pub struct Sizes {
     pub idle: Duration,
 }
 
+impl<C> Store<C> {
+    /// The name of one measurement's lock, the store's own: two stores on
+    /// one server (PostgreSQL's two modes) never share a name.
+    pub fn lock_name(&self, what: &str) -> String {
+        format!("/bench/{}/{what}", self.name)
+    }
+}
+
 fn raw_figures<C>(store: &Store<C>, seconds: Duration) -> Option<Figures> {
     let raw = store.raw.as_ref()?;
     let (mut samples, elapsed) = raw(seconds);
@@ -45,7 +54,7 @@ fn raw_figures<C>(store: &Store<C>, seconds: Duration) -> Option<Figures> {
 /// M1: `lock` then `release` of a free lock, one client.
 pub fn m1<C: Client>(store: &Store<C>, sizes: &Sizes) {
     let client = (store.connect)(Duration::from_secs(10));
-    let mutex = client.mutex("/bench/m1").unwrap();
+    let mutex = client.mutex(&store.lock_name("m1")).unwrap();
     let served = (store.requests)();
     let started = Instant::now();
     let mut samples = Vec::new();
@@ -77,6 +86,7 @@ pub fn m1<C: Client>(store: &Store<C>, sizes: &Sizes) {
 /// release to the next acquisition) p50/p99, overlaps and fence
 /// inversions (violations).
 pub fn m2<C: Client>(store: &Store<C>, sizes: &Sizes) {
+    let name = store.lock_name("m2");
     for &n in sizes.contenders {
         let inside = Arc::new(AtomicBool::new(false));
         let violations = Arc::new(AtomicU64::new(0));
@@ -90,7 +100,7 @@ pub fn m2<C: Client>(store: &Store<C>, sizes: &Sizes) {
         let started = Instant::now();
         std::thread::scope(|s| {
             for c in &clients {
-                let mutex = c.mutex("/bench/m2").unwrap();
+                let mutex = c.mutex(&name).unwrap();
                 let (inside, violations) = (inside.clone(), violations.clone());
                 let (last, handoffs) = (last.clone(), handoffs.clone());
                 s.spawn(move || {
@@ -152,7 +162,7 @@ pub fn m3<C: Client>(store: &Store<C>, sizes: &Sizes) {
         let mut took = Vec::new();
         let mut violations = 0;
         for round in 0..sizes.rounds {
-            let name = format!("/bench/m3-{crash}-{round}");
+            let name = store.lock_name(&format!("m3-{crash}-{round}"));
             let (a, b) = ((store.connect)(ttl), (store.connect)(ttl));
             let leading = a.election(&name).unwrap().campaign(b"a").unwrap();
             let fence_a = leading.token();
@@ -161,10 +171,9 @@ pub fn m3<C: Client>(store: &Store<C>, sizes: &Sizes) {
                     let l = b.election(&name).unwrap().campaign(b"b").unwrap();
                     (Instant::now(), l)
                 });
-                // b is queued once the store lists two candidates.
-                while a.contenders(&name).unwrap().len() < 2 {
-                    std::thread::sleep(Duration::from_millis(2));
-                }
+                wait_until("b is queued behind a", Duration::from_secs(60), || {
+                    a.contenders(&name).unwrap().len() >= 2
+                });
                 let ended = Instant::now();
                 if crash {
                     (store.kill)(&a);
