@@ -7,9 +7,6 @@ mod etcd_common;
 use etcd_common::*;
 use recipes_core::Client as _;
 
-use std::io::{BufRead, BufReader};
-use std::process::{Child, Command, Stdio};
-
 use integration::{scale, wait_for, EtcdServer};
 
 /// `etcdctl elect` (Go's concurrency.Election) and ours campaign for one
@@ -43,9 +40,9 @@ fn etcdctl_elect_and_ours_never_lead_together_on(server: &'static EtcdServer) {
     la.proclaim(b"ours-2").unwrap();
     assert_eq!(observer.kv(), (la.holder().to_owned(), "ours-2".to_owned()));
     assert!(
-        ctl.lines.is_empty(),
+        ctl.0.lines.is_empty(),
         "etcdctl must not lead while we do: {:?}",
-        ctl.lines.try_recv()
+        ctl.0.lines.try_recv()
     );
     assert!(!la.is_lost());
     la.resign().unwrap();
@@ -68,34 +65,17 @@ fn etcdctl_elect_and_ours_never_lead_together_on(server: &'static EtcdServer) {
     observer.interrupt_and_wait();
 }
 
-/// An `etcdctl` child whose stdout lines arrive on a channel.
-struct Etcdctl {
-    child: Child,
-    lines: crossbeam_channel::Receiver<String>,
-}
+/// `etcdctl elect`, running: its output lines on a channel.
+struct Etcdctl(EtcdctlChild);
 
 impl Etcdctl {
     fn spawn(server: &EtcdServer, args: &[&str]) -> Etcdctl {
-        let mut child = Command::new("/usr/bin/etcdctl")
-            .env("ETCDCTL_API", "3")
-            .arg(format!("--endpoints={}", server.endpoint()))
-            .args(args)
-            .stdout(Stdio::piped())
-            .stderr(Stdio::inherit())
-            .spawn()
-            .expect("run etcdctl");
-        let out = child.stdout.take().unwrap();
-        let (tx, lines) = crossbeam_channel::unbounded();
-        std::thread::spawn(move || {
-            for line in BufReader::new(out).lines().map_while(Result::ok) {
-                let _ = tx.send(line);
-            }
-        });
-        Etcdctl { child, lines }
+        Etcdctl(EtcdctlChild::spawn(server, args))
     }
 
     fn line(&mut self) -> String {
-        self.lines
+        self.0
+            .lines
             .recv_timeout(scale(SOON))
             .expect("etcdctl printed a line")
     }
@@ -107,17 +87,10 @@ impl Etcdctl {
 
     /// SIGINT (it resigns or stops observing), then wait until it exits.
     fn interrupt_and_wait(&mut self) {
-        let pid = self.child.id() as libc::pid_t;
+        let pid = self.0.child.id() as libc::pid_t;
         // SAFETY: kill(2) with the pid of our own unreaped child.
         assert_eq!(unsafe { libc::kill(pid, libc::SIGINT) }, 0);
-        let status = wait_for("etcdctl exits", SOON, || self.child.try_wait().unwrap());
+        let status = wait_for("etcdctl exits", SOON, || self.0.child.try_wait().unwrap());
         assert!(status.success(), "etcdctl: {status}");
-    }
-}
-
-impl Drop for Etcdctl {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
     }
 }

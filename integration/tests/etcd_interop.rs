@@ -7,8 +7,8 @@ mod etcd_common;
 use etcd_common::*;
 use recipes_core::Client as _;
 
-use std::io::{BufRead, BufReader, Write};
-use std::process::{Child, Command, Stdio};
+use std::io::Write;
+use std::process::Command;
 use std::time::Duration;
 
 use integration::{scale, wait_for, EtcdConfig, EtcdServer};
@@ -83,8 +83,7 @@ fn etcdctl_lock_contends_with_ours_on(config: EtcdConfig) {
 /// `etcdctl lock <name> sh -c …`: prints `ETCD_LOCK_REV`, then holds the
 /// lock until the test writes to a fifo.
 struct Etcdctl {
-    child: Child,
-    lines: crossbeam_channel::Receiver<String>,
+    ctl: EtcdctlChild,
     fifo: std::path::PathBuf,
 }
 
@@ -94,27 +93,13 @@ impl Etcdctl {
         let made = Command::new("mkfifo").arg(&fifo).status().expect("mkfifo");
         assert!(made.success());
         let script = format!("echo REV=$ETCD_LOCK_REV; read x < '{}'", fifo.display());
-        let mut child = Command::new("/usr/bin/etcdctl")
-            .env("ETCDCTL_API", "3")
-            .arg(format!("--endpoints={}", server.endpoint()))
-            .args(["lock", name, "--", "sh", "-c", &script])
-            .stdout(Stdio::piped())
-            .stderr(Stdio::inherit())
-            .spawn()
-            .expect("run etcdctl");
-        let out = child.stdout.take().unwrap();
-        let (tx, lines) = crossbeam_channel::unbounded();
-        std::thread::spawn(move || {
-            for line in BufReader::new(out).lines().map_while(Result::ok) {
-                let _ = tx.send(line);
-            }
-        });
-        Etcdctl { child, lines, fifo }
+        let ctl = EtcdctlChild::spawn(server, &["lock", name, "--", "sh", "-c", &script]);
+        Etcdctl { ctl, fifo }
     }
 
     /// The `ETCD_LOCK_REV` its command printed, waiting up to `wait`.
     fn rev(&mut self, wait: Duration) -> Option<i64> {
-        let line = self.lines.recv_timeout(wait).ok()?;
+        let line = self.ctl.lines.recv_timeout(wait).ok()?;
         Some(line.strip_prefix("REV=").expect(&line).parse().unwrap())
     }
 
@@ -126,15 +111,8 @@ impl Etcdctl {
             .and_then(|mut f| f.write_all(b"go\n"))
             .expect("write the fifo");
         let status = wait_for("etcdctl exits", Duration::from_secs(10), || {
-            self.child.try_wait().unwrap()
+            self.ctl.child.try_wait().unwrap()
         });
         assert!(status.success(), "etcdctl: {status}");
-    }
-}
-
-impl Drop for Etcdctl {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
     }
 }

@@ -45,8 +45,7 @@ pub fn watch<C: Client>(
     let permit_looks = permits.as_ref().map_or(never(), |o| o.looks().clone());
     let terminal = !json && std::io::stdout().is_terminal();
     let mut view = View {
-        started: Instant::now(),
-        vacant_since: None,
+        vacant: None,
         shown: None,
     };
     let mut status = status::read(client, name)?;
@@ -95,9 +94,9 @@ pub fn watch<C: Client>(
 
 /// What the watch has shown, and since when NAME has had no holder.
 struct View {
-    started: Instant,
-    /// When the watch saw NAME lose its last holder; `None` while held.
-    vacant_since: Option<Instant>,
+    /// Since when the watch has seen NAME without a holder, and whether it
+    /// had none from the start (so maybe for longer); `None` while held.
+    vacant: Option<(Instant, bool)>,
     shown: Option<Status>,
 }
 
@@ -105,20 +104,14 @@ impl View {
     /// How long `status` has had no holder, `None` while it has one.
     fn vacancy(&mut self, status: &Status) -> Option<Vacancy> {
         if !status.entries.is_empty() {
-            self.vacant_since = None;
+            self.vacant = None;
             return None;
         }
-        let now = Instant::now();
-        // Vacant from the start: since before the watch began.
-        let since_start = self.shown.is_none() || self.vacant_since == Some(self.started);
-        let since = *self.vacant_since.get_or_insert(if self.shown.is_none() {
-            self.started
-        } else {
-            now
-        });
+        let from_start = self.shown.is_none();
+        let (since, at_least) = *self.vacant.get_or_insert((Instant::now(), from_start));
         Some(Vacancy {
-            for_: now.duration_since(since),
-            at_least: since_start,
+            for_: since.elapsed(),
+            at_least,
         })
     }
 }

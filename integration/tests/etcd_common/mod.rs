@@ -5,7 +5,8 @@
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
-use std::process::Command;
+use std::io::{BufRead, BufReader};
+use std::process::{Child, Command, Stdio};
 use std::thread::JoinHandle;
 
 use integration::runtime::block_on;
@@ -215,4 +216,39 @@ pub fn timed<T>(what: &str, f: impl FnOnce() -> T) -> T {
     let r = f();
     println!("{what}: {:?}", started.elapsed());
     r
+}
+
+/// A running `etcdctl` (API v3, against `server`) and the lines it
+/// prints, read on a thread; killed and reaped when dropped.
+pub struct EtcdctlChild {
+    pub child: Child,
+    pub lines: crossbeam_channel::Receiver<String>,
+}
+
+impl EtcdctlChild {
+    pub fn spawn(server: &EtcdServer, args: &[&str]) -> EtcdctlChild {
+        let mut child = Command::new("/usr/bin/etcdctl")
+            .env("ETCDCTL_API", "3")
+            .arg(format!("--endpoints={}", server.endpoint()))
+            .args(args)
+            .stdout(Stdio::piped())
+            .stderr(Stdio::inherit())
+            .spawn()
+            .expect("run etcdctl");
+        let out = child.stdout.take().unwrap();
+        let (tx, lines) = crossbeam_channel::unbounded();
+        std::thread::spawn(move || {
+            for line in BufReader::new(out).lines().map_while(Result::ok) {
+                let _ = tx.send(line);
+            }
+        });
+        EtcdctlChild { child, lines }
+    }
+}
+
+impl Drop for EtcdctlChild {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
 }
