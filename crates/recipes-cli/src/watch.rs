@@ -71,11 +71,13 @@ pub fn watch<C: Client>(
         } else {
             never()
         };
+        // The store is read again on a look, or to retry a failed read;
+        // the clock alone only redraws (no polling of the store).
         select! {
             recv(own.looks()) -> r => if r.is_err() { return Ok(()) },
             recv(permit_looks) -> r => if r.is_err() { return Ok(()) },
             recv(signals) -> _ => return Ok(()),
-            recv(clock) -> _ => {}
+            recv(clock) -> _ => if !failing { continue },
         }
         match status::read(client, name) {
             Ok(s) => {
