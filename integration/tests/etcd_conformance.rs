@@ -125,10 +125,10 @@ impl<const V: usize, const TLS: bool> Kit for EtcdKit<V, TLS> {
     }
 
     fn all_waiters_watch(&self, name: &str, waiters: usize) -> bool {
-        // On a server of its own: each waiter watches its own key and the
-        // one ahead, the holder its own key.
+        // On a server of its own: each client (the holder's, each
+        // waiter's) watches the name once, whatever waits on it.
         let queued = self.facts.keys_with_prefix(&format!("{name}/")).len() == waiters + 1;
-        queued && self.watchers() > 2 * waiters as u64
+        queued && self.watchers() > waiters as u64
     }
 
     fn write_entry(&self, path: &str, value: &[u8]) {

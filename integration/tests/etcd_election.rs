@@ -207,9 +207,10 @@ fn a_deleted_leader_key_ends_leadership_and_refuses_proclaims() {
     la2.resign().unwrap();
 }
 
-/// The fence is the revision of the write that confirmed the win: above
-/// every revision the previous leader wrote, although the new leader's key
-/// is older than the previous leader's proclaims.
+/// The fence is the revision of the read that confirmed the win (no write
+/// of ours between the wake and the win): above every revision the
+/// previous leader wrote, although the new leader's key is older than the
+/// previous leader's proclaims.
 #[test]
 fn a_new_leaders_fence_exceeds_every_revision_of_the_old() {
     let server = EtcdServer::shared();
@@ -220,10 +221,10 @@ fn a_new_leaders_fence_exceeds_every_revision_of_the_old() {
     let (created, modified, _) = read_key(&facts, la.holder()).unwrap();
     assert_eq!(
         la.token().get() as i64,
-        modified,
-        "the fence is the win-confirming write's revision"
+        created,
+        "a free election: the fence is the revision of the transaction that created our key"
     );
-    assert!(modified > created);
+    assert_eq!(modified, created, "no second write");
 
     // b queues before a proclaims: b's key is older than a's writes.
     let eb = b.election(&name).unwrap();
@@ -263,19 +264,23 @@ fn a_new_leaders_fence_exceeds_every_revision_of_the_old() {
             }
         }
     });
-    used.push(deleted_at);
     let lb = waiter.join().unwrap().unwrap();
     let fence_b = lb.token().get() as i64;
-    println!("a used revisions {used:?}; b's key created at {b_created}; b's fence {fence_b}");
+    println!("a used revisions {used:?}, deleted at {deleted_at}; b's key created at {b_created}; b's fence {fence_b}");
     assert!(
         used.iter().all(|&r| fence_b > r),
         "b's fence {fence_b} exceeds {used:?}"
     );
     assert!(
+        fence_b >= deleted_at,
+        "b's fence is read after a's key went"
+    );
+    assert!(
         b_created < used[1],
         "b's raw revision is older than a's proclaims: no fence"
     );
-    assert_eq!(read_key(&facts, lb.holder()).unwrap().1, fence_b);
+    let (_, b_modified, _) = read_key(&facts, lb.holder()).unwrap();
+    assert_eq!(b_modified, b_created, "the win costs no write");
     let gate = FenceGate::new();
     for t in &used {
         gate.admit(FencingToken(*t as u64)).unwrap();

@@ -7,7 +7,8 @@ use std::time::Duration;
 use recipes_core::{LeaseSessions, Result, Runtime, Settings};
 
 use crate::builder::EtcdClientBuilder;
-use crate::session::Etcd;
+use crate::hub::WatchHub;
+use crate::session::{Etcd, Seen};
 
 /// An etcd client on its own runtime thread, holding one lease (its
 /// session) that its recipes' keys are bound to; see
@@ -39,6 +40,8 @@ pub struct EtcdClient {
     // The current session (lease) and the single-use ones of concurrent
     // acquisitions of one name; revoked with the client.
     leases: Arc<LeaseSessions<Etcd>>,
+    // The one watch stream, shared by every acquisition.
+    watches: WatchHub,
     endpoints: Arc<[String]>,
 }
 
@@ -76,8 +79,11 @@ impl EtcdClient {
         etcd: etcd_client::Client,
         rt: Runtime,
     ) -> Result<EtcdClient> {
+        let etcd = Etcd(etcd, Seen::default());
+        let watches = WatchHub::start(etcd.clone(), &rt, config.settings.rpc_timeout);
         let client = EtcdClient {
-            leases: Arc::new(LeaseSessions::new(Etcd(etcd), rt, config.settings)),
+            leases: Arc::new(LeaseSessions::new(etcd, rt, config.settings)),
+            watches,
             endpoints: config.endpoints.into(),
         };
         let leases = client.leases.clone();
@@ -107,6 +113,11 @@ impl EtcdClient {
     /// expire.
     pub fn orphan(&self) {
         self.leases.orphan();
+    }
+
+    /// The client's watch stream.
+    pub(crate) fn watches(&self) -> &WatchHub {
+        &self.watches
     }
 
     /// The client's sessions.

@@ -3,18 +3,18 @@
 //! internal mutex: the engine's verbs over one key `<prefix><lease hex>`.
 //! The loop is the engine's ([`recipes_core::engine::contend`]).
 //!
-//! - **enter**: one transaction — if our key does not exist, put it with
-//!   our lease; either way read the contenders (`listing.rs`) — joined
-//!   with a synced watch on our own key (`watch.rs`), whose deletion is
-//!   loss while we wait and after we hold.
+//! - **enter**: an interest in the name's deletions on the client's one
+//!   watch stream (`hub`: no request), then one transaction — if our key
+//!   does not exist, put it with our lease; either way read the contenders
+//!   (`listing.rs`). Our key's deletion after it is loss, while we wait
+//!   and after we hold.
 //! - **list**: one read of the contenders created up to ours.
-//! - **wait**: a synced watch on the contender ahead (the engine then
-//!   reads again, so its deletion cannot be missed), then wait for it or
-//!   our key to go.
-//! - **confirm**: a lock's fence is the header revision of the read that
-//!   found no contender ahead; a campaign puts its key again (same value
-//!   and lease, guarded by `create_revision == ours`) and that write's
-//!   revision is the fence.
+//! - **wait**: for the contender ahead (a permit: any key) or our key to
+//!   be deleted after the revision of the read that showed them.
+//! - **confirm**: the fence is the header revision of the read that found
+//!   no contender ahead — for a campaign too: it comes after the previous
+//!   holder's key was deleted, so after every write of the previous term,
+//!   and no write of ours lies between the wake and the win.
 //! - **remove**: delete our key, guarded by its `create_revision` once
 //!   known, retrying until done or the session is lost.
 
@@ -26,13 +26,13 @@ use recipes_core::{LeaseEpoch, LossSignal, Result};
 use tokio::time::Instant;
 
 use crate::client::EtcdClient;
+use crate::hub::Interest;
 use crate::key::{guarded, Acquired, Ticket};
 use crate::listing::{list, listing, oldest_first};
 use crate::names::{contender_key, other_layout, permit_key, size_key, Key};
 use crate::rpc::{header_revision, read_at, retrying_txn, unexpected};
 use crate::semaphore::EtcdSemaphore;
 use crate::session::{Etcd, Session};
-use crate::watch::{Watch, WatchSet};
 
 /// How an acquisition keeps clear of this process's other acquisitions of
 /// the name (see the `session` module).
@@ -97,9 +97,10 @@ pub(crate) struct KeyEntry {
     pub(crate) key: String,
     id: Key,
     pub(crate) create_revision: i64,
-    /// On our own key since the create, and on what is ahead once we
-    /// waited for it.
-    watches: Option<WatchSet>,
+    /// The name's deletions since before the create.
+    interest: Interest,
+    /// The revision of the last read of the contenders.
+    read_at: i64,
 }
 
 impl KeyContender<'_> {
@@ -173,42 +174,6 @@ impl KeyContender<'_> {
         }
         Ok((rev, Some(first(rev)?)))
     }
-
-    /// Watch what must go before ours may hold — the contender `ahead`;
-    /// for a permit, any key under the prefix (we are the one waiter the
-    /// internal mutex lets in) — on a stream of its own (the engine then
-    /// reads again), or wait for it or our key to go.
-    async fn wait_ahead(
-        &self,
-        session: &Session,
-        entry: &mut KeyEntry,
-        ahead: &[u8],
-    ) -> Result<()> {
-        let (etcd, timeout) = (&entry.etcd, session.rpc_timeout());
-        match entry.watches.take() {
-            // Both watches were confirmed before the read that named
-            // `ahead`: neither deletion can be missed. `next` is
-            // cancel-safe, so the set stays in the entry while it runs.
-            Some(w) if w.ahead() == Some(ahead) => entry.watches.insert(w).next().await.map(drop),
-            // The engine reads again once the watch exists. Out of the
-            // entry meanwhile: a half-added watch must not be used again.
-            Some(mut w) => {
-                let shown = String::from_utf8_lossy(ahead);
-                log::debug!("[{}] {} waits for {shown}", session.label(), entry.key);
-                let watch = match self.layout {
-                    Layout::Permits(_) => Watch::prefix(etcd, self.prefix, true, timeout).await?,
-                    Layout::Key { .. } => Watch::key(etcd, ahead, timeout).await?,
-                };
-                w.set_ahead(ahead.to_vec(), watch);
-                entry.watches = Some(w);
-                Ok(())
-            }
-            None => {
-                entry.watches = Some(WatchSet::open(etcd, &entry.key, timeout).await?);
-                Ok(())
-            }
-        }
-    }
 }
 
 impl ContendDriver for KeyContender<'_> {
@@ -270,24 +235,27 @@ impl ContendDriver for KeyContender<'_> {
     async fn enter(&self, epoch: &KeyEpoch, ticket: &mut Ticket) -> Result<Entered<Self>> {
         let session = &epoch.session;
         let (etcd, key) = (session.store()?, ticket.key.clone());
-        let watch = WatchSet::open(&etcd, &key, session.rpc_timeout());
-        let (created, watches) = match self.layout {
-            Layout::Key { claim, .. } => {
-                tokio::join!(self.create_key(session, ticket, claim), watch)
-            }
-            Layout::Permits(sem) => tokio::join!(sem.create_permit(session, &key), watch),
+        // Before the create: every deletion after its reply is heard.
+        let interest = self.client.watches().interest(self.prefix);
+        let (create_revision, first) = match self.layout {
+            Layout::Key { claim, .. } => self.create_key(session, ticket, claim).await?,
+            Layout::Permits(sem) => sem.create_permit(session, &key).await?,
         };
-        let (create_revision, first) = created?;
         ticket.create_revision = Some(create_revision);
-        let label = session.label();
-        log::debug!("[{label}] {key} created at revision {create_revision}");
-        let watches = watches.map_err(|e| log::debug!("[{label}] watch on {key}: {e}"));
+        let read_at = first.as_ref().map_or(create_revision, |l| l.revision);
+        self.client.watches().saw(read_at);
+        interest.ours(&key, read_at);
+        log::debug!(
+            "[{}] {key} created at revision {create_revision}",
+            session.label()
+        );
         let entry = KeyEntry {
             etcd,
             id: Key(key.clone().into_bytes()),
             key,
             create_revision,
-            watches: watches.ok(),
+            interest,
+            read_at,
         };
         Ok((entry, first))
     }
@@ -302,40 +270,30 @@ impl ContendDriver for KeyContender<'_> {
             entry.create_revision,
             epoch.session.rpc_timeout(),
         );
-        list(&entry.etcd, timeout, self.prefix, key, rev).await
+        let read = list(&entry.etcd, timeout, self.prefix, key, rev).await?;
+        self.client.watches().saw(read.revision);
+        entry.read_at = read.revision;
+        Ok(read)
     }
 
     async fn wait(&self, epoch: &KeyEpoch, entry: &mut KeyEntry, ahead: &Key) -> Result<()> {
         let ahead = match self.layout {
-            Layout::Permits(_) => self.prefix.as_bytes(),
-            Layout::Key { .. } => &ahead.0,
+            // Any permit key's deletion: we are the one waiter the
+            // internal mutex lets in.
+            Layout::Permits(_) => None,
+            Layout::Key { .. } => Some(ahead.0.as_slice()),
         };
-        let waited = self.wait_ahead(&epoch.session, entry, ahead).await;
-        if waited.is_err() {
-            entry.watches = None;
-        }
-        waited
+        let timeout = epoch.session.rpc_timeout();
+        entry.interest.wait(ahead, entry.read_at, timeout).await
     }
 
     async fn confirm(
         &self,
-        epoch: &KeyEpoch,
-        entry: &mut KeyEntry,
+        _epoch: &KeyEpoch,
+        _entry: &mut KeyEntry,
         listing: &Listing<Key>,
     ) -> Result<Option<i64>> {
-        match self.layout {
-            // The win-confirming write: its revision is the fence.
-            Layout::Key {
-                claim: claim @ Claim::Campaign(_),
-                ..
-            } => {
-                let session = &epoch.session;
-                let put = self.put(&entry.key, session.id(), claim);
-                let (key, rev) = (&entry.key, entry.create_revision);
-                guarded(&entry.etcd, session.rpc_timeout(), key, rev, put).await
-            }
-            _ => Ok(Some(listing.revision)),
-        }
+        Ok(Some(listing.revision))
     }
 
     fn remove(ticket: Ticket) -> impl std::future::Future<Output = ()> + Send + 'static {
@@ -343,6 +301,10 @@ impl ContendDriver for KeyContender<'_> {
     }
 
     fn won(&self, _epoch: KeyEpoch, ticket: Ticket, entry: KeyEntry, fence: i64) -> Acquired {
-        Acquired::new(ticket, entry.create_revision, fence, entry.watches)
+        entry.interest.ours(&entry.key, fence);
+        entry.interest.hold();
+        let watches = self.client.watches().clone();
+        let (rev, interest) = (entry.create_revision, entry.interest);
+        Acquired::new(ticket, (self.prefix, watches), rev, fence, interest)
     }
 }

@@ -6,9 +6,9 @@ use std::sync::Arc;
 use etcd_client::{Compare, CompareOp, Txn, TxnOp};
 use recipes_core::{until_done, Backoff, LossReason, Result, Turn, Turns};
 
+use crate::hub::{Interest, WatchHub};
 use crate::rpc::{header_revision, retrying_txn};
 use crate::session::Session;
-use crate::watch::{Watch, WatchSet};
 
 /// Names our key before it exists (the engine's ticket): enough to delete
 /// it even if the create's reply was lost. It holds this process's turn at
@@ -31,12 +31,24 @@ impl Ticket {
     }
 }
 
-/// Our key once it exists: its session (lease) and `create_revision`.
-#[derive(Debug, Clone)]
+/// Our key once it exists: its session (lease) and `create_revision`, and
+/// the name's watch it is heard on (the prefix under which it lives).
+#[derive(Clone)]
 pub(crate) struct OwnKey {
     pub(crate) session: Arc<Session>,
     pub(crate) key: String,
     pub(crate) create_revision: i64,
+    pub(crate) prefix: String,
+    pub(crate) watches: WatchHub,
+}
+
+impl std::fmt::Debug for OwnKey {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("OwnKey")
+            .field("key", &self.key)
+            .field("create_revision", &self.create_revision)
+            .finish_non_exhaustive()
+    }
 }
 
 /// A key that won, ready to become an [`EtcdLock`](crate::EtcdLock) (or,
@@ -45,32 +57,33 @@ pub(crate) struct OwnKey {
 pub(crate) struct Acquired {
     pub(crate) own: OwnKey,
     pub(crate) fence: i64,
-    /// Watches our key since before the fence, when it did.
-    pub(crate) watch: Option<Watch>,
+    /// Hears our key's deletion since the fence.
+    pub(crate) watch: Option<Interest>,
     /// This process's turns at the name, kept while the key exists.
     pub(crate) turns: Turns,
 }
 
 impl Acquired {
-    /// Made from the engine's win: the watch is kept only if it covers our
-    /// key from the fence on; otherwise the held lease starts afresh.
+    /// Made from the engine's win: `interest` hears our key under
+    /// `prefix` on the client's watch stream `watches`.
     pub(crate) fn new(
         ticket: Ticket,
+        (prefix, watches): (&str, WatchHub),
         create_revision: i64,
         fence: i64,
-        watches: Option<WatchSet>,
+        interest: Interest,
     ) -> Acquired {
         let own = OwnKey {
             session: ticket.session,
             key: ticket.key,
             create_revision,
+            prefix: prefix.to_owned(),
+            watches,
         };
         Acquired {
             own,
             fence,
-            watch: watches
-                .map(WatchSet::into_ours)
-                .filter(|w| w.synced_at() <= fence),
+            watch: Some(interest),
             turns: Turns::new(ticket.turn, None),
         }
     }
@@ -81,6 +94,7 @@ impl Acquired {
             session,
             key,
             create_revision,
+            ..
         } = self.own;
         delete_until_done(session, key, Some(create_revision), self.turns).await;
     }

@@ -40,6 +40,7 @@ mod builder;
 mod client;
 mod contend;
 mod election;
+mod hub;
 mod key;
 mod listing;
 mod lock;

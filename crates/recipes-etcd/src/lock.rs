@@ -14,10 +14,10 @@ use recipes_core::{
 };
 
 use crate::client::EtcdClient;
+use crate::hub::Interest;
 use crate::key::{delete_key, delete_until_done, if_ours, Acquired, OwnKey};
 use crate::names::validate_key;
 use crate::rpc::{from_etcd, retrying_get};
-use crate::watch::Watch;
 
 /// This process's turns at a lock name (the session's and the handle's),
 /// shared by a held key and its watch: whoever learns first that the key
@@ -199,22 +199,28 @@ impl StoreEntry for EtcdKey {
 
 /// Our held key, watched for deletion (core's [`watch_held`]).
 impl EntryWatcher for OwnKey {
-    type Watch = Watch;
+    type Watch = Interest;
 
-    /// A new synced watch on our key, then a read.
-    async fn watch(&self) -> Result<Option<Watch>> {
+    /// An interest in the name's deletions, then a read of our key.
+    async fn watch(&self) -> Result<Option<Interest>> {
         let (etcd, timeout) = (self.session.store()?, self.session.rpc_timeout());
-        let watch = Watch::key(&etcd, self.key.as_bytes(), timeout).await?;
+        let interest = self.watches.interest(&self.prefix);
         let read = retrying_get(&etcd, timeout, &self.key, None).await?;
         let ours = read
             .kvs()
             .first()
             .is_some_and(|kv| kv.create_revision() == self.create_revision);
-        Ok(ours.then_some(watch))
+        let Some(rev) = read.header().map(|h| h.revision()).filter(|_| ours) else {
+            return Ok(None);
+        };
+        self.watches.saw(rev);
+        interest.ours(&self.key, rev);
+        interest.hold();
+        Ok(Some(interest))
     }
 
-    async fn deleted(watch: &mut Watch) -> Result<()> {
-        watch.deleted().await
+    async fn deleted(watch: &mut Interest) -> Result<()> {
+        watch.ours_deleted().await
     }
 }
 

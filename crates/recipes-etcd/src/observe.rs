@@ -24,7 +24,7 @@ impl LeaderWatch for Following {
     async fn look(&mut self) -> Result<Option<(LeaderInfo, i64)>> {
         let (etcd, timeout) = (self.client.leases().store()?, self.client.rpc_timeout());
         if self.watch.is_none() {
-            let watch = Watch::prefix(&etcd, &self.prefix, false, timeout).await?;
+            let watch = Watch::prefix(&etcd, &self.prefix, timeout).await?;
             self.watch = Some(watch);
         }
         let leader = read_candidates(&etcd, timeout, &self.prefix)
