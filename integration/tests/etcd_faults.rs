@@ -209,3 +209,67 @@ fn cluster_blackholed_keep_alive_loses_before_another_acquires_fault() {
     assert!(new.token() > held.token());
     proxy.restore();
 }
+
+/// A waiter whose watch stream breaks while the lock is released: its
+/// client's watches resume where they stopped when the stream re-opens,
+/// and the waiter acquires. With the history compacted meanwhile, the
+/// resumed watch cannot replay the release: the waiter reads again
+/// instead, and acquires all the same.
+fn a_waiter_behind_a_broken_stream_acquires(compact: bool) {
+    let server = EtcdServer::start();
+    let facts = server.facts();
+    let proxy = integration::Proxy::start(server.client_addr());
+    let name = lock_name("resume");
+    let a = connect(&server);
+    let held = a.mutex(&name).unwrap().lock().unwrap();
+    let b = EtcdClient::builder([proxy.addr().to_string()])
+        .ttl(Duration::from_secs(30))
+        .connect()
+        .unwrap();
+    let waiter = queue_waiter(&facts, &b, &name);
+    // Both clients watch the name: the holder's and the waiter's.
+    wait_until("both clients watch the name", scale(SOON), || {
+        server.metric("etcd_debugging_mvcc_watcher_total") >= 2.0
+    });
+    proxy.blackhole();
+    proxy.drop_connections();
+    let first = held.token();
+    held.release().unwrap();
+    if compact {
+        facts.put(&format!("{name}-after"), b"x");
+        let rev = store_revision(&facts);
+        let mut raw = facts.client();
+        block_on(async move { raw.compact(rev, None).await }).expect("compact");
+    }
+    assert!(
+        !waiter.is_finished(),
+        "the waiter cannot hear the release yet"
+    );
+    proxy.restore();
+    let (token, _, g) = wait_for_join(waiter);
+    assert!(token > first, "{token:?} after {first:?}");
+    g.release().unwrap();
+    assert!(facts.keys_with_prefix(&format!("{name}/")).is_empty());
+}
+
+/// Joins a waiter within [`SOON`] (scaled), or fails the test.
+fn wait_for_join(
+    waiter: std::thread::JoinHandle<Waited>,
+) -> (
+    recipes_core::FencingToken,
+    BootInstant,
+    recipes_etcd::MutexGuard,
+) {
+    wait_until("the waiter acquires", scale(SOON), || waiter.is_finished());
+    waiter.join().unwrap().expect("the waiter acquires")
+}
+
+#[test]
+fn a_waiter_behind_a_broken_watch_stream_acquires_fault() {
+    a_waiter_behind_a_broken_stream_acquires(false);
+}
+
+#[test]
+fn a_waiter_behind_a_broken_watch_stream_over_compacted_history_acquires_fault() {
+    a_waiter_behind_a_broken_stream_acquires(true);
+}
