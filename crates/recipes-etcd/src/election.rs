@@ -2,12 +2,12 @@
 //! value): the mutex's layout, rule and wait with values; Go's
 //! `concurrency.Election` and `etcdctl elect` campaign against it.
 //!
-//! Once a read finds none ahead of us, our key is put again — same value,
-//! same lease, guarded by `create_revision == ours` — and that write's
-//! revision is the fencing token: it comes after the previous leader's key
-//! was deleted, so after every write of the previous term. Our key's
-//! `mod_revision` is no fence: it moves with every proclaim and, across a
-//! hand-over, can be lower than the previous leader's.
+//! The fencing token is the revision of the read that found none ahead of
+//! us, as for the mutex: it comes after the previous leader's key was
+//! deleted, so after every write of the previous term, and the hand-over
+//! costs no write between the wake and the win. Our key's `mod_revision`
+//! is no fence: it moves with every proclaim and, across a hand-over, can
+//! be lower than the previous leader's.
 
 use std::future::Future;
 use std::time::Duration;

@@ -2,10 +2,11 @@
 //! (`contend.rs`); the first N in create order hold.
 //!
 //! - **enter**: one transaction — if our key does not exist and the size
-//!   key still holds our N, put the key and read every permit key — joined
-//!   with a synced watch on our own key (the held permit's loss watch).
+//!   key still holds our N, put the key and read every permit key — after
+//!   an interest in the prefix's deletions on the client's watch stream
+//!   (`hub`: the held permit's loss watch too).
 //! - **list**: one read of the permit keys up to ours (`listing.rs`).
-//! - **wait**: a synced watch for any deletion under the permit prefix
+//! - **wait**: for any deletion under the permit prefix after the read
 //!   (`contend.rs`), then read again.
 //! - **confirm**: the admitting read's revision; permits have no fence.
 
