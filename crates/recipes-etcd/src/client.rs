@@ -8,7 +8,7 @@ use recipes_core::{LeaseSessions, Result, Runtime, Settings};
 
 use crate::builder::EtcdClientBuilder;
 use crate::hub::WatchHub;
-use crate::session::{Etcd, Seen};
+use crate::session::Etcd;
 
 /// An etcd client on its own runtime thread, holding one lease (its
 /// session) that its recipes' keys are bound to; see
@@ -79,7 +79,7 @@ impl EtcdClient {
         etcd: etcd_client::Client,
         rt: Runtime,
     ) -> Result<EtcdClient> {
-        let etcd = Etcd(etcd, Seen::default());
+        let etcd = Etcd(etcd);
         let watches = WatchHub::start(etcd.clone(), &rt, config.settings.rpc_timeout);
         let client = EtcdClient {
             leases: Arc::new(LeaseSessions::new(etcd, rt, config.settings)),

@@ -243,7 +243,6 @@ impl ContendDriver for KeyContender<'_> {
         };
         ticket.create_revision = Some(create_revision);
         let read_at = first.as_ref().map_or(create_revision, |l| l.revision);
-        self.client.watches().saw(read_at);
         interest.ours(&key, read_at);
         log::debug!(
             "[{}] {key} created at revision {create_revision}",
@@ -271,7 +270,6 @@ impl ContendDriver for KeyContender<'_> {
             epoch.session.rpc_timeout(),
         );
         let read = list(&entry.etcd, timeout, self.prefix, key, rev).await?;
-        self.client.watches().saw(read.revision);
         entry.read_at = read.revision;
         Ok(read)
     }

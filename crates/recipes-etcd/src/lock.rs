@@ -213,7 +213,6 @@ impl EntryWatcher for OwnKey {
         let Some(rev) = read.header().map(|h| h.revision()).filter(|_| ours) else {
             return Ok(None);
         };
-        self.watches.saw(rev);
         interest.ours(&self.key, rev);
         interest.hold();
         Ok(Some(interest))

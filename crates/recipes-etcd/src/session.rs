@@ -7,8 +7,6 @@
 //! number of them.
 
 use std::ops::{Deref, DerefMut};
-use std::sync::atomic::{AtomicI64, Ordering};
-use std::sync::Arc;
 use std::time::Duration;
 
 use recipes_core::{LeaseSession, LeaseStore, Opened, Renewal, RenewalStream, Result};
@@ -19,27 +17,9 @@ use crate::rpc::{from_etcd, retrying};
 pub(crate) type Session = LeaseSession<Etcd>;
 
 /// The connection to etcd, as core's lease store (and, dereferenced, the
-/// etcd-client handle every request uses), and the highest revision the
-/// client has seen in a reply.
+/// etcd-client handle every request uses).
 #[derive(Clone)]
-pub(crate) struct Etcd(pub(crate) etcd_client::Client, pub(crate) Seen);
-
-/// The highest store revision a reply has shown the client: every later
-/// linearizable read is at it or after.
-#[derive(Clone, Default)]
-pub(crate) struct Seen(Arc<AtomicI64>);
-
-impl Seen {
-    /// A reply at revision `rev`.
-    pub(crate) fn saw(&self, rev: i64) {
-        self.0.fetch_max(rev, Ordering::Relaxed);
-    }
-
-    /// The highest revision seen; 0 before any.
-    pub(crate) fn get(&self) -> i64 {
-        self.0.load(Ordering::Relaxed)
-    }
-}
+pub(crate) struct Etcd(pub(crate) etcd_client::Client);
 
 impl Deref for Etcd {
     type Target = etcd_client::Client;
@@ -73,7 +53,6 @@ impl LeaseStore for Etcd {
             async move { etcd.lease_grant(asked, None).await }
         })
         .await?;
-        self.1.saw(granted.header().map_or(0, |h| h.revision()));
         let ttl = u64::try_from(granted.ttl()).unwrap_or(0);
         Ok((granted.id(), Duration::from_secs(ttl)))
     }

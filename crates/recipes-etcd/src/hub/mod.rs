@@ -3,12 +3,13 @@
 //! client uses, kept open across acquisitions.
 //!
 //! A new watch per acquisition costs a stream (~30 KiB each while a lock
-//! is held) and, in etcd 3.4, risks what the issue tracker calls an
-//! unsynced watcher: a watch with no start revision is registered at
-//! "current revision + 1", and a write landing in between leaves it to a
-//! loop that runs every 100 ms. Here a name's watch is created once; after
-//! that, an acquisition only registers an [`Interest`] with the client —
-//! no request — and the loss watch on our own key costs no round trip.
+//! is held) and, in etcd 3.4, risks an unsynced watcher: a watch with no
+//! start revision is registered at "current revision + 1", and a write
+//! landing in between leaves it to a loop that runs every 100 ms. Here a
+//! name's watch is created once, from the revision after the first reply
+//! that showed our key; after that, an acquisition only registers an
+//! [`Interest`] with the client — no request — and the loss watch on our
+//! own key costs no round trip.
 //!
 //! **No deletion falls between a read and a wait.** An interest exists
 //! before the request whose reply it is checked against (the enter
@@ -16,8 +17,9 @@
 //! the client learns of from then on; a wait then names the key and the
 //! revision `R` of that reply, and counts only deletions after `R`, those
 //! heard meanwhile included. The name's watch vouches for every deletion
-//! after the revision it was confirmed at ([`Name::covered_after`]): a
-//! wait on an older `R` returns at once, so the caller reads again. A
+//! after the revision it started from ([`Name::covered_after`]): a wait on
+//! an older `R` (another acquisition of the client asked for the watch
+//! first) returns at once, so the caller reads again. A
 //! broken stream is re-opened with each watch resumed at the first
 //! revision not yet heard; history compacted away moves `covered_after`
 //! on and wakes every interest of the name to read again.
@@ -32,7 +34,7 @@ use parking_lot::Mutex;
 use recipes_core::{Error, Result, Runtime};
 use tokio::sync::Notify;
 
-use crate::session::{Etcd, Seen};
+use crate::session::Etcd;
 
 /// Names whose watch is kept while no interest uses them, for the next
 /// acquisition; beyond that the least recently used is cancelled.
@@ -46,9 +48,6 @@ pub(crate) struct WatchHub {
 
 struct Shared {
     state: Mutex<State>,
-    /// The highest revision the client has seen: a new name's watch starts
-    /// after it, and vouches from it on at once.
-    seen: Seen,
     /// Wakes the stream's task: something to send.
     wake: Notify,
 }
@@ -71,8 +70,8 @@ struct State {
 /// One name's watch: every deletion under its prefix.
 struct Name {
     id: i64,
-    /// Every deletion after this revision is heard; `i64::MAX` until the
-    /// server confirmed the watch.
+    /// Every deletion after this revision is heard; `i64::MAX` until an
+    /// interest asked for the watch ([`Interest::ours`]).
     covered_after: i64,
     /// The first revision not yet heard: where a re-opened stream resumes.
     next_rev: i64,
@@ -151,7 +150,6 @@ impl WatchHub {
                 ..State::default()
             }),
             wake: Notify::new(),
-            seen: etcd.1.clone(),
         });
         let hub = WatchHub { shared };
         // Not a background task of the runtime's: it runs as long as the
@@ -159,12 +157,6 @@ impl WatchHub {
         rt.handle()
             .spawn(stream::run(etcd, hub.shared.clone(), timeout));
         hub
-    }
-
-    /// A reply of the store at revision `rev`: later reads are at `rev`
-    /// or after.
-    pub(crate) fn saw(&self, rev: i64) {
-        self.shared.seen.saw(rev);
     }
 
     /// Hear every deletion under `prefix` from now on (see the module's
@@ -175,8 +167,7 @@ impl WatchHub {
             let mut st = self.shared.state.lock();
             let id = st.next_interest;
             st.next_interest += 1;
-            let known = self.shared.seen.get();
-            st.name(prefix, known).interests.insert(id, slot.clone());
+            st.name(prefix).interests.insert(id, slot.clone());
             if let Some(at) = st.idle.iter().position(|p| p == prefix) {
                 st.idle.remove(at);
             }
@@ -193,24 +184,17 @@ impl WatchHub {
 }
 
 impl State {
-    /// The name's watch, created (to be sent) if there is none: from
-    /// revision `known` on, or (0) from whenever the server confirms it.
-    fn name(&mut self, prefix: &str, known: i64) -> &mut Name {
+    /// The name's entry, made if there is none; its watch is asked for by
+    /// the first [`Interest::ours`].
+    fn name(&mut self, prefix: &str) -> &mut Name {
         if !self.names.contains_key(prefix) {
             let id = self.next_id;
             self.next_id += 1;
             self.ids.insert(id, prefix.to_owned());
-            self.to_create.push(prefix.to_owned());
-            // From the revision known on, or (none yet) from whenever the
-            // server confirms the watch.
-            let (covered_after, next_rev) = match known {
-                0 => (i64::MAX, 0),
-                rev => (rev, rev + 1),
-            };
             let name = Name {
                 id,
-                covered_after,
-                next_rev,
+                covered_after: i64::MAX,
+                next_rev: 0,
                 sent_on: None,
                 cancelled: None,
                 interests: HashMap::new(),
@@ -267,7 +251,7 @@ impl Shared {
         let mut st = self.state.lock();
         let looked = vouches(st.names.get(prefix), prefix, rev);
         if looked.is_err() && st.names[prefix].sent_on.is_some() {
-            st.name(prefix, 0);
+            st.name(prefix);
             drop(st);
             self.wake.notify_one();
         }
@@ -297,9 +281,24 @@ fn vouches(name: Option<&Name>, prefix: &str, rev: i64) -> Result<Option<bool>> 
 
 impl Interest {
     /// Our key `key` existed at revision `rev`: its deletion after that is
-    /// heard.
+    /// heard. The name's first `ours` asks for its watch, from `rev + 1`:
+    /// the revision a reply just showed, so the watch is most likely synced
+    /// at once (a watch from an older revision waits for etcd's 100 ms
+    /// unsynced loop), and it vouches for `rev` and later without waiting
+    /// for the server.
     pub(crate) fn ours(&self, key: &str, rev: i64) {
         self.slot.state.lock().ours = Some((key.as_bytes().to_vec(), rev));
+        let mut st = self.hub.shared.state.lock();
+        let Some(name) = st.names.get_mut(&self.prefix) else {
+            return;
+        };
+        if name.covered_after != i64::MAX || name.sent_on.is_some() {
+            return;
+        }
+        (name.covered_after, name.next_rev) = (rev, rev + 1);
+        st.to_create.push(self.prefix.clone());
+        drop(st);
+        self.hub.shared.wake.notify_one();
     }
 
     /// Whether the name's watch vouches for `rev`, waiting (at most

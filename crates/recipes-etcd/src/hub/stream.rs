@@ -144,11 +144,7 @@ impl State {
         }
         let name = self.names.get_mut(&prefix).expect("ids name names");
         if reply.created() {
-            if let (i64::MAX, Some(rev)) = (name.covered_after, header) {
-                name.covered_after = rev;
-                name.next_rev = name.next_rev.max(rev + 1);
-                recheck(name);
-            }
+            // It was asked for from a revision: nothing new.
             return;
         }
         if reply.events().is_empty() {
@@ -186,15 +182,12 @@ fn recheck(name: &Name) {
 }
 
 /// The create request of `name`'s watch: deletions under its prefix, from
-/// where it stopped (or from now, the first time).
+/// the first revision not yet heard.
 fn options(name: &Name) -> WatchOptions {
-    let options = WatchOptions::new()
+    WatchOptions::new()
         .with_prefix()
         .with_filters([WatchFilterType::NoPut])
         .with_progress_notify()
-        .with_watch_id(name.id);
-    match name.next_rev {
-        0 => options,
-        rev => options.with_start_revision(rev),
-    }
+        .with_watch_id(name.id)
+        .with_start_revision(name.next_rev)
 }
