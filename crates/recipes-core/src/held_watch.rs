@@ -36,7 +36,10 @@ pub async fn watch_held<W: EntryWatcher>(
         loop {
             let mut watch = match handed_over.take() {
                 Some(w) => w,
-                None => match watcher.watch().await {
+                // Boxed: a held entry's task waits in `deleted` nearly
+                // all its life, and a request's future (several KiB)
+                // inline would make every held entry's task that large.
+                None => match Box::pin(watcher.watch()).await {
                     Ok(Some(w)) => {
                         backoff.reset();
                         w
