@@ -292,7 +292,8 @@ impl Interest {
         let Some(name) = st.names.get_mut(&self.prefix) else {
             return;
         };
-        if name.covered_after != i64::MAX || name.sent_on.is_some() {
+        if name.covered_after != i64::MAX {
+            // Asked for already.
             return;
         }
         (name.covered_after, name.next_rev) = (rev, rev + 1);

@@ -102,14 +102,18 @@ impl State {
         None
     }
 
-    /// The stream broke: every watch is created again on the next one,
-    /// each resumed where it stopped (cancels are moot).
+    /// The stream broke: every watch asked for is created again on the
+    /// next one, each resumed where it stopped (cancels are moot). A name
+    /// no interest has asked a watch for yet waits for its first
+    /// [`ours`](super::Interest::ours).
     fn restart(&mut self) {
         self.to_cancel.clear();
         self.to_create.clear();
         for (prefix, name) in &mut self.names {
             name.sent_on = None;
-            self.to_create.push(prefix.clone());
+            if name.covered_after != i64::MAX {
+                self.to_create.push(prefix.clone());
+            }
         }
     }
 
