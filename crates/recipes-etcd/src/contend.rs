@@ -8,13 +8,17 @@
 //!   does not exist, put it with our lease; either way read the contenders
 //!   (`listing.rs`). Our key's deletion after it is loss, while we wait
 //!   and after we hold.
-//! - **list**: one read of the contenders created up to ours.
+//! - **list**: one read of the contenders created up to ours — or none,
+//!   when the wait before heard every key ahead of ours deleted (no key
+//!   is ever created ahead of ours): the listing is then ours alone, at
+//!   the revision of the last of those deletions.
 //! - **wait**: for the contender ahead (a permit: any key) or our key to
-//!   be deleted after the revision of the read that showed them.
-//! - **confirm**: the fence is the header revision of the read that found
-//!   no contender ahead — for a campaign too: it comes after the previous
-//!   holder's key was deleted, so after every write of the previous term,
-//!   and no write of ours lies between the wake and the win.
+//!   be deleted after the revision of the read that showed them, noting
+//!   which of the other keys ahead were deleted meanwhile.
+//! - **confirm**: the fence is the listing's revision — for a campaign
+//!   too: no earlier than the previous holder's key's deletion, so after
+//!   every write of the previous term, and no request of ours lies between
+//!   the wake and the win.
 //! - **remove**: delete our key, guarded by its `create_revision` once
 //!   known, retrying until done or the session is lost.
 
@@ -26,7 +30,7 @@ use recipes_core::{LeaseEpoch, LossSignal, Result};
 use tokio::time::Instant;
 
 use crate::client::EtcdClient;
-use crate::hub::Interest;
+use crate::hub::{Interest, FOLLOWED_AHEAD};
 use crate::key::{guarded, Acquired, Ticket};
 use crate::listing::{list, listing, oldest_first};
 use crate::names::{contender_key, other_layout, permit_key, size_key, Key};
@@ -101,6 +105,21 @@ pub(crate) struct KeyEntry {
     interest: Interest,
     /// The revision of the last read of the contenders.
     read_at: i64,
+    /// The contenders ahead of ours at that read.
+    ahead: Vec<Vec<u8>>,
+    /// The revision at which a wait heard every key ahead deleted: ours is
+    /// first there (the next listing is that, with no read).
+    first_at: Option<i64>,
+}
+
+impl KeyEntry {
+    /// Keep what a listing showed ahead of ours.
+    fn listed(&mut self, listing: &Listing<Key>) {
+        self.read_at = listing.revision;
+        self.ahead.clear();
+        let ahead = listing.contenders.iter().take_while(|k| **k != self.id);
+        self.ahead.extend(ahead.map(|k| k.0.clone()));
+    }
 }
 
 impl KeyContender<'_> {
@@ -248,14 +267,19 @@ impl ContendDriver for KeyContender<'_> {
             "[{}] {key} created at revision {create_revision}",
             session.label()
         );
-        let entry = KeyEntry {
+        let mut entry = KeyEntry {
             etcd,
             id: Key(key.clone().into_bytes()),
             key,
             create_revision,
             interest,
             read_at,
+            ahead: Vec::new(),
+            first_at: None,
         };
+        if let Some(first) = &first {
+            entry.listed(first);
+        }
         Ok((entry, first))
     }
 
@@ -263,26 +287,43 @@ impl ContendDriver for KeyContender<'_> {
         &entry.id
     }
 
+    /// A read of the contenders — or none, when the last wait heard every
+    /// key ahead of ours deleted: the listing at that deletion's revision
+    /// is ours alone.
     async fn list(&self, epoch: &KeyEpoch, entry: &mut KeyEntry) -> Result<Listing<Key>> {
-        let (key, rev, timeout) = (
-            &entry.key,
-            entry.create_revision,
-            epoch.session.rpc_timeout(),
-        );
-        let read = list(&entry.etcd, timeout, self.prefix, key, rev).await?;
-        entry.read_at = read.revision;
+        let read = match entry.first_at.take() {
+            Some(revision) => Listing {
+                contenders: vec![entry.id.clone()],
+                revision,
+            },
+            None => {
+                let (key, rev) = (&entry.key, entry.create_revision);
+                let timeout = epoch.session.rpc_timeout();
+                list(&entry.etcd, timeout, self.prefix, key, rev).await?
+            }
+        };
+        entry.listed(&read);
         Ok(read)
     }
 
     async fn wait(&self, epoch: &KeyEpoch, entry: &mut KeyEntry, ahead: &Key) -> Result<()> {
-        let ahead = match self.layout {
+        let timeout = epoch.session.rpc_timeout();
+        let (ahead, others) = match self.layout {
             // Any permit key's deletion: we are the one waiter the
             // internal mutex lets in.
-            Layout::Permits(_) => None,
-            Layout::Key { .. } => Some(ahead.0.as_slice()),
+            Layout::Permits(_) => (None, None),
+            Layout::Key { .. } => {
+                let others = entry.ahead.iter().filter(|k| **k != ahead.0);
+                let others =
+                    (entry.ahead.len() <= FOLLOWED_AHEAD + 1).then(|| others.cloned().collect());
+                (Some(ahead.0.as_slice()), others)
+            }
         };
-        let timeout = epoch.session.rpc_timeout();
-        entry.interest.wait(ahead, entry.read_at, timeout).await
+        entry.first_at = entry
+            .interest
+            .wait(ahead, others, entry.read_at, timeout)
+            .await?;
+        Ok(())
     }
 
     async fn confirm(

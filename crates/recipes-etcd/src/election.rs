@@ -2,10 +2,11 @@
 //! value): the mutex's layout, rule and wait with values; Go's
 //! `concurrency.Election` and `etcdctl elect` campaign against it.
 //!
-//! The fencing token is the revision of the read that found none ahead of
-//! us, as for the mutex: it comes after the previous leader's key was
-//! deleted, so after every write of the previous term, and the hand-over
-//! costs no write between the wake and the win. Our key's `mod_revision`
+//! The fencing token is the revision at which none was ahead of us, as for
+//! the mutex (the read that found none, or the deletion heard on the watch
+//! that left none): no earlier than the previous leader's key's deletion,
+//! so after every write of the previous term, and the hand-over costs no
+//! request between the wake and the win. Our key's `mod_revision`
 //! is no fence: it moves with every proclaim and, across a hand-over, can
 //! be lower than the previous leader's.
 

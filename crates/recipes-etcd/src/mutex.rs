@@ -3,8 +3,9 @@
 //! `create_revision`, as for Go's `concurrency.Mutex` and `etcdctl lock`
 //! (which count nested keys too), so they contend with it correctly. The
 //! fence equals their `Header().Revision` / `ETCD_LOCK_REV`: mixed holders
-//! share one strictly increasing sequence, as each confirming read follows
-//! the deletion of the previous holder's key.
+//! share one strictly increasing sequence: each fence is the revision of
+//! the deletion of the previous holder's key (ours, heard on the watch) or
+//! of a read after it (theirs, and ours when the watch cannot vouch).
 
 use std::time::Instant as StdInstant;
 

@@ -40,6 +40,11 @@ use crate::session::Etcd;
 /// acquisition; beyond that the least recently used is cancelled.
 const IDLE_NAMES: usize = 64;
 
+/// A wait follows up to this many keys ahead of ours besides the one it
+/// waits for, so that the wake that finds them all deleted knows ours is
+/// first without a read; a longer queue reads again after the wake.
+pub(crate) const FOLLOWED_AHEAD: usize = 32;
+
 /// The client's watch stream and the watches on it.
 #[derive(Clone)]
 pub(crate) struct WatchHub {
@@ -113,8 +118,16 @@ enum Target {
     Collect,
     /// Our key only (it is held).
     Held,
-    /// This key deleted after this revision.
-    Key(Vec<u8>, i64),
+    /// `key` deleted after revision `after`; `others`, the rest of the
+    /// keys ahead of ours at that read (when no more than
+    /// [`FOLLOWED_AHEAD`]), as long as their deletion is not heard;
+    /// `deleted_at`, the revision of `key`'s deletion once heard.
+    Key {
+        key: Vec<u8>,
+        after: i64,
+        others: Option<Vec<Vec<u8>>>,
+        deleted_at: i64,
+    },
     /// Any key under the prefix deleted after this revision.
     Any(i64),
 }
@@ -128,13 +141,30 @@ impl Listening {
                 return true;
             }
         }
-        match &self.target {
+        match &mut self.target {
             Target::Collect => {
                 self.heard.push((key.to_vec(), rev));
                 false
             }
             Target::Held => false,
-            Target::Key(k, after) => k == key && rev > *after,
+            Target::Key {
+                key: k,
+                after,
+                others,
+                deleted_at,
+            } => {
+                if rev <= *after {
+                    return false;
+                }
+                if let Some(others) = others {
+                    others.retain(|other| other != key);
+                }
+                if k != key {
+                    return false;
+                }
+                *deleted_at = rev;
+                true
+            }
             Target::Any(after) => rev > *after,
         }
     }
@@ -324,14 +354,20 @@ impl Interest {
     /// Resolves when our key, or `ahead` (`None`: any key under the
     /// prefix), is deleted after revision `rev` — the revision of the
     /// read that showed them both — or as soon as the watch cannot vouch
-    /// for `rev`: either way the caller reads again. Cancel-safe: a wake is
-    /// never lost (a later wait returns at once).
+    /// for `rev`: the caller then reads again. `Some(r)` instead when
+    /// `ahead` was deleted at revision `r` and so was every key of
+    /// `others` (the rest of the keys ahead of ours at `rev`), heard on a
+    /// watch that vouches for every deletion after `rev`: no key can be
+    /// created ahead of ours, so at `r` ours is first, and no read is
+    /// needed to know it. Cancel-safe: a wake is never lost (a later wait
+    /// returns at once).
     pub(crate) async fn wait(
         &self,
         ahead: Option<&[u8]>,
+        others: Option<Vec<Vec<u8>>>,
         rev: i64,
         timeout: Duration,
-    ) -> Result<()> {
+    ) -> Result<Option<i64>> {
         {
             let mut st = self.slot.state.lock();
             if let Some((_, after)) = st.ours.as_mut() {
@@ -341,30 +377,49 @@ impl Interest {
             // dropped deletions that did not match it: read again.
             if st.ours_gone || !matches!(st.target, Target::Collect) {
                 (st.target, st.woken) = (Target::Collect, false);
-                return Ok(());
+                return Ok(None);
             }
         }
         if !self.covers(rev, timeout).await? {
-            return Ok(());
+            return Ok(None);
         }
+        let mut others = others;
         loop {
             let notified = self.slot.notify.notified();
             {
                 let mut st = self.slot.state.lock();
                 if matches!(st.target, Target::Collect) {
-                    // Deletions heard since the read count too.
+                    // Deletions heard since the read count too (each one
+                    // heard, not only the first that wakes).
                     let heard = std::mem::take(&mut st.heard);
                     st.target = match ahead {
-                        Some(key) => Target::Key(key.to_vec(), rev),
+                        Some(key) => Target::Key {
+                            key: key.to_vec(),
+                            after: rev,
+                            others: others.take(),
+                            deleted_at: 0,
+                        },
                         None => Target::Any(rev),
                     };
-                    if heard.iter().any(|(key, at)| st.hear(key, *at)) {
-                        st.woken = true;
+                    let mut woken = false;
+                    for (key, at) in &heard {
+                        woken |= st.hear(key, *at);
                     }
+                    st.woken |= woken;
                 }
-                if std::mem::take(&mut st.woken) || std::mem::take(&mut st.recheck) {
-                    st.target = Target::Collect;
-                    return Ok(());
+                let recheck = std::mem::take(&mut st.recheck);
+                if std::mem::take(&mut st.woken) || recheck {
+                    let target = std::mem::take(&mut st.target);
+                    return Ok(match target {
+                        Target::Key {
+                            others: Some(others),
+                            deleted_at,
+                            ..
+                        } if others.is_empty() && deleted_at > 0 && !recheck && !st.ours_gone => {
+                            Some(deleted_at)
+                        }
+                        _ => None,
+                    });
                 }
             }
             notified.await;

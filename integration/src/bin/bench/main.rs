@@ -3,7 +3,7 @@
 //! per line (`metric`, `backend`, the figures, `raw`, `violations`).
 //!
 //! ```sh
-//! cargo run --release -p integration --bin bench -- [zk|etcd|pg|redis|all] [--quick]
+//! cargo run --release -p integration --bin bench -- [zk|etcd|pg|redis|all] [M1 … M5] [--quick]
 //! ```
 //!
 //! - **M1** uncontended `lock` + `release`: ops/s, p50, p99.
@@ -19,6 +19,8 @@
 //!   PostgreSQL's statistics lag by a second, so none).
 //! - **M5** 1, 100 and 10,000 locks held by one client: threads, resident
 //!   memory per lock, idle server requests per second.
+//!
+//! Naming metrics (`M1 M2`) runs only those.
 //!
 //! `--quick` runs every measurement small, as a smoke test (`scripts/test`):
 //! it fails only when a measurement does not complete or sees a violation.
@@ -54,12 +56,26 @@ const QUICK: Sizes = Sizes {
     idle: Duration::from_millis(300),
 };
 
+/// One of M1–M5.
+type Measure<C> = fn(&Store<C>, &Sizes);
+
+/// The metrics named on the command line (`M1` … `M5`); none named: all.
+static ONLY: std::sync::OnceLock<Vec<String>> = std::sync::OnceLock::new();
+
 fn all<C: Client>(store: Store<C>, sizes: &Sizes) {
-    measures::m1(&store, sizes);
-    measures::m2(&store, sizes);
-    measures::m3(&store, sizes);
-    load::m4(&store, sizes);
-    load::m5(&store, sizes);
+    let metrics: &[(&str, Measure<C>)] = &[
+        ("M1", measures::m1),
+        ("M2", measures::m2),
+        ("M3", measures::m3),
+        ("M4", load::m4),
+        ("M5", load::m5),
+    ];
+    for (metric, measure) in metrics {
+        let only = ONLY.get().map_or(&[][..], Vec::as_slice);
+        if only.is_empty() || only.iter().any(|m| m.eq_ignore_ascii_case(metric)) {
+            measure(&store, sizes);
+        }
+    }
 }
 
 fn zk(sizes: &Sizes) {
@@ -177,10 +193,13 @@ fn main() {
     } else {
         &FULL
     };
-    let which = args
+    let (metrics, stores): (Vec<&String>, Vec<&String>) = args
         .iter()
-        .find(|a| !a.starts_with("--"))
-        .map_or("all", String::as_str);
+        .filter(|a| !a.starts_with("--"))
+        .partition(|a| a.len() == 2 && a.to_ascii_uppercase().starts_with('M'));
+    ONLY.set(metrics.into_iter().cloned().collect())
+        .expect("set once");
+    let which = stores.first().map_or("all", |s| s.as_str());
     match which {
         "zk" => zk(sizes),
         "etcd" => etcd(sizes),
