@@ -1,16 +1,18 @@
 //! M1–M5, written once over [`recipes_core::Client`]: what each store adds
 //! is in [`Store`].
 
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
-use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use integration::wait_until;
-use parking_lot::Mutex;
 use recipes_core::Client;
 
+use crate::handoff::Handoffs;
 use crate::out::{line, percentile_us, rate_and_latency, Figures, V};
 use crate::raw::Samples;
+
+/// A raw handoff among this many contenders for this long: its figures
+/// and violations.
+pub type RawHandoff = dyn Fn(usize, Duration) -> (Figures, u64);
 
 /// A store under measurement.
 pub struct Store<C> {
@@ -19,6 +21,10 @@ pub struct Store<C> {
     pub connect: Box<dyn Fn(Duration) -> C + Send + Sync>,
     /// The raw minimum of an uncontended cycle, for this long.
     pub raw: Option<Box<dyn Fn(Duration) -> Samples>>,
+    /// The raw limit of a handoff among this many contenders, for this
+    /// long, where the bench has one (etcd's: `handoff.rs`); M2 is
+    /// otherwise beside the uncontended raw minimum.
+    pub raw_handoff: Option<Box<RawHandoff>>,
     /// The server's count of requests served so far, where it keeps one.
     pub requests: Box<dyn Fn() -> Option<u64>>,
     /// End a client as a crash would.
@@ -88,11 +94,7 @@ pub fn m1<C: Client>(store: &Store<C>, sizes: &Sizes) {
 pub fn m2<C: Client>(store: &Store<C>, sizes: &Sizes) {
     let name = store.lock_name("m2");
     for &n in sizes.contenders {
-        let inside = Arc::new(AtomicBool::new(false));
-        let violations = Arc::new(AtomicU64::new(0));
-        // The last release: when, and the fence it had.
-        let last = Arc::new(Mutex::new((None::<Instant>, 0u64)));
-        let handoffs = Arc::new(Mutex::new(Vec::new()));
+        let handoffs = Handoffs::default();
         let stop_at = Instant::now() + sizes.seconds;
         let clients: Vec<C> = (0..n)
             .map(|_| (store.connect)(Duration::from_secs(10)))
@@ -101,53 +103,30 @@ pub fn m2<C: Client>(store: &Store<C>, sizes: &Sizes) {
         std::thread::scope(|s| {
             for c in &clients {
                 let mutex = c.mutex(&name).unwrap();
-                let (inside, violations) = (inside.clone(), violations.clone());
-                let (last, handoffs) = (last.clone(), handoffs.clone());
+                let handoffs = &handoffs;
                 s.spawn(move || {
                     while Instant::now() < stop_at {
                         let g = mutex.lock().unwrap();
-                        let acquired = Instant::now();
-                        if inside.swap(true, Ordering::SeqCst) {
-                            violations.fetch_add(1, Ordering::SeqCst);
-                        }
-                        {
-                            let mut last = last.lock();
-                            if g.token().get() <= last.1 {
-                                violations.fetch_add(1, Ordering::SeqCst);
-                            }
-                            if let Some(released) = last.0 {
-                                handoffs
-                                    .lock()
-                                    .push(acquired.saturating_duration_since(released));
-                            }
-                            last.1 = g.token().get();
-                        }
-                        inside.store(false, Ordering::SeqCst);
-                        last.lock().0 = Some(Instant::now());
+                        handoffs.acquired(g.token().get());
+                        handoffs.releasing();
                         g.release().unwrap();
                     }
                 });
             }
         });
         let elapsed = started.elapsed();
-        let mut handoffs = std::mem::take(&mut *handoffs.lock());
-        let figures = vec![
-            ("processes", V::N(n as f64)),
-            (
-                "acquisitions_per_sec",
-                V::N((handoffs.len() + 1) as f64 / elapsed.as_secs_f64()),
-            ),
-            ("handoff_p50_us", V::N(percentile_us(&mut handoffs, 50.0))),
-            ("handoff_p99_us", V::N(percentile_us(&mut handoffs, 99.0))),
-        ];
-        let raw = raw_figures(store, sizes.seconds);
-        line(
-            "M2",
-            store.name,
-            figures,
-            raw,
-            violations.load(Ordering::SeqCst),
-        );
+        let mut figures = vec![("processes", V::N(n as f64))];
+        figures.extend(handoffs.figures(elapsed));
+        let mut violations = handoffs.violations();
+        let raw = match &store.raw_handoff {
+            Some(raw) => {
+                let (figures, v) = raw(n, sizes.seconds);
+                violations += v;
+                Some(figures)
+            }
+            None => raw_figures(store, sizes.seconds),
+        };
+        line("M2", store.name, figures, raw, violations);
         for c in clients {
             let _ = c.close();
         }
