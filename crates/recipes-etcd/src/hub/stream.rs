@@ -148,7 +148,13 @@ impl State {
         }
         let name = self.names.get_mut(&prefix).expect("ids name names");
         if reply.created() {
-            // It was asked for from a revision: nothing new.
+            // Asked for from `next_rev`. A write since (the store is at
+            // `header`) makes etcd serve the watch from its unsynced loop,
+            // up to 100 ms late, until it catches up: what it would have
+            // heard meanwhile, the interests read instead.
+            if header.is_some_and(|rev| rev >= name.next_rev) {
+                recheck(name);
+            }
             return;
         }
         if reply.events().is_empty() {
