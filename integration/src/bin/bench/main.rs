@@ -14,7 +14,8 @@
 //!   (`handoff.rs`); the other stores' is the uncontended raw minimum.
 //! - **M3** failover to the next leader after a resignation and after a
 //!   crash (etcd, PostgreSQL, Redis: the client stops renewing, as a killed
-//!   process would; ZooKeeper: its session killed at the server).
+//!   process would; ZooKeeper: its session killed at the server); the raw
+//!   handoff beside it on etcd and ZooKeeper (`failover.rs`).
 //! - **M4** 10, 100 and 1,000 waiters on one lock: wakes (queue reads) and
 //!   server requests per release (ZooKeeper `mntr`'s packets received,
 //!   etcd's gRPC messages received, Redis `INFO`'s commands processed;
@@ -27,6 +28,7 @@
 //! `--quick` runs every measurement small, as a smoke test (`scripts/test`):
 //! it fails only when a measurement does not complete or sees a violation.
 
+mod failover;
 mod handoff;
 mod load;
 mod measures;
@@ -84,7 +86,7 @@ fn all<C: Client>(store: Store<C>, sizes: &Sizes) {
 fn zk(sizes: &Sizes) {
     let server = ZkServer::start_with(ZkConfig::default().with_fsync(true));
     let hosts = server.connect_string();
-    let (h, h2) = (hosts.clone(), hosts.clone());
+    let (h, h2, h3) = (hosts.clone(), hosts.clone(), hosts.clone());
     let store = Store {
         name: "zk",
         connect: Box::new(move |ttl| {
@@ -95,6 +97,7 @@ fn zk(sizes: &Sizes) {
         }),
         raw: Some(Box::new(move |s| raw::zk(&h2, s))),
         raw_handoff: None,
+        raw_failover: Some(Box::new(move |crash| failover::zk(&h3, crash))),
         requests: Box::new(move || {
             let mntr = server.four_letter("mntr");
             mntr.lines()
@@ -110,7 +113,12 @@ fn zk(sizes: &Sizes) {
 fn etcd(sizes: &Sizes) {
     let server = EtcdServer::start_with(EtcdConfig::default().with_fsync(true));
     let endpoints = server.endpoints();
-    let (e, e2, e3) = (endpoints.clone(), endpoints.clone(), endpoints.clone());
+    let (e, e2, e3, e4) = (
+        endpoints.clone(),
+        endpoints.clone(),
+        endpoints.clone(),
+        endpoints.clone(),
+    );
     let store = Store {
         name: "etcd",
         connect: Box::new(move |ttl| {
@@ -121,6 +129,7 @@ fn etcd(sizes: &Sizes) {
         }),
         raw: Some(Box::new(move |s| raw::etcd(&e2, s))),
         raw_handoff: Some(Box::new(move |n, s| handoff::etcd(&e3, n, s))),
+        raw_failover: Some(Box::new(move |crash| failover::etcd(&e4, crash))),
         requests: Box::new(move || {
             // Every gRPC message: reads, transactions, watch requests and
             // each lease keep-alive.
@@ -149,6 +158,7 @@ fn redis(sizes: &Sizes) {
         }),
         raw: Some(Box::new(move |s| raw::redis(&u2, s))),
         raw_handoff: None,
+        raw_failover: None,
         requests: Box::new(move || {
             let info: String = server.cmd(&["INFO", "stats"]);
             info.lines()
@@ -185,6 +195,7 @@ fn pg(sizes: &Sizes) {
                 recipes_pg::PgMode::Lease => raw::pg_lease(&raw_url, s),
             })),
             raw_handoff: None,
+            raw_failover: None,
             requests: Box::new(|| None),
             kill: Box::new(|c: &recipes_pg::PgClient| c.orphan()),
             kill_is: "renewals stopped (crash)",

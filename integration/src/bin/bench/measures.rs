@@ -10,9 +10,14 @@ use crate::handoff::Handoffs;
 use crate::out::{line, percentile_us, rate_and_latency, Figures, V};
 use crate::raw::Samples;
 
-/// A raw handoff among this many contenders for this long: its figures
-/// and violations.
-pub type RawHandoff = dyn Fn(usize, Duration) -> (Figures, u64);
+/// A raw handoff among this many contenders for this long: what it saw,
+/// and how long it ran.
+pub type RawHandoff = dyn Fn(usize, Duration) -> (Handoffs, Duration);
+
+/// The raw minimum of a failover: one handoff after a release (`false`)
+/// or after the holder's lease or session ended (`true`), timed as M3
+/// times ours.
+pub type RawFailover = dyn Fn(bool) -> Duration;
 
 /// A store under measurement.
 pub struct Store<C> {
@@ -25,6 +30,8 @@ pub struct Store<C> {
     /// long, where the bench has one (etcd's: `handoff.rs`); M2 is
     /// otherwise beside the uncontended raw minimum.
     pub raw_handoff: Option<Box<RawHandoff>>,
+    /// The raw failover, where the bench has one (`failover.rs`).
+    pub raw_failover: Option<Box<RawFailover>>,
     /// The server's count of requests served so far, where it keeps one.
     pub requests: Box<dyn Fn() -> Option<u64>>,
     /// End a client as a crash would.
@@ -120,9 +127,9 @@ pub fn m2<C: Client>(store: &Store<C>, sizes: &Sizes) {
         let mut violations = handoffs.violations();
         let raw = match &store.raw_handoff {
             Some(raw) => {
-                let (figures, v) = raw(n, sizes.seconds);
-                violations += v;
-                Some(figures)
+                let (raw, elapsed) = raw(n, sizes.seconds);
+                violations += raw.violations();
+                Some(raw.figures(elapsed))
             }
             None => raw_figures(store, sizes.seconds),
         };
@@ -172,12 +179,19 @@ pub fn m3<C: Client>(store: &Store<C>, sizes: &Sizes) {
             let _ = a.close_within(Duration::from_millis(100));
         }
         let how = if crash { store.kill_is } else { "resign" };
+        let raw = store.raw_failover.as_ref().map(|raw| {
+            let mut took: Vec<_> = (0..sizes.rounds).map(|_| raw(crash)).collect();
+            vec![
+                ("median_us", V::N(percentile_us(&mut took, 50.0))),
+                ("max_us", V::N(percentile_us(&mut took, 100.0))),
+            ]
+        });
         let figures = vec![
             ("after", V::S(how.into())),
             ("ttl_ms", V::N(ttl.as_millis() as f64)),
             ("median_us", V::N(percentile_us(&mut took, 50.0))),
             ("max_us", V::N(percentile_us(&mut took, 100.0))),
         ];
-        line("M3", store.name, figures, None, violations);
+        line("M3", store.name, figures, raw, violations);
     }
 }
