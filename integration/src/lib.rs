@@ -37,6 +37,7 @@ pub mod etcd_facts;
 pub mod etcd_server;
 mod facts;
 pub mod four_letter;
+pub mod handoff;
 pub mod http;
 pub mod logs;
 pub mod peers;

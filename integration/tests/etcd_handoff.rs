@@ -11,10 +11,9 @@ mod etcd_common;
 use etcd_common::*;
 use recipes_core::Client as _;
 
-use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::Arc;
 use std::time::Duration;
 
+use integration::handoff::Behind;
 use integration::{wait_until, EtcdServer};
 
 /// Range RPCs the server has been sent (reads; a transaction's reads are
@@ -67,15 +66,7 @@ fn a_waiter_whose_predecessor_gives_up_reads_again_and_waits_for_the_holder() {
     let name = lock_name("handoff-gives-up");
     let held = a.mutex(&name).unwrap().lock().unwrap();
     let behind = queue_waiter(&facts, &b, &name);
-    let releasing = Arc::new(AtomicBool::new(false));
-    let m = c.mutex(&name).unwrap();
-    let flag = releasing.clone();
-    let last = std::thread::spawn(move || {
-        let g = m.lock().unwrap();
-        // Read at once: a holder before A's release began would overlap.
-        let after_release = flag.load(Ordering::SeqCst);
-        (after_release, g)
-    });
+    let last = Behind::spawn(c.mutex(&name).unwrap());
     wait_keys(&facts, &name, 3);
     let reads = range_rpcs(&server);
     // B gives up: closing its client ends its acquisition and its key.
@@ -84,14 +75,6 @@ fn a_waiter_whose_predecessor_gives_up_reads_again_and_waits_for_the_holder() {
     wait_until("C reads the queue again", SOON, || {
         range_rpcs(&server) > reads
     });
-    assert!(!held.is_lost(), "A still holds");
-    assert!(!last.is_finished(), "C waits while A holds");
-    let old_fence = held.token();
-    releasing.store(true, Ordering::SeqCst);
-    held.release().unwrap();
-    let (after_release, g) = last.join().unwrap();
-    assert!(after_release, "C acquired only after A's release began");
-    assert!(g.token() > old_fence);
-    g.release().unwrap();
+    last.takes_over(held).release().unwrap();
     assert!(keys(&facts, &name).is_empty());
 }

@@ -9,7 +9,9 @@
 //!   with a watch on them: for the listing that makes us the holder, that
 //!   watch is the loss watch's first stage (it fires when any contender
 //!   comes or goes, ours included), so an uncontended cycle costs create,
-//!   list and delete — no read of our own node.
+//!   list and delete — no read of our own node. No read at all after a wait
+//!   that saw the one node ahead of ours deleted: no node is ever created
+//!   ahead of ours (sequence order), so ours is first.
 //! - **wait**: a one-shot watch on the node ahead (a mutex, a latch) or on
 //!   the folder's children (semaphore permits: any release may admit us).
 //! - **confirm**: nothing to ask; the fence is our node's czxid.
@@ -80,6 +82,11 @@ pub(crate) struct Entry {
     czxid: i64,
     /// The watch of the latest listing on the folder's children.
     children: Option<zk::OneshotWatcher>,
+    /// The latest listing showed exactly one contender ahead of ours.
+    alone_behind: bool,
+    /// A wait saw that one deleted: ours is first (no node is ever
+    /// created ahead of ours), and the next listing is ours alone.
+    first: bool,
 }
 
 /// The engine's epoch: the session and its lease epoch.
@@ -176,6 +183,8 @@ impl ContendDriver for NodeDriver {
             seq,
             czxid,
             children: None,
+            alone_behind: false,
+            first: false,
         };
         Ok((entry, None))
     }
@@ -184,7 +193,18 @@ impl ContendDriver for NodeDriver {
         &entry.name
     }
 
+    /// The children — or none, when the wait before saw the one
+    /// contender ahead of ours deleted: the listing is then ours alone (the
+    /// children watch of the listing before stays the loss watch's first
+    /// stage: it has fired at that deletion, so the holder goes on to
+    /// watch its own node).
     async fn list(&self, epoch: &Epoch, entry: &mut Entry) -> Result<Listing<String>> {
+        if std::mem::take(&mut entry.first) {
+            return Ok(Listing {
+                contenders: vec![entry.name.clone()],
+                revision: 0,
+            });
+        }
         let (session, dir) = (&epoch.0, &self.contender.dir);
         let lock_name = self.contender.lock_name;
         let children = match session.zk().get_and_watch_children(dir).await {
@@ -206,10 +226,11 @@ impl ContendDriver for NodeDriver {
             .into_iter()
             .filter(|c| is_contender_of(c, lock_name))
             .collect();
-        let contenders = queue_order(&children, entry.seq)
+        let contenders: Vec<String> = queue_order(&children, entry.seq)
             .into_iter()
             .map(|(_, name)| name)
             .collect();
+        entry.alone_behind = contenders.iter().position(|c| *c == entry.name) == Some(1);
         Ok(Listing {
             contenders,
             revision: 0,
@@ -231,13 +252,21 @@ impl ContendDriver for NodeDriver {
             let watched = format!("{dir}/{ahead}");
             match session.zk().get_and_watch_data(&watched).await {
                 Ok((_, _, watcher)) => watcher,
-                // Read again: the list finds the node gone.
-                Err(zk::Error::NoNode) => return Ok(()),
+                // Gone since the listing that showed it.
+                Err(zk::Error::NoNode) => {
+                    entry.first = entry.alone_behind;
+                    return Ok(());
+                }
                 Err(e) => return Err(read_error(&format!("watch {watched}"), e)),
             }
         };
         log::debug!("[{}] {} waits for {ahead}", session.label(), entry.node);
-        watcher.changed().await;
+        let event = watcher.changed().await;
+        // Only the deletion of the one node ahead makes ours first; a data
+        // change, a session event, or another node still ahead: read again.
+        entry.first = self.contender.max_leases == 1
+            && entry.alone_behind
+            && event.event_type == zk::EventType::NodeDeleted;
         Ok(())
     }
 
