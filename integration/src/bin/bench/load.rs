@@ -8,6 +8,7 @@ use recipes_core::{engine::queue_reads, Client};
 
 use crate::measures::{Sizes, Store};
 use crate::out::{line, V};
+use crate::raw_held::Probe;
 
 /// Clients the waiters of M4 are spread over.
 const CLIENTS: usize = 10;
@@ -164,7 +165,15 @@ pub fn m5<C: Client>(store: &Store<C>, sizes: &Sizes) {
             ),
             ("idle_server_requests_per_sec", per_sec),
         ];
-        line("M5", store.name, figures, None, lost);
+        let raw = store.raw_held.as_ref().map(|raw| {
+            let probe = Probe {
+                threads_and_rss,
+                requests: &store.requests,
+                idle: sizes.idle,
+            };
+            raw(n, &probe)
+        });
+        line("M5", store.name, figures, raw, lost);
         let _ = client.close();
     }
 }

@@ -21,7 +21,8 @@
 //!   etcd's gRPC messages received, Redis `INFO`'s commands processed;
 //!   PostgreSQL's statistics lag by a second, so none).
 //! - **M5** 1, 100 and 10,000 locks held by one client: threads, resident
-//!   memory per lock, idle server requests per second.
+//!   memory per lock, idle server requests per second; a raw holder of as
+//!   many keys or nodes beside it on etcd and ZooKeeper (`raw_held.rs`).
 //!
 //! Naming metrics (`M1 M2`) runs only those.
 //!
@@ -34,6 +35,7 @@ mod load;
 mod measures;
 mod out;
 mod raw;
+mod raw_held;
 
 use std::time::Duration;
 
@@ -86,7 +88,7 @@ fn all<C: Client>(store: Store<C>, sizes: &Sizes) {
 fn zk(sizes: &Sizes) {
     let server = ZkServer::start_with(ZkConfig::default().with_fsync(true));
     let hosts = server.connect_string();
-    let (h, h2, h3) = (hosts.clone(), hosts.clone(), hosts.clone());
+    let (h, h2, h3, h4) = (hosts.clone(), hosts.clone(), hosts.clone(), hosts.clone());
     let store = Store {
         name: "zk",
         connect: Box::new(move |ttl| {
@@ -98,6 +100,7 @@ fn zk(sizes: &Sizes) {
         raw: Some(Box::new(move |s| raw::zk(&h2, s))),
         raw_handoff: None,
         raw_failover: Some(Box::new(move |crash| failover::zk(&h3, crash))),
+        raw_held: Some(Box::new(move |n, probe| raw_held::zk(&h4, n, probe))),
         requests: Box::new(move || {
             let mntr = server.four_letter("mntr");
             mntr.lines()
@@ -113,7 +116,8 @@ fn zk(sizes: &Sizes) {
 fn etcd(sizes: &Sizes) {
     let server = EtcdServer::start_with(EtcdConfig::default().with_fsync(true));
     let endpoints = server.endpoints();
-    let (e, e2, e3, e4) = (
+    let (e, e2, e3, e4, e5) = (
+        endpoints.clone(),
         endpoints.clone(),
         endpoints.clone(),
         endpoints.clone(),
@@ -130,6 +134,7 @@ fn etcd(sizes: &Sizes) {
         raw: Some(Box::new(move |s| raw::etcd(&e2, s))),
         raw_handoff: Some(Box::new(move |n, s| handoff::etcd(&e3, n, s))),
         raw_failover: Some(Box::new(move |crash| failover::etcd(&e4, crash))),
+        raw_held: Some(Box::new(move |n, probe| raw_held::etcd(&e5, n, probe))),
         requests: Box::new(move || {
             // Every gRPC message: reads, transactions, watch requests and
             // each lease keep-alive.
@@ -159,6 +164,7 @@ fn redis(sizes: &Sizes) {
         raw: Some(Box::new(move |s| raw::redis(&u2, s))),
         raw_handoff: None,
         raw_failover: None,
+        raw_held: None,
         requests: Box::new(move || {
             let info: String = server.cmd(&["INFO", "stats"]);
             info.lines()
@@ -196,6 +202,7 @@ fn pg(sizes: &Sizes) {
             })),
             raw_handoff: None,
             raw_failover: None,
+            raw_held: None,
             requests: Box::new(|| None),
             kill: Box::new(|c: &recipes_pg::PgClient| c.orphan()),
             kill_is: "renewals stopped (crash)",

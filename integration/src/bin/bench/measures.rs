@@ -32,6 +32,8 @@ pub struct Store<C> {
     pub raw_handoff: Option<Box<RawHandoff>>,
     /// The raw failover, where the bench has one (`failover.rs`).
     pub raw_failover: Option<Box<RawFailover>>,
+    /// The raw holder of many, where the bench has one (`raw_held.rs`).
+    pub raw_held: Option<Box<crate::raw_held::RawHeld>>,
     /// The server's count of requests served so far, where it keeps one.
     pub requests: Box<dyn Fn() -> Option<u64>>,
     /// End a client as a crash would.
