@@ -19,7 +19,8 @@
 //! - **M4** 10, 100 and 1,000 waiters on one lock: wakes (queue reads) and
 //!   server requests per release (ZooKeeper `mntr`'s packets received,
 //!   etcd's gRPC messages received, Redis `INFO`'s commands processed;
-//!   PostgreSQL's statistics lag by a second, so none).
+//!   PostgreSQL's statistics lag by a second, so none); a raw queue
+//!   beside it on etcd and ZooKeeper (`raw_queue.rs`).
 //! - **M5** 1, 100 and 10,000 locks held by one client: threads, resident
 //!   memory per lock, idle server requests per second; a raw holder of as
 //!   many keys or nodes beside it on etcd and ZooKeeper (`raw_held.rs`).
@@ -36,6 +37,7 @@ mod measures;
 mod out;
 mod raw;
 mod raw_held;
+mod raw_queue;
 
 use std::time::Duration;
 
@@ -88,7 +90,13 @@ fn all<C: Client>(store: Store<C>, sizes: &Sizes) {
 fn zk(sizes: &Sizes) {
     let server = ZkServer::start_with(ZkConfig::default().with_fsync(true));
     let hosts = server.connect_string();
-    let (h, h2, h3, h4) = (hosts.clone(), hosts.clone(), hosts.clone(), hosts.clone());
+    let (h, h2, h3, h4, h5) = (
+        hosts.clone(),
+        hosts.clone(),
+        hosts.clone(),
+        hosts.clone(),
+        hosts.clone(),
+    );
     let store = Store {
         name: "zk",
         connect: Box::new(move |ttl| {
@@ -101,6 +109,7 @@ fn zk(sizes: &Sizes) {
         raw_handoff: None,
         raw_failover: Some(Box::new(move |crash| failover::zk(&h3, crash))),
         raw_held: Some(Box::new(move |n, probe| raw_held::zk(&h4, n, probe))),
+        raw_queue: Some(Box::new(move |w, c, r| raw_queue::zk(&h5, w, c, r))),
         requests: Box::new(move || {
             let mntr = server.four_letter("mntr");
             mntr.lines()
@@ -116,7 +125,8 @@ fn zk(sizes: &Sizes) {
 fn etcd(sizes: &Sizes) {
     let server = EtcdServer::start_with(EtcdConfig::default().with_fsync(true));
     let endpoints = server.endpoints();
-    let (e, e2, e3, e4, e5) = (
+    let (e, e2, e3, e4, e5, e6) = (
+        endpoints.clone(),
         endpoints.clone(),
         endpoints.clone(),
         endpoints.clone(),
@@ -135,6 +145,7 @@ fn etcd(sizes: &Sizes) {
         raw_handoff: Some(Box::new(move |n, s| handoff::etcd(&e3, n, s))),
         raw_failover: Some(Box::new(move |crash| failover::etcd(&e4, crash))),
         raw_held: Some(Box::new(move |n, probe| raw_held::etcd(&e5, n, probe))),
+        raw_queue: Some(Box::new(move |w, c, r| raw_queue::etcd(&e6, w, c, r))),
         requests: Box::new(move || {
             // Every gRPC message: reads, transactions, watch requests and
             // each lease keep-alive.
@@ -165,6 +176,7 @@ fn redis(sizes: &Sizes) {
         raw_handoff: None,
         raw_failover: None,
         raw_held: None,
+        raw_queue: None,
         requests: Box::new(move || {
             let info: String = server.cmd(&["INFO", "stats"]);
             info.lines()
@@ -203,6 +215,7 @@ fn pg(sizes: &Sizes) {
             raw_handoff: None,
             raw_failover: None,
             raw_held: None,
+            raw_queue: None,
             requests: Box::new(|| None),
             kill: Box::new(|c: &recipes_pg::PgClient| c.orphan()),
             kill_is: "renewals stopped (crash)",

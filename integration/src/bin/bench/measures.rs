@@ -19,6 +19,10 @@ pub type RawHandoff = dyn Fn(usize, Duration) -> (Handoffs, Duration);
 /// times ours.
 pub type RawFailover = dyn Fn(bool) -> Duration;
 
+/// A raw queue of this many waiters over this many clients, with the
+/// store's request counter.
+pub type RawQueue = dyn Fn(usize, usize, &dyn Fn() -> Option<u64>) -> crate::raw_queue::PerRelease;
+
 /// A store under measurement.
 pub struct Store<C> {
     pub name: &'static str,
@@ -32,6 +36,9 @@ pub struct Store<C> {
     pub raw_handoff: Option<Box<RawHandoff>>,
     /// The raw failover, where the bench has one (`failover.rs`).
     pub raw_failover: Option<Box<RawFailover>>,
+    /// The raw queue of waiters, where the bench has one (`raw_queue.rs`):
+    /// this many waiters over this many clients.
+    pub raw_queue: Option<Box<RawQueue>>,
     /// The raw holder of many, where the bench has one (`raw_held.rs`).
     pub raw_held: Option<Box<crate::raw_held::RawHeld>>,
     /// The server's count of requests served so far, where it keeps one.
