@@ -1,13 +1,14 @@
 //! An etcd 3.4 server process: a one-member cluster, or one member of an
 //! [`EtcdCluster`](crate::EtcdCluster).
 
+mod config;
+mod launch;
+
 use std::net::SocketAddr;
-use std::path::{Path, PathBuf};
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::path::Path;
 use std::sync::OnceLock;
 use std::time::Duration;
 
-use crate::certs::ServerTls;
 use crate::etcd_facts::EtcdFacts;
 use crate::http::{http_request, json_field};
 use crate::ports::{reserve_port, PortReservation};
@@ -15,12 +16,8 @@ use crate::process::ManagedProcess;
 use crate::server::{process_lifecycle, start_server, ServerProcess};
 use crate::test_dir::TestDir;
 
-/// The etcd binary (Debian's package).
-pub const ETCD_BINARY: &str = "/usr/bin/etcd";
-
-/// The etcd versions beside Debian's 3.4 that the version matrix runs
-/// (`scripts/setup` fetches them).
-pub const VENDORED_VERSIONS: [&str; 3] = ["3.5.34", "3.6.15", "3.7.2"];
+pub(crate) use config::{unique_token, Membership};
+pub use config::{EtcdConfig, ETCD_BINARY, VENDORED_VERSIONS};
 
 /// Upper bound (scaled) for a server to become healthy.
 pub const ETCD_START_TIMEOUT: Duration = Duration::from_secs(30);
@@ -28,102 +25,6 @@ pub const ETCD_START_TIMEOUT: Duration = Duration::from_secs(30);
 /// How long one `/health` or status probe may take before the server counts
 /// as not answering (a short, unscaled probe timeout).
 pub const ETCD_PROBE_TIMEOUT: Duration = Duration::from_millis(500);
-
-/// Settings of a test etcd server.
-///
-/// Defaults: heartbeat 50 ms, election timeout 500 ms — a killed leader is
-/// replaced in about a second, and the minimum lease TTL is 1 s (etcd
-/// silently raises a lower TTL to ceil(1.5 × election timeout)).
-#[derive(Debug, Clone)]
-pub struct EtcdConfig {
-    heartbeat_interval: Duration,
-    election_timeout: Duration,
-    fsync: bool,
-    binary: PathBuf,
-    tls: Option<ServerTls>,
-}
-
-impl Default for EtcdConfig {
-    fn default() -> Self {
-        EtcdConfig {
-            heartbeat_interval: Duration::from_millis(50),
-            election_timeout: Duration::from_millis(500),
-            fsync: false,
-            binary: PathBuf::from(ETCD_BINARY),
-            tls: None,
-        }
-    }
-}
-
-impl EtcdConfig {
-    /// Run the etcd server `version` (`3.5.34`, one of
-    /// [`VENDORED_VERSIONS`]) from the etcd-bin-vendored binaries that
-    /// `scripts/setup` puts in `target/etcd-bins`, instead of Debian's.
-    ///
-    /// # Panics
-    ///
-    /// When that binary is missing (run `scripts/setup`).
-    pub fn with_version(mut self, version: &str) -> Self {
-        let dir = std::env::var_os("RECIPES_ETCD_BINS").map_or_else(
-            || Path::new(env!("CARGO_MANIFEST_DIR")).join("../target/etcd-bins"),
-            PathBuf::from,
-        );
-        let binary = dir.join(version).join("etcd");
-        assert!(
-            binary.exists(),
-            "etcd {version} is missing at {}: run scripts/setup (x86_64 only)",
-            binary.display()
-        );
-        self.binary = binary;
-        self
-    }
-
-    /// Sync writes to disk (no `--unsafe-no-fsync`), as benchmarks want;
-    /// functional tests run without.
-    pub fn with_fsync(mut self, fsync: bool) -> Self {
-        self.fsync = fsync;
-        self
-    }
-
-    /// Sets `--heartbeat-interval` and `--election-timeout` (etcd wants the
-    /// election timeout ≥ 5 × the heartbeat).
-    pub fn with_election(
-        mut self,
-        heartbeat_interval: Duration,
-        election_timeout: Duration,
-    ) -> Self {
-        self.heartbeat_interval = heartbeat_interval;
-        self.election_timeout = election_timeout;
-        self
-    }
-
-    /// Serve clients over TLS (an `https://` client URL, its certificate
-    /// and key), with `--client-cert-auth` when `tls.client_auth`. The
-    /// harness itself (health, facts, status) reads through a second,
-    /// plain client URL on another port, so that it works whatever is
-    /// wrong with the certificate under test.
-    pub fn with_tls(mut self, tls: ServerTls) -> Self {
-        self.tls = Some(tls);
-        self
-    }
-
-    /// `--heartbeat-interval`.
-    pub fn heartbeat_interval(&self) -> Duration {
-        self.heartbeat_interval
-    }
-
-    /// `--election-timeout`.
-    pub fn election_timeout(&self) -> Duration {
-        self.election_timeout
-    }
-
-    /// The smallest lease TTL the server grants: ceil(1.5 × election
-    /// timeout) in whole seconds. Smaller requests are silently raised.
-    pub fn min_lease_ttl(&self) -> Duration {
-        let millis = self.election_timeout.as_millis() * 3 / 2;
-        Duration::from_secs(millis.div_ceil(1000) as u64)
-    }
-}
 
 /// What `/v3/maintenance/status` says about a member.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -136,16 +37,6 @@ pub struct EtcdStatus {
     pub raft_term: u64,
     /// The store revision it has applied.
     pub revision: i64,
-}
-
-/// How a member learns about its cluster.
-#[derive(Debug, Clone)]
-pub(crate) struct Membership {
-    /// `name=http://127.0.0.1:<peer port>,…` for every member.
-    pub(crate) initial_cluster: String,
-    /// A token unique to this cluster, so members of different test clusters
-    /// never join each other.
-    pub(crate) token: String,
 }
 
 /// One etcd process with its own folder and loopback ports.
@@ -219,80 +110,6 @@ impl EtcdServer {
             .unwrap_or_else(|| panic!("etcd {version} is not one of {VENDORED_VERSIONS:?}"));
         SHARED[i]
             .get_or_init(|| EtcdServer::start_with(EtcdConfig::default().with_version(version)))
-    }
-
-    /// Writes the folder; does not start the process.
-    pub(crate) fn prepare(
-        name: String,
-        config: EtcdConfig,
-        client_port: PortReservation,
-        peer_port: PortReservation,
-        membership: &Membership,
-    ) -> EtcdServer {
-        assert!(
-            config.binary.exists(),
-            "{} is missing: install Debian's etcd-server package (scripts/setup)",
-            config.binary.display()
-        );
-        let dir = TestDir::new(&name);
-        let scheme = if config.tls.is_some() {
-            "https"
-        } else {
-            "http"
-        };
-        let client_url = format!("{scheme}://{}", client_port.addr());
-        let peer_url = format!("http://{}", peer_port.addr());
-        let mut ports = vec![client_port, peer_port];
-        let mut args: Vec<String> = vec![
-            format!("--name={name}"),
-            format!("--data-dir={}", dir.path().join("data").display()),
-            format!("--listen-client-urls={client_url}"),
-            format!("--advertise-client-urls={client_url}"),
-            format!("--listen-peer-urls={peer_url}"),
-            format!("--initial-advertise-peer-urls={peer_url}"),
-            format!("--initial-cluster={}", membership.initial_cluster),
-            format!("--initial-cluster-token={}", membership.token),
-            // Ignored on restart: the data folder then exists.
-            "--initial-cluster-state=new".to_owned(),
-            format!("--unsafe-no-fsync={}", !config.fsync),
-            format!(
-                "--heartbeat-interval={}",
-                config.heartbeat_interval.as_millis()
-            ),
-            format!("--election-timeout={}", config.election_timeout.as_millis()),
-            "--logger=zap".to_owned(),
-            "--log-outputs=stderr".to_owned(),
-        ];
-        let mut health_addr = ports[0].addr();
-        if let Some(tls) = &config.tls {
-            let plain = reserve_port();
-            health_addr = plain.addr();
-            args[2] = format!("--listen-client-urls={client_url},http://{health_addr}");
-            args.extend([
-                format!("--cert-file={}", tls.server.cert.display()),
-                format!("--key-file={}", tls.server.key.display()),
-                format!("--trusted-ca-file={}", tls.ca.display()),
-                format!("--client-cert-auth={}", tls.client_auth),
-            ]);
-            ports.push(plain);
-        }
-        let process = ManagedProcess::new(
-            name.clone(),
-            config.binary.clone(),
-            args,
-            dir.path(),
-            dir.path().join("server.log"),
-        );
-        EtcdServer {
-            name,
-            client_addr: ports[0].addr(),
-            peer_addr: ports[1].addr(),
-            health_addr,
-            config,
-            process,
-            _ports: ports,
-            dir,
-        }
     }
 
     /// The member name (`etcd`, `etcd-1`, …), also used in messages.
@@ -497,14 +314,4 @@ impl ServerProcess for EtcdServer {
     fn is_ready(&self) -> bool {
         self.is_healthy()
     }
-}
-
-/// A cluster token no other test cluster uses.
-pub(crate) fn unique_token(label: &str) -> String {
-    static COUNTER: AtomicU64 = AtomicU64::new(0);
-    format!(
-        "{label}-{}-{}",
-        std::process::id(),
-        COUNTER.fetch_add(1, Ordering::Relaxed)
-    )
 }
