@@ -94,6 +94,7 @@ pub fn m1<C: Client>(store: &Store<C>, sizes: &Sizes) {
         _ => V::Null,
     };
     figures.push(("server_requests_per_cycle", per_cycle));
+    figures.push(("bridge_call_p50_us", V::N(bridge_call_p50_us())));
     line(
         "M1",
         store.name,
@@ -102,6 +103,25 @@ pub fn m1<C: Client>(store: &Store<C>, sizes: &Sizes) {
         0,
     );
     let _ = client.close();
+}
+
+/// The median round trip of an empty blocking call on an idle client
+/// runtime (the caller's thread to the runtime thread and back): what the
+/// blocking bridge adds to each call, twice per M1 cycle, beyond the
+/// requests themselves.
+fn bridge_call_p50_us() -> f64 {
+    let runtime = recipes_core::Runtime::new("recipes-bench").unwrap();
+    let mut samples: Vec<Duration> = (0..2000)
+        .map(|_| {
+            let t = Instant::now();
+            runtime
+                .call("empty", Duration::from_secs(5), async { Ok(()) })
+                .unwrap();
+            t.elapsed()
+        })
+        .collect();
+    runtime.shutdown(Duration::ZERO);
+    percentile_us(&mut samples, 50.0)
 }
 
 /// M2: `n` clients handing one lock on; acquisitions/s, the handoff (a
