@@ -40,6 +40,9 @@ fn per_release(wakes: &[u64], requests: &[V]) -> Figures {
 /// 1 is no herd) and how many requests the server served meanwhile.
 pub fn m4<C: Client>(store: &Store<C>, sizes: &Sizes) {
     for &w in sizes.waiters {
+        if !store.fits("M4", "waiters", w) {
+            continue;
+        }
         let name = store.lock_name(&format!("m4-{w}"));
         let clients: Vec<C> = (0..CLIENTS.min(w))
             .map(|_| (store.connect)(Duration::from_secs(10)))
@@ -127,6 +130,9 @@ fn threads_and_rss() -> (u64, u64) {
 /// second while they are held and idle (keep-alives, heartbeats).
 pub fn m5<C: Client>(store: &Store<C>, sizes: &Sizes) {
     for &n in sizes.held {
+        if !store.fits("M5", "held", n) {
+            continue;
+        }
         let client = (store.connect)(Duration::from_secs(10));
         let (_, rss_before) = threads_and_rss();
         let started = Instant::now();

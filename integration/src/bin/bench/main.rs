@@ -29,6 +29,10 @@
 //!   memory per lock, idle server requests per second; a raw holder of as
 //!   many keys or nodes beside it on etcd and ZooKeeper (`raw_held.rs`).
 //!
+//! A size a store cannot hold open at once (PostgreSQL's session mode
+//! keeps a server connection per waiter or held lock) prints a line with
+//! `skipped` and the reason instead of figures.
+//!
 //! Naming metrics (`M1 M2`) runs only those.
 //!
 //! `--quick` runs every measurement small, as a smoke test (`scripts/test`):
@@ -120,6 +124,7 @@ fn zk(sizes: &Sizes) {
                 .find_map(|l| l.strip_prefix("zk_packets_received"))
                 .and_then(|v| v.trim().parse().ok())
         }),
+        most_open: None,
         kill: Box::new(|c: &recipes_zk::ZkClient| c.kill_session().unwrap()),
         kill_is: "session killed at the server",
     };
@@ -155,6 +160,7 @@ fn etcd(sizes: &Sizes) {
             // each lease keep-alive.
             Some(server.metric_sum("grpc_server_msg_received_total") as u64)
         }),
+        most_open: None,
         kill: Box::new(|c: &recipes_etcd::EtcdClient| c.orphan()),
         kill_is: "renewals stopped (crash)",
     };
@@ -187,6 +193,7 @@ fn redis(sizes: &Sizes) {
                 .find_map(|l| l.strip_prefix("total_commands_processed:"))
                 .and_then(|v| v.trim().parse().ok())
         }),
+        most_open: None,
         kill: Box::new(|c: &recipes_redis::RedisClient| c.orphan()),
         kill_is: "renewals stopped (crash)",
     };
@@ -197,7 +204,10 @@ fn redis(sizes: &Sizes) {
 fn pg(sizes: &Sizes) {
     // One server: each store's lock names are its own (`Store::lock_name`),
     // as a name used in one mode is refused in the other.
-    let server = PgServer::start_with(PgConfig::default().with_fsync(true));
+    let config = PgConfig::default().with_fsync(true);
+    // Room for the measurement's other clients and the raw connections.
+    let session_most = config.max_connections() as usize * 3 / 4;
+    let server = PgServer::start_with(config);
     for (name, mode) in [
         ("pg-lease", recipes_pg::PgMode::Lease),
         ("pg-session", recipes_pg::PgMode::Session),
@@ -221,6 +231,15 @@ fn pg(sizes: &Sizes) {
             raw_held: None,
             raw_queue: None,
             requests: Box::new(|| None),
+            // Session mode waits and holds on a connection each; lease
+            // mode shares a few per client.
+            most_open: match mode {
+                recipes_pg::PgMode::Session => Some((
+                    session_most,
+                    "session mode holds a server connection per waiter or held lock",
+                )),
+                recipes_pg::PgMode::Lease => None,
+            },
             kill: Box::new(|c: &recipes_pg::PgClient| c.orphan()),
             kill_is: "renewals stopped (crash)",
         };

@@ -43,6 +43,11 @@ pub struct Store<C> {
     pub raw_held: Option<Box<crate::raw_held::RawHeld>>,
     /// The server's count of requests served so far, where it keeps one.
     pub requests: Box<dyn Fn() -> Option<u64>>,
+    /// How many waiters or held locks a run can keep open at once, where
+    /// the store bounds it below M4's and M5's sizes (PostgreSQL's session
+    /// mode holds a server connection for each); larger sizes print a
+    /// line that says why they were skipped.
+    pub most_open: Option<(usize, &'static str)>,
     /// End a client as a crash would.
     pub kill: Box<dyn Fn(&C)>,
     /// What [`kill`](Store::kill) is on this store.
@@ -60,6 +65,22 @@ pub struct Sizes {
 }
 
 impl<C> Store<C> {
+    /// Whether `n` open waiters or held locks fit; if not, print M4's or
+    /// M5's line for `n` saying why it was skipped.
+    pub fn fits(&self, metric: &str, size: &'static str, n: usize) -> bool {
+        match self.most_open {
+            Some((most, why)) if n > most => {
+                let figures = vec![
+                    (size, V::N(n as f64)),
+                    ("skipped", V::S(format!("{why}; at most {most} here"))),
+                ];
+                line(metric, self.name, figures, None, 0);
+                false
+            }
+            _ => true,
+        }
+    }
+
     /// The name of one measurement's lock, the store's own: two stores on
     /// one server (PostgreSQL's two modes) never share a name.
     pub fn lock_name(&self, what: &str) -> String {
