@@ -252,3 +252,65 @@ fn a_semaphore_admits_at_most_its_permits() {
     );
     assert!(PgFacts::new(server.addr()).entries_under(&sem).is_empty());
 }
+
+/// A client that went through more names than it keeps listening to
+/// unlistens the idle ones, never a name that a waiter or a holder of its
+/// still listens on. Polling is out of the way (every 120 s, TTL 120 s):
+/// each waiter acquires, and the holder hears its row deleted, within the
+/// bound only through their notifications.
+#[test]
+fn a_client_that_used_many_names_still_hears_the_names_it_waits_on_and_holds() {
+    let server = PgServer::shared();
+    let facts = PgFacts::new(server.addr());
+    let base = name("many-names");
+    let (waited, held_name) = (format!("{base}/waited"), format!("{base}/held"));
+    let deaf = || {
+        PgClient::builder(server.url())
+            .ttl(Duration::from_secs(120))
+            .poll_interval(Duration::from_secs(120))
+            .connect_timeout(Duration::from_secs(2))
+            .connect()
+            .unwrap()
+    };
+    let (a, b) = (deaf(), deaf());
+    let bound = scale(Duration::from_secs(10));
+    let queued = |n: &str| b.contenders(n).unwrap().len() == 2;
+    let blocking = b.mutex(&waited).unwrap().lock().unwrap();
+    let held = a.mutex(&held_name).unwrap().lock().unwrap();
+    let waiter = {
+        let mutex = a.mutex(&waited).unwrap();
+        std::thread::spawn(move || mutex.lock().unwrap())
+    };
+    integration::wait_until("a waits behind b", bound, || queued(&waited));
+    // A wait listens on its name's channel: more than twice the channels a
+    // client keeps before it unlistens idle ones, each handed from b to a.
+    for i in 0..300 {
+        let n = format!("{base}/{i}");
+        let g = b.mutex(&n).unwrap().lock().unwrap();
+        let next = {
+            let mutex = a.mutex(&n).unwrap();
+            std::thread::spawn(move || mutex.lock().unwrap())
+        };
+        integration::wait_until(&format!("a waits for {n}"), bound, || queued(&n));
+        g.release().unwrap();
+        integration::wait_until(&format!("a hears {n} released"), bound, || {
+            next.is_finished()
+        });
+        next.join().unwrap().release().unwrap();
+    }
+    blocking.release().unwrap();
+    integration::wait_until("the first waiter hears b's release", bound, || {
+        waiter.is_finished()
+    });
+    waiter.join().unwrap().release().unwrap();
+    facts.delete(held.holder());
+    assert!(
+        held.lost().wait_timeout(bound).is_some(),
+        "the holder did not hear its row deleted"
+    );
+    drop(held);
+    a.close().unwrap();
+    b.close().unwrap();
+    assert!(facts.entries_under(&waited).is_empty());
+    assert!(facts.entries_under(&held_name).is_empty());
+}

@@ -4,14 +4,17 @@
 //! backend that listens to other clients between statements. The queue's
 //! trigger names the changed entry's `seq` in the payload, so every
 //! listener hears every change of a name but only the one waiting for that
-//! entry reads again: no herd.
+//! entry reads again: no herd. Each channel's notifications go to its own
+//! subscribers only, and channels nobody waits on are unlistened once
+//! they pile up, so a client that held or waited on many names over its
+//! life does not keep them all.
 //!
 //! A notification is a hint that saves a poll, never a fact the recipes
 //! rely on: waits also poll (and are bounded by the entry's remaining
 //! life), so a listener that broke or never heard costs latency, not
 //! safety.
 
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 use std::sync::Arc;
 
 use recipes_core::{within, Result};
@@ -22,27 +25,34 @@ use tokio_postgres::{AsyncMessage, Client};
 use crate::db::Db;
 use crate::sql::{from_pg, unexpected};
 
-/// How many notifications a slow waiter may fall behind before it polls.
-const BACKLOG: usize = 1024;
+/// How many notifications of its name a slow waiter may fall behind
+/// before it reads again (each channel keeps its own, so small).
+const BACKLOG: usize = 16;
 
-#[derive(Debug, Clone)]
-struct Note {
-    channel: String,
-    payload: String,
-}
+/// How many channels a client listens to before it unlistens those that
+/// nobody waits on any more (kept until then for names used again soon);
+/// the mark doubles with the channels in use, so the look is rare.
+const FIRST_MARK: usize = 128;
+
+/// Each listened channel's payloads, to its own subscribers only: a
+/// notification wakes the waiters and holders of its name, not every one
+/// of the client (10,000 held locks made each release wake 10,000 tasks).
+type Ears = Arc<parking_lot::Mutex<HashMap<String, broadcast::Sender<String>>>>;
 
 /// The listening connection of one client and the channels it listens on.
 pub(crate) struct Listener {
     db: Db,
-    notes: broadcast::Sender<Note>,
+    ears: Ears,
     state: tokio::sync::Mutex<Listening>,
+    /// Each name's channel, while the channel is listened to.
     channels: parking_lot::Mutex<HashMap<String, String>>,
 }
 
-#[derive(Default)]
 struct Listening {
     client: Option<Arc<Client>>,
-    listened: std::collections::HashSet<String>,
+    listened: HashSet<String>,
+    /// Past this many channels, unlisten the idle ones.
+    mark: usize,
 }
 
 /// What a subscription heard.
@@ -56,22 +66,18 @@ pub(crate) enum Heard {
 
 /// One waiter's ear on one name's channel.
 pub(crate) struct Subscription {
-    rx: broadcast::Receiver<Note>,
-    channel: String,
+    rx: broadcast::Receiver<String>,
 }
 
 impl Subscription {
     /// The next change of the name.
     pub(crate) async fn next(&mut self) -> Heard {
-        loop {
-            match self.rx.recv().await {
-                Ok(note) if note.channel == self.channel => {
-                    return note.payload.parse().map_or(Heard::Missed, Heard::Entry)
-                }
-                Ok(_) => {}
-                Err(broadcast::error::RecvError::Lagged(_)) => return Heard::Missed,
-                Err(broadcast::error::RecvError::Closed) => std::future::pending().await,
-            }
+        match self.rx.recv().await {
+            Ok(payload) => payload.parse().map_or(Heard::Missed, Heard::Entry),
+            Err(broadcast::error::RecvError::Lagged(_)) => Heard::Missed,
+            // The channel was unlistened, which it is only once nobody
+            // subscribes to it: not for a live subscription.
+            Err(broadcast::error::RecvError::Closed) => std::future::pending().await,
         }
     }
 }
@@ -88,8 +94,12 @@ impl Listener {
     pub(crate) fn new(db: Db) -> Listener {
         Listener {
             db,
-            notes: broadcast::channel(BACKLOG).0,
-            state: tokio::sync::Mutex::new(Listening::default()),
+            ears: Ears::default(),
+            state: tokio::sync::Mutex::new(Listening {
+                client: None,
+                listened: HashSet::new(),
+                mark: FIRST_MARK,
+            }),
             channels: parking_lot::Mutex::new(HashMap::new()),
         }
     }
@@ -97,44 +107,84 @@ impl Listener {
     /// Listen on `name`'s channel (again, if the connection was replaced)
     /// and hear what comes after this call returns.
     pub(crate) async fn subscribe(&self, name: &str) -> Result<Subscription> {
-        let rx = self.notes.subscribe();
-        let channel = self.listen(name).await?;
-        Ok(Subscription { rx, channel })
-    }
-
-    async fn listen(&self, name: &str) -> Result<String> {
         let mut state = self.state.lock().await;
         let client = match state.client.as_ref().filter(|c| !c.is_closed()) {
             Some(c) => c.clone(),
             None => {
-                let notes = self.notes.clone();
-                let client = Arc::new(self.db.open(move |m| forward(&notes, m)).await?);
-                *state = Listening {
-                    client: Some(client.clone()),
-                    listened: Default::default(),
-                };
+                let ears = self.ears.clone();
+                let client = Arc::new(self.db.open(move |m| forward(&ears, m)).await?);
+                state.client = Some(client.clone());
+                state.listened.clear();
                 client
             }
         };
         let channel = self.channel(&client, name).await?;
+        // Subscribed before the LISTEN: nothing after this call is missed.
+        let rx = self
+            .ears
+            .lock()
+            .entry(channel.clone())
+            .or_insert_with(|| broadcast::channel(BACKLOG).0)
+            .subscribe();
         if !state.listened.contains(&channel) {
             let what = format!("listen for changes of {name}");
             // The channel is md5 hex behind a fixed prefix: nothing to quote.
-            let listen = format!("LISTEN {channel}");
-            let heard = within(&what, self.db.rpc_timeout(), async {
-                client
-                    .batch_execute(&listen)
-                    .await
-                    .map_err(|e| from_pg(&what, e))
-            })
-            .await;
-            if let Err(e) = heard {
+            if let Err(e) = self.run(&client, &what, format!("LISTEN {channel}")).await {
                 state.client = None;
                 return Err(e);
             }
-            state.listened.insert(channel.clone());
+            state.listened.insert(channel);
         }
-        Ok(channel)
+        self.unlisten_idle(&mut state, &client).await;
+        Ok(Subscription { rx })
+    }
+
+    /// Past the mark, unlisten the channels nobody subscribes to. The
+    /// caller holds the state, so no subscription to them can start
+    /// meanwhile.
+    async fn unlisten_idle(&self, state: &mut Listening, client: &Client) {
+        let idle: HashSet<String> = {
+            let mut ears = self.ears.lock();
+            if ears.len() <= state.mark {
+                return;
+            }
+            let idle: HashSet<String> = ears
+                .iter()
+                .filter(|(_, tx)| tx.receiver_count() == 0)
+                .map(|(channel, _)| channel.clone())
+                .collect();
+            for channel in &idle {
+                ears.remove(channel);
+            }
+            state.mark = FIRST_MARK.max(2 * ears.len());
+            idle
+        };
+        self.channels.lock().retain(|_, c| !idle.contains(c));
+        let unlisten: String = idle
+            .iter()
+            .filter(|c| state.listened.remove(*c))
+            .map(|c| format!("UNLISTEN {c};"))
+            .collect();
+        if unlisten.is_empty() {
+            return;
+        }
+        let what = format!("unlisten {} idle channels", idle.len());
+        if let Err(e) = self.run(client, &what, unlisten).await {
+            // Listening on more than needed costs only notifications that
+            // nobody hears; a broken connection is replaced at the next
+            // subscription.
+            log::debug!("{what}: {e}");
+        }
+    }
+
+    async fn run(&self, client: &Client, what: &str, sql: String) -> Result<()> {
+        within(what, self.db.rpc_timeout(), async {
+            client
+                .batch_execute(&sql)
+                .await
+                .map_err(|e| from_pg(what, e))
+        })
+        .await
     }
 
     /// The channel of `name`, as the trigger computes it.
@@ -162,11 +212,10 @@ impl Listener {
     }
 }
 
-fn forward(notes: &broadcast::Sender<Note>, m: AsyncMessage) {
+fn forward(ears: &Ears, m: AsyncMessage) {
     if let AsyncMessage::Notification(n) = m {
-        let _ = notes.send(Note {
-            channel: n.channel().to_owned(),
-            payload: n.payload().to_owned(),
-        });
+        if let Some(tx) = ears.lock().get(n.channel()) {
+            let _ = tx.send(n.payload().to_owned());
+        }
     }
 }
