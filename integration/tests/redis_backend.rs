@@ -404,3 +404,50 @@ fn a_lost_wake_costs_one_poll_not_the_ttl() {
     holder.close().unwrap();
     waiter.close().unwrap();
 }
+
+/// The calls of `command` the server has served, from `INFO commandstats`
+/// (commands run inside scripts included).
+fn calls(server: &RedisServer, command: &str) -> u64 {
+    let stats: String = server.cmd(&["INFO", "commandstats"]);
+    stats
+        .lines()
+        .find_map(|l| l.strip_prefix(&format!("cmdstat_{command}:calls=")))
+        .and_then(|rest| rest.split(',').next()?.parse().ok())
+        .unwrap_or(0)
+}
+
+/// A client polls every entry it holds (a hold key deleted by hand or
+/// lost with a failover shows as loss) in one `MGET` a tick, not a `GET`
+/// per entry: its requests do not grow with the locks it holds.
+#[test]
+fn a_client_polls_every_entry_it_holds_in_one_request_a_tick() {
+    let server = RedisServer::start();
+    // Renewals (a GET per held entry inside their script) every 10 s.
+    let c = connect(&server, Duration::from_secs(30));
+    let base = name("polled");
+    let held: Vec<_> = (0..50)
+        .map(|i| c.mutex(&format!("{base}/{i}")).unwrap().lock().unwrap())
+        .collect();
+    let (mget, get) = (calls(&server, "mget"), calls(&server, "get"));
+    // Three polls: the first may have begun before the count.
+    wait_until("three polls", scale(Duration::from_secs(10)), || {
+        calls(&server, "mget") >= mget + 3
+    });
+    let gets = calls(&server, "get") - get;
+    // A GET per entry and poll would be at least 100 (two whole polls).
+    assert!(gets < 100, "{gets} GETs over three polls of 50 entries");
+    let _: i64 = server.cmd(&["DEL", held[7].hold_key()]);
+    assert!(
+        held[7]
+            .lost()
+            .wait_timeout(scale(Duration::from_secs(5)))
+            .is_some(),
+        "the entry whose key was deleted is lost"
+    );
+    assert!(held.iter().enumerate().all(|(i, g)| i == 7 || !g.is_lost()));
+    for g in held {
+        let _ = g.release();
+    }
+    c.close().unwrap();
+    assert!(our_keys(&server).is_empty(), "{:?}", our_keys(&server));
+}

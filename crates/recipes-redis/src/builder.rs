@@ -226,6 +226,7 @@ impl RedisClientBuilder {
             conn,
             client: pubsub,
             replicas: self.replicas,
+            held: Default::default(),
         };
         RedisClient::start(self, redis, rt)
     }

@@ -14,7 +14,7 @@ use recipes_core::{
 use redis::FromRedisValue;
 
 use crate::client::RedisClient;
-use crate::contend::{Acquired, Ticket, POLL};
+use crate::contend::{Acquired, Ticket};
 use crate::names::{validate_key, NS};
 use crate::rpc::{from_redis, Redis};
 use crate::scripts;
@@ -69,15 +69,13 @@ impl EntryWatcher for Holding {
         }))
     }
 
-    /// Every [`POLL`]: a lock key deleted by hand, or lost with a restart
-    /// or a failover, shows within one.
+    /// Within a [`POLL`](crate::contend::POLL) of the client's one poll
+    /// of its held entries: a lock key deleted by hand, or lost with a
+    /// restart or a failover.
     async fn deleted(watch: &mut Holding) -> Result<()> {
-        loop {
-            tokio::time::sleep(POLL).await;
-            if !watch.holds().await? {
-                return Ok(());
-            }
-        }
+        let w = &*watch;
+        w.redis.held_gone(&w.hold_key, &w.member, w.timeout).await;
+        Ok(())
     }
 }
 

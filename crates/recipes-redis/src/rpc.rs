@@ -8,6 +8,7 @@ use recipes_core::{resend_within, within, Backoff, Error, Result};
 use redis::aio::ConnectionManager;
 use redis::{FromRedisValue, RedisError, Script};
 
+use crate::held_poll::HeldPoll;
 use crate::names::{Queue, NS};
 use crate::scripts;
 
@@ -19,6 +20,8 @@ pub(crate) struct Redis {
     pub(crate) client: redis::Client,
     /// `WAIT numreplicas timeout` after every acquisition and fenced write.
     pub(crate) replicas: Option<(u32, Duration)>,
+    /// The one poll of every entry the client holds.
+    pub(crate) held: HeldPoll,
 }
 
 impl Redis {
