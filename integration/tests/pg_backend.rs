@@ -314,3 +314,38 @@ fn a_client_that_used_many_names_still_hears_the_names_it_waits_on_and_holds() {
     assert!(facts.entries_under(&waited).is_empty());
     assert!(facts.entries_under(&held_name).is_empty());
 }
+
+/// A held row deleted with no notification (the queue's trigger off) is
+/// seen by the client's one poll of the rows it holds, within its
+/// interval, and only that guard is lost.
+#[test]
+fn a_held_row_deleted_unheard_is_lost_at_the_clients_poll() {
+    let server = PgServer::start();
+    let facts = PgFacts::new(server.addr());
+    let c = PgClient::builder(server.url())
+        .ttl(Duration::from_secs(3))
+        .poll_interval(Duration::from_millis(200))
+        .connect()
+        .unwrap();
+    let base = name("unheard");
+    let held: Vec<_> = (0..20)
+        .map(|i| c.mutex(&format!("{base}/{i}")).unwrap().lock().unwrap())
+        .collect();
+    server.sql("ALTER TABLE recipes.queue DISABLE TRIGGER queue_notify");
+    facts.delete(held[3].holder());
+    server.sql("ALTER TABLE recipes.queue ENABLE TRIGGER queue_notify");
+    // The poll runs every TTL/3 (1 s) here.
+    assert!(
+        held[3]
+            .lost()
+            .wait_timeout(scale(Duration::from_secs(5)))
+            .is_some(),
+        "the unheard deletion was not seen"
+    );
+    assert!(held.iter().enumerate().all(|(i, g)| i == 3 || !g.is_lost()));
+    for g in held {
+        let _ = g.release();
+    }
+    c.close().unwrap();
+    assert!(facts.entries_under(&format!("{base}/3")).is_empty());
+}

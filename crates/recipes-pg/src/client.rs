@@ -5,7 +5,9 @@ use std::fmt;
 use std::sync::Arc;
 use std::time::Duration;
 
-use recipes_core::{BootInstant, LeaseSessions, Result, Runtime, Settings};
+use recipes_core::{BootInstant, LeaseSessions, PresencePoll, Result, Runtime, Settings};
+
+use tokio_postgres::types::Type;
 
 use crate::advisory::{LockConn, LockConns, LockSession, DEFAULT_NAMESPACE};
 use crate::builder::{PgClientBuilder, PgMode, DEFAULT_POLL_INTERVAL};
@@ -16,6 +18,8 @@ use crate::session::{PgLeases, Session};
 struct Inner {
     db: Arc<Db>,
     listener: Listener,
+    /// The one poll of every row the client holds.
+    held_rows: PresencePoll<uuid::Uuid>,
     poll_interval: Duration,
     // The current session; a new one once it is lost. Deleted (its entries
     // with it) when the client closes.
@@ -85,6 +89,7 @@ impl PgClient {
                 leases: LeaseSessions::new(PgLeases(db.clone()), rt, config.settings),
                 db,
                 listener,
+                held_rows: PresencePoll::default(),
                 poll_interval: config.poll_interval,
                 mode: config.mode,
                 namespace: config.namespace,
@@ -117,6 +122,23 @@ impl PgClient {
     /// The listening connection.
     pub(crate) fn listener(&self) -> &Listener {
         &self.inner.listener
+    }
+
+    /// The one poll of every row the client holds.
+    pub(crate) fn held_rows(&self) -> &PresencePoll<uuid::Uuid> {
+        &self.inner.held_rows
+    }
+
+    /// Which of `entries` still have their rows, in order: one statement.
+    pub(crate) async fn rows_present(&self, entries: Vec<uuid::Uuid>) -> Result<Vec<bool>> {
+        let sql = "SELECT entry FROM recipes.queue WHERE entry = ANY($1)";
+        let what = format!("look at {} held rows", entries.len());
+        let rows = self
+            .db()
+            .query(&what, sql, &[(&entries, Type::UUID_ARRAY)])
+            .await?;
+        let there: std::collections::HashSet<uuid::Uuid> = rows.iter().map(|r| r.get(0)).collect();
+        Ok(entries.iter().map(|e| there.contains(e)).collect())
     }
 
     /// The deadline of one statement.

@@ -286,9 +286,21 @@ impl EntryWatcher for PgEntry {
             .client
             .poll_interval()
             .max(watch.entry.session.ttl() / 3);
+        // The poll is the client's one read of all the rows it holds.
+        let client = watch.entry.client.clone();
+        let present = move |entries: Vec<Uuid>| {
+            let client = client.clone();
+            async move { client.rows_present(entries).await }
+        };
+        let polled = watch
+            .entry
+            .client
+            .held_rows()
+            .gone(watch.entry.entry, poll, present);
+        tokio::pin!(polled);
         loop {
             tokio::select! {
-                () = tokio::time::sleep(poll) => {}
+                () = &mut polled => return Ok(()),
                 heard = next(&mut watch.heard) => match heard {
                     Heard::Entry(seq) if seq != watch.entry.seq => continue,
                     _ => {}

@@ -76,7 +76,6 @@ mod builder;
 mod client;
 mod contend;
 mod election;
-mod held_poll;
 mod lock;
 mod mutex;
 mod names;

@@ -14,7 +14,7 @@ use recipes_core::{
 use redis::FromRedisValue;
 
 use crate::client::RedisClient;
-use crate::contend::{Acquired, Ticket};
+use crate::contend::{Acquired, Ticket, POLL};
 use crate::names::{validate_key, NS};
 use crate::rpc::{from_redis, Redis};
 use crate::scripts;
@@ -69,12 +69,29 @@ impl EntryWatcher for Holding {
         }))
     }
 
-    /// Within a [`POLL`](crate::contend::POLL) of the client's one poll
-    /// of its held entries: a lock key deleted by hand, or lost with a
-    /// restart or a failover.
+    /// Within a [`POLL`] of the client's one poll of its held entries (an
+    /// `MGET` of their hold keys): a lock key deleted by hand, or lost
+    /// with a restart or a failover.
     async fn deleted(watch: &mut Holding) -> Result<()> {
-        let w = &*watch;
-        w.redis.held_gone(&w.hold_key, &w.member, w.timeout).await;
+        let (redis, timeout) = (watch.redis.clone(), watch.timeout);
+        let present = move |held: Vec<(String, String)>| {
+            let redis = redis.clone();
+            async move {
+                let mut mget = redis::cmd("MGET");
+                for (hold_key, _) in &held {
+                    mget.arg(hold_key);
+                }
+                let values: Vec<Option<String>> =
+                    redis.read("poll the held entries", timeout, mget).await?;
+                Ok(held
+                    .iter()
+                    .zip(values)
+                    .map(|((_, member), value)| value.as_deref() == Some(member.as_str()))
+                    .collect())
+            }
+        };
+        let entry = (watch.hold_key.clone(), watch.member.clone());
+        watch.redis.held.gone(entry, POLL, present).await;
         Ok(())
     }
 }

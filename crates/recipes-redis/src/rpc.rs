@@ -4,11 +4,10 @@
 
 use std::time::Duration;
 
-use recipes_core::{resend_within, within, Backoff, Error, Result};
+use recipes_core::{resend_within, within, Backoff, Error, PresencePoll, Result};
 use redis::aio::ConnectionManager;
 use redis::{FromRedisValue, RedisError, Script};
 
-use crate::held_poll::HeldPoll;
 use crate::names::{Queue, NS};
 use crate::scripts;
 
@@ -20,8 +19,9 @@ pub(crate) struct Redis {
     pub(crate) client: redis::Client,
     /// `WAIT numreplicas timeout` after every acquisition and fenced write.
     pub(crate) replicas: Option<(u32, Duration)>,
-    /// The one poll of every entry the client holds.
-    pub(crate) held: HeldPoll,
+    /// The one poll of every entry the client holds: hold keys and the
+    /// members they must hold.
+    pub(crate) held: PresencePoll<(String, String)>,
 }
 
 impl Redis {
