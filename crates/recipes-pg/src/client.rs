@@ -7,8 +7,6 @@ use std::time::Duration;
 
 use recipes_core::{BootInstant, LeaseSessions, PresencePoll, Result, Runtime, Settings};
 
-use tokio_postgres::types::Type;
-
 use crate::advisory::{LockConn, LockConns, LockSession, DEFAULT_NAMESPACE};
 use crate::builder::{PgClientBuilder, PgMode, DEFAULT_POLL_INTERVAL};
 use crate::db::Db;
@@ -129,16 +127,10 @@ impl PgClient {
         &self.inner.held_rows
     }
 
-    /// Which of `entries` still have their rows, in order: one statement.
-    pub(crate) async fn rows_present(&self, entries: Vec<uuid::Uuid>) -> Result<Vec<bool>> {
-        let sql = "SELECT entry FROM recipes.queue WHERE entry = ANY($1)";
-        let what = format!("look at {} held rows", entries.len());
-        let rows = self
-            .db()
-            .query(&what, sql, &[(&entries, Type::UUID_ARRAY)])
-            .await?;
-        let there: std::collections::HashSet<uuid::Uuid> = rows.iter().map(|r| r.get(0)).collect();
-        Ok(entries.iter().map(|e| there.contains(e)).collect())
+    /// The statement connection, for tasks that must not keep the client
+    /// alive (the poll of held rows).
+    pub(crate) fn shared_db(&self) -> Arc<Db> {
+        self.inner.db.clone()
     }
 
     /// The deadline of one statement.

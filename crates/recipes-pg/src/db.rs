@@ -205,6 +205,18 @@ impl Db {
         Ok(self.query(what, sql, params).await?.into_iter().next())
     }
 
+    /// Which of the queue `entries` still have their rows, in order: one
+    /// statement.
+    pub(crate) async fn rows_present(&self, entries: Vec<uuid::Uuid>) -> Result<Vec<bool>> {
+        let sql = "SELECT entry FROM recipes.queue WHERE entry = ANY($1)";
+        let what = format!("look at {} held rows", entries.len());
+        let rows = self
+            .query(&what, sql, &[(&entries, Type::UUID_ARRAY)])
+            .await?;
+        let there: std::collections::HashSet<uuid::Uuid> = rows.iter().map(|r| r.get(0)).collect();
+        Ok(entries.iter().map(|e| there.contains(e)).collect())
+    }
+
     /// The deadline of one statement.
     pub(crate) fn rpc_timeout(&self) -> Duration {
         self.rpc_timeout

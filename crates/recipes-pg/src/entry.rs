@@ -286,11 +286,12 @@ impl EntryWatcher for PgEntry {
             .client
             .poll_interval()
             .max(watch.entry.session.ttl() / 3);
-        // The poll is the client's one read of all the rows it holds.
-        let client = watch.entry.client.clone();
+        // The poll is the client's one read of all the rows it holds; it
+        // keeps the connection, not the client, alive.
+        let db = watch.entry.client.shared_db();
         let present = move |entries: Vec<Uuid>| {
-            let client = client.clone();
-            async move { client.rows_present(entries).await }
+            let db = db.clone();
+            async move { db.rows_present(entries).await }
         };
         let polled = watch
             .entry
