@@ -11,6 +11,7 @@
 use std::collections::HashMap;
 use std::fmt;
 use std::future::Future;
+use std::pin::Pin;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -22,10 +23,16 @@ use crate::error::Result;
 /// Entries per read.
 pub const PRESENCE_BATCH: usize = 1000;
 
-/// The watched entries of one client and whether their poll runs. Cheap
-/// to clone.
+/// The read that says, in order, which entries are still there.
+type Present<K> =
+    Arc<dyn Fn(Vec<K>) -> Pin<Box<dyn Future<Output = Result<Vec<bool>>> + Send>> + Send + Sync>;
+
+/// The watched entries of one client, the read that polls them and how
+/// often. Cheap to clone.
 pub struct PresencePoll<K> {
     inner: Arc<Mutex<Registry<K>>>,
+    every: Duration,
+    present: Present<K>,
 }
 
 struct Registry<K> {
@@ -51,18 +58,8 @@ impl<K> Clone for PresencePoll<K> {
     fn clone(&self) -> Self {
         PresencePoll {
             inner: self.inner.clone(),
-        }
-    }
-}
-
-impl<K> Default for PresencePoll<K> {
-    fn default() -> Self {
-        PresencePoll {
-            inner: Arc::new(Mutex::new(Registry {
-                next_id: 0,
-                watched: HashMap::new(),
-                running: false,
-            })),
+            every: self.every,
+            present: self.present.clone(),
         }
     }
 }
@@ -76,15 +73,28 @@ impl<K> fmt::Debug for PresencePoll<K> {
 }
 
 impl<K: Clone + Send + Sync + 'static> PresencePoll<K> {
-    /// Resolves once a poll sees `entry` gone; on the runtime. The poll
-    /// starts with the first entry watched and stops with the last: every
-    /// `every`, `present` is asked about at most [`PRESENCE_BATCH`]
-    /// entries at a time and answers, in order, which are still there.
-    pub async fn gone<P, F>(&self, entry: K, every: Duration, present: P)
+    /// A poll that, every `every` while anything is watched, asks
+    /// `present` about at most [`PRESENCE_BATCH`] entries at a time; it
+    /// answers, in order, which are still there. It starts with the first
+    /// entry watched and stops with the last.
+    pub fn new<P, F>(every: Duration, present: P) -> PresencePoll<K>
     where
-        P: Fn(Vec<K>) -> F + Send + 'static,
+        P: Fn(Vec<K>) -> F + Send + Sync + 'static,
         F: Future<Output = Result<Vec<bool>>> + Send + 'static,
     {
+        PresencePoll {
+            inner: Arc::new(Mutex::new(Registry {
+                next_id: 0,
+                watched: HashMap::new(),
+                running: false,
+            })),
+            every,
+            present: Arc::new(move |entries| Box::pin(present(entries))),
+        }
+    }
+
+    /// Resolves once a poll sees `entry` gone; on the runtime.
+    pub async fn gone(&self, entry: K) {
         let (tx, rx) = oneshot::channel();
         let id = {
             let mut r = self.inner.lock();
@@ -93,7 +103,8 @@ impl<K: Clone + Send + Sync + 'static> PresencePoll<K> {
             r.watched.insert(id, (entry, tx));
             if !r.running {
                 r.running = true;
-                tokio::spawn(poll(self.inner.clone(), every, present));
+                let (inner, present) = (self.inner.clone(), self.present.clone());
+                tokio::spawn(poll(inner, self.every, present));
             }
             id
         };
@@ -108,12 +119,7 @@ impl<K: Clone + Send + Sync + 'static> PresencePoll<K> {
     }
 }
 
-async fn poll<K, P, F>(inner: Arc<Mutex<Registry<K>>>, every: Duration, present: P)
-where
-    K: Clone,
-    P: Fn(Vec<K>) -> F,
-    F: Future<Output = Result<Vec<bool>>>,
-{
+async fn poll<K: Clone>(inner: Arc<Mutex<Registry<K>>>, every: Duration, present: Present<K>) {
     loop {
         tokio::time::sleep(every).await;
         let watched: Vec<(u64, K)> = {
@@ -157,7 +163,7 @@ mod tests {
     fn store(
         deleted: &Arc<Mutex<HashSet<u32>>>,
         reads: &Arc<Mutex<Vec<usize>>>,
-    ) -> impl Fn(Vec<u32>) -> std::future::Ready<Result<Vec<bool>>> + Send + 'static {
+    ) -> impl Fn(Vec<u32>) -> std::future::Ready<Result<Vec<bool>>> + Send + Sync + 'static {
         let (deleted, reads) = (deleted.clone(), reads.clone());
         move |entries: Vec<u32>| {
             reads.lock().push(entries.len());
@@ -168,14 +174,14 @@ mod tests {
 
     #[tokio::test(start_paused = true)]
     async fn one_read_a_tick_for_every_watched_entry_and_only_the_gone_resolve() {
-        let poll = PresencePoll::<u32>::default();
         let deleted = Arc::new(Mutex::new(HashSet::new()));
         let reads = Arc::new(Mutex::new(Vec::new()));
         let every = Duration::from_millis(500);
-        let mut waits: Vec<_> = (0..2500)
+        let poll = PresencePoll::new(every, store(&deleted, &reads));
+        let mut waits: Vec<_> = (0..2500u32)
             .map(|i| {
-                let (poll, present) = (poll.clone(), store(&deleted, &reads));
-                tokio::spawn(async move { poll.gone(i, every, present).await })
+                let poll = poll.clone();
+                tokio::spawn(async move { poll.gone(i).await })
             })
             .collect();
         tokio::time::sleep(every * 3 + every / 2).await;

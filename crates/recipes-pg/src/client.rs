@@ -82,12 +82,21 @@ impl PgClient {
         listener: Listener,
         rt: Runtime,
     ) -> Result<PgClient> {
+        // Our own rows rarely go behind our back: the poll looks as often
+        // as the session is renewed, not as often as a waiter looks; it
+        // keeps the connection, not the client, alive.
+        let every = config.poll_interval.max(config.settings.ttl / 3);
+        let polled = db.clone();
+        let held_rows = PresencePoll::new(every, move |entries| {
+            let db = polled.clone();
+            async move { db.rows_present(entries).await }
+        });
         let client = PgClient {
             inner: Arc::new(Inner {
                 leases: LeaseSessions::new(PgLeases(db.clone()), rt, config.settings),
                 db,
                 listener,
-                held_rows: PresencePoll::default(),
+                held_rows,
                 poll_interval: config.poll_interval,
                 mode: config.mode,
                 namespace: config.namespace,
@@ -125,12 +134,6 @@ impl PgClient {
     /// The one poll of every row the client holds.
     pub(crate) fn held_rows(&self) -> &PresencePoll<uuid::Uuid> {
         &self.inner.held_rows
-    }
-
-    /// The statement connection, for tasks that must not keep the client
-    /// alive (the poll of held rows).
-    pub(crate) fn shared_db(&self) -> Arc<Db> {
-        self.inner.db.clone()
     }
 
     /// The deadline of one statement.

@@ -277,27 +277,10 @@ impl EntryWatcher for PgEntry {
         Ok(self.exists().await?.then_some(watch))
     }
 
-    /// Our row's deletion, heard or seen by a poll.
+    /// Our row's deletion, heard or seen by the client's one poll of the
+    /// rows it holds.
     async fn deleted(watch: &mut RowWatch) -> Result<()> {
-        // Our own row rarely goes behind our back: look at it as often as
-        // the session is renewed, not as often as a waiter looks.
-        let poll = watch
-            .entry
-            .client
-            .poll_interval()
-            .max(watch.entry.session.ttl() / 3);
-        // The poll is the client's one read of all the rows it holds; it
-        // keeps the connection, not the client, alive.
-        let db = watch.entry.client.shared_db();
-        let present = move |entries: Vec<Uuid>| {
-            let db = db.clone();
-            async move { db.rows_present(entries).await }
-        };
-        let polled = watch
-            .entry
-            .client
-            .held_rows()
-            .gone(watch.entry.entry, poll, present);
+        let polled = watch.entry.client.held_rows().gone(watch.entry.entry);
         tokio::pin!(polled);
         loop {
             tokio::select! {

@@ -226,7 +226,6 @@ impl RedisClientBuilder {
             conn,
             client: pubsub,
             replicas: self.replicas,
-            held: Default::default(),
         };
         RedisClient::start(self, redis, rt)
     }

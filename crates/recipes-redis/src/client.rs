@@ -4,9 +4,10 @@ use std::fmt;
 use std::sync::Arc;
 use std::time::Duration;
 
-use recipes_core::{LeaseSessions, Result, Runtime, Settings};
+use recipes_core::{LeaseSessions, PresencePoll, Result, Runtime, Settings};
 
 use crate::builder::{shown_url, RedisClientBuilder};
+use crate::contend::POLL;
 use crate::rpc::Redis;
 use crate::session::Sessions;
 
@@ -35,9 +36,17 @@ use crate::session::Sessions;
 pub struct RedisClient {
     leases: Arc<LeaseSessions<Sessions>>,
     url: Arc<str>,
+    /// The one poll of every entry the client holds: hold keys and the
+    /// members they must hold.
+    held: PresencePoll<(String, String)>,
 }
 
 impl RedisClient {
+    /// The one poll of every entry the client holds.
+    pub(crate) fn held_poll(&self) -> &PresencePoll<(String, String)> {
+        &self.held
+    }
+
     /// Settings for a client of the server at `url`: `redis://host:port`
     /// (port 6379 if left out), with `:PASSWORD@` or `USER:PASSWORD@`
     /// before the host when the server wants them and `/DB` after it; or
@@ -67,7 +76,13 @@ impl RedisClient {
         redis: Redis,
         rt: Runtime,
     ) -> Result<RedisClient> {
+        let (polled, timeout) = (redis.clone(), config.settings.rpc_timeout);
+        let held = PresencePoll::new(POLL, move |held| {
+            let redis = polled.clone();
+            async move { redis.holding(held, timeout).await }
+        });
         let client = RedisClient {
+            held,
             leases: Arc::new(LeaseSessions::new(
                 Sessions::new(redis),
                 rt,

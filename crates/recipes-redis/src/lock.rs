@@ -8,13 +8,13 @@ use std::future::Future;
 use std::time::Duration;
 
 use recipes_core::{
-    watch_held, EntryWatcher, Error, FencedWrite, FencingToken, HeldEntry, Result, Runtime,
-    StoreEntry,
+    watch_held, EntryWatcher, Error, FencedWrite, FencingToken, HeldEntry, PresencePoll, Result,
+    Runtime, StoreEntry,
 };
 use redis::FromRedisValue;
 
 use crate::client::RedisClient;
-use crate::contend::{Acquired, Ticket, POLL};
+use crate::contend::{Acquired, Ticket};
 use crate::names::{validate_key, NS};
 use crate::rpc::{from_redis, Redis};
 use crate::scripts;
@@ -38,11 +38,14 @@ pub struct RedisEntry {
 }
 
 /// How a held entry is polled: its hold key still holds its member.
+#[derive(Clone)]
 struct Holding {
     redis: Redis,
     hold_key: String,
     member: String,
     timeout: Duration,
+    /// The client's one poll of its held entries.
+    poll: PresencePoll<(String, String)>,
 }
 
 impl Holding {
@@ -61,37 +64,15 @@ impl EntryWatcher for Holding {
     type Watch = Holding;
 
     async fn watch(&self) -> Result<Option<Holding>> {
-        Ok(self.holds().await?.then(|| Holding {
-            redis: self.redis.clone(),
-            hold_key: self.hold_key.clone(),
-            member: self.member.clone(),
-            timeout: self.timeout,
-        }))
+        Ok(self.holds().await?.then(|| self.clone()))
     }
 
-    /// Within a [`POLL`] of the client's one poll of its held entries (an
-    /// `MGET` of their hold keys): a lock key deleted by hand, or lost
-    /// with a restart or a failover.
+    /// Within a [`POLL`](crate::contend::POLL) of the client's one poll
+    /// of its held entries (an `MGET` of their hold keys): a lock key
+    /// deleted by hand, or lost with a restart or a failover.
     async fn deleted(watch: &mut Holding) -> Result<()> {
-        let (redis, timeout) = (watch.redis.clone(), watch.timeout);
-        let present = move |held: Vec<(String, String)>| {
-            let redis = redis.clone();
-            async move {
-                let mut mget = redis::cmd("MGET");
-                for (hold_key, _) in &held {
-                    mget.arg(hold_key);
-                }
-                let values: Vec<Option<String>> =
-                    redis.read("poll the held entries", timeout, mget).await?;
-                Ok(held
-                    .iter()
-                    .zip(values)
-                    .map(|((_, member), value)| value.as_deref() == Some(member.as_str()))
-                    .collect())
-            }
-        };
         let entry = (watch.hold_key.clone(), watch.member.clone());
-        watch.redis.held.gone(entry, POLL, present).await;
+        watch.poll.gone(entry).await;
         Ok(())
     }
 }
@@ -119,6 +100,7 @@ impl RedisEntry {
             hold_key: hold_key.clone(),
             member: a.ticket.member.clone(),
             timeout: session.rpc_timeout(),
+            poll: client.held_poll().clone(),
         };
         let (watched, label, shown) = (trigger.clone(), session.label().to_owned(), holder.clone());
         client.runtime().handle().spawn(async move {

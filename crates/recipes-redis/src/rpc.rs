@@ -4,7 +4,7 @@
 
 use std::time::Duration;
 
-use recipes_core::{resend_within, within, Backoff, Error, PresencePoll, Result};
+use recipes_core::{resend_within, within, Backoff, Error, Result};
 use redis::aio::ConnectionManager;
 use redis::{FromRedisValue, RedisError, Script};
 
@@ -19,12 +19,28 @@ pub(crate) struct Redis {
     pub(crate) client: redis::Client,
     /// `WAIT numreplicas timeout` after every acquisition and fenced write.
     pub(crate) replicas: Option<(u32, Duration)>,
-    /// The one poll of every entry the client holds: hold keys and the
-    /// members they must hold.
-    pub(crate) held: PresencePoll<(String, String)>,
 }
 
 impl Redis {
+    /// Which of the `held` hold keys still hold their members, in order:
+    /// one `MGET`.
+    pub(crate) async fn holding(
+        &self,
+        held: Vec<(String, String)>,
+        timeout: Duration,
+    ) -> Result<Vec<bool>> {
+        let mut mget = redis::cmd("MGET");
+        for (hold_key, _) in &held {
+            mget.arg(hold_key);
+        }
+        let values: Vec<Option<String>> = self.read("poll the held entries", timeout, mget).await?;
+        Ok(held
+            .iter()
+            .zip(values)
+            .map(|((_, member), value)| value.as_deref() == Some(member.as_str()))
+            .collect())
+    }
+
     /// Run `script` with `args` once; no resend (the caller's reply may be
     /// lost: see [`Error::unconfirmed`]).
     pub(crate) async fn once<T: FromRedisValue>(
