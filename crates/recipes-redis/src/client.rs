@@ -81,14 +81,15 @@ impl RedisClient {
             let redis = polled.clone();
             async move { redis.holding(held, timeout).await }
         });
+        let url: Arc<str> = shown_url(&config.url).into();
         let client = RedisClient {
             held,
             leases: Arc::new(LeaseSessions::new(
-                Sessions::new(redis),
+                Sessions::new(redis, url.clone()),
                 rt,
                 config.settings,
             )),
-            url: shown_url(&config.url).into(),
+            url,
         };
         let leases = client.leases.clone();
         client.call("grant the client's session", async move {

@@ -36,8 +36,11 @@
 //! expired lock. Waiters queue fairly (a sorted set, places from a
 //! counter taken in the same script); the first live one takes the lock
 //! with `SET <lock> <member> NX PX <session's PTTL>` and, only on a new
-//! acquisition, `INCR`s the name's fence counter in the same script: that
-//! value is the fencing token (strictly increasing, never 0). A release
+//! acquisition, mints the name's next fence in the same script: the
+//! larger of the last fence + 1 and the server's clock (`TIME`) in
+//! microseconds since the Unix epoch. That value is the fencing token:
+//! strictly increasing, not dense, about 1.8 × 10¹⁵ today (a `u64`, a
+//! `bigint`, a safe integer in JSON). A release
 //! is compare-and-delete by script, which publishes the entry's going on
 //! the channel the one waiter behind it listens to (one wake per
 //! release); waiters also check every 500 ms, so a lost message costs at
@@ -48,26 +51,55 @@
 //!
 //! ## What Redis promises, and what it does not
 //!
-//! - A **single node** with `appendonly yes` and `appendfsync always`
-//!   keeps every acknowledged acquisition and fence across a crash and
-//!   restart. With the default `appendfsync everysec` up to a second of
-//!   writes can be lost; without persistence a restart loses every lock
-//!   *and the fence counters*, so fences start over — holders see the
-//!   loss (their renewal finds the session gone) but a resource that kept
-//!   an old fence refuses the new holders until it is reset.
+//! - **A fence never repeats, even when Redis loses its data.** Each fence
+//!   is at most the server's clock when it was minted, so after a
+//!   `FLUSHALL` or `FLUSHDB`, a restart without persistence (or with
+//!   `appendfsync everysec` losing its last second), an older snapshot
+//!   restored, or a key deleted by hand, the next fence — the clock then —
+//!   is above every fence handed out before, and a resource that admits
+//!   fences ≥ the highest it saw refuses the old holder once the new one
+//!   wrote. The old holder learns it lost as soon as the client can know:
+//!   its next renewal (every TTL/3) finds its session gone, and the poll
+//!   of held entries (every 500 ms) finds its lock key gone or another's;
+//!   its loss signal fires and its fenced writes are refused.
+//! - **What the fence cannot cover**: the server's clock stepping back
+//!   past the last fence issued *and* the data lost before the clock
+//!   catches up (two faults at once); a failover to a replica that missed
+//!   the last fence and whose clock is behind the old primary's. With the
+//!   data intact a clock that steps back changes nothing: the fence then
+//!   grows by one.
+//! - **Locks do not survive data loss.** Without persistence a restart
+//!   loses every lock; with `appendonly yes` and `appendfsync always` a
+//!   single node keeps every acknowledged acquisition across a crash and
+//!   restart. Between the loss and the old holder's next renewal or poll,
+//!   a new holder can take the lock: the fence is what keeps the old
+//!   holder's late writes out.
 //! - **Replication is asynchronous.** A failover to a replica that had not
-//!   received the lock or the fence counter gives the lock to a second
-//!   holder with a fence that may repeat. With
+//!   received the lock gives the lock to a second holder while the first
+//!   still believes it holds (its fence is still below the new one, but
+//!   for the clock caveat above). With
 //!   [`RedisClientBuilder::wait_for_replicas`] every acquisition and
 //!   fenced write waits for `WAIT numreplicas timeout` and fails when too
 //!   few acknowledged; then a promoted replica that acknowledged has them.
 //!   `WAIT` does not make Redis strongly consistent: a failover can still
 //!   pick a replica that did not acknowledge.
-//! - `maxmemory-policy` must be `noeviction`: an eviction policy can evict
-//!   lock keys. At `maxmemory` new acquisitions fail with nothing written;
-//!   renewals and releases still run.
+//! - **`maxmemory-policy` must be `noeviction`**, and the client checks:
+//!   before it grants a session (at connect, and again after a session
+//!   was lost, as when a restarted server lost every key) it reads the
+//!   policy (`INFO memory`, else `CONFIG GET maxmemory-policy`) and refuses
+//!   any other with [`Error::InvalidArgument`], writing nothing: an
+//!   `allkeys-*` policy evicts any key, a `volatile-*` one keys with a TTL,
+//!   as every lock and session key has. When neither read is allowed it
+//!   logs a warning and goes on, assuming `noeviction`. At `maxmemory`
+//!   new acquisitions fail with nothing written; renewals and releases
+//!   still run.
+//! - **An ACL user** needs the keys and channels `{recipes}:*` and the
+//!   commands the client runs; a refusal is [`Error::PermissionDenied`]
+//!   naming them (`ACL SETUSER <user> ~{recipes}:* &{recipes}:* +@read
+//!   +@write +@scripting +@pubsub +@connection -@dangerous +time +info`).
+//! - TLS: a `rediss://` URL with [`RedisClientBuilder::tls`] (the CA
+//!   bundle, and a client certificate for mutual TLS).
 //! - No Redlock: see the guide, "Choosing a backend: Redis".
-//! - TLS (`rediss://`) is not supported yet.
 
 #![warn(missing_docs)]
 #![deny(missing_debug_implementations)]
@@ -79,6 +111,7 @@ mod election;
 mod lock;
 mod mutex;
 mod names;
+mod policy;
 mod rpc;
 mod scripts;
 mod semaphore;

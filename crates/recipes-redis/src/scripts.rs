@@ -7,7 +7,7 @@
 //!
 //! | key | what |
 //! |---|---|
-//! | `ns sessions` | the session counter (ids start at 1) |
+//! | `ns sessions` | the last session id (minted as a fence is) |
 //! | `ns s:<id>` | a session: a random token, `PX` the TTL |
 //! | `ns h:<id>` | the session's entries: member → `<queue>\n<hold key>` |
 //! | `ns q:<queue>` | the queue, a sorted set: member → its place |
@@ -15,7 +15,7 @@
 //! | `ns v:<queue>` | the members' values (a candidate's) |
 //! | `ns lock:<name>` | the lock: the holder's member, `PX` its session's |
 //! | `ns permit:<sem>/leases:<member>` | a held permit, as the lock |
-//! | `ns fence:<queue>` | the fence counter, never deleted |
+//! | `ns fence:<queue>` | the queue's last fence, never deleted |
 //! | `ns size:<sem>` | a semaphore's size |
 //!
 //! A member is `<session id>-<uuid>`: made by the client before it is
@@ -24,6 +24,17 @@
 //! entries are published on `ns gone:<member>` (the waiter behind a lock
 //! entry listens there) and `ns wake:<queue>` (a permit waiter, an
 //! observer).
+//!
+//! Fences and session ids are **minted** (`mint`) on a hybrid clock: the
+//! larger of the last one + 1 and the server's `TIME` in microseconds
+//! since the Unix epoch (exact in Lua's doubles until the year 2255;
+//! stored with `%.0f`, never `tostring`, which writes `1.7e+15`). Each
+//! value minted is at most the server's clock when it was minted, so
+//! after the data is lost (`FLUSHALL`, a restart without persistence, an
+//! older snapshot) the next one — the clock then — is above every one
+//! handed out before; with the data intact the `+ 1` keeps them strictly
+//! increasing even when the clock steps back. Redis 7 replicates a
+//! script's effects, so `TIME` is allowed in a script that writes.
 //!
 //! Scripts that only delete or extend run under `maxmemory` too
 //! (`allow-oom`); the rest are refused whole when Redis is out of memory,
@@ -49,6 +60,15 @@ local function drop(q, k, m)
   redis.call('PUBLISH', ns .. 'gone:' .. m, q)
   redis.call('PUBLISH', ns .. 'wake:' .. q, m)
   if redis.call('ZCARD', qk) == 0 then redis.call('DEL', ns .. 'n:' .. q, ns .. 'v:' .. q) end
+end
+local function mint(key)
+  local t = redis.call('TIME')
+  local now = tonumber(t[1]) * 1000000 + tonumber(t[2])
+  if now > tonumber(redis.call('GET', key) or '0') then
+    redis.call('SET', key, string.format('%.0f', now))
+    return now
+  end
+  return redis.call('INCR', key)
 end
 "#
     };
@@ -84,14 +104,17 @@ macro_rules! script {
     };
 }
 
-// ARGV: ns, token, ttl ms → the new session's id.
+// ARGV: ns, token, ttl ms → the new session's id. The first PUBLISH
+// (no one listens) proves that an ACL lets us use our channels before
+// anything is written: the other scripts publish after their writes.
 script!(
     GRANT,
     "",
     common!(),
     r#"
-local id = redis.call('INCR', ns .. 'sessions')
-redis.call('SET', ns .. 's:' .. id, ARGV[2], 'PX', ARGV[3])
+redis.call('PUBLISH', ns .. 'granted', '')
+local id = mint(ns .. 'sessions')
+redis.call('SET', ns .. 's:' .. string.format('%.0f', id), ARGV[2], 'PX', ARGV[3])
 return id
 "#
 );
@@ -182,7 +205,7 @@ return 0
 );
 
 // ARGV: ns, queue, hold, mode, member, token, max, fence key → the fence
-// (`SET hold member NX PX <session's PTTL>`, then INCR, only on a new
+// (`SET hold member NX PX <session's PTTL>`, then `mint`, only on a new
 // acquisition); -1 our session or entry is gone; -2 not ours yet.
 script!(
     CONFIRM,
@@ -200,7 +223,7 @@ local cur = redis.call('GET', k)
 if cur == member then return tonumber(redis.call('GET', ARGV[8])) end
 if cur then return -2 end
 redis.call('SET', k, member, 'NX', 'PX', redis.call('PTTL', s))
-return redis.call('INCR', ARGV[8])
+return mint(ARGV[8])
 "#
 );
 

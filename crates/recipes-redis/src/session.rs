@@ -19,6 +19,7 @@ use recipes_core::{Error, LeaseSession, LeaseStore, Opened, Renewal, RenewalStre
 use tokio::task::JoinHandle;
 
 use crate::names::NS;
+use crate::policy::check_eviction;
 use crate::rpc::{unexpected, Redis};
 use crate::scripts;
 
@@ -33,13 +34,16 @@ type Granted = (Arc<str>, Duration);
 #[derive(Clone)]
 pub(crate) struct Sessions {
     pub(crate) redis: Redis,
+    /// The server's URL without its password, for messages.
+    shown: Arc<str>,
     granted: Arc<parking_lot::Mutex<HashMap<i64, Granted>>>,
 }
 
 impl Sessions {
-    pub(crate) fn new(redis: Redis) -> Sessions {
+    pub(crate) fn new(redis: Redis, shown: Arc<str>) -> Sessions {
         Sessions {
             redis,
+            shown,
             granted: Arc::default(),
         }
     }
@@ -67,8 +71,12 @@ impl LeaseStore for Sessions {
     }
 
     /// Redis keeps milliseconds: the TTL granted is the one asked, in
-    /// whole milliseconds.
+    /// whole milliseconds. The server's `maxmemory-policy` is checked
+    /// first, every time: a session is granted at connect, and again after
+    /// one was lost — as when a restarted server lost every key, and may
+    /// run with another configuration.
     async fn grant(&self, ttl: Duration, timeout: Duration) -> Result<(i64, Duration)> {
+        check_eviction(&self.redis, &self.shown, timeout).await?;
         let token: Arc<str> = uuid::Uuid::new_v4().simple().to_string().into();
         let ttl = Duration::from_millis(millis(ttl));
         let args = [NS.to_owned(), token.to_string(), millis(ttl).to_string()];

@@ -1,0 +1,63 @@
+//! The server's `maxmemory-policy`, checked before every session grant
+//! (at connect, and after a lost session, as when a restarted server
+//! lost every key): any policy but `noeviction` is refused. An `allkeys-*`
+//! policy evicts any key, a `volatile-*` one keys with a TTL — and every
+//! lock, session and hold key of ours has one; an evicted lock is a
+//! second holder, an evicted fence key a fence that starts over.
+
+use std::time::Duration;
+
+use recipes_core::{Error, Result};
+
+use crate::rpc::Redis;
+
+/// The one policy under which Redis never evicts our keys.
+const SAFE: &str = "noeviction";
+
+/// The policy the server runs with: `INFO memory`'s `maxmemory_policy`
+/// (allowed where `CONFIG` is renamed or denied), else `CONFIG GET
+/// maxmemory-policy`; `None` when neither can be read.
+async fn read_policy(redis: &Redis, timeout: Duration) -> Option<String> {
+    let mut info = redis::cmd("INFO");
+    info.arg("memory");
+    let read: Result<String> = redis.read("read INFO memory", timeout, info).await;
+    let field = |text: &str| {
+        text.lines()
+            .find_map(|l| l.strip_prefix("maxmemory_policy:"))
+            .map(|p| p.trim().to_owned())
+    };
+    if let Some(policy) = read.ok().as_deref().and_then(field) {
+        return Some(policy);
+    }
+    let mut config = redis::cmd("CONFIG");
+    config.arg("GET").arg("maxmemory-policy");
+    let read: Result<Vec<String>> = redis.read("read maxmemory-policy", timeout, config).await;
+    read.ok()?.get(1).cloned()
+}
+
+/// Refuse a server whose `maxmemory-policy` may evict our keys; when it
+/// cannot be read, warn and go on (the guarantees then assume
+/// `noeviction`).
+///
+/// # Errors
+///
+/// [`Error::InvalidArgument`] naming the policy and what to set.
+pub(crate) async fn check_eviction(redis: &Redis, shown: &str, timeout: Duration) -> Result<()> {
+    match read_policy(redis, timeout).await {
+        Some(policy) if policy == SAFE => Ok(()),
+        Some(policy) => Err(Error::invalid(format!(
+            "the Redis server at {shown} runs with maxmemory-policy {policy}, under which it \
+             may evict lock and session keys (they carry a TTL) or fence keys: a second holder, \
+             a repeated fence; set `maxmemory-policy noeviction` (CONFIG SET maxmemory-policy \
+             noeviction, and in redis.conf)"
+        ))),
+        None => {
+            log::warn!(
+                "[url={shown}] cannot read maxmemory-policy (INFO memory and CONFIG GET were \
+                 refused or failed); assuming noeviction: an evicting policy would evict locks \
+                 and fences"
+            );
+            Ok(())
+        }
+    }
+}

@@ -1,0 +1,195 @@
+//! Redis losing its data, against real `redis-server`s: after a
+//! `FLUSHALL`, a `FLUSHDB` or a restart without persistence the next
+//! fence is above every fence handed out before (the hybrid clock of
+//! `scripts.rs`), the old holder's loss fires as soon as its client can
+//! know (its poll or renewal), well before its TTL, and its fenced write
+//! is refused. An evicting `maxmemory-policy` is refused before anything
+//! is written. Every test breaks its server, so each has its own.
+
+use std::time::Duration;
+
+use integration::{scale, RedisServer};
+use recipes_core::{Client, Error, FenceGate, LossReason};
+use recipes_redis::RedisClient;
+
+const NS: &str = "{recipes}:";
+
+/// Long enough that only the poll or a renewal can tell the holder, not
+/// its deadline.
+const LONG_TTL: Duration = Duration::from_secs(30);
+
+/// How soon a holder learns its keys are gone: one poll (500 ms) or one
+/// renewal (TTL/3 of a short TTL), with room.
+const NOTICED: Duration = Duration::from_secs(3);
+
+fn connect(server: &RedisServer, ttl: Duration) -> RedisClient {
+    RedisClient::builder(server.url())
+        .ttl(ttl)
+        .connect()
+        .expect("connect")
+}
+
+/// A fence the lock `name` hands out now: taken and released.
+fn take(m: &recipes_redis::Mutex) -> u64 {
+    let g = m
+        .try_lock_for(scale(Duration::from_secs(20)))
+        .unwrap()
+        .expect("the lock is free");
+    let t = g.token().0;
+    g.release().unwrap();
+    t
+}
+
+/// A holder whose data `lose` wipes: a new holder gets a higher fence
+/// (the resource then refuses the old one), the old holder's loss fires
+/// within one poll — long before its TTL — and its fenced write is
+/// refused.
+fn a_holder_whose_data_is_lost(server: &RedisServer, lose: impl FnOnce()) {
+    let lock = "/loss/held";
+    let old_client = connect(server, LONG_TTL);
+    let m = old_client.mutex(lock).unwrap();
+    let before: Vec<u64> = (0..3).map(|_| take(&m)).collect();
+    assert!(before.windows(2).all(|w| w[0] < w[1]), "{before:?}");
+    let old = m.lock().unwrap();
+    assert!(old.token().0 > before[2]);
+    let gate = FenceGate::new();
+    gate.admit(old.token()).expect("the first holder writes");
+    lose();
+    // A new client at once: before the old holder can know (the issue's
+    // case, where the next holder got fence 1 again).
+    let new_client = connect(server, LONG_TTL);
+    let new = new_client
+        .mutex(lock)
+        .unwrap()
+        .try_lock()
+        .unwrap()
+        .expect("the data loss freed the lock");
+    assert!(
+        new.token() > old.token(),
+        "fence {:?} after {:?}: it must never go back",
+        new.token(),
+        old.token()
+    );
+    gate.admit(new.token()).expect("the new holder writes");
+    assert!(
+        gate.admit(old.token()).is_err(),
+        "the old holder is fenced out"
+    );
+    let reason = old
+        .lost()
+        .wait_timeout(scale(NOTICED))
+        .expect("the old holder learns its lock is gone, long before its TTL");
+    assert_ne!(reason, LossReason::DeadlineExpired);
+    assert!(old.check().is_err());
+    let write = old.fenced_set("/loss/resource", "old");
+    assert!(
+        matches!(write, Err(Error::FenceRejected { .. })),
+        "{write:?}"
+    );
+    new.fenced_set("/loss/resource", "new").unwrap();
+    new.release().unwrap();
+    drop(old);
+    new_client.close().unwrap();
+    old_client.close().unwrap();
+}
+
+#[test]
+fn fault_flushall_while_held_fences_out_the_old_holder() {
+    let server = RedisServer::start();
+    a_holder_whose_data_is_lost(&server, || {
+        server.cmd::<String>(&["FLUSHALL"]);
+    });
+}
+
+#[test]
+fn fault_flushdb_while_held_fences_out_the_old_holder() {
+    let server = RedisServer::start();
+    a_holder_whose_data_is_lost(&server, || {
+        server.cmd::<String>(&["FLUSHDB"]);
+    });
+}
+
+#[test]
+fn fault_a_restart_without_persistence_while_held_fences_out_the_old_holder() {
+    let server = RedisServer::start();
+    assert_eq!(server.config().aof, None, "no persistence");
+    a_holder_whose_data_is_lost(&server, || {
+        server.kill();
+        server.restart();
+    });
+}
+
+/// A semaphore's permits and an election's terms are minted the same
+/// way: a flush never lets one repeat.
+#[test]
+fn fault_flushall_never_repeats_a_term_of_an_election() {
+    let server = RedisServer::start();
+    let c = connect(&server, LONG_TTL);
+    let e = c.election("/loss/election").unwrap();
+    let first = e.campaign(b"a").unwrap();
+    let term = first.token();
+    server.cmd::<String>(&["FLUSHALL"]);
+    first
+        .lost()
+        .wait_timeout(scale(NOTICED))
+        .expect("the leader learns it lost");
+    drop(first);
+    let again = e.campaign(b"b").unwrap();
+    assert!(again.token() > term, "{:?} after {term:?}", again.token());
+    again.resign().unwrap();
+    c.close().unwrap();
+}
+
+/// Both kinds of evicting policy are refused at connect, naming the
+/// policy and what to set, and nothing is written.
+#[test]
+fn an_evicting_maxmemory_policy_is_refused_at_connect_and_leaves_nothing() {
+    let server = RedisServer::start();
+    for policy in [
+        "allkeys-lru",
+        "volatile-lru",
+        "volatile-ttl",
+        "allkeys-random",
+    ] {
+        server.cmd::<String>(&["CONFIG", "SET", "maxmemory-policy", policy]);
+        let started = std::time::Instant::now();
+        match RedisClient::connect(server.url()) {
+            Err(Error::InvalidArgument(m)) => {
+                assert!(m.contains(policy), "{m}");
+                assert!(m.contains("maxmemory-policy noeviction"), "{m}");
+            }
+            other => panic!("{policy}: {other:?}"),
+        }
+        assert!(started.elapsed() < scale(Duration::from_secs(5)));
+        assert_eq!(
+            server.keys("*"),
+            Vec::<String>::new(),
+            "{policy}: nothing written"
+        );
+    }
+}
+
+/// The policy is read again when a session is granted anew: here after a
+/// flush lost the client's session while the server was switched to an
+/// evicting policy (as a restart with another configuration would).
+#[test]
+fn fault_an_evicting_policy_is_refused_when_a_lost_session_is_granted_again() {
+    let server = RedisServer::start();
+    let c = connect(&server, LONG_TTL);
+    let m = c.mutex("/loss/policy").unwrap();
+    let held = m.lock().unwrap();
+    server.cmd::<String>(&["CONFIG", "SET", "maxmemory-policy", "allkeys-lru"]);
+    server.cmd::<String>(&["FLUSHALL"]);
+    held.lost()
+        .wait_timeout(scale(NOTICED))
+        .expect("the holder learns it lost");
+    drop(held);
+    // The session is found gone by the next script that names it.
+    match m.try_lock_for(scale(Duration::from_secs(5))) {
+        Err(Error::InvalidArgument(msg)) => assert!(msg.contains("allkeys-lru"), "{msg}"),
+        other => panic!("{other:?}"),
+    }
+    let keys = server.keys(&format!("{NS}*"));
+    assert_eq!(keys, Vec::<String>::new(), "nothing written");
+    drop(c);
+}
