@@ -6,6 +6,7 @@ use std::time::Duration;
 use recipes_core::tls::{check_scheme, Prelude, Probe};
 use recipes_core::{Error, Result, Runtime, Settings, Tls, TlsFiles};
 use redis::aio::{ConnectionManager, ConnectionManagerConfig};
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
 
 use crate::client::RedisClient;
 use crate::rpc::{from_redis, Redis};
@@ -168,12 +169,15 @@ impl RedisClientBuilder {
     ///
     /// # Errors
     ///
-    /// [`Error::InvalidArgument`] for bad settings, a bad URL or unusable
-    /// TLS files; [`Error::Tls`] when TLS does not fit the server (a plain
-    /// client on a TLS port, an unknown CA, …); [`Error::Backend`] naming the
-    /// server when it did not answer within the connect timeout;
-    /// [`Error::Unauthenticated`] when the password is wrong or missing
-    /// (`NOAUTH`); errors of the session's grant.
+    /// [`Error::InvalidArgument`] for bad settings, a bad URL, unusable
+    /// TLS files, a database index the server does not have, or a
+    /// `maxmemory-policy` other than `noeviction`; [`Error::Tls`] when TLS
+    /// does not fit the server (a plain client on a TLS port, an unknown
+    /// CA, …); [`Error::Backend`] naming the server when it did not answer
+    /// within the connect timeout (nothing listening, an address that does
+    /// not route); [`Error::Unauthenticated`] when the password is wrong
+    /// or missing (`NOAUTH`); [`Error::PermissionDenied`] naming the grant
+    /// an ACL user lacks; errors of the session's grant.
     pub fn connect(self) -> Result<RedisClient> {
         let (client, files) = self.validate()?;
         let rt = Runtime::new("recipes-redis")?;
@@ -187,20 +191,8 @@ impl RedisClientBuilder {
         // A plain port waits on a ClientHello, and answers a PING.
         let ping = Prelude::PlainAnswers(b"PING\r\n");
         let probe = Probe::new(&self.url, format!("Redis at {shown}"), files, ping);
-        let connected = rt.call(&what.clone(), timeout, async move {
-            let failed = |e| probe.error_in(&e).unwrap_or_else(|| from_redis(&what, e));
-            let connecting = async {
-                let mut conn = ConnectionManager::new_with_config(client, config)
-                    .await
-                    .map_err(failed)?;
-                let _: String = redis::cmd("PING")
-                    .query_async(&mut conn)
-                    .await
-                    .map_err(failed)?;
-                Ok(conn)
-            };
-            probe.connect(&what, timeout, connecting).await
-        });
+        let opening = open(client, config, probe, what.clone(), timeout);
+        let connected = rt.call(&what, timeout + PLAIN_ANSWER, opening);
         let hint = "the URL names a Redis server (port 6379 by default), not a sentinel \
                     (26379), another store or a TLS-only port";
         let conn = match connected {
@@ -228,6 +220,69 @@ impl RedisClientBuilder {
             replicas: self.replicas,
         };
         RedisClient::start(self, redis, rt)
+    }
+}
+
+/// Open the connection and `PING` within `timeout`, a failure explained in
+/// TLS terms when TLS is why. A refusal that retrying cannot change (a
+/// database index the server lacks, an ACL's, the credentials) is
+/// returned as soon as it is known: it passes the probe as a success, so
+/// that the probe does not wait on its diagnosis of a server that answered.
+async fn open(
+    client: redis::Client,
+    config: ConnectionManagerConfig,
+    probe: Probe,
+    what: String,
+    timeout: Duration,
+) -> Result<ConnectionManager> {
+    let failed = |e| probe.error_in(&e).unwrap_or_else(|| from_redis(&what, e));
+    let connecting = async {
+        let attempt = async {
+            let mut conn = ConnectionManager::new_with_config(client, config)
+                .await
+                .map_err(failed)?;
+            let _: String = redis::cmd("PING")
+                .query_async(&mut conn)
+                .await
+                .map_err(failed)?;
+            Ok(conn)
+        };
+        match attempt.await {
+            Err(
+                e @ (Error::InvalidArgument(_)
+                | Error::PermissionDenied { .. }
+                | Error::Unauthenticated { .. }),
+            ) => Ok(Err(e)),
+            other => other.map(Ok),
+        }
+    };
+    match probe.connect(&what, timeout, connecting).await {
+        Ok(opened) => opened,
+        Err(e @ Error::Tls { .. }) if probe.files.is_none() => {
+            Err(tls_only_redis(e, &probe.addr).await)
+        }
+        Err(e) => Err(e),
+    }
+}
+
+/// How long a port that speaks TLS has to answer plain bytes.
+const PLAIN_ANSWER: Duration = Duration::from_millis(500);
+
+/// `e`, the diagnosis that `addr` speaks TLS, if a TLS-only Redis port is
+/// what answered: it hangs up on plain bytes without a word. Whatever
+/// answers them (an HTTP 400 from a transparent TLS proxy in front of an
+/// address that does not route) is not one, and the connect is a server
+/// that did not answer, as it is.
+async fn tls_only_redis(e: Error, addr: &str) -> Error {
+    let answered = async {
+        let mut tcp = tokio::net::TcpStream::connect(addr).await.ok()?;
+        tcp.write_all(b"PING\r\n").await.ok()?;
+        let mut byte = [0u8; 1];
+        tcp.read(&mut byte).await.ok()
+    };
+    match tokio::time::timeout(PLAIN_ANSWER, answered).await {
+        Ok(Some(n)) if n > 0 => Error::ConnectionLoss,
+        _ => e,
     }
 }
 

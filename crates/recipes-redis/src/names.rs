@@ -124,11 +124,12 @@ pub(crate) fn size_key(name: &str) -> String {
     format!("{NS}size:{name}")
 }
 
-/// The name `name` holds `theirs`, so `ours` cannot use it.
+/// The name `name` holds `theirs` (with its article: "a semaphore"), so
+/// `ours` cannot use it.
 pub(crate) fn other_layout(name: &str, ours: &str, theirs: &str) -> Error {
     Error::invalid(format!(
-        "the Redis name {} holds {theirs}, so {ours} cannot use it; give the {ours} \
-         another name",
+        "the Redis name {} already holds {theirs}, so {ours} cannot use it; choose another \
+         name for {ours}",
         quote(name)
     ))
 }
@@ -152,5 +153,12 @@ mod tests {
         assert_eq!(permits.hold_key("1-x"), "{recipes}:permit:/s/leases:1-x");
         assert_eq!(Queue::lock("/a").hold_key("1-x"), "{recipes}:lock:/a");
         assert_eq!(Queue::lock("/a").holder("1-x"), "/a/1-x");
+    }
+
+    #[test]
+    fn a_name_of_another_recipe_is_refused_in_plain_words() {
+        let e = other_layout("/n", "a semaphore", "a lock or election").to_string();
+        assert!(e.contains("choose another name for a semaphore"), "{e}");
+        assert!(!e.contains("the a "), "{e}");
     }
 }

@@ -8,7 +8,7 @@ use recipes_core::{resend_within, within, Backoff, Error, Result};
 use redis::aio::ConnectionManager;
 use redis::{FromRedisValue, RedisError, Script};
 
-use crate::names::{Queue, NS};
+use crate::names::Queue;
 use crate::scripts;
 
 /// The connection, cheap to clone: every request of the client goes on it
@@ -143,6 +143,14 @@ impl Redis {
     }
 }
 
+/// What an ACL user needs: our keys and channels, and the commands the
+/// client and its scripts run (`TIME` mints fences, `INFO` shows the
+/// `maxmemory-policy`).
+const ACL_HINT: &str = "grant the user the keys and channels {recipes}:* and the commands the \
+     client runs: ACL SETUSER <user> ~{recipes}:* &{recipes}:* +@read +@write +@scripting \
+     +@pubsub +@connection -@dangerous +time +info (and ~<key> for the keys its fenced writes \
+     name)";
+
 /// A reply the scripts never give.
 pub(crate) fn unexpected(what: &str, reply: impl std::fmt::Debug) -> Error {
     Error::Backend {
@@ -169,12 +177,19 @@ pub(crate) fn from_redis(what: &str, e: RedisError) -> Error {
             ),
         };
     }
-    if code == "NOPERM" {
+    let switch_db = e.to_string().contains("refused to switch database");
+    if switch_db && detail.contains("out of range") {
+        return Error::invalid(format!(
+            "{what}: the server has no database of the index the URL names after the host \
+             ({detail}): name one below its `databases` setting (16 by default: \
+             redis://host:port/0 to /15)"
+        ));
+    }
+    // An ACL's refusal: `NOPERM` for a command, and an `ERR` naming the
+    // user for a key or channel a script touches.
+    if code == "NOPERM" || detail.contains("user executing the script can't") || switch_db {
         return Error::PermissionDenied {
-            what: format!(
-                "{what}: {detail}; the user needs the keys {NS}* and the channels {NS}*, \
-                 and the commands EVALSHA, EVAL, SCRIPT, GET, PUBLISH, SUBSCRIBE, WAIT, PING"
-            ),
+            what: format!("{what}: Redis refused the ACL user ({detail}); {ACL_HINT}"),
         };
     }
     if code == "OOM" {
