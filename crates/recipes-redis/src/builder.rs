@@ -1,10 +1,11 @@
 //! [`RedisClientBuilder`]: a client's settings, checked, and its connect.
 
 use std::fmt;
+use std::sync::Arc;
 use std::time::Duration;
 
 use recipes_core::tls::{check_scheme, Prelude, Probe};
-use recipes_core::{Error, Result, Runtime, Settings, Tls, TlsFiles};
+use recipes_core::{Error, LossPolicy, Result, Runtime, Settings, Tls, TlsFiles};
 use redis::aio::{ConnectionManager, ConnectionManagerConfig};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 
@@ -19,6 +20,7 @@ pub struct RedisClientBuilder {
     /// A user and password that replace the URL's.
     pub(crate) user: Option<(String, String)>,
     pub(crate) tls: Option<Tls>,
+    pub(crate) loss_policy: LossPolicy,
     pub(crate) settings: Settings,
 }
 
@@ -29,6 +31,7 @@ impl fmt::Debug for RedisClientBuilder {
             .field("replicas", &self.replicas)
             .field("user", &self.user.as_ref().map(|(u, _)| u))
             .field("tls", &self.tls)
+            .field("loss_policy", &self.loss_policy)
             .field("settings", &self.settings)
             .finish()
     }
@@ -65,6 +68,23 @@ impl RedisClientBuilder {
     /// of the TTL (checked at connect).
     pub fn wait_for_replicas(mut self, replicas: u32, timeout: Duration) -> Self {
         self.replicas = (replicas > 0).then_some((replicas, timeout));
+        self
+    }
+
+    /// What a lost connection means for the client's guards.
+    /// [`LossPolicy::Deadline`] (the default): nothing by itself — a guard
+    /// is lost when its local deadline passes without a renewal, or when
+    /// the server says its session or lock is gone; a Redis restart that
+    /// keeps the data (`appendfsync always`) or a short network blip loses
+    /// no lock. [`LossPolicy::OnDisconnect`]: the first request that finds
+    /// the connection lost or the server silent past the RPC timeout (a
+    /// renewal every TTL/3, the poll of held entries every 500 ms, any
+    /// call) fires the loss of every guard of the client, with
+    /// [`LossReason::Disconnected`](recipes_core::LossReason), and its
+    /// session is revoked once the server answers again; later
+    /// acquisitions grant a new session.
+    pub fn loss_policy(mut self, policy: LossPolicy) -> Self {
+        self.loss_policy = policy;
         self
     }
 
@@ -218,6 +238,7 @@ impl RedisClientBuilder {
             conn,
             client: pubsub,
             replicas: self.replicas,
+            dropped: Arc::default(),
         };
         RedisClient::start(self, redis, rt)
     }

@@ -1,10 +1,13 @@
 //! The Redis client: one connection on its own runtime thread.
 
 use std::fmt;
-use std::sync::Arc;
+use std::sync::{Arc, Weak};
 use std::time::Duration;
 
-use recipes_core::{LeaseSessions, PresencePoll, Result, Runtime, Settings};
+use recipes_core::{
+    LeaseSessions, LossPolicy, LossReason, PresencePoll, Result, Runtime, Settings,
+};
+use tokio::sync::Notify;
 
 use crate::builder::{shown_url, RedisClientBuilder};
 use crate::contend::POLL;
@@ -57,6 +60,7 @@ impl RedisClient {
             replicas: None,
             user: None,
             tls: None,
+            loss_policy: LossPolicy::default(),
             settings: Settings::default(),
         }
     }
@@ -77,6 +81,7 @@ impl RedisClient {
         rt: Runtime,
     ) -> Result<RedisClient> {
         let (polled, timeout) = (redis.clone(), config.settings.rpc_timeout);
+        let (config_policy, dropped) = (config.loss_policy, redis.dropped.clone());
         let held = PresencePoll::new(POLL, move |held| {
             let redis = polled.clone();
             async move { redis.holding(held, timeout).await }
@@ -91,6 +96,9 @@ impl RedisClient {
             )),
             url,
         };
+        if config_policy == LossPolicy::OnDisconnect {
+            lose_on_disconnect(&client.leases, dropped);
+        }
         let leases = client.leases.clone();
         client.call("grant the client's session", async move {
             leases.primary().await.map(drop)
@@ -141,6 +149,31 @@ impl RedisClient {
     pub fn runtime(&self) -> &Runtime {
         self.leases.runtime()
     }
+}
+
+/// Under [`LossPolicy::OnDisconnect`]: each time a request finds the
+/// connection lost, end the current session (every guard of the client
+/// lives on it): its guards are lost at once, and it is revoked once the
+/// server answers. The task holds the sessions weakly, so it keeps no
+/// client open; it ends with the runtime.
+fn lose_on_disconnect(leases: &Arc<LeaseSessions<Sessions>>, dropped: Arc<Notify>) {
+    let weak: Weak<LeaseSessions<Sessions>> = Arc::downgrade(leases);
+    leases.runtime().spawn(async move {
+        loop {
+            dropped.notified().await;
+            let Some(leases) = weak.upgrade() else { return };
+            let Some(session) = leases.current().filter(|s| !s.is_lost()) else {
+                continue;
+            };
+            log::info!(
+                "[{}] connection lost: every guard is lost (OnDisconnect)",
+                session.label()
+            );
+            leases.runtime().spawn(async move {
+                session.end(LossReason::Disconnected).await;
+            });
+        }
+    });
 }
 
 impl fmt::Debug for RedisClient {

@@ -99,6 +99,11 @@
 //!   +@write +@scripting +@pubsub +@connection -@dangerous +time +info`).
 //! - TLS: a `rediss://` URL with [`RedisClientBuilder::tls`] (the CA
 //!   bundle, and a client certificate for mutual TLS).
+//! - **Disconnects.** Under [`LossPolicy::Deadline`] (the default) a
+//!   guard rides out a lost connection until its local deadline; under
+//!   [`LossPolicy::OnDisconnect`]
+//!   ([`RedisClientBuilder::loss_policy`]) the first request that finds the
+//!   connection lost fires the loss of every guard of the client.
 //! - No Redlock: see the guide, "Choosing a backend: Redis".
 
 #![warn(missing_docs)]
@@ -128,8 +133,8 @@ pub use recipes_core;
 /// dependency line is enough; the whole core crate is [`recipes_core`].
 pub use recipes_core::{
     BootInstant, Client, Contender, Error, FenceGate, FencedWrites, FencingToken, LatchEvent,
-    LeaderInfo, LeaderObserver, LossReason, LossSignal, Participant, Result, Tls, TlsProblem,
-    DEFAULT_CONNECT_TIMEOUT, DEFAULT_RPC_TIMEOUT, DEFAULT_TTL, MAX_DURATION, MIN_TTL,
+    LeaderInfo, LeaderObserver, LossPolicy, LossReason, LossSignal, Participant, Result, Tls,
+    TlsProblem, DEFAULT_CONNECT_TIMEOUT, DEFAULT_RPC_TIMEOUT, DEFAULT_TTL, MAX_DURATION, MIN_TTL,
 };
 /// The `redis` crate, for the values of [`RedisEntry::fenced_script`].
 pub use redis;

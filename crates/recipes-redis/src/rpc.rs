@@ -2,11 +2,13 @@
 //! reconnects by itself, script calls on it, and the one mapping of the
 //! `redis` crate's errors to ours.
 
+use std::sync::Arc;
 use std::time::Duration;
 
 use recipes_core::{resend_within, within, Backoff, Error, Result};
 use redis::aio::ConnectionManager;
 use redis::{FromRedisValue, RedisError, Script};
+use tokio::sync::Notify;
 
 use crate::names::Queue;
 use crate::scripts;
@@ -19,6 +21,10 @@ pub(crate) struct Redis {
     pub(crate) client: redis::Client,
     /// `WAIT numreplicas timeout` after every acquisition and fenced write.
     pub(crate) replicas: Option<(u32, Duration)>,
+    /// Notified when a request finds the connection lost (or the server
+    /// silent past the request's timeout): what
+    /// [`LossPolicy::OnDisconnect`](recipes_core::LossPolicy) listens to.
+    pub(crate) dropped: Arc<Notify>,
 }
 
 impl Redis {
@@ -59,7 +65,16 @@ impl Redis {
             let reply = invocation.invoke_async(&mut conn).await;
             reply.map_err(|e| from_redis(what, e))
         };
-        within(what, timeout, sent).await
+        self.noted(within(what, timeout, sent).await)
+    }
+
+    /// `result`, after notifying [`dropped`](Redis::dropped) when it says
+    /// the connection is lost or the server did not answer in time.
+    fn noted<T>(&self, result: Result<T>) -> Result<T> {
+        if let Err(Error::ConnectionLoss | Error::Timeout { .. }) = &result {
+            self.dropped.notify_one();
+        }
+        result
     }
 
     /// Run the idempotent `script` with `args`, resent after a retryable
@@ -85,12 +100,12 @@ impl Redis {
         timeout: Duration,
         cmd: redis::Cmd,
     ) -> Result<T> {
-        let map = |e: RedisError| from_redis(what, e);
-        resend_within(what, timeout, Backoff::RETRY, map, || {
+        let map = |e: RedisError| self.noted::<()>(Err(from_redis(what, e))).unwrap_err();
+        let read = resend_within(what, timeout, Backoff::RETRY, map, || {
             let (cmd, mut conn) = (cmd.clone(), self.conn.clone());
             async move { cmd.query_async(&mut conn).await }
-        })
-        .await
+        });
+        self.noted(read.await)
     }
 
     /// The live members of `queue` up to `member` (all of them when
