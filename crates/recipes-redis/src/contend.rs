@@ -14,7 +14,8 @@
 //!   missed) and wait for a message, checking again every [`POLL`]: a lost
 //!   message costs one poll, never a TTL.
 //! - **confirm**: `SET <lock> <member> NX PX <session's PTTL>` and, only on
-//!   a new acquisition, `INCR` of the queue's fence counter — the fence.
+//!   a new acquisition, the queue's next fence: the larger of its last
+//!   fence + 1 and the server's clock in µs (`scripts.rs`).
 //! - **remove**: delete our entry (and the lock, if it holds it), publish
 //!   its going, retrying until done or the session is lost.
 

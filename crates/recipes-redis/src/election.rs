@@ -1,6 +1,6 @@
 //! The Redis election — and the latch and the selector, which campaign in
 //! it with their id as the value: the mutex's queue with values. The win
-//! is the mutex's (the lock key `SET NX`, the fence `INCR`ed in the same
+//! is the mutex's (the lock key `SET NX`, the fence minted in the same
 //! script), so a term's fence follows every write of the previous term;
 //! a proclaim is a fenced write of our value.
 

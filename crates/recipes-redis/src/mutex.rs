@@ -1,5 +1,5 @@
 //! The Redis mutex: a queue of members, the lock key `SET NX PX` by the
-//! first live one, the fence `INCR`ed in the same script (`contend.rs`).
+//! first live one, the fence minted in the same script (`contend.rs`).
 
 use std::time::Instant as StdInstant;
 
