@@ -283,8 +283,8 @@ impl Runtime {
     }
 
     /// Return an error if the current thread may not block: this
-    /// runtime's own thread, or a thread running an async task (see
-    /// [`inside_async_task`]).
+    /// runtime's own thread, or a thread polling an async task (a tokio
+    /// worker's or `block_on`'s; `spawn_blocking`'s may block).
     ///
     /// # Errors
     ///
