@@ -62,8 +62,24 @@ struct Row {
     known: Option<&'static str>,
 }
 
+/// One bench of a store at a time in this process: a case's check for new
+/// leases sees every session the shared server holds, so benches of one
+/// store running side by side (plain `cargo test` runs tests as threads of
+/// one process) would see each other's. Under nextest each test is a
+/// process of its own.
+fn one_bench_at_a_time(store: &str) -> std::sync::MutexGuard<'static, ()> {
+    static STORES: [std::sync::Mutex<()>; 4] = [const { std::sync::Mutex::new(()) }; 4];
+    let at = ["zk", "etcd", "pg", "redis"]
+        .iter()
+        .position(|s| *s == store)
+        .expect("a known store");
+    // A bench that failed panicked holding it: the next may still run.
+    STORES[at].lock().unwrap_or_else(|e| e.into_inner())
+}
+
 /// A table of cases on one store.
 pub struct Bench<S: Store> {
+    _alone: std::sync::MutexGuard<'static, ()>,
     area: &'static str,
     root: String,
     client: S::C,
@@ -76,6 +92,7 @@ impl<S: Store> Bench<S> {
     /// A bench for `area`: a client of the shared server and its innocent
     /// lock.
     pub fn new(area: &'static str) -> Bench<S> {
+        let alone = one_bench_at_a_time(S::LABEL);
         static N: AtomicU64 = AtomicU64::new(0);
         let n = N.fetch_add(1, Ordering::Relaxed);
         let root = format!("/bad-input/{area}-{}-{n}", std::process::id());
@@ -86,6 +103,7 @@ impl<S: Store> Bench<S> {
         let client = S::connect(&settings).expect("the bench's client connects");
         let innocent_name = format!("/bad-input-innocent/{area}-{}-{n}", std::process::id());
         let mut bench = Bench {
+            _alone: alone,
             area,
             root,
             client,
