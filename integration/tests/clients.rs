@@ -1,14 +1,14 @@
 //! The ZooKeeper and etcd clients over the runtime bridge, against real
 //! servers: connect, one round trip, close; bad input; unreachable hosts; the
 //! runtime keeps the session alive while no caller blocks; a client in a
-//! worker process.
+//! worker process; etcd's loss policies at a dropped connection.
 
 use recipes_core::Client as _;
 use std::time::{Duration, Instant};
 
 use integration::worker::{worker_binary, Worker};
 use integration::{scale, wait_until, EtcdServer, ZkServer};
-use recipes_core::Error;
+use recipes_core::{Error, LossPolicy, LossReason};
 use recipes_etcd::EtcdClient;
 use recipes_zk::ZkClient;
 
@@ -369,4 +369,89 @@ fn etcd_missing_or_wrong_credentials_fail_at_connect() {
         "nothing left"
     );
     root.close().expect("close");
+}
+
+/// An etcd client reached through `proxy` under `policy`: a 6 s lease, a
+/// 1 s RPC timeout.
+fn etcd_via(proxy: &integration::Proxy, policy: LossPolicy) -> EtcdClient {
+    let client = EtcdClient::builder([proxy.addr().to_string()])
+        .ttl(Duration::from_secs(6))
+        .rpc_timeout(Duration::from_secs(1))
+        .loss_policy(policy)
+        .connect()
+        .expect("connect through the proxy");
+    assert_eq!(client.loss_policy(), policy);
+    client
+}
+
+#[test]
+fn fault_etcd_on_disconnect_policy_loses_a_lock_when_its_connection_drops() {
+    let server = EtcdServer::shared();
+    let proxy = integration::Proxy::start(server.client_addr());
+    let c = etcd_via(&proxy, LossPolicy::OnDisconnect);
+    let mutex = c.mutex("/clients/loss-policy/on-disconnect").unwrap();
+    let old = mutex.lock().unwrap();
+    let old_key = old.holder().to_owned();
+    let deadline = old.valid_until().expect("a deadline");
+    proxy.drop_connections();
+    // Loss at the drop, not at the lease's deadline (6 s away).
+    assert_eq!(
+        old.lost().wait_timeout(scale(Duration::from_secs(4))),
+        Some(LossReason::Disconnected),
+        "a dropped connection is loss under OnDisconnect"
+    );
+    assert!(
+        recipes_core::BootInstant::now() < deadline,
+        "lost before the deadline"
+    );
+    // The lease is revoked once etcd answers again: its key goes, and a new
+    // acquisition (a new lease) takes the lock with a higher fence.
+    let facts = server.facts();
+    wait_until(
+        "the lost guard's key deleted",
+        Duration::from_secs(10),
+        || !facts.exists(&old_key),
+    );
+    let old_token = old.token();
+    assert!(matches!(
+        old.release(),
+        Err(Error::LeaseLost {
+            reason: LossReason::Disconnected
+        })
+    ));
+    let new = mutex
+        .try_lock_for(scale(Duration::from_secs(10)))
+        .unwrap()
+        .expect("a new acquisition after the drop");
+    assert!(new.token() > old_token);
+    new.release().unwrap();
+    c.close().unwrap();
+}
+
+#[test]
+fn fault_etcd_deadline_policy_rides_out_a_dropped_connection() {
+    let server = EtcdServer::shared();
+    let proxy = integration::Proxy::start(server.client_addr());
+    let c = etcd_via(&proxy, LossPolicy::Deadline);
+    let guard = c
+        .mutex("/clients/loss-policy/deadline")
+        .unwrap()
+        .lock()
+        .unwrap();
+    let before = guard.valid_until().expect("a deadline");
+    proxy.drop_connections();
+    // The keep-alive stream re-opens on a new connection and a renewal is
+    // answered: the deadline moves on, and the guard never fired.
+    wait_until(
+        "a renewal answered after the drop",
+        Duration::from_secs(8),
+        || guard.valid_until().is_some_and(|d| d > before),
+    );
+    assert_eq!(guard.lost().reason(), None, "the lock rode out the drop");
+    guard.check().unwrap();
+    guard
+        .put("/clients/loss-policy/deadline-resource", b"after")
+        .unwrap();
+    guard.release().unwrap();
+    c.close().unwrap();
 }

@@ -116,6 +116,19 @@ fn cases() -> Vec<Case> {
             expect: Expect::Invalid("holds no PEM private key"),
             says: "--key",
         },
+        // failed on 6b1593a: "the TLS client key … cannot be used with the
+        // certificate … (invalid peer certificate: Other(…
+        // UnsupportedCertVersion))": named as a key that does not match.
+        Case {
+            name: "an X.509 v1 client certificate (openssl x509 -req, no extensions)",
+            target: Target::Mutual,
+            client: |pki| {
+                let (cert, key) = v1_client(pki);
+                Some(Tls::new(&pki.ca).cert(cert).key(key))
+            },
+            expect: Expect::Invalid("X.509 v1"),
+            says: "--cert",
+        },
         Case {
             name: "a certificate without its key",
             target: Target::Mutual,
@@ -124,6 +137,69 @@ fn cases() -> Vec<Case> {
             says: "--key",
         },
     ]
+}
+
+/// A client certificate and key as `openssl x509 -req` makes them without
+/// an extensions file: X.509 v1, signed by a CA of its own (the client
+/// refuses it before it connects).
+fn v1_client(pki: &TestPki) -> (std::path::PathBuf, std::path::PathBuf) {
+    static MADE: std::sync::OnceLock<()> = std::sync::OnceLock::new();
+    let dir = pki.dir();
+    let at = |name: &str| dir.join(name).display().to_string();
+    MADE.get_or_init(|| {
+        let openssl = |args: &[&str]| {
+            let out = std::process::Command::new("openssl")
+                .args(args)
+                .output()
+                .expect("openssl runs");
+            assert!(out.status.success(), "openssl {args:?}: {out:?}");
+        };
+        let subject = ["-subj", "/CN=v1-ca", "-days", "2", "-nodes"];
+        openssl(
+            &[
+                &[
+                    "req",
+                    "-x509",
+                    "-newkey",
+                    "rsa:2048",
+                    "-keyout",
+                    &at("v1-ca-key.pem"),
+                ],
+                &subject[..],
+                &["-out", &at("v1-ca.pem")],
+            ]
+            .concat(),
+        );
+        openssl(&[
+            "req",
+            "-new",
+            "-newkey",
+            "rsa:2048",
+            "-nodes",
+            "-subj",
+            "/CN=v1-client",
+            "-keyout",
+            &at("v1-client-key.pem"),
+            "-out",
+            &at("v1-client.csr"),
+        ]);
+        openssl(&[
+            "x509",
+            "-req",
+            "-in",
+            &at("v1-client.csr"),
+            "-CA",
+            &at("v1-ca.pem"),
+            "-CAkey",
+            &at("v1-ca-key.pem"),
+            "-CAcreateserial",
+            "-days",
+            "2",
+            "-out",
+            &at("v1-client.pem"),
+        ]);
+    });
+    (dir.join("v1-client.pem"), dir.join("v1-client-key.pem"))
 }
 
 /// Every case against backend `B`; the failures of all cases in one panic.

@@ -18,11 +18,16 @@ Examples:
   # At most 3 concurrent backups, give up after a minute of waiting:
   RECIPES_ETCD=127.0.0.1:2379 recipes semaphore /sem/backup --permits 3 --wait 1m -- ./backup.sh
 
-Exit status: CMD's own status (128+n if signal n killed it); 64 usage error;
-69 backend unreachable; 75 not acquired (--conflict-exit-code); 76 lease lost
-(--lost-exit-code); 77 credentials or permission refused; 71 CMD's keeper
-process could not start; 126/127 CMD not
-executable / not found.";
+Exit status:
+  CMD's own   CMD ran and exited (128+n if signal n killed it)
+  64          usage: a bad option, name, duration or CMD; fix the command line
+  69          the store could not be reached or failed; check the address
+  71          CMD's keeper process could not be started
+  75          not acquired within --wait / at once (--conflict-exit-code)
+  76          the lease was lost before or while CMD ran (--lost-exit-code)
+  77          the store refused the credentials or the operation
+  78          TLS does not fit the server (CA, client certificate, TLS port)
+  126, 127    CMD found but not executable, CMD not found";
 
 const LOCK_EXAMPLES: &str = "\
 Example:
@@ -113,7 +118,7 @@ pub struct Cli {
     pub redis: Option<String>,
 
     /// ZooKeeper session timeout, etcd lease, PostgreSQL or Redis session
-    /// TTL (2s, 500ms, 1m).
+    /// TTL, from 1s to 24h (2s, 1500ms, 1m).
     #[arg(
         long,
         env = "RECIPES_TTL",
@@ -416,6 +421,9 @@ fn choose_backend(cli: &Cli, matches: &ArgMatches) -> Result<BackendChoice, Stri
     }
     let both = "give only one of --zk (RECIPES_ZK), --etcd (RECIPES_ETCD), --pg \
                 (RECIPES_PG) and --redis (RECIPES_REDIS), not both";
+    if let [(store, _)] = chosen.as_slice() {
+        refuse_other_stores_options(store, &from_flag)?;
+    }
     match chosen.as_slice() {
         [("zk", hosts)] => Ok(BackendChoice::Zk(hosts.clone())),
         [("etcd", endpoints)] => Ok(BackendChoice::Etcd(
@@ -440,6 +448,24 @@ fn choose_backend(cli: &Cli, matches: &ArgMatches) -> Result<BackendChoice, Stri
     }
 }
 
+/// The options of one store given on the command line with another
+/// (`--pg-mode` with `--zk`): refused, as any unknown option is, rather
+/// than ignored. The environment's are ignored: one environment may serve
+/// several stores.
+fn refuse_other_stores_options(store: &str, given: &dyn Fn(&str) -> bool) -> Result<(), String> {
+    let own = [
+        ("pg_mode", "--pg-mode", "pg", "--pg (PostgreSQL)"),
+        ("zk_sasl", "--zk-sasl", "zk", "--zk (ZooKeeper)"),
+    ];
+    match own.iter().find(|(id, _, of, _)| *of != store && given(id)) {
+        Some((_, flag, _, of)) => Err(format!(
+            "{flag} is an option of {of} only, and this command uses --{store}: drop {flag}, \
+             or use {of}"
+        )),
+        None => Ok(()),
+    }
+}
+
 /// The participant id: `--id`, or `<host name>-<pid>`.
 pub fn participant_id(cli: &Cli) -> String {
     if let Some(id) = &cli.id {
@@ -459,3 +485,7 @@ fn host_name() -> String {
     let len = buf.iter().position(|&b| b == 0).unwrap_or(buf.len());
     String::from_utf8_lossy(&buf[..len]).into_owned()
 }
+
+#[cfg(test)]
+#[path = "cli_tests.rs"]
+mod tests;

@@ -74,7 +74,8 @@ pub trait Client: Clone + Send + Sync + fmt::Debug + 'static {
     /// The election backend; its leaderships write fenced.
     type Election: ElectionBackend<Leadership: FencedWrites> + fmt::Debug;
 
-    /// The store's short name: `zk`, `etcd`.
+    /// The store's short name, the `store` label of the metrics: `zk`, `etcd`,
+    /// `pg` or `redis`.
     fn store(&self) -> &'static str;
 
     /// A mutex named `name`.

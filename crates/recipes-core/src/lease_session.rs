@@ -19,7 +19,7 @@ use tokio::time::Instant;
 use crate::backoff::Backoff;
 use crate::deadline::check_lease;
 use crate::error::{Error, Result};
-use crate::lease::SessionLease;
+use crate::lease::{LossPolicy, SessionLease};
 use crate::limits::Settings;
 use crate::loss::LossReason;
 use crate::renewal::{RenewalStream, StopFlag};
@@ -90,6 +90,7 @@ pub struct LeaseSession<S: LeaseStore> {
     stop: StopFlag,
     turns: NamedTurns,
     single_use: bool,
+    policy: LossPolicy,
 }
 
 impl<S: LeaseStore> LeaseSession<S> {
@@ -140,6 +141,7 @@ impl<S: LeaseStore> LeaseSession<S> {
             stop: StopFlag::default(),
             turns: NamedTurns::default(),
             single_use,
+            policy: settings.loss_policy,
         });
         rt.handle().spawn(renew::renew(session.clone()));
         log::debug!("[{}] session started, TTL {ttl:?}", session.label);

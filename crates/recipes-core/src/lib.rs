@@ -41,6 +41,21 @@
 //! deadline. Drop of a guard never blocks: the release is handed to the
 //! runtime. Loss is fired by a small per-session deadline thread, never by
 //! the runtime worker.
+//!
+//! ## Blocking calls and async code
+//!
+//! Every call that talks to the store blocks its thread (`lock`, `acquire`,
+//! `campaign`, `release`, a fenced `put`, `connect`, `close`). Made inside
+//! an async task — a tokio worker thread, or `block_on`'s — it would stall
+//! every other task of that thread for as long as it waits, so it returns
+//! [`Error::InvalidArgument`] at once instead, saying to call it from
+//! `tokio::task::spawn_blocking` or a plain thread (reqwest's blocking
+//! client panics there in debug builds; nothing here panics on input).
+//! Calls from `spawn_blocking`, from a plain thread (one that entered a
+//! runtime with `Handle::enter` included) and from the client's own
+//! callbacks' threads work. A task run under
+//! `tokio::task::coop::unconstrained` is not detected and blocks its
+//! thread. Dropping a guard never blocks, anywhere.
 
 #![warn(missing_docs)]
 #![deny(missing_debug_implementations)]

@@ -82,6 +82,10 @@ pub struct Settings {
     /// Scheduling slack subtracted from every lease deadline on top of the
     /// clock-drift margin.
     pub lease_slack: Duration,
+    /// Whether a disconnect is loss, or only the lease's deadline is (the
+    /// default). Honoured by the stores whose builder has a `loss_policy`
+    /// setter.
+    pub loss_policy: crate::LossPolicy,
 }
 
 impl Default for Settings {
@@ -91,6 +95,7 @@ impl Default for Settings {
             connect_timeout: DEFAULT_CONNECT_TIMEOUT,
             rpc_timeout: DEFAULT_RPC_TIMEOUT,
             lease_slack: crate::deadline::DEFAULT_SLACK,
+            loss_policy: crate::LossPolicy::Deadline,
         }
     }
 }
@@ -151,11 +156,13 @@ macro_rules! settings_setters {
     };
 }
 
-/// The longest recipe name (a ZooKeeper path, an etcd key prefix) in
-/// bytes, on every store: well inside ZooKeeper's packet limit (1 MiB by
-/// default) and etcd's request limit (1.5 MiB), with room for the data and
-/// the request around it. A longer name is refused before anything is sent.
-pub const MAX_NAME_BYTES: usize = 32 * 1024;
+/// The longest recipe name or key (a ZooKeeper path, an etcd key prefix, a
+/// PostgreSQL name, a Redis key) in bytes, the same on every store: the
+/// smallest store's, PostgreSQL's, whose btree index holds an entry of at
+/// most about 2,700 bytes; far inside ZooKeeper's packet limit (1 MiB by
+/// default) and etcd's request limit (1.5 MiB). A longer name is refused
+/// before anything is sent, saying this limit.
+pub const MAX_NAME_BYTES: usize = 2_048;
 
 /// The largest value (a fenced write's value, an election value, a
 /// participant id) in bytes, on every store. ZooKeeper refuses a packet

@@ -3,7 +3,8 @@
 //! exporter it wants (none installed: nothing is recorded). The table of
 //! names, types, labels and units is in `docs/guide.md` ("Metrics").
 //!
-//! Labels are fixed-cardinality: `store` (`zk`, `etcd`, …), `recipe`
+//! Labels are fixed-cardinality: `store` (`zk`, `etcd`, `pg`, `redis`:
+//! [`Client::store`](crate::Client::store)), `recipe`
 //! (`mutex`, `semaphore`, `election`, `latch`, `selector`), `outcome`,
 //! `reason`, `kind`. A recipe's `name` is a label only when asked for
 //! (`with_name_label` on the recipe): names are unbounded.

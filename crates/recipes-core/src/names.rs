@@ -8,8 +8,8 @@ use crate::limits::{quote, MAX_NAME_BYTES};
 /// Check a recipe name as every store needs it, saying what to change: at
 /// most [`MAX_NAME_BYTES`], absolute (`/…`), no trailing `/`, no empty
 /// component, no character `refused` says no. `kind` opens each message
-/// (`etcd lock name`, `ZooKeeper path`); `limit` says why the store needs
-/// the length limit.
+/// (`etcd lock name`, `ZooKeeper path`); `limit` says why names are short
+/// (`PostgreSQL indexes the name`).
 ///
 /// # Errors
 ///
@@ -20,7 +20,8 @@ pub fn check_name(kind: &str, name: &str, limit: &str, refused: fn(char) -> bool
     if name.len() > MAX_NAME_BYTES {
         let len = name.len();
         return bad(&format!(
-            "is {len} bytes long; {limit}: use at most {MAX_NAME_BYTES} bytes"
+            "is {len} bytes long; names and keys are at most {MAX_NAME_BYTES} bytes on every \
+             store ({limit}): use at most {MAX_NAME_BYTES} bytes"
         ));
     }
     if name.is_empty() {

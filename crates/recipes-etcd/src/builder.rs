@@ -5,7 +5,7 @@ use std::time::Duration;
 
 use etcd_client::{ConnectOptions, GetOptions};
 use recipes_core::tls::{check_scheme, Prelude::None as NONE, Probe};
-use recipes_core::{Error, Result, Runtime, Settings, Tls, TlsFiles, CALL_MARGIN};
+use recipes_core::{Error, LossPolicy, Result, Runtime, Settings, Tls, TlsFiles, CALL_MARGIN};
 
 use crate::client::EtcdClient;
 use crate::rpc::from_etcd;
@@ -50,6 +50,21 @@ impl EtcdClientBuilder {
                one by one, never with etcd-client's client-wide timeout, which would also \
                cut off watches."
     );
+
+    /// What a dropped connection means for the locks the client holds
+    /// (default [`LossPolicy::Deadline`]), as on ZooKeeper:
+    /// [`Deadline`](LossPolicy::Deadline) rides out a disconnect shorter
+    /// than the lease's deadline (a member restarting, a leader election),
+    /// and a lock is lost only when its deadline passes without a
+    /// keep-alive answered, or the store says it is gone;
+    /// [`OnDisconnect`](LossPolicy::OnDisconnect) makes a broken keep-alive
+    /// stream (a member gone, a keep-alive unanswered for an RPC timeout)
+    /// loss at once ([`LossReason::Disconnected`](recipes_core::LossReason)),
+    /// and revokes the lease so that its keys go as soon as etcd answers.
+    pub fn loss_policy(mut self, policy: LossPolicy) -> Self {
+        self.settings.loss_policy = policy;
+        self
+    }
 
     /// Authenticate as `user` with `password`.
     pub fn user(mut self, user: impl Into<String>, password: impl Into<String>) -> Self {

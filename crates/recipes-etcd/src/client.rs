@@ -98,6 +98,11 @@ impl EtcdClient {
         self.leases.settings().rpc_timeout
     }
 
+    /// The loss policy (see [`EtcdClientBuilder::loss_policy`]).
+    pub fn loss_policy(&self) -> recipes_core::LossPolicy {
+        self.leases.settings().loss_policy
+    }
+
     /// Whether the current lease is lost: its deadline passed, the server
     /// said it is gone, or it was orphaned or revoked. The next acquisition
     /// then grants a new lease.

@@ -33,7 +33,9 @@ use crate::client::EtcdClient;
 use crate::hub::{Interest, FOLLOWED_AHEAD};
 use crate::key::{guarded, Acquired, Ticket};
 use crate::listing::{list, listing, oldest_first};
-use crate::names::{contender_key, other_layout, permit_key, size_key, Key};
+use crate::names::{
+    contender_key, enclosing_semaphore, inside_semaphore, other_layout, permit_key, size_key, Key,
+};
 use crate::rpc::{header_revision, read_at, retrying_txn, unexpected};
 use crate::semaphore::EtcdSemaphore;
 use crate::session::{Etcd, Session};
@@ -143,20 +145,41 @@ impl KeyContender<'_> {
         let key = ticket.key.clone();
         let oldest = oldest_first();
         let size = size_key(self.prefix);
+        let keys_only = || Some(GetOptions::new().with_keys_only());
+        let mut when = vec![
+            Compare::create_revision(key.as_str(), CompareOp::Equal, 0),
+            Compare::create_revision(size.as_str(), CompareOp::Equal, 0),
+        ];
+        let mut otherwise = vec![
+            TxnOp::get(key.as_str(), None),
+            TxnOp::get(self.prefix, Some(oldest.clone())),
+            TxnOp::get(size.as_str(), keys_only()),
+        ];
+        // A lock or election of the user's named like a semaphore's own
+        // (`<sem>/locks`, `<sem>/leases`) would join that semaphore's queue.
+        let enclosing = match self.layout {
+            Layout::Key {
+                name,
+                via: Via::Handle,
+                ..
+            } => enclosing_semaphore(name),
+            _ => None,
+        };
+        if let Some((_, outer_size)) = &enclosing {
+            when.push(Compare::create_revision(
+                outer_size.as_str(),
+                CompareOp::Equal,
+                0,
+            ));
+            otherwise.push(TxnOp::get(outer_size.as_str(), keys_only()));
+        }
         let txn = Txn::new()
-            .when([
-                Compare::create_revision(key.as_str(), CompareOp::Equal, 0),
-                Compare::create_revision(size.as_str(), CompareOp::Equal, 0),
-            ])
+            .when(when)
             .and_then([
                 self.put(&key, session.id(), claim),
-                TxnOp::get(self.prefix, Some(oldest.clone())),
-            ])
-            .or_else([
-                TxnOp::get(key.as_str(), None),
                 TxnOp::get(self.prefix, Some(oldest)),
-                TxnOp::get(size.as_str(), Some(GetOptions::new().with_keys_only())),
-            ]);
+            ])
+            .or_else(otherwise);
         let what = format!("enter {}", self.prefix);
         // Safe to send twice: a second run finds our key and reads it.
         let resp = retrying_txn(&etcd, &what, timeout, &txn).await?;
@@ -176,6 +199,11 @@ impl KeyContender<'_> {
         if let Some(kv) = read_at(&resp, 2)?.kvs().first() {
             let (ours, theirs) = ("a lock or election", "a semaphore");
             return Err(other_layout(self.prefix, ours, theirs, kv.key()));
+        }
+        if let Some((semaphore, _)) = &enclosing {
+            if let Some(kv) = read_at(&resp, 3)?.kvs().first() {
+                return Err(inside_semaphore(self.prefix, semaphore, kv.key()));
+            }
         }
         // Our key existed (a leftover of this lease, held by no guard of
         // ours: this process's turns see to that). Go on with it as Go

@@ -67,8 +67,8 @@ pub use recipes_core;
 /// dependency line is enough; the whole core crate is [`recipes_core`].
 pub use recipes_core::{
     BootInstant, Client, Contender, Error, FenceGate, FencedWrites, FencingToken, LatchEvent,
-    LeaderInfo, LeaderObserver, LossReason, LossSignal, Participant, Result, Tls, TlsProblem,
-    DEFAULT_CONNECT_TIMEOUT, DEFAULT_RPC_TIMEOUT, DEFAULT_TTL, MAX_DURATION, MIN_TTL,
+    LeaderInfo, LeaderObserver, LossPolicy, LossReason, LossSignal, Participant, Result, Tls,
+    TlsProblem, DEFAULT_CONNECT_TIMEOUT, DEFAULT_RPC_TIMEOUT, DEFAULT_TTL, MAX_DURATION, MIN_TTL,
 };
 pub use semaphore::{EtcdSemaphore, Semaphore, SemaphorePermit};
 

@@ -26,7 +26,7 @@ impl fmt::Debug for Key {
 /// Check the name of a lock, election or semaphore (`what`), saying what
 /// to change when it is unusable.
 pub(crate) fn validate_name(what: &str, name: &str) -> Result<()> {
-    let limit = "etcd refuses requests over 1.5 MiB, and a name is sent in every key of the lock";
+    let limit = "the name is part of every key of the recipe";
     recipes_core::check_name(&format!("etcd {what} name"), name, limit, char::is_control)
 }
 
@@ -34,7 +34,7 @@ pub(crate) fn validate_name(what: &str, name: &str) -> Result<()> {
 /// names: etcd itself refuses only an empty key, but a key that no name
 /// could be is a mistake worth saying before anything is sent.
 pub(crate) fn validate_key(key: &str) -> Result<()> {
-    let limit = "etcd refuses requests over 1.5 MiB";
+    let limit = "a key is sent with every write";
     recipes_core::check_name("etcd key", key, limit, char::is_control)
 }
 
@@ -55,8 +55,30 @@ pub(crate) fn other_layout(prefix: &str, ours: &str, theirs: &str, found: &[u8])
     let name = prefix.strip_suffix('/').unwrap_or(prefix);
     Error::invalid(format!(
         "the etcd name {} holds {theirs} (its key {}), so {ours} cannot use it; \
-         give the {ours} another name",
+         choose another name for it",
         quote(name),
+        quote(&String::from_utf8_lossy(found))
+    ))
+}
+
+/// The semaphore whose own names (`<sem>/locks`: its internal mutex,
+/// `<sem>/leases`: its permits) `name` would be, if it is one of them, and
+/// that semaphore's size key, which marks it.
+pub(crate) fn enclosing_semaphore(name: &str) -> Option<(String, String)> {
+    let (semaphore, last) = name.rsplit_once('/')?;
+    let inside = !semaphore.is_empty() && matches!(last, "locks" | "leases");
+    inside.then(|| (semaphore.to_owned(), size_key(&key_prefix(semaphore))))
+}
+
+/// A lock or election at `prefix` would be inside the semaphore
+/// `semaphore`'s layout, which `found` (its size key) shows.
+pub(crate) fn inside_semaphore(prefix: &str, semaphore: &str, found: &[u8]) -> Error {
+    let name = prefix.strip_suffix('/').unwrap_or(prefix);
+    Error::invalid(format!(
+        "the etcd name {} is part of the semaphore {} (its key {}): a lock or election \
+         there would join the semaphore's own queue; choose a name outside it",
+        quote(name),
+        quote(semaphore),
         quote(&String::from_utf8_lossy(found))
     ))
 }

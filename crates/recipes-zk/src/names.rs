@@ -21,9 +21,8 @@ pub(crate) fn validate_path(path: &str) -> Result<()> {
     let bad = |why: &str| Err(Error::invalid(format!("ZooKeeper path {shown} {why}")));
     if path.len() > MAX_NAME_BYTES {
         return bad(&format!(
-            "is {} bytes long; ZooKeeper refuses requests over its packet limit \
-             (jute.maxbuffer, 1 MiB by default), and a path is sent with every request: \
-             use at most {MAX_NAME_BYTES} bytes",
+            "is {} bytes long; names and keys are at most {MAX_NAME_BYTES} bytes on every \
+             store (a path is sent with every request): use at most {MAX_NAME_BYTES} bytes",
             path.len()
         ));
     }
@@ -144,7 +143,7 @@ pub(crate) fn own_layout(dir: &str, children: &[String], lock_name: Option<&str>
     theirs.map_or(Ok(()), |theirs| {
         Err(Error::invalid(format!(
             "{} holds another recipe's layout ({theirs}): open it with that recipe, or \
-             choose another path",
+             choose another name",
             recipes_core::quote(dir)
         )))
     })

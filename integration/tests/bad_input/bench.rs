@@ -58,10 +58,28 @@ struct Row {
     case: String,
     outcome: Result<(), String>,
     took: Duration,
+    /// Who was told, when the case is known to fail on this store.
+    known: Option<&'static str>,
+}
+
+/// One bench of a store at a time in this process: a case's check for new
+/// leases sees every session the shared server holds, so benches of one
+/// store running side by side (plain `cargo test` runs tests as threads of
+/// one process) would see each other's. Under nextest each test is a
+/// process of its own.
+fn one_bench_at_a_time(store: &str) -> std::sync::MutexGuard<'static, ()> {
+    static STORES: [std::sync::Mutex<()>; 4] = [const { std::sync::Mutex::new(()) }; 4];
+    let at = ["zk", "etcd", "pg", "redis"]
+        .iter()
+        .position(|s| *s == store)
+        .expect("a known store");
+    // A bench that failed panicked holding it: the next may still run.
+    STORES[at].lock().unwrap_or_else(|e| e.into_inner())
 }
 
 /// A table of cases on one store.
 pub struct Bench<S: Store> {
+    _alone: std::sync::MutexGuard<'static, ()>,
     area: &'static str,
     root: String,
     client: S::C,
@@ -74,6 +92,7 @@ impl<S: Store> Bench<S> {
     /// A bench for `area`: a client of the shared server and its innocent
     /// lock.
     pub fn new(area: &'static str) -> Bench<S> {
+        let alone = one_bench_at_a_time(S::LABEL);
         static N: AtomicU64 = AtomicU64::new(0);
         let n = N.fetch_add(1, Ordering::Relaxed);
         let root = format!("/bad-input/{area}-{}-{n}", std::process::id());
@@ -84,6 +103,7 @@ impl<S: Store> Bench<S> {
         let client = S::connect(&settings).expect("the bench's client connects");
         let innocent_name = format!("/bad-input-innocent/{area}-{}-{n}", std::process::id());
         let mut bench = Bench {
+            _alone: alone,
             area,
             root,
             client,
@@ -105,6 +125,24 @@ impl<S: Store> Bench<S> {
     /// Run one case with the default bound.
     pub fn case(&mut self, case: &str, body: impl FnOnce(&Ctx<S>) -> Result<(), String>) {
         self.case_within(case, CASE_BOUND, body)
+    }
+
+    /// Run one case that is known to fail on the `stores` listed (their
+    /// labels): there, a failure is shown as KNOWN with `reported` (who
+    /// was told, and where) and does not fail the test, and a pass is
+    /// shown as one, for the mark to be dropped. Elsewhere it is a case.
+    pub fn case_known_failing(
+        &mut self,
+        stores: &[&str],
+        reported: &'static str,
+        case: &str,
+        body: impl FnOnce(&Ctx<S>) -> Result<(), String>,
+    ) {
+        self.case(case, body);
+        if stores.contains(&S::LABEL) {
+            let row = self.rows.last_mut().expect("the case's row");
+            row.known = Some(reported);
+        }
     }
 
     /// Run one case, which must return within `bound` (scaled).
@@ -162,6 +200,7 @@ impl<S: Store> Bench<S> {
             case: case.to_owned(),
             outcome,
             took,
+            known: None,
         });
     }
 
@@ -198,9 +237,11 @@ impl<S: Store> Bench<S> {
     fn table(&self) -> String {
         let mut out = String::new();
         for row in &self.rows {
-            let verdict = match &row.outcome {
-                Ok(()) => "pass".to_owned(),
-                Err(why) => format!("FAIL: {why}"),
+            let verdict = match (&row.outcome, row.known) {
+                (Ok(()), None) => "pass".to_owned(),
+                (Ok(()), Some(_)) => "pass (marked known-failing here: drop the mark)".to_owned(),
+                (Err(why), None) => format!("FAIL: {why}"),
+                (Err(why), Some(reported)) => format!("KNOWN FAIL ({reported}): {why}"),
             };
             out.push_str(&format!(
                 "  [{} {}] {} ({:?}): {verdict}\n",
@@ -217,7 +258,11 @@ impl<S: Store> Bench<S> {
     pub fn finish(mut self) {
         let table = self.table();
         println!("{table}");
-        let failed = self.rows.iter().filter(|r| r.outcome.is_err()).count();
+        let failed = self
+            .rows
+            .iter()
+            .filter(|r| r.outcome.is_err() && r.known.is_none())
+            .count();
         if let Some(g) = self.innocent.take() {
             let _ = g.release();
         }

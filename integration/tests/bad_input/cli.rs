@@ -261,6 +261,23 @@ pub fn run_all<S: Store>() {
             }
         });
     }
+    // failed on 6b1593a (zk, etcd, redis): --pg-mode was ignored, the
+    // command ran.
+    b.case_within(
+        "another store's option (--pg-mode, --zk-sasl) is refused, naming it",
+        BOUND,
+        |ctx| {
+            let name = ctx.name("n");
+            let (option, value) = match S::LABEL {
+                "pg" => ("--zk-sasl", None),
+                _ => ("--pg-mode", Some("session")),
+            };
+            let mut rest = vec![option];
+            rest.extend(value);
+            rest.extend(["lock", &name, "--", "true"]);
+            expect(with(&rest), USAGE, &[option, "drop"], false)
+        },
+    );
     // failed on 295faf2 (zk, etcd): exit 64 with 41 KB of stderr; run.rs:80
     // prints the whole name (`recipes: {name}: {e}`).
     b.case_within("a 40 KiB name is refused, quoted short", BOUND, |ctx| {

@@ -1,8 +1,9 @@
 //! Bad input (issue 10, "Hardening"): empty, oversized and invalid names,
 //! durations out of bounds, values over the servers' limits, fenced writes
 //! aimed inside a recipe's layout, recipes opened on another recipe's
-//! layout, wrong endpoints, lifecycle misuse, and the same through the
-//! `recipes` command — on every store.
+//! layout, wrong endpoints, lifecycle misuse, the same misuse answered the
+//! same way (issue 23), and the same through the `recipes` command — on
+//! every store.
 //!
 //! Each area is one table per store (see [`bench`]): every case asserts
 //! the exact error kind or the documented outcome, that it returned within
@@ -19,6 +20,7 @@ mod cli;
 mod durations;
 mod endpoints;
 mod lifecycle;
+mod misuse;
 mod names;
 mod stores;
 mod values;
@@ -61,6 +63,8 @@ on_both_stores! {
         etcd_close_twice_and_use_after_close_have_typed_outcomes, redis_close_twice_and_use_after_close_have_typed_outcomes;
     cli::run_all => zk_cli_bad_input_exits_64_saying_what_to_change,
         etcd_cli_bad_input_exits_64_saying_what_to_change, redis_cli_bad_input_exits_64_saying_what_to_change;
+    misuse::run => zk_the_same_misuse_has_the_same_answer,
+        etcd_the_same_misuse_has_the_same_answer, redis_the_same_misuse_has_the_same_answer;
 }
 
 macro_rules! on_pg {
@@ -82,4 +86,5 @@ on_pg! {
     endpoints::run => pg_wrong_endpoints_fail_fast_with_a_typed_error;
     lifecycle::run => pg_close_twice_and_use_after_close_have_typed_outcomes;
     cli::run_all => pg_cli_bad_input_exits_64_saying_what_to_change;
+    misuse::run => pg_the_same_misuse_has_the_same_answer;
 }

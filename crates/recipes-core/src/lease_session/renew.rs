@@ -7,6 +7,7 @@ use std::time::Duration;
 
 use super::{LeaseSession, LeaseStore, Opened};
 use crate::backoff::Backoff;
+use crate::lease::LossPolicy;
 use crate::loss::LossReason;
 use crate::renewal::{renew_on, StreamEnd};
 use crate::retry::within;
@@ -53,6 +54,9 @@ pub(super) async fn renew<S: LeaseStore>(s: Arc<LeaseSession<S>>) {
             }
             Err(e) => {
                 log::debug!("[{}] renewal stream not opened: {e}", s.label);
+                if s.policy == LossPolicy::OnDisconnect {
+                    return disconnected(&s).await;
+                }
                 tokio::select! {
                     () = backoff.pause() => {}
                     () = s.stop.stopped() => return,
@@ -72,11 +76,25 @@ pub(super) async fn renew<S: LeaseStore>(s: Arc<LeaseSession<S>>) {
             &s.stop,
         );
         match end.await {
+            StreamEnd::Broken if s.policy == LossPolicy::OnDisconnect => {
+                return disconnected(&s).await
+            }
             StreamEnd::Broken => {}
             StreamEnd::Over if s.epoch.is_lost() => return after_loss(&s).await,
             StreamEnd::Over => return,
         }
     }
+}
+
+/// The renewal stream broke (or could not be opened) under
+/// [`LossPolicy::OnDisconnect`]: the lease is lost at once, and revoked so
+/// that its entries go as soon as the store answers again.
+async fn disconnected<S: LeaseStore>(s: &LeaseSession<S>) {
+    if s.stop.is_stopped() {
+        return;
+    }
+    log::info!("[{}] disconnected; the loss policy makes it loss", s.label);
+    s.end(LossReason::Disconnected).await;
 }
 
 /// The epoch is lost (its deadline passed without an acknowledgement): the

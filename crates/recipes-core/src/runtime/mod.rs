@@ -77,6 +77,35 @@ impl Drop for DeathWatch {
     }
 }
 
+/// Whether the current thread is polling a tokio task: an async
+/// runtime's worker, or `block_on`'s thread, where a blocking wait stalls
+/// the executor (reqwest's blocking client panics there in debug builds;
+/// we return an error instead). Told by the task's cooperative budget,
+/// which tokio sets for a task it polls and not for
+/// `spawn_blocking`'s closures or a plain thread that entered a runtime
+/// (`Handle::enter`): those may block. A task run under
+/// `tokio::task::coop::unconstrained` is not seen.
+pub fn inside_async_task() -> bool {
+    use std::task::{Context, Poll, Waker};
+    if Handle::try_current().is_err() {
+        return false;
+    }
+    let mut cx = Context::from_waker(Waker::noop());
+    // Spend the budget (at most 128 units) until tokio says to yield, then
+    // give it all back: each guard restores what it took when dropped, so
+    // they are dropped in the reverse order.
+    let mut spent = Vec::new();
+    let budgeted = loop {
+        match tokio::task::coop::poll_proceed(&mut cx) {
+            Poll::Ready(restore) if spent.len() <= usize::from(u8::MAX) => spent.push(restore),
+            Poll::Ready(_) => break false,
+            Poll::Pending => break true,
+        }
+    };
+    while spent.pop().is_some() {}
+    budgeted
+}
+
 /// Decrements the background count however the task ends.
 struct BackgroundTicket(Arc<AtomicUsize>);
 
@@ -253,17 +282,26 @@ impl Runtime {
         }
     }
 
-    /// Return an error if the current thread is this runtime's thread.
+    /// Return an error if the current thread may not block: this
+    /// runtime's own thread, or a thread polling an async task (a tokio
+    /// worker's or `block_on`'s; `spawn_blocking`'s may block).
     ///
     /// # Errors
     ///
-    /// [`Error::InvalidArgument`] naming the call.
+    /// [`Error::InvalidArgument`] naming the call and what to do instead.
     pub fn check_not_runtime_thread(&self, what: &str) -> Result<()> {
         if std::thread::current().id() == self.inner.thread_id {
             return Err(Error::invalid(format!(
                 "blocking call `{what}` made on the runtime thread `{}` of the same client, \
                  where it would deadlock; make it from another thread",
                 self.inner.name
+            )));
+        }
+        if inside_async_task() {
+            return Err(Error::invalid(format!(
+                "blocking call `{what}` made inside an async task, where it would stall every \
+                 task of that executor thread for as long as it waits; call it from \
+                 tokio::task::spawn_blocking or a plain thread"
             )));
         }
         Ok(())

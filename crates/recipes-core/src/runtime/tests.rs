@@ -89,6 +89,44 @@ fn calls_work_from_spawn_blocking_of_another_runtime() {
 }
 
 #[test]
+fn a_blocking_call_inside_an_async_task_is_an_error_saying_where_to_call_it() {
+    let rt = Runtime::new("rt").unwrap();
+    let refused = |r: Result<i32>| match r {
+        Err(Error::InvalidArgument(msg)) => assert!(msg.contains("spawn_blocking"), "{msg}"),
+        other => panic!("expected InvalidArgument, got {other:?}"),
+    };
+    let call = |rt: Runtime| rt.call("add", Duration::from_secs(5), async { Ok(40 + 2) });
+    let current = tokio::runtime::Builder::new_current_thread()
+        .build()
+        .unwrap();
+    let rt2 = rt.clone();
+    refused(current.block_on(async move { call(rt2) }));
+    let multi = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(1)
+        .build()
+        .unwrap();
+    let rt2 = rt.clone();
+    refused(
+        multi
+            .block_on(multi.spawn(async move { call(rt2) }))
+            .unwrap(),
+    );
+    // The task's budget is given back: it still runs tokio's own calls.
+    let rt2 = rt.clone();
+    let (r, yielded) = multi.block_on(async move {
+        let r = call(rt2);
+        tokio::task::yield_now().await;
+        (r, true)
+    });
+    refused(r);
+    assert!(yielded);
+    // A plain thread that entered a runtime, and a blocking task, may block.
+    let _entered = multi.enter();
+    assert_eq!(call(rt.clone()).unwrap(), 42);
+    assert!(!super::inside_async_task());
+}
+
+#[test]
 fn a_blocking_call_on_the_runtime_thread_is_an_error_not_a_deadlock() {
     let rt = Runtime::new("rt").unwrap();
     let (tx, rx) = crossbeam_channel::bounded(1);

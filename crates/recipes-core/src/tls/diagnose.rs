@@ -61,7 +61,7 @@ impl Probe {
             }
             let host = addr.rsplit_once(':').map_or(addr.as_str(), |(h, _)| h);
             match files {
-                None => speaks_tls(tcp, host)
+                None => speaks_only_tls(tcp, addr, host, self.prelude, within)
                     .await
                     .then(|| TlsProblem::PlainClientTlsServer.error(target, "")),
                 Some(files) => {
@@ -80,23 +80,67 @@ impl Probe {
                     return found;
                 }
                 // No answer to our ClientHello: a plain port answers `hello`.
-                let plain = tokio::time::timeout(within - half, answers(addr, hello)).await;
+                let plain = tokio::time::timeout(within - half, plain_answer(addr, hello)).await;
                 plain
-                    .unwrap_or(false)
-                    .then(|| TlsProblem::TlsClientPlainServer.error(target, ""))
+                    .ok()
+                    .flatten()
+                    .map(|_| TlsProblem::TlsClientPlainServer.error(target, ""))
             }
             _ => tokio::time::timeout(within, probe).await.ok().flatten(),
         }
     }
 }
 
-/// Whether the server at `addr` answers the plain bytes `hello`.
-async fn answers(addr: &str, hello: &[u8]) -> bool {
-    let Ok(mut tcp) = TcpStream::connect(addr).await else {
-        return false;
+/// The plain bytes a port that speaks only TLS is asked, besides a
+/// ClientHello, when the store has none of its own: a line no TLS record
+/// starts with.
+const PLAIN_HELLO: &[u8] = b"PING\r\n";
+
+/// How long the diagnosis waits for a plain answer at most: a port that
+/// speaks only TLS says nothing to plain bytes, or hangs up at once.
+const PLAIN_WAIT: Duration = Duration::from_millis(500);
+
+/// Whether the server speaks TLS and nothing else: it answers a
+/// ClientHello with a certificate, and plain bytes with silence, a hang-up
+/// or a TLS alert. A port that answers plain bytes as well (an HTTP
+/// proxy that also terminates TLS, a gateway in front of an unreachable
+/// host) is not a TLS-only port, whatever it is: the connect's own error
+/// says more than "speaks TLS" would.
+async fn speaks_only_tls(
+    tcp: TcpStream,
+    addr: &str,
+    host: &str,
+    prelude: Prelude,
+    within: Duration,
+) -> bool {
+    let hello = match prelude {
+        Prelude::PlainAnswers(hello) => hello,
+        _ => PLAIN_HELLO,
     };
+    let wait = PLAIN_WAIT.min(within / 2);
+    let plain = async {
+        tokio::time::timeout(wait, plain_answer(addr, hello))
+            .await
+            .ok()
+            .flatten()
+    };
+    let (tls, plain) = tokio::join!(speaks_tls(tcp, host), plain);
+    tls && plain.is_none_or(is_tls_record)
+}
+
+/// The first byte the server at `addr` answers the plain bytes `hello`
+/// with; `None` when it hangs up or the connection fails.
+async fn plain_answer(addr: &str, hello: &[u8]) -> Option<u8> {
+    let mut tcp = TcpStream::connect(addr).await.ok()?;
+    tcp.write_all(hello).await.ok()?;
     let mut byte = [0u8; 1];
-    tcp.write_all(hello).await.is_ok() && matches!(tcp.read(&mut byte).await, Ok(1))
+    matches!(tcp.read(&mut byte).await, Ok(1)).then_some(byte[0])
+}
+
+/// Whether `first` opens a TLS record a TLS-only server answers plain
+/// bytes with: an alert (21) or a handshake (22).
+fn is_tls_record(first: u8) -> bool {
+    matches!(first, 21 | 22)
 }
 
 /// Whether the server answers a ClientHello with a certificate.

@@ -57,7 +57,7 @@ impl Probe {
         let rest = rest.rsplit_once('@').map_or(rest, |(_, host)| host);
         Probe {
             addr: rest.split('/').next().unwrap_or_default().to_owned(),
-            unanswered: (format!("no server at {target}"), "it is up"),
+            unanswered: (format!("no server at {target}"), ""),
             target,
             files,
             verify: Verify::Full,

@@ -70,6 +70,7 @@ impl Tls {
         let identity = match (&identity_pem, &self.cert, &self.key) {
             (Some((cert_pem, key_pem)), Some(cert), Some(key)) => {
                 let chain = certificates(cert, cert_pem, "client certificate")?;
+                refuse_old_version(cert, &chain[0])?;
                 let private = PrivateKeyDer::from_pem_slice(key_pem).map_err(|_| {
                     Error::invalid(format!(
                         "the TLS client key {} holds no PEM private key (a BEGIN PRIVATE KEY, \
@@ -120,4 +121,96 @@ fn certificates(path: &Path, pem: &[u8], what: &str) -> Result<Vec<CertificateDe
         )));
     }
     Ok(certs)
+}
+
+/// Refuse a client certificate older than X.509 v3, which TLS libraries
+/// (rustls's webpki among them) do not take: without this, its refusal
+/// reads as a key that does not match.
+fn refuse_old_version(path: &Path, cert: &CertificateDer<'_>) -> Result<()> {
+    match x509_version(cert) {
+        Some(v) if v < 3 => Err(Error::invalid(format!(
+            "the TLS client certificate {} is an X.509 v{v} certificate, and TLS clients take \
+             only v3 (openssl x509 -req makes a v1 certificate unless given extensions): \
+             sign it again as v3, e.g. with `-extfile` holding \
+             `extendedKeyUsage = clientAuth`, and pass that certificate (--cert)",
+            path.display()
+        ))),
+        _ => Ok(()),
+    }
+}
+
+/// The X.509 version (1, 2 or 3) of the DER certificate `der`, from its
+/// `tbsCertificate`: an explicit `[0] INTEGER` version, or none for v1;
+/// `None` when `der` is not a certificate (the parser then says why).
+fn x509_version(der: &[u8]) -> Option<u8> {
+    let certificate = der_body(der, 0x30)?;
+    let tbs = der_body(certificate, 0x30)?;
+    match tbs.first()? {
+        // [0] EXPLICIT Version ::= INTEGER { v1(0), v2(1), v3(2) }
+        0xa0 => {
+            let version = der_body(der_body(tbs, 0xa0)?, 0x02)?;
+            match version {
+                [v @ 0..=2] => Some(v + 1),
+                _ => None,
+            }
+        }
+        // The serial number's INTEGER: no version field, so v1.
+        0x02 => Some(1),
+        _ => None,
+    }
+}
+
+/// The contents of the DER element at the start of `der`, if it has tag
+/// `tag` (a short or long definite length).
+fn der_body(der: &[u8], tag: u8) -> Option<&[u8]> {
+    let (&first, rest) = der.split_first()?;
+    if first != tag {
+        return None;
+    }
+    let (&len, rest) = rest.split_first()?;
+    let (len, rest) = match len {
+        0..=0x7f => (usize::from(len), rest),
+        0x81..=0x84 => {
+            let n = usize::from(len & 0x7f);
+            let bytes = rest.get(..n)?;
+            let len = bytes
+                .iter()
+                .fold(0usize, |acc, b| acc << 8 | usize::from(*b));
+            (len, &rest[n..])
+        }
+        _ => return None,
+    };
+    rest.get(..len)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// `SEQUENCE { SEQUENCE { version? INTEGER 1 ... } }`, the start of a
+    /// certificate, with its lengths.
+    fn certificate(tbs: &[u8]) -> Vec<u8> {
+        let mut inner = vec![0x30, tbs.len() as u8];
+        inner.extend_from_slice(tbs);
+        let mut outer = vec![0x30, 0x81, inner.len() as u8];
+        outer.extend(inner);
+        outer
+    }
+
+    #[test]
+    fn the_version_of_a_certificate_is_read_from_its_tbs() {
+        let v3 = certificate(&[0xa0, 3, 0x02, 1, 2, 0x02, 1, 7]);
+        let v1 = certificate(&[0x02, 1, 7]);
+        assert_eq!(x509_version(&v3), Some(3));
+        assert_eq!(x509_version(&v1), Some(1));
+        assert_eq!(x509_version(b"not der"), None);
+        assert_eq!(x509_version(&[0x30, 0x85, 0, 0, 0, 0, 0]), None);
+        let path = Path::new("client.pem");
+        let refused = refuse_old_version(path, &CertificateDer::from(v1));
+        assert!(
+            matches!(&refused, Err(Error::InvalidArgument(m)) if m.contains("X.509 v1")),
+            "{refused:?}"
+        );
+        assert!(refuse_old_version(path, &CertificateDer::from(v3)).is_ok());
+    }
 }
