@@ -43,7 +43,7 @@
 //! used where that is a cgroup v2 directory whose `cgroup.procs` we may
 //! write (root, or a delegated subtree such as a systemd user session), and
 //! `RECIPES_CGROUP=off` turns it off. If the keeper cannot start, CMD does
-//! not run (exit 71). docs/guide.md has the details.
+//! not run (exit 71). docs/command.md has the details.
 //!
 //! ## What is not guaranteed
 //!
