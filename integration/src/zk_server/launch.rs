@@ -143,7 +143,7 @@ fn check_installed() {
     }
 }
 
-/// The class-data archive of ZooKeeper's classes that `scripts/setup`
+/// The class-data archive of ZooKeeper's classes that `scripts/zk-class-archive`
 /// writes (`target/zk-cds/zookeeper.jsa`; `RECIPES_ZK_CDS` names another),
 /// when it was dumped for this class path and is newer than
 /// `zookeeper.jar`: the JVM maps the classes it needs instead of loading
