@@ -213,7 +213,9 @@ impl ZkServer {
 }
 
 /// Started means serving: `srvr` reports a `Mode:` (a member: leader or
-/// follower).
+/// follower), and with TLS the secure client port accepts connections too
+/// (ZooKeeper binds it after the plain port answers: 0.4 s later on a
+/// loaded machine, where a client connecting at once was refused).
 impl ServerProcess for ZkServer {
     const KIND: &'static str = "ZooKeeper";
     const READY: &'static str = "serving";
@@ -230,7 +232,13 @@ impl ServerProcess for ZkServer {
     }
 
     fn is_ready(&self) -> bool {
+        let secure_accepts = || {
+            self.secure_addr.is_none_or(|addr| {
+                std::net::TcpStream::connect_timeout(&addr, ZK_PROBE_TIMEOUT).is_ok()
+            })
+        };
         self.mode()
             .is_some_and(|mode| !self.ensemble || mode.is_quorum_member())
+            && secure_accepts()
     }
 }

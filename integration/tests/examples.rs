@@ -1,4 +1,4 @@
-//! The runnable examples (`cargo run --example NAME`), each run once
+//! The runnable examples (`cargo run --example NAME`), each run once, all at once,
 //! against real servers: each exits by itself with status 0 and tells the
 //! story it promises. The binaries come from the workspace build
 //! (`cargo build --workspace --examples`, which `scripts/test` runs first).
@@ -74,129 +74,115 @@ fn run(name: &str, store: Store) -> String {
     text
 }
 
-fn says(text: &str, phrase: &str) {
-    assert!(text.contains(phrase), "expected {phrase:?} in:\n{text}");
+/// One example's run: its name, its store, and the phrases its output
+/// must hold.
+struct Story {
+    name: &'static str,
+    store: Store,
+    says: &'static [&'static str],
 }
 
+const ACTIVE_PASSIVE: &[&str] = &[
+    "ACTIVE now, with fence",
+    "write #1 accepted",
+    "leaving the election",
+];
+const CRON_SINGLETON: &[&str] = &[
+    ">>> running the job",
+    "recorded the run with a fenced write",
+    "less than 5s: skip",
+];
+const FENCED_WRITE: &[&str] = &[
+    "resource: REJECTED A's write",
+    "store: REJECTED A's write",
+    "the stored value is \"written by B\"",
+];
+const SEMAPHORE_POOL: &[&str] = &["at most 2 workers ran at the same moment (limit 2)"];
+const ELECTION_OBSERVE: &[&str] = &[
+    "alice: won the election",
+    "with value \"alice: step 2\"",
+    "with value \"bob: taking over\"",
+    "bob: resigned",
+];
+
+/// Every example on every store it supports.
+fn stories() -> Vec<Story> {
+    use Store::{Etcd, Pg, Redis, Zk};
+    let mut all = vec![
+        Story {
+            name: "zk_mutex",
+            store: Zk,
+            says: &["with fence", "releasing"],
+        },
+        Story {
+            name: "pg_fenced_transaction",
+            store: Pg,
+            says: &[
+                "the database REJECTED A's transaction",
+                "the ledger says it was written by Some(\"B\")",
+            ],
+        },
+    ];
+    for (name, says, stores) in [
+        ("active_passive", ACTIVE_PASSIVE, &[Zk, Etcd, Redis][..]),
+        ("cron_singleton", CRON_SINGLETON, &[Zk, Etcd, Redis]),
+        ("fenced_write", FENCED_WRITE, &[Zk, Etcd, Redis]),
+        ("semaphore_pool", SEMAPHORE_POOL, &[Zk, Etcd, Redis]),
+        ("election_observe", ELECTION_OBSERVE, &[Zk, Etcd, Redis]),
+    ] {
+        all.extend(stores.iter().map(|&store| Story { name, store, says }));
+    }
+    all
+}
+
+/// What is wrong with `story`'s output, if anything.
+fn missing(story: &Story, text: &str) -> Option<String> {
+    let absent: Vec<_> = story.says.iter().filter(|p| !text.contains(*p)).collect();
+    (!absent.is_empty()).then(|| {
+        format!(
+            "{} ({:?}): expected {absent:?} in:\n{text}",
+            story.name, story.store
+        )
+    })
+}
+
+/// Every example runs, all at once (each mostly waits out its own TTLs and
+/// intervals, so together they take as long as the longest, about 16 s,
+/// where one after another took 140 s of test time); each exits 0 and
+/// tells its story. The failures of all of them in one panic.
 #[test]
-fn zk_mutex_zk() {
-    let out = run("zk_mutex", Store::Zk);
-    says(&out, "with fence");
-    says(&out, "releasing");
+fn every_example_exits_0_and_tells_its_story() {
+    // The servers first, so the examples start together.
+    let _ = (
+        ZkServer::shared(),
+        EtcdServer::shared(),
+        PgServer::shared(),
+        RedisServer::shared(),
+    );
+    let failures: Vec<String> = std::thread::scope(|s| {
+        let runs: Vec<_> = stories()
+            .into_iter()
+            .map(|story| {
+                s.spawn(move || {
+                    let outcome = std::panic::catch_unwind(|| run(story.name, story.store));
+                    match outcome {
+                        Ok(text) => missing(&story, &text),
+                        Err(panic) => Some(panic_text(&*panic)),
+                    }
+                })
+            })
+            .collect();
+        runs.into_iter()
+            .filter_map(|run| run.join().expect("a run's thread"))
+            .collect()
+    });
+    assert!(failures.is_empty(), "{}", failures.join("\n\n"));
 }
 
-fn active_passive(store: Store) {
-    let out = run("active_passive", store);
-    says(&out, "ACTIVE now, with fence");
-    says(&out, "write #1 accepted");
-    says(&out, "leaving the election");
-}
-
-#[test]
-fn active_passive_zk() {
-    active_passive(Store::Zk);
-}
-
-#[test]
-fn active_passive_etcd() {
-    active_passive(Store::Etcd);
-}
-
-#[test]
-fn active_passive_redis() {
-    active_passive(Store::Redis);
-}
-
-fn cron_singleton(store: Store) {
-    let out = run("cron_singleton", store);
-    says(&out, ">>> running the job");
-    says(&out, "recorded the run with a fenced write");
-    says(&out, "less than 5s: skip");
-}
-
-#[test]
-fn cron_singleton_zk() {
-    cron_singleton(Store::Zk);
-}
-
-#[test]
-fn cron_singleton_etcd() {
-    cron_singleton(Store::Etcd);
-}
-
-#[test]
-fn cron_singleton_redis() {
-    cron_singleton(Store::Redis);
-}
-
-fn fenced_write(store: Store) {
-    let out = run("fenced_write", store);
-    says(&out, "resource: REJECTED A's write");
-    says(&out, "store: REJECTED A's write");
-    says(&out, "the stored value is \"written by B\"");
-}
-
-#[test]
-fn fenced_write_zk() {
-    fenced_write(Store::Zk);
-}
-
-#[test]
-fn fenced_write_etcd() {
-    fenced_write(Store::Etcd);
-}
-
-#[test]
-fn fenced_write_redis() {
-    fenced_write(Store::Redis);
-}
-
-fn semaphore_pool(store: Store) {
-    let out = run("semaphore_pool", store);
-    says(&out, "at most 2 workers ran at the same moment (limit 2)");
-}
-
-#[test]
-fn semaphore_pool_zk() {
-    semaphore_pool(Store::Zk);
-}
-
-#[test]
-fn semaphore_pool_etcd() {
-    semaphore_pool(Store::Etcd);
-}
-
-#[test]
-fn semaphore_pool_redis() {
-    semaphore_pool(Store::Redis);
-}
-
-fn election_observe(store: Store) {
-    let out = run("election_observe", store);
-    says(&out, "alice: won the election");
-    says(&out, "with value \"alice: step 2\"");
-    says(&out, "with value \"bob: taking over\"");
-    says(&out, "bob: resigned");
-}
-
-#[test]
-fn election_observe_zk() {
-    election_observe(Store::Zk);
-}
-
-#[test]
-fn election_observe_etcd() {
-    election_observe(Store::Etcd);
-}
-
-#[test]
-fn pg_fenced_transaction_pg() {
-    let out = run("pg_fenced_transaction", Store::Pg);
-    says(&out, "the database REJECTED A's transaction");
-    says(&out, "the ledger says it was written by Some(\"B\")");
-}
-
-#[test]
-fn election_observe_redis() {
-    election_observe(Store::Redis);
+fn panic_text(panic: &(dyn std::any::Any + Send)) -> String {
+    panic
+        .downcast_ref::<String>()
+        .cloned()
+        .or_else(|| panic.downcast_ref::<&str>().map(|s| (*s).to_owned()))
+        .unwrap_or_else(|| "a panic without a message".to_owned())
 }

@@ -165,6 +165,8 @@ fn follows_a_failover(store: Store) {
     wait_screen(&scene, "no leader after beta left", |s| {
         s.contains("no leader: no holder for ") && !s.contains("at least")
     });
+    // The two watches poll apart: the terminal's may show it first.
+    wait_json(&scene, "-");
 
     // Ctrl-C at the terminal ends the watch.
     tty.stdin.as_mut().unwrap().write_all(b"\x03").unwrap();
