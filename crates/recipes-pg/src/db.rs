@@ -36,7 +36,13 @@ pub(crate) struct Db {
     /// [`schema_gone`](Db::schema_gone)), so the client's statements that
     /// all found it gone create it once.
     recreating: tokio::sync::Mutex<()>,
+    /// Called when the statement connection in use ends (see
+    /// [`on_disconnect`](Db::on_disconnect)).
+    disconnected: Arc<parking_lot::Mutex<Option<Disconnected>>>,
 }
+
+/// What runs when the statement connection drops.
+type Disconnected = Box<dyn Fn() + Send + Sync>;
 
 /// How many idle transaction connections a client keeps.
 const IDLE_CONNECTIONS: usize = 4;
@@ -64,6 +70,7 @@ impl Db {
             current: tokio::sync::Mutex::new(None),
             idle: parking_lot::Mutex::new(Vec::new()),
             recreating: tokio::sync::Mutex::new(()),
+            disconnected: Arc::default(),
         })
     }
 
@@ -164,13 +171,28 @@ impl Db {
         recipes_core::no_server_answered(who, self.connect_timeout, check)
     }
 
+    /// Run `f` whenever the statement connection in use drops (the loss
+    /// policy `OnDisconnect`).
+    pub(crate) fn on_disconnect(&self, f: Disconnected) {
+        *self.disconnected.lock() = Some(f);
+    }
+
     /// The connection in use, or a new one when it is broken.
     pub(crate) async fn conn(&self) -> Result<Arc<Client>> {
         let mut current = self.current.lock().await;
         if let Some(c) = current.as_ref().filter(|c| !c.is_closed()) {
             return Ok(c.clone());
         }
-        let c = Arc::new(self.open(|_| {}).await?);
+        let (ended, mut rx) = watch::channel(false);
+        let c = Arc::new(self.connect(|_| {}, Some(ended)).await?);
+        let disconnected = self.disconnected.clone();
+        tokio::spawn(async move {
+            if rx.wait_for(|ended| *ended).await.is_ok() {
+                if let Some(f) = &*disconnected.lock() {
+                    f();
+                }
+            }
+        });
         *current = Some(c.clone());
         Ok(c)
     }

@@ -103,7 +103,11 @@
 //! Core's guarantees, with the database's clock as the server's: a session
 //! row expires `ttl` after its last renewal in `clock_timestamp()` time,
 //! so the database's clock must not step backwards (a step back revives
-//! expired sessions; NTP slewing is fine).
+//! expired sessions; NTP slewing is fine). A dropped connection costs no
+//! lock under the default [`LossPolicy::Deadline`](recipes_core::LossPolicy)
+//! (the client reconnects and renews before the deadline);
+//! [`PgClientBuilder::loss_policy`]`(LossPolicy::OnDisconnect)` makes it
+//! the loss of every guard of the session it carried.
 //!
 //! Fences strictly increase per name, in both modes, even when the
 //! database loses the name's row: each is minted as
