@@ -47,8 +47,37 @@ fn bad_urls_are_invalid_argument_and_an_unreachable_server_is_named_in_time() {
     assert!(started.elapsed() < bound, "took {:?}", started.elapsed());
 }
 
-/// A role that must give a password (scram), and what a wrong one and an
-/// unknown role get.
+/// An `sslmode` this client does not know is refused before anything is
+/// sent, naming the values it takes; nothing is left on the server.
+#[test]
+fn an_unknown_sslmode_is_invalid_argument_at_once_and_leaves_nothing() {
+    let server = PgServer::start();
+    for mode in ["bogus", "REQUIRE", "verify_full", ""] {
+        let url = format!(
+            "postgres://postgres@{}/recipes?sslmode={mode}",
+            server.addr()
+        );
+        let started = Instant::now();
+        match connect(&url, TTL) {
+            Err(Error::InvalidArgument(m)) => {
+                assert!(
+                    m.contains("disable, require, verify-ca or verify-full"),
+                    "{m}"
+                )
+            }
+            other => panic!("sslmode={mode:?}: expected InvalidArgument, got {other:?}"),
+        }
+        assert!(started.elapsed() < Duration::from_secs(2), "{mode}");
+    }
+    let left = server.sql(
+        "SELECT count(*) FROM pg_stat_activity WHERE application_name = 'recipes'; \
+         SELECT count(*) FROM pg_namespace WHERE nspname = 'recipes'",
+    );
+    assert_eq!(left, "0\n0", "no connection and no schema left");
+}
+
+/// A role that must give a password (scram), and what a wrong one, none
+/// and an unknown role get.
 #[test]
 fn a_wrong_password_or_an_unknown_role_is_unauthenticated() {
     let server = PgServer::start();
@@ -59,8 +88,14 @@ fn a_wrong_password_or_an_unknown_role_is_unauthenticated() {
         other => panic!("a wrong password: {other:?}"),
     }
     match connect(&url("nobody"), TTL) {
-        Err(Error::Unauthenticated { .. }) => {}
+        Err(Error::Unauthenticated { what }) => {
+            assert!(what.contains("user") && !what.contains("()"), "{what}")
+        }
         other => panic!("an unknown role: {other:?}"),
+    }
+    match connect(&url("pw_user"), TTL) {
+        Err(Error::Unauthenticated { what }) => assert!(what.contains("password"), "{what}"),
+        other => panic!("no password for a role that needs one: {other:?}"),
     }
     let c = connect(&url("pw_user:right"), TTL).expect("the right password");
     c.close().unwrap();

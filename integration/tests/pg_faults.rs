@@ -11,9 +11,9 @@ use integration::pg_server::PG_USER;
 use integration::test_dir::TestDir;
 use integration::{scale, wait_until, PgFacts, PgServer};
 use pg_common::*;
-use recipes_core::{BootInstant, Client, Error, LossReason};
+use recipes_core::{BootInstant, Client, Error, LossPolicy, LossReason};
 use recipes_pg::tokio_postgres::types::Type;
-use recipes_pg::FencedTransaction;
+use recipes_pg::{FencedTransaction, PgClient};
 
 /// A fenced transaction left idle (its client stopped renewing, as a
 /// paused process would) holds the name's row in share mode; the server
@@ -92,6 +92,54 @@ fn fault_a_terminated_backend_costs_no_lock() {
     let next = other.try_lock().unwrap().expect("free after the release");
     assert!(next.token() > first);
     next.release().unwrap();
+    a.close().unwrap();
+    b.close().unwrap();
+}
+
+/// Under `LossPolicy::OnDisconnect` the same terminated backend is loss:
+/// the guard fires `Disconnected` at once (long before its 5 s deadline),
+/// another client takes the lock with a higher fence, and the client goes
+/// on with a new session.
+#[test]
+fn fault_on_disconnect_a_terminated_backend_loses_the_lock_at_once() {
+    let server = PgServer::start();
+    let lock = name("on-disconnect");
+    let a = PgClient::builder(server.url())
+        .ttl(Duration::from_secs(5))
+        .loss_policy(LossPolicy::OnDisconnect)
+        .connect()
+        .unwrap();
+    let held = a.mutex(&lock).unwrap().lock().unwrap();
+    let killed_at = std::time::Instant::now();
+    let killed = server.sql(
+        "SELECT count(pg_terminate_backend(pid)) FROM pg_stat_activity \
+         WHERE application_name = 'recipes'",
+    );
+    assert_ne!(killed.trim(), "0", "the holder's backends were terminated");
+    assert!(
+        held.lost()
+            .wait_timeout(scale(Duration::from_secs(2)))
+            .is_some(),
+        "the guard was not lost at the disconnect"
+    );
+    assert!(
+        killed_at.elapsed() < Duration::from_secs(5),
+        "before its deadline"
+    );
+    assert_eq!(held.lost().reason(), Some(LossReason::Disconnected));
+    let first = held.token();
+    drop(held);
+    let b = connect(&server.url(), Duration::from_secs(5)).unwrap();
+    let next = b
+        .mutex(&lock)
+        .unwrap()
+        .try_lock_for(scale(Duration::from_secs(10)))
+        .unwrap()
+        .expect("free once the lost session is revoked");
+    assert!(next.token() > first);
+    next.release().unwrap();
+    let again = a.mutex(&lock).unwrap().lock().expect("a new session");
+    again.release().unwrap();
     a.close().unwrap();
     b.close().unwrap();
 }

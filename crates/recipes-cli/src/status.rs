@@ -5,8 +5,12 @@
 //! czxid — the fencing token of a mutex or latch holder. etcd: the keys exactly one level below
 //! `NAME/` (for a semaphore, below `NAME/leases/`, with N from
 //! `NAME/config`) by create_revision. PostgreSQL: NAME's live queue rows
-//! (for a semaphore, `NAME/leases`'s, with N from NAME's row) by `seq`. The
-//! first (first N) hold, the rest wait.
+//! (for a semaphore, `NAME/leases`'s, with N from NAME's row) by `seq`, and
+//! for a name used in session mode first the backends that hold or wait
+//! for its advisory lock. The first (first N) hold, the rest wait. A lone
+//! holder's fence is shown where the store keeps it
+//! ([`Client::holder_fence`]: PostgreSQL's name counter; ZooKeeper's is
+//! each node's czxid).
 
 use std::fmt::Write as _;
 use std::time::Duration;
@@ -31,6 +35,9 @@ pub struct Status {
     pub permits: u32,
     /// Every contender in queue order.
     pub entries: Vec<Entry>,
+    /// The holder's fence as the store keeps it ([`Client::holder_fence`]),
+    /// when NAME has one holder (not a semaphore's permits).
+    pub fence: Option<u64>,
 }
 
 /// How long NAME has had no holder, as `--watch` saw it.
@@ -51,21 +58,27 @@ pub struct Vacancy {
 /// A name the store refuses; connection and read errors.
 pub fn read<C: Client>(client: &C, name: &str) -> Result<Status> {
     let (size, permits) = client.permits(name)?;
-    let (permits, contenders) = match size {
-        Some(n) => (n, permits),
+    let (permits, contenders, fenced) = match size {
+        Some(n) => (n, permits, false),
         None => {
             let own = client.contenders(name)?;
             // A semaphore only Curator used stores no size.
             if own.is_empty() && !permits.is_empty() {
-                (1, permits)
+                (1, permits, false)
             } else {
-                (1, own)
+                let fenced = !own.is_empty();
+                (1, own, fenced)
             }
         }
+    };
+    let fence = match fenced {
+        true => client.holder_fence(name)?,
+        false => None,
     };
     Ok(Status {
         permits,
         entries: contenders.into_iter().map(entry).collect(),
+        fence,
     })
 }
 
@@ -114,18 +127,25 @@ pub fn render(
     };
     let n = status.permits as usize;
     let (holders, waiters) = status.entries.split_at(n.min(status.entries.len()));
+    // ZooKeeper's fence is each node's czxid; the other stores keep the
+    // holder's alone (when they keep it).
+    let fence_of = |i: usize, e: &Entry| match (zk, status.fence) {
+        (true, _) => Some(e.order.unsigned_abs()),
+        (false, Some(f)) if i == 0 && n == 1 => Some(f),
+        _ => None,
+    };
     if json {
-        let list = |es: &[Entry]| {
+        let list = |es: &[Entry], first: usize| {
             es.iter()
-                .map(|e| {
+                .enumerate()
+                .map(|(i, e)| {
                     format!(
                         "{{\"holder\":{},\"{order}\":{},{}\"value\":{}}}",
                         json_string(&e.holder),
                         e.order,
-                        if zk {
-                            format!("\"fence\":{},", e.order)
-                        } else {
-                            String::new()
+                        match fence_of(first + i, e) {
+                            Some(f) => format!("\"fence\":{f},"),
+                            None => String::new(),
                         },
                         json_string(&e.value)
                     )
@@ -147,8 +167,8 @@ pub fn render(
             json_string(name),
             backend,
             status.permits,
-            list(holders),
-            list(waiters)
+            list(holders, 0),
+            list(waiters, holders.len())
         );
     }
     let mut out = String::new();
@@ -169,10 +189,10 @@ pub fn render(
     }
     for (i, e) in status.entries.iter().enumerate() {
         let role = if i < n { "holder" } else { "waiter" };
-        let fence = if zk {
-            format!("fence={}", e.order)
-        } else {
-            format!("{order}={}", e.order)
+        let fence = match (zk, fence_of(i, e)) {
+            (true, _) => format!("fence={}", e.order),
+            (false, Some(f)) => format!("{order}={} fence={f}", e.order),
+            (false, None) => format!("{order}={}", e.order),
         };
         let value = if e.value.is_empty() {
             String::new()

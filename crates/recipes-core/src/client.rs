@@ -122,6 +122,21 @@ pub trait Client: Clone + Send + Sync + fmt::Debug + 'static {
     /// As for [`mutex`](Client::mutex); connection and read errors.
     fn contenders(&self, name: &str) -> Result<Vec<Contender>>;
 
+    /// The fence of the current holder or leader of the mutex, election,
+    /// latch or selector `name` as the store keeps it, for `recipes
+    /// status`; `None` where the store keeps none apart from its
+    /// contenders (the default: ZooKeeper's is each node's czxid, which
+    /// [`contenders`](Client::contenders) gives; an etcd mutex's is the
+    /// revision of the read that confirmed it, which nothing stores).
+    ///
+    /// # Errors
+    ///
+    /// As for [`contenders`](Client::contenders).
+    fn holder_fence(&self, name: &str) -> Result<Option<u64>> {
+        let _ = name;
+        Ok(None)
+    }
+
     /// The semaphore `name`: its stored size (`None` if none is stored) and
     /// its permit entries in queue order, whose first N hold.
     ///

@@ -8,8 +8,10 @@
 //!   TCP connection stays open (a paused process). Its id is the backend's
 //!   PID.
 //! - **renewal** (a heartbeat, every TTL/3): asks `pg_locks` whether *this*
-//!   backend still holds every key taken on the connection; no, a changed
-//!   PID or an ended connection is loss. The local deadline is core's:
+//!   backend still holds every key taken on the connection, and
+//!   `recipes.names` whether each lock's fence is still ours; no (the row
+//!   truncated, the schema dropped), a changed PID or an ended connection
+//!   is loss. The local deadline is core's:
 //!   the send time of the last acknowledged heartbeat + the TTL.
 //! - **revoke**: `pg_advisory_unlock_all()`, then the connection goes back
 //!   to the client's idle ones (or is closed, which frees everything too).
@@ -32,7 +34,7 @@ use tokio_postgres::error::SqlState;
 use tokio_postgres::types::Type;
 
 use crate::db::Db;
-use crate::sql::{from_pg, unexpected};
+use crate::sql::{from_pg, is_schema_gone, unexpected};
 
 /// The first int of our advisory keys by default: `recp` in ASCII.
 pub const DEFAULT_NAMESPACE: u32 = 0x7265_6370;
@@ -51,6 +53,10 @@ pub(crate) struct LockConn {
     /// The keys taken on it (as `pg_locks.objid` shows them, and by name),
     /// which every heartbeat looks for and stamps.
     held: Mutex<Vec<(i64, String)>>,
+    /// The fences of the locks held on it (not of permits), by name: a
+    /// heartbeat that finds one moved or gone (the row truncated, the
+    /// schema dropped) says the lock is lost.
+    fences: Mutex<Vec<(String, i64)>>,
     /// The loss triggers of the holdings on it.
     holdings: Mutex<Vec<LossTrigger>>,
 }
@@ -79,6 +85,11 @@ impl LockConn {
     /// A key taken on this connection.
     pub(crate) fn took(&self, key: i64, name: &str) {
         self.held.lock().push((key, name.to_owned()));
+    }
+
+    /// The fence `fence` of `name` is ours while we hold a key on it.
+    pub(crate) fn fenced(&self, name: &str, fence: i64) {
+        self.fences.lock().push((name.to_owned(), fence));
     }
 
     /// A holding on this connection, lost with `trigger` when the server
@@ -166,6 +177,7 @@ impl LockConns {
             pid,
             ended,
             held: Mutex::default(),
+            fences: Mutex::default(),
             holdings: Mutex::default(),
         }))
     }
@@ -226,6 +238,7 @@ impl LeaseStore for LockConns {
         })
         .await?;
         conn.held.lock().clear();
+        conn.fences.lock().clear();
         let mut idle = self.idle.lock();
         if idle.len() < IDLE_LOCK_CONNECTIONS {
             idle.push(conn);
@@ -234,13 +247,18 @@ impl LeaseStore for LockConns {
     }
 }
 
-/// The heartbeat: this backend, holding every key we took — and, while it
+/// The heartbeat: this backend, holding every key we took, and the names
+/// of the locks among them still at our fences (a row truncated away, or
+/// a schema dropped — an error then — is a lost lock) — and, while it
 /// does, the keys' heartbeat time in `recipes.advisory`, which a waiter
 /// granted a key its holder did not release waits out (`slots.rs`).
 const HEARTBEAT: &str = "WITH ok AS (SELECT pg_backend_pid() = $1 AND \
        (SELECT count(*) FROM pg_locks WHERE locktype = 'advisory' AND objsubid = 2 \
           AND classid::int8 = $2 AND objid::int8 = ANY($3) \
-          AND pid = pg_backend_pid() AND granted) = cardinality($3) AS ok), \
+          AND pid = pg_backend_pid() AND granted) = cardinality($3) AND \
+       (SELECT count(*) FROM recipes.names n \
+          JOIN unnest($5::text[], $6::int8[]) AS f (name, fence) \
+          ON n.name = f.name AND n.fence = f.fence) = cardinality($5) AS ok), \
      beat AS (UPDATE recipes.advisory SET beat_at = clock_timestamp() \
               WHERE key = ANY($4) AND (SELECT ok FROM ok)) \
      SELECT ok FROM ok";
@@ -260,19 +278,25 @@ impl RenewalStream for Heartbeats {
         let (conn, ns) = (self.conn.clone(), self.namespace);
         self.sent.push_back(tokio::spawn(async move {
             let (keys, names): (Vec<i64>, Vec<String>) = conn.held.lock().iter().cloned().unzip();
+            let (locks, fences): (Vec<String>, Vec<i64>) =
+                conn.fences.lock().iter().cloned().unzip();
             let what = "heartbeat of a lock connection";
             let params: crate::db::Params<'_> = &[
                 (&conn.pid, Type::INT4),
                 (&ns, Type::INT8),
                 (&keys, Type::INT8_ARRAY),
                 (&names, Type::TEXT_ARRAY),
+                (&locks, Type::TEXT_ARRAY),
+                (&fences, Type::INT8_ARRAY),
             ];
-            let rows = conn
-                .client
-                .query_typed(HEARTBEAT, params)
-                .await
-                .map_err(|e| from_pg(what, e))?;
-            Ok(rows.first().is_some_and(|r| r.get::<_, bool>(0)))
+            match conn.client.query_typed(HEARTBEAT, params).await {
+                Ok(rows) => Ok(rows.first().is_some_and(|r| r.get::<_, bool>(0))),
+                Err(e) => match from_pg(what, e) {
+                    // The schema was dropped, our fences with it.
+                    e if is_schema_gone(&e) => Ok(false),
+                    e => Err(e),
+                },
+            }
         }));
         Ok(())
     }
@@ -297,7 +321,10 @@ impl RenewalStream for Heartbeats {
                 match answered.map_err(|_| Error::ConnectionLoss)? {
                     Ok(true) => Ok(Renewal::Granted(self.ttl)),
                     Ok(false) => {
-                        conn.gone("pg_locks no longer shows our lock on this backend");
+                        conn.gone(
+                            "pg_locks no longer shows our lock on this backend, or its \
+                             fence row is gone",
+                        );
                         Ok(Renewal::Gone)
                     }
                     Err(e) => Err(e),

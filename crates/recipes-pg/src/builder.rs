@@ -6,7 +6,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use recipes_core::tls::{Prelude, Probe, Verify};
-use recipes_core::{quote, Error, Result, Runtime, Settings, Tls};
+use recipes_core::{quote, Error, LossPolicy, Result, Runtime, Settings, Tls};
 use tokio_postgres::config::{Host, SslMode};
 use tokio_postgres::Config;
 
@@ -66,6 +66,7 @@ pub struct PgClientBuilder {
     pub(crate) settings: Settings,
     pub(crate) mode: PgMode,
     pub(crate) namespace: u32,
+    pub(crate) loss_policy: LossPolicy,
 }
 
 impl fmt::Debug for PgClientBuilder {
@@ -83,6 +84,7 @@ impl fmt::Debug for PgClientBuilder {
             .field("settings", &self.settings)
             .field("mode", &self.mode)
             .field("namespace", &self.namespace)
+            .field("loss_policy", &self.loss_policy)
             .finish()
     }
 }
@@ -151,6 +153,19 @@ impl PgClientBuilder {
     /// the same. Not 0.
     pub fn advisory_namespace(mut self, namespace: u32) -> Self {
         self.namespace = namespace;
+        self
+    }
+
+    /// What a dropped connection means for the locks (as on ZooKeeper):
+    /// [`LossPolicy::Deadline`] (the default) rides out a connection lost
+    /// for less than the session's deadline — the client reconnects and
+    /// renews, and its locks live on; [`LossPolicy::OnDisconnect`] fires
+    /// the loss of every guard of the session whose connection is lost:
+    /// the statement connection, which renews the session row, in either
+    /// mode. (A session-mode lock's own connection is its lease: losing it
+    /// is loss under either policy.)
+    pub fn loss_policy(mut self, policy: LossPolicy) -> Self {
+        self.loss_policy = policy;
         self
     }
 

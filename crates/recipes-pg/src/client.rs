@@ -5,7 +5,9 @@ use std::fmt;
 use std::sync::Arc;
 use std::time::Duration;
 
-use recipes_core::{BootInstant, LeaseSessions, PresencePoll, Result, Runtime, Settings};
+use recipes_core::{
+    BootInstant, LeaseSessions, LossPolicy, LossReason, PresencePoll, Result, Runtime, Settings,
+};
 
 use crate::advisory::{LockConn, LockConns, LockSession, DEFAULT_NAMESPACE};
 use crate::builder::{PgClientBuilder, PgMode, DEFAULT_POLL_INTERVAL};
@@ -63,6 +65,7 @@ impl PgClient {
             settings: Settings::default(),
             mode: PgMode::Lease,
             namespace: DEFAULT_NAMESPACE,
+            loss_policy: LossPolicy::default(),
         }
     }
 
@@ -104,6 +107,20 @@ impl PgClient {
                 lock_sessions: parking_lot::Mutex::default(),
             }),
         };
+        if config.loss_policy == LossPolicy::OnDisconnect {
+            let inner = Arc::downgrade(&client.inner);
+            client.inner.db.on_disconnect(Box::new(move || {
+                let session = inner.upgrade().and_then(|i| i.leases.current());
+                if let Some(s) = session {
+                    if s.epoch().fire(LossReason::Disconnected) {
+                        log::info!(
+                            "[{}] its connection dropped: lost (OnDisconnect)",
+                            s.label()
+                        );
+                    }
+                }
+            }));
+        }
         let inner = client.inner.clone();
         client.call("open the client's session", async move {
             inner.leases.primary().await.map(drop)

@@ -13,7 +13,9 @@
 //! - **wait**: hear of the entry ahead through `LISTEN` (`listen.rs`), and
 //!   look at it when told, every poll interval, and once its session's
 //!   remaining life is over; resolve once it is gone or expired.
-//! - **confirm**: the fence bump: `fence + 1` on the name's row, only while
+//! - **confirm**: the fence bump: `greatest(fence + 1, the database clock in
+//!   µs)` on the name's row (so it never goes back, even after the schema
+//!   was dropped or truncated), only while
 //!   our entry is live and fewer than `max_leases` ahead are, judged on the
 //!   newest session rows under a share lock (a renewal that commits late
 //!   cannot revive an entry the listing saw expire); serialized by the
@@ -24,7 +26,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use recipes_core::engine::{ContendDriver, Entered, Listing};
-use recipes_core::{Backoff, LossSignal, Result};
+use recipes_core::{Backoff, LossReason, LossSignal, Result};
 use tokio::time::Instant;
 use tokio_postgres::types::Type;
 use uuid::Uuid;
@@ -33,6 +35,7 @@ use crate::client::PgClient;
 use crate::listen::{next, Heard, Subscription};
 use crate::names::other_layout;
 use crate::session::Session;
+use crate::sql::{fence_floor, violated};
 
 /// One acquisition's driver: the queue of `name`, entries of `kind`.
 pub(crate) struct RowContender<'a> {
@@ -168,7 +171,17 @@ impl ContendDriver for RowContender<'_> {
             (kind, Type::TEXT),
             (&self.value, Type::BYTEA),
         ];
-        let seq = match db.query_opt(&what, sql, params).await? {
+        let entered = match db.query_opt(&what, sql, params).await {
+            Err(e) if violated(&e).as_deref() == Some("queue_session_fkey") => {
+                // Our session's row is gone (truncated, or the schema made
+                // again): so is every lock of it.
+                log::info!("[{}] the session's row is gone: {e}", epoch.label());
+                epoch.epoch().fire(LossReason::Revoked);
+                return Err(e);
+            }
+            entered => entered?,
+        };
+        let seq = match entered {
             Some(row) => row.get(0),
             // Our row exists (an enter sent again), or the name is another
             // recipe's.
@@ -257,14 +270,18 @@ impl ContendDriver for RowContender<'_> {
         // the sessions of ours and of every entry ahead are locked in
         // share mode — waiting for such a renewal, and holding off later
         // ones until this commits — and judged on their newest versions.
-        let sql = "WITH ahead AS (SELECT q.seq, s.expires_at > clock_timestamp() AS live \
+        let sql = concat!(
+            "WITH ahead AS (SELECT q.seq, s.expires_at > clock_timestamp() AS live \
                      FROM recipes.queue q JOIN recipes.sessions s ON s.id = q.session \
                      WHERE q.name = $1 AND q.seq <= $2 FOR SHARE OF s) \
-                   UPDATE recipes.names n SET fence = n.fence + 1 \
+                   UPDATE recipes.names n SET fence = greatest(n.fence + 1, ",
+            fence_floor!(),
+            ") \
                    WHERE n.name = $1 \
                      AND EXISTS (SELECT 1 FROM ahead WHERE seq = $2 AND live) \
                      AND (SELECT count(*) FROM ahead WHERE seq < $2 AND live) < $3 \
-                   RETURNING n.fence";
+                   RETURNING n.fence"
+        );
         let what = format!("confirm the hold of {}", self.name);
         let most = i64::try_from(self.max_leases).unwrap_or(i64::MAX);
         let params: crate::db::Params<'_> = &[

@@ -13,7 +13,7 @@ use tokio_postgres::types::{ToSql, Type};
 use tokio_postgres::{Client, Config, NoTls, Row};
 use tokio_postgres_rustls::MakeRustlsConnect;
 
-use crate::sql::from_pg;
+use crate::sql::{from_pg, is_schema_gone};
 
 /// A statement's parameters with their types.
 pub(crate) type Params<'a> = &'a [(&'a (dyn ToSql + Sync), Type)];
@@ -32,7 +32,17 @@ pub(crate) struct Db {
     current: tokio::sync::Mutex<Option<Arc<Client>>>,
     /// Connections of finished fenced transactions, for the next one.
     idle: parking_lot::Mutex<Vec<Client>>,
+    /// Held while the schema is made sure of again (see
+    /// [`schema_gone`](Db::schema_gone)), so the client's statements that
+    /// all found it gone create it once.
+    recreating: tokio::sync::Mutex<()>,
+    /// Called when the statement connection in use ends (see
+    /// [`on_disconnect`](Db::on_disconnect)).
+    disconnected: Arc<parking_lot::Mutex<Option<Disconnected>>>,
 }
+
+/// What runs when the statement connection drops.
+type Disconnected = Box<dyn Fn() + Send + Sync>;
 
 /// How many idle transaction connections a client keeps.
 const IDLE_CONNECTIONS: usize = 4;
@@ -59,6 +69,8 @@ impl Db {
             connect_timeout,
             current: tokio::sync::Mutex::new(None),
             idle: parking_lot::Mutex::new(Vec::new()),
+            recreating: tokio::sync::Mutex::new(()),
+            disconnected: Arc::default(),
         })
     }
 
@@ -133,6 +145,12 @@ impl Db {
             // "error performing TLS handshake" names the reason in its source.
             None => std::error::Error::source(&e).map_or(e.to_string(), |c| c.to_string()),
         };
+        if said.contains("password missing") {
+            return crate::sql::refused_credentials(
+                what,
+                "the server asks for a password and the URL gives none",
+            );
+        }
         let problem = match () {
             _ if said.contains("server does not support TLS") => TlsProblem::TlsClientPlainServer,
             _ if said.contains("no encryption") => TlsProblem::PlainClientTlsServer,
@@ -153,13 +171,28 @@ impl Db {
         recipes_core::no_server_answered(who, self.connect_timeout, check)
     }
 
+    /// Run `f` whenever the statement connection in use drops (the loss
+    /// policy `OnDisconnect`).
+    pub(crate) fn on_disconnect(&self, f: Disconnected) {
+        *self.disconnected.lock() = Some(f);
+    }
+
     /// The connection in use, or a new one when it is broken.
     pub(crate) async fn conn(&self) -> Result<Arc<Client>> {
         let mut current = self.current.lock().await;
         if let Some(c) = current.as_ref().filter(|c| !c.is_closed()) {
             return Ok(c.clone());
         }
-        let c = Arc::new(self.open(|_| {}).await?);
+        let (ended, mut rx) = watch::channel(false);
+        let c = Arc::new(self.connect(|_| {}, Some(ended)).await?);
+        let disconnected = self.disconnected.clone();
+        tokio::spawn(async move {
+            if rx.wait_for(|ended| *ended).await.is_ok() {
+                if let Some(f) = &*disconnected.lock() {
+                    f();
+                }
+            }
+        });
         *current = Some(c.clone());
         Ok(c)
     }
@@ -175,13 +208,29 @@ impl Db {
 
     /// Run one statement within the RPC timeout; a timeout or a broken
     /// connection drops the connection, so the next statement opens
-    /// another.
+    /// another. A statement that finds the schema gone creates it again
+    /// ([`schema_gone`](Db::schema_gone)) and runs once more, on the new
+    /// schema: a renewal then finds no row (the lease is gone), a look at
+    /// a held row none (the row is gone).
     pub(crate) async fn query(
         &self,
         what: &str,
         sql: &str,
         params: Params<'_>,
     ) -> Result<Vec<Row>> {
+        match self.query_once(what, sql, params).await {
+            Err(e) if is_schema_gone(&e) => {
+                let e = self.schema_gone(e).await;
+                if !(e.is_retryable() && is_schema_gone(&e)) {
+                    return Err(e);
+                }
+                self.query_once(what, sql, params).await
+            }
+            sent => sent,
+        }
+    }
+
+    async fn query_once(&self, what: &str, sql: &str, params: Params<'_>) -> Result<Vec<Row>> {
         let c = self.conn().await?;
         let sent = within(what, self.rpc_timeout, async {
             c.query_typed(sql, params)
@@ -195,6 +244,55 @@ impl Db {
         sent
     }
 
+    /// A statement found the schema `recipes` or a table of it missing
+    /// (`e`): create it again before anything else uses it (a warning says
+    /// so), and make `e` retryable, so the caller's next try runs on the
+    /// new schema. Whatever lived in the old one is lost: a renewal or a
+    /// presence poll that sees `e` (still [`is_schema_gone`]) reports its
+    /// lease or row gone. Fences minted in the new schema follow the
+    /// database clock, above every earlier one. When the schema cannot be
+    /// made again (no privilege, a schema that lacks some of its tables),
+    /// `e` says why and is not retried.
+    pub(crate) async fn schema_gone(&self, e: Error) -> Error {
+        let _one = self.recreating.lock().await;
+        let made = async {
+            let c = self.conn().await?;
+            let what = "create the schema recipes again";
+            within(
+                what,
+                self.rpc_timeout.saturating_mul(3),
+                crate::schema::recreate(&c, &self.shown),
+            )
+            .await
+        };
+        let Error::Backend {
+            message, source, ..
+        } = e
+        else {
+            return e;
+        };
+        match made.await {
+            Ok(()) => Error::Backend {
+                message: format!("{message}; created it again: try again"),
+                retryable: true,
+                source,
+            },
+            // Tried again by the next statement that finds it gone.
+            Err(failed) if failed.is_retryable() => failed,
+            Err(failed) => {
+                log::warn!(
+                    "[pg={}] {message}; creating it again failed: {failed}",
+                    self.shown
+                );
+                Error::Backend {
+                    message: format!("{message}; creating it again failed: {failed}"),
+                    retryable: false,
+                    source,
+                }
+            }
+        }
+    }
+
     /// [`query`](Db::query) for at most one row.
     pub(crate) async fn query_opt(
         &self,
@@ -206,13 +304,19 @@ impl Db {
     }
 
     /// Which of the queue `entries` still have their rows, in order: one
-    /// statement.
+    /// statement. None has when the schema is gone.
     pub(crate) async fn rows_present(&self, entries: Vec<uuid::Uuid>) -> Result<Vec<bool>> {
         let sql = "SELECT entry FROM recipes.queue WHERE entry = ANY($1)";
         let what = format!("look at {} held rows", entries.len());
-        let rows = self
+        let rows = match self
             .query(&what, sql, &[(&entries, Type::UUID_ARRAY)])
-            .await?;
+            .await
+        {
+            Ok(rows) => rows,
+            // The schema was dropped: every row with it.
+            Err(e) if is_schema_gone(&e) => return Ok(vec![false; entries.len()]),
+            Err(e) => return Err(e),
+        };
         let there: std::collections::HashSet<uuid::Uuid> = rows.iter().map(|r| r.get(0)).collect();
         Ok(entries.iter().map(|e| there.contains(e)).collect())
     }

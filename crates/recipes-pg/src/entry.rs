@@ -18,7 +18,7 @@ use crate::held::{PgHeld, PgLock};
 use crate::listen::{next, Heard, Subscription};
 use crate::names::{holder, validate_key};
 use crate::session::Session;
-use crate::sql::Encoded;
+use crate::sql::{is_schema_gone, Encoded};
 
 /// The PostgreSQL side of a [`PgLock`]: our row of `recipes.queue` and its
 /// session.
@@ -81,12 +81,17 @@ impl PgEntry {
     async fn exists(&self) -> Result<bool> {
         let sql = "SELECT 1 FROM recipes.queue WHERE entry = $1";
         let what = format!("look at {}", self.holder);
-        let row = self
+        match self
             .client
             .db()
             .query_opt(&what, sql, &[(&self.entry, Type::UUID)])
-            .await?;
-        Ok(row.is_some())
+            .await
+        {
+            Ok(row) => Ok(row.is_some()),
+            // The schema was dropped, our row with it.
+            Err(e) if is_schema_gone(&e) => Ok(false),
+            Err(e) => Err(e),
+        }
     }
 }
 
@@ -166,7 +171,7 @@ pub(crate) async fn fenced_write(
                      SET value = EXCLUDED.value RETURNING 1"
             );
             let params = [name, fence, third, (key, Type::TEXT), (value, Type::BYTEA)];
-            client.db().query(what, &sql, &params).await?
+            client.db().query(what, &sql, &params).await
         }
         FencedWrite::Delete { key } => {
             validate_key(key)?;
@@ -175,7 +180,7 @@ pub(crate) async fn fenced_write(
                      WHERE key = $4 AND EXISTS (SELECT 1 FROM ok)) SELECT 1 FROM ok"
             );
             let params = [name, fence, third, (key, Type::TEXT)];
-            client.db().query(what, &sql, &params).await?
+            client.db().query(what, &sql, &params).await
         }
         FencedWrite::Proclaim { value } => {
             let sql = format!(
@@ -183,10 +188,15 @@ pub(crate) async fn fenced_write(
                      WHERE entry = $3 AND EXISTS (SELECT 1 FROM ok) RETURNING 1"
             );
             let params = [name, fence, third, (value, Type::BYTEA)];
-            client.db().query(what, &sql, &params).await?
+            client.db().query(what, &sql, &params).await
         }
     };
-    Ok(!rows.is_empty())
+    match rows {
+        Ok(rows) => Ok(!rows.is_empty()),
+        // The schema was dropped, our fence with it.
+        Err(e) if is_schema_gone(&e) => Ok(false),
+        Err(e) => Err(e),
+    }
 }
 
 impl StoreEntry for PgEntry {

@@ -47,7 +47,8 @@
 //! `recipes.names`, locked until the insert commits, so queue order is
 //! commit order. The first live rows (whose session has not expired in
 //! database time) hold; the fence is the name's counter, bumped by the
-//! holder's confirm. Holders are shown as `<name>/<entry uuid>`.
+//! holder's confirm (floored by the database clock, see "What is
+//! guaranteed"). Holders are shown as `<name>/<entry uuid>`.
 //!
 //! ## Session mode
 //!
@@ -102,11 +103,30 @@
 //! Core's guarantees, with the database's clock as the server's: a session
 //! row expires `ttl` after its last renewal in `clock_timestamp()` time,
 //! so the database's clock must not step backwards (a step back revives
-//! expired sessions; NTP slewing is fine). Fences strictly increase per
-//! name as long as the database is not restored from an older backup.
-//! Nothing here is replicated by us: after a failover to a replica that
-//! missed the newest commits, a lock may be held twice — fence in the same
-//! database (fenced writes, [`FencedTransaction`]) to stay safe.
+//! expired sessions; NTP slewing is fine). A dropped connection costs no
+//! lock under the default [`LossPolicy::Deadline`](recipes_core::LossPolicy)
+//! (the client reconnects and renews before the deadline);
+//! [`PgClientBuilder::loss_policy`]`(LossPolicy::OnDisconnect)` makes it
+//! the loss of every guard of the session it carried.
+//!
+//! Fences strictly increase per name, in both modes, even when the
+//! database loses the name's row: each is minted as
+//! `greatest(last fence + 1, the database clock in µs since the Unix
+//! epoch)` (about 1.7e15 today: strictly increasing, not dense), so it is
+//! never above the clock when minted, and after the schema `recipes` is
+//! dropped, its tables truncated, or an older backup restored, the next
+//! fence is the clock, above every fence issued before. A holder whose
+//! rows were lost loses its lock at its next renewal or poll of its rows
+//! (a missing table counts as its row gone), and its fenced writes are
+//! refused at once; a client whose schema vanished creates it again
+//! (logging a warning) before its next acquisition. What this cannot
+//! cover: the database clock stepping back past the last fence *and* the
+//! data lost before the clock catches up again. Nothing here is
+//! replicated by us: after a failover to a replica that missed the newest
+//! commits (or whose clock is behind the old primary's), a lock may be
+//! held twice and a fence repeated — synchronous replication narrows it;
+//! fence in the same database (fenced writes, [`FencedTransaction`]) to
+//! stay safe.
 
 #![warn(missing_docs)]
 #![deny(missing_debug_implementations)]

@@ -59,12 +59,31 @@ pub(crate) fn other_layout(name: &str, ours: &str, found: &str) -> Error {
         "advisory-permits" => "a session-mode semaphore's permits",
         _ => "a lease-mode lock or election",
     };
+    let session = |kind: &str| kind.starts_with("advisory");
+    let other_mode = match (session(found), session(ours)) {
+        (true, false) if ours != "semaphore" => Some("session mode"),
+        (false, true) if found != "semaphore" => Some("lease mode"),
+        _ => None,
+    };
     let (theirs, ours) = (say(found), say(ours));
-    Error::invalid(format!(
-        "the PostgreSQL name {} holds {theirs}, so {ours} cannot use it; give the {ours} \
-         another name",
-        quote(name)
-    ))
+    let quoted = quote(name);
+    match other_mode {
+        Some(mode) => {
+            let (builder, flag) = match mode {
+                "session mode" => ("PgClientBuilder::session_mode()", "--pg-mode session"),
+                _ => ("PgMode::Lease, the default", "--pg-mode lease"),
+            };
+            Error::invalid(format!(
+                "the PostgreSQL name {quoted} holds {theirs}, so {ours} cannot use it: the \
+                 two modes' locks do not exclude each other; connect in {mode} ({builder}, \
+                 {flag}) as the name's other users do, or give the {ours} another name"
+            ))
+        }
+        None => Error::invalid(format!(
+            "the PostgreSQL name {quoted} holds {theirs}, so {ours} cannot use it; give the \
+             {ours} another name"
+        )),
+    }
 }
 
 #[cfg(test)]

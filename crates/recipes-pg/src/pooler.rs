@@ -49,13 +49,18 @@ pub(crate) async fn refuse_transaction_pooling(db: &Db) -> Result<()> {
     if other != first && again == first {
         return Ok(());
     }
+    log::debug!(
+        "[pg={}] one connection's statements ran on backends {first} and {again}, \
+         another connection's on {other}",
+        db.shown
+    );
     Err(Error::invalid(format!(
-        "session mode needs a connection that keeps its backend, and {} does not: one \
-         connection's statements ran on backends {first} and {again}, another connection's \
-         on {other} — a transaction-mode pooler (pgbouncer's pool_mode = transaction), where \
-         advisory locks would be stranded on backends other clients use. Use lease mode \
-         (the default: PgMode::Lease, --pg-mode lease), or give a URL of the server itself \
-         or of a session-mode pool",
+        "session mode cannot work through {}: a transaction-mode pooler (such as pgbouncer \
+         with pool_mode = transaction) is in the path, and it hands each transaction to \
+         whichever server connection is free, so a lock taken for one client would be left \
+         on a connection that other clients then use. Use lease mode (the default: \
+         PgMode::Lease, --pg-mode lease), or connect to the PostgreSQL server itself or \
+         to a session-mode pool",
         db.shown
     )))
 }

@@ -41,7 +41,10 @@ const ADVISORY: &str = "CREATE TABLE recipes.advisory (
 
 /// Creates the layout, in one transaction (so a pooler keeps it on one
 /// backend), serialized against other clients creating it at the same time
-/// by a transaction-scoped advisory lock.
+/// by a transaction-scoped advisory lock. Session ids start at the
+/// database clock in µs, so a schema created again after it was dropped
+/// never hands out the id of a session that a client of the old one still
+/// renews.
 const CREATE: &str = r#"
 CREATE SCHEMA IF NOT EXISTS recipes;
 CREATE TABLE recipes.layout (version integer NOT NULL);
@@ -50,6 +53,8 @@ CREATE TABLE recipes.sessions (
     id bigint GENERATED ALWAYS AS IDENTITY PRIMARY KEY,
     ttl interval NOT NULL,
     expires_at timestamptz NOT NULL);
+SELECT setval(pg_get_serial_sequence('recipes.sessions', 'id'),
+              (extract(epoch FROM clock_timestamp()) * 1000000)::int8);
 CREATE TABLE recipes.names (
     name text PRIMARY KEY,
     kind text NOT NULL,
@@ -77,15 +82,16 @@ CREATE TRIGGER queue_notify AFTER INSERT OR UPDATE OR DELETE ON recipes.queue
 
 /// Makes sure the layout exists in the version this crate knows: creates
 /// it when missing, refuses a newer one. One statement when it exists.
+/// `true` when this call created it.
 ///
 /// # Errors
 ///
 /// [`Error::PermissionDenied`] when the role may not read or create it;
 /// [`Error::InvalidArgument`] for a layout of another version.
-pub(crate) async fn ensure(db: &Client, what: &str) -> Result<()> {
+pub(crate) async fn ensure(db: &Client, what: &str) -> Result<bool> {
     match version(db, what).await? {
         Some(1) => {}
-        Some(found) => return check(found),
+        Some(found) => return check(found).map(|()| false),
         None => {}
     }
     let created = async {
@@ -94,7 +100,8 @@ pub(crate) async fn ensure(db: &Client, what: &str) -> Result<()> {
         // Another client may have created or upgraded it while we waited
         // for the lock.
         let exists = db.query_typed_one(EXISTS, &[]).await?;
-        if !exists.get::<_, bool>(0) {
+        let created = !exists.get::<_, bool>(0);
+        if created {
             db.batch_execute(CREATE).await?;
             db.batch_execute(ADVISORY).await?;
         } else {
@@ -107,17 +114,62 @@ pub(crate) async fn ensure(db: &Client, what: &str) -> Result<()> {
                     .await?;
             }
         }
-        db.batch_execute("COMMIT").await
+        db.batch_execute("COMMIT").await.map(|()| created)
     };
-    if let Err(e) = created.await {
-        // A failed statement leaves the transaction aborted.
-        let _ = db.batch_execute("ROLLBACK").await;
-        return Err(from_pg(&format!("{what}: create the schema recipes"), e));
-    }
+    let created = match created.await {
+        Ok(created) => created,
+        Err(e) => {
+            // A failed statement leaves the transaction aborted.
+            let _ = db.batch_execute("ROLLBACK").await;
+            return Err(from_pg(&format!("{what}: create the schema recipes"), e));
+        }
+    };
     match version(db, what).await? {
-        Some(found) => check(found),
+        Some(found) => check(found).map(|()| created),
         None => Err(crate::sql::unexpected("recipes.layout is empty")),
     }
+}
+
+/// Make sure of the layout again after a statement found the schema or a
+/// table of it missing: create it again when it is gone (the warning says
+/// so), and refuse a schema that lacks some of its tables (dropped one by
+/// one, by hand), which no client can use until it is dropped whole.
+///
+/// # Errors
+///
+/// As [`ensure`]'s; [`Error::Backend`] (not retryable) for a schema that
+/// lacks some of its tables.
+pub(crate) async fn recreate(db: &Client, shown: &str) -> Result<()> {
+    let what = format!("create the schema recipes again at {shown}");
+    if ensure(db, &what).await? {
+        log::warn!(
+            "[pg={shown}] the schema recipes was gone (dropped, or restored without it):              created it again; every lock held in it is lost, and fences go on above              every earlier one (they follow the database clock)"
+        );
+    }
+    let sql = "SELECT coalesce(string_agg(t, ', '), '') FROM unnest($1::text[]) AS t \
+               WHERE NOT EXISTS (SELECT 1 FROM pg_catalog.pg_tables \
+                                 WHERE schemaname = 'recipes' AND tablename = t)";
+    let tables = ["layout", "sessions", "names", "queue", "kv", "advisory"];
+    let row = db
+        .query_typed_one(
+            sql,
+            &[(&&tables[..], tokio_postgres::types::Type::TEXT_ARRAY)],
+        )
+        .await
+        .map_err(|e| from_pg(&what, e))?;
+    let missing: String = row.get(0);
+    if missing.is_empty() {
+        return Ok(());
+    }
+    Err(Error::Backend {
+        message: format!(
+            "the schema recipes at {shown} lacks its tables {missing} (dropped by hand): \
+             no client can use it; drop it whole (DROP SCHEMA recipes CASCADE) so that the \
+             next client creates it again, or restore it"
+        ),
+        retryable: false,
+        source: None,
+    })
 }
 
 /// Whether `recipes.layout` exists, read from the catalog with a fresh

@@ -3,7 +3,8 @@
 //! (`clock_timestamp()`); a renewal is a guarded update that never
 //! revives an expired row (0 rows: the lease is gone); a revoke deletes
 //! the row, and its cascade every entry of it. A session is core's
-//! [`LeaseSession`] over them (the grant's timing, renewals every TTL/3,
+//! [`LeaseSession`] over them (the grant's timing, renewals every TTL/3 —
+//! a renewal that finds the row, or the schema, gone is the lease's loss —
 //! the local deadline, the revoke on every way out), and the client's
 //! sessions are core's [`LeaseSessions`](recipes_core::LeaseSessions).
 //!
@@ -19,7 +20,7 @@ use tokio::task::JoinHandle;
 use tokio_postgres::types::Type;
 
 use crate::db::Db;
-use crate::sql::unexpected;
+use crate::sql::{is_schema_gone, unexpected};
 
 /// A session: one row of `recipes.sessions`, kept alive.
 pub(crate) type Session = LeaseSession<PgLeases>;
@@ -99,9 +100,15 @@ impl RenewalStream for PgRenewals {
             let sql = "UPDATE recipes.sessions SET expires_at = clock_timestamp() + ttl \
                        WHERE id = $1 AND expires_at > clock_timestamp() \
                        RETURNING (extract(epoch FROM ttl) * 1000)::int8";
-            let row = db
+            let row = match db
                 .query_opt("renew the session", sql, &[(&id, Type::INT8)])
-                .await?;
+                .await
+            {
+                Ok(row) => row,
+                // The schema was dropped: our row with it.
+                Err(e) if is_schema_gone(&e) => None,
+                Err(e) => return Err(e),
+            };
             Ok(match row {
                 Some(row) => {
                     Renewal::Granted(Duration::from_millis(row.get::<_, i64>(0).unsigned_abs()))

@@ -10,8 +10,10 @@
 //!   call outlives the caller's deadline. A mutex is one key (its name); a
 //!   semaphore of N permits is N keys `<name>/leases/<i>`.
 //! - **confirm**: the fence, bumped on the name's row of `recipes.names`
-//!   in the same session right after the grant (`UPDATE … RETURNING`), so
-//!   it strictly increases across holders; and, when the key's previous
+//!   in the same session right after the grant (`UPDATE … RETURNING`) to
+//!   `greatest(fence + 1, the database clock in µs)`, so it strictly
+//!   increases across holders, even after the schema was dropped or
+//!   truncated; and, when the key's previous
 //!   holder ended without releasing it (its heartbeat row in
 //!   `recipes.advisory` not cleared), a wait until that holder's last
 //!   heartbeat + its TTL — its own deadline — has passed, so a holder
@@ -35,7 +37,7 @@ use tokio_postgres::types::Type;
 use crate::advisory::{LockConn, LockConns, LockSession};
 use crate::client::PgClient;
 use crate::names::other_layout;
-use crate::sql::{from_pg, unexpected};
+use crate::sql::{fence_floor, from_pg, is_schema_gone, unexpected};
 
 /// The kind of a session-mode lock's row in `recipes.names`.
 pub(crate) const ADVISORY: &str = "advisory";
@@ -67,7 +69,8 @@ pub(crate) fn key_name(name: &str, slot: usize, kind: &str) -> String {
 /// Bump the fence of `name` (a row of `kind`, made on first use) on `c`,
 /// the connection — and so the session or transaction — that holds the
 /// name's advisory key `key`: strictly increasing across holders of either
-/// scope. In the same statement, read how long the key's previous holder
+/// scope, and floored by the database clock in µs, so it never goes back
+/// when the schema is dropped or truncated (`fence_floor!` in `sql.rs`). In the same statement, read how long the key's previous holder
 /// may still believe it holds — its last heartbeat + its TTL, in database
 /// time, unless it released the key — and, for a session holder
 /// (`beat_ttl`, its TTL) when that is nothing, stamp our own heartbeat on
@@ -89,27 +92,37 @@ pub(crate) async fn mint_fence(
     beat_ttl: Option<i64>,
 ) -> Result<(i64, Duration)> {
     let what = format!("mint the fence of {name}");
-    let sql = "WITH old AS (SELECT extract(epoch FROM beat_at + ttl - clock_timestamp())::float8 \
-                 AS remaining FROM recipes.advisory WHERE key = $3 AND beat_at IS NOT NULL), \
-               beat AS (INSERT INTO recipes.advisory AS a (key, beat_at, ttl) \
-                 SELECT $3, clock_timestamp(), $4 * interval '1 millisecond' \
-                 WHERE $4::int8 IS NOT NULL AND NOT EXISTS (SELECT 1 FROM old WHERE remaining > 0) \
-                 ON CONFLICT (key) DO UPDATE SET beat_at = EXCLUDED.beat_at, ttl = EXCLUDED.ttl) \
-               INSERT INTO recipes.names AS n (name, kind, fence) VALUES ($1, $2, 1) \
-               ON CONFLICT (name) DO UPDATE SET fence = n.fence + 1 WHERE n.kind = $2 \
-               RETURNING n.fence, (SELECT remaining FROM old)";
+    let sql = concat!(
+        "WITH old AS (SELECT extract(epoch FROM beat_at + ttl - clock_timestamp())::float8 \
+           AS remaining FROM recipes.advisory WHERE key = $3 AND beat_at IS NOT NULL), \
+         beat AS (INSERT INTO recipes.advisory AS a (key, beat_at, ttl) \
+           SELECT $3, clock_timestamp(), $4 * interval '1 millisecond' \
+           WHERE $4::int8 IS NOT NULL AND NOT EXISTS (SELECT 1 FROM old WHERE remaining > 0) \
+           ON CONFLICT (key) DO UPDATE SET beat_at = EXCLUDED.beat_at, ttl = EXCLUDED.ttl) \
+         INSERT INTO recipes.names AS n (name, kind, fence) VALUES ($1, $2, ",
+        fence_floor!(),
+        ") ON CONFLICT (name) DO UPDATE SET fence = greatest(n.fence + 1, ",
+        fence_floor!(),
+        ") WHERE n.kind = $2 RETURNING n.fence, (SELECT remaining FROM old)"
+    );
     let params: crate::db::Params<'_> = &[
         (&name, Type::TEXT),
         (&kind, Type::TEXT),
         (&key, Type::TEXT),
         (&beat_ttl, Type::INT8),
     ];
-    let rows = recipes_core::within(&what, client.rpc_timeout(), async {
+    let rows = match recipes_core::within(&what, client.rpc_timeout(), async {
         c.query_typed(sql, params)
             .await
             .map_err(|e| from_pg(&what, e))
     })
-    .await?;
+    .await
+    {
+        Ok(rows) => rows,
+        // Made again before the acquisition starts over.
+        Err(e) if is_schema_gone(&e) => return Err(client.db().schema_gone(e).await),
+        Err(e) => return Err(e),
+    };
     if let Some(row) = rows.first() {
         let left = row.get::<_, Option<f64>>(1).unwrap_or(0.0).max(0.0);
         let left = Duration::try_from_secs_f64(left).unwrap_or(Duration::MAX);
@@ -319,6 +332,9 @@ impl SlotDriver for AdvisorySlots<'_> {
         // From now on the heartbeats check and stamp the key.
         if let Some(key) = t.key {
             t.conn.took(key, &t.key_name);
+        }
+        if self.kind == ADVISORY {
+            t.conn.fenced(self.name, fence);
         }
         Ok(Some(fence))
     }

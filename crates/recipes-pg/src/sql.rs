@@ -21,12 +21,7 @@ pub(crate) fn from_pg(what: &str, e: tokio_postgres::Error) -> Error {
         if *code == SqlState::INVALID_PASSWORD
             || *code == SqlState::INVALID_AUTHORIZATION_SPECIFICATION
         {
-            return Error::Unauthenticated {
-                what: format!(
-                    "{what}: PostgreSQL refused the credentials ({said}); put the right user \
-                     and password in the URL, as in postgres://user:password@host/db"
-                ),
-            };
+            return refused_credentials(what, db.message());
         }
         if *code == SqlState::INSUFFICIENT_PRIVILEGE {
             return Error::PermissionDenied {
@@ -34,6 +29,13 @@ pub(crate) fn from_pg(what: &str, e: tokio_postgres::Error) -> Error {
                     "{what}: {said}; grant the role the privileges recipes-pg's crate docs list"
                 ),
             };
+        }
+        if missing_code(code) {
+            let message = format!(
+                "{what}: the schema recipes, or one of its tables, is missing (PostgreSQL said \
+                 {said}): it was dropped or truncated away behind the client's back"
+            );
+            return Error::backend(message, false, SchemaGone(e));
         }
         if broken_code(code) {
             log::debug!("{what}: {said}");
@@ -56,6 +58,24 @@ pub(crate) fn from_pg(what: &str, e: tokio_postgres::Error) -> Error {
     Error::backend(format!("{what}: {e}"), false, e)
 }
 
+/// The server refused the user or password; `said` is its reason, shown
+/// when it gave one.
+pub(crate) fn refused_credentials(what: &str, said: &str) -> Error {
+    let said = said.trim();
+    let why = if said.is_empty() {
+        String::new()
+    } else {
+        format!(": it said {}", quote(said))
+    };
+    Error::Unauthenticated {
+        what: format!(
+            "{what}: PostgreSQL refused the user or the password{why}; put a user that \
+             exists on the server, and its password, in the URL, as in \
+             postgres://user:password@host/db"
+        ),
+    }
+}
+
 /// Codes that mean the connection (or the server) went away, not that the
 /// statement was refused.
 fn broken_code(code: &SqlState) -> bool {
@@ -71,6 +91,66 @@ fn broken_code(code: &SqlState) -> bool {
     ]
     .contains(code)
 }
+
+/// Codes that say the schema `recipes` or one of its tables does not exist:
+/// it was dropped (or restored without it) behind the client's back.
+fn missing_code(code: &SqlState) -> bool {
+    *code == SqlState::UNDEFINED_TABLE || *code == SqlState::INVALID_SCHEMA_NAME
+}
+
+/// Whether `e` says the schema `recipes`, or one of its tables, is
+/// missing: every row of it is lost, so a holder in it has lost its lock,
+/// and the schema must be created again before it is used.
+pub(crate) fn is_schema_gone(e: &Error) -> bool {
+    match e {
+        Error::Backend {
+            source: Some(s), ..
+        } => s.downcast_ref::<SchemaGone>().is_some(),
+        _ => false,
+    }
+}
+
+/// The source of an error that says the schema or a table of it is
+/// missing (see [`is_schema_gone`]).
+#[derive(Debug)]
+pub(crate) struct SchemaGone(pub(crate) tokio_postgres::Error);
+
+impl std::fmt::Display for SchemaGone {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        self.0.fmt(f)
+    }
+}
+
+impl std::error::Error for SchemaGone {
+    fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
+        Some(&self.0)
+    }
+}
+
+/// The constraint a statement violated, when `e` says so.
+pub(crate) fn violated(e: &Error) -> Option<String> {
+    let Error::Backend {
+        source: Some(s), ..
+    } = e
+    else {
+        return None;
+    };
+    let db = s.downcast_ref::<tokio_postgres::Error>()?.as_db_error()?;
+    db.constraint().map(str::to_owned)
+}
+
+/// The database clock in microseconds since the Unix epoch, as SQL: the
+/// floor of every fence minted (`greatest(fence + 1, fence_floor!())`).
+/// Each fence is at most the clock when it is minted (the `+ 1` wins only
+/// while the clock has not moved past the last fence), so after the
+/// schema is dropped or truncated, or an older backup restored, the next
+/// fence is the clock, above every fence issued before.
+macro_rules! fence_floor {
+    () => {
+        "(extract(epoch FROM clock_timestamp()) * 1000000)::int8"
+    };
+}
+pub(crate) use fence_floor;
 
 /// A reply PostgreSQL should never give (a missing column, say).
 pub(crate) fn unexpected(what: &str) -> Error {

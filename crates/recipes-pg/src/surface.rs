@@ -14,7 +14,7 @@ use crate::election::{Election, LeaderLatch, LeaderSelector, PgElection};
 use crate::mutex::{Mutex, PgMutex};
 use crate::names::{holder, validate_key, validate_name};
 use crate::semaphore::{permits_name, PgSemaphore, Semaphore};
-use crate::slots::{key_name, ADVISORY_PERMITS};
+use crate::slots::{key_name, ADVISORY, ADVISORY_PERMITS};
 
 /// The live entries of the queue `name`, first in line first.
 pub(crate) async fn read_contenders(client: &PgClient, name: &str) -> Result<Vec<Contender>> {
@@ -60,6 +60,19 @@ pub(crate) async fn read_advisory_holders(
         .collect())
 }
 
+/// Whether `name` is used in session mode: this client is in it, or the
+/// name's row is of the session-mode `kind` (a lease-mode client, such as
+/// `recipes status`, still shows a session-mode holder).
+async fn used_in_session_mode(client: &PgClient, name: &str, kind: &str) -> Result<bool> {
+    if client.mode() == PgMode::Session {
+        return Ok(true);
+    }
+    let sql = "SELECT 1 FROM recipes.names WHERE name = $1 AND kind = $2";
+    let what = format!("read the kind of {name}");
+    let params: crate::db::Params<'_> = &[(&name, Type::TEXT), (&kind, Type::TEXT)];
+    Ok(client.db().query_opt(&what, sql, params).await?.is_some())
+}
+
 impl Client for PgClient {
     type Mutex = PgMutex;
     type Semaphore = PgSemaphore;
@@ -97,19 +110,35 @@ impl Client for PgClient {
     }
 
     /// The live rows of the name's queue, by `seq` (the first holds or
-    /// leads); `created` is the `seq`. In session mode first the backends
-    /// that hold or wait for the name's advisory lock (`created` is the
-    /// PID), then the rows (an election's).
+    /// leads); `created` is the `seq`. For a name used in session mode
+    /// (whichever mode this client is in), first the backends that hold or
+    /// wait for the name's advisory lock (`created` is the PID), then the
+    /// rows (an election's).
     fn contenders(&self, name: &str) -> Result<Vec<Contender>> {
         validate_name("lock", name)?;
         let (client, name) = (self.clone(), name.to_owned());
         self.call("list contenders", async move {
-            let mut all = match client.mode() {
-                PgMode::Session => read_advisory_holders(&client, vec![name.clone()]).await?,
-                PgMode::Lease => Vec::new(),
+            let mut all = match used_in_session_mode(&client, &name, ADVISORY).await? {
+                true => read_advisory_holders(&client, vec![name.clone()]).await?,
+                false => Vec::new(),
             };
             all.extend(read_contenders(&client, &name).await?);
             Ok(all)
+        })
+    }
+
+    /// The name's counter: the fence its last holder or leader minted,
+    /// in either mode (a semaphore's permits have none).
+    fn holder_fence(&self, name: &str) -> Result<Option<u64>> {
+        validate_name("lock", name)?;
+        let (client, name) = (self.clone(), name.to_owned());
+        self.call("read the fence", async move {
+            let sql = "SELECT fence FROM recipes.names \
+                       WHERE name = $1 AND kind IN ('lock', $2) AND fence > 0";
+            let what = format!("read the fence of {name}");
+            let params: crate::db::Params<'_> = &[(&name, Type::TEXT), (&ADVISORY, Type::TEXT)];
+            let row = client.db().query_opt(&what, sql, params).await?;
+            Ok(row.map(|r| r.get::<_, i64>(0).unsigned_abs()))
         })
     }
 
@@ -127,8 +156,9 @@ impl Client for PgClient {
                 .and_then(|r| r.get::<_, Option<i64>>(0))
                 .and_then(|n| u32::try_from(n).ok());
             let permits = permits_name(&name);
-            let held = match (client.mode(), size) {
-                (PgMode::Session, Some(n)) => {
+            let session = used_in_session_mode(&client, &permits, ADVISORY_PERMITS).await?;
+            let held = match (session, size) {
+                (true, Some(n)) => {
                     let keys = (0..n as usize)
                         .map(|i| key_name(&permits, i, ADVISORY_PERMITS))
                         .collect();

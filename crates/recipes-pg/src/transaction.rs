@@ -12,7 +12,7 @@ use tokio_postgres::Row;
 
 use crate::client::PgClient;
 use crate::held::{PgHeld, PgLock};
-use crate::sql::{from_pg, Encoded};
+use crate::sql::{from_pg, is_schema_gone, Encoded};
 
 /// Statements of one fenced transaction, run on a connection of their own
 /// (held to one backend by the open transaction, so a transaction-mode
@@ -189,6 +189,12 @@ impl FencedTransaction for PgLock {
                         let _ = conn.batch_execute("ROLLBACK").await;
                         client.db().checkin(conn);
                         Err(e.rejected("fenced transaction"))
+                    }
+                    // The schema was dropped, our fence with it.
+                    Err(err) if is_schema_gone(&err) => {
+                        let _ = conn.batch_execute("ROLLBACK").await;
+                        client.db().checkin(conn);
+                        Err(e.rejected("fenced transaction (the schema recipes is gone)"))
                     }
                     Err(err) => Err(err),
                 }

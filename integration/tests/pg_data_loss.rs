@@ -1,0 +1,214 @@
+//! PostgreSQL losing its data under a held lock (issue 23): the schema
+//! `recipes` dropped, its tables truncated. The holder loses its lock at
+//! its next renewal or poll, its fenced transaction is refused, the next
+//! fence is above every earlier one (the database clock floors it), and a
+//! client whose schema vanished creates it again and goes on. Each test
+//! has its own server (`fault` in the name: they run one at a time).
+
+mod pg_common;
+
+use std::time::Duration;
+
+use integration::{scale, PgServer};
+use pg_common::*;
+use recipes_core::{Client, Error};
+use recipes_pg::tokio_postgres::types::Type;
+use recipes_pg::{FencedTransaction, MutexGuard, PgClient};
+
+/// A client of `server` in lease mode, or in session mode, whose renewals
+/// and polls come every third of a second.
+fn client(server: &PgServer, session: bool) -> PgClient {
+    let b = PgClient::builder(server.url())
+        .ttl(Duration::from_secs(1))
+        .poll_interval(Duration::from_millis(200))
+        .connect_timeout(Duration::from_secs(2));
+    let b = if session { b.session_mode() } else { b };
+    b.connect().unwrap()
+}
+
+/// Take `lock` on `c` and write the fence into `table` in a fenced
+/// transaction; the guard and its fence.
+fn hold_and_write(c: &PgClient, lock: &str, table: &str) -> (MutexGuard, u64) {
+    let g = c.mutex(lock).unwrap().lock().unwrap();
+    let fence = g.token().get();
+    write(&g, table).expect("the holder's fenced transaction commits");
+    (g, fence)
+}
+
+fn write(g: &MutexGuard, table: &str) -> recipes_core::Result<u64> {
+    let fence = g.token().get() as i64;
+    g.transaction(|tx| {
+        tx.execute(
+            &format!("INSERT INTO {table} (fence) VALUES ($1)"),
+            &[(&fence, Type::INT8)],
+        )
+    })
+}
+
+/// After the data under `held` (fence `last`, the highest so far) was lost
+/// by `loss`: its fenced transaction is refused, it loses its lock within
+/// a bound of a few renewals, and `c` (the same client) takes the lock
+/// again with a fence above `last`. The new guard.
+fn lost_and_taken_again(
+    server: &PgServer,
+    c: &PgClient,
+    held: MutexGuard,
+    lock: &str,
+    table: &str,
+    last: u64,
+    loss: &str,
+) -> (MutexGuard, u64) {
+    server.sql(loss);
+    // Refused at once, whether the loss has fired yet or not.
+    let refused = write(&held, table).expect_err("the lost holder's transaction is refused");
+    assert!(
+        matches!(refused, Error::FenceRejected { .. }),
+        "{loss}: {refused}"
+    );
+    assert!(
+        held.lost()
+            .wait_timeout(scale(Duration::from_secs(3)))
+            .is_some(),
+        "{loss}: the holder did not lose its lock"
+    );
+    assert!(held.check().is_err(), "{loss}");
+    drop(held);
+    let (g, fence) = hold_and_write(c, lock, table);
+    assert!(fence > last, "{loss}: fence {fence} after {last}");
+    (g, fence)
+}
+
+/// The fences `table` holds, in the order written.
+fn written(server: &PgServer, table: &str) -> Vec<u64> {
+    let out = server.sql(&format!("SELECT fence FROM {table} ORDER BY ctid"));
+    out.lines().map(|l| l.parse().unwrap()).collect()
+}
+
+fn strictly_increasing(fences: &[u64]) -> bool {
+    fences.windows(2).all(|w| w[0] < w[1])
+}
+
+/// `mode`'s holder across a dropped schema: it loses, the same client
+/// creates the schema again and goes on above every earlier fence, and so
+/// does a new client.
+fn schema_dropped(session: bool) {
+    let server = PgServer::start();
+    let t = table(&server, "dropped");
+    let lock = name("dropped");
+    let (a, b) = (client(&server, session), client(&server, session));
+    for _ in 0..3 {
+        let (g, _) = hold_and_write(&a, &lock, &t);
+        g.release().unwrap();
+    }
+    let (held, fence) = hold_and_write(&a, &lock, &t);
+    let drop = "DROP SCHEMA recipes CASCADE";
+    let (again, fence) = lost_and_taken_again(&server, &a, held, &lock, &t, fence, drop);
+    again.release().unwrap();
+    let (next, _) = hold_and_write(&b, &lock, &t);
+    next.release().unwrap();
+    let fences = written(&server, &t);
+    assert_eq!(fences.len(), 6);
+    assert!(strictly_increasing(&fences), "{fences:?} after {fence}");
+    a.close().unwrap();
+    b.close().unwrap();
+}
+
+#[test]
+fn fault_lease_mode_schema_dropped_under_a_holder_loses_it_and_fences_go_on() {
+    schema_dropped(false);
+}
+
+#[test]
+fn fault_session_mode_schema_dropped_under_a_holder_loses_it_and_fences_go_on() {
+    schema_dropped(true);
+}
+
+/// Every truncation that takes the holder's rows, one after another on one
+/// lock: each loses the holder, and fences only go up.
+fn truncated(session: bool, losses: &[&str]) {
+    let server = PgServer::start();
+    let t = table(&server, "truncated");
+    let lock = name("truncated");
+    let a = client(&server, session);
+    let (mut held, mut fence) = hold_and_write(&a, &lock, &t);
+    for loss in losses {
+        (held, fence) = lost_and_taken_again(&server, &a, held, &lock, &t, fence, loss);
+    }
+    held.release().unwrap();
+    let fences = written(&server, &t);
+    assert_eq!(fences.len(), losses.len() + 1);
+    assert!(strictly_increasing(&fences), "{fences:?}");
+    a.close().unwrap();
+}
+
+#[test]
+fn fault_lease_mode_tables_truncated_under_a_holder_lose_it_and_fences_go_on() {
+    truncated(
+        false,
+        &[
+            "TRUNCATE recipes.names, recipes.queue, recipes.sessions CASCADE",
+            "TRUNCATE recipes.queue",
+            "TRUNCATE recipes.sessions CASCADE",
+            "TRUNCATE recipes.names CASCADE",
+        ],
+    );
+}
+
+/// Session mode keeps its lock in `pg_locks`, not in a table: what a
+/// truncation takes is the fence row.
+#[test]
+fn fault_session_mode_tables_truncated_under_a_holder_lose_it_and_fences_go_on() {
+    truncated(
+        true,
+        &[
+            "TRUNCATE recipes.names, recipes.queue, recipes.sessions CASCADE",
+            "TRUNCATE recipes.names CASCADE",
+        ],
+    );
+}
+
+/// A schema that lost one of its tables (dropped by hand) cannot be
+/// created again over: the error says to drop it whole, and is not
+/// retried for ever.
+#[test]
+fn fault_a_schema_missing_one_table_is_a_terminal_error_that_says_what_to_do() {
+    let server = PgServer::start();
+    let a = client(&server, false);
+    server.sql("DROP TABLE recipes.queue");
+    let lock = name("damaged");
+    let took = a
+        .mutex(&lock)
+        .unwrap()
+        .try_lock_for(scale(Duration::from_secs(5)));
+    let e = took.expect_err("a damaged schema is refused");
+    assert!(!e.is_retryable(), "{e}");
+    assert!(e.to_string().contains("DROP SCHEMA recipes CASCADE"), "{e}");
+    a.close().unwrap();
+}
+
+/// An older backup restored leaves the name's counter behind the fences
+/// issued since (here: set back to where a backup taken before them had
+/// it): the next fence is still above every earlier one, in both modes.
+#[test]
+fn fault_an_older_backup_restored_leaves_fences_above_every_earlier_one() {
+    let server = PgServer::start();
+    let t = table(&server, "restored");
+    for session in [false, true] {
+        let lock = name("restored");
+        let a = client(&server, session);
+        let (g, first) = hold_and_write(&a, &lock, &t);
+        g.release().unwrap();
+        for _ in 0..3 {
+            let (g, _) = hold_and_write(&a, &lock, &t);
+            g.release().unwrap();
+        }
+        let sql = format!("UPDATE recipes.names SET fence = {first} WHERE name = '{lock}'");
+        server.sql(&sql);
+        let (g, _) = hold_and_write(&a, &lock, &t);
+        g.release().unwrap();
+        a.close().unwrap();
+    }
+    let fences = written(&server, &t);
+    assert_eq!(fences.len(), 10);
+    assert!(strictly_increasing(&fences), "{fences:?}");
+}
