@@ -72,9 +72,10 @@ first N) hold it, the others wait. ZooKeeper shows each node's czxid, which
 is the fencing token of a mutex or latch holder; etcd shows each key's
 create_revision (an etcd mutex's fence is the revision of the read that
 confirmed it, which the store does not keep); PostgreSQL shows each row's
-seq (the fence is the name's counter when the holder confirmed); Redis shows
-each entry's place in the queue (a Redis fence is the name's INCR counter at
-the acquisition).
+seq and the holder's fence (the name's counter, for a holder in either
+mode: a --pg-mode session holder shows as NAME/backend-PID); Redis shows
+each entry's place in the queue and the holder's fence (the name's fence
+key).
 
 --watch keeps showing it: redrawn on every change the store's watches
 report (under a terminal, with how long NAME has had no holder), until

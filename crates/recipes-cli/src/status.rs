@@ -9,7 +9,8 @@
 //! for a name used in session mode first the backends that hold or wait
 //! for its advisory lock. The first (first N) hold, the rest wait. A lone
 //! holder's fence is shown where the store keeps it
-//! ([`Client::holder_fence`]: PostgreSQL's name counter; ZooKeeper's is
+//! ([`Client::holder_fence`]: PostgreSQL's name counter, Redis's fence key;
+//! ZooKeeper's is
 //! each node's czxid).
 
 use std::fmt::Write as _;

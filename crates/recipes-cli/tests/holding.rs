@@ -224,7 +224,7 @@ fn status_shows_holder_and_waiter(store: Store) {
         "{json}"
     );
     // The holder's fence, where the store keeps it (etcd keeps none).
-    if let Store::Zk | Store::Pg = store {
+    if let Store::Zk | Store::Pg | Store::Redis = store {
         assert!(json.contains(&format!("\"fence\":{}", info[2])), "{json}");
     }
     signal(&holder, libc::SIGTERM);

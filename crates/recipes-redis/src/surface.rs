@@ -89,6 +89,19 @@ impl Client for RedisClient {
         })
     }
 
+    /// The name's fence key: the fence its last holder or leader minted
+    /// (a semaphore's permits have none).
+    fn holder_fence(&self, name: &str) -> Result<Option<u64>> {
+        validate_name("lock", name)?;
+        let (redis, timeout) = (self.redis()?, self.rpc_timeout());
+        let mut get = redis::cmd("GET");
+        get.arg(Queue::lock(name).fence_key());
+        self.call("read the fence", async move {
+            let fence: Option<u64> = redis.read("read the fence", timeout, get).await?;
+            Ok(fence)
+        })
+    }
+
     fn permits(&self, name: &str) -> Result<(Option<u32>, Vec<Contender>)> {
         validate_name("semaphore", name)?;
         let (_, leases) = Queue::semaphore(name);
