@@ -20,11 +20,13 @@ fn durable() -> RedisServer {
 }
 
 fn connect(server: &RedisServer, policy: LossPolicy, ttl: Duration) -> RedisClient {
-    RedisClient::builder(server.url())
+    let client = RedisClient::builder(server.url())
         .ttl(ttl)
         .loss_policy(policy)
         .connect()
-        .expect("connect")
+        .expect("connect");
+    assert_eq!(client.loss_policy(), policy);
+    client
 }
 
 #[test]

@@ -226,7 +226,10 @@ impl RedisClientBuilder {
                 message, source, ..
             }) => {
                 return Err(Error::Backend {
-                    message: format!("{message}: check that {hint}, and that it is up"),
+                    message: format!(
+                        "{message}: check that {hint}, and that the server is up and \
+                         reachable from this host"
+                    ),
                     retryable: true,
                     source,
                 })

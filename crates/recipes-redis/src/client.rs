@@ -42,6 +42,7 @@ pub struct RedisClient {
     /// The one poll of every entry the client holds: hold keys and the
     /// members they must hold.
     held: PresencePoll<(String, String)>,
+    loss_policy: LossPolicy,
 }
 
 impl RedisClient {
@@ -95,6 +96,7 @@ impl RedisClient {
                 config.settings,
             )),
             url,
+            loss_policy: config_policy,
         };
         if config_policy == LossPolicy::OnDisconnect {
             lose_on_disconnect(&client.leases, dropped);
@@ -109,6 +111,11 @@ impl RedisClient {
     /// The deadline of one request.
     pub(crate) fn rpc_timeout(&self) -> Duration {
         self.leases.settings().rpc_timeout
+    }
+
+    /// The loss policy (see [`RedisClientBuilder::loss_policy`]).
+    pub fn loss_policy(&self) -> LossPolicy {
+        self.loss_policy
     }
 
     /// Whether the current session is lost: its deadline passed, the
@@ -182,6 +189,7 @@ impl fmt::Debug for RedisClient {
             .field("url", &self.url)
             .field("session", &self.leases.current().map(|s| s.id()))
             .field("granted_ttl", &self.leases.granted_ttl())
+            .field("loss_policy", &self.loss_policy)
             .finish()
     }
 }

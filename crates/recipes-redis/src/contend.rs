@@ -28,7 +28,7 @@ use recipes_core::{until_done, Backoff, Error, LeaseEpoch, LossReason, LossSigna
 use tokio::time::Instant;
 
 use crate::client::RedisClient;
-use crate::names::{member, other_layout, Mode, Queue};
+use crate::names::{inside_semaphore, member, other_layout, Mode, Queue};
 use crate::rpc::{from_redis, unexpected, Redis};
 use crate::scripts;
 use crate::session::{Session, Sessions};
@@ -203,6 +203,7 @@ impl ContendDriver for QueueContender<'_> {
         args.push(store.token(session.id()).into_bytes());
         args.push(self.value.to_vec());
         args.push(self.queue.conflict.clone().into_bytes());
+        args.push(self.queue.inside.clone().into_bytes());
         let what = format!("enter {}", self.queue.name);
         let reply: redis::Value = store
             .redis
@@ -227,6 +228,7 @@ impl ContendDriver for QueueContender<'_> {
                     "a semaphore",
                 ))
             }
+            -3 => return Err(inside_semaphore(&self.queue.name)),
             _ => return Err(unexpected(&what, reply)),
         }
         log::debug!(

@@ -43,6 +43,10 @@ pub(crate) struct Queue {
     pub(crate) mode: Mode,
     /// A key whose existence means the name holds another recipe.
     pub(crate) conflict: String,
+    /// The size key of the semaphore whose own queue (`<sem>/locks`,
+    /// `<sem>/leases`) the name would be, if it ends so: while it exists
+    /// a lock or election there is refused.
+    pub(crate) inside: String,
 }
 
 impl Queue {
@@ -53,6 +57,7 @@ impl Queue {
             hold: format!("{NS}lock:{name}"),
             mode: Mode::Lock,
             conflict: size_key(name),
+            inside: enclosing_semaphore(name).map_or_else(String::new, size_key),
         }
     }
 
@@ -60,12 +65,14 @@ impl Queue {
     pub(crate) fn semaphore(name: &str) -> (Queue, Queue) {
         let mut lock = Queue::lock(&format!("{name}/locks"));
         lock.conflict.clear();
+        lock.inside.clear();
         let leases = format!("{name}/leases");
         let permits = Queue {
             hold: format!("{NS}permit:{leases}:"),
             name: leases,
             mode: Mode::Permit,
             conflict: String::new(),
+            inside: String::new(),
         };
         (lock, permits)
     }
@@ -124,6 +131,26 @@ pub(crate) fn size_key(name: &str) -> String {
     format!("{NS}size:{name}")
 }
 
+/// The semaphore whose own queues (`<sem>/locks`: its internal mutex,
+/// `<sem>/leases`: its permits) `name` would be, if it is one of them.
+pub(crate) fn enclosing_semaphore(name: &str) -> Option<&str> {
+    let (semaphore, last) = name.rsplit_once('/')?;
+    (!semaphore.is_empty() && matches!(last, "locks" | "leases")).then_some(semaphore)
+}
+
+/// A lock or election `name` would be inside the semaphore `semaphore`'s
+/// queues, which its size key shows.
+pub(crate) fn inside_semaphore(name: &str) -> Error {
+    let semaphore = enclosing_semaphore(name).unwrap_or(name);
+    Error::invalid(format!(
+        "the Redis name {} is part of the semaphore {} (its key {}): a lock or election \
+         there would join the semaphore's own queue; choose a name outside it",
+        quote(name),
+        quote(semaphore),
+        quote(&size_key(semaphore))
+    ))
+}
+
 /// The name `name` holds `theirs` (with its article: "a semaphore"), so
 /// `ours` cannot use it.
 pub(crate) fn other_layout(name: &str, ours: &str, theirs: &str) -> Error {
@@ -150,6 +177,11 @@ mod tests {
         let (lock, permits) = Queue::semaphore("/s");
         assert_eq!(lock.name, "/s/locks");
         assert!(lock.conflict.is_empty());
+        assert!(lock.inside.is_empty());
+        assert_eq!(Queue::lock("/s/locks").inside, "{recipes}:size:/s");
+        assert_eq!(Queue::lock("/s/leases").inside, "{recipes}:size:/s");
+        assert!(Queue::lock("/s/other").inside.is_empty());
+        assert!(Queue::lock("/locks").inside.is_empty());
         assert_eq!(permits.hold_key("1-x"), "{recipes}:permit:/s/leases:1-x");
         assert_eq!(Queue::lock("/a").hold_key("1-x"), "{recipes}:lock:/a");
         assert_eq!(Queue::lock("/a").holder("1-x"), "/a/1-x");

@@ -158,9 +158,10 @@ return #e / 2
 "#
 );
 
-// ARGV: ns, queue, hold, mode, member, token, value, conflict key →
-// {0, live members up to ours}; {-1} our session is gone; {-2} the
-// conflict key exists (the name holds another recipe).
+// ARGV: ns, queue, hold, mode, member, token, value, conflict key,
+// inside key → {0, live members up to ours}; {-1} our session is gone;
+// {-2} the conflict key exists (the name holds another recipe); {-3} the
+// inside key exists (the name is a semaphore's own queue).
 script!(
     ENTER,
     "",
@@ -169,6 +170,7 @@ script!(
     r#"
 if redis.call('GET', sess(member)) ~= ARGV[6] then return {-1} end
 if ARGV[8] ~= '' and redis.call('EXISTS', ARGV[8]) == 1 then return {-2} end
+if ARGV[9] ~= '' and redis.call('EXISTS', ARGV[9]) == 1 then return {-3} end
 if not redis.call('ZSCORE', qk, member) then
   redis.call('ZADD', qk, redis.call('INCR', ns .. 'n:' .. q), member)
   redis.call('HSET', ns .. 'v:' .. q, member, ARGV[7])

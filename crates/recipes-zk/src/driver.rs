@@ -31,7 +31,8 @@ use zookeeper_client as zk;
 use crate::client::ZkClient;
 use crate::error::{connection_trouble, from_zk, read_error};
 use crate::names::{
-    fresh_uuid, is_contender_of, is_ours, own_layout, protected_prefix, queue_order, sequence_of,
+    enclosing_semaphore, fresh_uuid, inside_semaphore, is_contender_of, is_ours, own_layout,
+    protected_prefix, queue_order, semaphore_size, sequence_of,
 };
 use crate::node_lease::delete_node;
 use crate::session::Session;
@@ -47,6 +48,9 @@ pub(crate) struct Contender {
     pub(crate) data: Vec<u8>,
     /// How many nodes at the head of the queue hold (1 for a mutex).
     pub(crate) max_leases: usize,
+    /// A caller's lock or election, refused inside a semaphore's own
+    /// folders; false for the semaphore's internal mutex and permits.
+    pub(crate) outside_semaphores: bool,
 }
 
 /// A node at the head of the queue.
@@ -160,6 +164,9 @@ impl ContendDriver for NodeDriver {
 
     async fn enter(&self, epoch: &Epoch, ticket: &mut Ticket) -> Result<Entered<Self>> {
         let session = &epoch.0;
+        if self.contender.outside_semaphores {
+            refuse_inside_semaphore(session, &self.contender.dir).await?;
+        }
         let (node, czxid, owner) = create_protected(session, &self.contender, &ticket.uuid).await?;
         if owner != session.id() {
             return Err(Error::Backend {
@@ -330,6 +337,23 @@ pub(crate) async fn delete_ours(session: &Session, dir: &str, uuid: &str) {
         }
     };
     until_done(&what, Backoff::RECOVER, || false, attempt).await;
+}
+
+/// Refuse `dir` when it is `<sem>/locks` or `<sem>/leases` and `<sem>`
+/// holds a semaphore's size: a lock or election there would join the
+/// semaphore's own queue. One read, only for names ending so.
+async fn refuse_inside_semaphore(session: &Session, dir: &str) -> Result<()> {
+    let Some(semaphore) = enclosing_semaphore(dir) else {
+        return Ok(());
+    };
+    match session.zk().get_data(semaphore).await {
+        Ok((data, _)) => match semaphore_size(&data) {
+            Some(size) => Err(inside_semaphore(dir, semaphore, size)),
+            None => Ok(()),
+        },
+        Err(zk::Error::NoNode) => Ok(()),
+        Err(e) => Err(read_error(&format!("read {semaphore}"), e)),
+    }
 }
 
 /// Create `dir` and its missing parents as container nodes.

@@ -99,6 +99,7 @@ impl ElectionBackend for ZkElection {
             lock_name: self.lock_name,
             data: value,
             max_leases: 1,
+            outside_semaphores: true,
         };
         let driver = NodeDriver::new(&self.client, contender);
         async move {

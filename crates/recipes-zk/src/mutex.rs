@@ -34,6 +34,7 @@ impl ZkMutex {
             lock_name: LOCK,
             data: Vec::new(),
             max_leases: 1,
+            outside_semaphores: true,
         };
         Ok(ZkMutex {
             driver: NodeDriver::new(&client, contender),

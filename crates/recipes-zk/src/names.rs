@@ -149,6 +149,31 @@ pub(crate) fn own_layout(dir: &str, children: &[String], lock_name: Option<&str>
     })
 }
 
+/// The semaphore whose own folders (`<sem>/locks`: its internal mutex,
+/// `<sem>/leases`: its permits) `path` would be, if it is one of them.
+pub(crate) fn enclosing_semaphore(path: &str) -> Option<&str> {
+    let (semaphore, last) = path.rsplit_once('/')?;
+    (!semaphore.is_empty() && matches!(last, "locks" | "leases")).then_some(semaphore)
+}
+
+/// The size a semaphore's node stores as its data (decimal), if `data` is
+/// one.
+pub(crate) fn semaphore_size(data: &[u8]) -> Option<u32> {
+    std::str::from_utf8(data).ok()?.trim().parse().ok()
+}
+
+/// A lock or election at `path` would be inside the semaphore
+/// `semaphore`'s folders, whose node holds its `size`.
+pub(crate) fn inside_semaphore(path: &str, semaphore: &str, size: u32) -> Error {
+    Error::invalid(format!(
+        "the ZooKeeper name {} is part of the semaphore {} (its node holds its size, {size}): \
+         a lock or election there would join the semaphore's own queue; choose a name \
+         outside it",
+        recipes_core::quote(path),
+        recipes_core::quote(semaphore),
+    ))
+}
+
 /// Contenders in queue order: the children with a sequence suffix, ordered
 /// by serial-number arithmetic around `anchor` (our own sequence), so the
 /// wrap of the parent's counter from 2147483647 to -2147483648 keeps the
@@ -231,6 +256,17 @@ mod tests {
         for (ours, _) in &seen {
             assert_eq!(queue_order(&names, *ours), seen, "around {ours}");
         }
+    }
+
+    #[test]
+    fn a_semaphores_own_folders_are_found_by_name_and_size() {
+        assert_eq!(enclosing_semaphore("/s/locks"), Some("/s"));
+        assert_eq!(enclosing_semaphore("/a/s/leases"), Some("/a/s"));
+        assert_eq!(enclosing_semaphore("/s/other"), None);
+        assert_eq!(enclosing_semaphore("/locks"), None);
+        assert_eq!(semaphore_size(b"2"), Some(2));
+        assert_eq!(semaphore_size(b""), None);
+        assert_eq!(semaphore_size(b"x"), None);
     }
 
     #[test]

@@ -49,6 +49,7 @@ impl ZkSemaphore {
                 lock_name,
                 data: Vec::new(),
                 max_leases,
+                outside_semaphores: false,
             };
             NodeDriver::new(client, contender)
         };

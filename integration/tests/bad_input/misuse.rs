@@ -14,10 +14,6 @@ use crate::stores::Store;
 /// Where a known failure of a PostgreSQL case was reported.
 const PG_OWNER: &str = "issue 23, reported to the PostgreSQL engineer: recipes-pg";
 
-/// Where the known failures of names inside a semaphore were reported.
-const INSIDE_OWNERS: &str = "issue 23: recipes-zk left for later; reported to the PostgreSQL \
-                             and Redis engineers";
-
 /// A mutex on `name` is taken at once and released.
 fn lock_works<S: Store>(ctx: &Ctx<S>, name: &str) -> Result<(), String> {
     let g = ok(
@@ -114,17 +110,14 @@ fn released_names<S: Store>(b: &mut Bench<S>) {
 /// names of their own on any store.
 fn inside_a_semaphore<S: Store>(b: &mut Bench<S>) {
     for part in ["locks", "leases"] {
-        // Measured on this branch: zk takes <sem>/locks (Curator's own
-        // layout: the semaphore's internal mutex) and refuses
-        // <sem>/leases; pg takes <sem>/locks; redis takes <sem>/locks and
-        // queues a mutex at <sem>/leases behind the permits.
+        // Measured on this branch: pg takes <sem>/locks.
         let failing: &[&str] = match part {
-            "locks" => &["zk", "pg", "redis"],
-            _ => &["redis"],
+            "locks" => &["pg"],
+            _ => &[],
         };
         b.case_known_failing(
             failing,
-            INSIDE_OWNERS,
+            PG_OWNER,
             &format!("a mutex named <semaphore>/{part} is refused, its permit kept"),
             |ctx| {
                 let sem = ctx.name("sem");
@@ -141,12 +134,12 @@ fn inside_a_semaphore<S: Store>(b: &mut Bench<S>) {
             },
         );
         let failing: &[&str] = match part {
-            "locks" => &["zk", "pg", "redis"],
-            _ => &["zk", "redis"],
+            "locks" => &["pg"],
+            _ => &[],
         };
         b.case_known_failing(
             failing,
-            INSIDE_OWNERS,
+            PG_OWNER,
             &format!("an election named <semaphore>/{part} is refused"),
             |ctx| {
                 let sem = ctx.name("sem");
