@@ -7,11 +7,12 @@
 mod common;
 
 use std::path::Path;
+use std::time::{Duration, Instant};
 
 use common::{recipes, run, Scene};
 use integration::pg_server::PG_TLS_USER;
 use integration::{
-    EtcdConfig, EtcdServer, PgConfig, PgServer, RedisConfig, RedisServer, TestPki, ZkConfig,
+    scale, EtcdConfig, EtcdServer, PgConfig, PgServer, RedisConfig, RedisServer, TestPki, ZkConfig,
     ZkServer,
 };
 
@@ -43,10 +44,16 @@ fn lock_over_tls(store: [&str; 2], scene: &Scene) {
     );
 
     std::fs::remove_file(&ran).expect("remove the fence file");
+    // A short TTL, hence connect timeout: a client that retries the
+    // refused handshake until its timeout is diagnosed at half of it.
+    let ttl = format!("{}ms", scale(Duration::from_secs(3)).as_millis());
+    let began = Instant::now();
     let (status, stderr) = run(recipes()
         .args(store)
+        .args(["--ttl", &ttl])
         .env("RECIPES_CACERT", &pki.ca)
         .args(lock));
+    eprintln!("{}: refused in {:?}", store[0], began.elapsed());
     assert_eq!(status.code(), Some(78), "{}: {stderr}", store[0]);
     assert!(stderr.contains("--cert"), "{}: {stderr}", store[0]);
     assert!(!ran.exists(), "CMD ran without a client certificate");

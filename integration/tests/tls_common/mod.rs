@@ -19,7 +19,7 @@ pub trait Backend {
     /// The backend's name, in messages.
     const NAME: &'static str;
     /// Its test server.
-    type Server: Send + 'static;
+    type Server: Send + Sync + 'static;
     /// A server, over TLS when `tls`.
     fn start(tls: Option<ServerTls>) -> Self::Server;
     /// The address of `server`, as a client without TLS names it.
