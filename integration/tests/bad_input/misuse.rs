@@ -11,9 +11,6 @@ use recipes_core::Client;
 use crate::bench::{invalid, invalid_saying, ok, Bench, Ctx};
 use crate::stores::Store;
 
-/// Where a known failure of a PostgreSQL case was reported.
-const PG_OWNER: &str = "issue 23, reported to the PostgreSQL engineer: recipes-pg";
-
 /// Where the known failures of names inside a semaphore were reported.
 const INSIDE_OWNERS: &str = "issue 23: recipes-zk left for later; reported to the PostgreSQL \
                              and Redis engineers";
@@ -57,16 +54,11 @@ pub fn run<S: Store>() {
 /// A name a recipe used and released is free for any recipe, as on a
 /// store that never saw it; a semaphore's size stays (it is its layout).
 fn released_names<S: Store>(b: &mut Bench<S>) {
-    b.case_known_failing(
-        &["pg"],
-        PG_OWNER,
-        "a semaphore on a mutex's released name admits",
-        |ctx| {
-            let name = ctx.name("m");
-            lock_works(ctx, &name)?;
-            permit_works(ctx, &name, 2)
-        },
-    );
+    b.case("a semaphore on a mutex's released name admits", |ctx| {
+        let name = ctx.name("m");
+        lock_works(ctx, &name)?;
+        permit_works(ctx, &name, 2)
+    });
     b.case("an election on a mutex's released name leads", |ctx| {
         let name = ctx.name("m");
         lock_works(ctx, &name)?;
