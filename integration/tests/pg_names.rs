@@ -99,3 +99,43 @@ fn a_mutex_and_a_semaphore_racing_for_a_released_name_never_both_win() {
     a.close().unwrap();
     b.close().unwrap();
 }
+
+/// A lock or election named `<sem>/locks` or `<sem>/leases` is refused
+/// while `<sem>` is a semaphore, saying so, and writes nothing; the
+/// semaphore's own mutex and permits, on those names, still work.
+#[test]
+fn a_lock_or_election_inside_a_semaphores_layout_is_refused_and_writes_nothing() {
+    let server = PgServer::shared();
+    let c = connect(&server.url(), Duration::from_secs(10)).unwrap();
+    let sem = name("layout");
+    let s = c.semaphore(&sem, 2).unwrap();
+    let rows = || {
+        server.sql(&format!(
+            "SELECT count(*) FROM recipes.names WHERE name LIKE '{sem}/%'"
+        ))
+    };
+    for part in ["locks", "leases"] {
+        let inside = format!("{sem}/{part}");
+        let refused = [
+            c.mutex(&inside).and_then(|m| m.try_lock()).map(drop),
+            c.election(&inside)
+                .and_then(|e| e.try_campaign(b"v"))
+                .map(drop),
+        ];
+        for r in refused {
+            match r {
+                Err(Error::InvalidArgument(m)) => {
+                    assert!(m.contains("part of the semaphore"), "{m}")
+                }
+                other => panic!("{inside}: {other:?}"),
+            }
+        }
+        assert_eq!(rows().trim(), "0", "{inside}: the refusal wrote a row");
+    }
+    let p = s.acquire().unwrap();
+    let q = s.try_acquire().unwrap().expect("the second permit");
+    p.release().unwrap();
+    q.release().unwrap();
+    c.close().unwrap();
+    assert!(PgFacts::new(server.addr()).entries_under(&sem).is_empty());
+}

@@ -46,6 +46,26 @@ pub fn entry_of(holder: &str) -> Option<(&str, uuid::Uuid)> {
     Some((name, entry.parse().ok()?))
 }
 
+/// The semaphore whose own names (`<sem>/locks`: its internal mutex,
+/// `<sem>/leases`: its permits) `name` would be, if it is one of them.
+pub(crate) fn enclosing_semaphore(name: &str) -> Option<&str> {
+    let (semaphore, last) = name.rsplit_once('/')?;
+    let inside = !semaphore.is_empty() && matches!(last, "locks" | "leases");
+    inside.then_some(semaphore)
+}
+
+/// A lock or election named `name` would be inside the layout of the
+/// semaphore `semaphore` (its row in `recipes.names` says so).
+pub(crate) fn inside_semaphore(name: &str, semaphore: &str) -> Error {
+    Error::invalid(format!(
+        "the PostgreSQL name {} is part of the semaphore {} (its row in recipes.names): a \
+         lock or election there would join the semaphore's own queue; choose a name \
+         outside it",
+        quote(name),
+        quote(semaphore)
+    ))
+}
+
 /// The name `name` holds another recipe (`found`, its kind), so a `ours`
 /// cannot use it.
 pub(crate) fn other_layout(name: &str, ours: &str, found: &str) -> Error {
@@ -93,6 +113,14 @@ mod tests {
         let h = holder("/locks/x", &e);
         assert_eq!(entry_of(&h), Some(("/locks/x", e)));
         assert_eq!(entry_of("/locks/x/job-1"), None);
+    }
+
+    #[test]
+    fn a_semaphores_own_names_are_found() {
+        assert_eq!(enclosing_semaphore("/s/locks"), Some("/s"));
+        assert_eq!(enclosing_semaphore("/s/leases"), Some("/s"));
+        assert_eq!(enclosing_semaphore("/s/other"), None);
+        assert_eq!(enclosing_semaphore("/locks"), None);
     }
 
     #[test]

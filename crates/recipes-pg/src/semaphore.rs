@@ -149,6 +149,7 @@ impl SemaphoreBackend for PgSemaphore {
                     kind,
                     max_leases,
                     value: &[],
+                    outside: None,
                 };
                 let admission = Admission {
                     lock: contender(&this.lock_name, "lock", 1),
