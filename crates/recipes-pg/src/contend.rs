@@ -33,7 +33,7 @@ use uuid::Uuid;
 
 use crate::client::PgClient;
 use crate::listen::{next, Heard, Subscription};
-use crate::names::other_layout;
+use crate::names::{inside_semaphore, other_layout};
 use crate::session::Session;
 use crate::sql::{fence_floor, violated};
 
@@ -48,6 +48,10 @@ pub(crate) struct RowContender<'a> {
     pub(crate) max_leases: usize,
     /// A candidate's value (empty for locks and permits).
     pub(crate) value: &'a [u8],
+    /// For a user's lock or election named `<sem>/locks` or
+    /// `<sem>/leases`, `<sem>`: refused while it is a semaphore. `None`
+    /// for a semaphore's own parts.
+    pub(crate) outside: Option<&'a str>,
 }
 
 /// Names our entry before it exists.
@@ -111,6 +115,34 @@ impl RowContender<'_> {
             .await?;
         Ok(row.map(|r| seconds(r.get(0))))
     }
+
+    /// Why the enter of `entry` inserted nothing: its row exists (the
+    /// enter was sent again: its `seq`), the name holds another recipe, or
+    /// it is inside a semaphore's layout (refused).
+    async fn not_entered(&self, entry: &Uuid) -> Result<i64> {
+        let sql = "SELECT (SELECT q.seq FROM recipes.queue q WHERE q.name = $1 AND q.entry = $2), \
+                          (SELECT n.kind FROM recipes.names n WHERE n.name = $1), \
+                          EXISTS (SELECT 1 FROM recipes.names p \
+                                  WHERE p.name = $3 AND p.kind = 'semaphore')";
+        let what = format!("enter the queue of {}", self.name);
+        let params: crate::db::Params<'_> = &[
+            (&self.name, Type::TEXT),
+            (entry, Type::UUID),
+            (&self.outside, Type::TEXT),
+        ];
+        let row = self.client.db().query_opt(&what, sql, params).await?;
+        let row = row.ok_or_else(|| crate::sql::unexpected("no row from a SELECT"))?;
+        let (seq, kind, inside): (Option<i64>, Option<String>, bool) =
+            (row.get(0), row.get(1), row.get(2));
+        match (seq, self.outside, kind) {
+            (Some(seq), _, _) => Ok(seq),
+            (None, Some(semaphore), _) if inside => Err(inside_semaphore(self.name, semaphore)),
+            (None, _, Some(found)) if found != self.kind => {
+                Err(other_layout(self.name, self.kind, &found))
+            }
+            _ => Err(crate::sql::unexpected("an entry vanished while entering")),
+        }
+    }
 }
 
 impl ContendDriver for RowContender<'_> {
@@ -154,7 +186,9 @@ impl ContendDriver for RowContender<'_> {
     }
 
     async fn enter(&self, epoch: &Arc<Session>, ticket: &mut Ticket) -> Result<Entered<Self>> {
-        let sql = "WITH n AS (INSERT INTO recipes.names AS n (name, kind) VALUES ($1, $4) \
+        let sql = "WITH n AS (INSERT INTO recipes.names AS n (name, kind) SELECT $1, $4 \
+                     WHERE NOT EXISTS (SELECT 1 FROM recipes.names p \
+                                       WHERE p.name = $6 AND p.kind = 'semaphore') \
                      ON CONFLICT (name) DO UPDATE SET next_seq = n.next_seq + 1 \
                      WHERE n.kind = $4 RETURNING next_seq) \
                    INSERT INTO recipes.queue (name, seq, entry, session, value) \
@@ -170,6 +204,7 @@ impl ContendDriver for RowContender<'_> {
             (&session, Type::INT8),
             (kind, Type::TEXT),
             (&self.value, Type::BYTEA),
+            (&self.outside, Type::TEXT),
         ];
         let entered = match db.query_opt(&what, sql, params).await {
             Err(e) if violated(&e).as_deref() == Some("queue_session_fkey") => {
@@ -184,21 +219,8 @@ impl ContendDriver for RowContender<'_> {
         let seq = match entered {
             Some(row) => row.get(0),
             // Our row exists (an enter sent again), or the name is another
-            // recipe's.
-            None => {
-                let sql = "SELECT q.seq, n.kind FROM recipes.names n \
-                           LEFT JOIN recipes.queue q ON q.name = n.name AND q.entry = $2 \
-                           WHERE n.name = $1";
-                let params: crate::db::Params<'_> = &[(name, Type::TEXT), (entry, Type::UUID)];
-                let row = db.query_opt(&what, sql, params).await?;
-                match row.map(|r| (r.get::<_, Option<i64>>(0), r.get::<_, String>(1))) {
-                    Some((Some(seq), _)) => seq,
-                    Some((None, found)) if found != self.kind => {
-                        return Err(other_layout(self.name, self.kind, &found))
-                    }
-                    _ => return Err(crate::sql::unexpected("an entry vanished while entering")),
-                }
-            }
+            // recipe's or inside a semaphore's.
+            None => self.not_entered(entry).await?,
         };
         log::debug!("[{}] {} entered at {seq}", epoch.label(), self.name);
         let entry = RowEntry { seq, heard: None };

@@ -15,7 +15,7 @@ use crate::client::PgClient;
 use crate::contend::{Acquired, RowContender};
 use crate::entry::PgEntry;
 use crate::held::PgLock;
-use crate::names::validate_name;
+use crate::names::{enclosing_semaphore, validate_name};
 use crate::slots::{AdvisorySlots, ADVISORY};
 
 /// A handle of a lock or election name: its client and its queue.
@@ -47,6 +47,7 @@ impl NameHandle {
             kind: "lock",
             max_leases: 1,
             value,
+            outside: enclosing_semaphore(&self.name),
         };
         engine::contend(&driver, deadline).await
     }

@@ -15,22 +15,19 @@ fn refused(c: char) -> bool {
 }
 
 /// Check the name of a lock, election or semaphore (`what`).
+///
+/// # Errors
+///
+/// [`Error::InvalidArgument`] for a name core refuses (see
+/// [`recipes_core::check_name`]).
+///
+/// Core refuses names over [`recipes_core::MAX_NAME_BYTES`], which a btree
+/// entry (at most a third of a page: 2,704 bytes at the default 8 KiB)
+/// holds.
 pub(crate) fn validate_name(what: &str, name: &str) -> Result<()> {
     let limit = "PostgreSQL indexes the name, and a btree row holds at most about 2,700 bytes";
-    recipes_core::check_name(&format!("PostgreSQL {what} name"), name, limit, refused)?;
-    if name.len() > MAX_INDEXED {
-        return Err(Error::invalid(format!(
-            "PostgreSQL {what} name {} is {} bytes long; {limit}: use at most {MAX_INDEXED} bytes",
-            quote(name),
-            name.len()
-        )));
-    }
-    Ok(())
+    recipes_core::check_name(&format!("PostgreSQL {what} name"), name, limit, refused)
 }
-
-/// The longest name or key: a btree entry holds at most a third of a page
-/// (2,704 bytes at the default 8 KiB).
-const MAX_INDEXED: usize = 2_048;
 
 /// Check a key that a plain read or a fenced write names, by the rules of
 /// names.
@@ -47,6 +44,26 @@ pub(crate) fn holder(name: &str, entry: &uuid::Uuid) -> String {
 pub fn entry_of(holder: &str) -> Option<(&str, uuid::Uuid)> {
     let (name, entry) = holder.rsplit_once('/')?;
     Some((name, entry.parse().ok()?))
+}
+
+/// The semaphore whose own names (`<sem>/locks`: its internal mutex,
+/// `<sem>/leases`: its permits) `name` would be, if it is one of them.
+pub(crate) fn enclosing_semaphore(name: &str) -> Option<&str> {
+    let (semaphore, last) = name.rsplit_once('/')?;
+    let inside = !semaphore.is_empty() && matches!(last, "locks" | "leases");
+    inside.then_some(semaphore)
+}
+
+/// A lock or election named `name` would be inside the layout of the
+/// semaphore `semaphore` (its row in `recipes.names` says so).
+pub(crate) fn inside_semaphore(name: &str, semaphore: &str) -> Error {
+    Error::invalid(format!(
+        "the PostgreSQL name {} is part of the semaphore {} (its row in recipes.names): a \
+         lock or election there would join the semaphore's own queue; choose a name \
+         outside it",
+        quote(name),
+        quote(semaphore)
+    ))
 }
 
 /// The name `name` holds another recipe (`found`, its kind), so a `ours`
@@ -76,12 +93,12 @@ pub(crate) fn other_layout(name: &str, ours: &str, found: &str) -> Error {
             Error::invalid(format!(
                 "the PostgreSQL name {quoted} holds {theirs}, so {ours} cannot use it: the \
                  two modes' locks do not exclude each other; connect in {mode} ({builder}, \
-                 {flag}) as the name's other users do, or give the {ours} another name"
+                 {flag}) as the name's other users do, or choose another name for it"
             ))
         }
         None => Error::invalid(format!(
-            "the PostgreSQL name {quoted} holds {theirs}, so {ours} cannot use it; give the \
-             {ours} another name"
+            "the PostgreSQL name {quoted} holds {theirs}, so {ours} cannot use it; choose \
+             another name for it"
         )),
     }
 }
@@ -99,9 +116,17 @@ mod tests {
     }
 
     #[test]
+    fn a_semaphores_own_names_are_found() {
+        assert_eq!(enclosing_semaphore("/s/locks"), Some("/s"));
+        assert_eq!(enclosing_semaphore("/s/leases"), Some("/s"));
+        assert_eq!(enclosing_semaphore("/s/other"), None);
+        assert_eq!(enclosing_semaphore("/locks"), None);
+    }
+
+    #[test]
     fn names_fit_an_index() {
         assert!(validate_name("lock", "/a/b").is_ok());
-        let long = format!("/{}", "x".repeat(MAX_INDEXED));
+        let long = format!("/{}", "x".repeat(recipes_core::MAX_NAME_BYTES));
         assert!(validate_name("lock", &long).is_err());
         assert!(validate_name("lock", "/a\u{0}b").is_err());
     }

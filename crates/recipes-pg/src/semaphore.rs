@@ -56,13 +56,14 @@ impl PgSemaphore {
     }
 
     /// Store our size unless one is stored; check the stored one. A name
-    /// that holds a lock or election is refused.
+    /// that holds a lock or election is refused while it has entries; one
+    /// with none (used and released) becomes the semaphore's, its fence
+    /// and counter kept.
     pub(crate) async fn ensure_size(&self) -> Result<()> {
         let what = format!("store the size of {}", self.name);
         let n = i64::from(self.permits);
         let (db, name) = (self.client.db(), &self.name);
-        let insert = "INSERT INTO recipes.names (name, kind, permits) \
-                      VALUES ($1, 'semaphore', $2) ON CONFLICT (name) DO NOTHING";
+        let insert = TAKE_NAME;
         db.query(&what, insert, &[(name, Type::TEXT), (&n, Type::INT8)])
             .await?;
         let read = "SELECT kind, permits FROM recipes.names WHERE name = $1";
@@ -80,6 +81,23 @@ impl PgSemaphore {
         check_stored_size(&what, &config, stored.as_bytes(), self.permits)
     }
 }
+
+/// Store the size of the semaphore `$1` (`$2` permits) in its name's row:
+/// a new row, or the row of a lease-mode lock or election that has no
+/// entries (`kind` and `permits` set; `fence` and `next_seq` kept, so
+/// fences never repeat). The row lock of the name orders this against a
+/// mutex's enter, which bumps `next_seq` in the statement that adds its
+/// entry and refuses a row of kind `semaphore`. Under READ COMMITTED the
+/// `WHERE` sees the row as locked but the queue as of the statement's
+/// start: `next_seq` unchanged since that start means no entry was added
+/// in between, so the queue it read is the queue now; changed, the name
+/// stays a lock and the semaphore is refused.
+const TAKE_NAME: &str = "INSERT INTO recipes.names AS n (name, kind, permits) \
+     VALUES ($1, 'semaphore', $2) \
+     ON CONFLICT (name) DO UPDATE SET kind = 'semaphore', permits = $2 \
+     WHERE n.kind = 'lock' \
+       AND n.next_seq = (SELECT s.next_seq FROM recipes.names s WHERE s.name = $1) \
+       AND NOT EXISTS (SELECT 1 FROM recipes.queue q WHERE q.name = $1)";
 
 impl PgSemaphore {
     /// Session mode: one of the N keys of the permits, with no internal
@@ -131,6 +149,7 @@ impl SemaphoreBackend for PgSemaphore {
                     kind,
                     max_leases,
                     value: &[],
+                    outside: None,
                 };
                 let admission = Admission {
                     lock: contender(&this.lock_name, "lock", 1),

@@ -7,7 +7,9 @@
 //!   on every way out but a win.
 //! - **take**: `pg_try_advisory_lock(namespace, hashtext(key))`, or
 //!   `pg_advisory_lock` under a `lock_timeout` of the slice, so no server
-//!   call outlives the caller's deadline. A mutex is one key (its name); a
+//!   call outlives the caller's deadline; in the same statement, only when
+//!   the name's row (if any) is of this mode and recipe, so a refused name's
+//!   key is never taken (nothing to give back). A mutex is one key (its name); a
 //!   semaphore of N permits is N keys `<name>/leases/<i>`.
 //! - **confirm**: the fence, bumped on the name's row of `recipes.names`
 //!   in the same session right after the grant (`UPDATE … RETURNING`) to
@@ -37,7 +39,7 @@ use tokio_postgres::types::Type;
 use crate::advisory::{LockConn, LockConns, LockSession};
 use crate::client::PgClient;
 use crate::names::other_layout;
-use crate::sql::{fence_floor, from_pg, is_schema_gone, unexpected};
+use crate::sql::{fence_floor, from_pg, is_schema_gone};
 
 /// The kind of a session-mode lock's row in `recipes.names`.
 pub(crate) const ADVISORY: &str = "advisory";
@@ -134,15 +136,32 @@ pub(crate) async fn mint_fence(
         }
         return Ok((row.get(0), left));
     }
-    let sql = "SELECT kind FROM recipes.names WHERE name = $1";
-    let found = client
-        .db()
-        .query_opt(&what, sql, &[(&name, Type::TEXT)])
-        .await?
-        .map(|r| r.get::<_, String>(0))
-        .unwrap_or_default();
-    Err(other_layout(name, kind, &found))
+    Err(refusal(client, name, kind, &what).await)
 }
+
+/// Why `name`'s row refused a lock of `kind`: the recipe it holds.
+async fn refusal(client: &PgClient, name: &str, kind: &str, what: &str) -> recipes_core::Error {
+    let sql = "SELECT kind FROM recipes.names WHERE name = $1";
+    match client
+        .db()
+        .query_opt(what, sql, &[(&name, Type::TEXT)])
+        .await
+    {
+        Ok(row) => other_layout(
+            name,
+            kind,
+            &row.map(|r| r.get::<_, String>(0)).unwrap_or_default(),
+        ),
+        Err(e) => e,
+    }
+}
+
+/// What a take asks first, as SQL over `$3` (the name) and `$4` (its
+/// kind): that the name's row, if any, is of the kind, so that a name of
+/// the other mode or another recipe is refused before its key is taken
+/// (the fence's statement checks it again, atomically).
+const KIND_FITS: &str =
+    " WHERE NOT EXISTS (SELECT 1 FROM recipes.names WHERE name = $3 AND kind <> $4)";
 
 /// Stamp our heartbeat on `key` (a session holder's, after waiting out
 /// its previous holder).
@@ -269,38 +288,43 @@ impl SlotDriver for AdvisorySlots<'_> {
     async fn take(&self, _epoch: &Epoch, t: &mut Ticket, within: Duration) -> Result<bool> {
         let what = format!("take the advisory lock of {}", t.key_name);
         let c = &t.conn.client;
-        let params: crate::db::Params<'_> =
-            &[(&t.namespace, Type::INT4), (&t.key_name, Type::TEXT)];
+        let params: crate::db::Params<'_> = &[
+            (&t.namespace, Type::INT4),
+            (&t.key_name, Type::TEXT),
+            (&self.name, Type::TEXT),
+            (&self.kind, Type::TEXT),
+        ];
         let taken = if within.is_zero() {
-            let sql = "SELECT pg_try_advisory_lock($1, hashtext($2)), hashtext($2)";
+            let sql =
+                format!("SELECT pg_try_advisory_lock($1, hashtext($2)), hashtext($2){KIND_FITS}");
             let rows = recipes_core::within(&what, t.rpc_timeout, async {
-                c.query_typed(sql, params)
+                c.query_typed(&sql, params)
                     .await
                     .map_err(|e| from_pg(&what, e))
             })
             .await?;
-            let row = rows
-                .first()
-                .ok_or_else(|| unexpected("a select returned no row"))?;
+            let Some(row) = rows.first() else {
+                return Err(refusal(self.client, self.name, self.kind, &what).await);
+            };
             row.get::<_, bool>(0).then(|| row.get::<_, i32>(1))
         } else {
             // Zero would wait forever.
             let bound = format!("{}ms", within.as_millis().max(1));
-            let sql = "SELECT hashtext($2), pg_advisory_lock($1, hashtext($2))::text";
+            let sql =
+                format!("SELECT hashtext($2), pg_advisory_lock($1, hashtext($2))::text{KIND_FITS}");
             let waited = recipes_core::within(&what, t.rpc_timeout + within, async {
                 let set = "SELECT set_config('lock_timeout', $1, false)";
                 if let Err(e) = c.query_typed(set, &[(&bound, Type::TEXT)]).await {
                     return Ok(Err(e));
                 }
-                Ok(c.query_typed(sql, params).await)
+                Ok(c.query_typed(&sql, params).await)
             })
             .await;
             match waited {
-                Ok(Ok(rows)) => Some(
-                    rows.first()
-                        .ok_or_else(|| unexpected("a select returned no row"))?
-                        .get::<_, i32>(0),
-                ),
+                Ok(Ok(rows)) => match rows.first() {
+                    Some(row) => Some(row.get::<_, i32>(0)),
+                    None => return Err(refusal(self.client, self.name, self.kind, &what).await),
+                },
                 Ok(Err(e)) if e.code() == Some(&SqlState::LOCK_NOT_AVAILABLE) => None,
                 Ok(Err(e)) => return Err(from_pg(&what, e)),
                 Err(e) => return Err(e),

@@ -58,8 +58,6 @@ struct Row {
     case: String,
     outcome: Result<(), String>,
     took: Duration,
-    /// Who was told, when the case is known to fail on this store.
-    known: Option<&'static str>,
 }
 
 /// One bench of a store at a time in this process: a case's check for new
@@ -127,24 +125,6 @@ impl<S: Store> Bench<S> {
         self.case_within(case, CASE_BOUND, body)
     }
 
-    /// Run one case that is known to fail on the `stores` listed (their
-    /// labels): there, a failure is shown as KNOWN with `reported` (who
-    /// was told, and where) and does not fail the test, and a pass is
-    /// shown as one, for the mark to be dropped. Elsewhere it is a case.
-    pub fn case_known_failing(
-        &mut self,
-        stores: &[&str],
-        reported: &'static str,
-        case: &str,
-        body: impl FnOnce(&Ctx<S>) -> Result<(), String>,
-    ) {
-        self.case(case, body);
-        if stores.contains(&S::LABEL) {
-            let row = self.rows.last_mut().expect("the case's row");
-            row.known = Some(reported);
-        }
-    }
-
     /// Run one case, which must return within `bound` (scaled).
     pub fn case_within(
         &mut self,
@@ -200,7 +180,6 @@ impl<S: Store> Bench<S> {
             case: case.to_owned(),
             outcome,
             took,
-            known: None,
         });
     }
 
@@ -237,11 +216,9 @@ impl<S: Store> Bench<S> {
     fn table(&self) -> String {
         let mut out = String::new();
         for row in &self.rows {
-            let verdict = match (&row.outcome, row.known) {
-                (Ok(()), None) => "pass".to_owned(),
-                (Ok(()), Some(_)) => "pass (marked known-failing here: drop the mark)".to_owned(),
-                (Err(why), None) => format!("FAIL: {why}"),
-                (Err(why), Some(reported)) => format!("KNOWN FAIL ({reported}): {why}"),
+            let verdict = match &row.outcome {
+                Ok(()) => "pass".to_owned(),
+                Err(why) => format!("FAIL: {why}"),
             };
             out.push_str(&format!(
                 "  [{} {}] {} ({:?}): {verdict}\n",
@@ -258,11 +235,7 @@ impl<S: Store> Bench<S> {
     pub fn finish(mut self) {
         let table = self.table();
         println!("{table}");
-        let failed = self
-            .rows
-            .iter()
-            .filter(|r| r.outcome.is_err() && r.known.is_none())
-            .count();
+        let failed = self.rows.iter().filter(|r| r.outcome.is_err()).count();
         if let Some(g) = self.innocent.take() {
             let _ = g.release();
         }

@@ -1,8 +1,7 @@
 //! The same misuse has the same answer on every store (issue 23): a
 //! recipe on a name another recipe used and released, or named inside a
 //! semaphore's layout, or below a held lock's name; a blocking call made
-//! inside an async task. Cases marked `// fails on <store>` do not hold
-//! there yet; the store's owner has the report.
+//! inside an async task. Every case holds on every store.
 
 use std::time::Duration;
 
@@ -10,9 +9,6 @@ use recipes_core::Client;
 
 use crate::bench::{invalid, invalid_saying, ok, Bench, Ctx};
 use crate::stores::Store;
-
-/// Where a known failure of a PostgreSQL case was reported.
-const PG_OWNER: &str = "issue 23, reported to the PostgreSQL engineer: recipes-pg";
 
 /// A mutex on `name` is taken at once and released.
 fn lock_works<S: Store>(ctx: &Ctx<S>, name: &str) -> Result<(), String> {
@@ -53,16 +49,11 @@ pub fn run<S: Store>() {
 /// A name a recipe used and released is free for any recipe, as on a
 /// store that never saw it; a semaphore's size stays (it is its layout).
 fn released_names<S: Store>(b: &mut Bench<S>) {
-    b.case_known_failing(
-        &["pg"],
-        PG_OWNER,
-        "a semaphore on a mutex's released name admits",
-        |ctx| {
-            let name = ctx.name("m");
-            lock_works(ctx, &name)?;
-            permit_works(ctx, &name, 2)
-        },
-    );
+    b.case("a semaphore on a mutex's released name admits", |ctx| {
+        let name = ctx.name("m");
+        lock_works(ctx, &name)?;
+        permit_works(ctx, &name, 2)
+    });
     b.case("an election on a mutex's released name leads", |ctx| {
         let name = ctx.name("m");
         lock_works(ctx, &name)?;
@@ -110,14 +101,7 @@ fn released_names<S: Store>(b: &mut Bench<S>) {
 /// names of their own on any store.
 fn inside_a_semaphore<S: Store>(b: &mut Bench<S>) {
     for part in ["locks", "leases"] {
-        // Measured on this branch: pg takes <sem>/locks.
-        let failing: &[&str] = match part {
-            "locks" => &["pg"],
-            _ => &[],
-        };
-        b.case_known_failing(
-            failing,
-            PG_OWNER,
+        b.case(
             &format!("a mutex named <semaphore>/{part} is refused, its permit kept"),
             |ctx| {
                 let sem = ctx.name("sem");
@@ -133,13 +117,7 @@ fn inside_a_semaphore<S: Store>(b: &mut Bench<S>) {
                 ok("release", p.release())
             },
         );
-        let failing: &[&str] = match part {
-            "locks" => &["pg"],
-            _ => &[],
-        };
-        b.case_known_failing(
-            failing,
-            PG_OWNER,
+        b.case(
             &format!("an election named <semaphore>/{part} is refused"),
             |ctx| {
                 let sem = ctx.name("sem");

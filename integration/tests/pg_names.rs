@@ -1,0 +1,141 @@
+//! A PostgreSQL name passing between recipes: a released lock's name taken
+//! over by a semaphore, raced by a mutex entering it; the names inside a
+//! semaphore's layout.
+
+mod pg_common;
+
+use std::sync::{Arc, Barrier};
+use std::time::Duration;
+
+use integration::{PgFacts, PgServer};
+use pg_common::*;
+use recipes_core::{Client, Error};
+
+/// A released lock's name becomes a semaphore's with its fence kept, so a
+/// fence minted on the name later (none is, while it is a semaphore's)
+/// could never repeat an earlier one.
+#[test]
+fn a_semaphore_on_a_released_locks_name_keeps_its_fence() {
+    let server = PgServer::shared();
+    let c = connect(&server.url(), Duration::from_secs(10)).unwrap();
+    let n = name("taken-over");
+    for _ in 0..3 {
+        c.mutex(&n).unwrap().lock().unwrap().release().unwrap();
+    }
+    let row = |n: &str| {
+        server.sql(&format!(
+            "SELECT kind || ' ' || fence || ' ' || coalesce(permits::text, '-') \
+             FROM recipes.names WHERE name = '{n}'"
+        ))
+    };
+    let before = row(&n);
+    let fence = before.split_whitespace().nth(1).unwrap().to_owned();
+    assert_eq!(before.trim(), format!("lock {fence} -"));
+    let s = c.semaphore(&n, 2).unwrap();
+    assert_eq!(row(&n).trim(), format!("semaphore {fence} 2"));
+    s.acquire().unwrap().release().unwrap();
+    match c.mutex(&n).and_then(|m| m.try_lock()) {
+        Err(Error::InvalidArgument(m)) => assert!(m.contains("semaphore"), "{m}"),
+        other => panic!("a mutex on the semaphore's name: {other:?}"),
+    }
+    c.close().unwrap();
+    assert!(PgFacts::new(server.addr()).entries_under(&n).is_empty());
+}
+
+/// A mutex entering a released lock's name while a semaphore takes it over:
+/// the row lock on the name orders them, so exactly one wins: the mutex
+/// holds (it is held until the semaphore's answer is in) and the semaphore
+/// is refused, or the semaphore has the name and the mutex is refused.
+#[test]
+fn a_mutex_and_a_semaphore_racing_for_a_released_name_never_both_win() {
+    let server = PgServer::shared();
+    let (a, b) = (
+        connect(&server.url(), Duration::from_secs(10)).unwrap(),
+        connect(&server.url(), Duration::from_secs(10)).unwrap(),
+    );
+    let (mut locks, mut semaphores) = (0, 0);
+    let facts = PgFacts::new(server.addr());
+    for _ in 0..40 {
+        let n = name("race");
+        a.mutex(&n)
+            .unwrap()
+            .try_lock()
+            .unwrap()
+            .unwrap()
+            .release()
+            .unwrap();
+        let start = Arc::new(Barrier::new(2));
+        let answered = Arc::new(Barrier::new(2));
+        let mutex = {
+            let (a, n, start, answered) = (a.clone(), n.clone(), start.clone(), answered.clone());
+            std::thread::spawn(move || {
+                start.wait();
+                let got = match a.mutex(&n).and_then(|m| m.try_lock()) {
+                    Ok(Some(g)) => Some(g),
+                    Err(Error::InvalidArgument(m)) if m.contains("semaphore") => None,
+                    other => panic!("the mutex: {other:?}"),
+                };
+                answered.wait();
+                got.map(|g| g.release().unwrap()).is_some()
+            })
+        };
+        start.wait();
+        let sem_won = match b.semaphore(&n, 2) {
+            Ok(_) => true,
+            Err(Error::InvalidArgument(m)) if m.contains("lock") => false,
+            Err(e) => panic!("the semaphore: {e:?}"),
+        };
+        answered.wait();
+        let lock_won = mutex.join().unwrap();
+        assert!(
+            lock_won != sem_won,
+            "{n}: lock {lock_won}, semaphore {sem_won}"
+        );
+        assert!(facts.entries_under(&n).is_empty(), "{n}: entries left");
+        locks += usize::from(lock_won);
+        semaphores += usize::from(sem_won);
+    }
+    eprintln!("the mutex won {locks} times, the semaphore {semaphores}");
+    a.close().unwrap();
+    b.close().unwrap();
+}
+
+/// A lock or election named `<sem>/locks` or `<sem>/leases` is refused
+/// while `<sem>` is a semaphore, saying so, and writes nothing; the
+/// semaphore's own mutex and permits, on those names, still work.
+#[test]
+fn a_lock_or_election_inside_a_semaphores_layout_is_refused_and_writes_nothing() {
+    let server = PgServer::shared();
+    let c = connect(&server.url(), Duration::from_secs(10)).unwrap();
+    let sem = name("layout");
+    let s = c.semaphore(&sem, 2).unwrap();
+    let rows = || {
+        server.sql(&format!(
+            "SELECT count(*) FROM recipes.names WHERE name LIKE '{sem}/%'"
+        ))
+    };
+    for part in ["locks", "leases"] {
+        let inside = format!("{sem}/{part}");
+        let refused = [
+            c.mutex(&inside).and_then(|m| m.try_lock()).map(drop),
+            c.election(&inside)
+                .and_then(|e| e.try_campaign(b"v"))
+                .map(drop),
+        ];
+        for r in refused {
+            match r {
+                Err(Error::InvalidArgument(m)) => {
+                    assert!(m.contains("part of the semaphore"), "{m}")
+                }
+                other => panic!("{inside}: {other:?}"),
+            }
+        }
+        assert_eq!(rows().trim(), "0", "{inside}: the refusal wrote a row");
+    }
+    let p = s.acquire().unwrap();
+    let q = s.try_acquire().unwrap().expect("the second permit");
+    p.release().unwrap();
+    q.release().unwrap();
+    c.close().unwrap();
+    assert!(PgFacts::new(server.addr()).entries_under(&sem).is_empty());
+}
