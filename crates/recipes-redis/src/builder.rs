@@ -7,7 +7,6 @@ use std::time::Duration;
 use recipes_core::tls::{check_scheme, Prelude, Probe};
 use recipes_core::{Error, LossPolicy, Result, Runtime, Settings, Tls, TlsFiles};
 use redis::aio::{ConnectionManager, ConnectionManagerConfig};
-use tokio::io::{AsyncReadExt, AsyncWriteExt};
 
 use crate::client::RedisClient;
 use crate::rpc::{from_redis, Redis};
@@ -212,7 +211,7 @@ impl RedisClientBuilder {
         let ping = Prelude::PlainAnswers(b"PING\r\n");
         let probe = Probe::new(&self.url, format!("Redis at {shown}"), files, ping);
         let opening = open(client, config, probe, what.clone(), timeout);
-        let connected = rt.call(&what, timeout + PLAIN_ANSWER, opening);
+        let connected = rt.call(&what, timeout, opening);
         let hint = "the URL names a Redis server (port 6379 by default), not a sentinel \
                     (26379), another store or a TLS-only port";
         let conn = match connected {
@@ -280,34 +279,7 @@ async fn open(
             other => other.map(Ok),
         }
     };
-    match probe.connect(&what, timeout, connecting).await {
-        Ok(opened) => opened,
-        Err(e @ Error::Tls { .. }) if probe.files.is_none() => {
-            Err(tls_only_redis(e, &probe.addr).await)
-        }
-        Err(e) => Err(e),
-    }
-}
-
-/// How long a port that speaks TLS has to answer plain bytes.
-const PLAIN_ANSWER: Duration = Duration::from_millis(500);
-
-/// `e`, the diagnosis that `addr` speaks TLS, if a TLS-only Redis port is
-/// what answered: it hangs up on plain bytes without a word. Whatever
-/// answers them (an HTTP 400 from a transparent TLS proxy in front of an
-/// address that does not route) is not one, and the connect is a server
-/// that did not answer, as it is.
-async fn tls_only_redis(e: Error, addr: &str) -> Error {
-    let answered = async {
-        let mut tcp = tokio::net::TcpStream::connect(addr).await.ok()?;
-        tcp.write_all(b"PING\r\n").await.ok()?;
-        let mut byte = [0u8; 1];
-        tcp.read(&mut byte).await.ok()
-    };
-    match tokio::time::timeout(PLAIN_ANSWER, answered).await {
-        Ok(Some(n)) if n > 0 => Error::ConnectionLoss,
-        _ => e,
-    }
+    probe.connect(&what, timeout, connecting).await?
 }
 
 #[cfg(test)]
