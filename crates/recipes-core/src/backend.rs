@@ -95,6 +95,43 @@ pub trait MutexBackend: Send + Sync + 'static {
     fn acquire(&self, deadline: Option<Instant>) -> Result<Option<Self::Lease>>;
 }
 
+/// A distributed read-write lock.
+pub trait RwLockBackend: Send + Sync + 'static {
+    /// What a successful acquisition of either side holds. Its
+    /// [`token`](FencedLease::token): write tokens strictly increase across
+    /// writers and are above every earlier reader's; a reader's is above
+    /// every earlier writer's; a downgraded lease keeps its writer's.
+    type Lease: FencedLease;
+
+    /// The lock's name (path or key prefix).
+    fn name(&self) -> &str;
+
+    /// The client's runtime (its store names the metrics).
+    fn runtime(&self) -> &Runtime;
+
+    /// Acquire the `access` side, waiting until `deadline` (`None`: as long
+    /// as it takes).
+    ///
+    /// # Errors
+    ///
+    /// Backend errors; `Ok(None)` when the deadline passed first.
+    fn acquire(
+        &self,
+        access: crate::rw_lock::Access,
+        deadline: Option<Instant>,
+    ) -> Result<Option<Self::Lease>>;
+
+    /// Turn a held write lease into a read lease that keeps the writer's
+    /// place in the queue (no writer queued behind it gets in between) and
+    /// its fencing token.
+    ///
+    /// # Errors
+    ///
+    /// Backend errors; then nothing is held: the write entry is removed
+    /// (in the background if the store cannot be reached).
+    fn downgrade(&self, write: Self::Lease) -> Result<Self::Lease>;
+}
+
 /// A distributed counting semaphore.
 pub trait SemaphoreBackend: Send + Sync + 'static {
     /// What a successful acquisition holds.

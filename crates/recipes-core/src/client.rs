@@ -7,13 +7,17 @@ use std::fmt;
 use std::time::Duration;
 
 use crate::backend::{
-    ElectionBackend, FencedLease, HeldLease, LeaderInfo, MutexBackend, SemaphoreBackend,
+    ElectionBackend, FencedLease, HeldLease, LeaderInfo, MutexBackend, RwLockBackend,
+    SemaphoreBackend,
 };
 use crate::clock::BootInstant;
 use crate::election::{Election, Leadership};
+use crate::engine::Role;
 use crate::error::Result;
 use crate::leader::{LeaderLatch, LeaderSelector};
+use crate::multi_lock::{LockKind, MultiLock};
 use crate::mutex::{Mutex, MutexGuard};
+use crate::rw_lock::{RwLock, RwLockReadGuard, RwLockWriteGuard};
 use crate::semaphore::{Semaphore, SemaphorePermit};
 
 /// Writes fenced in the store by a held lease: applied only while the
@@ -50,6 +54,10 @@ pub struct Contender {
     pub created: i64,
     /// Its data: a latch, selector or election candidate's value.
     pub value: Vec<u8>,
+    /// What it is, where the store's layout says: a read-write lock's
+    /// readers and writers always, a mutex's or a latch's where their
+    /// layouts differ (ZooKeeper's `lock-` and `latch-`).
+    pub role: Option<Role>,
 }
 
 impl From<Contender> for LeaderInfo {
@@ -73,6 +81,8 @@ pub trait Client: Clone + Send + Sync + fmt::Debug + 'static {
     type Semaphore: SemaphoreBackend<Permit: FencedWrites> + fmt::Debug;
     /// The election backend; its leaderships write fenced.
     type Election: ElectionBackend<Leadership: FencedWrites> + fmt::Debug;
+    /// The read-write lock backend; both sides' leases write fenced.
+    type RwLock: RwLockBackend<Lease: FencedWrites> + fmt::Debug;
 
     /// The store's short name, the `store` label of the metrics: `zk`, `etcd`,
     /// `pg` or `redis`.
@@ -99,6 +109,33 @@ pub trait Client: Clone + Send + Sync + fmt::Debug + 'static {
     ///
     /// As for [`mutex`](Client::mutex).
     fn election(&self, name: &str) -> Result<Election<Self::Election>>;
+
+    /// A read-write lock named `name`.
+    ///
+    /// # Errors
+    ///
+    /// As for [`mutex`](Client::mutex).
+    fn rw_lock(&self, name: &str) -> Result<RwLock<Self::RwLock>>;
+
+    /// The mutexes `names`, taken all or nothing (see [`MultiLock`]).
+    ///
+    /// # Errors
+    ///
+    /// As for [`MultiLock::new`].
+    fn multi_lock(&self, names: &[&str]) -> Result<MultiLock<Self>> {
+        let parts: Vec<_> = names.iter().map(|n| (*n, LockKind::Mutex)).collect();
+        MultiLock::new(self, &parts)
+    }
+
+    /// Mutexes and read-write locks' sides, taken all or nothing: each
+    /// name with what to take on it (see [`MultiLock`]).
+    ///
+    /// # Errors
+    ///
+    /// As for [`MultiLock::new`].
+    fn multi_lock_of(&self, parts: &[(&str, LockKind)]) -> Result<MultiLock<Self>> {
+        MultiLock::new(self, parts)
+    }
 
     /// A leader latch on `name` for participant `id`.
     ///
@@ -229,3 +266,36 @@ macro_rules! fenced_guard {
 fenced_guard!(MutexGuard, FencedLease);
 fenced_guard!(SemaphorePermit, HeldLease);
 fenced_guard!(Leadership, crate::backend::LeadershipLease);
+
+macro_rules! fenced_rw_guard {
+    ($guard:ident) => {
+        impl<B: RwLockBackend> $guard<B>
+        where
+            B::Lease: FencedWrites,
+        {
+            /// A write of `value` at `key`, fenced in the store by this
+            /// holding (see [`FencedWrites::put`]).
+            ///
+            /// # Errors
+            ///
+            /// [`Error::FenceRejected`](crate::Error::FenceRejected) once it
+            /// is gone; [`Error::Indeterminate`](crate::Error::Indeterminate)
+            /// when no confirmation came (it may have landed); backend errors.
+            pub fn put(&self, key: &str, value: &[u8]) -> Result<()> {
+                self.lease().put(key, value)
+            }
+
+            /// A delete of `key`, fenced in the store by this holding.
+            ///
+            /// # Errors
+            ///
+            /// As for `put`.
+            pub fn delete(&self, key: &str) -> Result<()> {
+                self.lease().delete(key)
+            }
+        }
+    };
+}
+
+fenced_rw_guard!(RwLockReadGuard);
+fenced_rw_guard!(RwLockWriteGuard);

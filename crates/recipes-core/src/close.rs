@@ -5,7 +5,8 @@
 use std::future::Future;
 use std::time::{Duration, Instant};
 
-use crate::{deadline_in, Error, LossReason, Result, Runtime};
+use crate::store::{deadline_in, Runtime};
+use crate::{Error, LossReason, Result};
 
 /// Fire every guard's loss (`Closed`), run `ends` (one future per session
 /// to end) on `rt` and stop `rt`, all within `grace`. When `grace` runs

@@ -49,6 +49,15 @@ impl<L: HeldLease> Hold<L> {
             .expect("a guard's lease is present until the guard is released or dropped")
     }
 
+    /// The lease, out of the guard without releasing it (a downgrade
+    /// hands it back to the backend); the holding ends in the metrics.
+    pub(crate) fn into_lease(mut self) -> L {
+        self.ended();
+        self.lease
+            .take()
+            .expect("a guard's lease is present until the guard is released or dropped")
+    }
+
     pub(crate) fn lost(&self) -> &LossSignal {
         &self.signal
     }

@@ -4,7 +4,8 @@
 
 use std::future::Future;
 
-use crate::{Backoff, LossReason, LossTrigger, Result};
+use crate::store::{Backoff, LossTrigger};
+use crate::{LossReason, Result};
 
 /// How one held entry is watched in its store.
 pub trait EntryWatcher: Send + Sync {

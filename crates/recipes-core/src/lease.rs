@@ -172,7 +172,7 @@ impl SessionLease {
     }
 
     /// Make the deadline thread read the clock now (for clocks that jump,
-    /// such as [`ManualClock`](crate::ManualClock)).
+    /// such as [`ManualClock`](crate::store::ManualClock)).
     pub fn recheck(&self) {
         self.shared.wake.notify_all();
     }

@@ -17,7 +17,7 @@
 //!   in-memory check; backends add writes fenced inside the store);
 //! - a [`LossSignal`] that fires the moment the lease **may** be gone,
 //!   computed conservatively from the send time of the last acknowledged
-//!   request ([`DeadlineTracker`]) on a clock that counts while the host
+//!   request ([`DeadlineTracker`](store::DeadlineTracker)) on a clock that counts while the host
 //!   sleeps ([`BootInstant`]);
 //! - [`valid_until`](MutexGuard::valid_until), the local estimate of the
 //!   lease's end, always earlier than the server's.
@@ -35,7 +35,7 @@
 //!
 //! ## Implementation
 //!
-//! Each client owns a [`Runtime`]: one tokio runtime on one named thread
+//! Each client owns a [`Runtime`](store::Runtime): one tokio runtime on one named thread
 //! that keeps sessions, heartbeats and watches running at all times. Blocking
 //! calls hand a future to that thread and wait on a crossbeam channel with a
 //! deadline. Drop of a guard never blocks: the release is handed to the
@@ -81,6 +81,7 @@ mod lease_session;
 mod limits;
 mod loss;
 pub mod metrics;
+mod multi_lock;
 mod mutex;
 mod names;
 mod observe;
@@ -88,44 +89,67 @@ mod presence_poll;
 mod renewal;
 mod retry;
 mod runtime;
+mod rw_lock;
 mod semaphore;
 mod sessions;
 #[cfg(test)]
 mod test_backend;
 pub mod tls;
 
-pub use backend::{
-    ElectionBackend, FencedLease, HeldLease, LeaderInfo, LeadershipLease, MutexBackend,
-    SemaphoreBackend,
-};
-pub use backoff::Backoff;
+pub use backend::LeaderInfo;
 pub use client::{Client, Contender, FencedWrites};
-pub use clock::{system_clock, BootInstant, Clock, ManualClock, SharedClock, SystemClock};
-pub use close::end_sessions_within;
-pub use connect::{is_host_port, no_server_answered};
-pub use deadline::{check_lease, margin, DeadlineTracker, CLOCK_DRIFT_PPM, DEFAULT_SLACK};
+pub use clock::BootInstant;
 pub use election::{Election, LeaderObserver, Leadership};
 pub use error::{BackendSource, Error, Result};
 pub use fence::{FenceGate, FencingToken};
-pub use held::{FencedWrite, HeldEntry, StoreEntry};
-pub use held_watch::{watch_held, EntryWatcher};
-pub use leader::{validate_participant_id, LatchEvent, LeaderLatch, LeaderSelector, Participant};
-pub use lease::{LossPolicy, SessionLease};
-pub use lease_pool::{LeaseEpoch, LeaseSessions};
-pub use lease_session::{LeaseSession, LeaseStore, Opened};
+pub use leader::{LatchEvent, LeaderLatch, LeaderSelector, Participant};
+pub use lease::LossPolicy;
 pub use limits::{
-    check_timeout, check_ttl, check_value, deadline_in, quote, whole_seconds_up, Settings,
     DEFAULT_CONNECT_TIMEOUT, DEFAULT_RPC_TIMEOUT, DEFAULT_TTL, MAX_DURATION, MAX_NAME_BYTES,
     MAX_VALUE_BYTES, MIN_TTL,
 };
-pub use loss::{LossReason, LossSignal, LossTrigger};
+pub use loss::{LossReason, LossSignal};
+pub use multi_lock::{LockKind, MultiLock, MultiLockGuard, MAX_MULTI_LOCK_NAMES};
 pub use mutex::{Mutex, MutexGuard};
-pub use names::{check_name, check_permits, check_stored_size};
-pub use observe::{follow_leader, LeaderWatch};
-pub use presence_poll::{PresencePoll, PRESENCE_BATCH};
-pub use renewal::{renew_on, Renewal, RenewalStream, StopFlag, StreamEnd};
-pub use retry::{resend_within, until_done, within};
-pub use runtime::{Runtime, DEFAULT_SHUTDOWN_GRACE};
+pub use runtime::DEFAULT_SHUTDOWN_GRACE;
+pub use rw_lock::{Access, RwLock, RwLockReadGuard, RwLockWriteGuard};
 pub use semaphore::{Semaphore, SemaphorePermit};
-pub use sessions::{HandleQueue, NamedTurns, PooledSession, Sessions, Turn, Turns};
-pub use tls::{Tls, TlsFiles, TlsProblem, CALL_MARGIN};
+pub use tls::{Tls, TlsFiles, TlsProblem};
+
+/// What a backend author implements and uses: the backend traits, the
+/// contend [`engine`], sessions, leases and their renewal,
+/// held entries, limits and checks, the runtime bridge. An application
+/// needs none of it: the recipes, their guards and the [`Client`] trait
+/// are at the crate's root.
+pub mod store {
+    pub use crate::backend::{
+        ElectionBackend, FencedLease, HeldLease, LeadershipLease, MutexBackend, RwLockBackend,
+        SemaphoreBackend,
+    };
+    pub use crate::backoff::Backoff;
+    pub use crate::clock::{system_clock, Clock, ManualClock, SharedClock, SystemClock};
+    pub use crate::close::end_sessions_within;
+    pub use crate::connect::{is_host_port, no_server_answered};
+    pub use crate::deadline::{
+        check_lease, margin, DeadlineTracker, CLOCK_DRIFT_PPM, DEFAULT_SLACK,
+    };
+    pub use crate::engine;
+    pub use crate::held::{FencedWrite, HeldEntry, StoreEntry};
+    pub use crate::held_watch::{watch_held, EntryWatcher};
+    pub use crate::leader::validate_participant_id;
+    pub use crate::lease::SessionLease;
+    pub use crate::lease_pool::{LeaseEpoch, LeaseSessions};
+    pub use crate::lease_session::{LeaseSession, LeaseStore, Opened};
+    pub use crate::limits::{
+        check_timeout, check_ttl, check_value, deadline_in, quote, whole_seconds_up, Settings,
+    };
+    pub use crate::loss::LossTrigger;
+    pub use crate::names::{check_name, check_permits, check_stored_size};
+    pub use crate::observe::{follow_leader, LeaderWatch};
+    pub use crate::presence_poll::{PresencePoll, PRESENCE_BATCH};
+    pub use crate::renewal::{renew_on, Renewal, RenewalStream, StopFlag, StreamEnd};
+    pub use crate::retry::{resend_within, until_done, within};
+    pub use crate::runtime::Runtime;
+    pub use crate::sessions::{HandleQueue, NamedTurns, PooledSession, Sessions, Turn, Turns};
+    pub use crate::tls::CALL_MARGIN;
+}

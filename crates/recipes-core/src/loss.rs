@@ -83,10 +83,21 @@ struct SignalInner {
     // The store of the runtime whose root this descends from (`etcd`), for
     // metrics.
     store: Arc<str>,
+    // For a signal of several leases (`LossSignal::any_of`): lost when any
+    // of them is, valid until the first of them ends.
+    parts: Vec<LossSignal>,
 }
 
 impl SignalInner {
     fn new(lease: Option<Arc<LeaseClock>>, store: Arc<str>) -> Arc<SignalInner> {
+        SignalInner::build(lease, store, Vec::new())
+    }
+
+    fn build(
+        lease: Option<Arc<LeaseClock>>,
+        store: Arc<str>,
+        parts: Vec<LossSignal>,
+    ) -> Arc<SignalInner> {
         let (tx, rx) = crossbeam_channel::bounded(0);
         Arc::new(SignalInner {
             state: Mutex::new(SignalState {
@@ -100,7 +111,18 @@ impl SignalInner {
             notify: tokio::sync::Notify::new(),
             lease,
             store,
+            parts,
         })
+    }
+
+    /// The deadline of the lease, or the first deadline of the parts.
+    fn deadline(&self) -> Option<BootInstant> {
+        let own = self.lease.as_ref().and_then(|l| l.valid_until());
+        let parts = self.parts.iter().filter_map(LossSignal::valid_until).min();
+        match (own, parts) {
+            (Some(a), Some(b)) => Some(a.min(b)),
+            (a, b) => a.or(b),
+        }
     }
 
     fn fire(&self, reason: LossReason) -> bool {
@@ -138,7 +160,7 @@ impl SignalInner {
         // user's thread can run first): read the clock ourselves.
         match &self.lease {
             Some(l) if l.expired() => Some(LossReason::DeadlineExpired),
-            _ => None,
+            _ => self.parts.iter().find_map(LossSignal::reason),
         }
     }
 }
@@ -197,6 +219,26 @@ impl LossSignal {
         }
     }
 
+    /// One signal for several leases held together (a multi-lock's): it
+    /// fires when any of them fires, with that one's reason; it reads as
+    /// lost when any of them does, and is valid until the first of them
+    /// ends.
+    pub fn any_of(signals: &[LossSignal]) -> LossSignal {
+        let store = signals
+            .first()
+            .map_or_else(|| "".into(), |s| s.inner.store.clone());
+        let inner = SignalInner::build(None, store, signals.to_vec());
+        for part in signals {
+            let weak = Arc::downgrade(&inner);
+            part.on_fire(move |reason| {
+                if let Some(inner) = weak.upgrade() {
+                    inner.fire(reason);
+                }
+            });
+        }
+        LossSignal { inner }
+    }
+
     /// Whether the lease may be gone. Reads the clock, so a thread that runs
     /// first after a process pause never sees a stale "held".
     pub fn is_lost(&self) -> bool {
@@ -213,7 +255,7 @@ impl LossSignal {
     /// deadline is known yet and the signal has not fired.
     pub fn valid_until(&self) -> Option<BootInstant> {
         let fired_at = self.inner.state.lock().fired_at;
-        let deadline = self.inner.lease.as_ref().and_then(|l| l.valid_until());
+        let deadline = self.inner.deadline();
         match (fired_at, deadline) {
             (Some(a), Some(b)) => Some(a.min(b)),
             (a, b) => a.or(b),
@@ -245,7 +287,7 @@ impl LossSignal {
             // Wake at the lease deadline too, in case the deadline thread is
             // late; the loop then reads the clock.
             let mut until = deadline;
-            if let Some(v) = self.inner.lease.as_ref().and_then(|l| l.valid_until()) {
+            if let Some(v) = self.inner.deadline() {
                 until = until.min(v.to_instant().max(now + Duration::from_millis(1)));
             }
             // Nothing is ever sent: this returns on disconnect (fired) or at
@@ -377,81 +419,5 @@ impl fmt::Debug for LossTrigger {
 }
 
 #[cfg(test)]
-mod tests {
-    use super::*;
-    use crossbeam_channel::select;
-
-    #[test]
-    fn fires_once_and_every_clone_sees_it() {
-        let t = LossTrigger::root();
-        let (a, b) = (t.signal(), t.signal().clone());
-        assert!(!a.is_lost());
-        assert_eq!(a.wait_timeout(Duration::from_millis(10)), None);
-        assert!(t.fire(LossReason::Deleted));
-        assert!(!t.fire(LossReason::Closed), "only the first fire counts");
-        for s in [&a, &b] {
-            assert!(s.is_lost());
-            assert_eq!(s.reason(), Some(LossReason::Deleted));
-            assert_eq!(s.wait_timeout(Duration::ZERO), Some(LossReason::Deleted));
-        }
-        assert!(a.valid_until().is_some(), "fired_at bounds validity");
-    }
-
-    #[test]
-    fn usable_in_select_and_wakes_a_blocked_thread() {
-        let t = LossTrigger::root();
-        let s = t.signal();
-        let waiter = std::thread::spawn(move || {
-            let never = crossbeam_channel::never::<u8>();
-            select! {
-                recv(s.receiver()) -> msg => { assert!(msg.is_err()); s.reason() }
-                recv(never) -> _ => unreachable!(),
-            }
-        });
-        t.fire(LossReason::Revoked);
-        assert_eq!(waiter.join().unwrap(), Some(LossReason::Revoked));
-    }
-
-    #[test]
-    fn children_fire_with_their_parent_and_alone() {
-        let root = LossTrigger::root();
-        let a = root.child();
-        let b = root.child();
-        let a1 = a.child();
-        assert!(a.fire(LossReason::Deleted));
-        assert!(a1.signal().is_lost() && !b.signal().is_lost() && !root.signal().is_lost());
-        root.fire(LossReason::Closed);
-        assert_eq!(b.signal().reason(), Some(LossReason::Closed));
-        assert_eq!(a.signal().reason(), Some(LossReason::Deleted));
-        // A child of a fired trigger is born fired.
-        let late = root.child();
-        assert_eq!(late.signal().reason(), Some(LossReason::Closed));
-    }
-
-    #[test]
-    fn async_waiters_wake_when_fired() {
-        let t = LossTrigger::root();
-        let child = t.child();
-        let rt = tokio::runtime::Builder::new_current_thread()
-            .enable_all()
-            .build()
-            .unwrap();
-        let s = child.signal();
-        let waiter = rt.spawn(async move { s.fired().await });
-        let firer = std::thread::spawn(move || t.fire(LossReason::Revoked));
-        let reason = rt.block_on(waiter).unwrap();
-        firer.join().unwrap();
-        assert_eq!(reason, LossReason::Revoked);
-        // Already fired: resolves at once.
-        assert_eq!(rt.block_on(child.signal().fired()), LossReason::Revoked);
-    }
-
-    #[test]
-    fn dropped_children_are_pruned() {
-        let root = LossTrigger::root();
-        for _ in 0..1000 {
-            let _ = root.child();
-        }
-        assert!(root.inner.state.lock().children.len() <= 1);
-    }
-}
+#[path = "loss_tests.rs"]
+mod tests;

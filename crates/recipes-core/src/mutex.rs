@@ -52,7 +52,10 @@ impl<B: MutexBackend> Mutex<B> {
         self
     }
 
-    fn acquire(&self, deadline: Option<Instant>) -> Result<Option<MutexGuard<B::Lease>>> {
+    pub(crate) fn acquire(
+        &self,
+        deadline: Option<Instant>,
+    ) -> Result<Option<MutexGuard<B::Lease>>> {
         let got = self.labels.timed(|| self.backend.acquire(deadline))?;
         Ok(got.map(|lease| MutexGuard::counted(lease, &self.labels)))
     }

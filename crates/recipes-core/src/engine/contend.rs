@@ -8,7 +8,7 @@ use std::time::Duration;
 
 use tokio::time::Instant;
 
-use super::decide::{gets_the_lock, Decision};
+use super::decide::{decide, Decision};
 use super::driver::{ContendDriver, Listing};
 use super::undo::{Undo, Undoer};
 use crate::backoff::Backoff;
@@ -233,7 +233,8 @@ async fn attempt<D: ContendDriver>(
                 Err(e) => return Err(e),
             },
         };
-        let ahead = match gets_the_lock(&read.contenders, &ours, driver.max_leases()) {
+        let role = |id: &D::Id| driver.role(id);
+        let ahead = match decide(driver.rule(), &read.contenders, role, &ours) {
             // The read may have taken long enough for the epoch to end.
             Decision::Acquired if lost.is_lost() => continue,
             Decision::Acquired => {

@@ -8,6 +8,7 @@ use std::time::Duration;
 
 use tokio::time::Instant;
 
+use super::decide::{Role, Rule};
 use crate::error::Result;
 use crate::loss::LossSignal;
 
@@ -15,9 +16,8 @@ use crate::loss::LossSignal;
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Listing<Id> {
     /// The queue, ours included; or a window of it ending at ours that
-    /// holds every contender ahead of ours, or at least the `max_leases`
-    /// nearest (see [`gets_the_lock`](super::gets_the_lock)). Only entries
-    /// of this recipe's exact layout count.
+    /// holds every entry the driver's [`Rule`] looks at (see
+    /// [`Rule::decide`]). Only entries of this recipe's exact layout count.
     pub contenders: Vec<Id>,
     /// The store's revision of this read, where it has one (etcd's header
     /// revision), else 0. A driver may fence with it in
@@ -42,9 +42,9 @@ pub type Entered<D> = (
 ///    create's reply is lost;
 /// 3. [`enter`](ContendDriver::enter): create our entry (and, where the
 ///    store does both in one round trip, read the queue);
-/// 4. [`list`](ContendDriver::list) the queue, and, while fewer than
-///    `max_leases` are ahead, [`wait`](ContendDriver::wait) for the one
-///    entry the engine names;
+/// 4. [`list`](ContendDriver::list) the queue, and, while the recipe's
+///    [`rule`](ContendDriver::rule) says ours does not hold,
+///    [`wait`](ContendDriver::wait) for the one entry it names;
 /// 5. [`confirm`](ContendDriver::confirm) the win and mint the fence, then
 ///    [`won`](ContendDriver::won) hands everything to the held lease.
 ///
@@ -69,8 +69,21 @@ pub trait ContendDriver: Send + Sync + Sized {
     /// What a win hands over: the held lease's parts.
     type Won: Send;
 
-    /// How many entries at the head of the queue hold: 1 for a mutex.
-    fn max_leases(&self) -> usize;
+    /// The recipe's queue rule: who among the listed contenders holds.
+    fn rule(&self) -> Rule;
+
+    /// A listed contender's role, as its entry's layout names it. The
+    /// default is the one role the rule's recipe has; a driver whose queue
+    /// mixes roles (a read-write lock's) says which each entry is.
+    fn role(&self, id: &Self::Id) -> Role {
+        let _ = id;
+        match self.rule() {
+            Rule::Mutex => Role::Mutex,
+            Rule::Latch => Role::Participant,
+            Rule::Leases(_) => Role::Permit,
+            Rule::ReadWrite => Role::Writer,
+        }
+    }
 
     /// Run `task` on the client's runtime, without blocking: removals run
     /// there so that they finish even if the acquisition's future is

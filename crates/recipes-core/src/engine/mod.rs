@@ -4,15 +4,16 @@
 //! ```text
 //!            recipes (core)                      drivers (one per store)
 //!  Mutex ──────────┐
+//!  RwLock ─────────┤
 //!  Election ───────┼──► contend(driver, deadline) ──► epoch · ticket · enter
-//!  LeaderLatch ────┤        │  gets_the_lock()        list · wait · confirm
+//!  LeaderLatch ────┤        │  Rule::decide()         list · wait · confirm
 //!  LeaderSelector ─┘        │  Backoff · Undo         remove · won
 //!  Semaphore ──► admit(semaphore driver)
 //!                 = ensure_size, contend(internal mutex), contend(permits)
 //! ```
 //!
 //! [`contend`] runs the loop once for every store: enter our entry, read the
-//! queue, decide with the pure [`gets_the_lock`], wait for the one entry
+//! queue, decide with the recipe's pure [`Rule`], wait for the one entry
 //! that must go, confirm and mint the fence; remove our entry on every
 //! other way out (error, timeout, lost epoch, a dropped future); start over
 //! with a new entry after an epoch loss; back off between retries. A store
@@ -27,7 +28,7 @@
 //! loops share the epoch, restart and cut-off logic.
 //!
 //! The engine is deterministic given its driver and the tokio clock: it
-//! starts no threads and sleeps only in [`Backoff`](crate::Backoff) and in
+//! starts no threads and sleeps only in [`Backoff`](crate::store::Backoff) and in
 //! waits it races against the deadline, so the simulation in this module's
 //! tests (an in-memory driver under tokio's paused clock, seeded faults)
 //! replays every schedule from its seed.
@@ -44,7 +45,7 @@ mod take;
 mod undo;
 
 pub use contend::{contend, queue_reads};
-pub use decide::{gets_the_lock, Decision};
+pub use decide::{decide, Decision, Role, Rule, Verdict};
 pub use driver::{ContendDriver, Entered, Listing};
 pub use semaphore::{admit, SemaphoreDriver};
 pub use take::{take, SlotDriver};

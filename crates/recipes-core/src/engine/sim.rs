@@ -1,9 +1,12 @@
 //! The engine under seeded, randomized schedules: contenders with random
 //! deadlines, cancelled acquisitions, lost replies, failed reads, spurious
 //! wake-ups and expiring sessions, all on tokio's paused clock. Every run
-//! asserts mutual exclusion (at most `max_leases` holders whose loss signal
-//! has not fired), fence order (each accepted holder's fence above every
-//! earlier one's, for a mutex) and cleanup (no entry left at the end).
+//! asserts mutual exclusion (at most the rule's holders whose loss signal
+//! has not fired: one mutex holder, `n` permits, many readers or one
+//! writer), a read-write lock's fairness (no reader passes a writer queued
+//! before it), fence order (each accepted mutex holder's or writer's fence
+//! above every earlier one's, each reader's above every earlier writer's)
+//! and cleanup (no entry left at the end).
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -12,61 +15,81 @@ use parking_lot::Mutex;
 use tokio::time::Instant;
 
 use super::contend::contend;
+use super::decide::{Role, Rule};
 use super::sim_store::{FenceBy, Rng, SimDriver, SimWon, Store};
+
+/// An accepted win: contender, entry, role, fence, and when.
+type Win = (usize, i64, Role, i64, Duration);
 
 #[derive(Debug, Default)]
 struct Checker {
-    /// Accepted holders: (contender, created, its loss signal).
-    holding: Vec<(usize, i64, crate::loss::LossSignal)>,
+    /// Accepted holders: (contender, created, role, its loss signal).
+    holding: Vec<(usize, i64, Role, crate::loss::LossSignal)>,
+    /// The highest fence of any accepted win, and of any writer's.
     highest_fence: Option<i64>,
-    /// Every accepted win in order: contender, entry, fence, and when (on
-    /// the paused clock, from the start).
-    wins: Vec<(usize, i64, i64, Duration)>,
+    highest_writer_fence: Option<i64>,
+    /// Every accepted win in order: contender, entry, role, fence, and
+    /// when (on the paused clock, from the start).
+    wins: Vec<Win>,
     started: Option<Instant>,
 }
 
 impl Checker {
-    fn won(&mut self, seed: u64, who: usize, w: &SimWon, max_leases: usize) {
-        self.holding.retain(|(_, _, lost)| !lost.is_lost());
+    fn won(&mut self, seed: u64, who: usize, w: &SimWon, rule: Rule, store: &Store) {
+        self.holding.retain(|(_, _, _, lost)| !lost.is_lost());
         if w.lost.is_lost() {
             return; // lost at birth: the guard says so at once
         }
-        assert!(
-            self.holding.len() < max_leases,
-            "seed {seed}: contender {who} won {} while {:?} hold",
-            w.created,
-            self.holding
-                .iter()
-                .map(|(c, e, _)| (c, e))
-                .collect::<Vec<_>>()
-        );
-        if max_leases == 1 {
-            if let Some(h) = self.highest_fence {
+        let holders: Vec<_> = self.holding.iter().map(|(c, e, r, _)| (c, e, r)).collect();
+        let excludes = match (rule, w.role) {
+            (Rule::Leases(n), _) => self.holding.len() < n,
+            (Rule::ReadWrite, Role::Reader) => {
+                // Fair: no writer queued before this reader is still there.
                 assert!(
-                    w.fence > h,
-                    "seed {seed}: fence {} after {h} (contender {who})",
-                    w.fence
+                    !store.writer_before(w.created),
+                    "seed {seed}: reader {} passed a queued writer",
+                    w.created
                 );
+                self.holding.iter().all(|h| h.2 == Role::Reader)
             }
-            self.highest_fence = Some(w.fence);
+            _ => self.holding.is_empty(),
+        };
+        assert!(
+            excludes,
+            "seed {seed}: contender {who} won {} ({:?}) while {holders:?} hold",
+            w.created, w.role
+        );
+        let ordered = match (rule, w.role) {
+            (Rule::Leases(_), _) => None,
+            // A reader's fence is above every earlier writer's.
+            (Rule::ReadWrite, Role::Reader) => Some(self.highest_writer_fence),
+            // A writer's, or a mutex holder's, above every earlier fence.
+            _ => Some(self.highest_fence),
+        };
+        if let Some(Some(h)) = ordered {
+            assert!(
+                w.fence > h,
+                "seed {seed}: fence {} ({:?}) after {h} (contender {who})",
+                w.fence,
+                w.role
+            );
         }
-        self.holding.push((who, w.created, w.lost.clone()));
+        self.highest_fence = self.highest_fence.max(Some(w.fence));
+        if w.role != Role::Reader {
+            self.highest_writer_fence = self.highest_writer_fence.max(Some(w.fence));
+        }
+        self.holding.push((who, w.created, w.role, w.lost.clone()));
         let at = self.started.get_or_insert_with(Instant::now).elapsed();
-        self.wins.push((who, w.created, w.fence, at));
+        self.wins.push((who, w.created, w.role, w.fence, at));
     }
 
     fn released(&mut self, created: i64) {
-        self.holding.retain(|(_, e, _)| *e != created);
+        self.holding.retain(|(_, e, _, _)| *e != created);
     }
 }
 
 /// One schedule; returns its accepted wins in order.
-fn run(
-    seed: u64,
-    contenders: usize,
-    rounds: usize,
-    max_leases: usize,
-) -> Vec<(usize, i64, i64, Duration)> {
+fn run(seed: u64, contenders: usize, rounds: usize, rule: Rule) -> Vec<Win> {
     let rt = tokio::runtime::Builder::new_current_thread()
         .enable_time()
         .start_paused(true)
@@ -84,11 +107,15 @@ fn run(
         let checker = Arc::new(Mutex::new(Checker::default()));
         let mut tasks = Vec::new();
         for who in 0..contenders {
-            let driver = SimDriver::new(store.clone(), max_leases, fence_by);
+            let driver = SimDriver::new(store.clone(), rule, fence_by);
             let (store, checker) = (store.clone(), checker.clone());
             let mut rng = Rng::new(seed.wrapping_mul(31).wrapping_add(who as u64));
             tasks.push(tokio::spawn(async move {
                 for _ in 0..rounds {
+                    if rule == Rule::ReadWrite {
+                        let writes = rng.chance(40);
+                        *driver.role.lock() = if writes { Role::Writer } else { Role::Reader };
+                    }
                     let deadline = match rng.below(4) {
                         0 => None,
                         1 => Some(Instant::now()),
@@ -116,7 +143,7 @@ fn run(
                         }
                         Ok(None) | Err(_) => continue,
                     };
-                    checker.lock().won(seed, who, &won, max_leases);
+                    checker.lock().won(seed, who, &won, rule, &store);
                     tokio::time::sleep(Duration::from_millis(rng.below(15))).await;
                     checker.lock().released(won.created);
                     store.release(won.created);
@@ -174,7 +201,7 @@ fn seeds() -> std::ops::Range<u64> {
 fn a_mutex_under_random_schedules_excludes_fences_in_order_and_leaves_nothing() {
     let mut wins = 0;
     for seed in seeds() {
-        wins += run(seed, 2 + (seed % 4) as usize, 6, 1).len();
+        wins += run(seed, 2 + (seed % 4) as usize, 6, Rule::Mutex).len();
     }
     assert!(
         wins > 0,
@@ -186,7 +213,8 @@ fn a_mutex_under_random_schedules_excludes_fences_in_order_and_leaves_nothing() 
 fn n_leases_under_random_schedules_admit_at_most_n_and_leave_nothing() {
     let mut wins = 0;
     for seed in seeds() {
-        wins += run(seed, 3 + (seed % 4) as usize, 5, 1 + (seed % 3) as usize).len();
+        let n = 1 + (seed % 3) as usize;
+        wins += run(seed, 3 + (seed % 4) as usize, 5, Rule::Leases(n)).len();
     }
     assert!(
         wins > 0,
@@ -195,15 +223,36 @@ fn n_leases_under_random_schedules_admit_at_most_n_and_leave_nothing() {
 }
 
 #[test]
+fn a_read_write_lock_under_random_schedules_is_exclusive_fair_and_fenced() {
+    let (mut readers, mut writers) = (0, 0);
+    for seed in seeds() {
+        for (_, _, role, _, _) in run(seed, 3 + (seed % 4) as usize, 6, Rule::ReadWrite) {
+            match role {
+                Role::Reader => readers += 1,
+                _ => writers += 1,
+            }
+        }
+    }
+    assert!(
+        readers > 0 && writers > 0,
+        "readers won {readers} times, writers {writers}: the simulation is broken"
+    );
+}
+
+#[test]
 fn a_replayed_seed_runs_the_same_schedule() {
     for seed in [7, 99, 1234] {
-        let first = run(seed, 4, 6, 1);
+        let first = run(seed, 4, 6, Rule::Mutex);
         assert!(!first.is_empty(), "seed {seed}: nothing won");
         assert_eq!(
             first,
-            run(seed, 4, 6, 1),
+            run(seed, 4, 6, Rule::Mutex),
             "seed {seed} replayed differently"
         );
     }
-    assert_ne!(run(7, 4, 6, 1), run(99, 4, 6, 1), "seeds pick schedules");
+    assert_ne!(
+        run(7, 4, 6, Rule::Mutex),
+        run(99, 4, 6, Rule::Mutex),
+        "seeds pick schedules"
+    );
 }

@@ -10,6 +10,7 @@ use parking_lot::Mutex;
 use tokio::sync::Notify;
 use tokio::time::Instant;
 
+use super::decide::{Role, Rule};
 use super::driver::{ContendDriver, Listing};
 use crate::error::{Error, Result};
 use crate::loss::{LossReason, LossSignal, LossTrigger};
@@ -46,6 +47,7 @@ impl Rng {
 struct Entry {
     session: u64,
     ticket: u64,
+    role: Role,
 }
 
 #[derive(Debug)]
@@ -121,6 +123,14 @@ impl Store {
         self.state.lock().entries.len()
     }
 
+    /// Whether a writer's entry created before `created` is in the store.
+    pub(super) fn writer_before(&self, created: i64) -> bool {
+        let st = self.state.lock();
+        st.entries
+            .range(..created)
+            .any(|(_, e)| e.role != Role::Reader)
+    }
+
     /// Delete the entries `gone` picks; bump the revision.
     fn delete_where(&self, mut gone: impl FnMut(&Entry) -> bool) {
         let mut st = self.state.lock();
@@ -179,7 +189,9 @@ pub(super) enum FenceBy {
 #[derive(Debug)]
 pub(super) struct SimDriver {
     pub(super) store: Store,
-    pub(super) max_leases: usize,
+    pub(super) rule: Rule,
+    /// The role of the entries this contender creates next.
+    pub(super) role: Mutex<Role>,
     pub(super) fence_by: FenceBy,
     /// The current session: id and loss signal.
     session: Mutex<Option<(u64, LossSignal)>>,
@@ -193,31 +205,37 @@ pub(super) struct SimTicket {
 
 #[derive(Debug)]
 pub(super) struct SimEntry {
-    created: i64,
+    id: (i64, Role),
 }
 
 /// What the simulation's holder gets.
 #[derive(Debug)]
 pub(super) struct SimWon {
     pub(super) created: i64,
+    pub(super) role: Role,
     pub(super) fence: i64,
     pub(super) lost: LossSignal,
 }
 
 impl SimDriver {
-    pub(super) fn new(store: Store, max_leases: usize, fence_by: FenceBy) -> SimDriver {
+    pub(super) fn new(store: Store, rule: Rule, fence_by: FenceBy) -> SimDriver {
+        let role = match rule {
+            Rule::Leases(_) => Role::Permit,
+            _ => Role::Mutex,
+        };
         SimDriver {
             store,
-            max_leases,
+            rule,
+            role: Mutex::new(role),
             fence_by,
             session: Mutex::new(None),
         }
     }
 
-    fn read(&self) -> Listing<i64> {
+    fn read(&self) -> Listing<(i64, Role)> {
         let st = self.store.state.lock();
         Listing {
-            contenders: st.entries.keys().copied().collect(),
+            contenders: st.entries.iter().map(|(k, e)| (*k, e.role)).collect(),
             revision: st.revision,
         }
     }
@@ -227,11 +245,15 @@ impl ContendDriver for SimDriver {
     type Epoch = (u64, LossSignal);
     type Ticket = SimTicket;
     type Entry = SimEntry;
-    type Id = i64;
+    type Id = (i64, Role);
     type Won = SimWon;
 
-    fn max_leases(&self) -> usize {
-        self.max_leases
+    fn rule(&self) -> Rule {
+        self.rule
+    }
+
+    fn role(&self, id: &(i64, Role)) -> Role {
+        id.1
     }
 
     fn spawn(&self, task: impl std::future::Future<Output = ()> + Send + 'static) {
@@ -281,11 +303,12 @@ impl ContendDriver for SimDriver {
         &self,
         epoch: &(u64, LossSignal),
         ticket: &mut SimTicket,
-    ) -> Result<(SimEntry, Option<Listing<i64>>)> {
+    ) -> Result<(SimEntry, Option<Listing<(i64, Role)>>)> {
         self.store.latency().await;
         if self.store.fault() {
             return Err(Error::ConnectionLoss); // refused before it landed
         }
+        let role = *self.role.lock();
         let created = {
             let mut st = self.store.state.lock();
             if !st.sessions.contains_key(&epoch.0) {
@@ -298,6 +321,7 @@ impl ContendDriver for SimDriver {
                 Entry {
                     session: epoch.0,
                     ticket: ticket.id,
+                    role,
                 },
             );
             rev
@@ -310,18 +334,21 @@ impl ContendDriver for SimDriver {
             });
         }
         let first = self.store.fault().then(|| self.read());
-        Ok((SimEntry { created }, first))
+        let entry = SimEntry {
+            id: (created, role),
+        };
+        Ok((entry, first))
     }
 
-    fn ours<'e>(&self, entry: &'e SimEntry) -> &'e i64 {
-        &entry.created
+    fn ours<'e>(&self, entry: &'e SimEntry) -> &'e (i64, Role) {
+        &entry.id
     }
 
     async fn list(
         &self,
         _epoch: &(u64, LossSignal),
         _entry: &mut SimEntry,
-    ) -> Result<Listing<i64>> {
+    ) -> Result<Listing<(i64, Role)>> {
         self.store.latency().await;
         if self.store.fault() {
             return Err(Error::ConnectionLoss);
@@ -335,7 +362,7 @@ impl ContendDriver for SimDriver {
         &self,
         _epoch: &(u64, LossSignal),
         _entry: &mut SimEntry,
-        ahead: &i64,
+        ahead: &(i64, Role),
     ) -> Result<()> {
         if self.store.fault() {
             return Err(Error::ConnectionLoss);
@@ -344,7 +371,8 @@ impl ContendDriver for SimDriver {
             let notified = self.store.deleted.notified();
             tokio::pin!(notified);
             notified.as_mut().enable();
-            if !self.store.state.lock().entries.contains_key(ahead) || self.store.fault() {
+            let present = self.store.state.lock().entries.contains_key(&ahead.0);
+            if !present || self.store.fault() {
                 self.store.latency().await;
                 return Ok(());
             }
@@ -356,7 +384,7 @@ impl ContendDriver for SimDriver {
         &self,
         epoch: &(u64, LossSignal),
         entry: &mut SimEntry,
-        listing: &Listing<i64>,
+        listing: &Listing<(i64, Role)>,
     ) -> Result<Option<i64>> {
         // The engine must not confirm under an epoch it knows is lost.
         assert!(
@@ -364,12 +392,12 @@ impl ContendDriver for SimDriver {
             "confirm called under a lost epoch (session {})",
             epoch.0
         );
-        if !self.store.state.lock().entries.contains_key(&entry.created) {
+        if !self.store.state.lock().entries.contains_key(&entry.id.0) {
             return Ok(None);
         }
         Ok(Some(match self.fence_by {
             FenceBy::ReadRevision => listing.revision,
-            FenceBy::CreateRevision => entry.created,
+            FenceBy::CreateRevision => entry.id.0,
         }))
     }
 
@@ -380,7 +408,8 @@ impl ContendDriver for SimDriver {
 
     fn won(&self, epoch: (u64, LossSignal), _t: SimTicket, entry: SimEntry, fence: i64) -> SimWon {
         SimWon {
-            created: entry.created,
+            created: entry.id.0,
+            role: entry.id.1,
             fence,
             lost: epoch.1,
         }

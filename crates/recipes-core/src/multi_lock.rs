@@ -1,0 +1,459 @@
+//! The multi-lock: mutexes and read-write locks' sides, all or nothing,
+//! composed once from their guards on any store.
+
+use std::fmt;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use parking_lot::Mutex as PlMutex;
+
+use crate::backend::MutexBackend;
+use crate::client::{Client, FencedWrites};
+use crate::error::{Error, Result};
+use crate::fence::FencingToken;
+use crate::guard::{deadline_after, unbounded_wait_ended};
+use crate::loss::LossSignal;
+use crate::mutex::{Mutex, MutexGuard};
+use crate::rw_lock::{Access, RwLock, RwLockReadGuard, RwLockWriteGuard};
+
+/// The most names one multi-lock takes. Each name is a lock of its own,
+/// taken one after the other: a list longer than this is almost surely a
+/// mistake (a lock per row, say), and would hold a caller for a round trip
+/// per name on every acquisition.
+pub const MAX_MULTI_LOCK_NAMES: usize = 64;
+
+/// What a multi-lock takes on one name.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum LockKind {
+    /// The name's mutex.
+    Mutex,
+    /// The read side of the name's read-write lock.
+    Read,
+    /// The write side of the name's read-write lock.
+    Write,
+}
+
+enum PartLock<C: Client> {
+    Mutex(Mutex<C::Mutex>),
+    Rw(RwLock<C::RwLock>, Access),
+}
+
+type MutexLease<C> = <<C as crate::Client>::Mutex as MutexBackend>::Lease;
+
+enum Held<C: Client> {
+    Mutex(MutexGuard<MutexLease<C>>),
+    Read(RwLockReadGuard<C::RwLock>),
+    Write(RwLockWriteGuard<C::RwLock>),
+}
+
+impl<C: Client> Held<C> {
+    fn token(&self) -> FencingToken {
+        match self {
+            Held::Mutex(g) => g.token(),
+            Held::Read(g) => g.token(),
+            Held::Write(g) => g.token(),
+        }
+    }
+
+    fn holder(&self) -> &str {
+        match self {
+            Held::Mutex(g) => g.holder(),
+            Held::Read(g) => g.holder(),
+            Held::Write(g) => g.holder(),
+        }
+    }
+
+    fn lost(&self) -> &LossSignal {
+        match self {
+            Held::Mutex(g) => g.lost(),
+            Held::Read(g) => g.lost(),
+            Held::Write(g) => g.lost(),
+        }
+    }
+
+    fn release(self) -> Result<()> {
+        match self {
+            Held::Mutex(g) => g.release(),
+            Held::Read(g) => g.release(),
+            Held::Write(g) => g.release(),
+        }
+    }
+
+    fn put(&self, key: &str, value: &[u8]) -> Result<()> {
+        match self {
+            Held::Mutex(g) => g.lease().put(key, value),
+            Held::Read(g) => g.lease().put(key, value),
+            Held::Write(g) => g.lease().put(key, value),
+        }
+    }
+
+    fn delete(&self, key: &str) -> Result<()> {
+        match self {
+            Held::Mutex(g) => g.lease().delete(key),
+            Held::Read(g) => g.lease().delete(key),
+            Held::Write(g) => g.lease().delete(key),
+        }
+    }
+}
+
+/// Several locks taken all or nothing: mutexes, and the read or write
+/// side of read-write locks, on one store.
+///
+/// They are always taken in one canonical order (by name), so two
+/// multi-locks over the same names, listed in any order, never deadlock
+/// each other. An acquisition that fails or whose deadline passes gives
+/// back everything it took before it returns. The guard holds one fencing
+/// token per name; its loss signal fires when any one of the leases may be
+/// gone, and says which.
+///
+/// Made by [`Client::multi_lock`] or
+/// [`multi_lock_of`](Client::multi_lock_of).
+pub struct MultiLock<C: Client> {
+    parts: Vec<(String, PartLock<C>)>,
+}
+
+impl<C: Client> MultiLock<C> {
+    /// A multi-lock over `parts` of `client`'s store.
+    ///
+    /// # Errors
+    ///
+    /// [`Error::InvalidArgument`] before anything is written: an empty
+    /// list, more than [`MAX_MULTI_LOCK_NAMES`], a name twice (its read
+    /// and write sides included), names that nest (`/a` and `/a/b`: one
+    /// lock's entries would sit inside the other's), or a name the store
+    /// refuses.
+    pub fn new(client: &C, parts: &[(&str, LockKind)]) -> Result<MultiLock<C>> {
+        let mut sorted: Vec<(&str, LockKind)> = parts.to_vec();
+        sorted.sort_by(|a, b| a.0.as_bytes().cmp(b.0.as_bytes()));
+        check_names(&sorted)?;
+        let mut built = Vec::with_capacity(sorted.len());
+        for (name, kind) in sorted {
+            let lock = match kind {
+                LockKind::Mutex => PartLock::Mutex(client.mutex(name)?),
+                LockKind::Read => PartLock::Rw(client.rw_lock(name)?, Access::Read),
+                LockKind::Write => PartLock::Rw(client.rw_lock(name)?, Access::Write),
+            };
+            built.push((name.to_owned(), lock));
+        }
+        Ok(MultiLock { parts: built })
+    }
+
+    /// The names, in the order they are taken.
+    pub fn names(&self) -> impl Iterator<Item = &str> {
+        self.parts.iter().map(|(name, _)| name.as_str())
+    }
+
+    fn acquire(&self, deadline: Option<Instant>) -> Result<Option<MultiLockGuard<C>>> {
+        let mut held: Vec<(String, Held<C>)> = Vec::with_capacity(self.parts.len());
+        for (name, lock) in &self.parts {
+            let got = match lock {
+                PartLock::Mutex(m) => take(m.acquire(deadline), Held::Mutex),
+                PartLock::Rw(rw, Access::Read) => take(rw.acquire_read(deadline), Held::Read),
+                PartLock::Rw(rw, Access::Write) => take(rw.acquire_write(deadline), Held::Write),
+            };
+            match got {
+                Ok(Some(h)) => held.push((name.clone(), h)),
+                Ok(None) => {
+                    give_back(held);
+                    return Ok(None);
+                }
+                Err(e) => {
+                    give_back(held);
+                    return Err(e);
+                }
+            }
+        }
+        Ok(Some(MultiLockGuard::over(held)))
+    }
+
+    /// Take every lock, waiting as long as it takes.
+    ///
+    /// # Errors
+    ///
+    /// The first error of any one lock; everything taken before it is
+    /// given back first.
+    pub fn lock(&self) -> Result<MultiLockGuard<C>> {
+        self.acquire(None)?
+            .ok_or_else(|| unbounded_wait_ended("multi-lock"))
+    }
+
+    /// Take every lock only if each is free now.
+    ///
+    /// # Errors
+    ///
+    /// As for [`lock`](MultiLock::lock); `Ok(None)` when one is held.
+    pub fn try_lock(&self) -> Result<Option<MultiLockGuard<C>>> {
+        self.acquire(Some(Instant::now()))
+    }
+
+    /// Take every lock, waiting at most `timeout` in all.
+    ///
+    /// # Errors
+    ///
+    /// As for [`lock`](MultiLock::lock); `Ok(None)` when `timeout` passed
+    /// first (everything taken is given back).
+    pub fn try_lock_for(&self, timeout: Duration) -> Result<Option<MultiLockGuard<C>>> {
+        self.acquire(deadline_after(timeout))
+    }
+
+    /// Take every lock, waiting until `deadline`.
+    ///
+    /// # Errors
+    ///
+    /// As for [`try_lock_for`](MultiLock::try_lock_for).
+    pub fn try_lock_until(&self, deadline: Instant) -> Result<Option<MultiLockGuard<C>>> {
+        self.acquire(Some(deadline))
+    }
+}
+
+impl<C: Client> fmt::Debug for MultiLock<C> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("MultiLock")
+            .field("names", &self.names().collect::<Vec<_>>())
+            .finish()
+    }
+}
+
+fn take<G, H>(got: Result<Option<G>>, wrap: impl FnOnce(G) -> H) -> Result<Option<H>> {
+    got.map(|g| g.map(wrap))
+}
+
+/// Give back what a failed acquisition took, newest first, waiting for
+/// each (a release the store does not confirm goes on in the background).
+fn give_back<C: Client>(held: Vec<(String, Held<C>)>) {
+    for (name, h) in held.into_iter().rev() {
+        if let Err(e) = h.release() {
+            log::debug!("multi-lock: giving back {name}: {e}");
+        }
+    }
+}
+
+/// The names sorted: none twice, none inside another, within the limit.
+fn check_names(sorted: &[(&str, LockKind)]) -> Result<()> {
+    if sorted.is_empty() {
+        return Err(Error::invalid(
+            "a multi-lock needs at least one name; give the names to lock",
+        ));
+    }
+    if sorted.len() > MAX_MULTI_LOCK_NAMES {
+        return Err(Error::invalid(format!(
+            "a multi-lock of {} names is over the limit of {MAX_MULTI_LOCK_NAMES}: lock fewer \
+             names (a lock over the group, say)",
+            sorted.len()
+        )));
+    }
+    for pair in sorted.windows(2) {
+        let (a, b) = (pair[0].0, pair[1].0);
+        if a == b {
+            return Err(Error::invalid(format!(
+                "the multi-lock names {a:?} twice: list each name once (its read and write \
+                 sides are one name: take the write side)"
+            )));
+        }
+    }
+    for (i, (a, _)) in sorted.iter().enumerate() {
+        let inner = sorted[i + 1..].iter().find(|(b, _)| nests(a, b));
+        if let Some((b, _)) = inner {
+            return Err(Error::invalid(format!(
+                "the multi-lock names {a:?} and {b:?}, which nest: the lock {b:?} would live \
+                 inside {a:?}'s entries; lock names that do not contain one another"
+            )));
+        }
+    }
+    Ok(())
+}
+
+/// Whether `inner` lies under `outer` (`/a` and `/a/b`), as store paths
+/// and key prefixes do.
+fn nests(outer: &str, inner: &str) -> bool {
+    let outer = outer.trim_end_matches('/');
+    inner.len() > outer.len() && inner.starts_with(outer) && inner[outer.len()..].starts_with('/')
+}
+
+/// Every lock of a [`MultiLock`], held.
+///
+/// Dropping it releases every lock in the background (never blocking);
+/// [`release`](MultiLockGuard::release) releases them all and reports.
+#[must_use = "the locks are released when the guard is dropped"]
+#[clippy::has_significant_drop]
+pub struct MultiLockGuard<C: Client> {
+    held: Vec<(String, Held<C>)>,
+    lost: LossSignal,
+    lost_name: Arc<PlMutex<Option<String>>>,
+}
+
+impl<C: Client> MultiLockGuard<C> {
+    fn over(held: Vec<(String, Held<C>)>) -> MultiLockGuard<C> {
+        let lost_name = Arc::new(PlMutex::new(None));
+        for (name, h) in &held {
+            let (lost_name, name) = (lost_name.clone(), name.clone());
+            h.lost().on_fire(move |_| {
+                lost_name.lock().get_or_insert(name);
+            });
+        }
+        let signals: Vec<LossSignal> = held.iter().map(|(_, h)| h.lost().clone()).collect();
+        MultiLockGuard {
+            held,
+            lost: LossSignal::any_of(&signals),
+            lost_name,
+        }
+    }
+
+    fn part(&self, name: &str) -> Option<&Held<C>> {
+        self.held.iter().find(|(n, _)| n == name).map(|(_, h)| h)
+    }
+
+    /// The fencing token of `name`'s lock; `None` for a name this guard
+    /// does not hold.
+    pub fn token(&self, name: &str) -> Option<FencingToken> {
+        self.part(name).map(Held::token)
+    }
+
+    /// Where `name`'s lock lives in the store (node path or key); `None`
+    /// for a name this guard does not hold.
+    pub fn holder(&self, name: &str) -> Option<&str> {
+        self.part(name).map(Held::holder)
+    }
+
+    /// Every name with its fencing token, in the order they were taken.
+    pub fn tokens(&self) -> Vec<(&str, FencingToken)> {
+        self.held
+            .iter()
+            .map(|(n, h)| (n.as_str(), h.token()))
+            .collect()
+    }
+
+    /// Fires when any one of the locks may be gone; see
+    /// [`lost_name`](MultiLockGuard::lost_name) for which.
+    pub fn lost(&self) -> &LossSignal {
+        &self.lost
+    }
+
+    /// Whether any one of the locks may be gone (reads the clocks).
+    pub fn is_lost(&self) -> bool {
+        self.lost.is_lost()
+    }
+
+    /// The name whose lock was lost first, once one was; `None` while all
+    /// hold. A lease whose deadline passed before its signal fired is
+    /// named too.
+    pub fn lost_name(&self) -> Option<String> {
+        if let Some(name) = self.lost_name.lock().clone() {
+            return Some(name);
+        }
+        let lapsed = self.held.iter().find(|(_, h)| h.lost().is_lost());
+        lapsed.map(|(name, _)| name.clone())
+    }
+
+    /// `Ok(())` while every lock holds.
+    ///
+    /// # Errors
+    ///
+    /// [`Error::LeaseLost`] with the first lost lock's reason.
+    pub fn check(&self) -> Result<()> {
+        let lost = self.held.iter().find_map(|(_, h)| h.lost().reason());
+        match lost {
+            Some(reason) => Err(Error::LeaseLost { reason }),
+            None => Ok(()),
+        }
+    }
+
+    /// A write of `value` at `key`, fenced in the store by `name`'s
+    /// holding (see [`FencedWrites::put`]).
+    ///
+    /// # Errors
+    ///
+    /// [`Error::InvalidArgument`] for a name this guard does not hold;
+    /// [`Error::FenceRejected`] once that holding is gone; backend errors.
+    pub fn put(&self, name: &str, key: &str, value: &[u8]) -> Result<()> {
+        self.named(name)?.put(key, value)
+    }
+
+    /// A delete of `key`, fenced in the store by `name`'s holding.
+    ///
+    /// # Errors
+    ///
+    /// As for [`put`](MultiLockGuard::put).
+    pub fn delete(&self, name: &str, key: &str) -> Result<()> {
+        self.named(name)?.delete(key)
+    }
+
+    fn named(&self, name: &str) -> Result<&Held<C>> {
+        self.part(name).ok_or_else(|| {
+            Error::invalid(format!(
+                "this multi-lock does not hold {name:?}; it holds {:?}",
+                self.held.iter().map(|(n, _)| n).collect::<Vec<_>>()
+            ))
+        })
+    }
+
+    /// Release every lock, newest first, waiting until the store
+    /// confirmed each.
+    ///
+    /// # Errors
+    ///
+    /// The first error of any one release (every release is tried): as for
+    /// [`MutexGuard::release`].
+    pub fn release(self) -> Result<()> {
+        let mut first = Ok(());
+        for (_, h) in self.held.into_iter().rev() {
+            let released = h.release();
+            if first.is_ok() {
+                first = released;
+            }
+        }
+        first
+    }
+}
+
+impl<C: Client> fmt::Debug for MultiLockGuard<C> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("MultiLockGuard")
+            .field("tokens", &self.tokens())
+            .field("lost", &self.lost_name())
+            .finish()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn check(names: &[&str]) -> Result<()> {
+        let mut parts: Vec<_> = names.iter().map(|n| (*n, LockKind::Mutex)).collect();
+        parts.sort_by(|a, b| a.0.cmp(b.0));
+        check_names(&parts)
+    }
+
+    fn refused(names: &[&str], says: &str) {
+        match check(names) {
+            Err(Error::InvalidArgument(m)) => assert!(m.contains(says), "{names:?}: {m}"),
+            other => panic!("{names:?}: {other:?}"),
+        }
+    }
+
+    #[test]
+    fn distinct_names_that_do_not_nest_are_accepted() {
+        check(&["/a", "/b", "/ab", "/a-b", "/c/d"]).unwrap();
+        check(&["locks/a", "locks/ab"]).unwrap();
+    }
+
+    #[test]
+    fn an_empty_list_a_name_twice_and_nested_names_are_refused() {
+        refused(&[], "at least one name");
+        refused(&["/a", "/b", "/a"], "twice");
+        refused(&["/a", "/a/b"], "nest");
+        refused(&["/x/", "/x/y"], "nest");
+        refused(&["jobs", "jobs/1"], "nest");
+    }
+
+    #[test]
+    fn more_names_than_the_limit_are_refused() {
+        let names: Vec<String> = (0..=MAX_MULTI_LOCK_NAMES)
+            .map(|i| format!("/n{i}"))
+            .collect();
+        let names: Vec<&str> = names.iter().map(String::as_str).collect();
+        refused(&names, "over the limit");
+        check(&names[..MAX_MULTI_LOCK_NAMES]).unwrap();
+    }
+}
