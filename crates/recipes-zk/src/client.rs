@@ -6,8 +6,9 @@ use std::time::{Duration, Instant};
 
 use std::sync::atomic::{AtomicBool, Ordering};
 
+use recipes_core::store::{Runtime, Settings};
 use recipes_core::tls::{Prelude, Probe};
-use recipes_core::{Error, LossPolicy, LossReason, Result, Runtime, Settings};
+use recipes_core::{Error, LossPolicy, LossReason, Result};
 use zookeeper_client as zk;
 
 use crate::error::from_zk;
@@ -103,7 +104,7 @@ impl ZkClientBuilder {
     }
 
     fn validate(&self) -> Result<()> {
-        let shown = recipes_core::quote(&self.hosts);
+        let shown = recipes_core::store::quote(&self.hosts);
         let refuse = |why: &str| {
             Err(Error::invalid(format!(
                 "ZooKeeper connect string {shown} {why}; give host:port[,host:port…][/chroot]"
@@ -115,8 +116,13 @@ impl ZkClientBuilder {
         for host in self.hosts.split(',').map(str::trim) {
             match host {
                 "" => return refuse("has an empty host"),
-                _ if recipes_core::is_host_port(host) => {}
-                _ => return refuse(&format!("has {}, not host:port", recipes_core::quote(host))),
+                _ if recipes_core::store::is_host_port(host) => {}
+                _ => {
+                    return refuse(&format!(
+                        "has {}, not host:port",
+                        recipes_core::store::quote(host)
+                    ))
+                }
             }
         }
         if let Some(chroot) = &self.chroot {
@@ -253,7 +259,7 @@ impl Inner {
         // The server may grant less than asked (its maxSessionTimeout); an
         // unusable grant would make every acquisition lost at once. Dropping
         // `zk` closes the session.
-        recipes_core::check_lease(
+        recipes_core::store::check_lease(
             "the session timeout the server granted",
             zk.session_timeout(),
             self.config.settings.lease_slack,
@@ -419,7 +425,7 @@ impl ZkClient {
     /// another thread waits in returns [`Error::Closed`].
     pub(crate) fn close_within(&self, grace: Duration) -> Result<()> {
         // One budget for every step.
-        let until = recipes_core::deadline_in(grace);
+        let until = recipes_core::store::deadline_in(grace);
         self.inner.closed.store(true, Ordering::SeqCst);
         // A closed session deletes its ephemeral nodes at once rather than
         // after the session timeout. The close request goes out when the last

@@ -41,7 +41,7 @@ impl ZkClient {
                 after: timeout,
             });
         }
-        let killer = recipes_core::Runtime::new("recipes-zk-kill-session")?;
+        let killer = recipes_core::store::Runtime::new("recipes-zk-kill-session")?;
         let hosts = self.hosts().to_owned();
         let killed = killer.call("kill the session", timeout, async move {
             let other = zk::Client::connector()

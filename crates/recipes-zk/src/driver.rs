@@ -1,5 +1,5 @@
 //! The ZooKeeper driver of the core contend engine
-//! ([`recipes_core::engine`]): a folder of protected ephemeral-sequential
+//! ([`recipes_core::store::engine`]): a folder of protected ephemeral-sequential
 //! nodes, Curator's layout. The engine runs the loop; this file says how
 //! ZooKeeper creates, lists, watches and deletes.
 //!
@@ -9,9 +9,11 @@
 //!   with a watch on them: for the listing that makes us the holder, that
 //!   watch is the loss watch's first stage (it fires when any contender
 //!   comes or goes, ours included), so an uncontended cycle costs create,
-//!   list and delete — no read of our own node. No read at all after a wait
-//!   that saw the one node ahead of ours deleted: no node is ever created
-//!   ahead of ours (sequence order), so ours is first.
+//!   list and delete — no read of our own node. For a mutex or a latch, no
+//!   read at all after a wait that saw the one node ahead of ours deleted:
+//!   no node is ever created ahead of ours (sequence order), so ours is
+//!   first. Not for a read-write lock: its downgrade creates a reader in
+//!   the deleted writer's place, so its waiters always list again.
 //! - **wait**: a one-shot watch on the node ahead (a mutex, a latch) or on
 //!   the folder's children (semaphore permits: any release may admit us).
 //! - **confirm**: nothing to ask; the fence is our node's czxid.
@@ -23,18 +25,19 @@ use std::future::Future;
 use std::sync::Arc;
 use std::time::Duration;
 
-use recipes_core::engine::{ContendDriver, Entered, Listing};
-use recipes_core::{until_done, Backoff, Error, LossSignal, Result, SessionLease};
+use recipes_core::store::engine::{ContendDriver, Entered, Listing, Role, Rule};
+use recipes_core::store::{until_done, Backoff, SessionLease};
+use recipes_core::{Error, LossSignal, Result};
 use tokio::time::Instant;
 use zookeeper_client as zk;
 
 use crate::client::ZkClient;
 use crate::error::{connection_trouble, from_zk, read_error};
 use crate::names::{
-    enclosing_semaphore, fresh_uuid, inside_semaphore, is_contender_of, is_ours, own_layout,
-    protected_prefix, queue_order, semaphore_size, sequence_of,
+    enclosing_semaphore, fresh_uuid, in_layout, inside_semaphore, is_contender_of, is_ours,
+    own_layout, protected_prefix, queue_order, semaphore_size, sequence_of, READ,
 };
-use crate::node_lease::delete_node;
+use crate::node_lease::{delete_node, ZkNode, ZkNodeLease};
 use crate::session::Session;
 
 /// What a contender asks for.
@@ -42,12 +45,13 @@ use crate::session::Session;
 pub(crate) struct Contender {
     /// The folder the contenders' nodes live in.
     pub(crate) dir: String,
-    /// Curator's lock name: `lock-`, `latch-`, `lease-`.
+    /// Curator's lock name: `lock-`, `latch-`, `lease-`, and a read-write
+    /// lock's `__READ__` or `__WRIT__` (whose listing holds both).
     pub(crate) lock_name: &'static str,
     /// The node's data.
     pub(crate) data: Vec<u8>,
-    /// How many nodes at the head of the queue hold (1 for a mutex).
-    pub(crate) max_leases: usize,
+    /// The recipe's queue rule.
+    pub(crate) rule: Rule,
     /// A caller's lock or election, refused inside a semaphore's own
     /// folders; false for the semaphore's internal mutex and permits.
     pub(crate) outside_semaphores: bool,
@@ -104,9 +108,33 @@ impl NodeDriver {
         }
     }
 
+    /// Whether the deletion of the one node ahead of ours makes ours
+    /// first without another listing: for a mutex or a latch, whose nodes
+    /// are never created ahead of ours. Never for a read-write lock: a
+    /// downgrade puts a reader in the deleted writer's place, ahead of us.
+    fn first_after_deletion(&self, entry: &Entry) -> bool {
+        self.contender.rule.holders() == Some(1) && entry.alone_behind
+    }
+
     /// Contend until held or `deadline`; on the runtime.
     pub(crate) async fn acquire(&self, deadline: Option<Instant>) -> Result<Option<Acquired>> {
-        recipes_core::engine::contend(self, deadline).await
+        recipes_core::store::engine::contend(self, deadline).await
+    }
+
+    /// Contend until held or `deadline`, blocking the caller (the
+    /// acquisitions of a mutex and of a read-write lock's sides).
+    pub(crate) fn acquire_lease(
+        &self,
+        what: &str,
+        deadline: Option<std::time::Instant>,
+    ) -> Result<Option<ZkNodeLease>> {
+        let (driver, client) = (self.clone(), &self.client);
+        let acquired = client.runtime().call_until(what, None, async move {
+            driver
+                .acquire(deadline.map(tokio::time::Instant::from_std))
+                .await
+        })?;
+        Ok(acquired.map(|a| ZkNode::held(client.clone(), a)))
     }
 }
 
@@ -117,8 +145,21 @@ impl ContendDriver for NodeDriver {
     type Id = String;
     type Won = Acquired;
 
-    fn max_leases(&self) -> usize {
-        self.contender.max_leases
+    fn rule(&self) -> Rule {
+        self.contender.rule
+    }
+
+    /// A read-write lock's entries are readers (`__READ__`) or writers
+    /// (`__WRIT__`, and anything else, as Curator's reader counts it); every
+    /// other recipe's queue has one role.
+    fn role(&self, id: &String) -> Role {
+        match self.contender.rule {
+            Rule::Mutex => Role::Mutex,
+            Rule::Latch => Role::Participant,
+            Rule::Leases(_) => Role::Permit,
+            Rule::ReadWrite if is_contender_of(id, READ) => Role::Reader,
+            Rule::ReadWrite => Role::Writer,
+        }
     }
 
     fn spawn(&self, task: impl Future<Output = ()> + Send + 'static) {
@@ -231,7 +272,7 @@ impl ContendDriver for NodeDriver {
         }
         let children: Vec<String> = children
             .into_iter()
-            .filter(|c| is_contender_of(c, lock_name))
+            .filter(|c| in_layout(c, lock_name))
             .collect();
         let contenders: Vec<String> = queue_order(&children, entry.seq)
             .into_iter()
@@ -248,7 +289,7 @@ impl ContendDriver for NodeDriver {
         let (session, dir) = (&epoch.0, &self.contender.dir);
         // The watch fires when the node changes or goes, and on session
         // expiry; the engine also wakes at the deadline and on epoch loss.
-        let watcher = if self.contender.max_leases > 1 {
+        let watcher = if self.contender.rule.holders().is_some_and(|n| n > 1) {
             // Any permit's release may admit us, not only the one ahead.
             match session.zk().get_and_watch_children(dir).await {
                 Ok((children, _, watcher)) if children.contains(ahead) => watcher,
@@ -261,7 +302,7 @@ impl ContendDriver for NodeDriver {
                 Ok((_, _, watcher)) => watcher,
                 // Gone since the listing that showed it.
                 Err(zk::Error::NoNode) => {
-                    entry.first = entry.alone_behind;
+                    entry.first = self.first_after_deletion(entry);
                     return Ok(());
                 }
                 Err(e) => return Err(read_error(&format!("watch {watched}"), e)),
@@ -271,9 +312,8 @@ impl ContendDriver for NodeDriver {
         let event = watcher.changed().await;
         // Only the deletion of the one node ahead makes ours first; a data
         // change, a session event, or another node still ahead: read again.
-        entry.first = self.contender.max_leases == 1
-            && entry.alone_behind
-            && event.event_type == zk::EventType::NodeDeleted;
+        entry.first =
+            event.event_type == zk::EventType::NodeDeleted && self.first_after_deletion(entry);
         Ok(())
     }
 

@@ -17,7 +17,9 @@ use std::time::Duration;
 
 use tokio::time::Instant;
 
-use recipes_core::{Client, ElectionBackend, LeaderInfo, LeaderObserver, Result, Runtime};
+use recipes_core::store::engine::Rule;
+use recipes_core::store::{ElectionBackend, Runtime};
+use recipes_core::{Client, LeaderInfo, LeaderObserver, Result};
 
 use crate::client::ZkClient;
 use crate::driver::{Contender, NodeDriver};
@@ -98,7 +100,7 @@ impl ElectionBackend for ZkElection {
             dir: self.path.clone(),
             lock_name: self.lock_name,
             data: value,
-            max_leases: 1,
+            rule: Rule::Latch,
             outside_semaphores: true,
         };
         let driver = NodeDriver::new(&self.client, contender);

@@ -31,11 +31,25 @@
 //! | [`InterProcessSemaphore`] | `<path>/locks/_c_<uuid>-lock-<seq10>`, `<path>/leases/_c_<uuid>-lease-<seq10>`, N in `<path>`'s data |
 //! | [`LeaderLatch`] | `<path>/_c_<uuid>-latch-<seq10>`, data = id |
 //! | [`LeaderSelector`] | `<path>/_c_<uuid>-lock-<seq10>`, data = id |
+//! | [`InterProcessReadWriteLock`] | `<path>/_c_<uuid>-__READ__<seq10>`, `<path>/_c_<uuid>-__WRIT__<seq10>`: one sequence, one queue |
 //!
 //! All are ephemeral-sequential under container parents, with a fresh uuid
-//! per acquisition. Contenders are ordered by the trailing sequence of any
+//! per acquisition (but for a downgraded reader, below). Contenders are ordered by the trailing sequence of any
 //! child name (kazoo's `…__lock__<seq>` too), with serial-number arithmetic
 //! across the wrap of the parent's counter.
+//!
+//! **Read-write lock.** Curator 5.4's `InterProcessReadWriteLock` layout, so
+//! Curator's readers and writers and ours exclude each other both ways. A
+//! reader holds when no writer is ahead of it and watches the nearest
+//! writer ahead; a writer holds when first and watches the node just
+//! ahead. Every guard's fence is its node's czxid. A **downgrade** is one
+//! `multi` that creates the ephemeral, non-sequential reader
+//! `<path>/_c_<fresh uuid>-__READ__<seq10>` — the name carries the
+//! writer's own sequence number — and deletes the writer's node: the
+//! reader sorts exactly where the writer was (Curator sorts by the number
+//! after the marker), so a writer queued behind, Curator's included, stays
+//! behind, and readers queued behind enter. The downgraded read guard keeps
+//! the write token.
 //!
 //! ## What is guaranteed under pause and partition
 //!
@@ -68,13 +82,16 @@
 //! ## Mixing with other clients
 //!
 //! Safe, and tested against the real peers: Curator's `InterProcessMutex`,
-//! `LeaderSelector` and `LeaderLatch` on the same paths as ours; kazoo's
+//! `InterProcessReadWriteLock` (both sides, and our downgrade with a
+//! Curator writer queued behind), `LeaderSelector` and `LeaderLatch` on the
+//! same paths as ours; kazoo's
 //! `Lock` made with `extra_lock_patterns=["-lock-"]`. Same layout, not tested
 //! here: Curator's `InterProcessSemaphoreV2` with the same number of leases. Unsafe: a default kazoo `Lock`
 //! (it ignores Curator-layout nodes, ours included) and kazoo with Curator
 //! (Curator mis-sorts kazoo's names). A recipe opened on a path that holds
 //! another recipe's nodes (a latch's under a selector, a mutex under a
-//! semaphore) is refused with `InvalidArgument`.
+//! semaphore, a mutex under a read-write lock and the reverse) is refused
+//! with `InvalidArgument`.
 
 #![warn(missing_docs)]
 #![deny(missing_debug_implementations)]
@@ -89,6 +106,7 @@ mod mutex;
 mod names;
 mod node_lease;
 mod observe;
+mod rw_lock;
 mod semaphore;
 mod session;
 mod surface;
@@ -105,6 +123,7 @@ pub use recipes_core::{
     LeaderInfo, LeaderObserver, LossPolicy, LossReason, LossSignal, Participant, Result, Tls,
     TlsProblem, DEFAULT_CONNECT_TIMEOUT, DEFAULT_RPC_TIMEOUT, DEFAULT_TTL, MAX_DURATION, MIN_TTL,
 };
+pub use rw_lock::{InterProcessReadWriteLock, ZkRwLock};
 pub use semaphore::{InterProcessSemaphore, ZkSemaphore};
 pub use session::SessionState;
 
@@ -120,3 +139,12 @@ pub type Semaphore = InterProcessSemaphore;
 
 /// A held permit of a [`Semaphore`].
 pub type SemaphorePermit = recipes_core::SemaphorePermit<ZkNodeLease>;
+
+/// [`InterProcessReadWriteLock`] (Curator's name) is also `RwLock`.
+pub type RwLock = InterProcessReadWriteLock;
+
+/// A held read side of an [`RwLock`].
+pub type RwLockReadGuard = recipes_core::RwLockReadGuard<ZkRwLock>;
+
+/// A held write side of an [`RwLock`].
+pub type RwLockWriteGuard = recipes_core::RwLockWriteGuard<ZkRwLock>;

@@ -7,12 +7,14 @@
 
 use std::time::Instant;
 
-use recipes_core::{MutexBackend, Result};
+use recipes_core::store::engine::Rule;
+use recipes_core::store::MutexBackend;
+use recipes_core::Result;
 
 use crate::client::ZkClient;
 use crate::driver::{Contender, NodeDriver};
 use crate::names::{validate_path, LOCK};
-use crate::node_lease::{ZkNode, ZkNodeLease};
+use crate::node_lease::ZkNodeLease;
 
 /// A mutex shared with every process, Java (Curator) ones included, that
 /// locks the same path; see [`recipes_core::Mutex`] for the API and what
@@ -33,7 +35,7 @@ impl ZkMutex {
             dir: path.to_owned(),
             lock_name: LOCK,
             data: Vec::new(),
-            max_leases: 1,
+            rule: Rule::Mutex,
             outside_semaphores: true,
         };
         Ok(ZkMutex {
@@ -49,17 +51,11 @@ impl MutexBackend for ZkMutex {
         &self.driver.contender.dir
     }
 
-    fn runtime(&self) -> &recipes_core::Runtime {
+    fn runtime(&self) -> &recipes_core::store::Runtime {
         self.driver.client.runtime()
     }
 
     fn acquire(&self, deadline: Option<Instant>) -> Result<Option<ZkNodeLease>> {
-        let (driver, client) = (self.driver.clone(), &self.driver.client);
-        let acquired = client.runtime().call_until("lock", None, async move {
-            driver
-                .acquire(deadline.map(tokio::time::Instant::from_std))
-                .await
-        })?;
-        Ok(acquired.map(|a| ZkNode::held(client.clone(), a)))
+        self.driver.acquire_lease("lock", deadline)
     }
 }

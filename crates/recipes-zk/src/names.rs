@@ -11,13 +11,38 @@ pub(crate) const LOCK: &str = "lock-";
 pub(crate) const LATCH: &str = "latch-";
 /// Curator's node name of a semaphore's permits.
 pub(crate) const LEASE: &str = "lease-";
+/// Curator's node name of a read-write lock's readers
+/// (`InterProcessReadWriteLock`).
+pub(crate) const READ: &str = "__READ__";
+/// Curator's node name of a read-write lock's writers; one sequence for
+/// both sides.
+pub(crate) const WRITE: &str = "__WRIT__";
+
+/// The node names of one recipe's layout: a read-write lock's readers and
+/// writers share a folder and a queue; every other recipe has one name.
+pub(crate) fn layout_names(lock_name: &'static str) -> &'static [&'static str] {
+    match lock_name {
+        READ | WRITE => &[READ, WRITE],
+        LOCK => &[LOCK],
+        LATCH => &[LATCH],
+        _ => &[LEASE],
+    }
+}
+
+/// Whether `child` is a contender of the layout `lock_name` belongs to
+/// (for a read-write lock: a reader or a writer).
+pub(crate) fn in_layout(child: &str, lock_name: &'static str) -> bool {
+    layout_names(lock_name)
+        .iter()
+        .any(|l| is_contender_of(child, l))
+}
 
 /// Curator's prefix of protected (guid) node names.
 pub(crate) const PROTECTED_PREFIX: &str = "_c_";
 
 /// Check a recipe's path, saying what to change when it is unusable.
 pub(crate) fn validate_path(path: &str) -> Result<()> {
-    let shown = recipes_core::quote(path);
+    let shown = recipes_core::store::quote(path);
     let bad = |why: &str| Err(Error::invalid(format!("ZooKeeper path {shown} {why}")));
     if path.len() > MAX_NAME_BYTES {
         return bad(&format!(
@@ -82,6 +107,20 @@ pub(crate) fn protected_prefix(uuid: &str, lock_name: &str) -> String {
     format!("{PROTECTED_PREFIX}{uuid}-{lock_name}")
 }
 
+/// The node that takes the place of the writer node `writer` (a path) at
+/// a downgrade: `<dir>/_c_<uuid>-__READ__` followed by the writer's own
+/// sequence, as the server formatted it. Curator sorts a read-write lock's
+/// nodes by what follows the marker and we by the sequence suffix, so it
+/// sorts exactly where the writer did. `None` for a path that is no
+/// writer's node.
+pub(crate) fn reader_in_place_of(writer: &str, uuid: &str) -> Option<String> {
+    let (dir, name) = writer.rsplit_once('/')?;
+    let at = name.rfind(WRITE)?;
+    let seq = &name[at + WRITE.len()..];
+    (sequence_of(name).is_some() && seq.len() >= 10)
+        .then(|| format!("{dir}/{}{seq}", protected_prefix(uuid, READ)))
+}
+
 /// The sequence ZooKeeper appended to a sequential node's name, formatted
 /// as `%010d`: ten digits, or after the parent's counter wrapped, a minus
 /// sign and ten digits (down to -1000000000) or a minus sign and nine. Works
@@ -125,11 +164,19 @@ pub(crate) fn is_contender_of(child: &str, lock_name: &str) -> bool {
 /// semaphore's own `<path>`, whose `locks` and `leases` are its own):
 /// another recipe's nodes, or a semaphore's folders. Unrelated children
 /// never count.
-pub(crate) fn own_layout(dir: &str, children: &[String], lock_name: Option<&str>) -> Result<()> {
+pub(crate) fn own_layout(
+    dir: &str,
+    children: &[String],
+    lock_name: Option<&'static str>,
+) -> Result<()> {
     let layouts = [
         (LOCK, "a mutex's or leader selector's …-lock-N nodes"),
         (LATCH, "an election's or leader latch's …-latch-N nodes"),
         (LEASE, "a semaphore's …-lease-N permits"),
+        (
+            READ,
+            "a read-write lock's …-__READ__N and …-__WRIT__N nodes",
+        ),
     ];
     let theirs = children.iter().find_map(|c| {
         if lock_name.is_some() && (c == "locks" || c == "leases") {
@@ -137,14 +184,16 @@ pub(crate) fn own_layout(dir: &str, children: &[String], lock_name: Option<&str>
         }
         layouts
             .iter()
-            .find(|(l, _)| Some(*l) != lock_name && is_contender_of(c, l))
+            .find(|(l, _)| {
+                lock_name.is_none_or(|ours| !layout_names(ours).contains(l)) && in_layout(c, l)
+            })
             .map(|(_, what)| *what)
     });
     theirs.map_or(Ok(()), |theirs| {
         Err(Error::invalid(format!(
             "{} holds another recipe's layout ({theirs}): open it with that recipe, or \
              choose another name",
-            recipes_core::quote(dir)
+            recipes_core::store::quote(dir)
         )))
     })
 }
@@ -169,8 +218,8 @@ pub(crate) fn inside_semaphore(path: &str, semaphore: &str, size: u32) -> Error 
         "the ZooKeeper name {} is part of the semaphore {} (its node holds its size, {size}): \
          a lock or election there would join the semaphore's own queue; choose a name \
          outside it",
-        recipes_core::quote(path),
-        recipes_core::quote(semaphore),
+        recipes_core::store::quote(path),
+        recipes_core::store::quote(semaphore),
     ))
 }
 
@@ -256,6 +305,41 @@ mod tests {
         for (ours, _) in &seen {
             assert_eq!(queue_order(&names, *ours), seen, "around {ours}");
         }
+    }
+
+    #[test]
+    fn a_downgraded_reader_keeps_the_writers_sequence() {
+        let writer = "/a/rw/_c_1111-__WRIT__0000000042";
+        let reader = reader_in_place_of(writer, "2222").unwrap();
+        assert_eq!(reader, "/a/rw/_c_2222-__READ__0000000042");
+        assert_eq!(sequence_of(&reader[6..]), sequence_of(&writer[6..]));
+        assert_eq!(
+            reader_in_place_of("/rw/_c_1-__WRIT__-000000002", "3").as_deref(),
+            Some("/rw/_c_3-__READ__-000000002")
+        );
+        assert_eq!(reader_in_place_of("/rw/_c_1-__READ__0000000001", "3"), None);
+        assert_eq!(reader_in_place_of("/rw/_c_1-lock-0000000001", "3"), None);
+    }
+
+    #[test]
+    fn each_layout_refuses_the_others_and_a_read_write_lock_is_one_layout() {
+        let rw: Vec<String> = ["_c_a-__READ__0000000001", "_c_b-__WRIT__0000000002"]
+            .map(String::from)
+            .to_vec();
+        assert!(own_layout("/rw", &rw, Some(READ)).is_ok());
+        assert!(own_layout("/rw", &rw, Some(WRITE)).is_ok());
+        for other in [LOCK, LATCH, LEASE] {
+            let refused = own_layout("/rw", &rw, Some(other)).unwrap_err();
+            assert!(refused.to_string().contains("__READ__"), "{refused}");
+        }
+        assert!(own_layout("/rw", &rw, None).is_err(), "a semaphore's path");
+        let mutex = vec!["_c_c-lock-0000000003".to_owned()];
+        assert!(own_layout("/m", &mutex, Some(WRITE)).is_err());
+        assert!(own_layout("/m", &mutex, Some(READ)).is_err());
+        let semaphore = vec!["locks".to_owned(), "leases".to_owned()];
+        assert!(own_layout("/s", &semaphore, Some(READ)).is_err());
+        assert!(in_layout("_c_a-__READ__0000000001", WRITE));
+        assert!(!in_layout("_c_a-__READ__0000000001", LOCK));
     }
 
     #[test]

@@ -1,16 +1,17 @@
 //! A node held under a session — the lease behind a lock, a permit, a
 //! latch's or a selector's leadership — as core's
-//! [`HeldEntry`](recipes_core::HeldEntry): the watch on the node, its
+//! [`HeldEntry`](recipes_core::store::HeldEntry): the watch on the node, its
 //! deletion, and fenced writes as `multi(check(our node), op)`.
 
 use std::future::Future;
 use std::sync::{Arc, Weak};
 use std::time::Duration;
 
-use recipes_core::{
-    until_done, Backoff, Error, FencedWrite, FencingToken, HeldEntry, LossReason, LossTrigger,
-    Result, Runtime, StoreEntry,
+use recipes_core::store::{
+    until_done, Backoff, FencedLease, FencedWrite, HeldEntry, HeldLease, LeadershipLease,
+    LossTrigger, Runtime, StoreEntry,
 };
+use recipes_core::{Error, FencingToken, LossReason, Result};
 use zookeeper_client as zk;
 
 use crate::client::ZkClient;
@@ -59,6 +60,84 @@ impl ZkNode {
             node: a.node,
         };
         HeldEntry::new(node, trigger, token)
+    }
+
+    /// Replace the node `held` holds by a new ephemeral node `replacement`
+    /// in one `multi` (create it, delete ours), keeping the fence: a
+    /// read-write lock's downgrade, where the replacement's name keeps our
+    /// place in the queue. The new lease watches the new node.
+    ///
+    /// # Errors
+    ///
+    /// [`Error::LeaseLost`] when `held` was lost or its node is gone;
+    /// [`Error::Indeterminate`] when no reply came; backend errors. On any
+    /// error nothing is held: both nodes are deleted in the background on
+    /// our session (after the multi, should it still land).
+    pub(crate) fn replace(held: ZkNodeLease, replacement: String) -> Result<ZkNodeLease> {
+        let old = held.entry().clone();
+        let Some(session) = old.session.upgrade() else {
+            return Err(Error::Closed);
+        };
+        // An epoch that is lost has been replaced only after `held` lost:
+        // checked after the read, the epoch is `held`'s own.
+        let epoch = session.current_epoch();
+        if let Some(reason) = held.loss_signal().reason() {
+            held.release_in_background();
+            return Err(Error::LeaseLost { reason });
+        }
+        // The old holding ends here, before the multi: neither the
+        // session's reaper nor the old node's watch may take the node's
+        // deletion by the multi for a loss.
+        session.untrack(&old.node);
+        held.trigger().fire(LossReason::Released);
+        let swap = swap(session.clone(), old.node.clone(), replacement.clone());
+        // A timed-out call cancels the multi: the deletes below follow it
+        // on the session's queue, whether it was sent or not.
+        let swapped = old.runtime().call("downgrade", old.rpc_timeout(), swap);
+        if let Err(e) = swapped.map_err(Error::unconfirmed) {
+            for node in [old.node.clone(), replacement] {
+                old.runtime()
+                    .spawn(delete_until_done(session.clone(), node));
+            }
+            return Err(e);
+        }
+        let acquired = Acquired {
+            session,
+            epoch,
+            node: replacement,
+            czxid: held.token().0 as i64,
+            children: None,
+        };
+        Ok(ZkNode::held(old.client, acquired))
+    }
+}
+
+/// `multi(create(replacement, ephemeral), delete(node))` on `session`.
+async fn swap(session: Arc<Session>, node: String, replacement: String) -> Result<()> {
+    let what = format!("replace {node} by {replacement}");
+    let mut writer = session.zk().new_multi_writer();
+    writer
+        .add_create(
+            &replacement,
+            &[],
+            &session.options(zk::CreateMode::Ephemeral),
+        )
+        .map_err(|e| from_zk(&what, e))?;
+    writer
+        .add_delete(&node, None)
+        .map_err(|e| from_zk(&what, e))?;
+    match writer.commit().await {
+        Ok(_) => Ok(()),
+        Err(zk::MultiWriteError::OperationFailed {
+            index: 1,
+            source: zk::Error::NoNode,
+        }) => Err(Error::LeaseLost {
+            reason: LossReason::Deleted,
+        }),
+        Err(zk::MultiWriteError::RequestFailed { source }) if connection_trouble(&source) => {
+            Err(Error::ConnectionLoss)
+        }
+        Err(e) => Err(from_zk(&what, e.into())),
     }
 }
 

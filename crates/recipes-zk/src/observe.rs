@@ -1,8 +1,9 @@
 //! Reading and following an election's leader: the first node in queue
-//! order and its data; the observer ([`recipes_core::follow_leader`]) re-arms
+//! order and its data; the observer ([`recipes_core::store::follow_leader`]) re-arms
 //! one-shot watches on the folder's children and on the leader's node.
 
-use recipes_core::{LeaderInfo, LeaderObserver, LeaderWatch, Result};
+use recipes_core::store::LeaderWatch;
+use recipes_core::{LeaderInfo, LeaderObserver, Result};
 use zookeeper_client as zk;
 
 use crate::client::ZkClient;
@@ -90,7 +91,7 @@ impl LeaderWatch for Watch {
     }
 }
 
-/// Follow the leader at `dir` (see [`recipes_core::ElectionBackend::observe`]).
+/// Follow the leader at `dir` (see [`recipes_core::store::ElectionBackend::observe`]).
 pub(crate) fn watch_leader(
     client: &ZkClient,
     dir: &str,
@@ -103,5 +104,5 @@ pub(crate) fn watch_leader(
         folder: None,
         node: None,
     };
-    recipes_core::follow_leader(client.runtime(), client.rpc_timeout(), watch)
+    recipes_core::store::follow_leader(client.runtime(), client.rpc_timeout(), watch)
 }

@@ -14,8 +14,9 @@
 
 use std::time::Instant;
 
-use recipes_core::engine::{admit, SemaphoreDriver};
-use recipes_core::{Backoff, Error, Result, SemaphoreBackend};
+use recipes_core::store::engine::{admit, Rule, SemaphoreDriver};
+use recipes_core::store::{Backoff, SemaphoreBackend};
+use recipes_core::{Error, Result};
 use tokio::time::Instant as TokioInstant;
 use zookeeper_client as zk;
 
@@ -42,13 +43,13 @@ pub struct ZkSemaphore {
 impl ZkSemaphore {
     pub(crate) fn new(client: &ZkClient, path: &str, permits: u32) -> Result<ZkSemaphore> {
         validate_path(path)?;
-        recipes_core::check_permits(&format!("the ZooKeeper semaphore {path}"), permits)?;
-        let folder = |name: &str, lock_name, max_leases| {
+        recipes_core::store::check_permits(&format!("the ZooKeeper semaphore {path}"), permits)?;
+        let folder = |name: &str, lock_name, rule| {
             let contender = Contender {
                 dir: format!("{path}/{name}"),
                 lock_name,
                 data: Vec::new(),
-                max_leases,
+                rule,
                 outside_semaphores: false,
             };
             NodeDriver::new(client, contender)
@@ -57,8 +58,8 @@ impl ZkSemaphore {
             client: client.clone(),
             path: path.to_owned(),
             permits,
-            lock: folder("locks", LOCK, 1),
-            leases: folder("leases", LEASE, permits as usize),
+            lock: folder("locks", LOCK, Rule::Mutex),
+            leases: folder("leases", LEASE, Rule::Leases(permits as usize)),
         };
         Ok(ZkSemaphore { inner })
     }
@@ -162,7 +163,7 @@ impl SemaphoreBackend for ZkSemaphore {
         &self.inner.path
     }
 
-    fn runtime(&self) -> &recipes_core::Runtime {
+    fn runtime(&self) -> &recipes_core::store::Runtime {
         self.inner.client.runtime()
     }
 

@@ -14,10 +14,8 @@ use std::sync::{Arc, Weak};
 use std::time::Duration;
 
 use parking_lot::Mutex;
-use recipes_core::{
-    system_clock, BootInstant, Error, LossPolicy, LossReason, LossSignal, LossTrigger, Result,
-    SessionLease, SharedClock,
-};
+use recipes_core::store::{system_clock, LossTrigger, SessionLease, SharedClock};
+use recipes_core::{BootInstant, Error, LossPolicy, LossReason, LossSignal, Result};
 use zookeeper_client as zk;
 
 use crate::error::read_error;

@@ -13,9 +13,18 @@ use crate::election::{Election, LeaderLatch, LeaderSelector, ZkElection};
 use crate::error::from_zk;
 use crate::mutex::{InterProcessMutex, ZkMutex};
 use crate::names::{validate_path, LATCH, LOCK};
+use crate::rw_lock::{InterProcessReadWriteLock, ZkRwLock};
 use crate::semaphore::{InterProcessSemaphore, ZkSemaphore};
 
 impl Client for ZkClient {
+    type RwLock = ZkRwLock;
+
+    fn rw_lock(&self, path: &str) -> Result<InterProcessReadWriteLock> {
+        Ok(InterProcessReadWriteLock::from_backend(ZkRwLock::new(
+            self, path,
+        )?))
+    }
+
     type Mutex = ZkMutex;
     type Semaphore = ZkSemaphore;
     type Election = ZkElection;
