@@ -4,8 +4,9 @@ use std::fmt;
 use std::time::Duration;
 
 use etcd_client::{ConnectOptions, GetOptions};
+use recipes_core::store::{Runtime, Settings, CALL_MARGIN};
 use recipes_core::tls::{check_scheme, Prelude::None as NONE, Probe};
-use recipes_core::{Error, LossPolicy, Result, Runtime, Settings, Tls, TlsFiles, CALL_MARGIN};
+use recipes_core::{Error, LossPolicy, Result, Tls, TlsFiles};
 
 use crate::client::EtcdClient;
 use crate::rpc::from_etcd;
@@ -158,13 +159,13 @@ fn check_endpoint(endpoint: &str, tls: bool) -> Result<String> {
         Error::invalid(format!(
             "etcd endpoint {} {why}; write host:port, http://host:port or, with TLS, \
              https://host:port, such as 127.0.0.1:2379",
-            recipes_core::quote(endpoint)
+            recipes_core::store::quote(endpoint)
         ))
     };
     let (scheme, address) = check_scheme(endpoint, "http", "https", tls).map_err(|w| refuse(&w))?;
     match address.unwrap_or(endpoint) {
         _ if endpoint.contains(',') => Err(refuse("holds a comma (give one endpoint per item)")),
-        a if recipes_core::is_host_port(a) => Ok(format!("{scheme}://{a}")),
+        a if recipes_core::store::is_host_port(a) => Ok(format!("{scheme}://{a}")),
         _ => Err(refuse("is empty or lacks a host or a numeric port")),
     }
 }

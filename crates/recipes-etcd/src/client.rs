@@ -4,7 +4,8 @@ use std::fmt;
 use std::sync::Arc;
 use std::time::Duration;
 
-use recipes_core::{LeaseSessions, Result, Runtime, Settings};
+use recipes_core::store::{LeaseSessions, Runtime, Settings};
+use recipes_core::Result;
 
 use crate::builder::EtcdClientBuilder;
 use crate::hub::WatchHub;

@@ -1,7 +1,9 @@
 //! The contend driver of etcd's `concurrency` layout, shared by the mutex,
 //! the election (and so the latch and the selector) and a semaphore's
-//! internal mutex: the engine's verbs over one key `<prefix><lease hex>`.
-//! The loop is the engine's ([`recipes_core::engine::contend`]).
+//! internal mutex: the engine's verbs over one key `<prefix><lease hex>`;
+//! and of the permit and read-write layouts (`permit.rs`, `rw_queue.rs`),
+//! which differ in how their key is named, created and listed. The loop
+//! is the engine's ([`recipes_core::store::engine::contend`]).
 //!
 //! - **enter**: an interest in the name's deletions on the client's one
 //!   watch stream (`hub`: no request), then one transaction — if our key
@@ -25,8 +27,9 @@
 use std::time::Duration;
 
 use etcd_client::{Compare, CompareOp, GetOptions, PutOptions, Txn, TxnOp};
-use recipes_core::engine::{ContendDriver, Entered, Listing};
-use recipes_core::{LeaseEpoch, LossSignal, Result};
+use recipes_core::store::engine::{ContendDriver, Entered, Listing, Role, Rule};
+use recipes_core::store::LeaseEpoch;
+use recipes_core::{LossSignal, Result};
 use tokio::time::Instant;
 
 use crate::client::EtcdClient;
@@ -34,9 +37,11 @@ use crate::hub::{Interest, FOLLOWED_AHEAD};
 use crate::key::{guarded, Acquired, Ticket};
 use crate::listing::{list, listing, oldest_first};
 use crate::names::{
-    contender_key, enclosing_semaphore, inside_semaphore, other_layout, permit_key, size_key, Key,
+    contender_key, enclosing_semaphore, inside_semaphore, other_layout, permit_key, read_prefix,
+    rw_key, size_key, write_prefix, Key,
 };
 use crate::rpc::{header_revision, read_at, retrying_txn, unexpected};
+use crate::rw_queue::{downgrade_of, none_under, one_under, RwQueue};
 use crate::semaphore::EtcdSemaphore;
 use crate::session::{Etcd, Session};
 
@@ -91,6 +96,8 @@ pub(crate) enum Layout<'a> {
     },
     /// A semaphore's permit keys (`permit.rs`).
     Permits(&'a EtcdSemaphore),
+    /// A read-write lock's reader or writer (`rw_queue.rs`).
+    ReadWrite(&'a RwQueue),
 }
 
 /// A session and this process's turn at the name on it, until the ticket
@@ -146,14 +153,21 @@ impl KeyContender<'_> {
         let oldest = oldest_first();
         let size = size_key(self.prefix);
         let keys_only = || Some(GetOptions::new().with_keys_only());
+        // A read-write lock's keys below the prefix: Go's mutex counts
+        // them, ours would not.
+        let (readers, writers) = (read_prefix(self.prefix), write_prefix(self.prefix));
         let mut when = vec![
             Compare::create_revision(key.as_str(), CompareOp::Equal, 0),
             Compare::create_revision(size.as_str(), CompareOp::Equal, 0),
+            none_under(&readers),
+            none_under(&writers),
         ];
         let mut otherwise = vec![
             TxnOp::get(key.as_str(), None),
             TxnOp::get(self.prefix, Some(oldest.clone())),
             TxnOp::get(size.as_str(), keys_only()),
+            one_under(&readers),
+            one_under(&writers),
         ];
         // A lock or election of the user's named like a semaphore's own
         // (`<sem>/locks`, `<sem>/leases`) would join that semaphore's queue.
@@ -196,12 +210,18 @@ impl KeyContender<'_> {
         if resp.succeeded() {
             return Ok((header, Some(first(header)?)));
         }
+        let ours = "a lock or election";
         if let Some(kv) = read_at(&resp, 2)?.kvs().first() {
-            let (ours, theirs) = ("a lock or election", "a semaphore");
-            return Err(other_layout(self.prefix, ours, theirs, kv.key()));
+            return Err(other_layout(self.prefix, ours, "a semaphore", kv.key()));
+        }
+        for at in [3, 4] {
+            if let Some(kv) = read_at(&resp, at)?.kvs().first() {
+                let theirs = "a read-write lock";
+                return Err(other_layout(self.prefix, ours, theirs, kv.key()));
+            }
         }
         if let Some((semaphore, _)) = &enclosing {
-            if let Some(kv) = read_at(&resp, 3)?.kvs().first() {
+            if let Some(kv) = read_at(&resp, 5)?.kvs().first() {
                 return Err(inside_semaphore(self.prefix, semaphore, kv.key()));
             }
         }
@@ -230,10 +250,18 @@ impl ContendDriver for KeyContender<'_> {
     type Id = Key;
     type Won = Acquired;
 
-    fn max_leases(&self) -> usize {
+    fn rule(&self) -> Rule {
         match self.layout {
-            Layout::Key { .. } => 1,
-            Layout::Permits(sem) => sem.permits as usize,
+            Layout::Key { .. } => Rule::Mutex,
+            Layout::Permits(sem) => Rule::Leases(sem.permits as usize),
+            Layout::ReadWrite(_) => Rule::ReadWrite,
+        }
+    }
+
+    fn role(&self, id: &Key) -> Role {
+        match self.layout {
+            Layout::ReadWrite(queue) => queue.role(self.prefix, id),
+            _ => Role::Mutex,
         }
     }
 
@@ -256,8 +284,9 @@ impl ContendDriver for KeyContender<'_> {
                 ..
             } => leases.epoch_for(name).await.map(Some),
             Layout::Key { name, .. } => leases.epoch_waiting(name, deadline).await,
-            // Every permit key is distinct: no turn at a name to wait for.
-            Layout::Permits(_) => leases.epoch().await.map(Some),
+            // Every permit or read-write key is distinct: no turn at a
+            // name to wait for.
+            Layout::Permits(_) | Layout::ReadWrite(_) => leases.epoch().await.map(Some),
         }
     }
 
@@ -270,6 +299,7 @@ impl ContendDriver for KeyContender<'_> {
         let key = match self.layout {
             Layout::Key { .. } => contender_key(self.prefix, lease),
             Layout::Permits(_) => permit_key(self.prefix, lease),
+            Layout::ReadWrite(queue) => rw_key(self.prefix, queue.write, lease),
         };
         Ticket {
             session: epoch.session.clone(),
@@ -287,6 +317,10 @@ impl ContendDriver for KeyContender<'_> {
         let (create_revision, first) = match self.layout {
             Layout::Key { claim, .. } => self.create_key(session, ticket, claim).await?,
             Layout::Permits(sem) => sem.create_permit(session, &key).await?,
+            Layout::ReadWrite(queue) => {
+                let (rev, first) = queue.create(session, self.prefix, &key).await?;
+                (rev, Some(first))
+            }
         };
         ticket.create_revision = Some(create_revision);
         let read_at = first.as_ref().map_or(create_revision, |l| l.revision);
@@ -327,7 +361,13 @@ impl ContendDriver for KeyContender<'_> {
             None => {
                 let (key, rev) = (&entry.key, entry.create_revision);
                 let timeout = epoch.session.rpc_timeout();
-                list(&entry.etcd, timeout, self.prefix, key, rev).await?
+                match self.layout {
+                    Layout::ReadWrite(queue) => {
+                        let ours = (self.prefix, key.as_str(), rev);
+                        queue.list(&entry.etcd, timeout, ours).await?
+                    }
+                    _ => list(&entry.etcd, timeout, self.prefix, key, rev).await?,
+                }
             }
         };
         entry.listed(&read);
@@ -340,17 +380,25 @@ impl ContendDriver for KeyContender<'_> {
             // Any permit key's deletion: we are the one waiter the
             // internal mutex lets in.
             Layout::Permits(_) => (None, None),
-            Layout::Key { .. } => {
+            Layout::Key { .. } | Layout::ReadWrite(_) => {
                 let others = entry.ahead.iter().filter(|k| **k != ahead.0);
                 let others =
                     (entry.ahead.len() <= FOLLOWED_AHEAD + 1).then(|| others.cloned().collect());
                 (Some(ahead.0.as_slice()), others)
             }
         };
-        entry.first_at = entry
-            .interest
-            .wait(ahead, others, entry.read_at, timeout)
-            .await?;
+        let deleted = entry.interest.wait(ahead, others, entry.read_at, timeout);
+        let Layout::ReadWrite(RwQueue { write: false, .. }) = self.layout else {
+            entry.first_at = deleted.await?;
+            return Ok(());
+        };
+        // A reader waits on a writer: its downgrade lets us in too.
+        let (writer, rev) = (ahead.unwrap_or_default(), entry.read_at);
+        let downgraded = downgrade_of(&entry.etcd, self.prefix, writer, rev, timeout);
+        entry.first_at = tokio::select! {
+            first_at = deleted => first_at?,
+            () = downgraded => None,
+        };
         Ok(())
     }
 

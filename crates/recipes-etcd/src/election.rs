@@ -13,7 +13,8 @@
 use std::future::Future;
 use std::time::Duration;
 
-use recipes_core::{Client, ElectionBackend, LeaderInfo, LeaderObserver, Result, Runtime};
+use recipes_core::store::{ElectionBackend, Runtime};
+use recipes_core::{Client, LeaderInfo, LeaderObserver, Result};
 use tokio::time::Instant;
 
 use crate::client::EtcdClient;
@@ -119,6 +120,10 @@ impl ElectionBackend for EtcdElection {
             prefix,
             watch: None,
         };
-        recipes_core::follow_leader(self.0.client.runtime(), self.0.client.rpc_timeout(), watch)
+        recipes_core::store::follow_leader(
+            self.0.client.runtime(),
+            self.0.client.rpc_timeout(),
+            watch,
+        )
     }
 }

@@ -4,7 +4,8 @@
 use std::sync::Arc;
 
 use etcd_client::{Compare, CompareOp, Txn, TxnOp};
-use recipes_core::{until_done, Backoff, LossReason, Result, Turn, Turns};
+use recipes_core::store::{until_done, Backoff, Turn, Turns};
+use recipes_core::{LossReason, Result};
 
 use crate::hub::{Interest, WatchHub};
 use crate::rpc::{header_revision, retrying_txn};

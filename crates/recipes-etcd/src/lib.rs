@@ -3,7 +3,8 @@
 //! The etcd backend of `recipes`: a blocking client whose keep-alives and
 //! watches run on its own runtime thread, and recipes in the key layouts of
 //! etcd's Go `concurrency` package (so `etcdctl lock` and `etcdctl elect`
-//! contend with them). The API and its guarantees are core's
+//! contend with them) and its `recipe.RWMutex`. The API and its
+//! guarantees are core's
 //! ([`recipes_core`]); this crate documents layouts, sessions and interop.
 //!
 //! ```no_run
@@ -27,6 +28,13 @@
 //! # }
 //! ```
 //!
+//! A read-write lock ([`RwLock`], `client.rw_lock(name)`) uses the layout
+//! of etcd's Go `client/v3/experimental/recipes` `RWMutex`
+//! (`<name>/read/…` and `<name>/write/…` on the client's lease), so Go's
+//! readers and writers and ours exclude each other; a downgrade adds a
+//! marker read key and leaves the write key alone (see
+//! `docs/etcd-rw-lock.md`).
+//!
 //! Sessions (one etcd lease per client, single-use leases for concurrent
 //! acquisitions of one name) are described at [`EtcdClient`]. Each
 //! request is timed on its own, and keep-alive and watch streams are
@@ -49,6 +57,8 @@ mod names;
 mod observe;
 mod permit;
 mod rpc;
+mod rw_lock;
+mod rw_queue;
 mod semaphore;
 mod session;
 mod surface;
@@ -70,6 +80,7 @@ pub use recipes_core::{
     LeaderInfo, LeaderObserver, LossPolicy, LossReason, LossSignal, Participant, Result, Tls,
     TlsProblem, DEFAULT_CONNECT_TIMEOUT, DEFAULT_RPC_TIMEOUT, DEFAULT_TTL, MAX_DURATION, MIN_TTL,
 };
+pub use rw_lock::{EtcdRwLock, RwLock, RwLockReadGuard, RwLockWriteGuard};
 pub use semaphore::{EtcdSemaphore, Semaphore, SemaphorePermit};
 
 /// A held [`Mutex`]; see [`recipes_core::MutexGuard`].

@@ -6,7 +6,7 @@
 use std::time::Duration;
 
 use etcd_client::{GetOptions, KeyValue, SortOrder, SortTarget};
-use recipes_core::engine::Listing;
+use recipes_core::store::engine::Listing;
 use recipes_core::Result;
 
 use crate::names::{is_contender, Key};

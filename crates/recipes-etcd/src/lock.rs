@@ -1,5 +1,5 @@
 //! [`EtcdLock`]: a held etcd key as core's
-//! [`HeldEntry`](recipes_core::HeldEntry) — its loss watch, its deletion,
+//! [`HeldEntry`](recipes_core::store::HeldEntry) — its loss watch, its deletion,
 //! and writes fenced by `create_revision(our key) == ours`.
 
 use std::fmt;
@@ -8,16 +8,18 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use etcd_client::{PutOptions, TxnOp, TxnResponse};
-use recipes_core::{
-    watch_held, within, EntryWatcher, Error, FencedWrite, FencingToken, HeldEntry, Result, Runtime,
+use recipes_core::store::{
+    until_done, watch_held, within, Backoff, EntryWatcher, FencedWrite, HeldEntry, Runtime,
     StoreEntry, Turns,
 };
+use recipes_core::{Error, FencingToken, Result};
 
 use crate::client::EtcdClient;
 use crate::hub::Interest;
 use crate::key::{delete_key, delete_until_done, if_ours, Acquired, OwnKey};
 use crate::names::validate_key;
 use crate::rpc::{from_etcd, retrying_get};
+use crate::rw_lock::delete_downgraded;
 
 /// This process's turns at a lock name (the session's and the handle's),
 /// shared by a held key and its watch: whoever learns first that the key
@@ -37,8 +39,11 @@ pub type EtcdLock = HeldEntry<EtcdKey>;
 pub struct EtcdKey {
     client: EtcdClient,
     own: OwnKey,
-    // What the key is, for messages: "lock", "permit" or "leadership".
+    // What the key is, for messages: "lock", "permit", "leadership", "read
+    // lock" or "write lock".
     kind: &'static str,
+    // A downgraded write key's marker (`rw_queue.rs`), deleted with it.
+    marker: Option<String>,
     // Given back once the key is gone (released, or deleted by someone:
     // the watch gives them back then).
     turn: Turn,
@@ -65,9 +70,25 @@ impl EtcdKey {
             client,
             own: a.own,
             kind,
+            marker: None,
             turn,
         };
         HeldEntry::new(key, trigger, token)
+    }
+
+    /// Our key as a downgraded read lock's: `marker` (a read key naming
+    /// ours) is deleted with it.
+    pub(crate) fn downgraded(&self, marker: String) -> EtcdKey {
+        EtcdKey {
+            kind: "read lock",
+            marker: Some(marker),
+            ..self.clone()
+        }
+    }
+
+    /// Our key, its session and revision.
+    pub(crate) fn own(&self) -> &OwnKey {
+        &self.own
     }
 
     /// The `create_revision` of our key: the compare target of fenced
@@ -142,30 +163,38 @@ impl StoreEntry for EtcdKey {
         let parent = &self.own.key[..self.own.key.rfind('/').map_or(0, |i| i + 1)];
         let layout = match self.kind {
             "permit" => parent.strip_suffix("leases/").unwrap_or(parent),
+            "read lock" | "write lock" => &self.own.prefix,
             _ => parent,
         };
         key.starts_with(layout).then_some(layout)
     }
 
     async fn delete(self) -> Result<()> {
-        delete_key(
-            &self.own.session,
-            &self.own.key,
-            Some(self.own.create_revision),
-        )
-        .await
+        let (own, rev) = (&self.own, Some(self.own.create_revision));
+        match &self.marker {
+            Some(marker) => delete_downgraded(own, marker).await,
+            None => delete_key(&own.session, &own.key, rev).await,
+        }
     }
 
     /// Deletes our key (retrying until done or the session is lost), then
     /// gives this process's turns at the name back.
     fn delete_until_done(self) -> impl Future<Output = ()> + Send + 'static {
         let turns = self.turn.lock().take().unwrap_or_default();
-        delete_until_done(
-            self.own.session,
-            self.own.key,
-            Some(self.own.create_revision),
-            turns,
-        )
+        async move {
+            let Some(marker) = self.marker else {
+                let (rev, own) = (Some(self.own.create_revision), self.own);
+                return delete_until_done(own.session, own.key, rev, turns).await;
+            };
+            let own = &self.own;
+            let what = format!("[{}] delete {} and {marker}", own.session.label(), own.key);
+            let lost = || own.session.is_lost();
+            until_done(&what, Backoff::RETRY, lost, || {
+                delete_downgraded(own, &marker)
+            })
+            .await;
+            drop(turns);
+        }
     }
 
     fn released(&self) {

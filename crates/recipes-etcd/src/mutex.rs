@@ -9,8 +9,9 @@
 
 use std::time::Instant as StdInstant;
 
-use recipes_core::engine;
-use recipes_core::{HandleQueue, MutexBackend, Result};
+use recipes_core::store::engine;
+use recipes_core::store::{HandleQueue, MutexBackend};
+use recipes_core::Result;
 use tokio::time::Instant;
 
 use crate::client::EtcdClient;
@@ -92,7 +93,7 @@ impl MutexBackend for EtcdMutex {
         &self.0.name
     }
 
-    fn runtime(&self) -> &recipes_core::Runtime {
+    fn runtime(&self) -> &recipes_core::store::Runtime {
         self.0.client.runtime()
     }
 

@@ -10,7 +10,8 @@
 use std::fmt;
 use std::sync::atomic::{AtomicU64, Ordering};
 
-use recipes_core::{quote, Error, Result};
+use recipes_core::store::quote;
+use recipes_core::{Error, Result};
 
 /// A contender's key as the contend engine compares them: the bytes etcd
 /// holds (another client's key need not be UTF-8).
@@ -27,7 +28,7 @@ impl fmt::Debug for Key {
 /// to change when it is unusable.
 pub(crate) fn validate_name(what: &str, name: &str) -> Result<()> {
     let limit = "the name is part of every key of the recipe";
-    recipes_core::check_name(&format!("etcd {what} name"), name, limit, char::is_control)
+    recipes_core::store::check_name(&format!("etcd {what} name"), name, limit, char::is_control)
 }
 
 /// Check a key that a plain read or a fenced write names, by the rules of
@@ -35,7 +36,7 @@ pub(crate) fn validate_name(what: &str, name: &str) -> Result<()> {
 /// could be is a mistake worth saying before anything is sent.
 pub(crate) fn validate_key(key: &str) -> Result<()> {
     let limit = "a key is sent with every write";
-    recipes_core::check_name("etcd key", key, limit, char::is_control)
+    recipes_core::store::check_name("etcd key", key, limit, char::is_control)
 }
 
 /// The key prefix of the lock `name`: `name` followed by `/`.
@@ -88,14 +89,36 @@ pub(crate) fn contender_key(prefix: &str, lease: i64) -> String {
     format!("{prefix}{lease:x}")
 }
 
-/// Tells apart the permit keys of one lease. A lease belongs to one client
-/// in one process, so a process-wide counter makes `<lease>-<n>` unique.
-static PERMIT_SEQ: AtomicU64 = AtomicU64::new(0);
+/// Tells apart the permit keys (and read-write lock keys) of one lease. A
+/// lease belongs to one client in one process, so a process-wide counter
+/// makes `<lease>-<n>` unique.
+static KEY_SEQ: AtomicU64 = AtomicU64::new(0);
 
 /// A new permit key of `lease` under `prefix`: `<prefix><lease hex>-<n>`.
 pub(crate) fn permit_key(prefix: &str, lease: i64) -> String {
-    let seq = PERMIT_SEQ.fetch_add(1, Ordering::Relaxed);
+    let seq = KEY_SEQ.fetch_add(1, Ordering::Relaxed);
     format!("{prefix}{lease:x}-{seq}")
+}
+
+/// Where a read-write lock at `prefix` keeps its readers' keys, as Go's
+/// `recipe.RWMutex` does: `<prefix>read/`.
+pub(crate) fn read_prefix(prefix: &str) -> String {
+    format!("{prefix}read/")
+}
+
+/// Where a read-write lock at `prefix` keeps its writers' keys:
+/// `<prefix>write/`.
+pub(crate) fn write_prefix(prefix: &str) -> String {
+    format!("{prefix}write/")
+}
+
+/// A new key of a read-write lock's reader (`write`: writer) on `lease`:
+/// `<prefix>read/<lease hex>-<n>`. Go's recipe names its own
+/// `<prefix>read/<unix nanos>`; only the uniqueness of the last part
+/// matters to either side.
+pub(crate) fn rw_key(prefix: &str, write: bool, lease: i64) -> String {
+    let side = if write { "write" } else { "read" };
+    permit_key(&format!("{prefix}{side}/"), lease)
 }
 
 /// Whether `key` is a contender of the lock at `prefix`: exactly one level
@@ -121,6 +144,16 @@ pub(crate) fn is_contender(prefix: &str, key: &[u8]) -> bool {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn read_write_keys_follow_the_go_recipe_layout() {
+        let prefix = key_prefix("/rw/x");
+        assert!(rw_key(&prefix, false, 0xab).starts_with("/rw/x/read/ab-"));
+        assert!(rw_key(&prefix, true, 0xab).starts_with("/rw/x/write/ab-"));
+        assert_ne!(rw_key(&prefix, true, 1), rw_key(&prefix, true, 1));
+        assert_eq!(read_prefix(&prefix), "/rw/x/read/");
+        assert_eq!(write_prefix(&prefix), "/rw/x/write/");
+    }
 
     #[test]
     fn keys_follow_the_go_concurrency_layout() {

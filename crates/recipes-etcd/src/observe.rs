@@ -1,16 +1,18 @@
 //! Reading and following an election's candidates: in create order, the
 //! leader (the oldest), and the watch behind core's
-//! [`follow_leader`](recipes_core::follow_leader), which follows a synced
+//! [`follow_leader`](recipes_core::store::follow_leader), which follows a synced
 //! watch on the prefix and reads the leader after every change.
 
 use std::time::Duration;
 
-use etcd_client::{EventType, GetOptions, KeyValue, SortOrder, SortTarget};
-use recipes_core::{Contender, LeaderInfo, LeaderWatch, Result};
+use etcd_client::{EventType, KeyValue};
+use recipes_core::store::LeaderWatch;
+use recipes_core::{Contender, LeaderInfo, Result};
 
 use crate::client::EtcdClient;
 use crate::names::is_contender;
 use crate::rpc::retrying_get;
+use crate::rw_queue::{everything, rw_contenders};
 use crate::watch::Watch;
 
 /// A synced watch on the election's prefix, and the reads after it.
@@ -65,6 +67,7 @@ fn contender(kv: &KeyValue) -> Contender {
         holder: String::from_utf8_lossy(kv.key()).into_owned(),
         created: kv.create_revision(),
         value: kv.value().to_vec(),
+        role: None,
     }
 }
 
@@ -75,14 +78,32 @@ pub(crate) async fn read_candidates(
     timeout: Duration,
     prefix: &str,
 ) -> Result<Vec<Contender>> {
-    let options = GetOptions::new()
-        .with_prefix()
-        .with_sort(SortTarget::Create, SortOrder::Ascend);
-    let resp = retrying_get(etcd, timeout, prefix, Some(options)).await?;
-    Ok(resp
-        .kvs()
-        .iter()
-        .filter(|kv| is_contender(prefix, kv.key()))
-        .map(contender)
-        .collect())
+    let kvs = read_all(etcd, timeout, prefix).await?;
+    Ok(candidates(&kvs, prefix))
+}
+
+fn candidates(kvs: &[KeyValue], prefix: &str) -> Vec<Contender> {
+    let kvs = kvs.iter().filter(|kv| is_contender(prefix, kv.key()));
+    kvs.map(contender).collect()
+}
+
+/// Every key under `prefix`, oldest first. One linearizable read.
+async fn read_all(
+    etcd: &etcd_client::Client,
+    timeout: Duration,
+    prefix: &str,
+) -> Result<Vec<KeyValue>> {
+    let mut resp = retrying_get(etcd, timeout, prefix, Some(everything())).await?;
+    Ok(resp.take_kvs())
+}
+
+/// The contenders under `prefix`: a read-write lock's readers and writers
+/// when the name holds one (`rw_queue.rs`), else as [`read_candidates`].
+pub(crate) async fn read_queue(
+    etcd: &etcd_client::Client,
+    timeout: Duration,
+    prefix: &str,
+) -> Result<Vec<Contender>> {
+    let kvs = read_all(etcd, timeout, prefix).await?;
+    Ok(rw_contenders(&kvs, prefix).unwrap_or_else(|| candidates(&kvs, prefix)))
 }

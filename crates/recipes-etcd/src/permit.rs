@@ -11,7 +11,7 @@
 //! - **confirm**: the admitting read's revision; permits have no fence.
 
 use etcd_client::{Compare, CompareOp, GetOptions, PutOptions, Txn, TxnOp};
-use recipes_core::engine::Listing;
+use recipes_core::store::engine::Listing;
 use recipes_core::Result;
 
 use crate::listing::{listing, oldest_first};

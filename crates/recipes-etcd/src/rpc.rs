@@ -4,7 +4,8 @@ use std::future::Future;
 use std::time::Duration;
 
 use etcd_client::{GetOptions, GetResponse, Txn, TxnOpResponse, TxnResponse};
-use recipes_core::{quote, resend_within, Backoff, Error, Result};
+use recipes_core::store::{quote, resend_within, Backoff};
+use recipes_core::{Error, Result};
 
 /// gRPC status codes (their numbers are part of the gRPC protocol).
 const INVALID_ARGUMENT: i32 = 3;

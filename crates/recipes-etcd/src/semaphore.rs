@@ -1,22 +1,26 @@
 //! The etcd semaphore: Curator's `InterProcessSemaphoreV2` structure on
 //! etcd — the size in `<name>/config`, an internal mutex `<name>/locks`,
 //! one key per permit under `<name>/leases/` — as a driver of core's
-//! [`admit`](recipes_core::engine::admit). The layout and protocol are in
+//! [`admit`](recipes_core::store::engine::admit). The layout and protocol are in
 //! `docs/etcd-semaphore.md`.
 
 use std::time::{Duration, Instant as StdInstant};
 
 use etcd_client::{Compare, CompareOp, GetOptions, Txn, TxnOp};
-use recipes_core::engine::{self, SemaphoreDriver};
-use recipes_core::{Result, SemaphoreBackend};
+use recipes_core::store::engine::{self, SemaphoreDriver};
+use recipes_core::store::SemaphoreBackend;
+use recipes_core::Result;
 use tokio::time::Instant;
 
 use crate::client::EtcdClient;
 use crate::contend::{Claim, KeyContender, Layout, Via};
 use crate::key::Acquired;
 use crate::lock::{EtcdKey, EtcdLock};
-use crate::names::{is_contender, key_prefix, other_layout, size_key, validate_name};
+use crate::names::{
+    is_contender, key_prefix, other_layout, read_prefix, size_key, validate_name, write_prefix,
+};
 use crate::rpc::{read_at, retrying_get, retrying_txn, unexpected};
+use crate::rw_queue::{none_under, one_under};
 use crate::session::Etcd;
 
 /// A counting semaphore in etcd (`docs/etcd-semaphore.md` has its
@@ -48,7 +52,7 @@ pub struct EtcdSemaphore {
 impl EtcdSemaphore {
     pub(crate) fn new(client: EtcdClient, name: &str, permits: u32) -> Result<EtcdSemaphore> {
         validate_name("semaphore", name)?;
-        recipes_core::check_permits(&format!("the etcd semaphore {name}"), permits)?;
+        recipes_core::store::check_permits(&format!("the etcd semaphore {name}"), permits)?;
         let lock_name = format!("{name}/locks");
         Ok(EtcdSemaphore {
             client,
@@ -65,7 +69,7 @@ impl EtcdSemaphore {
     /// what to change.
     pub(crate) fn check_stored(&self, stored: &[u8]) -> Result<()> {
         let what = format!("the etcd semaphore {}", self.name);
-        recipes_core::check_stored_size(&what, &self.config_key, stored, self.permits)
+        recipes_core::store::check_stored_size(&what, &self.config_key, stored, self.permits)
     }
 
     /// Store our size unless one is stored; check the stored one. A lock's
@@ -89,13 +93,28 @@ impl EtcdSemaphore {
             ));
         }
         let config = self.config_key.as_str();
+        let (readers, writers) = (read_prefix(&prefix), write_prefix(&prefix));
         let txn = Txn::new()
-            .when([Compare::create_revision(config, CompareOp::Equal, 0)])
+            .when([
+                Compare::create_revision(config, CompareOp::Equal, 0),
+                none_under(&readers),
+                none_under(&writers),
+            ])
             .and_then([TxnOp::put(config, self.permits.to_string(), None)])
-            .or_else([TxnOp::get(config, None)]);
+            .or_else([
+                TxnOp::get(config, None),
+                one_under(&readers),
+                one_under(&writers),
+            ]);
         // Safe to send twice: a second run finds our own value.
         let what = format!("store the size of {}", self.name);
         let resp = retrying_txn(etcd, &what, timeout, &txn).await?;
+        for at in [1, 2].into_iter().filter(|_| !resp.succeeded()) {
+            if let Some(kv) = read_at(&resp, at)?.kvs().first() {
+                let theirs = "a read-write lock";
+                return Err(other_layout(&prefix, "a semaphore", theirs, kv.key()));
+            }
+        }
         if resp.succeeded() {
             log::debug!("[{}] {config} = {} (created)", self.name, self.permits);
             return Ok(());
@@ -114,7 +133,7 @@ impl SemaphoreBackend for EtcdSemaphore {
         &self.name
     }
 
-    fn runtime(&self) -> &recipes_core::Runtime {
+    fn runtime(&self) -> &recipes_core::store::Runtime {
         self.client.runtime()
     }
 

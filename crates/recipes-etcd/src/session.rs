@@ -1,7 +1,7 @@
 //! etcd's leases as core's [`LeaseStore`]: a session is core's
 //! [`LeaseSession`] over them (grant, keep-alive every TTL/3 on
 //! etcd-client's keep-alive stream, revoke), and the client's sessions are
-//! core's [`LeaseSessions`](recipes_core::LeaseSessions), with one turn per
+//! core's [`LeaseSessions`](recipes_core::store::LeaseSessions), with one turn per
 //! name on each (see [`EtcdClient`](crate::EtcdClient)). A semaphore's
 //! permits have keys of their own (`<lease id>-<n>`): one lease serves any
 //! number of them.
@@ -9,7 +9,8 @@
 use std::ops::{Deref, DerefMut};
 use std::time::Duration;
 
-use recipes_core::{LeaseSession, LeaseStore, Opened, Renewal, RenewalStream, Result};
+use recipes_core::store::{LeaseSession, LeaseStore, Opened, Renewal, RenewalStream};
+use recipes_core::Result;
 
 use crate::rpc::{from_etcd, retrying};
 
@@ -46,7 +47,7 @@ impl LeaseStore for Etcd {
     /// refuses.
     async fn grant(&self, ttl: Duration, timeout: Duration) -> Result<(i64, Duration)> {
         // Whole seconds, rounded up: never shorter than asked.
-        let asked = recipes_core::whole_seconds_up(ttl);
+        let asked = recipes_core::store::whole_seconds_up(ttl);
         // A grant sent twice leaks a lease without keys for one TTL.
         let granted = retrying("grant an etcd lease", timeout, || {
             let mut etcd = self.0.clone();

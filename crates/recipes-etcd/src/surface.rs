@@ -10,11 +10,18 @@ use crate::client::EtcdClient;
 use crate::election::{Election, EtcdElection, LeaderLatch, LeaderSelector};
 use crate::mutex::{EtcdMutex, Mutex};
 use crate::names::{key_prefix, validate_key, validate_name};
-use crate::observe::read_candidates;
+use crate::observe::read_queue;
 use crate::rpc::{from_etcd, retrying_get};
+use crate::rw_lock::{EtcdRwLock, RwLock};
 use crate::semaphore::{EtcdSemaphore, Semaphore};
 
 impl Client for EtcdClient {
+    type RwLock = EtcdRwLock;
+
+    fn rw_lock(&self, name: &str) -> Result<RwLock> {
+        Ok(RwLock::from_backend(EtcdRwLock::new(self.clone(), name)?))
+    }
+
     type Mutex = EtcdMutex;
     type Semaphore = EtcdSemaphore;
     type Election = EtcdElection;
@@ -57,12 +64,14 @@ impl Client for EtcdClient {
     }
 
     /// The keys exactly one level below `<name>/`, oldest first (the
-    /// lowest create revision holds or leads).
+    /// lowest create revision holds or leads); for a read-write lock its
+    /// readers' and writers' keys in queue order, with their roles (a
+    /// downgraded writer's key as a reader's; its marker is not listed).
     fn contenders(&self, name: &str) -> Result<Vec<Contender>> {
         validate_name("lock", name)?;
         let prefix = key_prefix(name);
         self.read_with("list contenders", move |etcd, timeout| async move {
-            read_candidates(&etcd, timeout, &prefix).await
+            read_queue(&etcd, timeout, &prefix).await
         })
     }
 

@@ -12,8 +12,9 @@
 
 use std::time::Duration;
 
-use etcd_client::{WatchOptions, WatchResponse, WatchStream};
-use recipes_core::{within, Error, Result};
+use etcd_client::{WatchFilterType, WatchOptions, WatchResponse, WatchStream};
+use recipes_core::store::within;
+use recipes_core::{Error, Result};
 
 use crate::rpc::from_etcd;
 
@@ -32,9 +33,32 @@ impl Watch {
         prefix: &str,
         timeout: Duration,
     ) -> Result<Watch> {
+        Watch::open(etcd, prefix, WatchOptions::new().with_prefix(), timeout).await
+    }
+
+    /// Watch the puts under `prefix` after revision `rev` (from etcd's
+    /// history: no put after a read at `rev` is missed).
+    pub(crate) async fn puts_after(
+        etcd: &etcd_client::Client,
+        prefix: &str,
+        rev: i64,
+        timeout: Duration,
+    ) -> Result<Watch> {
+        let options = WatchOptions::new()
+            .with_prefix()
+            .with_filters([WatchFilterType::NoDelete])
+            .with_start_revision(rev + 1);
+        Watch::open(etcd, prefix, options, timeout).await
+    }
+
+    async fn open(
+        etcd: &etcd_client::Client,
+        prefix: &str,
+        options: WatchOptions,
+        timeout: Duration,
+    ) -> Result<Watch> {
         let opened = async {
             let mut etcd = etcd.clone();
-            let options = WatchOptions::new().with_prefix();
             let stream = etcd
                 .watch(prefix, Some(options))
                 .await

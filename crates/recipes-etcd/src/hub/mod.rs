@@ -31,7 +31,8 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use parking_lot::Mutex;
-use recipes_core::{Error, Result, Runtime};
+use recipes_core::store::Runtime;
+use recipes_core::{Error, Result};
 use tokio::sync::Notify;
 
 use crate::session::Etcd;
@@ -348,7 +349,7 @@ impl Interest {
                 notified.await;
             }
         };
-        recipes_core::within("start a watch", timeout, confirmed).await
+        recipes_core::store::within("start a watch", timeout, confirmed).await
     }
 
     /// Resolves when our key, or `ahead` (`None`: any key under the

@@ -5,7 +5,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use etcd_client::{EventType, WatchFilterType, WatchOptions, WatchRequestSender, WatchResponse};
-use recipes_core::Backoff;
+use recipes_core::store::Backoff;
 
 use super::{Name, Shared, State};
 use crate::rpc::from_etcd;
