@@ -1,6 +1,6 @@
 //! Session mode's lock connections: one PostgreSQL connection per
 //! acquisition, whose session is the lease — core's
-//! [`LeaseStore`](recipes_core::LeaseStore) over a connection.
+//! [`LeaseStore`](recipes_core::store::LeaseStore) over a connection.
 //!
 //! - **grant**: a connection (an idle one of the client's, or a new one)
 //!   with `idle_session_timeout` = the TTL, so the server ends the session
@@ -12,7 +12,13 @@
 //!   `recipes.names` whether each lock's fence is still ours; no (the row
 //!   truncated, the schema dropped), a changed PID or an ended connection
 //!   is loss. The local deadline is core's:
-//!   the send time of the last acknowledged heartbeat + the TTL.
+//!   the send time of the last acknowledged heartbeat + the TTL. While the
+//!   connection waits at the server in one long statement (a read-write
+//!   lock's wait, which must not leave the server's queue, see
+//!   `slots.rs`), heartbeats go over the client's statement connection and
+//!   ask the same of the waiting backend by its PID (it is not idle, so
+//!   its `idle_session_timeout` does not run); a gate keeps a heartbeat
+//!   from ever queueing behind such a wait.
 //! - **revoke**: `pg_advisory_unlock_all()`, then the connection goes back
 //!   to the client's idle ones (or is closed, which frees everything too).
 //!
@@ -24,15 +30,16 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use parking_lot::Mutex;
-use recipes_core::{
-    within, Error, LeaseSession, LeaseStore, LossReason, LossTrigger, Opened, Renewal,
-    RenewalStream, Result,
+use recipes_core::store::{
+    within, LeaseSession, LeaseStore, LossTrigger, Opened, Renewal, RenewalStream,
 };
+use recipes_core::{Error, LossReason, Result};
 use tokio::sync::watch;
 use tokio::task::JoinHandle;
 use tokio_postgres::error::SqlState;
 use tokio_postgres::types::Type;
 
+use crate::client::PgClient;
 use crate::db::Db;
 use crate::sql::{from_pg, is_schema_gone, unexpected};
 
@@ -59,6 +66,13 @@ pub(crate) struct LockConn {
     fences: Mutex<Vec<(String, i64)>>,
     /// The loss triggers of the holdings on it.
     holdings: Mutex<Vec<LossTrigger>>,
+    /// Whether a long wait runs on it (heartbeats then go elsewhere),
+    /// changed and read under `gate`.
+    waiting: std::sync::atomic::AtomicBool,
+    /// Held by a heartbeat while it runs on this connection, and by a
+    /// wait while it says it begins: no heartbeat sent here queues behind
+    /// a wait.
+    gate: tokio::sync::Mutex<()>,
 }
 
 impl std::fmt::Debug for LockConn {
@@ -82,6 +96,22 @@ impl LockConn {
         let _ = rx.wait_for(|ended| *ended).await;
     }
 
+    /// Mark a long wait on this connection until the returned guard is
+    /// dropped: from then on heartbeats run on the statement connection.
+    /// Waits for a heartbeat running here to finish first. Dropped before
+    /// [`LongWait::ended`] (the acquisition gave up), the wait is
+    /// cancelled at the server through `client`, so it does not stay in
+    /// the key's queue.
+    pub(crate) async fn long_wait(self: &Arc<Self>, client: &PgClient) -> LongWait {
+        let _gate = self.gate.lock().await;
+        self.waiting
+            .store(true, std::sync::atomic::Ordering::SeqCst);
+        LongWait {
+            conn: self.clone(),
+            cancel: Some(client.clone()),
+        }
+    }
+
     /// A key taken on this connection.
     pub(crate) fn took(&self, key: i64, name: &str) {
         self.held.lock().push((key, name.to_owned()));
@@ -90,6 +120,18 @@ impl LockConn {
     /// The fence `fence` of `name` is ours while we hold a key on it.
     pub(crate) fn fenced(&self, name: &str, fence: i64) {
         self.fences.lock().push((name.to_owned(), fence));
+    }
+
+    /// The key `key` is now stamped in the heartbeat row `row`.
+    pub(crate) fn rebeat(&self, key: i64, row: &str) {
+        for held in self.held.lock().iter_mut().filter(|h| h.0 == key) {
+            held.1 = row.to_owned();
+        }
+    }
+
+    /// The fence of `name` is no longer ours alone (a downgraded writer's).
+    pub(crate) fn unfence(&self, name: &str) {
+        self.fences.lock().retain(|(n, _)| n != name);
     }
 
     /// A holding on this connection, lost with `trigger` when the server
@@ -179,6 +221,8 @@ impl LockConns {
             held: Mutex::default(),
             fences: Mutex::default(),
             holdings: Mutex::default(),
+            waiting: Default::default(),
+            gate: Default::default(),
         }))
     }
 }
@@ -209,6 +253,7 @@ impl LeaseStore for LockConns {
         }
         Ok(Opened::Ready(Heartbeats {
             conn,
+            db: self.db.clone(),
             ttl: self.ttl,
             namespace: i64::from(self.namespace),
             sent: VecDeque::new(),
@@ -247,25 +292,79 @@ impl LeaseStore for LockConns {
     }
 }
 
-/// The heartbeat: this backend, holding every key we took, and the names
-/// of the locks among them still at our fences (a row truncated away, or
-/// a schema dropped — an error then — is a lost lock) — and, while it
-/// does, the keys' heartbeat time in `recipes.advisory`, which a waiter
-/// granted a key its holder did not release waits out (`slots.rs`).
-const HEARTBEAT: &str = "WITH ok AS (SELECT pg_backend_pid() = $1 AND \
-       (SELECT count(*) FROM pg_locks WHERE locktype = 'advisory' AND objsubid = 2 \
-          AND classid::int8 = $2 AND objid::int8 = ANY($3) \
-          AND pid = pg_backend_pid() AND granted) = cardinality($3) AND \
-       (SELECT count(*) FROM recipes.names n \
-          JOIN unnest($5::text[], $6::int8[]) AS f (name, fence) \
-          ON n.name = f.name AND n.fence = f.fence) = cardinality($5) AS ok), \
-     beat AS (UPDATE recipes.advisory SET beat_at = clock_timestamp() \
-              WHERE key = ANY($4) AND (SELECT ok FROM ok)) \
-     SELECT ok FROM ok";
+/// A long wait on a lock connection; at its end heartbeats run there
+/// again.
+pub(crate) struct LongWait {
+    conn: Arc<LockConn>,
+    /// Set until the wait's statement answered.
+    cancel: Option<PgClient>,
+}
+
+impl LongWait {
+    /// The wait's statement answered: nothing to cancel.
+    pub(crate) fn ended(mut self) {
+        self.cancel = None;
+    }
+}
+
+impl Drop for LongWait {
+    fn drop(&mut self) {
+        self.conn
+            .waiting
+            .store(false, std::sync::atomic::Ordering::SeqCst);
+        let Some(client) = self.cancel.take() else {
+            return;
+        };
+        let (pid, on) = (self.conn.pid, client.clone());
+        let cancel = async move {
+            let sql = "SELECT pg_cancel_backend($1)";
+            let what = "cancel an abandoned wait";
+            if let Err(e) = client.db().query(what, sql, &[(&pid, Type::INT4)]).await {
+                log::debug!("[backend={pid}] {what}: {e}");
+            }
+        };
+        on.runtime().spawn(cancel);
+    }
+}
+
+/// The heartbeat, SQL after its first condition (`$1` is our backend's
+/// PID): our backend holds every key we took, and the names of the locks
+/// among them are still at our fences (a row truncated away, or a schema
+/// dropped — an error then — is a lost lock) — and, while it does, the
+/// keys' heartbeat time in `recipes.advisory`, which a waiter granted a
+/// key its holder did not release waits out (`slots.rs`).
+macro_rules! heartbeat {
+    ($first:literal) => {
+        concat!(
+            "WITH ok AS (SELECT ",
+            $first,
+            " AND \
+               (SELECT count(*) FROM pg_locks WHERE locktype = 'advisory' AND objsubid = 2 \
+                  AND classid::int8 = $2 AND objid::int8 = ANY($3) \
+                  AND pid = $1 AND granted) = cardinality($3) AND \
+               (SELECT count(*) FROM recipes.names n \
+                  JOIN unnest($5::text[], $6::int8[]) AS f (name, fence) \
+                  ON n.name = f.name AND n.fence = f.fence) = cardinality($5) AS ok), \
+             beat AS (UPDATE recipes.advisory SET beat_at = clock_timestamp() \
+                      WHERE key = ANY($4) AND (SELECT ok FROM ok)) \
+             SELECT ok FROM ok"
+        )
+    };
+}
+
+/// The heartbeat on the lock connection: it is still our backend.
+const HEARTBEAT: &str = heartbeat!("pg_backend_pid() = $1");
+
+/// The heartbeat over the statement connection while the lock connection
+/// waits: our backend still exists.
+const HEARTBEAT_OF_WAITING: &str =
+    heartbeat!("EXISTS (SELECT 1 FROM pg_stat_activity WHERE pid = $1)");
 
 /// Heartbeats of one lock connection, answered in the order sent.
 pub(crate) struct Heartbeats {
     conn: Arc<LockConn>,
+    /// The client's statement connection, for heartbeats during a wait.
+    db: Arc<Db>,
     /// The session lives while heartbeats come: each acknowledged one
     /// grants the TTL the session was opened with (`idle_session_timeout`).
     ttl: Duration,
@@ -275,7 +374,7 @@ pub(crate) struct Heartbeats {
 
 impl RenewalStream for Heartbeats {
     async fn send(&mut self) -> Result<()> {
-        let (conn, ns) = (self.conn.clone(), self.namespace);
+        let (conn, ns, db) = (self.conn.clone(), self.namespace, self.db.clone());
         self.sent.push_back(tokio::spawn(async move {
             let (keys, names): (Vec<i64>, Vec<String>) = conn.held.lock().iter().cloned().unzip();
             let (locks, fences): (Vec<String>, Vec<i64>) =
@@ -289,6 +388,15 @@ impl RenewalStream for Heartbeats {
                 (&locks, Type::TEXT_ARRAY),
                 (&fences, Type::INT8_ARRAY),
             ];
+            let gate = conn.gate.lock().await;
+            if conn.waiting.load(std::sync::atomic::Ordering::SeqCst) {
+                drop(gate);
+                return match db.query(what, HEARTBEAT_OF_WAITING, params).await {
+                    Ok(rows) => Ok(rows.first().is_some_and(|r| r.get::<_, bool>(0))),
+                    Err(e) if is_schema_gone(&e) => Ok(false),
+                    Err(e) => Err(e),
+                };
+            }
             match conn.client.query_typed(HEARTBEAT, params).await {
                 Ok(rows) => Ok(rows.first().is_some_and(|r| r.get::<_, bool>(0))),
                 Err(e) => match from_pg(what, e) {

@@ -1,5 +1,5 @@
 //! [`AdvisoryLock`]: a held advisory lock (session mode), the store side
-//! of core's [`StoreEntry`](recipes_core::StoreEntry) through [`PgHeld`]: its loss is its lock session's (`advisory.rs`: the
+//! of core's [`StoreEntry`](recipes_core::store::StoreEntry) through [`PgHeld`]: its loss is its lock session's (`advisory.rs`: the
 //! heartbeat's `pg_locks` check, the connection's end, the deadline), its
 //! release unlocks on that connection, and its writes are fenced by the
 //! name's fence and by `pg_locks` showing the lock on our backend.
@@ -7,9 +7,8 @@
 use std::fmt;
 use std::sync::Arc;
 
-use recipes_core::{
-    within, Error, FencedWrite, FencingToken, HeldEntry, LossReason, LossSignal, Result,
-};
+use recipes_core::store::{within, FencedWrite, HeldEntry};
+use recipes_core::{Error, FencingToken, LossReason, LossSignal, Result};
 use tokio_postgres::types::Type;
 
 use crate::advisory::{LockConn, LockSession};
@@ -32,6 +31,12 @@ pub struct AdvisoryLock {
     /// The key as `pg_locks.objid` shows it, and by name.
     key: i64,
     key_name: String,
+    /// Our heartbeat row in `recipes.advisory`: the key's name, or a
+    /// read-write lock reader's own (`slots::reader_row`).
+    beat_row: String,
+    /// A read-write lock's reader: readers after it bump the name's fence
+    /// too, so its writes need the fence at or above ours.
+    reading: bool,
     /// `None` for a permit, whose fences are not ordered against other
     /// permits'.
     fence: Option<i64>,
@@ -60,6 +65,8 @@ impl AdvisoryLock {
             client,
             holder: format!("{}/backend-{}", won.key_name, won.conn.pid),
             key_name: won.key_name,
+            beat_row: won.beat_row,
+            reading: won.shared,
             session: won.session,
             conn: won.conn,
             name: name.to_owned(),
@@ -75,13 +82,17 @@ impl AdvisoryLock {
     }
 
     /// Clear the heartbeat row of our key, while we hold it (so a next
-    /// holder knows it need not wait for our deadline).
+    /// holder knows it need not wait for our deadline); a reader's own row
+    /// goes.
     async fn released_cleanly(&self) -> Result<()> {
         let what = "mark a clean release";
-        let sql = "UPDATE recipes.advisory SET beat_at = NULL WHERE key = $1";
+        let sql = match self.beat_row == self.key_name {
+            true => "UPDATE recipes.advisory SET beat_at = NULL WHERE key = $1",
+            false => "DELETE FROM recipes.advisory WHERE key = $1",
+        };
         let c = &self.conn.client;
         within(what, self.client.rpc_timeout(), async {
-            c.query_typed(sql, &[(&self.key_name, Type::TEXT)])
+            c.query_typed(sql, &[(&self.beat_row, Type::TEXT)])
                 .await
                 .map_err(|e| from_pg(what, e))
         })
@@ -111,9 +122,10 @@ impl AdvisoryLock {
              AND l.objsubid = 2 AND l.classid::int8 = {ns} AND l.objid::int8 = {key} \
              AND l.pid = $3 AND l.granted)"
         );
+        let at = if self.reading { ">=" } else { "=" };
         let sql = match self.fence {
             Some(_) => format!(
-                "SELECT 1 FROM recipes.names n WHERE n.name = $1 AND n.fence = $2 \
+                "SELECT 1 FROM recipes.names n WHERE n.name = $1 AND n.fence {at} $2 \
                  AND {ours} FOR SHARE OF n"
             ),
             None => format!("SELECT 1 WHERE $1::text IS NOT NULL AND $2::int8 IS NULL AND {ours}"),
@@ -198,5 +210,56 @@ impl fmt::Debug for AdvisoryLock {
             .field("key", &self.key)
             .field("fence", &self.fence)
             .finish()
+    }
+}
+
+impl AdvisoryLock {
+    /// Take our key shared on the same backend (granted at once: a
+    /// backend's own locks never conflict) and unlock the exclusive hold,
+    /// in one statement, so no heartbeat sees the key twice; then our
+    /// heartbeat row becomes a reader's and the name's fence is no longer
+    /// watched (readers after us bump it). Readers waiting at the server
+    /// are granted then; a writer waiting stays behind them.
+    ///
+    /// # Errors
+    ///
+    /// [`Error::NotHeld`] when the exclusive lock was not ours any more;
+    /// backend errors.
+    pub(crate) async fn downgrade(self) -> Result<AdvisoryLock> {
+        let what = format!("downgrade {}", self.holder);
+        let row = crate::slots::reader_row(&self.key_name, self.conn.pid);
+        // Heartbeats from now on stamp the reader's row.
+        self.conn.rebeat(self.key, &row);
+        self.conn.unfence(&self.name);
+        let sql = "WITH moved AS (INSERT INTO recipes.advisory (key, beat_at, ttl) \
+                     SELECT $4, beat_at, ttl FROM recipes.advisory WHERE key = $3 \
+                     ON CONFLICT (key) DO UPDATE SET beat_at = EXCLUDED.beat_at, ttl = EXCLUDED.ttl), \
+                   cleared AS (UPDATE recipes.advisory SET beat_at = NULL WHERE key = $3) \
+                   SELECT pg_advisory_lock_shared($1, hashtext($3))::text, \
+                          pg_advisory_unlock($1, hashtext($3)) AND $2::int4 IS NOT NULL";
+        let ns = self.client.namespace() as i32;
+        let params: crate::db::Params<'_> = &[
+            (&ns, Type::INT4),
+            (&self.conn.pid, Type::INT4),
+            (&self.key_name, Type::TEXT),
+            (&row, Type::TEXT),
+        ];
+        let c = &self.conn.client;
+        let rows = within(&what, self.client.rpc_timeout(), async {
+            c.query_typed(sql, params)
+                .await
+                .map_err(|e| from_pg(&what, e))
+        })
+        .await?;
+        if !rows.first().is_some_and(|r| r.get::<_, bool>(1)) {
+            return Err(Error::NotHeld {
+                what: format!("{what}: the exclusive lock was no longer ours"),
+            });
+        }
+        Ok(AdvisoryLock {
+            beat_row: row,
+            reading: true,
+            ..self
+        })
     }
 }

@@ -5,8 +5,9 @@ use std::str::FromStr;
 use std::sync::Arc;
 use std::time::Duration;
 
+use recipes_core::store::{quote, Runtime, Settings};
 use recipes_core::tls::{Prelude, Probe, Verify};
-use recipes_core::{quote, Error, LossPolicy, Result, Runtime, Settings, Tls};
+use recipes_core::{Error, LossPolicy, Result, Tls};
 use tokio_postgres::config::{Host, SslMode};
 use tokio_postgres::Config;
 
@@ -185,7 +186,7 @@ impl PgClientBuilder {
         }
         let main = self.connection(&self.url)?;
         let listen = self.connection(self.listen_url.as_deref().unwrap_or(&self.url))?;
-        recipes_core::check_timeout("poll interval", self.poll_interval)?;
+        recipes_core::store::check_timeout("poll interval", self.poll_interval)?;
         if self.namespace == 0 {
             return Err(Error::invalid(
                 "the advisory namespace 0 is what applications that do not think about \

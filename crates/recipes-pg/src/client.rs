@@ -5,9 +5,8 @@ use std::fmt;
 use std::sync::Arc;
 use std::time::Duration;
 
-use recipes_core::{
-    BootInstant, LeaseSessions, LossPolicy, LossReason, PresencePoll, Result, Runtime, Settings,
-};
+use recipes_core::store::{LeaseSessions, PresencePoll, Runtime, Settings};
+use recipes_core::{BootInstant, LossPolicy, LossReason, Result};
 
 use crate::advisory::{LockConn, LockConns, LockSession, DEFAULT_NAMESPACE};
 use crate::builder::{PgClientBuilder, PgMode, DEFAULT_POLL_INTERVAL};

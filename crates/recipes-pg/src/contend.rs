@@ -1,7 +1,7 @@
 //! The contend driver of the queue rows, shared by the mutex, the election
 //! (and so the latch and the selector) and both halves of a semaphore: the
 //! engine's verbs as single statements. The loop is the engine's
-//! ([`recipes_core::engine::contend`]).
+//! ([`recipes_core::store::engine::contend`]).
 //!
 //! - **ticket**: a fresh uuid, known before the insert, so that an entry
 //!   whose insert reply was lost is still removed.
@@ -9,14 +9,20 @@
 //!   (which it locks until commit, so queue order is commit order — a
 //!   sequence's would not be: two holders, measured) and inserts our row.
 //! - **list**: the live entries up to ours (their session not expired in
-//!   database time): ours and the nearest `max_leases` ahead.
+//!   database time): ours and the nearest `n` ahead (the rule's holders);
+//!   for a read-write lock, ours, the one just ahead and the nearest
+//!   writer ahead, each with its `role`.
 //! - **wait**: hear of the entry ahead through `LISTEN` (`listen.rs`), and
 //!   look at it when told, every poll interval, and once its session's
-//!   remaining life is over; resolve once it is gone or expired.
+//!   remaining life is over; resolve once it is gone or expired (or, for
+//!   a reader waiting on a writer, once that writer downgraded to a
+//!   reader).
 //! - **confirm**: the fence bump: `greatest(fence + 1, the database clock in
 //!   µs)` on the name's row (so it never goes back, even after the schema
 //!   was dropped or truncated), only while
-//!   our entry is live and fewer than `max_leases` ahead are, judged on the
+//!   our entry is live and fewer than `n` ahead are (a read-write lock's
+//!   reader: no live writer ahead; its writer: no live entry ahead —
+//!   exactly core's `Rule::ReadWrite`), judged on the
 //!   newest session rows under a share lock (a renewal that commits late
 //!   cannot revive an entry the listing saw expire); serialized by the
 //!   name's row with other confirms and with fenced writes.
@@ -25,8 +31,9 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use recipes_core::engine::{ContendDriver, Entered, Listing};
-use recipes_core::{Backoff, LossReason, LossSignal, Result};
+use recipes_core::store::engine::{ContendDriver, Entered, Listing, Role, Rule};
+use recipes_core::store::Backoff;
+use recipes_core::{LossReason, LossSignal, Result};
 use tokio::time::Instant;
 use tokio_postgres::types::Type;
 use uuid::Uuid;
@@ -45,7 +52,12 @@ pub(crate) struct RowContender<'a> {
     /// What the name's row must be: `lock` (mutexes and elections) or
     /// `permits`.
     pub(crate) kind: &'static str,
-    pub(crate) max_leases: usize,
+    /// The recipe's queue rule, decided inside the confirming statement.
+    pub(crate) rule: Rule,
+    /// Our entry's role: a read-write lock's [`Role::Reader`] or
+    /// [`Role::Writer`] (stored in its `role` column), else the one role of
+    /// the rule's recipe (the column stays NULL).
+    pub(crate) role: Role,
     /// A candidate's value (empty for locks and permits).
     pub(crate) value: &'a [u8],
     /// For a user's lock or election named `<sem>/locks` or
@@ -79,12 +91,39 @@ pub(crate) async fn remove_entry(client: &PgClient, session: &Session, entry: Uu
         let params: crate::db::Params<'_> = &[(&entry, Type::UUID)];
         client.db().query(&what, sql, params).await.map(drop)
     };
-    recipes_core::until_done(&what, Backoff::RECOVER, || session.is_lost(), delete).await;
+    recipes_core::store::until_done(&what, Backoff::RECOVER, || session.is_lost(), delete).await;
+}
+
+/// A contender as the queue shows it: its place and its role.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct Spot {
+    pub(crate) seq: i64,
+    pub(crate) role: Role,
+}
+
+/// The `role` column of an entry of `role`: set only for a read-write
+/// lock's entries.
+pub(crate) fn role_column(role: Role) -> Option<&'static str> {
+    match role {
+        Role::Reader => Some("read"),
+        Role::Writer => Some("write"),
+        _ => None,
+    }
+}
+
+/// The role of a listed row whose `role` column is `column`, in a queue of
+/// entries of `default`'s recipe.
+pub(crate) fn role_of(column: Option<&str>, default: Role) -> Role {
+    match column {
+        Some("read") => Role::Reader,
+        Some(_) => Role::Writer,
+        None => default,
+    }
 }
 
 /// Our entry while it contends.
 pub(crate) struct RowEntry {
-    seq: i64,
+    spot: Spot,
     heard: Option<Subscription>,
 }
 
@@ -102,17 +141,21 @@ fn seconds(s: f64) -> Duration {
 
 impl RowContender<'_> {
     /// Whether the entry `seq` of our queue is live, and if so how long its
-    /// session has left.
+    /// session has left. A reader waits on a writer only while it is one: a
+    /// writer that downgraded no longer counts.
     async fn left(&self, seq: i64) -> Result<Option<Duration>> {
         let sql = "SELECT extract(epoch FROM s.expires_at - clock_timestamp())::float8 \
                    FROM recipes.queue q JOIN recipes.sessions s ON s.id = q.session \
-                   WHERE q.name = $1 AND q.seq = $2 AND s.expires_at > clock_timestamp()";
+                   WHERE q.name = $1 AND q.seq = $2 AND s.expires_at > clock_timestamp() \
+                     AND ($3::text IS DISTINCT FROM 'read' OR q.role IS DISTINCT FROM 'read')";
         let what = format!("look at entry {seq} of {}", self.name);
-        let row = self
-            .client
-            .db()
-            .query_opt(&what, sql, &[(&self.name, Type::TEXT), (&seq, Type::INT8)])
-            .await?;
+        let ours = role_column(self.role);
+        let params: crate::db::Params<'_> = &[
+            (&self.name, Type::TEXT),
+            (&seq, Type::INT8),
+            (&ours, Type::TEXT),
+        ];
+        let row = self.client.db().query_opt(&what, sql, params).await?;
         Ok(row.map(|r| seconds(r.get(0))))
     }
 
@@ -149,11 +192,15 @@ impl ContendDriver for RowContender<'_> {
     type Epoch = Arc<Session>;
     type Ticket = Ticket;
     type Entry = RowEntry;
-    type Id = i64;
+    type Id = Spot;
     type Won = Acquired;
 
-    fn max_leases(&self) -> usize {
-        self.max_leases
+    fn rule(&self) -> Rule {
+        self.rule
+    }
+
+    fn role(&self, id: &Spot) -> Role {
+        id.role
     }
 
     fn spawn(&self, task: impl std::future::Future<Output = ()> + Send + 'static) {
@@ -191,13 +238,13 @@ impl ContendDriver for RowContender<'_> {
                                        WHERE p.name = $6 AND p.kind = 'semaphore') \
                      ON CONFLICT (name) DO UPDATE SET next_seq = n.next_seq + 1 \
                      WHERE n.kind = $4 RETURNING next_seq) \
-                   INSERT INTO recipes.queue (name, seq, entry, session, value) \
-                   SELECT $1, n.next_seq, $2, $3, $5 FROM n \
+                   INSERT INTO recipes.queue (name, seq, entry, session, value, role) \
+                   SELECT $1, n.next_seq, $2, $3, $5, $7 FROM n \
                    ON CONFLICT (entry) DO NOTHING RETURNING seq";
         let db = self.client.db();
         let what = format!("enter the queue of {}", self.name);
         let (name, entry, session) = (&self.name, &ticket.entry, epoch.id());
-        let kind = &self.kind;
+        let (kind, role) = (&self.kind, role_column(self.role));
         let params: crate::db::Params<'_> = &[
             (name, Type::TEXT),
             (entry, Type::UUID),
@@ -205,6 +252,7 @@ impl ContendDriver for RowContender<'_> {
             (kind, Type::TEXT),
             (&self.value, Type::BYTEA),
             (&self.outside, Type::TEXT),
+            (&role, Type::TEXT),
         ];
         let entered = match db.query_opt(&what, sql, params).await {
             Err(e) if violated(&e).as_deref() == Some("queue_session_fkey") => {
@@ -223,33 +271,51 @@ impl ContendDriver for RowContender<'_> {
             None => self.not_entered(entry).await?,
         };
         log::debug!("[{}] {} entered at {seq}", epoch.label(), self.name);
-        let entry = RowEntry { seq, heard: None };
+        let spot = Spot {
+            seq,
+            role: self.role,
+        };
+        let entry = RowEntry { spot, heard: None };
         Ok((entry, None))
     }
 
-    fn ours<'e>(&self, entry: &'e RowEntry) -> &'e i64 {
-        &entry.seq
+    fn ours<'e>(&self, entry: &'e RowEntry) -> &'e Spot {
+        &entry.spot
     }
 
-    async fn list(&self, _epoch: &Arc<Session>, entry: &mut RowEntry) -> Result<Listing<i64>> {
-        let sql = "SELECT q.seq FROM recipes.queue q JOIN recipes.sessions s ON s.id = q.session \
-                   WHERE q.name = $1 AND q.seq <= $2 AND s.expires_at > clock_timestamp() \
-                   ORDER BY q.seq DESC LIMIT $3";
-        let window = i64::try_from(self.max_leases).unwrap_or(i64::MAX - 1) + 1;
+    async fn list(&self, _epoch: &Arc<Session>, entry: &mut RowEntry) -> Result<Listing<Spot>> {
         let what = format!("read the queue of {}", self.name);
-        let params: crate::db::Params<'_> = &[
-            (&self.name, Type::TEXT),
-            (&entry.seq, Type::INT8),
-            (&window, Type::INT8),
-        ];
-        let rows = self.client.db().query(&what, sql, params).await?;
+        let seq = &entry.spot.seq;
+        let rows = match self.rule.holders() {
+            Some(n) => {
+                let window = i64::try_from(n).unwrap_or(i64::MAX - 1) + 1;
+                let params: crate::db::Params<'_> = &[
+                    (&self.name, Type::TEXT),
+                    (seq, Type::INT8),
+                    (&window, Type::INT8),
+                ];
+                self.client.db().query(&what, LIST, params).await?
+            }
+            None => {
+                let params: crate::db::Params<'_> = &[(&self.name, Type::TEXT), (seq, Type::INT8)];
+                self.client
+                    .db()
+                    .query(&what, LIST_READ_WRITE, params)
+                    .await?
+            }
+        };
+        let spot = |r: &tokio_postgres::Row| Spot {
+            seq: r.get(0),
+            role: role_of(r.get::<_, Option<&str>>(1), self.role),
+        };
         Ok(Listing {
-            contenders: rows.iter().rev().map(|r| r.get(0)).collect(),
+            contenders: rows.iter().rev().map(spot).collect(),
             revision: 0,
         })
     }
 
-    async fn wait(&self, _epoch: &Arc<Session>, entry: &mut RowEntry, ahead: &i64) -> Result<()> {
+    async fn wait(&self, _epoch: &Arc<Session>, entry: &mut RowEntry, ahead: &Spot) -> Result<()> {
+        let (ahead, ours) = (ahead.seq, entry.spot.seq);
         if entry.heard.is_none() {
             match self.client.listener().subscribe(self.name).await {
                 Ok(s) => entry.heard = Some(s),
@@ -260,7 +326,7 @@ impl ContendDriver for RowContender<'_> {
         loop {
             // Heard from the subscription on: this look cannot miss a
             // removal that the listing before it did not show.
-            let Some(left) = self.left(*ahead).await? else {
+            let Some(left) = self.left(ahead).await? else {
                 return Ok(());
             };
             let nap = tokio::time::sleep(left.min(poll));
@@ -269,9 +335,9 @@ impl ContendDriver for RowContender<'_> {
                 tokio::select! {
                     () = &mut nap => break,
                     heard = next(&mut entry.heard) => match heard {
-                        Heard::Entry(seq) if seq == *ahead => break,
+                        Heard::Entry(seq) if seq == ahead => break,
                         // Ours changed (deleted, say): read the queue.
-                        Heard::Entry(seq) if seq == entry.seq => return Ok(()),
+                        Heard::Entry(seq) if seq == ours => return Ok(()),
                         Heard::Entry(_) => {}
                         Heard::Missed => break,
                     },
@@ -284,7 +350,7 @@ impl ContendDriver for RowContender<'_> {
         &self,
         _epoch: &Arc<Session>,
         entry: &mut RowEntry,
-        _listing: &Listing<i64>,
+        _listing: &Listing<Spot>,
     ) -> Result<Option<i64>> {
         // The listing judged expiry on a snapshot: a renewal that checked
         // its row before the expiry may commit after it (a slow commit),
@@ -293,7 +359,7 @@ impl ContendDriver for RowContender<'_> {
         // share mode — waiting for such a renewal, and holding off later
         // ones until this commits — and judged on their newest versions.
         let sql = concat!(
-            "WITH ahead AS (SELECT q.seq, s.expires_at > clock_timestamp() AS live \
+            "WITH ahead AS (SELECT q.seq, q.role, s.expires_at > clock_timestamp() AS live \
                      FROM recipes.queue q JOIN recipes.sessions s ON s.id = q.session \
                      WHERE q.name = $1 AND q.seq <= $2 FOR SHARE OF s) \
                    UPDATE recipes.names n SET fence = greatest(n.fence + 1, ",
@@ -301,15 +367,21 @@ impl ContendDriver for RowContender<'_> {
             ") \
                    WHERE n.name = $1 \
                      AND EXISTS (SELECT 1 FROM ahead WHERE seq = $2 AND live) \
-                     AND (SELECT count(*) FROM ahead WHERE seq < $2 AND live) < $3 \
+                     AND (SELECT count(*) FROM ahead WHERE seq < $2 AND live \
+                          AND ($4::text IS DISTINCT FROM 'read' OR role IS DISTINCT FROM 'read')) \
+                         < $3 \
                    RETURNING n.fence"
         );
         let what = format!("confirm the hold of {}", self.name);
-        let most = i64::try_from(self.max_leases).unwrap_or(i64::MAX);
+        // A read-write lock's entry holds with none ahead that it counts:
+        // a writer counts every entry, a reader only the writers.
+        let most = i64::try_from(self.rule.holders().unwrap_or(1)).unwrap_or(i64::MAX);
+        let role = role_column(self.role);
         let params: crate::db::Params<'_> = &[
             (&self.name, Type::TEXT),
-            (&entry.seq, Type::INT8),
+            (&entry.spot.seq, Type::INT8),
             (&most, Type::INT8),
+            (&role, Type::TEXT),
         ];
         let row = self.client.db().query_opt(&what, sql, params).await?;
         Ok(row.map(|r| r.get(0)))
@@ -322,8 +394,26 @@ impl ContendDriver for RowContender<'_> {
     fn won(&self, _epoch: Arc<Session>, ticket: Ticket, entry: RowEntry, fence: i64) -> Acquired {
         Acquired {
             ticket,
-            seq: entry.seq,
+            seq: entry.spot.seq,
             fence,
         }
     }
 }
+
+/// The live entries up to ours (`$2`) of the queue `$1`, newest first, at
+/// most `$3` of them: ours and the rule's holders ahead.
+const LIST: &str = "SELECT q.seq, q.role FROM recipes.queue q \
+     JOIN recipes.sessions s ON s.id = q.session \
+     WHERE q.name = $1 AND q.seq <= $2 AND s.expires_at > clock_timestamp() \
+     ORDER BY q.seq DESC LIMIT $3";
+
+/// A read-write lock's window of the live queue up to ours (`$2`), newest
+/// first: ours, the entry just ahead and the nearest writer ahead — all
+/// that `Rule::ReadWrite` looks at, however many readers are between.
+const LIST_READ_WRITE: &str = "WITH live AS (SELECT q.seq, q.role FROM recipes.queue q \
+       JOIN recipes.sessions s ON s.id = q.session \
+       WHERE q.name = $1 AND q.seq <= $2 AND s.expires_at > clock_timestamp()) \
+     SELECT seq, role FROM live \
+     WHERE seq = $2 OR seq = (SELECT max(seq) FROM live WHERE seq < $2) \
+        OR seq = (SELECT max(seq) FROM live WHERE seq < $2 AND role IS DISTINCT FROM 'read') \
+     ORDER BY seq DESC";

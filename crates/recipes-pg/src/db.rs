@@ -6,8 +6,9 @@
 use std::sync::Arc;
 use std::time::Duration;
 
+use recipes_core::store::within;
 use recipes_core::tls::{Probe, TlsProblem};
-use recipes_core::{within, Error, Result};
+use recipes_core::{Error, Result};
 use tokio::sync::watch;
 use tokio_postgres::types::{ToSql, Type};
 use tokio_postgres::{Client, Config, NoTls, Row};
@@ -168,7 +169,7 @@ impl Db {
     /// No server answered: a retryable error naming the URL.
     pub(crate) fn unreachable(&self) -> Error {
         let (who, check) = &self.probe.unanswered;
-        recipes_core::no_server_answered(who, self.connect_timeout, check)
+        recipes_core::store::no_server_answered(who, self.connect_timeout, check)
     }
 
     /// Run `f` whenever the statement connection in use drops (the loss

@@ -8,7 +8,8 @@
 use std::future::Future;
 use std::time::Duration;
 
-use recipes_core::{ElectionBackend, LeaderInfo, LeaderObserver, LeaderWatch, Result, Runtime};
+use recipes_core::store::{ElectionBackend, LeaderWatch, Runtime};
+use recipes_core::{LeaderInfo, LeaderObserver, Result};
 use tokio::time::Instant;
 
 use crate::client::PgClient;
@@ -100,7 +101,7 @@ impl ElectionBackend for PgElection {
             heard: None,
         };
         let (rt, timeout) = (self.0.client.runtime(), self.0.client.rpc_timeout());
-        recipes_core::follow_leader(rt, timeout, watch)
+        recipes_core::store::follow_leader(rt, timeout, watch)
     }
 }
 

@@ -1,14 +1,13 @@
 //! [`PgEntry`]: a held queue row (lease mode) as core's
-//! [`HeldEntry`](recipes_core::HeldEntry) — its loss watch, its deletion,
+//! [`HeldEntry`](recipes_core::store::HeldEntry) — its loss watch, its deletion,
 //! and writes fenced by the name's fence and our row.
 
 use std::fmt;
 use std::sync::Arc;
 use std::time::Duration;
 
-use recipes_core::{
-    watch_held, EntryWatcher, FencedWrite, FencingToken, HeldEntry, Result, Runtime, StoreEntry,
-};
+use recipes_core::store::{watch_held, EntryWatcher, FencedWrite, HeldEntry, Runtime, StoreEntry};
+use recipes_core::{FencingToken, Result};
 use tokio_postgres::types::{ToSql, Type};
 use uuid::Uuid;
 
@@ -33,6 +32,9 @@ pub struct PgEntry {
     /// The fence a write must find on the name's row; `None` for a
     /// permit, whose fences are not ordered against other permits'.
     pub(crate) fence: Option<i64>,
+    /// A read-write lock's read holding: readers after it bump the name's
+    /// fence too, so its writes need the fence at or above ours.
+    pub(crate) reading: bool,
     holder: String,
     /// Where the recipe's own rows are named: what a fenced write may not
     /// touch.
@@ -44,6 +46,10 @@ impl PgEntry {
     /// (`permit`) writes fenced by its row alone, and the layout it guards
     /// is its semaphore's.
     pub(crate) fn held(client: PgClient, name: &str, a: Acquired, permit: bool) -> PgLock {
+        PgEntry::hold(client, name, a, permit, false)
+    }
+
+    fn hold(client: PgClient, name: &str, a: Acquired, permit: bool, reading: bool) -> PgLock {
         let session = a.ticket.session.clone();
         let trigger = session.epoch().trigger().child();
         let layout = match name.strip_suffix("/leases").filter(|_| permit) {
@@ -57,6 +63,7 @@ impl PgEntry {
             entry: a.ticket.entry,
             seq: a.seq,
             fence: (!permit).then_some(a.fence),
+            reading,
             holder: holder(name, &a.ticket.entry),
             layout,
         };
@@ -70,6 +77,12 @@ impl PgEntry {
             trigger,
             FencingToken(a.fence.unsigned_abs()),
         )
+    }
+
+    /// Hold the row `a` won in a read-write lock's queue: a reader's
+    /// (`reading`) writes need the name's fence at or above ours.
+    pub(crate) fn held_rw(client: PgClient, name: &str, a: Acquired, reading: bool) -> PgLock {
+        PgEntry::hold(client, name, a, false, reading)
     }
 
     /// Our row's position in the queue.
@@ -105,6 +118,14 @@ const STILL_HELD: &str = "SELECT 1 FROM recipes.names n WHERE n.name = $1 AND n.
                  WHERE q.entry = $3 AND s.expires_at > clock_timestamp()) \
      FOR SHARE OF n";
 
+/// The same for a read-write lock's reader: readers that hold after ours
+/// bump the name's fence too, so it is ours or above; the share lock of the
+/// name's row still keeps a writer's confirm after the write's commit.
+const STILL_READING: &str = "SELECT 1 FROM recipes.names n WHERE n.name = $1 AND n.fence >= $2 \
+     AND EXISTS (SELECT 1 FROM recipes.queue q JOIN recipes.sessions s ON s.id = q.session \
+                 WHERE q.entry = $3 AND s.expires_at > clock_timestamp()) \
+     FOR SHARE OF n";
+
 /// The same for a permit (`$2` is NULL): our row is live. Permits are not
 /// ordered against each other, so the name's row is not locked: a waiting
 /// permit's confirm, which holds the live permits' sessions in share mode
@@ -117,9 +138,10 @@ const STILL_PERMITTED: &str = "SELECT 1 FROM recipes.queue q \
 impl PgEntry {
     /// What a write fenced by this holding checks first.
     pub(crate) fn check(&self) -> Result<FenceCheck> {
-        let sql = match self.fence {
-            Some(_) => STILL_HELD,
-            None => STILL_PERMITTED,
+        let sql = match (self.fence, self.reading) {
+            (Some(_), false) => STILL_HELD,
+            (Some(_), true) => STILL_READING,
+            (None, _) => STILL_PERMITTED,
         };
         Ok(FenceCheck {
             sql: sql.to_owned(),

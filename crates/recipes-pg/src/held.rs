@@ -1,11 +1,12 @@
 //! [`PgLock`]: what every PostgreSQL guard holds, in either mode — a queue
 //! row (lease mode, [`PgEntry`]) or an advisory lock on a connection of
 //! its own (session mode, [`AdvisoryLock`]) — as core's
-//! [`HeldEntry`](recipes_core::HeldEntry).
+//! [`HeldEntry`](recipes_core::store::HeldEntry).
 
 use std::time::Duration;
 
-use recipes_core::{Error, FencedWrite, HeldEntry, Result, Runtime, StoreEntry};
+use recipes_core::store::{FencedWrite, HeldEntry, Runtime, StoreEntry};
+use recipes_core::{Error, Result};
 
 use crate::advisory_lock::AdvisoryLock;
 use crate::client::PgClient;

@@ -50,6 +50,22 @@
 //! holder's confirm (floored by the database clock, see "What is
 //! guaranteed"). Holders are shown as `<name>/<entry uuid>`.
 //!
+//! A read-write lock ([`RwLock`], `client.rw_lock(name)`) is the same
+//! queue under a name of kind `rwlock`, each row with its `role` (`read`
+//! or `write`), one `seq` for both. The confirming statement decides who
+//! holds — a reader when no live writer is ahead of it, a writer when no
+//! live entry is — and bumps the name's fence in the same write, so
+//! readers' and writers' tokens come from one counter in the order they
+//! came to hold: a writer's token is above every earlier reader's and
+//! writer's, a reader's above every earlier writer's. A reader waits on
+//! the nearest live writer ahead of it, a writer on the live entry just
+//! ahead (no herd). A downgrade sets its row's role to `read` where it
+//! stands (same `seq`, same token), and the readers waiting on it look
+//! again; a writer queued behind it stays there. A read holder's fenced
+//! writes check that its row is live and the name's fence is at or above
+//! its own (later readers move it), under the same share lock as a
+//! mutex's, so no writer's confirm runs before they commit.
+//!
 //! ## Session mode
 //!
 //! A mutex takes `pg_advisory_lock(namespace, hashtext(name))` (the
@@ -72,6 +88,29 @@
 //! names whose hashes collide exclude each other (never the reverse).
 //! Waits are slices of at most a second at the server (`lock_timeout`):
 //! not fair. Elections, latches and selectors are rows in both modes.
+//!
+//! A read-write lock takes the name's key with `pg_advisory_lock_shared`
+//! (a reader) or `pg_advisory_lock` (a writer), under a name of kind
+//! `advisory-rw`, and is fair the way PostgreSQL's lock manager is: a new
+//! shared request queues behind an exclusive one that waits at the server,
+//! and the server grants in queue order. So its waits are not sliced: one
+//! statement waits until the deadline (an hour at most), since a wait cut
+//! short leaves the server's queue, and the readers queued behind a
+//! waiting writer would be granted at that moment. Meanwhile the lock
+//! connection's heartbeats ask about its backend by PID over the client's
+//! statement connection; an acquisition that gives up cancels its wait
+//! (`pg_cancel_backend`). Each holder mints its fence on the name's row
+//! after the grant (a writer's stays the name's while it holds; readers
+//! move it). Each reader stamps its own heartbeat row
+//! (the key's name, U+001F, `reader-<pid>`: no name holds a control
+//! character): a writer granted the key waits out every reader
+//! that ended without releasing, a reader only a writer that did. A
+//! downgrade takes the shared lock in the same session (granted at once:
+//! a backend's own locks do not conflict) and releases the exclusive one,
+//! in one statement: readers waiting at the server then enter, but those
+//! queued behind another waiting writer stay behind it (the server's
+//! order). `contenders` lists the holders and the backends waiting, with
+//! their role, from `pg_locks` (waiters in the order they began to wait).
 //! [`PgClient::with_xact_lock`] takes the same key for one transaction
 //! (`pg_advisory_xact_lock`). A transaction-mode pooler is refused at
 //! connect; needs PostgreSQL 14 or later.
@@ -96,7 +135,10 @@
 //! pgbouncer's `pool_mode = transaction` runs it on any backend. `LISTEN`
 //! cannot work through such a pooler: give a direct URL for it
 //! ([`PgClientBuilder::listen_url`]), or waits poll
-//! ([`PgClientBuilder::poll_interval`]).
+//! ([`PgClientBuilder::poll_interval`]). Session mode, the read-write
+//! lock's included, is refused at connect behind such a pooler (its locks
+//! belong to a backend the pooler hands to others): use lease mode there,
+//! or a session-mode pool.
 //!
 //! ## What is guaranteed
 //!
@@ -144,6 +186,7 @@ mod listen;
 mod mutex;
 mod names;
 mod pooler;
+mod rw_lock;
 mod schema;
 mod semaphore;
 mod session;
@@ -166,10 +209,11 @@ pub use recipes_core;
 /// What users of this crate touch from `recipes-core`, so that one
 /// dependency line is enough; the whole core crate is [`recipes_core`].
 pub use recipes_core::{
-    BootInstant, Client, Contender, Error, FenceGate, FencedWrites, FencingToken, LatchEvent,
-    LeaderInfo, LeaderObserver, LossReason, LossSignal, Participant, Result, Tls, TlsProblem,
-    DEFAULT_CONNECT_TIMEOUT, DEFAULT_RPC_TIMEOUT, DEFAULT_TTL, MAX_DURATION, MIN_TTL,
+    Access, BootInstant, Client, Contender, Error, FenceGate, FencedWrites, FencingToken,
+    LatchEvent, LeaderInfo, LeaderObserver, LossReason, LossSignal, Participant, Result, Tls,
+    TlsProblem, DEFAULT_CONNECT_TIMEOUT, DEFAULT_RPC_TIMEOUT, DEFAULT_TTL, MAX_DURATION, MIN_TTL,
 };
+pub use rw_lock::{PgRwLock, RwLock};
 pub use semaphore::{PgSemaphore, Semaphore, SemaphorePermit};
 /// The PostgreSQL client crate, for the parameter types and rows of
 /// [`Transaction`].
@@ -178,3 +222,7 @@ pub use transaction::{FencedTransaction, Transaction};
 
 /// A held [`Mutex`]; see [`recipes_core::MutexGuard`].
 pub type MutexGuard = recipes_core::MutexGuard<PgLock>;
+/// A held read side of a [`RwLock`]; see [`recipes_core::RwLockReadGuard`].
+pub type RwLockReadGuard = recipes_core::RwLockReadGuard<PgRwLock>;
+/// A held write side of a [`RwLock`]; see [`recipes_core::RwLockWriteGuard`].
+pub type RwLockWriteGuard = recipes_core::RwLockWriteGuard<PgRwLock>;

@@ -17,7 +17,8 @@
 use std::collections::{HashMap, HashSet};
 use std::sync::Arc;
 
-use recipes_core::{within, Result};
+use recipes_core::store::within;
+use recipes_core::Result;
 use tokio::sync::broadcast;
 use tokio_postgres::types::Type;
 use tokio_postgres::{AsyncMessage, Client};

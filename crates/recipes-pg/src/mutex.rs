@@ -6,7 +6,9 @@
 
 use std::time::Instant as StdInstant;
 
-use recipes_core::{engine, MutexBackend, Result};
+use recipes_core::store::engine::{self, Role, Rule};
+use recipes_core::store::MutexBackend;
+use recipes_core::Result;
 use tokio::time::Instant;
 
 use crate::advisory_lock::AdvisoryLock;
@@ -41,16 +43,44 @@ impl NameHandle {
         value: &[u8],
         deadline: Option<Instant>,
     ) -> Result<Option<Acquired>> {
+        self.contend_as(Queue::LOCK, value, deadline).await
+    }
+
+    /// Contend in the queue of `queue`'s kind and rule, as its role.
+    pub(crate) async fn contend_as(
+        &self,
+        queue: Queue,
+        value: &[u8],
+        deadline: Option<Instant>,
+    ) -> Result<Option<Acquired>> {
         let driver = RowContender {
             client: &self.client,
             name: &self.name,
-            kind: "lock",
-            max_leases: 1,
+            kind: queue.kind,
+            rule: queue.rule,
+            role: queue.role,
             value,
             outside: enclosing_semaphore(&self.name),
         };
         engine::contend(&driver, deadline).await
     }
+}
+
+/// What a name's queue is: the kind of its row, its rule, our entry's role.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct Queue {
+    pub(crate) kind: &'static str,
+    pub(crate) rule: Rule,
+    pub(crate) role: Role,
+}
+
+impl Queue {
+    /// A mutex's or an election's queue.
+    pub(crate) const LOCK: Queue = Queue {
+        kind: "lock",
+        rule: Rule::Mutex,
+        role: Role::Mutex,
+    };
 }
 
 /// A mutex in PostgreSQL (rows of `recipes.queue` under the name, or an
@@ -77,7 +107,7 @@ impl MutexBackend for PgMutex {
         &self.0.name
     }
 
-    fn runtime(&self) -> &recipes_core::Runtime {
+    fn runtime(&self) -> &recipes_core::store::Runtime {
         self.0.client.runtime()
     }
 
@@ -95,6 +125,7 @@ impl MutexBackend for PgMutex {
                         name: &this.name,
                         kind: ADVISORY,
                         slots: 1,
+                        shared: false,
                     };
                     let won = engine::take(&slots, deadline).await?;
                     let name = &this.name;

@@ -6,8 +6,12 @@
 //! reads like the other stores' node paths and keys. A semaphore `/sems/x`
 //! is three names: `/sems/x` (kind `semaphore`, holding the size),
 //! `/sems/x/locks` (its internal mutex) and `/sems/x/leases` (its permits).
+//! A read-write lock's row is of kind `rwlock` (lease mode) or
+//! `advisory-rw` (session mode); a name keeps one recipe and one mode, and
+//! every other is refused with the layout it holds named.
 
-use recipes_core::{quote, Error, Result};
+use recipes_core::store::quote;
+use recipes_core::{Error, Result};
 
 /// What PostgreSQL text cannot hold.
 fn refused(c: char) -> bool {
@@ -19,14 +23,14 @@ fn refused(c: char) -> bool {
 /// # Errors
 ///
 /// [`Error::InvalidArgument`] for a name core refuses (see
-/// [`recipes_core::check_name`]).
+/// [`recipes_core::store::check_name`]).
 ///
 /// Core refuses names over [`recipes_core::MAX_NAME_BYTES`], which a btree
 /// entry (at most a third of a page: 2,704 bytes at the default 8 KiB)
 /// holds.
 pub(crate) fn validate_name(what: &str, name: &str) -> Result<()> {
     let limit = "PostgreSQL indexes the name, and a btree row holds at most about 2,700 bytes";
-    recipes_core::check_name(&format!("PostgreSQL {what} name"), name, limit, refused)
+    recipes_core::store::check_name(&format!("PostgreSQL {what} name"), name, limit, refused)
 }
 
 /// Check a key that a plain read or a fenced write names, by the rules of
@@ -74,6 +78,8 @@ pub(crate) fn other_layout(name: &str, ours: &str, found: &str) -> Error {
         "permits" => "a lease-mode semaphore's permits",
         "advisory" => "a session-mode lock",
         "advisory-permits" => "a session-mode semaphore's permits",
+        "rwlock" => "a lease-mode read-write lock (rows of recipes.queue with a role)",
+        "advisory-rw" => "a session-mode read-write lock (an advisory key, shared or exclusive)",
         _ => "a lease-mode lock or election",
     };
     let session = |kind: &str| kind.starts_with("advisory");
@@ -121,6 +127,22 @@ mod tests {
         assert_eq!(enclosing_semaphore("/s/leases"), Some("/s"));
         assert_eq!(enclosing_semaphore("/s/other"), None);
         assert_eq!(enclosing_semaphore("/locks"), None);
+    }
+
+    #[test]
+    fn a_read_write_locks_name_is_named_in_refusals_both_ways() {
+        let said = |e: Error| e.to_string();
+        let on_rw = said(other_layout("/x", "lock", "rwlock"));
+        assert!(on_rw.contains("lease-mode read-write lock"), "{on_rw}");
+        let on_lock = said(other_layout("/x", "rwlock", "lock"));
+        assert!(
+            on_lock.contains("so a lease-mode read-write lock"),
+            "{on_lock}"
+        );
+        let across = said(other_layout("/x", "rwlock", "advisory-rw"));
+        assert!(across.contains("session mode"), "{across}");
+        let sem = said(other_layout("/x", "semaphore", "advisory-rw"));
+        assert!(sem.contains("session-mode read-write lock"), "{sem}");
     }
 
     #[test]

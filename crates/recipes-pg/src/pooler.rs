@@ -13,7 +13,8 @@
 //! pool never does; then A reads its PID again, which a pooler that
 //! handed A's backend to B must change.
 
-use recipes_core::{within, Error, Result};
+use recipes_core::store::within;
+use recipes_core::{Error, Result};
 
 use crate::db::Db;
 use crate::sql::{from_pg, unexpected};

@@ -7,15 +7,21 @@
 //! recipes.names     (name, kind, next_seq,       one row per recipe name: its queue
 //!                    fence, permits)             counter, its fence, a semaphore's size
 //! recipes.queue     (name, seq, entry, session,  one row per contender, gone with its
-//!                    value)                      session (ON DELETE CASCADE)
+//!                    value, role)                session (ON DELETE CASCADE); role is a
+//!                                                read-write lock entry's side ('read',
+//!                                                'write'), NULL for other recipes
 //! recipes.kv        (key, value)                 what fenced puts and deletes write
 //! recipes.advisory  (key, beat_at, ttl)          session mode: the last heartbeat of an
 //!                                                advisory key's holder (NULL once released)
 //! ```
 //!
-//! Layout 2 added `recipes.advisory`; a layout 1 schema is upgraded by the
-//! first client of this version that connects (which needs `CREATE` on
-//! the schema).
+//! Layout 2 added `recipes.advisory`, layout 3 the column `recipes.queue.role`
+//! (nullable: every row written before stays as it was, with no rewrite of
+//! the table); an older schema is upgraded in place, in one transaction, by
+//! the first client of this version that connects (which needs to own the
+//! tables, as their creator does). A client of an older release then
+//! refuses the schema (it knows only its own layout), so upgrade every
+//! client of a database before the read-write lock is used there.
 //!
 //! A trigger on `recipes.queue` sends `pg_notify('recipes_' || md5(name),
 //! seq)` for every insert, update and delete (a cascade from a session's
@@ -28,7 +34,7 @@ use tokio_postgres::Client;
 use crate::sql::from_pg;
 
 /// The layout this crate reads and writes.
-pub(crate) const LAYOUT_VERSION: i32 = 2;
+pub(crate) const LAYOUT_VERSION: i32 = 3;
 
 /// What layout 2 added: session mode's heartbeats, in database time, so
 /// that a waiter granted a key whose holder ended without releasing it
@@ -39,6 +45,12 @@ const ADVISORY: &str = "CREATE TABLE recipes.advisory (
     beat_at timestamptz,
     ttl interval NOT NULL)";
 
+/// What layout 3 added: a queue entry's role, for the read-write lock's
+/// mixed queue of readers and writers. NULL (no default to write) for the
+/// rows of every other recipe, so adding it rewrites nothing.
+const ROLE: &str = "ALTER TABLE recipes.queue ADD COLUMN role text \
+    CHECK (role IN ('read', 'write'))";
+
 /// Creates the layout, in one transaction (so a pooler keeps it on one
 /// backend), serialized against other clients creating it at the same time
 /// by a transaction-scoped advisory lock. Session ids start at the
@@ -48,7 +60,7 @@ const ADVISORY: &str = "CREATE TABLE recipes.advisory (
 const CREATE: &str = r#"
 CREATE SCHEMA IF NOT EXISTS recipes;
 CREATE TABLE recipes.layout (version integer NOT NULL);
-INSERT INTO recipes.layout (version) VALUES (2);
+INSERT INTO recipes.layout (version) VALUES (1);
 CREATE TABLE recipes.sessions (
     id bigint GENERATED ALWAYS AS IDENTITY PRIMARY KEY,
     ttl interval NOT NULL,
@@ -90,7 +102,7 @@ CREATE TRIGGER queue_notify AFTER INSERT OR UPDATE OR DELETE ON recipes.queue
 /// [`Error::InvalidArgument`] for a layout of another version.
 pub(crate) async fn ensure(db: &Client, what: &str) -> Result<bool> {
     match version(db, what).await? {
-        Some(1) => {}
+        Some(found) if found < LAYOUT_VERSION => {}
         Some(found) => return check(found).map(|()| false),
         None => {}
     }
@@ -101,19 +113,16 @@ pub(crate) async fn ensure(db: &Client, what: &str) -> Result<bool> {
         // for the lock.
         let exists = db.query_typed_one(EXISTS, &[]).await?;
         let created = !exists.get::<_, bool>(0);
-        if created {
+        let found = if created {
             db.batch_execute(CREATE).await?;
-            db.batch_execute(ADVISORY).await?;
+            1
         } else {
             let found = db
                 .query_typed_one("SELECT max(version) FROM recipes.layout", &[])
                 .await?;
-            if found.get::<_, Option<i32>>(0) == Some(1) {
-                db.batch_execute(ADVISORY).await?;
-                db.batch_execute("UPDATE recipes.layout SET version = 2")
-                    .await?;
-            }
-        }
+            found.get::<_, Option<i32>>(0).unwrap_or(LAYOUT_VERSION)
+        };
+        upgrade(db, found).await?;
         db.batch_execute("COMMIT").await.map(|()| created)
     };
     let created = match created.await {
@@ -170,6 +179,23 @@ pub(crate) async fn recreate(db: &Client, shown: &str) -> Result<()> {
         retryable: false,
         source: None,
     })
+}
+
+/// Bring a layout of version `found` (created as 1, or found older) up to
+/// [`LAYOUT_VERSION`], inside the caller's transaction: each step only
+/// adds, so the rows already there stay valid.
+async fn upgrade(db: &Client, found: i32) -> std::result::Result<(), tokio_postgres::Error> {
+    if found < 2 {
+        db.batch_execute(ADVISORY).await?;
+    }
+    if found < 3 {
+        db.batch_execute(ROLE).await?;
+    }
+    if found < LAYOUT_VERSION {
+        let set = format!("UPDATE recipes.layout SET version = {LAYOUT_VERSION}");
+        db.batch_execute(&set).await?;
+    }
+    Ok(())
 }
 
 /// Whether `recipes.layout` exists, read from the catalog with a fresh

@@ -3,15 +3,16 @@
 //! (`<name>/locks`), one row per permit (`<name>/leases`, whose first N
 //! live rows hold), and the size N in the name's own row of
 //! `recipes.names` (kind `semaphore`), stored by the first client and
-//! checked by every later one. Core's [`admit`](recipes_core::engine::admit)
+//! checked by every later one. Core's [`admit`](recipes_core::store::engine::admit)
 //! drives both queues. In session mode the permits are N advisory keys
-//! (`<name>/leases/<i>`) taken by core's [`take`](recipes_core::engine::take),
+//! (`<name>/leases/<i>`) taken by core's [`take`](recipes_core::store::engine::take),
 //! the size stored the same way.
 
 use std::time::Instant as StdInstant;
 
-use recipes_core::engine::{self, SemaphoreDriver};
-use recipes_core::{check_stored_size, Result, SemaphoreBackend};
+use recipes_core::store::engine::{self, Role, Rule, SemaphoreDriver};
+use recipes_core::store::{check_stored_size, SemaphoreBackend};
+use recipes_core::Result;
 use tokio::time::Instant;
 use tokio_postgres::types::Type;
 
@@ -45,7 +46,7 @@ pub struct PgSemaphore {
 impl PgSemaphore {
     pub(crate) fn new(client: PgClient, name: &str, permits: u32) -> Result<PgSemaphore> {
         validate_name("semaphore", name)?;
-        recipes_core::check_permits(&format!("the PostgreSQL semaphore {name}"), permits)?;
+        recipes_core::store::check_permits(&format!("the PostgreSQL semaphore {name}"), permits)?;
         Ok(PgSemaphore {
             client,
             name: name.to_owned(),
@@ -108,6 +109,7 @@ impl PgSemaphore {
             name: &self.lease_name,
             kind: ADVISORY_PERMITS,
             slots: self.permits as usize,
+            shared: false,
         };
         let won = engine::take(&slots, deadline).await?;
         let client = self.client.clone();
@@ -131,7 +133,7 @@ impl SemaphoreBackend for PgSemaphore {
         self.permits
     }
 
-    fn runtime(&self) -> &recipes_core::Runtime {
+    fn runtime(&self) -> &recipes_core::store::Runtime {
         self.client.runtime()
     }
 
@@ -143,17 +145,23 @@ impl SemaphoreBackend for PgSemaphore {
                 if this.client.mode() == PgMode::Session {
                     return this.take_slot(deadline.map(Instant::from_std)).await;
                 }
-                let contender = |name, kind, max_leases| RowContender {
+                let contender = |name, kind, rule, role| RowContender {
                     client: &this.client,
                     name,
                     kind,
-                    max_leases,
+                    rule,
+                    role,
                     value: &[],
                     outside: None,
                 };
                 let admission = Admission {
-                    lock: contender(&this.lock_name, "lock", 1),
-                    permits: contender(&this.lease_name, "permits", this.permits as usize),
+                    lock: contender(&this.lock_name, "lock", Rule::Mutex, Role::Mutex),
+                    permits: contender(
+                        &this.lease_name,
+                        "permits",
+                        Rule::Leases(this.permits as usize),
+                        Role::Permit,
+                    ),
                 };
                 let won = engine::admit(&admission, deadline.map(Instant::from_std)).await?;
                 let client = this.client.clone();

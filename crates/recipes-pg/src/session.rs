@@ -6,7 +6,7 @@
 //! [`LeaseSession`] over them (the grant's timing, renewals every TTL/3 —
 //! a renewal that finds the row, or the schema, gone is the lease's loss —
 //! the local deadline, the revoke on every way out), and the client's
-//! sessions are core's [`LeaseSessions`](recipes_core::LeaseSessions).
+//! sessions are core's [`LeaseSessions`](recipes_core::store::LeaseSessions).
 //!
 //! Entries are named by a fresh uuid each, so acquisitions of one name
 //! share the client's session: no turn at a name is ever taken.
@@ -15,7 +15,8 @@ use std::collections::VecDeque;
 use std::sync::Arc;
 use std::time::Duration;
 
-use recipes_core::{Error, LeaseSession, LeaseStore, Opened, Renewal, RenewalStream, Result};
+use recipes_core::store::{LeaseSession, LeaseStore, Opened, Renewal, RenewalStream};
+use recipes_core::{Error, Result};
 use tokio::task::JoinHandle;
 use tokio_postgres::types::Type;
 

@@ -1,6 +1,6 @@
 //! Session mode's acquisitions as core's
-//! [`SlotDriver`](recipes_core::engine::SlotDriver): the loop is the
-//! engine's ([`recipes_core::engine::take`]).
+//! [`SlotDriver`](recipes_core::store::engine::SlotDriver): the loop is the
+//! engine's ([`recipes_core::store::engine::take`]).
 //!
 //! - **epoch**: a lock connection of this acquisition's own
 //!   (`advisory.rs`), ended (its locks unlocked, the connection kept idle)
@@ -10,7 +10,11 @@
 //!   call outlives the caller's deadline; in the same statement, only when
 //!   the name's row (if any) is of this mode and recipe, so a refused name's
 //!   key is never taken (nothing to give back). A mutex is one key (its name); a
-//!   semaphore of N permits is N keys `<name>/leases/<i>`.
+//!   semaphore of N permits is N keys `<name>/leases/<i>`; a read-write
+//!   lock is its name's key, taken `_shared` by a reader, and waits in one
+//!   statement until the deadline (see [`SlotDriver::slice`] below): a
+//!   wait cut short would let the readers queued behind a waiting writer
+//!   pass it.
 //! - **confirm**: the fence, bumped on the name's row of `recipes.names`
 //!   in the same session right after the grant (`UPDATE … RETURNING`) to
 //!   `greatest(fence + 1, the database clock in µs)`, so it strictly
@@ -30,7 +34,7 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use recipes_core::engine::SlotDriver;
+use recipes_core::store::engine::SlotDriver;
 use recipes_core::{LossReason, LossSignal, Result};
 use tokio::time::Instant;
 use tokio_postgres::error::SqlState;
@@ -45,9 +49,16 @@ use crate::sql::{fence_floor, from_pg, is_schema_gone};
 pub(crate) const ADVISORY: &str = "advisory";
 /// The kind of a session-mode semaphore's permits' row.
 pub(crate) const ADVISORY_PERMITS: &str = "advisory-permits";
+/// The kind of a session-mode read-write lock's row.
+pub(crate) const ADVISORY_RW: &str = "advisory-rw";
 
 /// The longest one wait at the server, whatever the TTL.
 const MAX_SLICE: Duration = Duration::from_secs(1);
+
+/// The longest one wait of a read-write lock at the server: its place in
+/// the server's queue is what makes it fair, so it waits in one statement
+/// until its deadline, or in slices this long without one.
+const READ_WRITE_SLICE: Duration = Duration::from_secs(3600);
 
 /// One acquisition's driver: the keys of `name`.
 pub(crate) struct AdvisorySlots<'a> {
@@ -56,6 +67,8 @@ pub(crate) struct AdvisorySlots<'a> {
     pub(crate) name: &'a str,
     pub(crate) kind: &'static str,
     pub(crate) slots: usize,
+    /// A read-write lock's reader: the key is taken shared.
+    pub(crate) shared: bool,
 }
 
 /// The key name of slot `slot`: a lock's name itself, a permit's
@@ -81,6 +94,12 @@ pub(crate) fn key_name(name: &str, slot: usize, kind: &str) -> String {
 /// stays, so an acquisition cut off meanwhile never pushes the wait of
 /// the next one further out.
 ///
+/// `beat` names our heartbeat row: the key's own, or for a read-write
+/// lock's reader `<key>` + U+001F + `reader-<pid>` (readers share the
+/// key, each has its row; no name holds a control character, so no other
+/// recipe's row is named so). A reader waits out the key's own row (a writer's); a writer
+/// (`after_readers`) the readers' rows too.
+///
 /// # Errors
 ///
 /// [`InvalidArgument`](recipes_core::Error::InvalidArgument) when the
@@ -91,14 +110,16 @@ pub(crate) async fn mint_fence(
     name: &str,
     kind: &str,
     key: &str,
+    beat: Beat<'_>,
     beat_ttl: Option<i64>,
 ) -> Result<(i64, Duration)> {
     let what = format!("mint the fence of {name}");
     let sql = concat!(
-        "WITH old AS (SELECT extract(epoch FROM beat_at + ttl - clock_timestamp())::float8 \
-           AS remaining FROM recipes.advisory WHERE key = $3 AND beat_at IS NOT NULL), \
+        "WITH old AS (SELECT max(extract(epoch FROM beat_at + ttl - clock_timestamp()))::float8 \
+           AS remaining FROM recipes.advisory WHERE beat_at IS NOT NULL \
+           AND (key = $3 OR ($6 AND starts_with(key, $3 || chr(31) || 'reader-')))), \
          beat AS (INSERT INTO recipes.advisory AS a (key, beat_at, ttl) \
-           SELECT $3, clock_timestamp(), $4 * interval '1 millisecond' \
+           SELECT $5, clock_timestamp(), $4 * interval '1 millisecond' \
            WHERE $4::int8 IS NOT NULL AND NOT EXISTS (SELECT 1 FROM old WHERE remaining > 0) \
            ON CONFLICT (key) DO UPDATE SET beat_at = EXCLUDED.beat_at, ttl = EXCLUDED.ttl) \
          INSERT INTO recipes.names AS n (name, kind, fence) VALUES ($1, $2, ",
@@ -112,8 +133,10 @@ pub(crate) async fn mint_fence(
         (&kind, Type::TEXT),
         (&key, Type::TEXT),
         (&beat_ttl, Type::INT8),
+        (&beat.row, Type::TEXT),
+        (&beat.after_readers, Type::BOOL),
     ];
-    let rows = match recipes_core::within(&what, client.rpc_timeout(), async {
+    let rows = match recipes_core::store::within(&what, client.rpc_timeout(), async {
         c.query_typed(sql, params)
             .await
             .map_err(|e| from_pg(&what, e))
@@ -137,6 +160,15 @@ pub(crate) async fn mint_fence(
         return Ok((row.get(0), left));
     }
     Err(refusal(client, name, kind, &what).await)
+}
+
+/// Whose heartbeat row a holder stamps, and which rows it waits out.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct Beat<'a> {
+    /// Our row in `recipes.advisory`.
+    pub(crate) row: &'a str,
+    /// A read-write lock's writer: readers' rows count too.
+    pub(crate) after_readers: bool,
 }
 
 /// Why `name`'s row refused a lock of `kind`: the recipe it holds.
@@ -176,7 +208,7 @@ async fn stamp(
                VALUES ($1, clock_timestamp(), $2 * interval '1 millisecond') \
                ON CONFLICT (key) DO UPDATE SET beat_at = EXCLUDED.beat_at, ttl = EXCLUDED.ttl";
     let params: crate::db::Params<'_> = &[(&key, Type::TEXT), (&ttl, Type::INT8)];
-    recipes_core::within(&what, client.rpc_timeout(), async {
+    recipes_core::store::within(&what, client.rpc_timeout(), async {
         c.query_typed(sql, params)
             .await
             .map_err(|e| from_pg(&what, e))
@@ -208,9 +240,18 @@ pub(crate) struct Ticket {
     conn: Arc<LockConn>,
     namespace: i32,
     key_name: String,
+    /// Our heartbeat row: the key's name, or a reader's own.
+    beat_row: String,
     /// The key as `pg_locks.objid` shows it, once taken.
     key: Option<i64>,
     rpc_timeout: Duration,
+}
+
+/// A read-write lock reader's heartbeat row of the key `key_name` on the
+/// backend `pid`: after the key's name, a unit separator (U+001F), which
+/// no name holds, so it never is another recipe's key.
+pub(crate) fn reader_row(key_name: &str, pid: i32) -> String {
+    format!("{key_name}\u{1f}reader-{pid}")
 }
 
 /// A won slot: what the held lock is made of.
@@ -219,8 +260,23 @@ pub(crate) struct Won {
     pub(crate) session: Arc<LockSession>,
     pub(crate) conn: Arc<LockConn>,
     pub(crate) key_name: String,
+    pub(crate) beat_row: String,
     pub(crate) key: i64,
     pub(crate) fence: i64,
+    /// A read-write lock's reader.
+    pub(crate) shared: bool,
+}
+
+impl AdvisorySlots<'_> {
+    /// The suffix of the advisory functions for our side: `_shared` for a
+    /// read-write lock's reader.
+    fn mode(&self) -> &'static str {
+        if self.shared {
+            "_shared"
+        } else {
+            ""
+        }
+    }
 }
 
 impl SlotDriver for AdvisorySlots<'_> {
@@ -233,8 +289,15 @@ impl SlotDriver for AdvisorySlots<'_> {
     }
 
     /// A quarter of the TTL (a heartbeat queued behind a wait is answered
-    /// within it), at most a second and half an RPC timeout.
+    /// within it), at most a second and half an RPC timeout. A read-write
+    /// lock's waits are not sliced (an hour at most): a wait cut short
+    /// leaves the server's queue, and the readers queued behind a waiting
+    /// writer would be granted at that moment, passing it; heartbeats go
+    /// over the statement connection meanwhile (`advisory.rs`).
     fn slice(&self) -> Duration {
+        if self.kind == ADVISORY_RW {
+            return READ_WRITE_SLICE;
+        }
         let s = self.client.leases().settings();
         (s.ttl / 4).min(s.rpc_timeout / 2).min(MAX_SLICE)
     }
@@ -267,7 +330,7 @@ impl SlotDriver for AdvisorySlots<'_> {
     fn epoch_signal(&self, epoch: &Epoch) -> LossSignal {
         match &epoch.session {
             Some(s) => s.epoch().signal(),
-            None => recipes_core::LossTrigger::root().signal(),
+            None => recipes_core::store::LossTrigger::root().signal(),
         }
     }
 
@@ -276,10 +339,15 @@ impl SlotDriver for AdvisorySlots<'_> {
             .conns
             .conn()
             .expect("a granted lock session has a connection");
+        let key_name = key_name(self.name, slot, self.kind);
         Ticket {
+            beat_row: match self.shared {
+                true => reader_row(&key_name, conn.pid),
+                false => key_name.clone(),
+            },
             conn,
             namespace: self.client.namespace() as i32,
-            key_name: key_name(self.name, slot, self.kind),
+            key_name,
             key: None,
             rpc_timeout: self.client.rpc_timeout(),
         }
@@ -295,9 +363,11 @@ impl SlotDriver for AdvisorySlots<'_> {
             (&self.kind, Type::TEXT),
         ];
         let taken = if within.is_zero() {
-            let sql =
-                format!("SELECT pg_try_advisory_lock($1, hashtext($2)), hashtext($2){KIND_FITS}");
-            let rows = recipes_core::within(&what, t.rpc_timeout, async {
+            let sql = format!(
+                "SELECT pg_try_advisory_lock{}($1, hashtext($2)), hashtext($2){KIND_FITS}",
+                self.mode()
+            );
+            let rows = recipes_core::store::within(&what, t.rpc_timeout, async {
                 c.query_typed(&sql, params)
                     .await
                     .map_err(|e| from_pg(&what, e))
@@ -310,9 +380,15 @@ impl SlotDriver for AdvisorySlots<'_> {
         } else {
             // Zero would wait forever.
             let bound = format!("{}ms", within.as_millis().max(1));
-            let sql =
-                format!("SELECT hashtext($2), pg_advisory_lock($1, hashtext($2))::text{KIND_FITS}");
-            let waited = recipes_core::within(&what, t.rpc_timeout + within, async {
+            let sql = format!(
+                "SELECT hashtext($2), pg_advisory_lock{}($1, hashtext($2))::text{KIND_FITS}",
+                self.mode()
+            );
+            let long = match self.kind == ADVISORY_RW {
+                true => Some(t.conn.long_wait(self.client).await),
+                false => None,
+            };
+            let waited = recipes_core::store::within(&what, t.rpc_timeout + within, async {
                 let set = "SELECT set_config('lock_timeout', $1, false)";
                 if let Err(e) = c.query_typed(set, &[(&bound, Type::TEXT)]).await {
                     return Ok(Err(e));
@@ -320,6 +396,9 @@ impl SlotDriver for AdvisorySlots<'_> {
                 Ok(c.query_typed(&sql, params).await)
             })
             .await;
+            if let (Some(long), Ok(_)) = (long, &waited) {
+                long.ended();
+            }
             match waited {
                 Ok(Ok(rows)) => match rows.first() {
                     Some(row) => Some(row.get::<_, i32>(0)),
@@ -347,17 +426,23 @@ impl SlotDriver for AdvisorySlots<'_> {
     async fn confirm(&self, _epoch: &Epoch, t: &mut Ticket) -> Result<Option<i64>> {
         let ttl = i64::try_from(self.client.leases().settings().ttl.as_millis()).ok();
         let c = &t.conn.client;
+        let beat = Beat {
+            row: &t.beat_row,
+            after_readers: self.kind == ADVISORY_RW && !self.shared,
+        };
         let (fence, left) =
-            mint_fence(self.client, c, self.name, self.kind, &t.key_name, ttl).await?;
+            mint_fence(self.client, c, self.name, self.kind, &t.key_name, beat, ttl).await?;
         if !left.is_zero() {
             tokio::time::sleep(left).await;
-            stamp(self.client, c, &t.key_name, ttl).await?;
+            stamp(self.client, c, &t.beat_row, ttl).await?;
         }
         // From now on the heartbeats check and stamp the key.
         if let Some(key) = t.key {
-            t.conn.took(key, &t.key_name);
+            t.conn.took(key, &t.beat_row);
         }
-        if self.kind == ADVISORY {
+        // A lock's fence stays the name's while it holds; a reader's
+        // moves with the readers after it.
+        if self.kind == ADVISORY || (self.kind == ADVISORY_RW && !self.shared) {
             t.conn.fenced(self.name, fence);
         }
         Ok(Some(fence))
@@ -378,8 +463,10 @@ impl SlotDriver for AdvisorySlots<'_> {
             session,
             conn: t.conn,
             key_name: t.key_name,
+            beat_row: t.beat_row,
             key: t.key.unwrap_or_default(),
             fence,
+            shared: self.shared,
         }
     }
 }

@@ -3,7 +3,8 @@
 
 use std::error::Error as _;
 
-use recipes_core::{quote, Error};
+use recipes_core::store::quote;
+use recipes_core::Error;
 use tokio_postgres::error::SqlState;
 use tokio_postgres::types::{to_sql_checked, IsNull, ToSql, Type};
 

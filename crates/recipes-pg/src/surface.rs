@@ -4,21 +4,24 @@
 
 use std::time::{Duration, Instant};
 
+use recipes_core::store::engine::Role;
 use recipes_core::{BootInstant, Client, Contender, Result};
 use tokio_postgres::types::Type;
 use uuid::Uuid;
 
 use crate::builder::PgMode;
 use crate::client::PgClient;
+use crate::contend::role_of;
 use crate::election::{Election, LeaderLatch, LeaderSelector, PgElection};
 use crate::mutex::{Mutex, PgMutex};
 use crate::names::{holder, validate_key, validate_name};
+use crate::rw_lock::{PgRwLock, RwLock};
 use crate::semaphore::{permits_name, PgSemaphore, Semaphore};
-use crate::slots::{key_name, ADVISORY, ADVISORY_PERMITS};
+use crate::slots::{key_name, ADVISORY, ADVISORY_PERMITS, ADVISORY_RW};
 
 /// The live entries of the queue `name`, first in line first.
 pub(crate) async fn read_contenders(client: &PgClient, name: &str) -> Result<Vec<Contender>> {
-    let sql = "SELECT q.entry, q.seq, q.value FROM recipes.queue q \
+    let sql = "SELECT q.entry, q.seq, q.value, q.role FROM recipes.queue q \
                JOIN recipes.sessions s ON s.id = q.session \
                WHERE q.name = $1 AND s.expires_at > clock_timestamp() ORDER BY q.seq";
     let what = format!("list the contenders of {name}");
@@ -32,20 +35,27 @@ pub(crate) async fn read_contenders(client: &PgClient, name: &str) -> Result<Vec
             holder: holder(name, &r.get::<_, Uuid>(0)),
             created: r.get(1),
             value: r.get(2),
+            role: r
+                .get::<_, Option<&str>>(3)
+                .map(|role| role_of(Some(role), Role::Writer)),
         })
         .collect())
 }
 
 /// Session mode: the backends that hold (first) or wait for the advisory
-/// keys `keys`, as `<key>/backend-<pid>`; `created` is the PID.
+/// keys `keys` (in the order they began to wait), as
+/// `<key>/backend-<pid>`; `created` is the PID. A read-write lock's
+/// (`rw`) show their role: a shared lock's backend reads.
 pub(crate) async fn read_advisory_holders(
     client: &PgClient,
     keys: Vec<String>,
+    rw: bool,
 ) -> Result<Vec<Contender>> {
-    let sql = "SELECT k.key || '/backend-' || l.pid, l.pid FROM unnest($1::text[]) AS k(key) \
+    let sql =
+        "SELECT k.key || '/backend-' || l.pid, l.pid, l.mode FROM unnest($1::text[]) AS k(key) \
                JOIN pg_locks l ON l.locktype = 'advisory' AND l.objsubid = 2 \
                  AND l.classid::int8 = $2 AND l.objid::int8 = hashtext(k.key)::int8 & 4294967295 \
-               ORDER BY l.granted DESC, l.pid";
+               ORDER BY l.granted DESC, l.waitstart NULLS FIRST, l.pid";
     let ns = i64::from(client.namespace());
     let what = "list the holders of advisory locks";
     let params: crate::db::Params<'_> = &[(&keys, Type::TEXT_ARRAY), (&ns, Type::INT8)];
@@ -56,6 +66,10 @@ pub(crate) async fn read_advisory_holders(
             holder: r.get(0),
             created: i64::from(r.get::<_, i32>(1)),
             value: Vec::new(),
+            role: rw.then(|| match r.get::<_, &str>(2) {
+                "ShareLock" => Role::Reader,
+                _ => Role::Writer,
+            }),
         })
         .collect())
 }
@@ -67,13 +81,30 @@ async fn used_in_session_mode(client: &PgClient, name: &str, kind: &str) -> Resu
     if client.mode() == PgMode::Session {
         return Ok(true);
     }
-    let sql = "SELECT 1 FROM recipes.names WHERE name = $1 AND kind = $2";
+    Ok(kind_of(client, name).await?.as_deref() == Some(kind))
+}
+
+/// The kind of `name`'s row, if it has one.
+async fn kind_of(client: &PgClient, name: &str) -> Result<Option<String>> {
+    let sql = "SELECT kind FROM recipes.names WHERE name = $1";
     let what = format!("read the kind of {name}");
-    let params: crate::db::Params<'_> = &[(&name, Type::TEXT), (&kind, Type::TEXT)];
-    Ok(client.db().query_opt(&what, sql, params).await?.is_some())
+    let row = client
+        .db()
+        .query_opt(&what, sql, &[(&name, Type::TEXT)])
+        .await?;
+    Ok(row.map(|r| r.get(0)))
 }
 
 impl Client for PgClient {
+    type RwLock = PgRwLock;
+
+    /// Lease mode: rows of `recipes.queue` with their role under a name of
+    /// kind `rwlock`; session mode: the name's advisory key, shared or
+    /// exclusive (see [`RwLock`]).
+    fn rw_lock(&self, name: &str) -> Result<RwLock> {
+        Ok(RwLock::from_backend(PgRwLock::new(self.clone(), name)?))
+    }
+
     type Mutex = PgMutex;
     type Semaphore = PgSemaphore;
     type Election = PgElection;
@@ -118,8 +149,12 @@ impl Client for PgClient {
         validate_name("lock", name)?;
         let (client, name) = (self.clone(), name.to_owned());
         self.call("list contenders", async move {
-            let mut all = match used_in_session_mode(&client, &name, ADVISORY).await? {
-                true => read_advisory_holders(&client, vec![name.clone()]).await?,
+            let kind = kind_of(&client, &name).await?;
+            let rw = kind.as_deref() == Some(ADVISORY_RW);
+            let session =
+                client.mode() == PgMode::Session || rw || kind.as_deref() == Some(ADVISORY);
+            let mut all = match session {
+                true => read_advisory_holders(&client, vec![name.clone()], rw).await?,
                 false => Vec::new(),
             };
             all.extend(read_contenders(&client, &name).await?);
@@ -134,9 +169,13 @@ impl Client for PgClient {
         let (client, name) = (self.clone(), name.to_owned());
         self.call("read the fence", async move {
             let sql = "SELECT fence FROM recipes.names \
-                       WHERE name = $1 AND kind IN ('lock', $2) AND fence > 0";
+                       WHERE name = $1 AND kind IN ('lock', 'rwlock', $2, $3) AND fence > 0";
             let what = format!("read the fence of {name}");
-            let params: crate::db::Params<'_> = &[(&name, Type::TEXT), (&ADVISORY, Type::TEXT)];
+            let params: crate::db::Params<'_> = &[
+                (&name, Type::TEXT),
+                (&ADVISORY, Type::TEXT),
+                (&ADVISORY_RW, Type::TEXT),
+            ];
             let row = client.db().query_opt(&what, sql, params).await?;
             Ok(row.map(|r| r.get::<_, i64>(0).unsigned_abs()))
         })
@@ -162,7 +201,7 @@ impl Client for PgClient {
                     let keys = (0..n as usize)
                         .map(|i| key_name(&permits, i, ADVISORY_PERMITS))
                         .collect();
-                    read_advisory_holders(&client, keys).await?
+                    read_advisory_holders(&client, keys, false).await?
                 }
                 _ => read_contenders(&client, &permits).await?,
             };

@@ -6,7 +6,8 @@
 use std::fmt;
 use std::sync::Arc;
 
-use recipes_core::{within, Error, Leadership, MutexGuard, Result, SemaphorePermit};
+use recipes_core::store::within;
+use recipes_core::{Error, Leadership, MutexGuard, Result, SemaphorePermit};
 use tokio_postgres::types::{ToSql, Type};
 use tokio_postgres::Row;
 
@@ -199,7 +200,7 @@ impl FencedTransaction for PgLock {
                     Err(err) => Err(err),
                 }
             });
-        let holder = recipes_core::StoreEntry::holder(entry).to_owned();
+        let holder = recipes_core::store::StoreEntry::holder(entry).to_owned();
         Transaction::new(entry.client(), holder, begun?).run(work)
     }
 }

@@ -10,14 +10,15 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use recipes_core::{within, FencingToken, Result};
+use recipes_core::store::within;
+use recipes_core::{FencingToken, Result};
 use tokio::time::Instant;
 use tokio_postgres::error::SqlState;
 use tokio_postgres::types::Type;
 
 use crate::client::PgClient;
 use crate::names::validate_name;
-use crate::slots::{mint_fence, ADVISORY};
+use crate::slots::{mint_fence, Beat, ADVISORY};
 use crate::sql::{from_pg, unexpected};
 use crate::transaction::Transaction;
 
@@ -69,7 +70,7 @@ impl PgClient {
     ) -> Result<Option<(FencingToken, T)>> {
         validate_name("lock", name)?;
         if let Some(w) = wait.filter(|w| !w.is_zero()) {
-            recipes_core::check_timeout("lock wait", w)?;
+            recipes_core::store::check_timeout("lock wait", w)?;
         }
         let deadline = wait.map(|w| Instant::now() + w);
         let (client, key) = (self.clone(), name.to_owned());
@@ -151,7 +152,11 @@ async fn try_once(
         rollback(client, conn, &what).await?;
         return Ok(None);
     }
-    match mint_fence(client, conn, name, ADVISORY, name, None).await {
+    let beat = Beat {
+        row: name,
+        after_readers: false,
+    };
+    match mint_fence(client, conn, name, ADVISORY, name, beat, None).await {
         Ok((fence, left)) if left.is_zero() => Ok(Some(fence)),
         // A session holder ended without releasing: wait its deadline out
         // at the server (the transaction must not sit idle).
