@@ -4,8 +4,9 @@ use std::fmt;
 use std::sync::Arc;
 use std::time::Duration;
 
+use recipes_core::store::{Runtime, Settings};
 use recipes_core::tls::{check_scheme, Prelude, Probe};
-use recipes_core::{Error, LossPolicy, Result, Runtime, Settings, Tls, TlsFiles};
+use recipes_core::{Error, LossPolicy, Result, Tls, TlsFiles};
 use redis::aio::{ConnectionManager, ConnectionManagerConfig};
 
 use crate::client::RedisClient;
@@ -39,7 +40,7 @@ impl fmt::Debug for RedisClientBuilder {
 /// The URL without its password, for messages and logs.
 pub(crate) fn shown_url(url: &str) -> String {
     let Some((scheme, rest)) = url.split_once("://") else {
-        return recipes_core::quote(url);
+        return recipes_core::store::quote(url);
     };
     match rest.rsplit_once('@') {
         Some((_, host)) => format!("{scheme}://***@{host}"),
@@ -113,7 +114,7 @@ impl RedisClientBuilder {
         };
         let url = match check_scheme(&self.url, "redis", "rediss", self.tls.is_some()) {
             Ok((_, Some(_))) => self.url.clone(),
-            Ok((scheme, None)) if recipes_core::is_host_port(&self.url) => {
+            Ok((scheme, None)) if recipes_core::store::is_host_port(&self.url) => {
                 format!("{scheme}://{}", self.url)
             }
             Ok((_, None)) => return refuse("is not a URL, nor host:port with a numeric port"),
@@ -168,7 +169,7 @@ impl RedisClientBuilder {
             _ => return refuse("lacks a host"),
         }
         if let Some((_, wait)) = self.replicas {
-            recipes_core::check_timeout("replica wait timeout", wait)?;
+            recipes_core::store::check_timeout("replica wait timeout", wait)?;
             if wait >= self.settings.ttl / 3 {
                 return Err(Error::invalid(format!(
                     "the replica wait timeout {wait:?} is not below a third of the TTL {:?}: \
@@ -218,7 +219,7 @@ impl RedisClientBuilder {
             Ok(c) => c,
             Err(Error::Timeout { .. } | Error::ConnectionLoss) => {
                 let who = format!("no Redis server at {shown}");
-                return Err(recipes_core::no_server_answered(&who, timeout, hint));
+                return Err(recipes_core::store::no_server_answered(&who, timeout, hint));
             }
             // Something answered, not as Redis does (an HTTP server, etcd).
             Err(Error::Backend {

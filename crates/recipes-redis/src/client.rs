@@ -4,9 +4,8 @@ use std::fmt;
 use std::sync::{Arc, Weak};
 use std::time::Duration;
 
-use recipes_core::{
-    LeaseSessions, LossPolicy, LossReason, PresencePoll, Result, Runtime, Settings,
-};
+use recipes_core::store::{LeaseSessions, PresencePoll, Runtime, Settings};
+use recipes_core::{LossPolicy, LossReason, Result};
 use tokio::sync::Notify;
 
 use crate::builder::{shown_url, RedisClientBuilder};

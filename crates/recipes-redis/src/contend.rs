@@ -1,7 +1,8 @@
 //! The contend driver of every Redis queue — a mutex's, an election's
 //! (and so a latch's and a selector's), a semaphore's internal mutex and
-//! its permits: the engine's verbs as scripts (`scripts.rs`). The loop is
-//! the engine's ([`recipes_core::engine::contend`]).
+//! its permits, a read-write lock's readers and writers: the engine's
+//! verbs as scripts (`scripts.rs`). The loop is
+//! the engine's ([`recipes_core::store::engine::contend`]).
 //!
 //! - **enter**: one script — check our session's token, queue our member
 //!   (a fresh uuid under our session id, known before it is sent, so a
@@ -15,7 +16,11 @@
 //!   message costs one poll, never a TTL.
 //! - **confirm**: `SET <lock> <member> NX PX <session's PTTL>` and, only on
 //!   a new acquisition, the queue's next fence: the larger of its last
-//!   fence + 1 and the server's clock in µs (`scripts.rs`).
+//!   fence + 1 and the server's clock in µs (`scripts.rs`). The script
+//!   decides the recipe's rule itself, over the same live members: the
+//!   first `n` of a mutex's or a semaphore's, and for a read-write lock
+//!   [`Rule::ReadWrite`] over the roles stored beside the queue (which
+//!   `list` shows as `<role> <member>`).
 //! - **remove**: delete our entry (and the lock, if it holds it), publish
 //!   its going, retrying until done or the session is lost.
 
@@ -23,8 +28,9 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use futures_util::StreamExt;
-use recipes_core::engine::{ContendDriver, Entered, Listing};
-use recipes_core::{until_done, Backoff, Error, LeaseEpoch, LossReason, LossSignal, Result};
+use recipes_core::store::engine::{ContendDriver, Entered, Listing, Role, Rule};
+use recipes_core::store::{until_done, Backoff, LeaseEpoch};
+use recipes_core::{Error, LossReason, LossSignal, Result};
 use tokio::time::Instant;
 
 use crate::client::RedisClient;
@@ -41,9 +47,11 @@ pub(crate) const POLL: Duration = Duration::from_millis(500);
 pub(crate) struct QueueContender<'a> {
     pub(crate) client: &'a RedisClient,
     pub(crate) queue: &'a Queue,
-    /// The candidate's value (empty for a lock).
+    /// The candidate's value (empty for a lock; a read-write lock's
+    /// member's role, `read` or `write`).
     pub(crate) value: &'a [u8],
-    pub(crate) max_leases: usize,
+    /// The recipe's queue rule, decided inside the confirming script.
+    pub(crate) rule: Rule,
 }
 
 /// A session as the engine's epoch.
@@ -60,6 +68,8 @@ pub(crate) struct Ticket {
 /// Our entry while it waits: its member, and the subscription of the wait.
 pub(crate) struct Entry {
     member: String,
+    /// Our member as the queue is listed.
+    listed: String,
     listening: Option<(String, redis::aio::PubSubStream)>,
 }
 
@@ -114,7 +124,7 @@ pub(crate) async fn subscribe(
             .map_err(|e| from_redis(&what, e))?;
         Ok(pubsub.into_on_message())
     };
-    recipes_core::within(&what, timeout, open).await
+    recipes_core::store::within(&what, timeout, open).await
 }
 
 /// Wait for a message on `stream`, or `poll` finding what we wait for
@@ -158,8 +168,19 @@ impl ContendDriver for QueueContender<'_> {
     type Id = String;
     type Won = Acquired;
 
-    fn max_leases(&self) -> usize {
-        self.max_leases
+    fn rule(&self) -> Rule {
+        self.rule
+    }
+
+    /// A read-write lock's members are listed with their role.
+    fn role(&self, id: &String) -> Role {
+        match (self.rule, id.split_once(' ')) {
+            (Rule::ReadWrite, Some(("read", _))) => Role::Reader,
+            (Rule::ReadWrite, _) => Role::Writer,
+            (Rule::Mutex, _) => Role::Mutex,
+            (Rule::Latch, _) => Role::Participant,
+            (Rule::Leases(_), _) => Role::Permit,
+        }
     }
 
     fn spawn(&self, task: impl std::future::Future<Output = ()> + Send + 'static) {
@@ -222,13 +243,17 @@ impl ContendDriver for QueueContender<'_> {
             0 => {}
             -1 => return Err(Self::session_gone(session)),
             -2 => {
-                return Err(other_layout(
-                    &self.queue.name,
-                    "a lock or election",
-                    "a semaphore",
-                ))
+                let ours = self.queue.recipe();
+                return Err(other_layout(&self.queue.name, ours, "a semaphore"));
             }
             -3 => return Err(inside_semaphore(&self.queue.name)),
+            -4 => {
+                let theirs = match self.queue.mode {
+                    Mode::ReadWrite => "a lock or election",
+                    _ => "a read-write lock",
+                };
+                return Err(other_layout(&self.queue.name, self.queue.recipe(), theirs));
+            }
             _ => return Err(unexpected(&what, reply)),
         }
         log::debug!(
@@ -238,13 +263,14 @@ impl ContendDriver for QueueContender<'_> {
         );
         let entry = Entry {
             member: ticket.member.clone(),
+            listed: self.queue.listed(&ticket.member, self.value),
             listening: None,
         };
         Ok((entry, Some(self.listing(members))))
     }
 
     fn ours<'e>(&self, entry: &'e Entry) -> &'e String {
-        &entry.member
+        &entry.listed
     }
 
     async fn list(&self, epoch: &Epoch, entry: &mut Entry) -> Result<Listing<String>> {
@@ -262,13 +288,20 @@ impl ContendDriver for QueueContender<'_> {
     async fn wait(&self, epoch: &Epoch, entry: &mut Entry, ahead: &String) -> Result<()> {
         let redis = epoch.session.store()?.redis;
         let timeout = epoch.session.rpc_timeout();
+        let ahead = Queue::member_of(ahead);
         let channel = self.queue.channel(ahead);
         let gone = || async {
             if self.queue.mode == Mode::Permit {
                 // The one permit waiter: read the queue again.
                 return Ok(true);
             }
-            let args = self.queue.args(ahead);
+            let mut args = self.queue.args(ahead);
+            // A reader waits on a writer: a downgrade (its role now
+            // `read`) lets it in as the writer's going does, so the poll
+            // sees it even when the message is lost.
+            if self.value == b"read" {
+                args.push("reader".into());
+            }
             let live: i64 = redis.once("poll", timeout, &scripts::ALIVE, &args).await?;
             Ok(live == 0)
         };
@@ -300,7 +333,7 @@ impl ContendDriver for QueueContender<'_> {
         let store = session.store()?;
         let mut args = self.queue.args(&entry.member);
         args.push(store.token(session.id()));
-        args.push(self.max_leases.to_string());
+        args.push(self.holders().to_string());
         args.push(self.queue.fence_key());
         let what = format!("confirm {}", self.queue.holder(&entry.member));
         let timeout = session.rpc_timeout();
@@ -326,5 +359,14 @@ impl ContendDriver for QueueContender<'_> {
 
     fn won(&self, _epoch: Epoch, ticket: Ticket, _entry: Entry, fence: i64) -> Acquired {
         Acquired { ticket, fence }
+    }
+}
+
+impl QueueContender<'_> {
+    /// How many at the head of the queue hold, as the store's own
+    /// decision counts them; unused for a read-write lock, whose script
+    /// decides over the roles.
+    fn holders(&self) -> usize {
+        self.rule.holders().unwrap_or(0)
     }
 }

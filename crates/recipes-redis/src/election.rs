@@ -7,9 +7,8 @@
 use std::future::Future;
 use std::time::Duration;
 
-use recipes_core::{
-    Client, ElectionBackend, LeaderInfo, LeaderObserver, LeaderWatch, Result, Runtime,
-};
+use recipes_core::store::{ElectionBackend, LeaderWatch, Runtime};
+use recipes_core::{Client, LeaderInfo, LeaderObserver, Result};
 use tokio::time::Instant;
 
 use crate::client::RedisClient;
@@ -72,8 +71,8 @@ impl ElectionBackend for RedisElection {
             let lead = RedisEntry::held(this.client.clone(), a, "leadership").await?;
             log::info!(
                 "[{}] leads (fence {})",
-                recipes_core::HeldLease::holder(&lead),
-                recipes_core::FencedLease::token(&lead)
+                recipes_core::store::HeldLease::holder(&lead),
+                recipes_core::store::FencedLease::token(&lead)
             );
             Ok(Some(lead))
         }
@@ -98,7 +97,11 @@ impl ElectionBackend for RedisElection {
             handle: self.0.clone(),
             stream: None,
         };
-        recipes_core::follow_leader(self.0.client.runtime(), self.0.client.rpc_timeout(), watch)
+        recipes_core::store::follow_leader(
+            self.0.client.runtime(),
+            self.0.client.rpc_timeout(),
+            watch,
+        )
     }
 }
 

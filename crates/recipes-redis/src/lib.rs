@@ -3,7 +3,7 @@
 //! The Redis backend of `recipes`, for a **single Redis node**: a
 //! blocking client whose session renewals run on its own runtime thread,
 //! and the recipes of every backend — mutex, semaphore, election, leader
-//! latch, leader selector — driven by core's one engine. The API and its
+//! latch, leader selector, read-write lock — driven by core's one engine. The API and its
 //! guarantees are core's ([`recipes_core`]); this crate documents the
 //! layout and what Redis can and cannot promise.
 //!
@@ -48,6 +48,45 @@
 //! [`RedisEntry::fenced_del`], [`RedisEntry::fenced_script`], and
 //! `guard.put`/`guard.delete` of [`FencedWrites`]) are scripts that write
 //! only while the lock key still holds our member.
+//!
+//! ## The read-write lock
+//!
+//! [`Client::rw_lock`] (`client.rw_lock(name)`) queues readers and
+//! writers in the mutex's queue of the name, in arrival order, each
+//! member's role (`read` or `write`) in a hash beside it
+//! (`{recipes}:r:<name>`). Several readers hold at once, so each holder
+//! has its own hold key, `{recipes}:rw:<name>:<member>`, `PX` its
+//! session's and renewed with it (as a semaphore's permits are); fenced
+//! writes and the loss poll check that key. The confirming script decides
+//! core's [`Rule::ReadWrite`](recipes_core::store::engine::Rule::ReadWrite)
+//! itself over the live members (the mutex's liveness): a reader holds
+//! when no writer is ahead of it, a writer when no one is; and it mints
+//! the fence from the name's one counter in the same script, so readers'
+//! and writers' fences are one increasing sequence — a writer's above
+//! every earlier reader's, a reader's above every earlier writer's, and
+//! after a data loss above everything before (the clock, as for the
+//! mutex). A reader waits on the nearest writer ahead, a writer on the
+//! member just ahead: a release wakes only those it lets in. A
+//! [downgrade](recipes_core::RwLockWriteGuard::downgrade) is one script
+//! that turns the writer's role into `read` where it stands (same member,
+//! place, hold key and fence) and wakes the readers queued behind it; a
+//! writer queued behind stays out. A name's queue is one recipe's: a
+//! mutex, an election or a semaphore on a read-write lock's name is
+//! refused with [`Error::InvalidArgument`], and the reverse.
+//!
+//! ```no_run
+//! # fn main() -> Result<(), recipes_redis::Error> {
+//! use recipes_redis::Client;
+//! let client = recipes_redis::RedisClient::connect("redis://127.0.0.1:6379")?;
+//! let cache = client.rw_lock("/cache/prices")?;
+//! let rebuild = cache.write()?;
+//! rebuild.put("/cache/prices/data", b"rebuilt")?;
+//! let reading = rebuild.downgrade()?; // no writer in between
+//! println!("read under fence {}", reading.token());
+//! reading.release()?;
+//! # Ok(())
+//! # }
+//! ```
 //!
 //! ## What Redis promises, and what it does not
 //!
@@ -118,6 +157,7 @@ mod mutex;
 mod names;
 mod policy;
 mod rpc;
+mod rw_lock;
 mod scripts;
 mod semaphore;
 mod session;
@@ -132,12 +172,14 @@ pub use recipes_core;
 /// What users of this crate touch from `recipes-core`, so that one
 /// dependency line is enough; the whole core crate is [`recipes_core`].
 pub use recipes_core::{
-    BootInstant, Client, Contender, Error, FenceGate, FencedWrites, FencingToken, LatchEvent,
-    LeaderInfo, LeaderObserver, LossPolicy, LossReason, LossSignal, Participant, Result, Tls,
-    TlsProblem, DEFAULT_CONNECT_TIMEOUT, DEFAULT_RPC_TIMEOUT, DEFAULT_TTL, MAX_DURATION, MIN_TTL,
+    Access, BootInstant, Client, Contender, Error, FenceGate, FencedWrites, FencingToken,
+    LatchEvent, LeaderInfo, LeaderObserver, LossPolicy, LossReason, LossSignal, Participant,
+    Result, Tls, TlsProblem, DEFAULT_CONNECT_TIMEOUT, DEFAULT_RPC_TIMEOUT, DEFAULT_TTL,
+    MAX_DURATION, MIN_TTL,
 };
 /// The `redis` crate, for the values of [`RedisEntry::fenced_script`].
 pub use redis;
+pub use rw_lock::{RedisRwLock, RwLock, RwLockReadGuard, RwLockWriteGuard};
 pub use semaphore::{RedisSemaphore, Semaphore, SemaphorePermit};
 
 /// A held [`Mutex`]; see [`recipes_core::MutexGuard`].

@@ -1,5 +1,5 @@
 //! [`RedisLock`]: a held Redis entry as core's
-//! [`HeldEntry`](recipes_core::HeldEntry) — its loss poll, its removal,
+//! [`HeldEntry`](recipes_core::store::HeldEntry) — its loss poll, its removal,
 //! and writes fenced by a script that writes only while the lock key (a
 //! permit's key) holds our member.
 
@@ -7,10 +7,10 @@ use std::fmt;
 use std::future::Future;
 use std::time::Duration;
 
-use recipes_core::{
-    watch_held, EntryWatcher, Error, FencedWrite, FencingToken, HeldEntry, PresencePoll, Result,
-    Runtime, StoreEntry,
+use recipes_core::store::{
+    watch_held, EntryWatcher, FencedWrite, HeldEntry, PresencePoll, Runtime, StoreEntry,
 };
+use recipes_core::{Error, FencingToken, Result};
 use redis::FromRedisValue;
 
 use crate::client::RedisClient;
@@ -115,6 +115,11 @@ impl RedisEntry {
             kind,
         };
         Ok(HeldEntry::new(entry, trigger, token))
+    }
+
+    /// Our member of the queue, and its session.
+    pub(crate) fn ticket(&self) -> &Ticket {
+        &self.ticket
     }
 
     /// The key whose value says this entry holds: the lock key

@@ -3,7 +3,9 @@
 
 use std::time::Instant as StdInstant;
 
-use recipes_core::{engine, MutexBackend, Result};
+use recipes_core::store::engine::{self, Rule};
+use recipes_core::store::MutexBackend;
+use recipes_core::Result;
 use tokio::time::Instant;
 
 use crate::client::RedisClient;
@@ -41,7 +43,7 @@ impl NameHandle {
             client: &self.client,
             queue: &self.queue,
             value,
-            max_leases: 1,
+            rule: Rule::Mutex,
         };
         engine::contend(&driver, deadline).await
     }
@@ -69,7 +71,7 @@ impl MutexBackend for RedisMutex {
         &self.0.name
     }
 
-    fn runtime(&self) -> &recipes_core::Runtime {
+    fn runtime(&self) -> &recipes_core::store::Runtime {
         self.0.client.runtime()
     }
 

@@ -1,7 +1,8 @@
 //! Names and keys: what callers name (checked as on every store), and the
 //! keys and script arguments of one queue (`scripts.rs` has the layout).
 
-use recipes_core::{quote, Error, Result};
+use recipes_core::store::quote;
+use recipes_core::{Error, Result};
 
 /// The prefix of every key of ours, one hash tag.
 pub(crate) const NS: &str = "{recipes}:";
@@ -9,14 +10,14 @@ pub(crate) const NS: &str = "{recipes}:";
 /// Check the name of a lock, election or semaphore (`what`).
 pub(crate) fn validate_name(what: &str, name: &str) -> Result<()> {
     let limit = "a name is sent in every request of the recipe";
-    recipes_core::check_name(&format!("Redis {what} name"), name, limit, char::is_control)
+    recipes_core::store::check_name(&format!("Redis {what} name"), name, limit, char::is_control)
 }
 
 /// Check a key that a plain read or a fenced write names, by the rules of
 /// names; our own prefix is refused.
 pub(crate) fn validate_key(key: &str) -> Result<()> {
     let limit = "a key is sent in every write";
-    recipes_core::check_name("Redis key", key, limit, char::is_control)
+    recipes_core::store::check_name("Redis key", key, limit, char::is_control)
 }
 
 /// A fresh member of a queue for the session `session`.
@@ -31,6 +32,9 @@ pub(crate) enum Mode {
     Lock,
     /// A semaphore's permits.
     Permit,
+    /// A read-write lock's readers and writers: a hold key each (several
+    /// readers hold at once), their roles in `{recipes}:r:<name>`.
+    ReadWrite,
 }
 
 /// One queue: its name, where holding is recorded, its fence.
@@ -61,6 +65,17 @@ impl Queue {
         }
     }
 
+    /// The queue of a read-write lock `name`: the mutex's queue key (so
+    /// one name is one recipe's: the scripts refuse the other), a hold key
+    /// per holder.
+    pub(crate) fn rw(name: &str) -> Queue {
+        Queue {
+            hold: format!("{NS}rw:{name}:"),
+            mode: Mode::ReadWrite,
+            ..Queue::lock(name)
+        }
+    }
+
     /// A semaphore's internal mutex and its permits.
     pub(crate) fn semaphore(name: &str) -> (Queue, Queue) {
         let mut lock = Queue::lock(&format!("{name}/locks"));
@@ -83,6 +98,7 @@ impl Queue {
         let mode = match self.mode {
             Mode::Lock => "lock",
             Mode::Permit => "permit",
+            Mode::ReadWrite => "rw",
         };
         let (name, hold) = (self.name.clone(), self.hold.clone());
         vec![NS.into(), name, hold, mode.into(), member.into()]
@@ -92,13 +108,43 @@ impl Queue {
     pub(crate) fn hold_key(&self, member: &str) -> String {
         match self.mode {
             Mode::Lock => self.hold.clone(),
-            Mode::Permit => format!("{}{member}", self.hold),
+            Mode::Permit | Mode::ReadWrite => format!("{}{member}", self.hold),
         }
     }
 
     /// The fence counter.
     pub(crate) fn fence_key(&self) -> String {
         format!("{NS}fence:{}", self.name)
+    }
+
+    /// A read-write lock's roles: member → `read` | `write`. It exists
+    /// while the name's queue holds a read-write lock's members.
+    pub(crate) fn role_key(&self) -> String {
+        format!("{NS}r:{}", self.name)
+    }
+
+    /// What the queue is, with its article, as refusals name it.
+    pub(crate) fn recipe(&self) -> &'static str {
+        match self.mode {
+            Mode::Lock => "a lock or election",
+            Mode::Permit => "a semaphore",
+            Mode::ReadWrite => "a read-write lock",
+        }
+    }
+
+    /// The member of a listed contender: a read-write lock's are listed
+    /// as `<role> <member>` (members have no space).
+    pub(crate) fn member_of(listed: &str) -> &str {
+        listed.rsplit_once(' ').map_or(listed, |(_, member)| member)
+    }
+
+    /// How `member` of `role` is listed: as [`member_of`](Queue::member_of)
+    /// reads it.
+    pub(crate) fn listed(&self, member: &str, role: &[u8]) -> String {
+        match self.mode {
+            Mode::ReadWrite => format!("{} {member}", String::from_utf8_lossy(role)),
+            _ => member.to_owned(),
+        }
     }
 
     /// The queue's sorted set.
@@ -115,7 +161,7 @@ impl Queue {
     /// permit waiter and observers listen (the queue's).
     pub(crate) fn channel(&self, ahead: &str) -> String {
         match self.mode {
-            Mode::Lock => format!("{NS}gone:{ahead}"),
+            Mode::Lock | Mode::ReadWrite => format!("{NS}gone:{ahead}"),
             Mode::Permit => self.wake_channel(),
         }
     }
@@ -185,6 +231,23 @@ mod tests {
         assert_eq!(permits.hold_key("1-x"), "{recipes}:permit:/s/leases:1-x");
         assert_eq!(Queue::lock("/a").hold_key("1-x"), "{recipes}:lock:/a");
         assert_eq!(Queue::lock("/a").holder("1-x"), "/a/1-x");
+    }
+
+    #[test]
+    fn a_read_write_lock_shares_the_mutex_queue_and_holds_a_key_per_holder() {
+        let (rw, lock) = (Queue::rw("/s/locks"), Queue::lock("/s/locks"));
+        assert_eq!(rw.queue_key(), lock.queue_key());
+        assert_eq!(rw.fence_key(), lock.fence_key());
+        assert_eq!(rw.role_key(), "{recipes}:r:/s/locks");
+        assert_eq!(rw.hold_key("1-x"), "{recipes}:rw:/s/locks:1-x");
+        assert_eq!(rw.conflict, "{recipes}:size:/s/locks");
+        assert_eq!(rw.inside, "{recipes}:size:/s");
+        assert_eq!(rw.channel("1-x"), "{recipes}:gone:1-x");
+        let listed = rw.listed("1-x", b"read");
+        assert_eq!(listed, "read 1-x");
+        assert_eq!(Queue::member_of(&listed), "1-x");
+        assert_eq!(Queue::member_of("1-x"), "1-x");
+        assert_eq!(lock.listed("1-x", b""), "1-x");
     }
 
     #[test]

@@ -5,7 +5,8 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use recipes_core::{resend_within, within, Backoff, Error, Result};
+use recipes_core::store::{resend_within, within, Backoff};
+use recipes_core::{Error, Result};
 use redis::aio::ConnectionManager;
 use redis::{FromRedisValue, RedisError, Script};
 use tokio::sync::Notify;

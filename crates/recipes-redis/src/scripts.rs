@@ -13,7 +13,9 @@
 //! | `ns q:<queue>` | the queue, a sorted set: member → its place |
 //! | `ns n:<queue>` | the queue's place counter (gone with the queue) |
 //! | `ns v:<queue>` | the members' values (a candidate's) |
+//! | `ns r:<name>` | a read-write lock's roles: member → `read` \| `write` |
 //! | `ns lock:<name>` | the lock: the holder's member, `PX` its session's |
+//! | `ns rw:<name>:<member>` | a held read or write side, as the lock |
 //! | `ns permit:<sem>/leases:<member>` | a held permit, as the lock |
 //! | `ns fence:<queue>` | the queue's last fence, never deleted |
 //! | `ns size:<sem>` | a semaphore's size |
@@ -24,6 +26,22 @@
 //! entries are published on `ns gone:<member>` (the waiter behind a lock
 //! entry listens there) and `ns wake:<queue>` (a permit waiter, an
 //! observer).
+//!
+//! A read-write lock is the mutex's queue `ns q:<name>` with each
+//! member's role beside it (`ns r:<name>`, which exists while it has
+//! members): a name's queue is one recipe's, and each side's `ENTER`
+//! refuses a name whose queue has live members of the other. Several
+//! readers hold at once, so each holder has its own hold key, `PX` its
+//! session's and renewed with it, as a permit's. `CONFIRM` decides the
+//! read-write rule itself: a reader holds when no live member ahead of it
+//! is a writer (a member without a role counts as one), a writer when no
+//! live member is ahead; it mints the fence from the name's one counter
+//! in the same script, so readers' and writers' fences are one increasing
+//! sequence. A reader waits on the nearest writer ahead, a writer on the
+//! member just ahead (`gone:<member>`). `DOWNGRADE` turns a holding
+//! writer's role into `read` in place (same member, place and hold key)
+//! and publishes on its `gone:` channel, where the readers queued behind
+//! it up to the next writer wait.
 //!
 //! Fences and session ids are **minted** (`mint`) on a hybrid clock: the
 //! larger of the last one + 1 and the server's `TIME` in microseconds
@@ -55,6 +73,7 @@ local function drop(q, k, m)
   local qk = ns .. 'q:' .. q
   redis.call('ZREM', qk, m)
   redis.call('HDEL', ns .. 'v:' .. q, m)
+  redis.call('HDEL', ns .. 'r:' .. q, m)
   redis.call('HDEL', ns .. 'h:' .. sid_of(m), m)
   if redis.call('GET', k) == m then redis.call('DEL', k) end
   redis.call('PUBLISH', ns .. 'gone:' .. m, q)
@@ -81,7 +100,9 @@ macro_rules! queue {
         r#"
 local q, hk, mode, member = ARGV[2], ARGV[3], ARGV[4], ARGV[5]
 local qk = ns .. 'q:' .. q
-local function holdkey(m) if mode == 'permit' then return hk .. m end return hk end
+local rk = ns .. 'r:' .. q
+local function holdkey(m) if mode == 'lock' then return hk end return hk .. m end
+local function role(m) return redis.call('HGET', rk, m) end
 local function alive(m)
   return redis.call('EXISTS', sess(m)) == 1 or redis.call('GET', holdkey(m)) == m
 end
@@ -92,6 +113,17 @@ local function upto(ours)
     if m == ours then break end
   end
   return out
+end
+local function shown(ms)
+  if mode ~= 'rw' then return ms end
+  local out = {}
+  for i, m in ipairs(ms) do out[i] = (role(m) or 'write') .. ' ' .. m end
+  return out
+end
+local function other(m)
+  if redis.call('EXISTS', sess(m)) == 0 then return false end
+  if mode == 'rw' then return not role(m) end
+  return role(m) ~= false
 end
 "#
     };
@@ -158,10 +190,13 @@ return #e / 2
 "#
 );
 
-// ARGV: ns, queue, hold, mode, member, token, value, conflict key,
-// inside key → {0, live members up to ours}; {-1} our session is gone;
-// {-2} the conflict key exists (the name holds another recipe); {-3} the
-// inside key exists (the name is a semaphore's own queue).
+// ARGV: ns, queue, hold, mode, member, token, value (a read-write lock's:
+// the role), conflict key, inside key → {0, live members up to ours, as
+// `shown`}; {-1} our session is gone; {-2} the conflict key exists (the
+// name holds a semaphore); {-3} the inside key exists (the name is a
+// semaphore's own queue); {-4} the queue has live members of the other
+// recipe (a lock's or an election's for a read-write lock, and the
+// reverse).
 script!(
     ENTER,
     "",
@@ -171,44 +206,54 @@ script!(
 if redis.call('GET', sess(member)) ~= ARGV[6] then return {-1} end
 if ARGV[8] ~= '' and redis.call('EXISTS', ARGV[8]) == 1 then return {-2} end
 if ARGV[9] ~= '' and redis.call('EXISTS', ARGV[9]) == 1 then return {-3} end
+local others = {}
+if mode == 'rw' then others = redis.call('ZRANGE', qk, 0, -1)
+elseif mode == 'lock' then others = redis.call('HKEYS', rk) end
+for _, m in ipairs(others) do if m ~= member and other(m) then return {-4} end end
 if not redis.call('ZSCORE', qk, member) then
   redis.call('ZADD', qk, redis.call('INCR', ns .. 'n:' .. q), member)
-  redis.call('HSET', ns .. 'v:' .. q, member, ARGV[7])
+  if mode == 'rw' then redis.call('HSET', rk, member, ARGV[7])
+  else redis.call('HSET', ns .. 'v:' .. q, member, ARGV[7]) end
   local h = ns .. 'h:' .. sid_of(member)
   redis.call('HSET', h, member, q .. '\n' .. holdkey(member))
   redis.call('PEXPIRE', h, redis.call('PTTL', sess(member)))
   redis.call('PUBLISH', ns .. 'wake:' .. q, member)
 end
-return {0, upto(member)}
+return {0, shown(upto(member))}
 "#
 );
 
 // ARGV: ns, queue, hold, mode, member → the live members up to ours
-// (all of them if ours is gone), the dead swept.
+// (all of them if ours is gone) as `shown`, the dead swept.
 script!(
     LIST,
     " flags=allow-oom",
     common!(),
     queue!(),
-    "return upto(member)\n"
+    "return shown(upto(member))\n"
 );
 
-// ARGV: ns, queue, hold, mode, member → 1 while the member is queued and
-// live (its session's key exists, or it holds).
+// ARGV: ns, queue, hold, mode, member[, `reader`] → 1 while the member is
+// queued and live (its session's key exists, or it holds); for a reader
+// waiting on a writer, 0 once that writer was downgraded to `read` too.
 script!(
     ALIVE,
     " flags=no-writes",
     common!(),
     queue!(),
     r#"
-if redis.call('ZSCORE', qk, member) and alive(member) then return 1 end
-return 0
+if not (redis.call('ZSCORE', qk, member) and alive(member)) then return 0 end
+if ARGV[6] == 'reader' and role(member) == 'read' then return 0 end
+return 1
 "#
 );
 
 // ARGV: ns, queue, hold, mode, member, token, max, fence key → the fence
 // (`SET hold member NX PX <session's PTTL>`, then `mint`, only on a new
-// acquisition); -1 our session or entry is gone; -2 not ours yet.
+// acquisition; a resent confirm of a holder gets the name's last fence);
+// -1 our session or entry is gone; -2 not ours yet: more than `max` live
+// members ahead, or for a read-write lock (`max` unused) a writer ahead
+// of a reader, anyone ahead of a writer.
 script!(
     CONFIRM,
     "",
@@ -219,11 +264,16 @@ local s = sess(member)
 if redis.call('GET', s) ~= ARGV[6] then return -1 end
 local live = upto(member)
 if live[#live] ~= member then return -1 end
-if #live > tonumber(ARGV[7]) then return -2 end
 local k = holdkey(member)
 local cur = redis.call('GET', k)
 if cur == member then return tonumber(redis.call('GET', ARGV[8])) end
 if cur then return -2 end
+if mode == 'rw' then
+  local reader = role(member) == 'read'
+  for i = 1, #live - 1 do
+    if not reader or role(live[i]) ~= 'read' then return -2 end
+  end
+elseif #live > tonumber(ARGV[7]) then return -2 end
 redis.call('SET', k, member, 'NX', 'PX', redis.call('PTTL', s))
 return mint(ARGV[8])
 "#
@@ -241,6 +291,25 @@ local held = redis.call('GET', holdkey(member)) == member
 drop(q, holdkey(member), member)
 if held then return 1 end
 return 0
+"#
+);
+
+// ARGV: ns, queue, hold, mode (rw), member → 1 the holding writer is a
+// reader now, in its place, and the readers waiting on it are woken; 0 it
+// no longer holds (nothing changed). Only overwrites a value: allowed at
+// `maxmemory`.
+script!(
+    DOWNGRADE,
+    " flags=allow-oom",
+    common!(),
+    queue!(),
+    r#"
+if redis.call('GET', holdkey(member)) ~= member then return 0 end
+if not redis.call('ZSCORE', qk, member) then return 0 end
+redis.call('HSET', rk, member, 'read')
+redis.call('PUBLISH', ns .. 'gone:' .. member, q)
+redis.call('PUBLISH', ns .. 'wake:' .. q, member)
+return 1
 "#
 );
 
@@ -264,7 +333,7 @@ return 1
 );
 
 // ARGV: ns, queue, hold, mode → the live members, flat: member, place,
-// value, …
+// value, role (a read-write lock member's, else empty), …
 script!(
     CONTENDERS,
     " flags=no-writes",
@@ -278,19 +347,22 @@ for i = 1, #all, 2 do
     out[#out + 1] = all[i]
     out[#out + 1] = all[i + 1]
     out[#out + 1] = redis.call('HGET', ns .. 'v:' .. q, all[i]) or ''
+    out[#out + 1] = role(all[i]) or ''
   end
 end
 return out
 "#
 );
 
-// ARGV: ns, size key, size, lock queue key → 0 stored or equal; the
-// stored size when it differs; -1 the name holds a lock or election.
+// ARGV: ns, size key, size, lock queue key, role key → 0 stored or
+// equal; the stored size when it differs; -1 the name holds a lock or
+// election, -2 a read-write lock.
 script!(
     ENSURE_SIZE,
     "",
     common!(),
     r#"
+if redis.call('EXISTS', ARGV[5]) == 1 then return {-2} end
 if redis.call('EXISTS', ARGV[4]) == 1 then return {-1} end
 local stored = redis.call('GET', ARGV[2])
 if not stored then redis.call('SET', ARGV[2], ARGV[3]); return {0} end

@@ -2,13 +2,14 @@
 //! the size in `{recipes}:size:<name>`, an internal mutex (the queue
 //! `<name>/locks`) and the permits (the queue `<name>/leases`, each
 //! holder's own key `PX` its session's) — as a driver of core's
-//! [`admit`](recipes_core::engine::admit). A permit whose session is not
+//! [`admit`](recipes_core::store::engine::admit). A permit whose session is not
 //! renewed expires by itself.
 
 use std::time::{Duration, Instant as StdInstant};
 
-use recipes_core::engine::{self, SemaphoreDriver};
-use recipes_core::{Result, SemaphoreBackend};
+use recipes_core::store::engine::{self, Rule, SemaphoreDriver};
+use recipes_core::store::SemaphoreBackend;
+use recipes_core::Result;
 use tokio::time::Instant;
 
 use crate::client::RedisClient;
@@ -39,7 +40,7 @@ pub struct RedisSemaphore {
 impl RedisSemaphore {
     pub(crate) fn new(client: RedisClient, name: &str, permits: u32) -> Result<RedisSemaphore> {
         validate_name("semaphore", name)?;
-        recipes_core::check_permits(&format!("the Redis semaphore {name}"), permits)?;
+        recipes_core::store::check_permits(&format!("the Redis semaphore {name}"), permits)?;
         let (lock, leases) = Queue::semaphore(name);
         Ok(RedisSemaphore {
             client,
@@ -54,12 +55,13 @@ impl RedisSemaphore {
     /// or an election's queue on the name is refused.
     pub(crate) async fn ensure_size(&self, redis: &Redis, timeout: Duration) -> Result<()> {
         let size = size_key(&self.name);
-        let lock_queue = Queue::lock(&self.name).queue_key();
+        let lock = Queue::lock(&self.name);
         let args = [
             NS.to_owned(),
             size.clone(),
             self.permits.to_string(),
-            lock_queue,
+            lock.queue_key(),
+            lock.role_key(),
         ];
         let what = format!("store the size of {}", self.name);
         let reply: redis::Value = redis
@@ -79,9 +81,10 @@ impl RedisSemaphore {
                 "a semaphore",
                 "a lock or election",
             )),
+            (Some(-2), _) => Err(other_layout(&self.name, "a semaphore", "a read-write lock")),
             (Some(1), Some(stored)) => {
                 let what = format!("the Redis semaphore {}", self.name);
-                recipes_core::check_stored_size(&what, &size, &stored, self.permits)
+                recipes_core::store::check_stored_size(&what, &size, &stored, self.permits)
             }
             _ => Err(unexpected(&what, reply)),
         }
@@ -95,7 +98,7 @@ impl SemaphoreBackend for RedisSemaphore {
         &self.name
     }
 
-    fn runtime(&self) -> &recipes_core::Runtime {
+    fn runtime(&self) -> &recipes_core::store::Runtime {
         self.client.runtime()
     }
 
@@ -114,13 +117,13 @@ impl SemaphoreBackend for RedisSemaphore {
                         client: &this.client,
                         queue: &this.lock,
                         value: &[],
-                        max_leases: 1,
+                        rule: Rule::Mutex,
                     },
                     permits: QueueContender {
                         client: &this.client,
                         queue: &this.leases,
                         value: &[],
-                        max_leases: this.permits as usize,
+                        rule: Rule::Leases(this.permits as usize),
                     },
                 };
                 match engine::admit(&admission, deadline.map(Instant::from_std)).await? {

@@ -2,7 +2,7 @@
 //! `{recipes}:s:<id>` holding a random token, `PX` the TTL; a session is
 //! core's [`LeaseSession`] over it (grant, a renewal every TTL/3, revoke)
 //! and the client's sessions are core's
-//! [`LeaseSessions`](recipes_core::LeaseSessions).
+//! [`LeaseSessions`](recipes_core::store::LeaseSessions).
 //!
 //! The renewal is a script guarded by the token: it extends the session
 //! key and the hold keys of its entries only while the session key still
@@ -15,7 +15,8 @@ use std::collections::{HashMap, VecDeque};
 use std::sync::Arc;
 use std::time::Duration;
 
-use recipes_core::{Error, LeaseSession, LeaseStore, Opened, Renewal, RenewalStream, Result};
+use recipes_core::store::{LeaseSession, LeaseStore, Opened, Renewal, RenewalStream};
+use recipes_core::{Error, Result};
 use tokio::task::JoinHandle;
 
 use crate::names::NS;

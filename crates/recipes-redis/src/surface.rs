@@ -4,6 +4,7 @@
 
 use std::time::{Duration, Instant};
 
+use recipes_core::store::engine::Role;
 use recipes_core::{BootInstant, Client, Contender, Result};
 
 use crate::client::RedisClient;
@@ -11,6 +12,7 @@ use crate::election::{Election, LeaderLatch, LeaderSelector, RedisElection};
 use crate::mutex::{Mutex, RedisMutex};
 use crate::names::{size_key, validate_key, validate_name, Queue};
 use crate::rpc::{unexpected, Redis};
+use crate::rw_lock::{RedisRwLock, RwLock};
 use crate::scripts;
 use crate::semaphore::{RedisSemaphore, Semaphore};
 
@@ -25,21 +27,37 @@ pub(crate) async fn read_contenders(
     let flat: Vec<redis::Value> = redis
         .idempotent(&what, timeout, &scripts::CONTENDERS, &args)
         .await?;
-    flat.chunks(3)
+    flat.chunks(4)
         .map(|c| {
-            let parsed =
-                redis::from_redis_value::<(String, f64, Vec<u8>)>(&redis::Value::Array(c.to_vec()));
-            let (member, place, value) = parsed.map_err(|_| unexpected(&what, c))?;
+            let parsed = redis::from_redis_value::<(String, f64, Vec<u8>, String)>(
+                &redis::Value::Array(c.to_vec()),
+            );
+            let (member, place, value, role) = parsed.map_err(|_| unexpected(&what, c))?;
+            let role = match role.as_str() {
+                "read" => Some(Role::Reader),
+                "write" => Some(Role::Writer),
+                _ => None,
+            };
             Ok(Contender {
                 holder: queue.holder(&member),
                 created: place as i64,
                 value,
+                role,
             })
         })
         .collect()
 }
 
 impl Client for RedisClient {
+    type RwLock = RedisRwLock;
+
+    /// A read-write lock on the name's queue: a lock, an election or a
+    /// semaphore on the same name is refused (either way round) with
+    /// [`Error::InvalidArgument`](recipes_core::Error::InvalidArgument) when it enters.
+    fn rw_lock(&self, name: &str) -> Result<RwLock> {
+        Ok(RwLock::from_backend(RedisRwLock::new(self.clone(), name)?))
+    }
+
     type Mutex = RedisMutex;
     type Semaphore = RedisSemaphore;
     type Election = RedisElection;
@@ -80,7 +98,9 @@ impl Client for RedisClient {
     }
 
     /// The live members of the name's queue, in queue order; `created` is
-    /// the member's place in it.
+    /// the member's place in it. A read-write lock's have their role
+    /// ([`Role::Reader`], [`Role::Writer`]); a mutex's or an election's
+    /// none.
     fn contenders(&self, name: &str) -> Result<Vec<Contender>> {
         validate_name("lock", name)?;
         let (queue, redis, timeout) = (Queue::lock(name), self.redis()?, self.rpc_timeout());
