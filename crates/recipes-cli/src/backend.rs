@@ -5,7 +5,7 @@ use std::fmt;
 use std::time::{Duration, Instant};
 
 use recipes_core::tls::with_tls;
-use recipes_core::{Client, FencingToken, LossSignal, Result, Tls};
+use recipes_core::{Client, FencingToken, LockKind, LossSignal, Result, Tls};
 use recipes_etcd::EtcdClient;
 use recipes_pg::PgClient;
 use recipes_redis::RedisClient;
@@ -115,22 +115,38 @@ pub enum Wait {
 /// What is acquired.
 #[derive(Debug, Clone)]
 pub enum Recipe {
-    /// A mutex.
-    Lock,
+    /// Locks: one mutex, one side of a read-write lock, or several of
+    /// them all or nothing; each name with what to take, in command-line
+    /// order.
+    Locks(Vec<(String, LockKind)>),
     /// One of this many permits.
     Semaphore(u32),
     /// Leadership, campaigning with this id.
     Elect(String),
 }
 
+/// One lock of several held together.
+#[derive(Debug, Clone)]
+pub struct HeldPart {
+    /// The lock's name.
+    pub name: String,
+    /// Its fencing token.
+    pub fence: FencingToken,
+    /// Where it lives in the store.
+    pub holder: String,
+}
+
 /// A held lock, permit or leadership, whatever the store.
 pub struct Held {
-    /// The fencing token (none for a permit).
+    /// The fencing token (none for a permit); the first name's of several.
     pub fence: Option<FencingToken>,
-    /// Where it lives in the store (node path or key).
+    /// Where it lives in the store (node path or key); the first name's.
     pub holder: String,
-    /// Fires when it may be gone.
+    /// Fires when it may be gone (any one of several).
     pub lost: LossSignal,
+    /// Each of several locks held together, in command-line order; empty
+    /// for one.
+    pub parts: Vec<HeldPart>,
     release: Box<dyn FnOnce() -> Result<()> + Send>,
 }
 
@@ -156,6 +172,7 @@ impl Held {
             fence,
             holder,
             lost,
+            parts: Vec::new(),
             release: Box::new(release),
         }
     }
@@ -184,16 +201,21 @@ pub fn acquire<C: Client>(
     wait: Wait,
 ) -> Result<Option<Held>> {
     match recipe {
-        Recipe::Lock => lock(&client.mutex(name)?, wait),
+        Recipe::Locks(parts) => match parts.as_slice() {
+            [(name, LockKind::Mutex)] => lock(&client.mutex(name)?, wait),
+            [(name, LockKind::Read)] => read(&client.rw_lock(name)?, wait),
+            [(name, LockKind::Write)] => write(&client.rw_lock(name)?, wait),
+            parts => crate::locks::multi(client, parts, wait),
+        },
         Recipe::Semaphore(n) => permit(&client.semaphore(name, *n)?, wait),
         Recipe::Elect(id) => {
-            recipes_core::validate_participant_id("election", id)?;
+            recipes_core::store::validate_participant_id("election", id)?;
             campaign(&client.election(name)?, id, wait)
         }
     }
 }
 
-fn lock<B: recipes_core::MutexBackend>(
+fn lock<B: recipes_core::store::MutexBackend>(
     mutex: &recipes_core::Mutex<B>,
     wait: Wait,
 ) -> Result<Option<Held>> {
@@ -208,7 +230,37 @@ fn lock<B: recipes_core::MutexBackend>(
     }))
 }
 
-fn permit<B: recipes_core::SemaphoreBackend>(
+fn read<B: recipes_core::store::RwLockBackend>(
+    rw: &recipes_core::RwLock<B>,
+    wait: Wait,
+) -> Result<Option<Held>> {
+    let guard = match wait {
+        Wait::Forever => Some(rw.read()?),
+        Wait::AtOnce => rw.try_read()?,
+        Wait::Until(t) => rw.try_read_until(t)?,
+    };
+    Ok(guard.map(|g| {
+        let (token, holder, lost) = (g.token(), g.holder().to_owned(), g.lost().clone());
+        Held::new(Some(token), holder, lost, move || g.release())
+    }))
+}
+
+fn write<B: recipes_core::store::RwLockBackend>(
+    rw: &recipes_core::RwLock<B>,
+    wait: Wait,
+) -> Result<Option<Held>> {
+    let guard = match wait {
+        Wait::Forever => Some(rw.write()?),
+        Wait::AtOnce => rw.try_write()?,
+        Wait::Until(t) => rw.try_write_until(t)?,
+    };
+    Ok(guard.map(|g| {
+        let (token, holder, lost) = (g.token(), g.holder().to_owned(), g.lost().clone());
+        Held::new(Some(token), holder, lost, move || g.release())
+    }))
+}
+
+fn permit<B: recipes_core::store::SemaphoreBackend>(
     semaphore: &recipes_core::Semaphore<B>,
     wait: Wait,
 ) -> Result<Option<Held>> {
@@ -225,7 +277,7 @@ fn permit<B: recipes_core::SemaphoreBackend>(
 
 /// Leadership of the election `name` (on ZooKeeper Curator's latch layout,
 /// so Curator `LeaderLatch`es on the same path contend with it).
-fn campaign<B: recipes_core::ElectionBackend>(
+fn campaign<B: recipes_core::store::ElectionBackend>(
     election: &recipes_core::Election<B>,
     id: &str,
     wait: Wait,

@@ -57,7 +57,7 @@ fn in_terminal_foreground() -> bool {
 /// cannot.
 pub fn spawn(
     argv: &[OsString],
-    env: &[(&str, String)],
+    env: &[(String, String)],
     removed: &[&str],
 ) -> Result<RunningCmd, SpawnError> {
     let foreground = in_terminal_foreground();

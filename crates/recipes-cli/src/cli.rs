@@ -6,80 +6,13 @@ use std::time::Duration;
 
 use clap::parser::ValueSource;
 use clap::{ArgMatches, Args, CommandFactory, FromArgMatches, Parser, Subcommand};
+use recipes_core::LockKind;
 
 use crate::duration::parse_duration;
 use crate::exit;
-
-const MAIN_EXAMPLES: &str = "\
-Examples:
-  # Run the nightly report on at most one machine at a time:
-  recipes --zk 127.0.0.1:2181 lock /locks/nightly-report -- ./report.sh
-
-  # At most 3 concurrent backups, give up after a minute of waiting:
-  RECIPES_ETCD=127.0.0.1:2379 recipes semaphore /sem/backup --permits 3 --wait 1m -- ./backup.sh
-
-Exit status:
-  CMD's own   CMD ran and exited (128+n if signal n killed it)
-  64          usage: a bad option, name, duration or CMD; fix the command line
-  69          the store could not be reached or failed; check the address
-  71          CMD's keeper process could not be started
-  75          not acquired within --wait / at once (--conflict-exit-code)
-  76          the lease was lost before or while CMD ran (--lost-exit-code)
-  77          the store refused the credentials or the operation
-  78          TLS does not fit the server (CA, client certificate, TLS port)
-  126, 127    CMD found but not executable, CMD not found";
-
-const LOCK_EXAMPLES: &str = "\
-Example:
-  recipes --zk 127.0.0.1:2181 --ttl 10s lock /locks/nightly-report --wait 30s -- \\
-      sh -c 'echo \"fence $RECIPES_FENCE\"; ./report.sh --fence \"$RECIPES_FENCE\"'
-
-CMD gets RECIPES_FENCE (the decimal fencing token: pass it with every write
-so the resource can refuse a stale holder), RECIPES_NAME and RECIPES_HOLDER
-(the lock node or key). If the lease is at risk (not renewed, and its
-deadline min(--grace, TTL/5) away) or lost while CMD runs, CMD and every
-process it started (in any process group or session) get SIGTERM; then
-SIGKILL once the lease is lost (its deadline, just before the earliest
-moment the store may give it away) or --grace ends, whichever comes first;
-recipes exits 76 once none of them is left. Processes CMD leaves running
-when it exits are stopped the same way before the release, and a keeper
-process kills them all if recipes itself is killed (RECIPES_CGROUP=off: no
-cgroup of CMD's own, the keeper's process tree only).";
-
-const SEMAPHORE_EXAMPLES: &str = "\
-Example:
-  recipes --etcd 127.0.0.1:2379 semaphore /sem/backup --permits 3 --no-wait -- ./backup.sh
-
-CMD gets RECIPES_PERMIT and RECIPES_HOLDER (the permit's node or key) and
-RECIPES_NAME, but no RECIPES_FENCE: permits are concurrent and have no
-shared order. Every holder must ask for the same --permits.";
-
-const ELECT_EXAMPLES: &str = "\
-Example:
-  recipes --zk 127.0.0.1:2181 --id web-1 elect /elections/scheduler -- ./scheduler
-
-Waits until leader of the election NAME, with --id as the value (ZooKeeper:
-Curator's LeaderLatch layout; etcd: etcd's concurrency layout), runs CMD with
-RECIPES_FENCE while leading, resigns when CMD exits.";
-
-const STATUS_EXAMPLES: &str = "\
-Example:
-  recipes --zk 127.0.0.1:2181 status /locks/nightly-report --json
-  recipes --zk 127.0.0.1:2181 status /elections/scheduler --watch
-
-Lists the contenders on NAME in queue order: the first (for a semaphore, the
-first N) hold it, the others wait. ZooKeeper shows each node's czxid, which
-is the fencing token of a mutex or latch holder; etcd shows each key's
-create_revision (an etcd mutex's fence is the revision of the read that
-confirmed it, which the store does not keep); PostgreSQL shows each row's
-seq and the holder's fence (the name's counter, for a holder in either
-mode: a --pg-mode session holder shows as NAME/backend-PID); Redis shows
-each entry's place in the queue and the holder's fence (the name's fence
-key).
-
---watch keeps showing it: redrawn on every change the store's watches
-report (under a terminal, with how long NAME has had no holder), until
-Ctrl-C; with --json, one object per change, each with no_holder_for_ms.";
+use crate::help::{
+    ELECT_EXAMPLES, LOCK_EXAMPLES, MAIN_EXAMPLES, SEMAPHORE_EXAMPLES, STATUS_EXAMPLES,
+};
 
 /// Run a command under a distributed lock, semaphore permit or leadership,
 /// over ZooKeeper, etcd, PostgreSQL or Redis — like flock(1), across machines, with fencing.
@@ -243,10 +176,18 @@ impl Command {
     /// The lock, semaphore or election name the command is about.
     pub fn name(&self) -> &str {
         match self {
-            Command::Lock(a) => &a.name,
+            Command::Lock(a) => a.parts.first().map_or("", |(name, _)| name),
             Command::Semaphore(a) => &a.name,
             Command::Elect(a) => &a.name,
             Command::Status(a) => &a.name,
+        }
+    }
+
+    /// Every name the command is about (several for a multi-lock).
+    pub fn names(&self) -> Vec<&str> {
+        match self {
+            Command::Lock(a) => a.parts.iter().map(|(name, _)| name.as_str()).collect(),
+            _ => vec![self.name()],
         }
     }
 }
@@ -313,8 +254,20 @@ pub struct RunOptions {
 /// `recipes lock`.
 #[derive(Debug, Args)]
 pub struct LockArgs {
-    /// The lock: a path such as /locks/nightly-report.
-    pub name: String,
+    /// The lock: a path such as /locks/nightly-report. With several names
+    /// (and --read, --write) all are taken, all or nothing.
+    #[arg(value_name = "NAME")]
+    pub names: Vec<String>,
+    /// Take the read side of the read-write lock NAME (repeat for more).
+    #[arg(long, value_name = "NAME")]
+    pub read: Vec<String>,
+    /// Take the write side of the read-write lock NAME (repeat for more).
+    #[arg(long, value_name = "NAME")]
+    pub write: Vec<String>,
+    /// Every name with what to take on it, in command-line order (filled
+    /// in by [`parse`]).
+    #[arg(skip)]
+    pub parts: Vec<(String, LockKind)>,
     #[command(flatten)]
     #[allow(missing_docs)]
     pub run: RunOptions,
@@ -381,15 +334,44 @@ pub fn parse<I: IntoIterator<Item = OsString>>(args: I) -> Result<(Cli, BackendC
             return Err(if e.use_stderr() { exit::USAGE } else { 0 });
         }
     };
-    let cli = Cli::from_arg_matches(&matches).map_err(|e| {
+    let mut cli = Cli::from_arg_matches(&matches).map_err(|e| {
         let _ = e.print();
         exit::USAGE
     })?;
+    if let (Command::Lock(a), Some(("lock", m))) = (&mut cli.command, matches.subcommand()) {
+        a.parts = lock_parts(m).map_err(|msg| {
+            eprintln!("recipes: {msg}");
+            exit::USAGE
+        })?;
+    }
     let backend = choose_backend(&cli, &matches).map_err(|msg| {
         eprintln!("recipes: {msg}");
         exit::USAGE
     })?;
     Ok((cli, backend))
+}
+
+/// `recipes lock`'s names in command-line order, each with what to take.
+fn lock_parts(m: &ArgMatches) -> Result<Vec<(String, LockKind)>, String> {
+    let mut parts = Vec::new();
+    let kinds = [
+        ("names", LockKind::Mutex),
+        ("read", LockKind::Read),
+        ("write", LockKind::Write),
+    ];
+    for (id, kind) in kinds {
+        if let (Some(names), Some(at)) = (m.get_many::<String>(id), m.indices_of(id)) {
+            parts.extend(at.zip(names).map(|(i, name)| (i, name.clone(), kind)));
+        }
+    }
+    if parts.is_empty() {
+        return Err("lock needs a NAME (a mutex), --read NAME or --write NAME".into());
+    }
+    parts.sort_by_key(|(i, _, _)| *i);
+    Ok(parts
+        .into_iter()
+        .map(|(_, name, kind)| (name, kind))
+        .collect())
 }
 
 /// Exactly one backend. A flag beats an environment variable, including

@@ -68,8 +68,10 @@ mod cli;
 mod credentials;
 mod duration;
 mod exit;
+mod help;
 mod keeper;
 mod keeper_protocol;
+mod locks;
 mod run;
 mod signals;
 mod status;
@@ -110,11 +112,13 @@ fn real_main() -> i32 {
     };
     // What every store refuses is refused before connecting: a bad name is
     // a usage error even when the store is down.
-    if let Err(e) =
-        recipes_core::check_name("the name", cli.command.name(), NAME_LIMIT, char::is_control)
-    {
-        eprintln!("recipes: {e}");
-        return exit::for_error(&e);
+    for name in cli.command.names() {
+        if let Err(e) =
+            recipes_core::store::check_name("the name", name, NAME_LIMIT, char::is_control)
+        {
+            eprintln!("recipes: {e}");
+            return exit::for_error(&e);
+        }
     }
     if let Some(addr) = cli.command.run_options().and_then(|o| o.metrics_addr) {
         let exporter = metrics_exporter_prometheus::PrometheusBuilder::new()
@@ -156,7 +160,10 @@ fn real_main() -> i32 {
     };
     let id = cli::participant_id(&cli);
     on_client!(connected, client => match &cli.command {
-        Command::Lock(a) => run::run_under(client, Recipe::Lock, &a.name, &a.run, &forwarded),
+        Command::Lock(a) => {
+            let recipe = Recipe::Locks(a.parts.clone());
+            run::run_under(client, recipe, cli.command.name(), &a.run, &forwarded)
+        }
         Command::Semaphore(a) => {
             let recipe = Recipe::Semaphore(a.permits);
             run::run_under(client, recipe, &a.name, &a.run, &forwarded)

@@ -207,6 +207,6 @@ fn shown(name: &str) -> std::borrow::Cow<'_, str> {
     if name.chars().count() <= 80 {
         name.into()
     } else {
-        recipes_core::quote(name).into()
+        recipes_core::store::quote(name).into()
     }
 }

@@ -16,6 +16,7 @@
 use std::fmt::Write as _;
 use std::time::Duration;
 
+use recipes_core::store::engine::{Role, Rule, Verdict};
 use recipes_core::{Client, Contender, Result};
 
 /// One contender in queue order.
@@ -27,6 +28,9 @@ pub struct Entry {
     pub order: i64,
     /// The stored value (a participant id for latches and elections).
     pub value: String,
+    /// What it is, where the store's layout says (a read-write lock's
+    /// readers and writers).
+    pub role: Option<Role>,
 }
 
 /// What the store shows for NAME.
@@ -88,6 +92,34 @@ fn entry(c: Contender) -> Entry {
         holder: c.holder,
         order: c.created,
         value: String::from_utf8_lossy(&c.value).into_owned(),
+        role: c.role,
+    }
+}
+
+/// How many at the head of the queue hold: a read-write lock's by its
+/// rule (readers up to the first writer, or the writer at the head), any
+/// other recipe's the first `permits`.
+fn holding(status: &Status) -> usize {
+    let rw = |e: &Entry| matches!(e.role, Some(Role::Reader | Role::Writer));
+    if !status.entries.iter().any(rw) {
+        return (status.permits as usize).min(status.entries.len());
+    }
+    let roles: Vec<Role> = status
+        .entries
+        .iter()
+        .map(|e| e.role.unwrap_or(Role::Writer))
+        .collect();
+    (0..roles.len())
+        .take_while(|i| Rule::ReadWrite.decide(&roles, *i) == Verdict::Holds)
+        .count()
+}
+
+/// A read-write lock's entry's side, as shown: `reader ` or `writer `.
+fn side(e: &Entry) -> &'static str {
+    match e.role {
+        Some(Role::Reader) => "reader ",
+        Some(Role::Writer) => "writer ",
+        _ => "",
     }
 }
 
@@ -126,13 +158,13 @@ pub fn render(
         "redis" => ("place", "redis"),
         _ => ("create_revision", "etcd"),
     };
-    let n = status.permits as usize;
-    let (holders, waiters) = status.entries.split_at(n.min(status.entries.len()));
+    let n = holding(status);
+    let (holders, waiters) = status.entries.split_at(n);
     // ZooKeeper's fence is each node's czxid; the other stores keep the
     // holder's alone (when they keep it).
     let fence_of = |i: usize, e: &Entry| match (zk, status.fence) {
         (true, _) => Some(e.order.unsigned_abs()),
-        (false, Some(f)) if i == 0 && n == 1 => Some(f),
+        (false, Some(f)) if i == 0 && n == 1 && side(e).is_empty() => Some(f),
         _ => None,
     };
     if json {
@@ -141,8 +173,12 @@ pub fn render(
                 .enumerate()
                 .map(|(i, e)| {
                     format!(
-                        "{{\"holder\":{},\"{order}\":{},{}\"value\":{}}}",
+                        "{{\"holder\":{},{}\"{order}\":{},{}\"value\":{}}}",
                         json_string(&e.holder),
+                        match side(e) {
+                            "" => String::new(),
+                            s => format!("\"role\":\"{}\",", s.trim_end()),
+                        },
                         e.order,
                         match fence_of(first + i, e) {
                             Some(f) => format!("\"fence\":{f},"),
@@ -200,7 +236,7 @@ pub fn render(
         } else {
             format!(" value={}", json_string(&e.value))
         };
-        let _ = writeln!(out, "{role:<6} {fence} {}{value}", e.holder);
+        let _ = writeln!(out, "{role:<6} {}{fence} {}{value}", side(e), e.holder);
     }
     out
 }
@@ -208,6 +244,44 @@ pub fn render(
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    fn entry(holder: &str, role: Role) -> Entry {
+        Entry {
+            holder: holder.into(),
+            order: 1,
+            value: String::new(),
+            role: Some(role),
+        }
+    }
+
+    #[test]
+    fn readers_up_to_the_first_writer_hold_and_the_rest_wait() {
+        let status = Status {
+            permits: 1,
+            entries: vec![
+                entry("/rw/r1", Role::Reader),
+                entry("/rw/r2", Role::Reader),
+                entry("/rw/w1", Role::Writer),
+                entry("/rw/r3", Role::Reader),
+            ],
+            fence: Some(9),
+        };
+        let text = render(&status, "/rw", "etcd", false, None);
+        let lines: Vec<&str> = text.lines().collect();
+        assert!(lines[0].starts_with("holder reader "), "{text}");
+        assert!(lines[1].starts_with("holder reader "), "{text}");
+        assert!(lines[2].starts_with("waiter writer "), "{text}");
+        assert!(lines[3].starts_with("waiter reader "), "{text}");
+        let json = render(&status, "/rw", "etcd", true, None);
+        assert!(
+            json.contains("\"holders\":[{\"holder\":\"/rw/r1\",\"role\":\"reader\""),
+            "{json}"
+        );
+        assert!(
+            !json.contains("fence"),
+            "no one reader owns the name's fence: {json}"
+        );
+    }
 
     #[test]
     fn json_escapes() {

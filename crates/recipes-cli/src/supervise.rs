@@ -43,6 +43,35 @@ pub struct Job<'a> {
     pub lost_exit_code: i32,
 }
 
+/// What CMD gets in its environment, and what it must not inherit.
+fn cmd_env(job: &Job<'_>, held: &Held) -> (Vec<(String, String)>, Vec<&'static str>) {
+    let mut env = vec![
+        ("RECIPES_NAME".to_owned(), job.name.to_owned()),
+        ("RECIPES_HOLDER".to_owned(), held.holder.clone()),
+    ];
+    let mut removed = vec!["RECIPES_LOCKS"];
+    if !held.parts.is_empty() {
+        removed.clear();
+        env.push(("RECIPES_LOCKS".to_owned(), held.parts.len().to_string()));
+    }
+    for (i, part) in held.parts.iter().enumerate() {
+        let n = i + 1;
+        env.push((format!("RECIPES_NAME_{n}"), part.name.clone()));
+        env.push((format!("RECIPES_FENCE_{n}"), part.fence.to_string()));
+        env.push((format!("RECIPES_HOLDER_{n}"), part.holder.clone()));
+    }
+    if job.permit {
+        env.push(("RECIPES_PERMIT".to_owned(), held.holder.clone()));
+        removed.push("RECIPES_FENCE");
+    } else if let Some(fence) = held.fence {
+        env.push(("RECIPES_FENCE".to_owned(), fence.to_string()));
+        removed.push("RECIPES_PERMIT");
+    } else {
+        removed.extend(["RECIPES_FENCE", "RECIPES_PERMIT"]);
+    }
+    (env, removed)
+}
+
 /// How long before its deadline an unrenewed lease is at risk: the grace,
 /// at most a fifth of the `ttl` the server granted. Renewals come every
 /// third (etcd) or quarter (ZooKeeper) of it, so a healthy lease never gets
@@ -75,20 +104,8 @@ pub fn run(job: &Job<'_>, held: &Held, forwarded: &Receiver<libc::c_int>) -> Out
         );
         return Outcome::Lost;
     }
-    let mut env = vec![
-        ("RECIPES_NAME", job.name.to_owned()),
-        ("RECIPES_HOLDER", held.holder.clone()),
-    ];
-    let removed: &[&str] = if job.permit {
-        env.push(("RECIPES_PERMIT", held.holder.clone()));
-        &["RECIPES_FENCE"]
-    } else if let Some(fence) = held.fence {
-        env.push(("RECIPES_FENCE", fence.to_string()));
-        &["RECIPES_PERMIT"]
-    } else {
-        &["RECIPES_FENCE", "RECIPES_PERMIT"]
-    };
-    let cmd = match child::spawn(job.argv, &env, removed) {
+    let (env, removed) = cmd_env(job, held);
+    let cmd = match child::spawn(job.argv, &env, &removed) {
         Ok(cmd) => cmd,
         Err(e) => {
             eprintln!("recipes: cannot run {}: {e}", job.argv[0].to_string_lossy());
@@ -239,7 +256,8 @@ fn tree_gone(report: Result<Report, crossbeam_channel::RecvError>) -> bool {
 mod tests {
     use std::path::PathBuf;
 
-    use recipes_core::{FencingToken, LossReason, LossTrigger};
+    use recipes_core::store::LossTrigger;
+    use recipes_core::{FencingToken, LossReason};
 
     use super::*;
 
