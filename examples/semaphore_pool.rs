@@ -18,7 +18,8 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::thread;
 use std::time::{Duration, Instant};
 
-use recipes_core::{Error, Semaphore, SemaphoreBackend};
+use recipes_core::store::SemaphoreBackend;
+use recipes_core::{Error, Semaphore};
 
 const NAME: &str = "/examples/semaphore-pool";
 const PERMITS: u32 = 2;

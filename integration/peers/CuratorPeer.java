@@ -8,6 +8,11 @@
 //   lock <path> [wait_ms]   InterProcessMutex.acquire() / acquire(wait_ms)
 //                           -> OK acquired | OK timeout
 //   release                 release the held mutex -> OK
+//   rwlock <path> read|write [wait_ms]
+//                           a new InterProcessReadWriteLock's readLock() or
+//                           writeLock(): acquire() / acquire(wait_ms)
+//                           -> OK acquired | OK timeout (one held per side)
+//   rwrelease read|write    release that held side -> OK
 //   latch <path> <id>       start a LeaderLatch with that id -> OK
 //   is-leader               -> OK yes | OK no
 //   await-leader <ms>       LeaderLatch.await(ms) -> OK yes | OK no
@@ -39,11 +44,16 @@ import org.apache.curator.framework.recipes.leader.LeaderLatch;
 import org.apache.curator.framework.recipes.leader.LeaderSelector;
 import org.apache.curator.framework.recipes.leader.LeaderSelectorListenerAdapter;
 import org.apache.curator.framework.recipes.locks.InterProcessMutex;
+import org.apache.curator.framework.recipes.locks.InterProcessReadWriteLock;
 import org.apache.curator.retry.ExponentialBackoffRetry;
 
 public final class CuratorPeer {
     private final CuratorFramework client;
     private InterProcessMutex mutex;
+    // The held sides of read-write locks (each its own lock object, so
+    // Curator's reentrancy never lets one side in for the other).
+    private InterProcessMutex rwRead;
+    private InterProcessMutex rwWrite;
     private LeaderLatch latch;
     private LeaderSelector selector;
     private volatile boolean leading;
@@ -118,6 +128,43 @@ public final class CuratorPeer {
                 }
                 InterProcessMutex m = mutex;
                 mutex = null;
+                m.release();
+                return "";
+            }
+            case "rwlock": {
+                need(w, 3, 4);
+                boolean write = side(w[2]);
+                if ((write ? rwWrite : rwRead) != null) {
+                    throw new IllegalStateException("already holds that side (rwrelease first)");
+                }
+                InterProcessReadWriteLock rw = new InterProcessReadWriteLock(client, w[1]);
+                InterProcessMutex m = write ? rw.writeLock() : rw.readLock();
+                if (w.length == 4) {
+                    if (!m.acquire(Long.parseLong(w[3]), TimeUnit.MILLISECONDS)) {
+                        return "timeout";
+                    }
+                } else {
+                    m.acquire();
+                }
+                if (write) {
+                    rwWrite = m;
+                } else {
+                    rwRead = m;
+                }
+                return "acquired";
+            }
+            case "rwrelease": {
+                need(w, 2, 2);
+                boolean write = side(w[1]);
+                InterProcessMutex m = write ? rwWrite : rwRead;
+                if (m == null) {
+                    throw new IllegalStateException("holds no " + w[1] + " lock");
+                }
+                if (write) {
+                    rwWrite = null;
+                } else {
+                    rwRead = null;
+                }
                 m.release();
                 return "";
             }
@@ -212,6 +259,14 @@ public final class CuratorPeer {
             mutex.release();
             mutex = null;
         }
+        if (rwRead != null) {
+            rwRead.release();
+            rwRead = null;
+        }
+        if (rwWrite != null) {
+            rwWrite.release();
+            rwWrite = null;
+        }
         if (latch != null) {
             latch.close();
             latch = null;
@@ -235,6 +290,17 @@ public final class CuratorPeer {
             throw new IllegalStateException("no selector (send selector first)");
         }
         return selector;
+    }
+
+    private static boolean side(String s) {
+        switch (s) {
+            case "read":
+                return false;
+            case "write":
+                return true;
+            default:
+                throw new IllegalArgumentException("a side is read or write, not " + s);
+        }
     }
 
     private static String yesNo(boolean b) {

@@ -6,7 +6,8 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::thread::JoinHandle;
 
-use recipes_core::{Mutex, MutexBackend, MutexGuard};
+use recipes_core::store::MutexBackend;
+use recipes_core::{Mutex, MutexGuard};
 
 /// A thread in `mutex.lock()` behind a holder.
 pub struct Behind<B: MutexBackend> {

@@ -115,10 +115,12 @@ pub enum Curator {}
 pub enum Kazoo {}
 
 /// An Apache Curator 5.4 client in a JVM: `InterProcessMutex`,
-/// `LeaderLatch` and `LeaderSelector` on request.
+/// `InterProcessReadWriteLock`, `LeaderLatch` and `LeaderSelector` on
+/// request.
 ///
 /// Requests (see `peers/CuratorPeer.java`): `lock <path> [wait_ms]` →
-/// `acquired` | `timeout`, `release`, `latch <path> <id>`, `is-leader`,
+/// `acquired` | `timeout`, `release`, `rwlock <path> read|write [wait_ms]`
+/// → `acquired` | `timeout`, `rwrelease read|write`, `latch <path> <id>`, `is-leader`,
 /// `await-leader <ms>` → `yes` | `no`, `close-latch`,
 /// `selector <path> <id>`, `is-leading` → `yes` | `no`, `resign`,
 /// `close-selector`, `children <path>`, `exit`.

@@ -180,7 +180,7 @@ fn a_deleted_leader_key_ends_leadership_and_refuses_proclaims() {
         })
     ));
     // The lease itself refuses too, whatever the signal says.
-    use recipes_core::LeadershipLease;
+    use recipes_core::store::LeadershipLease;
     assert!(matches!(
         la.lease().proclaim(b"stale"),
         Err(Error::NotHeld { .. })

@@ -14,7 +14,8 @@ use std::time::Duration;
 
 use integration::runtime::block_on;
 use integration::{scale, wait_until, wait_until_with, EtcdCluster, EtcdServer};
-use recipes_core::{margin, BootInstant, Error, LossReason, DEFAULT_SLACK};
+use recipes_core::store::{margin, DEFAULT_SLACK};
+use recipes_core::{BootInstant, Error, LossReason};
 use recipes_etcd::EtcdClient;
 
 /// A client that stops renewing (as a crashed process would) keeps its key

@@ -104,6 +104,15 @@ const ELECTION_OBSERVE: &[&str] = &[
     "with value \"bob: taking over\"",
     "bob: resigned",
 ];
+const CACHE_REBUILD: &[&str] = &[
+    "rebuilt the cache to version 2 under the write lock",
+    "no writer in between",
+    "readers never saw a half-built cache",
+];
+const TRANSFER: &[&str] = &[
+    "50 transfers in opposite directions, no deadlock",
+    "the total is still 200",
+];
 
 /// Every example on every store it supports.
 fn stories() -> Vec<Story> {
@@ -129,6 +138,8 @@ fn stories() -> Vec<Story> {
         ("fenced_write", FENCED_WRITE, &[Zk, Etcd, Redis]),
         ("semaphore_pool", SEMAPHORE_POOL, &[Zk, Etcd, Redis]),
         ("election_observe", ELECTION_OBSERVE, &[Zk, Etcd, Redis]),
+        ("cache_rebuild", CACHE_REBUILD, &[Zk, Etcd, Pg, Redis]),
+        ("transfer", TRANSFER, &[Zk, Etcd, Pg, Redis]),
     ] {
         all.extend(stores.iter().map(|&store| Story { name, store, says }));
     }

@@ -167,16 +167,16 @@ fn clients_connecting_at_once_to_an_empty_database_all_connect() {
 fn a_layout_of_another_version_is_refused() {
     let server = PgServer::start();
     connect(&server.url(), TTL).unwrap().close().unwrap();
-    server.sql("UPDATE recipes.layout SET version = 3");
+    server.sql("UPDATE recipes.layout SET version = 4");
     match connect(&server.url(), TTL) {
-        Err(Error::InvalidArgument(m)) => assert!(m.contains("layout version 3"), "{m}"),
+        Err(Error::InvalidArgument(m)) => assert!(m.contains("layout version 4"), "{m}"),
         other => panic!("a newer layout: {other:?}"),
     }
     assert!(PgFacts::new(server.addr()).sessions().is_empty());
 }
 
-/// Layout 1 (before session mode's heartbeat table) is upgraded to 2 by
-/// the first client that connects; its rows stay.
+/// Layout 1 (before session mode's heartbeat table and the entries' role)
+/// is upgraded to 3 by the first client that connects; its rows stay.
 #[test]
 fn a_layout_1_schema_is_upgraded() {
     let server = PgServer::start();
@@ -184,11 +184,14 @@ fn a_layout_1_schema_is_upgraded() {
     let lock = name("upgraded");
     let first = c.mutex(&lock).unwrap().lock().unwrap().token();
     c.close().unwrap();
-    server.sql("DROP TABLE recipes.advisory; UPDATE recipes.layout SET version = 1");
+    server.sql(
+        "DROP TABLE recipes.advisory; ALTER TABLE recipes.queue DROP COLUMN role; \
+         UPDATE recipes.layout SET version = 1",
+    );
     let c = connect(&server.url(), TTL).expect("a layout 1 schema is upgraded");
     assert_eq!(
         server.sql("SELECT max(version) FROM recipes.layout").trim(),
-        "2"
+        "3"
     );
     assert_eq!(
         server
@@ -200,6 +203,47 @@ fn a_layout_1_schema_is_upgraded() {
     assert!(next.token() > first, "the fence row survived the upgrade");
     next.release().unwrap();
     c.close().unwrap();
+}
+
+/// A schema of layout 2 (before the entry's role) is upgraded in place by
+/// the first client of this release: a mutex row held across the upgrade
+/// stays valid (its holder keeps it, another client waits behind it), and
+/// the read-write lock works there at once.
+#[test]
+fn a_layout_2_schema_is_upgraded_in_place_and_its_rows_stay_valid() {
+    use integration::pg_server::PG_SUPERUSER;
+    let server = PgServer::shared();
+    let db = format!("layout2_{}", std::process::id());
+    let on_db = |sql: &str| {
+        integration::psql::psql(server.addr(), PG_SUPERUSER, &db, sql, scale(TTL * 5))
+            .unwrap_or_else(|e| panic!("{sql}: {e}"))
+    };
+    server.sql(&format!("DROP DATABASE IF EXISTS {db}"));
+    server.sql(&format!("CREATE DATABASE {db}"));
+    let url = server.url().replace("/recipes", &format!("/{db}"));
+    let old = connect(&url, TTL).unwrap();
+    let n = name("upgraded-2");
+    let held = old.mutex(&n).unwrap().lock().unwrap();
+    // What layout 2 was: no role column.
+    on_db("ALTER TABLE recipes.queue DROP COLUMN role; UPDATE recipes.layout SET version = 2");
+    let new = connect(&url, TTL).unwrap();
+    assert_eq!(on_db("SELECT max(version) FROM recipes.layout").trim(), "3");
+    let column = "SELECT count(*) FROM information_schema.columns \
+                  WHERE table_schema = 'recipes' AND table_name = 'queue' AND column_name = 'role'";
+    assert_eq!(on_db(column).trim(), "1");
+    let m = new.mutex(&n).unwrap();
+    assert!(m.try_lock().unwrap().is_none(), "the old row still holds");
+    let rw = recipes_core::Client::rw_lock(&new, &name("rw-after-upgrade")).unwrap();
+    rw.write().unwrap().downgrade().unwrap().release().unwrap();
+    held.release().unwrap();
+    m.try_lock_for(scale(Duration::from_secs(5)))
+        .unwrap()
+        .expect("the mutex is free after the old holder released")
+        .release()
+        .unwrap();
+    old.close().unwrap();
+    new.close().unwrap();
+    server.sql(&format!("DROP DATABASE {db}"));
 }
 
 #[test]

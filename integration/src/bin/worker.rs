@@ -43,10 +43,10 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use integration::certs::with_tls;
+use recipes_core::store::{ElectionBackend, MutexBackend};
 use recipes_core::Tls;
 use recipes_core::{
-    BootInstant, Client, ElectionBackend, Error, LeaderLatch, LeaderSelector, LossPolicy,
-    MutexBackend, MutexGuard,
+    BootInstant, Client, Error, LeaderLatch, LeaderSelector, LossPolicy, MutexGuard,
 };
 use recipes_etcd::{EtcdClient, EtcdClientBuilder};
 use recipes_pg::{PgClient, PgClientBuilder};

@@ -13,7 +13,8 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
 use integration::scale;
-use recipes_core::{Client, Error, MutexBackend};
+use recipes_core::store::MutexBackend;
+use recipes_core::{Client, Error};
 
 use crate::stores::{Settings, Store};
 

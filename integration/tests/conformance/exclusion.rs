@@ -41,14 +41,14 @@ pub fn one_release_wakes_one_waiter<K: Kit>(kit: &K, waiters: usize) {
         scale(Duration::from_secs(30)),
         || kit.all_waiters_watch(&name, waiters),
     );
-    let before = recipes_core::engine::queue_reads();
+    let before = recipes_core::store::engine::queue_reads();
     holder.release().unwrap();
     wait_until(
         "one waiter acquired",
         scale(Duration::from_secs(10)),
         || acquired.load(Ordering::SeqCst) == 1,
     );
-    let reads = recipes_core::engine::queue_reads() - before;
+    let reads = recipes_core::store::engine::queue_reads() - before;
     assert_eq!(reads, 1, "queue reads after one release, {waiters} waiting");
     assert_eq!(acquired.load(Ordering::SeqCst), 1);
     drop(go_tx);

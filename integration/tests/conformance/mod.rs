@@ -23,12 +23,15 @@ pub mod exclusion;
 pub mod failover;
 pub mod holder_faults;
 pub mod metrics;
+pub mod multi;
 pub mod outcomes;
+pub mod rw;
 
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 
-use recipes_core::{BootInstant, ElectionBackend, FencingToken, MutexBackend};
+use recipes_core::store::{ElectionBackend, MutexBackend};
+use recipes_core::{BootInstant, FencingToken};
 
 // Where `conformance_suite!` calls them: `conformance::mutual_exclusion`, …
 pub use exclusion::{mutual_exclusion, one_release_wakes_one_waiter};
@@ -166,6 +169,61 @@ fn boot(ms: &str) -> BootInstant {
 macro_rules! conformance_suite {
     ($kit:ty) => {
         const LEASE: std::time::Duration = std::time::Duration::from_secs(2);
+
+        #[test]
+        fn rw_readers_share_and_a_writer_is_alone() {
+            conformance::rw::readers_share_and_a_writer_is_alone(&<$kit as conformance::Kit>::shared());
+        }
+
+        #[test]
+        fn rw_a_queued_writer_is_not_starved_by_readers() {
+            conformance::rw::a_queued_writer_is_not_starved_by_readers(&<$kit as conformance::Kit>::shared());
+        }
+
+        #[test]
+        fn rw_downgrade_lets_readers_in_and_keeps_writers_out() {
+            conformance::rw::downgrade_lets_readers_in_and_keeps_writers_out(&<$kit as conformance::Kit>::shared());
+        }
+
+        #[test]
+        fn rw_an_upgrade_is_refused_at_once() {
+            conformance::rw::an_upgrade_is_refused_at_once(&<$kit as conformance::Kit>::shared());
+        }
+
+        #[test]
+        fn rw_timeouts_leave_nothing_behind() {
+            conformance::rw::timeouts_leave_nothing_behind(&<$kit as conformance::Kit>::shared());
+        }
+
+        #[test]
+        fn rw_fences_order_writers_above_everything_before() {
+            conformance::rw::fences_order_writers_above_everything_before(&<$kit as conformance::Kit>::shared());
+        }
+
+        #[test]
+        fn rw_another_recipe_on_the_name_is_refused() {
+            conformance::rw::another_recipe_on_the_name_is_refused(&<$kit as conformance::Kit>::shared());
+        }
+
+        #[test]
+        fn multi_a_timed_out_multi_lock_gives_everything_back() {
+            conformance::multi::a_timed_out_multi_lock_gives_everything_back(&<$kit as conformance::Kit>::shared());
+        }
+
+        #[test]
+        fn multi_one_token_per_name_and_any_loss_names_it() {
+            conformance::multi::one_token_per_name_and_any_loss_names_it(&<$kit as conformance::Kit>::shared());
+        }
+
+        #[test]
+        fn multi_bad_lists_are_refused_and_leave_nothing() {
+            conformance::multi::bad_lists_are_refused_and_leave_nothing(&<$kit as conformance::Kit>::shared());
+        }
+
+        #[test]
+        fn multi_opposite_orders_never_deadlock() {
+            conformance::multi::opposite_orders_never_deadlock(&<$kit as conformance::Kit>::shared(), 20);
+        }
 
         #[test]
         fn mutual_exclusion_four_workers() {

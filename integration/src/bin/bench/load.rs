@@ -4,7 +4,8 @@ use std::time::{Duration, Instant};
 
 use crossbeam_channel::{unbounded, Sender};
 use integration::wait_until;
-use recipes_core::{engine::queue_reads, Client};
+use recipes_core::store::engine::queue_reads;
+use recipes_core::Client;
 
 use crate::measures::{Sizes, Store};
 use crate::out::{line, Figures, V};

@@ -3,7 +3,7 @@
 //! per line (`metric`, `backend`, the figures, `raw`, `violations`).
 //!
 //! ```sh
-//! cargo run --release -p integration --bin bench -- [zk|etcd|pg|redis|all] [M1 … M5] [--quick]
+//! cargo run --release -p integration --bin bench -- [zk|etcd|pg|redis|all] [M1 … M6] [--quick]
 //! ```
 //!
 //! - **M1** uncontended `lock` + `release`: ops/s, p50, p99, server
@@ -29,6 +29,12 @@
 //!   memory per lock, idle server requests per second; a raw holder of as
 //!   many keys or nodes beside it on etcd and ZooKeeper (`raw_held.rs`).
 //!
+//! - **M6** the read-write lock and the multi-lock (`rw.rs`): 8 readers
+//!   at once beside 8 raw clients' uncontended cycles at once; a writer's
+//!   wait among 4 churning readers (violations = a writer beside a
+//!   reader); a multi-lock of 2 and 8 names beside as many mutexes taken
+//!   one by one.
+//!
 //! A size a store cannot hold open at once (PostgreSQL's session mode
 //! keeps a server connection per waiter or held lock) prints a line with
 //! `skipped` and the reason instead of figures.
@@ -46,6 +52,7 @@ mod out;
 mod raw;
 mod raw_held;
 mod raw_queue;
+mod rw;
 
 use std::time::Duration;
 
@@ -73,10 +80,10 @@ const QUICK: Sizes = Sizes {
     idle: Duration::from_millis(300),
 };
 
-/// One of M1–M5.
+/// One of M1–M6.
 type Measure<C> = fn(&Store<C>, &Sizes);
 
-/// The metrics named on the command line (`M1` … `M5`); none named: all.
+/// The metrics named on the command line (`M1` … `M6`); none named: all.
 static ONLY: std::sync::OnceLock<Vec<String>> = std::sync::OnceLock::new();
 
 fn all<C: Client>(store: Store<C>, sizes: &Sizes) {
@@ -86,6 +93,7 @@ fn all<C: Client>(store: Store<C>, sizes: &Sizes) {
         ("M3", measures::m3),
         ("M4", load::m4),
         ("M5", load::m5),
+        ("M6", rw::m6),
     ];
     for (metric, measure) in metrics {
         let only = ONLY.get().map_or(&[][..], Vec::as_slice);
@@ -113,7 +121,7 @@ fn zk(sizes: &Sizes) {
                 .connect()
                 .unwrap()
         }),
-        raw: Some(Box::new(move |s| raw::zk(&h2, s))),
+        raw: Some(Box::new(move |s, c| raw::zk(&h2, s, c))),
         raw_handoff: None,
         raw_failover: Some(Box::new(move |crash| failover::zk(&h3, crash))),
         raw_held: Some(Box::new(move |n, probe| raw_held::zk(&h4, n, probe))),
@@ -150,7 +158,7 @@ fn etcd(sizes: &Sizes) {
                 .connect()
                 .unwrap()
         }),
-        raw: Some(Box::new(move |s| raw::etcd(&e2, s))),
+        raw: Some(Box::new(move |s, c| raw::etcd(&e2, s, c))),
         raw_handoff: Some(Box::new(move |n, s| handoff::etcd(&e3, n, s))),
         raw_failover: Some(Box::new(move |crash| failover::etcd(&e4, crash))),
         raw_held: Some(Box::new(move |n, probe| raw_held::etcd(&e5, n, probe))),
@@ -182,7 +190,7 @@ fn redis(sizes: &Sizes) {
                 .connect()
                 .unwrap()
         }),
-        raw: Some(Box::new(move |s| raw::redis(&u2, s))),
+        raw: Some(Box::new(move |s, c| raw::redis(&u2, s, c))),
         raw_handoff: None,
         raw_failover: None,
         raw_held: None,
@@ -222,9 +230,9 @@ fn pg(sizes: &Sizes) {
                     .connect()
                     .unwrap()
             }),
-            raw: Some(Box::new(move |s| match mode {
-                recipes_pg::PgMode::Session => raw::pg_session(&raw_url, s),
-                recipes_pg::PgMode::Lease => raw::pg_lease(&raw_url, s),
+            raw: Some(Box::new(move |s, c| match mode {
+                recipes_pg::PgMode::Session => raw::pg_session(&raw_url, s, c),
+                recipes_pg::PgMode::Lease => raw::pg_lease(&raw_url, s, c),
             })),
             raw_handoff: None,
             raw_failover: None,

@@ -28,8 +28,10 @@ pub struct Store<C> {
     pub name: &'static str,
     /// A new client (its own session) with this TTL.
     pub connect: Box<dyn Fn(Duration) -> C + Send + Sync>,
-    /// The raw minimum of an uncontended cycle, for this long.
-    pub raw: Option<Box<dyn Fn(Duration) -> Samples>>,
+    /// The raw minimum of an uncontended cycle, for this long, by the
+    /// raw client numbered so (clients of different numbers may run at
+    /// once: their names differ).
+    pub raw: Option<Box<dyn Fn(Duration, usize) -> Samples + Send + Sync>>,
     /// The raw limit of a handoff among this many contenders, for this
     /// long, where the bench has one (etcd's: `handoff.rs`); M2 is
     /// otherwise beside the uncontended raw minimum.
@@ -90,7 +92,7 @@ impl<C> Store<C> {
 
 fn raw_figures<C>(store: &Store<C>, seconds: Duration) -> Option<Figures> {
     let raw = store.raw.as_ref()?;
-    let (mut samples, elapsed) = raw(seconds);
+    let (mut samples, elapsed) = raw(seconds, 0);
     Some(rate_and_latency(&mut samples, elapsed))
 }
 
@@ -131,7 +133,7 @@ pub fn m1<C: Client>(store: &Store<C>, sizes: &Sizes) {
 /// blocking bridge adds to each call, twice per M1 cycle, beyond the
 /// requests themselves.
 fn bridge_call_p50_us() -> f64 {
-    let runtime = recipes_core::Runtime::new("recipes-bench").unwrap();
+    let runtime = recipes_core::store::Runtime::new("recipes-bench").unwrap();
     let mut samples: Vec<Duration> = (0..2000)
         .map(|_| {
             let t = Instant::now();

@@ -38,7 +38,7 @@ async fn samples<F: std::future::Future<Output = ()>>(
     (out, started.elapsed())
 }
 
-pub fn zk(hosts: &str, seconds: Duration) -> Samples {
+pub fn zk(hosts: &str, seconds: Duration, _client: usize) -> Samples {
     use zookeeper_client as zk;
     let rt = runtime();
     let raw = rt.block_on(zk::Client::connect(hosts)).expect("connect");
@@ -55,7 +55,7 @@ pub fn zk(hosts: &str, seconds: Duration) -> Samples {
     }))
 }
 
-pub fn etcd(endpoints: &[String], seconds: Duration) -> Samples {
+pub fn etcd(endpoints: &[String], seconds: Duration, _client: usize) -> Samples {
     use etcd_client::{Compare, CompareOp, GetOptions, PutOptions, Txn, TxnOp};
     let rt = runtime();
     let raw = rt
@@ -81,7 +81,11 @@ pub fn etcd(endpoints: &[String], seconds: Duration) -> Samples {
     }))
 }
 
-pub fn redis(url: &str, seconds: Duration) -> Samples {
+pub fn redis(url: &str, seconds: Duration, client: usize) -> Samples {
+    let (key, fence) = (
+        format!("/bench/raw-{client}"),
+        format!("/bench/raw-fence-{client}"),
+    );
     let raw = redis::Client::open(url).expect("a Redis URL");
     let mut conn = raw.get_connection().expect("connect");
     let release = redis::Script::new(
@@ -92,7 +96,7 @@ pub fn redis(url: &str, seconds: Duration) -> Samples {
     while started.elapsed() < seconds {
         let t = Instant::now();
         let set: Option<String> = redis::cmd("SET")
-            .arg("/bench/raw")
+            .arg(&key)
             .arg("token")
             .arg("NX")
             .arg("PX")
@@ -100,15 +104,8 @@ pub fn redis(url: &str, seconds: Duration) -> Samples {
             .query(&mut conn)
             .unwrap();
         assert!(set.is_some(), "the raw lock is free between cycles");
-        let _: i64 = redis::cmd("INCR")
-            .arg("/bench/raw-fence")
-            .query(&mut conn)
-            .unwrap();
-        let _: i64 = release
-            .key("/bench/raw")
-            .arg("token")
-            .invoke(&mut conn)
-            .unwrap();
+        let _: i64 = redis::cmd("INCR").arg(&fence).query(&mut conn).unwrap();
+        let _: i64 = release.key(&key).arg("token").invoke(&mut conn).unwrap();
         out.push(t.elapsed());
     }
     (out, started.elapsed())
@@ -125,7 +122,8 @@ fn pg_raw(rt: &tokio::runtime::Runtime, url: &str) -> recipes_pg::tokio_postgres
 /// PostgreSQL, lease mode: the one statement that takes a free or expired
 /// row and bumps its fence (expiry in database time), and the one that
 /// gives it back.
-pub fn pg_lease(url: &str, seconds: Duration) -> Samples {
+pub fn pg_lease(url: &str, seconds: Duration, client: usize) -> Samples {
+    let name = format!("/bench/raw-{client}");
     let rt = runtime();
     let c = pg_raw(&rt, url);
     rt.block_on(c.batch_execute(
@@ -137,20 +135,20 @@ pub fn pg_lease(url: &str, seconds: Duration) -> Samples {
         let row = c
             .query_one(
                 "INSERT INTO bench_leases AS l (name, holder, fence, expires_at) \
-                 VALUES ('/bench/raw', '00000000-0000-0000-0000-000000000001', 1, \
+                 VALUES ($1, '00000000-0000-0000-0000-000000000001', 1, \
                          clock_timestamp() + interval '10 s') \
                  ON CONFLICT (name) DO UPDATE SET holder = EXCLUDED.holder, \
                    fence = l.fence + 1, expires_at = EXCLUDED.expires_at \
                  WHERE l.expires_at <= clock_timestamp() RETURNING l.fence",
-                &[],
+                &[&name],
             )
             .await
             .unwrap();
         assert!(row.get::<_, i64>(0) > 0);
         c.execute(
             "UPDATE bench_leases SET expires_at = clock_timestamp() \
-             WHERE name = '/bench/raw' AND holder = '00000000-0000-0000-0000-000000000001'",
-            &[],
+             WHERE name = $1 AND holder = '00000000-0000-0000-0000-000000000001'",
+            &[&name],
         )
         .await
         .unwrap();
@@ -159,28 +157,33 @@ pub fn pg_lease(url: &str, seconds: Duration) -> Samples {
 
 /// PostgreSQL, session mode: `pg_try_advisory_lock`, the fence bump
 /// (`UPDATE … RETURNING`) and `pg_advisory_unlock` on one connection.
-pub fn pg_session(url: &str, seconds: Duration) -> Samples {
+pub fn pg_session(url: &str, seconds: Duration, client: usize) -> Samples {
+    let (name, key) = (format!("/bench/raw-{client}"), client as i32);
     let rt = runtime();
     let c = pg_raw(&rt, url);
     rt.block_on(c.batch_execute(
-        "CREATE TABLE IF NOT EXISTS bench_fences (name text PRIMARY KEY, fence bigint NOT NULL); \
-         INSERT INTO bench_fences VALUES ('/bench/raw', 0) ON CONFLICT DO NOTHING",
+        "CREATE TABLE IF NOT EXISTS bench_fences (name text PRIMARY KEY, fence bigint NOT NULL)",
+    ))
+    .unwrap();
+    rt.block_on(c.execute(
+        "INSERT INTO bench_fences VALUES ($1, 0) ON CONFLICT DO NOTHING",
+        &[&name],
     ))
     .unwrap();
     rt.block_on(samples(seconds, || async {
         let got: bool = c
-            .query_one("SELECT pg_try_advisory_lock(1, 1)", &[])
+            .query_one("SELECT pg_try_advisory_lock(1, $1)", &[&key])
             .await
             .unwrap()
             .get(0);
         assert!(got, "the raw advisory lock is free between cycles");
         c.query_one(
-            "UPDATE bench_fences SET fence = fence + 1 WHERE name = '/bench/raw' RETURNING fence",
-            &[],
+            "UPDATE bench_fences SET fence = fence + 1 WHERE name = $1 RETURNING fence",
+            &[&name],
         )
         .await
         .unwrap();
-        c.query_one("SELECT pg_advisory_unlock(1, 1)", &[])
+        c.query_one("SELECT pg_advisory_unlock(1, $1)", &[&key])
             .await
             .unwrap();
     }))
