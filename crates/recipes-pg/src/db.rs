@@ -257,7 +257,12 @@ impl Db {
     pub(crate) async fn schema_gone(&self, e: Error) -> Error {
         let _one = self.recreating.lock().await;
         let made = async {
-            let c = self.conn().await?;
+            // A connection of its own: the statement connection is shared
+            // (pipelined) by the client's tasks, and one of their statements
+            // sent between the creation's statements would run inside its
+            // transaction, on the half-made layout (seen: an insert that
+            // found the queue without its newest column).
+            let c = self.open(|_| {}).await?;
             let what = "create the schema recipes again";
             within(
                 what,

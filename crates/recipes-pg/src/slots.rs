@@ -372,7 +372,13 @@ impl SlotDriver for AdvisorySlots<'_> {
                     .await
                     .map_err(|e| from_pg(&what, e))
             })
-            .await?;
+            .await;
+            let rows = match rows {
+                Ok(rows) => rows,
+                // Made again before the acquisition starts over.
+                Err(e) if is_schema_gone(&e) => return Err(self.client.db().schema_gone(e).await),
+                Err(e) => return Err(e),
+            };
             let Some(row) = rows.first() else {
                 return Err(refusal(self.client, self.name, self.kind, &what).await);
             };
@@ -405,7 +411,11 @@ impl SlotDriver for AdvisorySlots<'_> {
                     None => return Err(refusal(self.client, self.name, self.kind, &what).await),
                 },
                 Ok(Err(e)) if e.code() == Some(&SqlState::LOCK_NOT_AVAILABLE) => None,
-                Ok(Err(e)) => return Err(from_pg(&what, e)),
+                Ok(Err(e)) => match from_pg(&what, e) {
+                    // Made again before the acquisition starts over.
+                    e if is_schema_gone(&e) => return Err(self.client.db().schema_gone(e).await),
+                    e => return Err(e),
+                },
                 Err(e) => return Err(e),
             }
         };
