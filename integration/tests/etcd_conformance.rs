@@ -180,6 +180,7 @@ impl<const V: usize, const TLS: bool> Kit for EtcdKit<V, TLS> {
 }
 
 conformance_suite!(EtcdKit);
+process_suite!(EtcdKit);
 
 mod etcd_3_5 {
     use super::{conformance, EtcdKit};

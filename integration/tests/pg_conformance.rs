@@ -273,6 +273,7 @@ mod tls {
     use super::{conformance, PgTlsKit};
     use crate::conformance_suite;
     conformance_suite!(PgTlsKit);
+    crate::process_suite!(PgTlsKit);
 }
 
 mod bouncer {
@@ -413,4 +414,5 @@ mod session {
     use super::{conformance, PgSessionKit};
     use crate::conformance_suite;
     conformance_suite!(PgSessionKit);
+    crate::process_suite!(PgSessionKit);
 }

@@ -217,4 +217,5 @@ impl<const TLS: bool> Kit for RedisKit<TLS> {
 mod tls {
     use super::{conformance, RedisKit};
     crate::conformance_suite!(RedisKit<true>);
+    crate::process_suite!(RedisKit<true>);
 }

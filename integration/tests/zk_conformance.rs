@@ -178,4 +178,5 @@ impl<const TLS: bool> Kit for ZkKit<TLS> {
 mod tls {
     use super::{conformance, ZkKit};
     crate::conformance_suite!(ZkKit<true>);
+    crate::process_suite!(ZkKit<true>);
 }

@@ -19,9 +19,15 @@
 //! - `lock <name> [wait_ms]` → `OK token=<n> holder=<path>`, or `OK timeout`
 //!   when not acquired within `wait_ms` (no `wait_ms`: wait as long as it
 //!   takes)
+//! - `rwlock <read|write> <name> [wait_ms]` → as `lock`, for one side of
+//!   the read-write lock `name`
+//! - `multi <part>[,<part>…] [wait_ms]` → as `lock`, for a multi-lock; a
+//!   part is `m:<name>` (a mutex), `r:<name>` or `w:<name>` (a side of a
+//!   read-write lock); `token` and `holder` are the first name's, `tokens`
+//!   lists `name:token` for every name
 //! - `status` → `OK lost=<no|reason> token=<n> valid_until_ms=<boot ms>
 //!   last_ack_ms=<boot ms>` for the held lock (times on CLOCK_BOOTTIME, so
-//!   comparable across processes)
+//!   comparable across processes); after `multi`, also `lost_name=<name|->`
 //! - `write <path> <value>` → a write fenced in the store by the held lock:
 //!   `OK`, or `ERR fence-rejected …`
 //! - `txwrite <table> <value>` (PostgreSQL only) → the value inserted into
@@ -43,10 +49,11 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use integration::certs::with_tls;
-use recipes_core::store::{ElectionBackend, MutexBackend};
+use recipes_core::store::{ElectionBackend, FencedLease, MutexBackend, RwLockBackend};
 use recipes_core::Tls;
 use recipes_core::{
-    BootInstant, Client, Error, LeaderLatch, LeaderSelector, LossPolicy, MutexGuard,
+    BootInstant, Client, Error, FencedWrites, FencingToken, LeaderLatch, LeaderSelector, LockKind,
+    LossPolicy, LossSignal, MultiLockGuard, MutexGuard, RwLockReadGuard, RwLockWriteGuard,
 };
 use recipes_etcd::{EtcdClient, EtcdClientBuilder};
 use recipes_pg::{PgClient, PgClientBuilder};
@@ -87,12 +94,134 @@ impl Participant {
     }
 }
 
+/// What a worker holds, whichever lock recipe took it: the requests after
+/// `lock`, `rwlock` and `multi` are the same.
+trait Holding: std::any::Any {
+    fn token(&self) -> FencingToken;
+    fn holder(&self) -> String;
+    fn lost(&self) -> &LossSignal;
+    /// The name whose lease lapsed, for a multi-lock.
+    fn lost_name(&self) -> Option<Option<String>> {
+        None
+    }
+    /// `name:token` for every name, for a multi-lock.
+    fn tokens(&self) -> Option<String> {
+        None
+    }
+    fn put(&self, key: &str, value: &[u8]) -> Result<(), Error>;
+    fn release(self: Box<Self>) -> Result<(), Error>;
+    fn as_any(&self) -> &dyn std::any::Any;
+}
+
+impl<L: FencedLease + FencedWrites> Holding for MutexGuard<L> {
+    fn token(&self) -> FencingToken {
+        MutexGuard::token(self)
+    }
+    fn holder(&self) -> String {
+        MutexGuard::holder(self).to_owned()
+    }
+    fn lost(&self) -> &LossSignal {
+        MutexGuard::lost(self)
+    }
+    fn put(&self, key: &str, value: &[u8]) -> Result<(), Error> {
+        MutexGuard::put(self, key, value)
+    }
+    fn release(self: Box<Self>) -> Result<(), Error> {
+        MutexGuard::release(*self)
+    }
+    fn as_any(&self) -> &dyn std::any::Any {
+        self
+    }
+}
+
+/// The same [`Holding`] for both sides of a read-write lock.
+macro_rules! rw_holding {
+    ($guard:ident) => {
+        impl<B: RwLockBackend<Lease: FencedWrites>> Holding for $guard<B> {
+            fn token(&self) -> FencingToken {
+                $guard::token(self)
+            }
+            fn holder(&self) -> String {
+                $guard::holder(self).to_owned()
+            }
+            fn lost(&self) -> &LossSignal {
+                $guard::lost(self)
+            }
+            fn put(&self, key: &str, value: &[u8]) -> Result<(), Error> {
+                $guard::put(self, key, value)
+            }
+            fn release(self: Box<Self>) -> Result<(), Error> {
+                $guard::release(*self)
+            }
+            fn as_any(&self) -> &dyn std::any::Any {
+                self
+            }
+        }
+    };
+}
+rw_holding!(RwLockReadGuard);
+rw_holding!(RwLockWriteGuard);
+
+impl<C: Client> Holding for MultiLockGuard<C> {
+    fn token(&self) -> FencingToken {
+        self.tokens()[0].1
+    }
+    fn holder(&self) -> String {
+        let first = self.tokens()[0].0;
+        MultiLockGuard::holder(self, first)
+            .unwrap_or_default()
+            .to_owned()
+    }
+    fn lost(&self) -> &LossSignal {
+        MultiLockGuard::lost(self)
+    }
+    fn lost_name(&self) -> Option<Option<String>> {
+        Some(MultiLockGuard::lost_name(self))
+    }
+    fn tokens(&self) -> Option<String> {
+        let tokens = MultiLockGuard::tokens(self);
+        let parts: Vec<String> = tokens.iter().map(|(n, t)| format!("{n}:{t}")).collect();
+        Some(parts.join(","))
+    }
+    fn put(&self, key: &str, value: &[u8]) -> Result<(), Error> {
+        let first = self.tokens()[0].0.to_owned();
+        MultiLockGuard::put(self, &first, key, value)
+    }
+    fn release(self: Box<Self>) -> Result<(), Error> {
+        MultiLockGuard::release(*self)
+    }
+    fn as_any(&self) -> &dyn std::any::Any {
+        self
+    }
+}
+
 /// The held lock of a client of type `C`.
 type Held<C> = MutexGuard<<<C as Client>::Mutex as MutexBackend>::Lease>;
 
+/// The parts of a `multi` request: `m:<name>`, `r:<name>`, `w:<name>`.
+fn multi_parts(spec: &str) -> Result<Vec<(&str, LockKind)>, String> {
+    spec.split(',')
+        .map(|part| match part.split_once(':') {
+            Some(("m", name)) => Ok((name, LockKind::Mutex)),
+            Some(("r", name)) => Ok((name, LockKind::Read)),
+            Some(("w", name)) => Ok((name, LockKind::Write)),
+            _ => Err(usage("a multi part is m:<name>, r:<name> or w:<name>")),
+        })
+        .collect()
+}
+
+/// The optional `wait_ms` of an acquiring request.
+fn wait_of(rest: &[&str], form: &str) -> Result<Option<Duration>, String> {
+    match rest {
+        [] => Ok(None),
+        [ms] => Ok(Some(millis(ms, "wait_ms")?)),
+        _ => Err(usage(form)),
+    }
+}
+
 struct Worker<C: Client> {
     client: C,
-    held: Option<Held<C>>,
+    held: Option<Box<dyn Holding>>,
     participant: Option<Participant>,
 }
 
@@ -118,34 +247,62 @@ fn millis(ms: &str, what: &str) -> Result<Duration, String> {
 }
 
 impl<C: Client> Worker<C> {
+    /// Keep what an acquiring request took: `OK token=… holder=…`, or
+    /// `OK timeout`.
+    fn take<G: Holding>(&mut self, taken: Result<Option<G>, Error>) -> Reply {
+        match taken.map_err(|e| err(&e))? {
+            None => Ok("timeout".to_owned()),
+            Some(g) => {
+                let mut reply = format!("token={} holder={}", g.token(), g.holder());
+                if let Some(tokens) = g.tokens() {
+                    reply.push_str(&format!(" tokens={tokens}"));
+                }
+                self.held = Some(Box::new(g));
+                Ok(reply)
+            }
+        }
+    }
+
     fn handle(&mut self, words: &[&str]) -> Reply {
+        if matches!(words.first(), Some(&("lock" | "rwlock" | "multi"))) && self.held.is_some() {
+            return Err(usage("already holding; release first"));
+        }
         match words {
             ["ping"] => {
                 let rtt = self.client.ping().map_err(|e| err(&e))?;
                 Ok(format!("rtt_us={}", rtt.as_micros()))
             }
             ["lock", name, rest @ ..] => {
-                if self.held.is_some() {
-                    return Err(usage("already holding; release first"));
-                }
-                let wait = match rest {
-                    [] => None,
-                    [ms] => Some(millis(ms, "wait_ms")?),
-                    _ => return Err(usage("lock <name> [wait_ms]")),
-                };
+                let wait = wait_of(rest, "lock <name> [wait_ms]")?;
                 let m = self.client.mutex(name).map_err(|e| err(&e))?;
-                let held = match wait {
+                self.take(match wait {
                     None => m.lock().map(Some),
                     Some(w) => m.try_lock_for(w),
-                };
-                match held.map_err(|e| err(&e))? {
-                    None => Ok("timeout".to_owned()),
-                    Some(h) => {
-                        let reply = format!("token={} holder={}", h.token(), h.holder());
-                        self.held = Some(h);
-                        Ok(reply)
-                    }
+                })
+            }
+            ["rwlock", side, name, rest @ ..] => {
+                let wait = wait_of(rest, "rwlock <read|write> <name> [wait_ms]")?;
+                let rw = self.client.rw_lock(name).map_err(|e| err(&e))?;
+                match *side {
+                    "read" => self.take(match wait {
+                        None => rw.read().map(Some),
+                        Some(w) => rw.try_read_for(w),
+                    }),
+                    "write" => self.take(match wait {
+                        None => rw.write().map(Some),
+                        Some(w) => rw.try_write_for(w),
+                    }),
+                    _ => Err(usage("rwlock <read|write> <name> [wait_ms]")),
                 }
+            }
+            ["multi", spec, rest @ ..] => {
+                let wait = wait_of(rest, "multi <part>[,<part>…] [wait_ms]")?;
+                let parts = multi_parts(spec)?;
+                let multi = self.client.multi_lock_of(&parts).map_err(|e| err(&e))?;
+                self.take(match wait {
+                    None => multi.lock().map(Some),
+                    Some(w) => multi.try_lock_for(w),
+                })
             }
             ["status"] => {
                 let h = self.held.as_ref().ok_or_else(|| usage("nothing held"))?;
@@ -153,12 +310,16 @@ impl<C: Client> Worker<C> {
                     None => "no".to_owned(),
                     Some(r) => format!("{r:?}"),
                 };
-                Ok(format!(
+                let mut reply = format!(
                     "lost={lost} token={} valid_until_ms={} last_ack_ms={}",
                     h.token(),
                     boot_ms(h.lost().valid_until()),
                     boot_ms(self.client.last_acknowledged())
-                ))
+                );
+                if let Some(name) = h.lost_name() {
+                    reply.push_str(&format!(" lost_name={}", name.as_deref().unwrap_or("-")));
+                }
+                Ok(reply)
             }
             ["write", path, value] => {
                 let h = self.held.as_ref().ok_or_else(|| usage("nothing held"))?;
@@ -313,6 +474,10 @@ fn txwrite(w: &Worker<PgClient>, table: &str, value: &str) -> Reply {
     use recipes_pg::tokio_postgres::types::Type;
     use recipes_pg::FencedTransaction;
     let h = w.held.as_ref().ok_or_else(|| usage("nothing held"))?;
+    let h = h
+        .as_any()
+        .downcast_ref::<Held<PgClient>>()
+        .ok_or_else(|| usage("txwrite needs a mutex held"))?;
     let value: i64 = value.parse().map_err(|_| usage("the value is a number"))?;
     let sql = format!("INSERT INTO {table} (fence) VALUES ($1)");
     h.transaction(|tx| tx.execute(&sql, &[(&value, Type::INT8)]))

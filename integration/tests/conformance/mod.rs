@@ -25,6 +25,7 @@ pub mod holder_faults;
 pub mod metrics;
 pub mod multi;
 pub mod outcomes;
+pub mod process_faults;
 pub mod rw;
 
 use std::sync::atomic::{AtomicU64, Ordering};
