@@ -325,7 +325,9 @@ impl<B: CounterBackend> Counter<B> {
     ) -> Result<Option<Versioned>> {
         let deadline = match timeout {
             Some(t) => {
-                check_timeout("the wait", t)?;
+                if !t.is_zero() {
+                    check_timeout("wait", t)?;
+                }
                 Some(Instant::now() + t)
             }
             None => None,
@@ -396,7 +398,8 @@ impl<B: CounterBackend> CounterWatch<'_, B> {
         }
     }
 
-    /// The next change, waiting at most `timeout`; `Ok(None)` on timeout.
+    /// The next change, waiting at most `timeout` (zero: a look now);
+    /// `Ok(None)` on timeout.
     ///
     /// # Errors
     ///
@@ -423,3 +426,7 @@ impl<B: CounterBackend> CounterWatch<'_, B> {
         }))
     }
 }
+
+#[cfg(test)]
+#[path = "counter_tests.rs"]
+mod tests;
