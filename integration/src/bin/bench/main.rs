@@ -3,7 +3,7 @@
 //! per line (`metric`, `backend`, the figures, `raw`, `violations`).
 //!
 //! ```sh
-//! cargo run --release -p integration --bin bench -- [zk|etcd|pg|redis|all] [M1 … M6] [--quick]
+//! cargo run --release -p integration --bin bench -- [zk|etcd|pg|redis|all] [M1 … M7] [--quick]
 //! ```
 //!
 //! - **M1** uncontended `lock` + `release`: ops/s, p50, p99, server
@@ -84,10 +84,10 @@ const QUICK: Sizes = Sizes {
     idle: Duration::from_millis(300),
 };
 
-/// One of M1–M6.
+/// One of M1–M7.
 type Measure<C> = fn(&Store<C>, &Sizes);
 
-/// The metrics named on the command line (`M1` … `M6`); none named: all.
+/// The metrics named on the command line (`M1` … `M7`); none named: all.
 static ONLY: std::sync::OnceLock<Vec<String>> = std::sync::OnceLock::new();
 
 fn all<C: Client>(store: Store<C>, sizes: &Sizes) {
