@@ -114,6 +114,12 @@ const TRANSFER: &[&str] = &[
     "the total is still 200",
 ];
 
+const QUOTA_COUNTER: &[&str] = &[
+    "10 of a quota of 10",
+    "the counter holds 10 at version 10: never over the quota",
+    "the latch opened: all 4 workers counted down",
+];
+
 /// Every example on every store it supports.
 fn stories() -> Vec<Story> {
     use Store::{Etcd, Pg, Redis, Zk};
@@ -140,6 +146,7 @@ fn stories() -> Vec<Story> {
         ("election_observe", ELECTION_OBSERVE, &[Zk, Etcd, Redis]),
         ("cache_rebuild", CACHE_REBUILD, &[Zk, Etcd, Pg, Redis]),
         ("transfer", TRANSFER, &[Zk, Etcd, Pg, Redis]),
+        ("quota_counter", QUOTA_COUNTER, &[Zk, Etcd, Pg, Redis]),
     ] {
         all.extend(stores.iter().map(|&store| Story { name, store, says }));
     }

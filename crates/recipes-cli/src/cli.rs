@@ -160,6 +160,8 @@ pub enum Command {
     /// Show who holds NAME, with fences, and who waits, in order.
     #[command(after_help = STATUS_EXAMPLES)]
     Status(StatusArgs),
+    /// Read, set or add to the shared counter NAME.
+    Count(crate::count::CountArgs),
 }
 
 impl Command {
@@ -169,7 +171,7 @@ impl Command {
             Command::Lock(a) => Some(&a.run),
             Command::Semaphore(a) => Some(&a.run),
             Command::Elect(a) => Some(&a.run),
-            Command::Status(_) => None,
+            Command::Status(_) | Command::Count(_) => None,
         }
     }
 
@@ -180,6 +182,7 @@ impl Command {
             Command::Semaphore(a) => &a.name,
             Command::Elect(a) => &a.name,
             Command::Status(a) => &a.name,
+            Command::Count(a) => a.op.name(),
         }
     }
 

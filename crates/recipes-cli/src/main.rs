@@ -65,6 +65,7 @@ mod backend;
 mod cgroup;
 mod child;
 mod cli;
+mod count;
 mod credentials;
 mod duration;
 mod exit;
@@ -172,5 +173,6 @@ fn real_main() -> i32 {
             run::run_under(client, Recipe::Elect(id), &a.name, &a.run, &forwarded)
         }
         Command::Status(a) => run::status(client, &store, a, &forwarded),
+        Command::Count(a) => count::run(client, &a.op),
     })
 }

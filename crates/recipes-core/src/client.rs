@@ -11,6 +11,8 @@ use crate::backend::{
     SemaphoreBackend,
 };
 use crate::clock::BootInstant;
+use crate::count_down::CountDownLatch;
+use crate::counter::{Counter, CounterBackend, CounterKind};
 use crate::election::{Election, Leadership};
 use crate::engine::Role;
 use crate::error::Result;
@@ -233,6 +235,44 @@ pub trait Client: Clone + Send + Sync + fmt::Debug + 'static {
     /// As for [`close_within`](Client::close_within).
     fn close(self) -> Result<()> {
         self.close_within(crate::runtime::DEFAULT_SHUTDOWN_GRACE)
+    }
+
+    /// The shared counter backend.
+    type Counter: CounterBackend + fmt::Debug;
+
+    /// A shared counter named `name` of `kind` (see [`Counter`]).
+    ///
+    /// # Errors
+    ///
+    /// As for [`mutex`](Client::mutex).
+    fn counter_of(&self, name: &str, kind: CounterKind) -> Result<Counter<Self::Counter>>;
+
+    /// A 32-bit shared counter named `name` (on ZooKeeper Curator's
+    /// `SharedCount`).
+    ///
+    /// # Errors
+    ///
+    /// As for [`mutex`](Client::mutex).
+    fn counter(&self, name: &str) -> Result<Counter<Self::Counter>> {
+        self.counter_of(name, CounterKind::I32)
+    }
+
+    /// A 64-bit shared counter named `name`.
+    ///
+    /// # Errors
+    ///
+    /// As for [`mutex`](Client::mutex).
+    fn counter64(&self, name: &str) -> Result<Counter<Self::Counter>> {
+        self.counter_of(name, CounterKind::I64)
+    }
+
+    /// A count-down latch kept in the 64-bit counter `name`.
+    ///
+    /// # Errors
+    ///
+    /// As for [`mutex`](Client::mutex).
+    fn count_down_latch(&self, name: &str) -> Result<CountDownLatch<Self::Counter>> {
+        Ok(CountDownLatch::new(self.counter64(name)?))
     }
 }
 

@@ -66,6 +66,8 @@ mod client;
 mod clock;
 mod close;
 mod connect;
+mod count_down;
+mod counter;
 mod deadline;
 mod election;
 pub mod engine;
@@ -99,6 +101,8 @@ pub mod tls;
 pub use backend::LeaderInfo;
 pub use client::{Client, Contender, FencedWrites};
 pub use clock::BootInstant;
+pub use count_down::CountDownLatch;
+pub use counter::{Added, Counter, CounterChange, CounterKind, CounterWatch, Versioned};
 pub use election::{Election, LeaderObserver, Leadership};
 pub use error::{BackendSource, Error, Result};
 pub use fence::{FenceGate, FencingToken};
@@ -130,6 +134,7 @@ pub mod store {
     pub use crate::clock::{system_clock, Clock, ManualClock, SharedClock, SystemClock};
     pub use crate::close::end_sessions_within;
     pub use crate::connect::{is_host_port, no_server_answered};
+    pub use crate::counter::CounterBackend;
     pub use crate::deadline::{
         check_lease, margin, DeadlineTracker, CLOCK_DRIFT_PPM, DEFAULT_SLACK,
     };

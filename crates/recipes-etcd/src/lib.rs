@@ -47,6 +47,7 @@
 mod builder;
 mod client;
 mod contend;
+mod counter;
 mod election;
 mod hub;
 mod key;
@@ -66,6 +67,7 @@ mod watch;
 
 pub use builder::EtcdClientBuilder;
 pub use client::EtcdClient;
+pub use counter::EtcdCounter;
 pub use election::{Election, EtcdElection, LeaderLatch, LeaderSelector, Leadership};
 /// The etcd client crate, for the transaction operations of
 /// [`EtcdKey::txn`].

@@ -125,4 +125,17 @@ impl Client for EtcdClient {
     fn close_within(&self, grace: Duration) -> Result<()> {
         self.leases().close_within(grace)
     }
+
+    type Counter = crate::counter::EtcdCounter;
+
+    /// The key `name` holding the value as decimal text; see
+    /// [`EtcdCounter`](crate::counter::EtcdCounter).
+    fn counter_of(
+        &self,
+        name: &str,
+        kind: recipes_core::CounterKind,
+    ) -> Result<recipes_core::Counter<crate::counter::EtcdCounter>> {
+        let backend = crate::counter::EtcdCounter::new(self, name, kind)?;
+        Ok(recipes_core::Counter::from_backend(backend))
+    }
 }

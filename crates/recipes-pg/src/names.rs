@@ -80,6 +80,7 @@ pub(crate) fn other_layout(name: &str, ours: &str, found: &str) -> Error {
         "advisory-permits" => "a session-mode semaphore's permits",
         "rwlock" => "a lease-mode read-write lock (rows of recipes.queue with a role)",
         "advisory-rw" => "a session-mode read-write lock (an advisory key, shared or exclusive)",
+        "counter" => "a shared counter (its value in recipes.names)",
         _ => "a lease-mode lock or election",
     };
     let session = |kind: &str| kind.starts_with("advisory");

@@ -260,4 +260,17 @@ impl Client for PgClient {
     fn close_within(&self, grace: Duration) -> Result<()> {
         self.leases().close_within(grace)
     }
+
+    type Counter = crate::counter::PgCounter;
+
+    /// A row of `recipes.names` of kind `counter`; see
+    /// [`PgCounter`](crate::counter::PgCounter).
+    fn counter_of(
+        &self,
+        name: &str,
+        kind: recipes_core::CounterKind,
+    ) -> Result<recipes_core::Counter<crate::counter::PgCounter>> {
+        let backend = crate::counter::PgCounter::new(self, name, kind)?;
+        Ok(recipes_core::Counter::from_backend(backend))
+    }
 }

@@ -151,6 +151,7 @@
 mod builder;
 mod client;
 mod contend;
+mod counter;
 mod election;
 mod lock;
 mod mutex;
@@ -165,6 +166,7 @@ mod surface;
 
 pub use builder::RedisClientBuilder;
 pub use client::RedisClient;
+pub use counter::RedisCounter;
 pub use election::{Election, LeaderLatch, LeaderSelector, Leadership, RedisElection};
 pub use lock::{RedisEntry, RedisLock};
 pub use mutex::{Mutex, RedisMutex};

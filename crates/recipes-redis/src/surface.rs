@@ -179,4 +179,17 @@ impl Client for RedisClient {
     fn close_within(&self, grace: Duration) -> Result<()> {
         self.leases().close_within(grace)
     }
+
+    type Counter = crate::counter::RedisCounter;
+
+    /// The hash `{recipes}:count:<name>`; see
+    /// [`RedisCounter`](crate::counter::RedisCounter).
+    fn counter_of(
+        &self,
+        name: &str,
+        kind: recipes_core::CounterKind,
+    ) -> Result<recipes_core::Counter<crate::counter::RedisCounter>> {
+        let backend = crate::counter::RedisCounter::new(self, name, kind)?;
+        Ok(recipes_core::Counter::from_backend(backend))
+    }
 }

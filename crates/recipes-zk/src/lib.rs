@@ -98,6 +98,7 @@
 
 mod client;
 mod contenders;
+mod counter;
 mod drill;
 mod driver;
 mod election;
@@ -112,6 +113,7 @@ mod session;
 mod surface;
 
 pub use client::{ZkClient, ZkClientBuilder};
+pub use counter::ZkCounter;
 pub use election::{Election, LeaderLatch, LeaderSelector, Leadership, ZkElection};
 pub use mutex::{InterProcessMutex, ZkMutex};
 pub use node_lease::{ZkNode, ZkNodeLease};

@@ -137,4 +137,16 @@ impl Client for ZkClient {
     fn close_within(&self, grace: Duration) -> Result<()> {
         ZkClient::close_within(self, grace)
     }
+
+    type Counter = crate::counter::ZkCounter;
+
+    /// Curator's `SharedCount` at `path` (a 64-bit counter: 8 bytes).
+    fn counter_of(
+        &self,
+        path: &str,
+        kind: recipes_core::CounterKind,
+    ) -> Result<recipes_core::Counter<crate::counter::ZkCounter>> {
+        let backend = crate::counter::ZkCounter::new(self, path, kind)?;
+        Ok(recipes_core::Counter::from_backend(backend))
+    }
 }

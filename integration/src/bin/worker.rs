@@ -40,6 +40,8 @@
 //! - `leader-status` → `OK leading=<yes|no> token=<n> last_ack_ms=<boot ms>`
 //!   for the latch or selector (token 0 when not leading)
 //! - `pid` → `OK <pid>`
+//! - `count-add <name> <n>` → `OK value=<last> conflicts=<n>`: `add(1)` to
+//!   the 32-bit counter `name`, `n` times
 //! - `exit` → `OK`, then the process exits
 //!
 //! The worker prints `READY` once it reads requests.
@@ -372,6 +374,16 @@ impl<C: Client> Worker<C> {
                 })
             }
             ["pid"] => Ok(std::process::id().to_string()),
+            ["count-add", name, n] => {
+                let n: u64 = n.parse().map_err(|_| usage("count-add <name> <n>"))?;
+                let c = self.client.counter(name).map_err(|e| err(&e))?;
+                let (mut value, mut conflicts) = (0, 0);
+                for _ in 0..n {
+                    let added = c.add_counted(1).map_err(|e| err(&e))?;
+                    (value, conflicts) = (added.now.value, conflicts + added.conflicts);
+                }
+                Ok(format!("value={value} conflicts={conflicts}"))
+            }
             _ => Err(usage(&format!("unknown request {:?}", words.join(" ")))),
         }
     }

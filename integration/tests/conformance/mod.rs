@@ -17,6 +17,7 @@
 
 #![allow(dead_code)]
 
+pub mod counter;
 pub mod election;
 pub mod errors;
 pub mod exclusion;
@@ -373,6 +374,36 @@ macro_rules! conformance_suite {
                 conformance::LeaderRecipe::Selector,
                 conformance::Takeout::Pause,
                 LEASE,
+            );
+        }
+
+        #[test]
+        fn counter_eight_processes_add_a_thousand_each() {
+            conformance::counter::processes_add_without_losing_one(
+                &<$kit as conformance::Kit>::shared(),
+                8,
+                1_000,
+            );
+        }
+
+        #[test]
+        fn counter_compare_and_set_by_version_and_watch() {
+            conformance::counter::compare_and_set_by_version_and_watch(
+                &<$kit as conformance::Kit>::shared(),
+            );
+        }
+
+        #[test]
+        fn counter_bad_input_is_refused_and_changes_nothing() {
+            conformance::counter::bad_input_is_refused_and_changes_nothing(
+                &<$kit as conformance::Kit>::shared(),
+            );
+        }
+
+        #[test]
+        fn counter_a_count_down_latch_opens_at_zero() {
+            conformance::counter::a_count_down_latch_opens_at_zero(
+                &<$kit as conformance::Kit>::shared(),
             );
         }
     };

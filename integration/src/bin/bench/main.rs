@@ -3,7 +3,7 @@
 //! per line (`metric`, `backend`, the figures, `raw`, `violations`).
 //!
 //! ```sh
-//! cargo run --release -p integration --bin bench -- [zk|etcd|pg|redis|all] [M1 … M6] [--quick]
+//! cargo run --release -p integration --bin bench -- [zk|etcd|pg|redis|all] [M1 … M7] [--quick]
 //! ```
 //!
 //! - **M1** uncontended `lock` + `release`: ops/s, p50, p99, server
@@ -35,6 +35,9 @@
 //!   reader); a multi-lock of 2 and 8 names beside as many mutexes taken
 //!   one by one.
 //!
+//! - **M7** the shared counter (`counter.rs`): `add(1)` by 1, 4 and 8
+//!   writers at once, conflicts per add, beside two pings (an add's floor).
+//!
 //! A size a store cannot hold open at once (PostgreSQL's session mode
 //! keeps a server connection per waiter or held lock) prints a line with
 //! `skipped` and the reason instead of figures.
@@ -44,6 +47,7 @@
 //! `--quick` runs every measurement small, as a smoke test (`scripts/test`):
 //! it fails only when a measurement does not complete or sees a violation.
 
+mod counter;
 mod failover;
 mod handoff;
 mod load;
@@ -80,10 +84,10 @@ const QUICK: Sizes = Sizes {
     idle: Duration::from_millis(300),
 };
 
-/// One of M1–M6.
+/// One of M1–M7.
 type Measure<C> = fn(&Store<C>, &Sizes);
 
-/// The metrics named on the command line (`M1` … `M6`); none named: all.
+/// The metrics named on the command line (`M1` … `M7`); none named: all.
 static ONLY: std::sync::OnceLock<Vec<String>> = std::sync::OnceLock::new();
 
 fn all<C: Client>(store: Store<C>, sizes: &Sizes) {
@@ -94,6 +98,7 @@ fn all<C: Client>(store: Store<C>, sizes: &Sizes) {
         ("M4", load::m4),
         ("M5", load::m5),
         ("M6", rw::m6),
+        ("M7", counter::m7),
     ];
     for (metric, measure) in metrics {
         let only = ONLY.get().map_or(&[][..], Vec::as_slice);

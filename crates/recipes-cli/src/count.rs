@@ -1,0 +1,95 @@
+//! `recipes count get|set|add NAME …`: the shared counter (a 32-bit one,
+//! on ZooKeeper Curator's `SharedCount`), one call and the session closed.
+
+use clap::{Args, Subcommand};
+use recipes_core::{Client, Versioned};
+
+use crate::exit;
+
+/// `recipes count`.
+#[derive(Debug, Args)]
+pub struct CountArgs {
+    /// What to do with the counter.
+    #[command(subcommand)]
+    pub op: CountOp,
+}
+
+/// The counter operations.
+#[derive(Debug, Subcommand)]
+pub enum CountOp {
+    /// Print the value (with --json: `{"value":N,"version":V}`).
+    Get {
+        /// The counter: a path such as /counters/generation.
+        name: String,
+        /// Print JSON instead of text.
+        #[arg(long)]
+        json: bool,
+    },
+    /// Set the value, whatever it was; prints the new version.
+    Set {
+        /// The counter.
+        name: String,
+        /// The value (a negative one as written, e.g. -3).
+        #[arg(allow_negative_numbers = true)]
+        value: i64,
+        /// Print JSON instead of text.
+        #[arg(long)]
+        json: bool,
+    },
+    /// Add DELTA (negative to subtract), retried until no other writer
+    /// came between; prints the new value.
+    Add {
+        /// The counter.
+        name: String,
+        /// What to add (a negative delta as written, e.g. -3).
+        #[arg(allow_negative_numbers = true)]
+        delta: i64,
+        /// Print JSON instead of text.
+        #[arg(long)]
+        json: bool,
+    },
+}
+
+impl CountOp {
+    /// The counter's name.
+    pub fn name(&self) -> &str {
+        match self {
+            CountOp::Get { name, .. } | CountOp::Set { name, .. } | CountOp::Add { name, .. } => {
+                name
+            }
+        }
+    }
+}
+
+fn print(now: Versioned, json: bool, text: i64) {
+    if json {
+        println!("{{\"value\":{},\"version\":{}}}", now.value, now.version);
+    } else {
+        println!("{text}");
+    }
+}
+
+/// Run `op` on `client`: the exit status.
+pub fn run<C: Client>(client: C, op: &CountOp) -> i32 {
+    let done = client.counter(op.name()).and_then(|c| match op {
+        CountOp::Get { json, .. } => c.get().map(|now| print(now, *json, now.value)),
+        CountOp::Set { value, json, .. } => c
+            .set(*value)
+            .map(|now| print(now, *json, now.version as i64)),
+        CountOp::Add { delta, json, .. } => c
+            .add_counted(*delta)
+            .map(|a| print(a.now, *json, a.now.value)),
+    });
+    let status = match done {
+        Ok(()) => 0,
+        Err(e) => {
+            eprintln!("recipes: {e}");
+            exit::for_error(&e)
+        }
+    };
+    // Nothing is held: the session only needs to end.
+    if let Err(e) = client.close_within(std::time::Duration::from_secs(2)) {
+        eprintln!("recipes: warning: the session did not close in time ({e})");
+    }
+    status
+}

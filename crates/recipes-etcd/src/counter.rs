@@ -1,0 +1,139 @@
+//! The shared counter: the key `<name>` holds the value as decimal text
+//! (readable with `etcdctl get`); its version is the key's `version` (the
+//! number of puts since it was created, 0 while absent), so a write is a
+//! transaction comparing it. A name whose `<name>/` prefix holds another
+//! recipe's keys (a lock's, an election's, a semaphore's) is refused.
+//! Waits poll the key (see [`CounterBackend::wait_change`]).
+
+use etcd_client::{Compare, CompareOp, Txn, TxnOp};
+use recipes_core::store::CounterBackend;
+use recipes_core::{CounterKind, Error, Result, Versioned};
+
+use crate::client::EtcdClient;
+use crate::names::{key_prefix, other_layout, validate_name};
+use crate::rpc::{from_etcd, read_at, retrying_txn};
+use crate::rw_queue::{none_under, one_under};
+
+/// A counter backend on etcd; see the module.
+#[derive(Debug, Clone)]
+pub struct EtcdCounter {
+    client: EtcdClient,
+    name: String,
+    kind: CounterKind,
+}
+
+impl EtcdCounter {
+    pub(crate) fn new(client: &EtcdClient, name: &str, kind: CounterKind) -> Result<EtcdCounter> {
+        validate_name("counter", name)?;
+        Ok(EtcdCounter {
+            client: client.clone(),
+            name: name.to_owned(),
+            kind,
+        })
+    }
+
+    /// Refuse the name when the reads at 0 (the key) and 1 (one key under
+    /// the prefix) of `resp` show another recipe; else the value read.
+    fn decode(&self, resp: &etcd_client::TxnResponse) -> Result<Versioned> {
+        if let Some(kv) = read_at(resp, 1)?.kvs().first() {
+            let prefix = key_prefix(&self.name);
+            return Err(other_layout(
+                &prefix,
+                "a counter",
+                "another recipe's keys",
+                kv.key(),
+            ));
+        }
+        let read = read_at(resp, 0)?;
+        let Some(kv) = read.kvs().first() else {
+            return Ok(Versioned {
+                value: 0,
+                version: 0,
+            });
+        };
+        let text = String::from_utf8_lossy(kv.value());
+        let value = text
+            .trim()
+            .parse::<i64>()
+            .ok()
+            .filter(|v| self.kind.fits(*v))
+            .ok_or_else(|| {
+                Error::invalid(format!(
+                    "the etcd key {} holds {text:?}, not a {} counter: open it with the recipe \
+                     that wrote it, or choose another name",
+                    recipes_core::store::quote(&self.name),
+                    self.kind.describe()
+                ))
+            })?;
+        Ok(Versioned {
+            value,
+            version: u64::try_from(kv.version()).unwrap_or(0),
+        })
+    }
+
+    fn reads(&self) -> [TxnOp; 2] {
+        [
+            TxnOp::get(self.name.as_str(), None),
+            one_under(&key_prefix(&self.name)),
+        ]
+    }
+
+    /// `ops` when the key is still at `version` and no other recipe's keys
+    /// exist; whether they ran.
+    fn guarded(&self, what: &'static str, version: u64, ops: Vec<TxnOp>) -> Result<bool> {
+        let me = self.clone();
+        let version = i64::try_from(version).unwrap_or(i64::MAX);
+        self.client.read_with(what, move |etcd, _| async move {
+            let name = me.name.as_str();
+            let txn = Txn::new()
+                .when([
+                    Compare::version(name, CompareOp::Equal, version),
+                    none_under(&key_prefix(name)),
+                ])
+                .and_then(ops)
+                .or_else(me.reads());
+            // Sent once: a resent put would find its own version and say
+            // "conflict" although it landed, and add would add twice.
+            let resp = etcd
+                .clone()
+                .txn(txn)
+                .await
+                .map_err(|e| from_etcd(&format!("{what} {name}"), e))?;
+            if resp.succeeded() {
+                return Ok(true);
+            }
+            me.decode(&resp).map(|_| false)
+        })
+    }
+}
+
+impl CounterBackend for EtcdCounter {
+    fn name(&self) -> &str {
+        &self.name
+    }
+
+    fn kind(&self) -> CounterKind {
+        self.kind
+    }
+
+    fn get(&self) -> Result<Versioned> {
+        let me = self.clone();
+        self.client
+            .read_with("read the counter", move |etcd, timeout| async move {
+                let txn = Txn::new().and_then(me.reads());
+                let what = format!("read the counter {}", me.name);
+                let resp = retrying_txn(&etcd, &what, timeout, &txn).await?;
+                me.decode(&resp)
+            })
+    }
+
+    fn set_if(&self, version: u64, value: i64) -> Result<bool> {
+        let put = TxnOp::put(self.name.as_str(), value.to_string(), None);
+        self.guarded("write the counter", version, vec![put])
+    }
+
+    fn delete_if(&self, version: u64) -> Result<bool> {
+        let delete = TxnOp::delete(self.name.as_str(), None);
+        self.guarded("delete the counter", version, vec![delete])
+    }
+}

@@ -1,0 +1,128 @@
+//! The shared counter: a row of `recipes.names` of kind `counter`, its
+//! value in the `fence` column and its version in `next_seq` (0 while the
+//! row does not exist, 1 once written, one more for every write). A write
+//! is an `UPDATE … WHERE next_seq = version`; no schema change. Another
+//! recipe's row refuses the counter, and a counter's row refuses every
+//! other recipe (their kinds differ). Waits poll the row.
+
+use recipes_core::store::CounterBackend;
+use recipes_core::{CounterKind, Error, Result, Versioned};
+use tokio_postgres::types::Type;
+
+use crate::client::PgClient;
+use crate::names::{other_layout, validate_name};
+
+/// The kind of a counter's row in `recipes.names`.
+pub(crate) const COUNTER: &str = "counter";
+
+/// A counter backend on PostgreSQL; see the module.
+#[derive(Debug, Clone)]
+pub struct PgCounter {
+    client: PgClient,
+    name: String,
+    kind: CounterKind,
+}
+
+impl PgCounter {
+    pub(crate) fn new(client: &PgClient, name: &str, kind: CounterKind) -> Result<PgCounter> {
+        validate_name("counter", name)?;
+        Ok(PgCounter {
+            client: client.clone(),
+            name: name.to_owned(),
+            kind,
+        })
+    }
+
+    async fn read(&self) -> Result<Versioned> {
+        let sql = "SELECT kind, fence, next_seq FROM recipes.names WHERE name = $1";
+        let what = format!("read the counter {}", self.name);
+        let row = self
+            .client
+            .db()
+            .query_opt(&what, sql, &[(&self.name, Type::TEXT)])
+            .await?;
+        let Some(row) = row else {
+            return Ok(Versioned {
+                value: 0,
+                version: 0,
+            });
+        };
+        let kind: String = row.get(0);
+        if kind != COUNTER {
+            return Err(other_layout(&self.name, COUNTER, &kind));
+        }
+        let value: i64 = row.get(1);
+        if !self.kind.fits(value) {
+            return Err(Error::invalid(format!(
+                "the PostgreSQL counter {} holds {value}, which a {} counter cannot read: \
+                 open it as a 64-bit counter (counter64)",
+                recipes_core::store::quote(&self.name),
+                self.kind.describe()
+            )));
+        }
+        Ok(Versioned {
+            value,
+            version: u64::try_from(row.get::<_, i64>(2)).unwrap_or(0),
+        })
+    }
+
+    /// Run `sql` (parameters: name, value, version); whether it changed a
+    /// row. When not, a read refuses another recipe's row.
+    fn write(
+        &self,
+        what: &'static str,
+        sql: &'static str,
+        version: u64,
+        value: i64,
+    ) -> Result<bool> {
+        let me = self.clone();
+        let version = i64::try_from(version).unwrap_or(i64::MAX);
+        self.client.call(what, async move {
+            let shown = format!("{what} {}", me.name);
+            let params: crate::db::Params<'_> = &[
+                (&me.name, Type::TEXT),
+                (&value, Type::INT8),
+                (&version, Type::INT8),
+            ];
+            let rows = me.client.db().query(&shown, sql, params).await?;
+            if !rows.is_empty() {
+                return Ok(true);
+            }
+            me.read().await.map(|_| false)
+        })
+    }
+}
+
+impl CounterBackend for PgCounter {
+    fn name(&self) -> &str {
+        &self.name
+    }
+
+    fn kind(&self) -> CounterKind {
+        self.kind
+    }
+
+    fn get(&self) -> Result<Versioned> {
+        let me = self.clone();
+        self.client
+            .call("read the counter", async move { me.read().await })
+    }
+
+    fn set_if(&self, version: u64, value: i64) -> Result<bool> {
+        let sql = if version == 0 {
+            "INSERT INTO recipes.names (name, kind, next_seq, fence) \
+             SELECT $1, 'counter', 1, $2 WHERE $3::int8 = 0 \
+             ON CONFLICT (name) DO NOTHING RETURNING 1"
+        } else {
+            "UPDATE recipes.names SET fence = $2, next_seq = next_seq + 1 \
+             WHERE name = $1 AND kind = 'counter' AND next_seq = $3 RETURNING 1"
+        };
+        self.write("write the counter", sql, version, value)
+    }
+
+    fn delete_if(&self, version: u64) -> Result<bool> {
+        let sql = "DELETE FROM recipes.names \
+                   WHERE name = $1 AND kind = 'counter' AND next_seq = $3 RETURNING 1";
+        self.write("delete the counter", sql, version, 0)
+    }
+}

@@ -1,0 +1,148 @@
+//! The shared counter: the hash `{recipes}:count:<name>` with the fields
+//! `value` (decimal text) and `version` (1 once written, one more for
+//! every write; 0 while the hash does not exist). A write is one script
+//! comparing the version (the value is never computed in Lua, whose
+//! numbers lose 64-bit precision). A name that holds a lock's, election's
+//! or semaphore's keys is refused. Waits poll the hash.
+
+use std::sync::LazyLock;
+
+use recipes_core::store::CounterBackend;
+use recipes_core::{CounterKind, Error, Result, Versioned};
+use redis::Script;
+
+use crate::client::RedisClient;
+use crate::names::{other_layout, validate_name, NS};
+
+/// Which other recipe holds the name (`''`: none); shared by both scripts.
+const OTHER: &str = r#"
+local ns, name = ARGV[1], ARGV[2]
+local key = ns .. 'count:' .. name
+local function other()
+  if redis.call('EXISTS', ns .. 'size:' .. name) == 1 then return 'a semaphore' end
+  if redis.call('EXISTS', ns .. 'q:' .. name) == 1 or redis.call('EXISTS', ns .. 'lock:' .. name) == 1 then
+    return 'a lock or election'
+  end
+  return ''
+end
+"#;
+
+// ARGV: ns, name → {value or '', version, other recipe or ''}.
+static GET: LazyLock<Script> = LazyLock::new(|| {
+    Script::new(&format!(
+        "#!lua flags=no-writes\n{OTHER}\nlocal v = redis.call('HMGET', key, 'value', 'version')\n\
+         return {{v[1] or '', v[2] or '0', other()}}\n"
+    ))
+});
+
+// ARGV: ns, name, version, value, 'set' | 'del' → 'ok', 'conflict' or
+// 'other:<recipe>'.
+static CAS: LazyLock<Script> = LazyLock::new(|| {
+    Script::new(&format!(
+        "#!lua\n{OTHER}\nlocal o = other()\nif o ~= '' then return 'other:' .. o end\n\
+         local now = tonumber(redis.call('HGET', key, 'version') or '0')\n\
+         if now ~= tonumber(ARGV[3]) then return 'conflict' end\n\
+         if ARGV[5] == 'del' then redis.call('DEL', key) return 'ok' end\n\
+         redis.call('HSET', key, 'value', ARGV[4], 'version', string.format('%d', now + 1))\n\
+         return 'ok'\n"
+    ))
+});
+
+/// A counter backend on Redis; see the module.
+#[derive(Debug, Clone)]
+pub struct RedisCounter {
+    client: RedisClient,
+    name: String,
+    kind: CounterKind,
+}
+
+impl RedisCounter {
+    pub(crate) fn new(client: &RedisClient, name: &str, kind: CounterKind) -> Result<RedisCounter> {
+        validate_name("counter", name)?;
+        Ok(RedisCounter {
+            client: client.clone(),
+            name: name.to_owned(),
+            kind,
+        })
+    }
+
+    fn refused(&self, theirs: &str) -> Error {
+        other_layout(&self.name, "a counter", theirs)
+    }
+
+    fn cas(&self, what: &'static str, version: u64, value: i64, op: &'static str) -> Result<bool> {
+        let me = self.clone();
+        let timeout = self.client.rpc_timeout();
+        self.client.call(what, async move {
+            let redis = me.client.redis()?;
+            let args = [
+                NS.to_owned(),
+                me.name.clone(),
+                version.to_string(),
+                value.to_string(),
+                op.to_owned(),
+            ];
+            // Sent once: a resent write would find its own version and say
+            // "conflict" although it landed, and add would add twice.
+            let reply: String = redis.once(what, timeout, &CAS, &args).await?;
+            match reply.as_str() {
+                "ok" => Ok(true),
+                "conflict" => Ok(false),
+                other => Err(me.refused(other.strip_prefix("other:").unwrap_or(other))),
+            }
+        })
+    }
+}
+
+impl CounterBackend for RedisCounter {
+    fn name(&self) -> &str {
+        &self.name
+    }
+
+    fn kind(&self) -> CounterKind {
+        self.kind
+    }
+
+    fn get(&self) -> Result<Versioned> {
+        let me = self.clone();
+        let timeout = self.client.rpc_timeout();
+        self.client.call("read the counter", async move {
+            let redis = me.client.redis()?;
+            let args = [NS.to_owned(), me.name.clone()];
+            let what = "read the counter";
+            let (value, version, other): (String, String, String) =
+                redis.idempotent(what, timeout, &GET, &args).await?;
+            if !other.is_empty() {
+                return Err(me.refused(&other));
+            }
+            if value.is_empty() {
+                return Ok(Versioned {
+                    value: 0,
+                    version: 0,
+                });
+            }
+            let bad = || {
+                Error::invalid(format!(
+                    "the Redis counter {} holds {value:?} at version {version:?}, not a {} \
+                     counter: open it as a 64-bit counter (counter64), or choose another name",
+                    recipes_core::store::quote(&me.name),
+                    me.kind.describe()
+                ))
+            };
+            let value = value.parse::<i64>().ok().filter(|v| me.kind.fits(*v));
+            let version = version.parse::<u64>().ok();
+            match (value, version) {
+                (Some(value), Some(version)) => Ok(Versioned { value, version }),
+                _ => Err(bad()),
+            }
+        })
+    }
+
+    fn set_if(&self, version: u64, value: i64) -> Result<bool> {
+        self.cas("write the counter", version, value, "set")
+    }
+
+    fn delete_if(&self, version: u64) -> Result<bool> {
+        self.cas("delete the counter", version, 0, "del")
+    }
+}
