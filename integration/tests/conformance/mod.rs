@@ -378,15 +378,6 @@ macro_rules! conformance_suite {
         }
 
         #[test]
-        fn counter_eight_processes_add_a_thousand_each() {
-            conformance::counter::processes_add_without_losing_one(
-                &<$kit as conformance::Kit>::shared(),
-                8,
-                1_000,
-            );
-        }
-
-        #[test]
         fn counter_compare_and_set_by_version_and_watch() {
             conformance::counter::compare_and_set_by_version_and_watch(
                 &<$kit as conformance::Kit>::shared(),

@@ -251,7 +251,8 @@ pub fn opposite_orders_from_two_processes_never_deadlock<K: Kit>(kit: &K, rounds
     }
 }
 
-/// The process tests for one backend's [`Kit`].
+/// The tests that run other processes, once per store (not for every
+/// variant of the connection the conformance suite runs).
 #[macro_export]
 macro_rules! process_suite {
     ($kit:ty) => {
@@ -296,6 +297,17 @@ macro_rules! process_suite {
             conformance::process_faults::paused_multi_lock_holder_is_told_which_name(
                 &<$kit as conformance::Kit>::own(),
                 LEASE,
+            );
+        }
+
+        // Once per store, not per variant of the connection: 8,000
+        // contended adds take a minute on etcd.
+        #[test]
+        fn counter_eight_processes_add_a_thousand_each() {
+            conformance::counter::processes_add_without_losing_one(
+                &<$kit as conformance::Kit>::shared(),
+                8,
+                1_000,
             );
         }
 
