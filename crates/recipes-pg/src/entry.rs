@@ -322,7 +322,7 @@ impl EntryWatcher for PgEntry {
     type Watch = RowWatch;
 
     /// Listen on the name's channel, then look at our row (the first
-    /// watch needs no look: see [`PgEntry::held`]).
+    /// watch needs no look: the statement that confirmed the hold saw the row).
     async fn watch(&self) -> Result<Option<RowWatch>> {
         let watch = self.row_watch().await;
         Ok(self.exists().await?.then_some(watch))
