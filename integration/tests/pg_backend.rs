@@ -167,16 +167,17 @@ fn clients_connecting_at_once_to_an_empty_database_all_connect() {
 fn a_layout_of_another_version_is_refused() {
     let server = PgServer::start();
     connect(&server.url(), TTL).unwrap().close().unwrap();
-    server.sql("UPDATE recipes.layout SET version = 4");
+    server.sql("UPDATE recipes.layout SET version = 5");
     match connect(&server.url(), TTL) {
-        Err(Error::InvalidArgument(m)) => assert!(m.contains("layout version 4"), "{m}"),
+        Err(Error::InvalidArgument(m)) => assert!(m.contains("layout version 5"), "{m}"),
         other => panic!("a newer layout: {other:?}"),
     }
     assert!(PgFacts::new(server.addr()).sessions().is_empty());
 }
 
-/// Layout 1 (before session mode's heartbeat table and the entries' role)
-/// is upgraded to 3 by the first client that connects; its rows stay.
+/// Layout 1 (before session mode's heartbeat table, the entries' role and
+/// the queue's functions) is upgraded to 4 by the first client that
+/// connects; its rows stay.
 #[test]
 fn a_layout_1_schema_is_upgraded() {
     let server = PgServer::start();
@@ -186,12 +187,22 @@ fn a_layout_1_schema_is_upgraded() {
     c.close().unwrap();
     server.sql(
         "DROP TABLE recipes.advisory; ALTER TABLE recipes.queue DROP COLUMN role; \
-         UPDATE recipes.layout SET version = 1",
+         DROP FUNCTION recipes.enter, recipes.look; UPDATE recipes.layout SET version = 1",
     );
     let c = connect(&server.url(), TTL).expect("a layout 1 schema is upgraded");
     assert_eq!(
         server.sql("SELECT max(version) FROM recipes.layout").trim(),
-        "3"
+        "4"
+    );
+    assert_eq!(
+        server
+            .sql(
+                "SELECT count(*) FROM pg_proc p JOIN pg_namespace n ON n.oid = p.pronamespace \
+                  WHERE n.nspname = 'recipes' AND p.proname IN ('enter', 'look')"
+            )
+            .trim(),
+        "2",
+        "layout 4's functions"
     );
     assert_eq!(
         server
@@ -224,10 +235,13 @@ fn a_layout_2_schema_is_upgraded_in_place_and_its_rows_stay_valid() {
     let old = connect(&url, TTL).unwrap();
     let n = name("upgraded-2");
     let held = old.mutex(&n).unwrap().lock().unwrap();
-    // What layout 2 was: no role column.
-    on_db("ALTER TABLE recipes.queue DROP COLUMN role; UPDATE recipes.layout SET version = 2");
+    // What layout 2 was: no role column, no functions.
+    on_db(
+        "ALTER TABLE recipes.queue DROP COLUMN role; DROP FUNCTION recipes.enter, recipes.look; \
+         UPDATE recipes.layout SET version = 2",
+    );
     let new = connect(&url, TTL).unwrap();
-    assert_eq!(on_db("SELECT max(version) FROM recipes.layout").trim(), "3");
+    assert_eq!(on_db("SELECT max(version) FROM recipes.layout").trim(), "4");
     let column = "SELECT count(*) FROM information_schema.columns \
                   WHERE table_schema = 'recipes' AND table_name = 'queue' AND column_name = 'role'";
     assert_eq!(on_db(column).trim(), "1");

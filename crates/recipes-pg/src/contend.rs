@@ -5,27 +5,32 @@
 //!
 //! - **ticket**: a fresh uuid, known before the insert, so that an entry
 //!   whose insert reply was lost is still removed.
-//! - **enter**: one statement takes the next `seq` from the name's row
-//!   (which it locks until commit, so queue order is commit order — a
-//!   sequence's would not be: two holders, measured) and inserts our row.
-//! - **list**: the live entries up to ours (their session not expired in
-//!   database time): ours and the nearest `n` ahead (the rule's holders);
-//!   for a read-write lock, ours, the one just ahead and the nearest
-//!   writer ahead, each with its `role`.
+//! - **enter**: one statement (`recipes.enter`, `contend.sql`) takes the
+//!   next `seq` from the name's row (which it locks until commit, so queue
+//!   order is commit order — a sequence's would not be: two holders,
+//!   measured), inserts our row and looks, as below, in the same
+//!   transaction: an uncontended acquisition is this one statement.
+//! - **list** (a look, `recipes.look`): when fewer than the rule's holders
+//!   are live ahead of ours, the confirm; else the live entries up to ours
+//!   (their session not expired in database time): ours and the nearest
+//!   `n` ahead (the rule's holders); for a read-write lock, ours, the one
+//!   just ahead and the nearest writer ahead, each with its `role`.
 //! - **wait**: hear of the entry ahead through `LISTEN` (`listen.rs`), and
-//!   look at it when told, every poll interval, and once its session's
-//!   remaining life is over; resolve once it is gone or expired (or, for
-//!   a reader waiting on a writer, once that writer downgraded to a
-//!   reader).
-//! - **confirm**: the fence bump: `greatest(fence + 1, the database clock in
-//!   µs)` on the name's row (so it never goes back, even after the schema
-//!   was dropped or truncated), only while
-//!   our entry is live and fewer than `n` ahead are (a read-write lock's
-//!   reader: no live writer ahead; its writer: no live entry ahead —
-//!   exactly core's `Rule::ReadWrite`), judged on the
-//!   newest session rows under a share lock (a renewal that commits late
-//!   cannot revive an entry the listing saw expire); serialized by the
-//!   name's row with other confirms and with fenced writes.
+//!   look at it every poll interval and once its session's remaining life
+//!   is over; resolve when told of it (the next look is the handoff's one
+//!   statement), or once it is gone or expired (or, for a reader waiting
+//!   on a writer, once that writer downgraded to a reader).
+//! - **confirm**: the fence bump the look that found ours holding made:
+//!   `greatest(fence + 1, the database clock in µs)` on the name's row (so
+//!   it never goes back, even after the schema was dropped or truncated),
+//!   only while our entry is live and fewer than `n` ahead are (a
+//!   read-write lock's reader: no live writer ahead; its writer: no live
+//!   entry ahead — exactly core's `Rule::ReadWrite`), judged on the newest
+//!   session rows under a share lock (a renewal that commits late cannot
+//!   revive an entry the listing saw expire); serialized by the name's row
+//!   with other confirms and with fenced writes. Each statement of the
+//!   functions takes a fresh snapshot, so the confirm, run after the
+//!   name's row was locked, sees every entry ahead of ours.
 //! - **remove**: delete our row by its uuid (the trigger notifies).
 
 use std::sync::Arc;
@@ -42,7 +47,7 @@ use crate::client::PgClient;
 use crate::listen::{next, Heard, Subscription};
 use crate::names::{inside_semaphore, other_layout};
 use crate::session::Session;
-use crate::sql::{fence_floor, violated};
+use crate::sql::violated;
 
 /// One acquisition's driver: the queue of `name`, entries of `kind`.
 pub(crate) struct RowContender<'a> {
@@ -125,6 +130,9 @@ pub(crate) fn role_of(column: Option<&str>, default: Role) -> Role {
 pub(crate) struct RowEntry {
     spot: Spot,
     heard: Option<Subscription>,
+    /// The fence the last look minted: it found ours holding and
+    /// confirmed it in the same statement.
+    fence: Option<i64>,
 }
 
 /// A won entry, ready to be held.
@@ -140,6 +148,26 @@ fn seconds(s: f64) -> Duration {
 }
 
 impl RowContender<'_> {
+    /// How many entries may hold at once (1 for a read-write lock, whose
+    /// look counts by role).
+    fn most(&self) -> i64 {
+        i64::try_from(self.rule.holders().unwrap_or(1)).unwrap_or(i64::MAX)
+    }
+
+    /// A look's rows (`recipes.look`: `seq`, `role`, `fence`, newest
+    /// first) as a listing; a minted fence is kept for the confirm.
+    fn looked(&self, entry: &mut RowEntry, rows: &[tokio_postgres::Row]) -> Listing<Spot> {
+        entry.fence = rows.iter().find_map(|r| r.get::<_, Option<i64>>(2));
+        let spot = |r: &tokio_postgres::Row| Spot {
+            seq: r.get(0),
+            role: role_of(r.get::<_, Option<&str>>(1), self.role),
+        };
+        Listing {
+            contenders: rows.iter().rev().map(spot).collect(),
+            revision: 0,
+        }
+    }
+
     /// Whether the entry `seq` of our queue is live, and if so how long its
     /// session has left. A reader waits on a writer only while it is one: a
     /// writer that downgraded no longer counts.
@@ -233,18 +261,12 @@ impl ContendDriver for RowContender<'_> {
     }
 
     async fn enter(&self, epoch: &Arc<Session>, ticket: &mut Ticket) -> Result<Entered<Self>> {
-        let sql = "WITH n AS (INSERT INTO recipes.names AS n (name, kind) SELECT $1, $4 \
-                     WHERE NOT EXISTS (SELECT 1 FROM recipes.names p \
-                                       WHERE p.name = $6 AND p.kind = 'semaphore') \
-                     ON CONFLICT (name) DO UPDATE SET next_seq = n.next_seq + 1 \
-                     WHERE n.kind = $4 RETURNING next_seq) \
-                   INSERT INTO recipes.queue (name, seq, entry, session, value, role) \
-                   SELECT $1, n.next_seq, $2, $3, $5, $7 FROM n \
-                   ON CONFLICT (entry) DO NOTHING RETURNING seq";
+        let sql =
+            "SELECT r_seq, r_role, r_fence FROM recipes.enter($1, $2, $3, $4, $5, $6, $7, $8)";
         let db = self.client.db();
         let what = format!("enter the queue of {}", self.name);
         let (name, entry, session) = (&self.name, &ticket.entry, epoch.id());
-        let (kind, role) = (&self.kind, role_column(self.role));
+        let (kind, role, most) = (&self.kind, role_column(self.role), self.most());
         let params: crate::db::Params<'_> = &[
             (name, Type::TEXT),
             (entry, Type::UUID),
@@ -253,8 +275,9 @@ impl ContendDriver for RowContender<'_> {
             (&self.value, Type::BYTEA),
             (&self.outside, Type::TEXT),
             (&role, Type::TEXT),
+            (&most, Type::INT8),
         ];
-        let entered = match db.query_opt(&what, sql, params).await {
+        let rows = match db.query(&what, sql, params).await {
             Err(e) if violated(&e).as_deref() == Some("queue_session_fkey") => {
                 // Our session's row is gone (truncated, or the schema made
                 // again): so is every lock of it.
@@ -262,21 +285,27 @@ impl ContendDriver for RowContender<'_> {
                 epoch.epoch().fire(LossReason::Revoked);
                 return Err(e);
             }
-            entered => entered?,
+            rows => rows?,
         };
-        let seq = match entered {
-            Some(row) => row.get(0),
+        let (seq, looked) = match rows.split_first() {
+            // Ours, then the look that followed it.
+            Some((first, looked)) => (first.get(0), Some(looked)),
             // Our row exists (an enter sent again), or the name is another
-            // recipe's or inside a semaphore's.
-            None => self.not_entered(entry).await?,
+            // recipe's or inside a semaphore's: the engine reads the queue.
+            None => (self.not_entered(entry).await?, None),
         };
         log::debug!("[{}] {} entered at {seq}", epoch.label(), self.name);
         let spot = Spot {
             seq,
             role: self.role,
         };
-        let entry = RowEntry { spot, heard: None };
-        Ok((entry, None))
+        let mut entry = RowEntry {
+            spot,
+            heard: None,
+            fence: None,
+        };
+        let listing = looked.map(|rows| self.looked(&mut entry, rows));
+        Ok((entry, listing))
     }
 
     fn ours<'e>(&self, entry: &'e RowEntry) -> &'e Spot {
@@ -284,34 +313,17 @@ impl ContendDriver for RowContender<'_> {
     }
 
     async fn list(&self, _epoch: &Arc<Session>, entry: &mut RowEntry) -> Result<Listing<Spot>> {
+        let sql = "SELECT r_seq, r_role, r_fence FROM recipes.look($1, $2, $3, $4)";
         let what = format!("read the queue of {}", self.name);
-        let seq = &entry.spot.seq;
-        let rows = match self.rule.holders() {
-            Some(n) => {
-                let window = i64::try_from(n).unwrap_or(i64::MAX - 1) + 1;
-                let params: crate::db::Params<'_> = &[
-                    (&self.name, Type::TEXT),
-                    (seq, Type::INT8),
-                    (&window, Type::INT8),
-                ];
-                self.client.db().query(&what, LIST, params).await?
-            }
-            None => {
-                let params: crate::db::Params<'_> = &[(&self.name, Type::TEXT), (seq, Type::INT8)];
-                self.client
-                    .db()
-                    .query(&what, LIST_READ_WRITE, params)
-                    .await?
-            }
-        };
-        let spot = |r: &tokio_postgres::Row| Spot {
-            seq: r.get(0),
-            role: role_of(r.get::<_, Option<&str>>(1), self.role),
-        };
-        Ok(Listing {
-            contenders: rows.iter().rev().map(spot).collect(),
-            revision: 0,
-        })
+        let (role, most) = (role_column(self.role), self.most());
+        let params: crate::db::Params<'_> = &[
+            (&self.name, Type::TEXT),
+            (&entry.spot.seq, Type::INT8),
+            (&role, Type::TEXT),
+            (&most, Type::INT8),
+        ];
+        let rows = self.client.db().query(&what, sql, params).await?;
+        Ok(self.looked(entry, &rows))
     }
 
     async fn wait(&self, _epoch: &Arc<Session>, entry: &mut RowEntry, ahead: &Spot) -> Result<()> {
@@ -335,7 +347,10 @@ impl ContendDriver for RowContender<'_> {
                 tokio::select! {
                     () = &mut nap => break,
                     heard = next(&mut entry.heard) => match heard {
-                        Heard::Entry(seq) if seq == ahead => break,
+                        // Gone, most likely (or changed: a writer that
+                        // downgraded): the engine's next look says, and
+                        // confirms ours in the same statement if it holds.
+                        Heard::Entry(seq) if seq == ahead => return Ok(()),
                         // Ours changed (deleted, say): read the queue.
                         Heard::Entry(seq) if seq == ours => return Ok(()),
                         Heard::Entry(_) => {}
@@ -352,36 +367,23 @@ impl ContendDriver for RowContender<'_> {
         entry: &mut RowEntry,
         _listing: &Listing<Spot>,
     ) -> Result<Option<i64>> {
-        // The listing judged expiry on a snapshot: a renewal that checked
-        // its row before the expiry may commit after it (a slow commit),
-        // making an entry ahead live again (measured: two holders). So
-        // the sessions of ours and of every entry ahead are locked in
-        // share mode — waiting for such a renewal, and holding off later
-        // ones until this commits — and judged on their newest versions.
-        let sql = concat!(
-            "WITH ahead AS (SELECT q.seq, q.role, s.expires_at > clock_timestamp() AS live \
-                     FROM recipes.queue q JOIN recipes.sessions s ON s.id = q.session \
-                     WHERE q.name = $1 AND q.seq <= $2 FOR SHARE OF s) \
-                   UPDATE recipes.names n SET fence = greatest(n.fence + 1, ",
-            fence_floor!(),
-            ") \
-                   WHERE n.name = $1 \
-                     AND EXISTS (SELECT 1 FROM ahead WHERE seq = $2 AND live) \
-                     AND (SELECT count(*) FROM ahead WHERE seq < $2 AND live \
-                          AND ($4::text IS DISTINCT FROM 'read' OR role IS DISTINCT FROM 'read')) \
-                         < $3 \
-                   RETURNING n.fence"
-        );
+        // The look that showed ours holding confirmed it in the same
+        // statement (see `recipes.look`).
+        if let Some(fence) = entry.fence.take() {
+            return Ok(Some(fence));
+        }
+        // A look mints the fence whenever its listing shows ours holding;
+        // this runs only when it did not (a look that found ours holding
+        // after its confirm failed, a race with an entry ahead that went
+        // in between): confirm again, as that look would have.
+        let sql = "SELECT r_fence FROM recipes.look($1, $2, $3, $4) WHERE r_fence IS NOT NULL";
         let what = format!("confirm the hold of {}", self.name);
-        // A read-write lock's entry holds with none ahead that it counts:
-        // a writer counts every entry, a reader only the writers.
-        let most = i64::try_from(self.rule.holders().unwrap_or(1)).unwrap_or(i64::MAX);
-        let role = role_column(self.role);
+        let (role, most) = (role_column(self.role), self.most());
         let params: crate::db::Params<'_> = &[
             (&self.name, Type::TEXT),
             (&entry.spot.seq, Type::INT8),
-            (&most, Type::INT8),
             (&role, Type::TEXT),
+            (&most, Type::INT8),
         ];
         let row = self.client.db().query_opt(&what, sql, params).await?;
         Ok(row.map(|r| r.get(0)))
@@ -399,21 +401,3 @@ impl ContendDriver for RowContender<'_> {
         }
     }
 }
-
-/// The live entries up to ours (`$2`) of the queue `$1`, newest first, at
-/// most `$3` of them: ours and the rule's holders ahead.
-const LIST: &str = "SELECT q.seq, q.role FROM recipes.queue q \
-     JOIN recipes.sessions s ON s.id = q.session \
-     WHERE q.name = $1 AND q.seq <= $2 AND s.expires_at > clock_timestamp() \
-     ORDER BY q.seq DESC LIMIT $3";
-
-/// A read-write lock's window of the live queue up to ours (`$2`), newest
-/// first: ours, the entry just ahead and the nearest writer ahead — all
-/// that `Rule::ReadWrite` looks at, however many readers are between.
-const LIST_READ_WRITE: &str = "WITH live AS (SELECT q.seq, q.role FROM recipes.queue q \
-       JOIN recipes.sessions s ON s.id = q.session \
-       WHERE q.name = $1 AND q.seq <= $2 AND s.expires_at > clock_timestamp()) \
-     SELECT seq, role FROM live \
-     WHERE seq = $2 OR seq = (SELECT max(seq) FROM live WHERE seq < $2) \
-        OR seq = (SELECT max(seq) FROM live WHERE seq < $2 AND role IS DISTINCT FROM 'read') \
-     ORDER BY seq DESC";

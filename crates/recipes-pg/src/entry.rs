@@ -6,7 +6,9 @@ use std::fmt;
 use std::sync::Arc;
 use std::time::Duration;
 
-use recipes_core::store::{watch_held, EntryWatcher, FencedWrite, HeldEntry, Runtime, StoreEntry};
+use recipes_core::store::{
+    watch_held, EntryWatcher, FencedWrite, HeldEntry, PresencePoll, Runtime, StoreEntry,
+};
 use recipes_core::{FencingToken, Result};
 use tokio_postgres::types::{ToSql, Type};
 use uuid::Uuid;
@@ -70,7 +72,12 @@ impl PgEntry {
         let (own, watched) = (entry.clone(), trigger.clone());
         entry.client.runtime().handle().spawn(async move {
             let label = own.session.label();
-            watch_held(&own, label, &own.holder, None, &watched).await;
+            // The statement that confirmed the hold saw our row: the watch
+            // starts from there, without a look of its own (a deletion
+            // before the channel is listened to is seen by the poll).
+            // Boxed: the task waits in `deleted` nearly all its life.
+            let watch = Box::pin(own.row_watch()).await;
+            watch_held(&own, label, &own.holder, Some(watch), &watched).await;
         });
         HeldEntry::new(
             PgHeld::Row(entry),
@@ -284,17 +291,18 @@ impl PgEntry {
     }
 }
 
-/// One watch of our row: the name's channel and the poll.
+/// One watch of our row: its name's channel and the client's one poll of
+/// the rows it holds.
 pub struct RowWatch {
     heard: Option<Subscription>,
+    poll: PresencePoll<Uuid>,
     entry: PgEntry,
 }
 
-impl EntryWatcher for PgEntry {
-    type Watch = RowWatch;
-
-    /// Listen on the name's channel, then look at our row.
-    async fn watch(&self) -> Result<Option<RowWatch>> {
+impl PgEntry {
+    /// Listen on the name's channel (no statement once it is listened
+    /// to), without a look at our row.
+    async fn row_watch(&self) -> RowWatch {
         let heard = match self.client.listener().subscribe(&self.name).await {
             Ok(s) => Some(s),
             Err(e) => {
@@ -302,17 +310,28 @@ impl EntryWatcher for PgEntry {
                 None
             }
         };
-        let watch = RowWatch {
+        RowWatch {
             heard,
+            poll: self.client.held_rows().clone(),
             entry: self.clone(),
-        };
+        }
+    }
+}
+
+impl EntryWatcher for PgEntry {
+    type Watch = RowWatch;
+
+    /// Listen on the name's channel, then look at our row (the first
+    /// watch needs no look: the statement that confirmed the hold saw the row).
+    async fn watch(&self) -> Result<Option<RowWatch>> {
+        let watch = self.row_watch().await;
         Ok(self.exists().await?.then_some(watch))
     }
 
     /// Our row's deletion, heard or seen by the client's one poll of the
     /// rows it holds.
     async fn deleted(watch: &mut RowWatch) -> Result<()> {
-        let polled = watch.entry.client.held_rows().gone(watch.entry.entry);
+        let polled = watch.poll.gone(watch.entry.entry);
         tokio::pin!(polled);
         loop {
             tokio::select! {
@@ -322,7 +341,9 @@ impl EntryWatcher for PgEntry {
                     _ => {}
                 },
             }
-            if !watch.entry.exists().await? {
+            // Boxed: a look's future would make every held entry's task
+            // as large, for the moments it runs.
+            if !Box::pin(watch.entry.exists()).await? {
                 return Ok(());
             }
         }
@@ -343,6 +364,6 @@ impl fmt::Debug for RowWatch {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("RowWatch")
             .field("entry", &self.entry)
-            .finish()
+            .finish_non_exhaustive()
     }
 }

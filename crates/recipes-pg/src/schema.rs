@@ -13,11 +13,15 @@
 //! recipes.kv        (key, value)                 what fenced puts and deletes write
 //! recipes.advisory  (key, beat_at, ttl)          session mode: the last heartbeat of an
 //!                                                advisory key's holder (NULL once released)
+//! recipes.enter(…), recipes.look(…)              lease mode's enter and look of a queue,
+//!                                                each minting the fence when ours holds
 //! ```
 //!
 //! Layout 2 added `recipes.advisory`, layout 3 the column `recipes.queue.role`
 //! (nullable: every row written before stays as it was, with no rewrite of
-//! the table); an older schema is upgraded in place, in one transaction, by
+//! the table), layout 4 the functions `recipes.enter` and `recipes.look`
+//! (`contend.sql`: a queue's enter and look, each with the fence bump
+//! when ours holds, in one statement); an older schema is upgraded in place, in one transaction, by
 //! the first client of this version that connects (which needs to own the
 //! tables, as their creator does). A client of an older release then
 //! refuses the schema (it knows only its own layout), so upgrade every
@@ -34,7 +38,7 @@ use tokio_postgres::Client;
 use crate::sql::from_pg;
 
 /// The layout this crate reads and writes.
-pub(crate) const LAYOUT_VERSION: i32 = 3;
+pub(crate) const LAYOUT_VERSION: i32 = 4;
 
 /// What layout 2 added: session mode's heartbeats, in database time, so
 /// that a waiter granted a key whose holder ended without releasing it
@@ -50,6 +54,12 @@ const ADVISORY: &str = "CREATE TABLE recipes.advisory (
 /// rows of every other recipe, so adding it rewrites nothing.
 const ROLE: &str = "ALTER TABLE recipes.queue ADD COLUMN role text \
     CHECK (role IN ('read', 'write'))";
+
+/// What layout 4 added: the functions that enter a queue and look at it
+/// ([`crate::contend`]), so that an uncontended acquisition is one
+/// statement and a handoff one more. Created again (`CREATE OR REPLACE`)
+/// by the upgrade, and nothing else depends on them.
+const FUNCTIONS: &str = include_str!("contend.sql");
 
 /// Creates the layout, in one transaction (so a pooler keeps it on one
 /// backend), serialized against other clients creating it at the same time
@@ -190,6 +200,9 @@ async fn upgrade(db: &Client, found: i32) -> std::result::Result<(), tokio_postg
     }
     if found < 3 {
         db.batch_execute(ROLE).await?;
+    }
+    if found < 4 {
+        db.batch_execute(FUNCTIONS).await?;
     }
     if found < LAYOUT_VERSION {
         let set = format!("UPDATE recipes.layout SET version = {LAYOUT_VERSION}");

@@ -53,6 +53,7 @@ mod handoff;
 mod load;
 mod measures;
 mod out;
+mod pg_raw;
 mod raw;
 mod raw_held;
 mod raw_queue;
@@ -225,7 +226,7 @@ fn pg(sizes: &Sizes) {
         ("pg-lease", recipes_pg::PgMode::Lease),
         ("pg-session", recipes_pg::PgMode::Session),
     ] {
-        let (url, raw_url) = (server.url(), server.url());
+        let (url, raw_url, handoff_url) = (server.url(), server.url(), server.url());
         let store = Store {
             name,
             connect: Box::new(move |ttl| {
@@ -239,7 +240,13 @@ fn pg(sizes: &Sizes) {
                 recipes_pg::PgMode::Session => raw::pg_session(&raw_url, s, c),
                 recipes_pg::PgMode::Lease => raw::pg_lease(&raw_url, s, c),
             })),
-            raw_handoff: None,
+            // Lease mode's handoff beside the raw one by NOTIFY.
+            raw_handoff: match mode {
+                recipes_pg::PgMode::Lease => {
+                    Some(Box::new(move |n, s| pg_raw::handoff(&handoff_url, n, s)))
+                }
+                recipes_pg::PgMode::Session => None,
+            },
             raw_failover: None,
             raw_held: None,
             raw_queue: None,
@@ -257,6 +264,30 @@ fn pg(sizes: &Sizes) {
             kill_is: "renewals stopped (crash)",
         };
         all(store, sizes);
+        if mode == recipes_pg::PgMode::Lease {
+            pg_lease_extra(&server, sizes);
+        }
+    }
+}
+
+/// Lease mode's statements per cycle (M1) and the plain `NOTIFY` round
+/// trip (M2), when those metrics run (`pg_raw.rs`).
+fn pg_lease_extra(server: &PgServer, sizes: &Sizes) {
+    let only = ONLY.get().map_or(&[][..], Vec::as_slice);
+    let runs = |m: &str| only.is_empty() || only.iter().any(|o| o.eq_ignore_ascii_case(m));
+    if runs("M1") {
+        let client = recipes_pg::PgClient::builder(server.url())
+            .ttl(Duration::from_secs(10))
+            .connect()
+            .unwrap();
+        let url = server.url();
+        let raw = move |s, c| raw::pg_lease(&url, s, c);
+        let cycles = if sizes.rounds > 1 { 500 } else { 20 };
+        pg_raw::statements(server, &client, cycles, &raw, sizes.seconds / 3);
+        let _ = client.close();
+    }
+    if runs("M2") {
+        pg_raw::notify_line(&server.url());
     }
 }
 
