@@ -50,6 +50,7 @@ pub mod process_tree;
 pub mod proxy;
 pub mod psql;
 pub mod redis_server;
+mod run_shared;
 pub mod runtime;
 mod server;
 pub mod spawner;

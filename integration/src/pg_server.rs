@@ -22,8 +22,11 @@ use crate::certs::ServerTls;
 use crate::ports::{reserve_port, PortReservation};
 use crate::process::ManagedProcess;
 use crate::psql::{psql, PG_BIN_DIR};
+use crate::run_shared::{self, SharedSlots};
 use crate::server::{process_lifecycle, start_server, ServerProcess};
 use crate::test_dir::TestDir;
+
+mod shared;
 
 /// The OS user the server and pgbouncer run as.
 pub const PG_OS_USER: &str = "recipes-pg";
@@ -121,7 +124,7 @@ pub struct PgServer {
     config: PgConfig,
     // Field order is drop order: process first, folder last.
     process: ManagedProcess,
-    _port: PortReservation,
+    _port: Option<PortReservation>,
     dir: TestDir,
 }
 
@@ -148,15 +151,23 @@ impl PgServer {
         server
     }
 
-    /// A server shared by every test of this process, started on first use
-    /// with [`PgConfig::default`].
+    /// A server shared by every test of this test binary, started on first
+    /// use with [`PgConfig::default`].
     ///
     /// Only for tests that do not break the server (no kill, pause,
-    /// restart); give each test its own table names or key prefix. The
-    /// server lives until the process exits.
+    /// restart); give each test its own table names or key prefix. Under
+    /// `cargo test` the server lives until the process exits; under nextest
+    /// the test processes of the binary share it until the run ends (see
+    /// `run_shared.rs`).
     pub fn shared() -> &'static PgServer {
-        static SHARED: OnceLock<PgServer> = OnceLock::new();
-        SHARED.get_or_init(PgServer::start)
+        PgServer::shared_with(PgConfig::default())
+    }
+
+    /// Like [`shared`](Self::shared), with `config`: one server per
+    /// distinct `config`.
+    pub fn shared_with(config: PgConfig) -> &'static PgServer {
+        static SHARED: SharedSlots<PgServer> = SharedSlots::new();
+        run_shared::shared(&SHARED, config)
     }
 
     /// Creates the folder and the data directory (`initdb`); does not start
@@ -199,7 +210,7 @@ impl PgServer {
             addr: port.addr(),
             config,
             process,
-            _port: port,
+            _port: Some(port),
             dir,
         }
     }
