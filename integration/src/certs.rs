@@ -4,13 +4,13 @@
 //! a second CA with a client certificate of its own.
 
 use std::path::{Path, PathBuf};
-use std::sync::OnceLock;
 
 use rcgen::{
     BasicConstraints, CertificateParams, CertifiedIssuer, DnType, ExtendedKeyUsagePurpose, IsCa,
     KeyPair, KeyUsagePurpose,
 };
 
+use crate::run_shared::{self, Record, RunShared, SharedSlots};
 use crate::test_dir::TestDir;
 
 pub use recipes_core::tls::with_tls;
@@ -61,10 +61,12 @@ pub struct ServerTls {
 }
 
 impl TestPki {
-    /// One set of certificates shared by every test of this process.
+    /// One set of certificates shared by every test of this test binary
+    /// (under nextest by its test processes until the run ends, see
+    /// `run_shared.rs`, as the servers that use them are).
     pub fn shared() -> &'static TestPki {
-        static SHARED: OnceLock<TestPki> = OnceLock::new();
-        SHARED.get_or_init(TestPki::generate)
+        static SHARED: SharedSlots<TestPki> = SharedSlots::new();
+        run_shared::shared(&SHARED, ())
     }
 
     /// A new set of certificates in a folder of its own.
@@ -73,42 +75,44 @@ impl TestPki {
     ///
     /// When a certificate cannot be made or written.
     pub fn generate() -> TestPki {
-        let dir = TestDir::new("pki");
-        let at = |name: &str| dir.path().join(name);
+        let pki = TestPki::in_dir(TestDir::new("pki"));
         let (ca, ca_pem) = authority("recipes test CA");
         let (other, other_pem) = authority("another CA");
-        write(&at("ca.pem"), &ca_pem);
-        write(&at("other-ca.pem"), &other_pem);
+        write(&pki.ca, &ca_pem);
+        write(&pki.other_ca, &other_pem);
         let local = ["127.0.0.1", "localhost"];
-        let pki = TestPki {
-            ca: at("ca.pem"),
-            other_ca: at("other-ca.pem"),
-            server: leaf(&ca, &local, Leaf::Server, Validity::Now, &at("server")),
-            expired_server: leaf(&ca, &local, Leaf::Server, Validity::Past, &at("expired")),
-            future_server: leaf(&ca, &local, Leaf::Server, Validity::Future, &at("future")),
-            wrong_name_server: leaf(
-                &ca,
-                &["db.example.com"],
-                Leaf::Server,
-                Validity::Now,
-                &at("wrong-name"),
-            ),
-            client: leaf(
-                &ca,
-                &["recipes-client"],
-                Leaf::Client,
-                Validity::Now,
-                &at("client"),
-            ),
-            other_client: leaf(
-                &other,
-                &["recipes-client"],
-                Leaf::Client,
-                Validity::Now,
-                &at("other-client"),
-            ),
-            dir,
-        };
+        leaf(&ca, &local, Leaf::Server, Validity::Now, &pki.server);
+        leaf(
+            &ca,
+            &local,
+            Leaf::Server,
+            Validity::Past,
+            &pki.expired_server,
+        );
+        leaf(
+            &ca,
+            &local,
+            Leaf::Server,
+            Validity::Future,
+            &pki.future_server,
+        );
+        let other_name = ["db.example.com"];
+        leaf(
+            &ca,
+            &other_name,
+            Leaf::Server,
+            Validity::Now,
+            &pki.wrong_name_server,
+        );
+        let client = ["recipes-client"];
+        leaf(&ca, &client, Leaf::Client, Validity::Now, &pki.client);
+        leaf(
+            &other,
+            &client,
+            Leaf::Client,
+            Validity::Now,
+            &pki.other_client,
+        );
         // The servers run as other users (PostgreSQL): readable by all.
         for entry in std::fs::read_dir(pki.dir.path()).expect("list the pki folder") {
             let path = entry.expect("an entry").path();
@@ -116,6 +120,26 @@ impl TestPki {
         }
         set_mode(pki.dir.path(), 0o755);
         pki
+    }
+
+    /// The certificates' files in `dir` (written or not).
+    fn in_dir(dir: TestDir) -> TestPki {
+        let at = |name: &str| dir.path().join(name);
+        let files = |base: &str| CertFiles {
+            cert: at(&format!("{base}.pem")),
+            key: at(&format!("{base}-key.pem")),
+        };
+        TestPki {
+            ca: at("ca.pem"),
+            other_ca: at("other-ca.pem"),
+            server: files("server"),
+            expired_server: files("expired"),
+            future_server: files("future"),
+            wrong_name_server: files("wrong-name"),
+            client: files("client"),
+            other_client: files("other-client"),
+            dir,
+        }
     }
 
     /// The folder of the files.
@@ -194,15 +218,14 @@ fn authority(name: &str) -> (CertifiedIssuer<'static, KeyPair>, String) {
     (issuer, pem)
 }
 
-/// A certificate for `names` signed by `ca`, written to `<base>.pem` and
-/// `<base>-key.pem`.
+/// A certificate for `names` signed by `ca`, written to `files`.
 fn leaf(
     ca: &CertifiedIssuer<'static, KeyPair>,
     names: &[&str],
     kind: Leaf,
     validity: Validity,
-    base: &Path,
-) -> CertFiles {
+    files: &CertFiles,
+) {
     let names: Vec<String> = names.iter().map(|n| (*n).to_owned()).collect();
     let mut params = CertificateParams::new(names.clone()).expect("leaf params");
     params
@@ -225,13 +248,8 @@ fn leaf(
     params.not_after = rcgen::date_time_ymd(until.0, until.1, until.2);
     let key = KeyPair::generate().expect("leaf key");
     let cert = params.signed_by(&key, ca).expect("signed leaf");
-    let files = CertFiles {
-        cert: base.with_extension("pem"),
-        key: PathBuf::from(format!("{}-key.pem", base.display())),
-    };
     write(&files.cert, &cert.pem());
     write(&files.key, &key.serialize_pem());
-    files
 }
 
 fn write(path: &Path, text: &str) {
@@ -243,4 +261,27 @@ fn set_mode(path: &Path, mode: u32) {
     let permissions = std::fs::Permissions::from_mode(mode);
     std::fs::set_permissions(path, permissions)
         .unwrap_or_else(|e| panic!("chmod {}: {e}", path.display()));
+}
+
+impl RunShared for TestPki {
+    type Config = ();
+    const KIND: &'static str = "pki";
+
+    fn start_shared((): ()) -> TestPki {
+        TestPki::generate()
+    }
+
+    fn record(&self) -> Record {
+        Record {
+            pid: None,
+            dir: self.dir().to_owned(),
+            log: self.dir().to_owned(),
+            label: "pki".to_owned(),
+            addrs: Vec::new(),
+        }
+    }
+
+    fn adopt((): (), record: Record) -> TestPki {
+        TestPki::in_dir(TestDir::adopted(record.dir))
+    }
 }

@@ -6,13 +6,13 @@ mod launch;
 
 use std::net::SocketAddr;
 use std::path::Path;
-use std::sync::OnceLock;
 use std::time::Duration;
 
 use crate::etcd_facts::EtcdFacts;
 use crate::http::{http_request, json_field};
 use crate::ports::{reserve_port, PortReservation};
 use crate::process::ManagedProcess;
+use crate::run_shared::{self, Record, RunShared, SharedSlots};
 use crate::server::{process_lifecycle, start_server, ServerProcess};
 use crate::test_dir::TestDir;
 
@@ -87,29 +87,37 @@ impl EtcdServer {
         })
     }
 
-    /// A one-member cluster shared by every test of this process, started
-    /// on first use with [`EtcdConfig::default`].
+    /// A one-member cluster shared by every test of this test binary,
+    /// started on first use with [`EtcdConfig::default`].
     ///
     /// Only for tests that do not break the server (no kill, pause,
-    /// restart); give each test its own key prefix. The server lives until
-    /// the process exits: the parent-death signal kills it and a later run
-    /// removes its folder.
+    /// restart); give each test its own key prefix. Under `cargo test` the
+    /// server lives until the process exits (the parent-death signal kills
+    /// it); under nextest the test processes of the binary share it until
+    /// the run ends (see `run_shared.rs`).
     pub fn shared() -> &'static EtcdServer {
-        static SHARED: OnceLock<EtcdServer> = OnceLock::new();
-        SHARED.get_or_init(EtcdServer::start)
+        EtcdServer::shared_with(EtcdConfig::default())
     }
 
     /// Like [`shared`](Self::shared), for the etcd `version` (one of
     /// [`VENDORED_VERSIONS`]); see [`EtcdConfig::with_version`].
+    ///
+    /// # Panics
+    ///
+    /// When `version` is not one of [`VENDORED_VERSIONS`].
     pub fn shared_version(version: &str) -> &'static EtcdServer {
-        static SHARED: [OnceLock<EtcdServer>; 3] =
-            [OnceLock::new(), OnceLock::new(), OnceLock::new()];
-        let i = VENDORED_VERSIONS
-            .iter()
-            .position(|v| *v == version)
-            .unwrap_or_else(|| panic!("etcd {version} is not one of {VENDORED_VERSIONS:?}"));
-        SHARED[i]
-            .get_or_init(|| EtcdServer::start_with(EtcdConfig::default().with_version(version)))
+        assert!(
+            VENDORED_VERSIONS.contains(&version),
+            "etcd {version} is not one of {VENDORED_VERSIONS:?}"
+        );
+        EtcdServer::shared_with(EtcdConfig::default().with_version(version))
+    }
+
+    /// Like [`shared`](Self::shared), with `config`: one server per
+    /// distinct `config`.
+    pub fn shared_with(config: EtcdConfig) -> &'static EtcdServer {
+        static SHARED: SharedSlots<EtcdServer> = SharedSlots::new();
+        run_shared::shared(&SHARED, config)
     }
 
     /// The member name (`etcd`, `etcd-1`, …), also used in messages.
@@ -313,5 +321,35 @@ impl ServerProcess for EtcdServer {
 
     fn is_ready(&self) -> bool {
         self.is_healthy()
+    }
+}
+
+impl RunShared for EtcdServer {
+    type Config = EtcdConfig;
+    const KIND: &'static str = "etcd";
+
+    fn start_shared(config: EtcdConfig) -> EtcdServer {
+        EtcdServer::start_with(config)
+    }
+
+    fn record(&self) -> Record {
+        Record::of(
+            &self.process,
+            self.dir(),
+            vec![self.client_addr, self.peer_addr, self.health_addr],
+        )
+    }
+
+    fn adopt(config: EtcdConfig, record: Record) -> EtcdServer {
+        EtcdServer {
+            client_addr: record.addrs[0],
+            peer_addr: record.addrs[1],
+            health_addr: record.addrs[2],
+            config,
+            process: record.process(),
+            _ports: Vec::new(),
+            dir: TestDir::adopted(record.dir),
+            name: record.label,
+        }
     }
 }

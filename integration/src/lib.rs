@@ -20,6 +20,13 @@
 //! leaves no server behind, while servers still outlive the test thread that
 //! started them (for [`ZkServer::shared`] and [`EtcdServer::shared`]).
 //!
+//! Under nextest, where every test is a process of its own, the `shared()`
+//! servers of a test binary are started once per run instead (detached,
+//! recorded in `<tmp>/recipes-it-shared/`, killed by a keeper when the
+//! nextest process is gone; `RECIPES_TEST_SHARED=process` turns this off),
+//! and PostgreSQL data folders are copied from one `initdb` template
+//! (`RECIPES_PG_TEMPLATE=0` turns that off).
+//!
 //! # Panics
 //!
 //! The harness panics instead of returning errors: it only runs in tests.
@@ -50,6 +57,7 @@ pub mod process_tree;
 pub mod proxy;
 pub mod psql;
 pub mod redis_server;
+mod run_shared;
 pub mod runtime;
 mod server;
 pub mod spawner;

@@ -22,8 +22,12 @@ use crate::certs::ServerTls;
 use crate::ports::{reserve_port, PortReservation};
 use crate::process::ManagedProcess;
 use crate::psql::{psql, PG_BIN_DIR};
+use crate::run_shared::{self, SharedSlots};
 use crate::server::{process_lifecycle, start_server, ServerProcess};
 use crate::test_dir::TestDir;
+
+mod shared;
+mod template;
 
 /// The OS user the server and pgbouncer run as.
 pub const PG_OS_USER: &str = "recipes-pg";
@@ -121,7 +125,7 @@ pub struct PgServer {
     config: PgConfig,
     // Field order is drop order: process first, folder last.
     process: ManagedProcess,
-    _port: PortReservation,
+    _port: Option<PortReservation>,
     dir: TestDir,
 }
 
@@ -148,15 +152,23 @@ impl PgServer {
         server
     }
 
-    /// A server shared by every test of this process, started on first use
-    /// with [`PgConfig::default`].
+    /// A server shared by every test of this test binary, started on first
+    /// use with [`PgConfig::default`].
     ///
     /// Only for tests that do not break the server (no kill, pause,
-    /// restart); give each test its own table names or key prefix. The
-    /// server lives until the process exits.
+    /// restart); give each test its own table names or key prefix. Under
+    /// `cargo test` the server lives until the process exits; under nextest
+    /// the test processes of the binary share it until the run ends (see
+    /// `run_shared.rs`).
     pub fn shared() -> &'static PgServer {
-        static SHARED: OnceLock<PgServer> = OnceLock::new();
-        SHARED.get_or_init(PgServer::start)
+        PgServer::shared_with(PgConfig::default())
+    }
+
+    /// Like [`shared`](Self::shared), with `config`: one server per
+    /// distinct `config`.
+    pub fn shared_with(config: PgConfig) -> &'static PgServer {
+        static SHARED: SharedSlots<PgServer> = SharedSlots::new();
+        run_shared::shared(&SHARED, config)
     }
 
     /// Creates the folder and the data directory (`initdb`); does not start
@@ -172,7 +184,7 @@ impl PgServer {
         chown(dir.path(), uid, gid);
         let data = dir.path().join("data");
         let log = dir.path().join("server.log");
-        init_data_dir(&data, &log, uid, gid);
+        template::fresh_data_dir(&data, &log, uid, gid);
         let mut args: Vec<String> = vec![
             "-D".to_owned(),
             data.display().to_string(),
@@ -199,7 +211,7 @@ impl PgServer {
             addr: port.addr(),
             config,
             process,
-            _port: port,
+            _port: Some(port),
             dir,
         }
     }
@@ -392,40 +404,6 @@ pub(crate) fn os_user() -> (u32, u32) {
 pub(crate) fn chown(path: &Path, uid: u32, gid: u32) {
     if let Err(e) = std::os::unix::fs::chown(path, Some(uid), Some(gid)) {
         panic!("cannot chown {} to {PG_OS_USER}: {e}", path.display());
-    }
-}
-
-/// Runs `initdb` as `uid`/`gid`, its output appended to `log`.
-///
-/// # Panics
-///
-/// When it fails; the message quotes the log.
-fn init_data_dir(data: &Path, log: &Path, uid: u32, gid: u32) {
-    use std::os::unix::process::CommandExt as _;
-    let out = std::fs::OpenOptions::new()
-        .create(true)
-        .append(true)
-        .open(log)
-        .unwrap_or_else(|e| panic!("cannot open {}: {e}", log.display()));
-    let status = Command::new(format!("{PG_BIN_DIR}/initdb"))
-        .arg(format!("--pgdata={}", data.display()))
-        .arg(format!("--username={PG_SUPERUSER}"))
-        .args(["--auth=trust", "--encoding=UTF8", "--locale=C.UTF-8"])
-        // The folder is thrown away after the test; syncing it costs time.
-        .args(["--no-sync", "--no-instructions"])
-        .uid(uid)
-        .gid(gid)
-        .stdin(Stdio::null())
-        .stdout(out.try_clone().expect("clone the log handle"))
-        .stderr(out)
-        .status();
-    match status {
-        Ok(status) if status.success() => {}
-        other => panic!(
-            "initdb {} failed: {other:?}\n{}",
-            data.display(),
-            crate::ServerLogs::single("pg initdb", log).tail()
-        ),
     }
 }
 

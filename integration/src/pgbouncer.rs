@@ -13,13 +13,13 @@
 use std::fmt::Write as _;
 use std::net::SocketAddr;
 use std::path::Path;
-use std::sync::OnceLock;
 use std::time::Duration;
 
 use crate::pg_server::{chown, os_user, PgServer, PG_DATABASE, PG_SUPERUSER, PG_USER};
 use crate::ports::{reserve_port, PortReservation};
 use crate::process::ManagedProcess;
 use crate::psql::psql;
+use crate::run_shared::{self, Record, RunShared, SharedSlots};
 use crate::server::{process_lifecycle, start_server, ServerProcess};
 use crate::test_dir::TestDir;
 
@@ -67,7 +67,7 @@ pub struct PgBouncer {
     mode: PoolMode,
     // Field order is drop order: process first, folder last.
     process: ManagedProcess,
-    _port: PortReservation,
+    _port: Option<PortReservation>,
     dir: TestDir,
 }
 
@@ -86,19 +86,15 @@ impl PgBouncer {
     }
 
     /// A pgbouncer in `mode` in front of [`PgServer::shared`], shared by
-    /// every test of this process (one per mode).
+    /// every test of this test binary (one per mode; under nextest by its
+    /// test processes until the run ends, see `run_shared.rs`).
     ///
     /// Only for tests that break neither; they live until the process
     /// exits. A test that needs to know which server connections exist
     /// (the pool is shared) starts its own.
     pub fn shared(mode: PoolMode) -> &'static PgBouncer {
-        static SESSION: OnceLock<PgBouncer> = OnceLock::new();
-        static TRANSACTION: OnceLock<PgBouncer> = OnceLock::new();
-        let cell = match mode {
-            PoolMode::Session => &SESSION,
-            PoolMode::Transaction => &TRANSACTION,
-        };
-        cell.get_or_init(|| PgBouncer::start(PgServer::shared(), mode))
+        static SHARED: SharedSlots<PgBouncer> = SharedSlots::new();
+        run_shared::shared(&SHARED, mode)
     }
 
     fn prepare(server_addr: SocketAddr, mode: PoolMode, port: PortReservation) -> PgBouncer {
@@ -131,7 +127,7 @@ impl PgBouncer {
             server_addr,
             mode,
             process,
-            _port: port,
+            _port: Some(port),
             dir,
         }
     }
@@ -239,5 +235,29 @@ fn ini_text(server: SocketAddr, listen: SocketAddr, mode: PoolMode, auth_file: &
 fn write_file(path: &Path, text: &str) {
     if let Err(e) = std::fs::write(path, text) {
         panic!("cannot write {}: {e}", path.display());
+    }
+}
+
+impl RunShared for PgBouncer {
+    type Config = PoolMode;
+    const KIND: &'static str = "pgbouncer";
+
+    fn start_shared(mode: PoolMode) -> PgBouncer {
+        PgBouncer::start(PgServer::shared(), mode)
+    }
+
+    fn record(&self) -> Record {
+        Record::of(&self.process, self.dir(), vec![self.addr, self.server_addr])
+    }
+
+    fn adopt(mode: PoolMode, record: Record) -> PgBouncer {
+        PgBouncer {
+            addr: record.addrs[0],
+            server_addr: record.addrs[1],
+            mode,
+            process: record.process(),
+            _port: None,
+            dir: TestDir::adopted(record.dir),
+        }
     }
 }

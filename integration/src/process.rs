@@ -33,6 +33,12 @@ pub struct ManagedProcess {
     /// Whether the child's descendants are killed, stopped and continued
     /// with it.
     tree: bool,
+    /// Whether the child outlives this process (a server shared by the
+    /// test processes of a nextest run, see [`crate::run_shared`]).
+    detached: bool,
+    /// The pid of a process another test process started, which this
+    /// handle only names (it never signals it).
+    adopted: Option<u32>,
     state: Mutex<State>,
 }
 
@@ -61,11 +67,25 @@ impl ManagedProcess {
             log: log.into(),
             user: None,
             tree: false,
+            detached: crate::run_shared::starting(),
+            adopted: None,
             state: Mutex::new(State {
                 child: None,
                 exited: None,
             }),
         }
+    }
+
+    /// A handle of a server process that another test process of this
+    /// nextest run started (see [`crate::run_shared`]): it names the
+    /// process and its log; `kill`, `pause`, `resume` and `signal` do
+    /// nothing, and dropping it leaves the process running.
+    pub(crate) fn adopted(label: &str, log: &Path, pid: Option<u32>) -> ManagedProcess {
+        let cwd = log.parent().unwrap_or(log).to_owned();
+        let mut process = ManagedProcess::new(label, "", Vec::<OsString>::new(), cwd, log);
+        process.detached = false;
+        process.adopted = pid;
+        process
     }
 
     /// Runs the child as `uid`/`gid` (with no supplementary groups). The
@@ -117,7 +137,12 @@ impl ManagedProcess {
         if let Some((uid, gid)) = self.user {
             command.uid(uid).gid(gid);
         }
-        let child = spawn_with_parent_death_signal(command)?;
+        let child = if self.detached {
+            crate::run_shared::detach(&mut command);
+            command.spawn()?
+        } else {
+            spawn_with_parent_death_signal(command)?
+        };
         let pid = child.id();
         state.child = Some(child);
         Ok(pid)
@@ -139,11 +164,12 @@ impl ManagedProcess {
     }
 
     /// The pid of the running (possibly paused) process; `None` when none
-    /// was started, it was killed, or it exited by itself.
+    /// was started, it was killed, or it exited by itself. For a server
+    /// another test process started, its pid.
     pub fn pid(&self) -> Option<u32> {
         let mut state = self.state.lock();
         state.reap_if_exited();
-        state.child.as_ref().map(Child::id)
+        state.child.as_ref().map(Child::id).or(self.adopted)
     }
 
     /// `Some(status)` when the last process exited by itself (it is then

@@ -4,12 +4,12 @@
 
 use std::net::SocketAddr;
 use std::path::Path;
-use std::sync::OnceLock;
 use std::time::Duration;
 
 use crate::certs::ServerTls;
 use crate::ports::{reserve_port, PortReservation};
 use crate::process::ManagedProcess;
+use crate::run_shared::{self, Record, RunShared, SharedSlots};
 use crate::server::{process_lifecycle, start_server, ServerProcess};
 use crate::test_dir::TestDir;
 
@@ -78,11 +78,19 @@ impl RedisServer {
         })
     }
 
-    /// A server shared by every test of this process, started on first
-    /// use; only for tests that do not break it.
+    /// A server shared by every test of this test binary, started on first
+    /// use; only for tests that do not break it. Under nextest the test
+    /// processes of the binary share it until the run ends (see
+    /// `run_shared.rs`).
     pub fn shared() -> &'static RedisServer {
-        static SHARED: OnceLock<RedisServer> = OnceLock::new();
-        SHARED.get_or_init(RedisServer::start)
+        RedisServer::shared_with(RedisConfig::default())
+    }
+
+    /// Like [`shared`](Self::shared), with `config`: one server per
+    /// distinct `config`.
+    pub fn shared_with(config: RedisConfig) -> &'static RedisServer {
+        static SHARED: SharedSlots<RedisServer> = SharedSlots::new();
+        run_shared::shared(&SHARED, config)
     }
 
     fn prepare(config: RedisConfig, port: PortReservation) -> RedisServer {
@@ -387,5 +395,33 @@ impl ServerProcess for RedisSentinel {
 
     fn is_ready(&self) -> bool {
         matches!(self.query::<String>(&["PING"]).as_deref(), Ok("PONG"))
+    }
+}
+
+impl RunShared for RedisServer {
+    type Config = RedisConfig;
+    const KIND: &'static str = "redis";
+
+    fn start_shared(config: RedisConfig) -> RedisServer {
+        RedisServer::start_with(config)
+    }
+
+    fn record(&self) -> Record {
+        Record::of(
+            &self.process,
+            self.dir(),
+            vec![self.addr, self.harness_addr],
+        )
+    }
+
+    fn adopt(config: RedisConfig, record: Record) -> RedisServer {
+        RedisServer {
+            addr: record.addrs[0],
+            harness_addr: record.addrs[1],
+            config,
+            process: record.process(),
+            _ports: Vec::new(),
+            dir: TestDir::adopted(record.dir),
+        }
     }
 }

@@ -21,6 +21,9 @@ const KEEP_FOR: Duration = Duration::from_secs(24 * 3600);
 #[derive(Debug)]
 pub struct TestDir {
     path: PathBuf,
+    /// Whether dropping it removes the folder (not for the folder of a
+    /// server another test process started).
+    owned: bool,
 }
 
 impl TestDir {
@@ -35,11 +38,20 @@ impl TestDir {
         let root = root();
         SWEEP.call_once(|| sweep(&root));
         let n = COUNTER.fetch_add(1, Ordering::Relaxed);
+        // A server shared by the test processes of a nextest run keeps its
+        // folder in the run's folder, removed when the run ends.
+        let root = crate::run_shared::starting_root().unwrap_or(root);
         let path = root.join(format!("{}-{label}-{n}", std::process::id()));
         if let Err(e) = std::fs::create_dir_all(&path) {
             panic!("cannot create test folder {}: {e}", path.display());
         }
-        TestDir { path }
+        TestDir { path, owned: true }
+    }
+
+    /// The folder of a server another test process of this nextest run
+    /// started (see [`crate::run_shared`]); dropping it leaves the folder.
+    pub(crate) fn adopted(path: PathBuf) -> TestDir {
+        TestDir { path, owned: false }
     }
 
     /// The folder.
@@ -50,6 +62,9 @@ impl TestDir {
 
 impl Drop for TestDir {
     fn drop(&mut self) {
+        if !self.owned {
+            return;
+        }
         if std::thread::panicking() {
             let _ = std::fs::write(self.path.join(KEEP_MARKER), b"");
             eprintln!("test failed; keeping {}", self.path.display());

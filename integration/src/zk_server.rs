@@ -12,7 +12,6 @@ use std::collections::BTreeMap;
 use std::io;
 use std::net::SocketAddr;
 use std::path::Path;
-use std::sync::OnceLock;
 use std::time::Duration;
 
 use crate::env::scale;
@@ -21,6 +20,7 @@ use crate::four_letter::{
 };
 use crate::ports::{reserve_port, PortReservation};
 use crate::process::ManagedProcess;
+use crate::run_shared::{self, Record, RunShared, SharedSlots};
 use crate::server::{process_lifecycle, start_server, ServerProcess};
 use crate::test_dir::TestDir;
 use crate::zk_facts::ZkFacts;
@@ -85,16 +85,23 @@ impl ZkServer {
         })
     }
 
-    /// A standalone server shared by every test of this process, started on
-    /// first use with [`ZkConfig::default`].
+    /// A standalone server shared by every test of this test binary,
+    /// started on first use with [`ZkConfig::default`].
     ///
     /// Only for tests that do not break the server (no kill, pause,
-    /// restart); give each test its own path. The server lives until the
-    /// process exits: the parent-death signal kills it and a later run
-    /// removes its folder.
+    /// restart); give each test its own path. Under `cargo test` the server
+    /// lives until the process exits (the parent-death signal kills it);
+    /// under nextest the test processes of the binary share it until the
+    /// run ends (see `run_shared.rs`).
     pub fn shared() -> &'static ZkServer {
-        static SHARED: OnceLock<ZkServer> = OnceLock::new();
-        SHARED.get_or_init(ZkServer::start)
+        ZkServer::shared_with(ZkConfig::default())
+    }
+
+    /// Like [`shared`](Self::shared), with `config`: one server per
+    /// distinct `config`.
+    pub fn shared_with(config: ZkConfig) -> &'static ZkServer {
+        static SHARED: SharedSlots<ZkServer> = SharedSlots::new();
+        run_shared::shared(&SHARED, config)
     }
 
     /// The name used in messages and folder names (`zk`, `zk-1`, …).
@@ -240,5 +247,38 @@ impl ServerProcess for ZkServer {
         self.mode()
             .is_some_and(|mode| !self.ensemble || mode.is_quorum_member())
             && secure_accepts()
+    }
+}
+
+impl RunShared for ZkServer {
+    type Config = ZkConfig;
+    const KIND: &'static str = "zk";
+
+    fn start_shared(config: ZkConfig) -> ZkServer {
+        ZkServer::start_with(config)
+    }
+
+    fn record(&self) -> Record {
+        Record::of(
+            &self.process,
+            self.dir(),
+            [Some(self.client_addr), self.secure_addr]
+                .into_iter()
+                .flatten()
+                .collect(),
+        )
+    }
+
+    fn adopt(config: ZkConfig, record: Record) -> ZkServer {
+        ZkServer {
+            client_addr: record.addrs[0],
+            secure_addr: record.addrs.get(1).copied(),
+            config,
+            ensemble: false,
+            process: record.process(),
+            _ports: Vec::new(),
+            dir: TestDir::adopted(record.dir),
+            label: record.label,
+        }
     }
 }

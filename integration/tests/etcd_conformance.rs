@@ -9,7 +9,6 @@ mod conformance;
 
 use recipes_core::Client as _;
 use std::net::SocketAddr;
-use std::sync::OnceLock;
 use std::time::Duration;
 
 use conformance::{Kit, Server};
@@ -77,9 +76,8 @@ impl<const V: usize, const TLS: bool> Kit for EtcdKit<V, TLS> {
     type Mutex = EtcdMutex;
 
     fn shared() -> Self {
-        static SHARED_TLS: OnceLock<EtcdServer> = OnceLock::new();
         let server = match (TLS, Self::version()) {
-            (true, _) => SHARED_TLS.get_or_init(|| EtcdServer::start_with(Self::config())),
+            (true, _) => EtcdServer::shared_with(Self::config()),
             (false, None) => EtcdServer::shared(),
             (false, Some(v)) => EtcdServer::shared_version(v),
         };

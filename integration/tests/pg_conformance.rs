@@ -9,7 +9,6 @@
 mod conformance;
 
 use std::net::SocketAddr;
-use std::sync::OnceLock;
 use std::time::Duration;
 
 use conformance::{Kit, Server};
@@ -256,8 +255,7 @@ impl Kit for PgTlsKit {
     type Election = PgElection;
 
     fn shared() -> Self {
-        static SHARED: OnceLock<PgServer> = OnceLock::new();
-        let server = SHARED.get_or_init(|| PgServer::start_with(Self::config()));
+        let server = PgServer::shared_with(Self::config());
         PgTlsKit(PgKit::on(Server::Shared(server), None))
     }
 

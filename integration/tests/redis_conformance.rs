@@ -7,7 +7,6 @@ mod conformance;
 
 use recipes_core::Client as _;
 use std::net::SocketAddr;
-use std::sync::OnceLock;
 use std::time::Duration;
 
 use conformance::{Kit, Server};
@@ -79,9 +78,8 @@ impl<const TLS: bool> Kit for RedisKit<TLS> {
     type Mutex = RedisMutex;
 
     fn shared() -> Self {
-        static SHARED_TLS: OnceLock<RedisServer> = OnceLock::new();
         let server = match TLS {
-            true => SHARED_TLS.get_or_init(|| RedisServer::start_with(Self::config())),
+            true => RedisServer::shared_with(Self::config()),
             false => RedisServer::shared(),
         };
         RedisKit {

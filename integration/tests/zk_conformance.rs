@@ -8,7 +8,6 @@ mod conformance;
 
 use recipes_core::Client as _;
 use std::net::SocketAddr;
-use std::sync::OnceLock;
 use std::time::Duration;
 
 use conformance::{Kit, Server};
@@ -58,9 +57,8 @@ impl<const TLS: bool> Kit for ZkKit<TLS> {
     type Mutex = ZkMutex;
 
     fn shared() -> Self {
-        static SHARED_TLS: OnceLock<ZkServer> = OnceLock::new();
         ZkKit::on(Server::Shared(match TLS {
-            true => SHARED_TLS.get_or_init(|| ZkServer::start_with(Self::config())),
+            true => ZkServer::shared_with(Self::config()),
             false => ZkServer::shared(),
         }))
     }
