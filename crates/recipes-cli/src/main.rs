@@ -66,6 +66,7 @@ mod cgroup;
 mod child;
 mod cli;
 mod credentials;
+mod doctor;
 mod duration;
 mod exit;
 mod help;
@@ -144,6 +145,14 @@ fn real_main() -> i32 {
             return exit::USAGE;
         }
     };
+    if let Command::Doctor(args) = &cli.command {
+        let asked = doctor::Asked {
+            choice: &choice,
+            ttl: cli.ttl,
+            tls: tls.as_ref(),
+        };
+        return doctor::run(&asked, args, credentials.as_ref(), cli.zk_sasl);
+    }
     let store = run::describe(&choice);
     let connected = match backend::connect(
         &choice,
@@ -172,5 +181,6 @@ fn real_main() -> i32 {
             run::run_under(client, Recipe::Elect(id), &a.name, &a.run, &forwarded)
         }
         Command::Status(a) => run::status(client, &store, a, &forwarded),
+        Command::Doctor(_) | Command::Completions(_) | Command::Man => exit::USAGE,
     })
 }

@@ -264,6 +264,15 @@ impl Inner {
             zk.session_timeout(),
             self.config.settings.lease_slack,
         )?;
+        // Less than asked (a maxSessionTimeout below it) is refused too:
+        // a holder would lose its lock sooner than it planned for.
+        if let Some(hazard) = recipes_core::store::granted_ttl_hazard(
+            "ZooKeeper",
+            self.config.settings.ttl,
+            zk.session_timeout(),
+        ) {
+            return Err(Error::invalid(hazard));
+        }
         let zk = match &self.config.chroot {
             None => zk,
             Some(chroot) => {
