@@ -44,7 +44,10 @@ impl ZkClientBuilder {
     recipes_core::settings_setters!(
         ttl = "On ZooKeeper the session timeout: the server clamps it to its \
                `[minSessionTimeout, maxSessionTimeout]`; [`ZkClient::session_timeout`] \
-               reports what was granted."
+               reports what was granted. A grant below the asked timeout (a \
+               `maxSessionTimeout` below it) is refused at connect with \
+               [`Error::InvalidArgument`]: a holder would lose its lock sooner than \
+               it planned for."
     );
 
     /// The session timeout to ask for: the same setting as

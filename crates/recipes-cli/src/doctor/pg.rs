@@ -62,7 +62,7 @@ fn pooler(client: &PgClient, report: &mut Report) {
             "session mode: statements of one connection stay on one backend (no \
              transaction-mode pooler in the path; one is refused at connect)",
         ),
-        PgMode::Lease => report.add(
+        _ => report.add(
             "pooler",
             Level::Ok,
             "lease mode: works through any pooler, transaction mode included",

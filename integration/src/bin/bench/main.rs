@@ -232,7 +232,7 @@ fn pg(sizes: &Sizes) {
             }),
             raw: Some(Box::new(move |s, c| match mode {
                 recipes_pg::PgMode::Session => raw::pg_session(&raw_url, s, c),
-                recipes_pg::PgMode::Lease => raw::pg_lease(&raw_url, s, c),
+                _ => raw::pg_lease(&raw_url, s, c),
             })),
             raw_handoff: None,
             raw_failover: None,
@@ -246,7 +246,7 @@ fn pg(sizes: &Sizes) {
                     session_most,
                     "session mode holds a server connection per waiter or held lock",
                 )),
-                recipes_pg::PgMode::Lease => None,
+                _ => None,
             },
             kill: Box::new(|c: &recipes_pg::PgClient| c.orphan()),
             kill_is: "renewals stopped (crash)",
