@@ -12,9 +12,10 @@
 use std::fmt;
 use std::io;
 use std::net::{Ipv4Addr, SocketAddr};
-use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::thread::JoinHandle;
+use std::time::Duration;
 
 use crossbeam_channel::bounded;
 use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
@@ -65,6 +66,8 @@ pub struct Proxy {
     control: mpsc::UnboundedSender<Control>,
     connections: Arc<AtomicUsize>,
     accepted: Arc<AtomicUsize>,
+    /// Added to every reply chunk, in microseconds ([`Proxy::set_delay`]).
+    delay: Arc<AtomicU64>,
     thread: Option<JoinHandle<()>>,
 }
 
@@ -104,9 +107,11 @@ impl Proxy {
         let (control, control_rx) = mpsc::unbounded_channel();
         let connections = Arc::new(AtomicUsize::new(0));
         let accepted = Arc::new(AtomicUsize::new(0));
+        let delay = Arc::new(AtomicU64::new(0));
         let counters = Counters {
             open: connections.clone(),
             accepted: accepted.clone(),
+            delay: delay.clone(),
         };
         let runtime = tokio::runtime::Builder::new_current_thread()
             .enable_all()
@@ -131,6 +136,7 @@ impl Proxy {
             control,
             connections,
             accepted,
+            delay,
             thread: Some(thread),
         })
     }
@@ -177,6 +183,15 @@ impl Proxy {
         self.mode.send_replace(ProxyMode::Pass);
     }
 
+    /// Holds every chunk of the server's replies for `delay` before
+    /// passing it on (zero: none, the default), on every connection from
+    /// now on: each round trip through the proxy takes `delay` longer, as
+    /// on a distant network. Chunks keep their order.
+    pub fn set_delay(&self, delay: Duration) {
+        let micros = u64::try_from(delay.as_micros()).unwrap_or(u64::MAX);
+        self.delay.store(micros, Ordering::SeqCst);
+    }
+
     /// Closes every current connection (held bytes are lost) and returns
     /// once they are closed. New connections are accepted; the mode stays.
     pub fn drop_connections(&self) {
@@ -209,7 +224,8 @@ async fn accept_loop(
             accepted = listener.accept() => match accepted {
                 Ok((client, _)) => {
                     counters.accepted.fetch_add(1, Ordering::SeqCst);
-                    tasks.spawn(serve(client, target, mode.clone(), OpenConnection::new(&counters.open)));
+                    let open = OpenConnection::new(&counters.open);
+                    tasks.spawn(serve(client, target, mode.clone(), open, counters.delay.clone()));
                 }
                 Err(e) => log::debug!("[proxy {target}] accept failed: {e}"),
             },
@@ -229,6 +245,7 @@ async fn accept_loop(
 struct Counters {
     open: Arc<AtomicUsize>,
     accepted: Arc<AtomicUsize>,
+    delay: Arc<AtomicU64>,
 }
 
 /// Counts an open client connection for as long as it lives.
@@ -252,6 +269,7 @@ async fn serve(
     target: SocketAddr,
     mut mode: watch::Receiver<ProxyMode>,
     _open: OpenConnection,
+    delay: Arc<AtomicU64>,
 ) {
     // Through a partition a connect would hang too: connect upstream only
     // once something may flow.
@@ -273,8 +291,20 @@ async fn serve(
     let (client_read, client_write) = client.split();
     let (server_read, server_write) = server.split();
     let result = tokio::try_join!(
-        pump(client_read, server_write, Direction::ToServer, mode.clone()),
-        pump(server_read, client_write, Direction::ToClient, mode),
+        pump(
+            client_read,
+            server_write,
+            Direction::ToServer,
+            mode.clone(),
+            None
+        ),
+        pump(
+            server_read,
+            client_write,
+            Direction::ToClient,
+            mode,
+            Some(delay)
+        ),
     );
     if let Err(e) = result {
         log::debug!("[proxy {target}] connection ended: {e}");
@@ -286,6 +316,7 @@ async fn pump(
     mut to: impl AsyncWrite + Unpin,
     direction: Direction,
     mut mode: watch::Receiver<ProxyMode>,
+    delay: Option<Arc<AtomicU64>>,
 ) -> io::Result<()> {
     let mut buffer = vec![0u8; 64 * 1024];
     let mut held: Vec<u8> = Vec::new();
@@ -310,6 +341,10 @@ async fn pump(
             return Ok(());
         }
         // The mode may have changed while we waited for these bytes.
+        let micros = delay.as_ref().map_or(0, |d| d.load(Ordering::SeqCst));
+        if micros > 0 {
+            tokio::time::sleep(Duration::from_micros(micros)).await;
+        }
         let forwards = mode.borrow().forwards(direction);
         if forwards {
             to.write_all(&buffer[..n]).await?;

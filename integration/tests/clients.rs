@@ -48,19 +48,27 @@ fn zk_client_connects_round_trips_and_closes_its_session() {
     assert!(matches!(client.ping(), Err(Error::Closed)));
 }
 
+/// A server that grants less than the asked session timeout (its
+/// maxSessionTimeout) is refused at connect, in the words `recipes
+/// doctor` uses (core's `granted_ttl_hazard`), not silently clamped.
 #[test]
-fn zk_session_timeout_is_clamped_and_reported() {
+fn zk_session_timeout_above_the_servers_maximum_is_refused() {
     let server = ZkServer::shared();
     let max = server.config().max_session_timeout();
+    let asked = max + Duration::from_secs(10);
+    let msg = invalid(
+        ZkClient::builder(server.connect_string())
+            .session_timeout(asked)
+            .connect(),
+    );
+    let words = recipes_core::store::granted_ttl_hazard("ZooKeeper", asked, max).unwrap();
+    assert_eq!(msg, words);
+    // At the maximum, it connects.
     let client = ZkClient::builder(server.connect_string())
-        .session_timeout(max + Duration::from_secs(10))
+        .session_timeout(max)
         .connect()
         .unwrap();
-    assert_eq!(
-        client.session_timeout(),
-        max,
-        "the server's maximum is reported"
-    );
+    assert_eq!(client.session_timeout(), max);
 }
 
 #[test]

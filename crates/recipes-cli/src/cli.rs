@@ -11,7 +11,8 @@ use recipes_core::LockKind;
 use crate::duration::parse_duration;
 use crate::exit;
 use crate::help::{
-    ELECT_EXAMPLES, LOCK_EXAMPLES, MAIN_EXAMPLES, SEMAPHORE_EXAMPLES, STATUS_EXAMPLES,
+    DOCTOR_EXAMPLES, ELECT_EXAMPLES, LOCK_EXAMPLES, MAIN_EXAMPLES, SEMAPHORE_EXAMPLES,
+    STATUS_EXAMPLES,
 };
 
 /// Run a command under a distributed lock, semaphore permit or leadership,
@@ -162,6 +163,18 @@ pub enum Command {
     Status(StatusArgs),
     /// Read, set or add to the shared counter NAME.
     Count(crate::count::CountArgs),
+    /// Check a live deployment for the settings that void a lock: one line
+    /// per check (ok, warn, fail, skip), what it found, what to change.
+    /// Exit 0 when nothing fails, 2 on a failure, 1 on a warning with
+    /// --strict.
+    #[command(after_help = DOCTOR_EXAMPLES)]
+    Doctor(DoctorArgs),
+    /// Print a completion script for SHELL (bash, zsh, fish), generated
+    /// from this command's definition.
+    Completions(CompletionsArgs),
+    /// Print the man page (roff), generated from this command's
+    /// definition.
+    Man,
 }
 
 impl Command {
@@ -171,7 +184,11 @@ impl Command {
             Command::Lock(a) => Some(&a.run),
             Command::Semaphore(a) => Some(&a.run),
             Command::Elect(a) => Some(&a.run),
-            Command::Status(_) | Command::Count(_) => None,
+            Command::Status(_)
+            | Command::Count(_)
+            | Command::Doctor(_)
+            | Command::Completions(_)
+            | Command::Man => None,
         }
     }
 
@@ -183,6 +200,7 @@ impl Command {
             Command::Elect(a) => &a.name,
             Command::Status(a) => &a.name,
             Command::Count(a) => a.op.name(),
+            Command::Doctor(_) | Command::Completions(_) | Command::Man => "",
         }
     }
 
@@ -190,6 +208,7 @@ impl Command {
     pub fn names(&self) -> Vec<&str> {
         match self {
             Command::Lock(a) => a.parts.iter().map(|(name, _)| name.as_str()).collect(),
+            Command::Doctor(_) | Command::Completions(_) | Command::Man => Vec::new(),
             _ => vec![self.name()],
         }
     }
@@ -314,6 +333,57 @@ pub struct StatusArgs {
     pub watch: bool,
 }
 
+/// `recipes doctor`.
+#[derive(Debug, Args)]
+pub struct DoctorArgs {
+    /// Print one JSON object (every check, and the exit status) instead
+    /// of text.
+    #[arg(long)]
+    pub json: bool,
+    /// Exit 1 when a check warns (and none fails).
+    #[arg(long)]
+    pub strict: bool,
+}
+
+/// `recipes completions`.
+#[derive(Debug, Args)]
+pub struct CompletionsArgs {
+    /// The shell: bash, zsh or fish.
+    #[arg(value_name = "SHELL")]
+    pub shell: CompletionShell,
+}
+
+/// The shells `recipes completions` writes for.
+#[derive(Debug, Clone, Copy, clap::ValueEnum)]
+pub enum CompletionShell {
+    /// GNU bash.
+    Bash,
+    /// Z shell.
+    Zsh,
+    /// fish.
+    Fish,
+}
+
+/// Print what `recipes completions` and `recipes man` print: generated
+/// from [`Cli`]'s definition, so never out of date.
+fn print_generated(command: &Command) -> std::io::Result<()> {
+    let mut cmd = Cli::command();
+    let mut out = std::io::stdout().lock();
+    match command {
+        Command::Completions(a) => {
+            use clap_complete::{generate, Shell};
+            let shell = match a.shell {
+                CompletionShell::Bash => Shell::Bash,
+                CompletionShell::Zsh => Shell::Zsh,
+                CompletionShell::Fish => Shell::Fish,
+            };
+            generate(shell, &mut cmd, "recipes", &mut out);
+            Ok(())
+        }
+        _ => clap_mangen::Man::new(cmd).render(&mut out),
+    }
+}
+
 /// The one backend chosen.
 #[derive(Debug, Clone)]
 pub enum BackendChoice {
@@ -327,7 +397,8 @@ pub enum BackendChoice {
     Redis(String),
 }
 
-/// Parse the command line. `Err` is the exit status after help, version or
+/// Parse the command line. `Err` is the exit status after help, version,
+/// completions, the man page or
 /// a usage error has been printed.
 pub fn parse<I: IntoIterator<Item = OsString>>(args: I) -> Result<(Cli, BackendChoice), i32> {
     let matches = match Cli::command().try_get_matches_from(args) {
@@ -346,6 +417,15 @@ pub fn parse<I: IntoIterator<Item = OsString>>(args: I) -> Result<(Cli, BackendC
             eprintln!("recipes: {msg}");
             exit::USAGE
         })?;
+    }
+    if matches!(cli.command, Command::Completions(_) | Command::Man) {
+        return Err(match print_generated(&cli.command) {
+            Ok(()) => 0,
+            Err(e) => {
+                eprintln!("recipes: cannot print: {e}");
+                exit::UNAVAILABLE
+            }
+        });
     }
     let backend = choose_backend(&cli, &matches).map_err(|msg| {
         eprintln!("recipes: {msg}");

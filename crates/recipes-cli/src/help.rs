@@ -85,3 +85,18 @@ key).
 --watch keeps showing it: redrawn on every change the store's watches
 report (under a terminal, with how long NAME has had no holder), until
 Ctrl-C; with --json, one object per change, each with no_holder_for_ms.";
+
+pub const DOCTOR_EXAMPLES: &str = "\
+Examples:
+  recipes --redis redis://cache:6379 doctor
+  recipes --pg postgres://app@db/app --pg-mode session --ttl 30s doctor --json
+  recipes --zk zk1:2181,zk2:2181,zk3:2181 --ttl 20s doctor --strict
+
+Connects as the application would (the same store flags, TLS, --user and
+--ttl), reads what it can without admin rights, takes a lock of its own on
+/recipes-doctor/lock, fences and releases it, and checks that no holder or
+waiter was left (the store keeps the name's fence counter, by design). A check it could not make says so (skip) and which right would let it.
+
+Exit status: 0 when nothing fails, 2 when a check fails, 1 when one warns
+and --strict is given; as the other commands when the options are unusable
+(64).";

@@ -67,6 +67,7 @@ mod child;
 mod cli;
 mod count;
 mod credentials;
+mod doctor;
 mod duration;
 mod exit;
 mod help;
@@ -145,6 +146,14 @@ fn real_main() -> i32 {
             return exit::USAGE;
         }
     };
+    if let Command::Doctor(args) = &cli.command {
+        let asked = doctor::Asked {
+            choice: &choice,
+            ttl: cli.ttl,
+            tls: tls.as_ref(),
+        };
+        return doctor::run(&asked, args, credentials.as_ref(), cli.zk_sasl);
+    }
     let store = run::describe(&choice);
     let connected = match backend::connect(
         &choice,
@@ -174,5 +183,6 @@ fn real_main() -> i32 {
         }
         Command::Status(a) => run::status(client, &store, a, &forwarded),
         Command::Count(a) => count::run(client, &a.op),
+        Command::Doctor(_) | Command::Completions(_) | Command::Man => exit::USAGE,
     })
 }

@@ -117,6 +117,21 @@ impl DeadlineTracker {
     }
 }
 
+/// What is wrong when `store` granted a session timeout or lease TTL
+/// (`granted`) below the one asked for (`asked`); `None` when it granted
+/// at least that. The one wording of this hazard, for a backend's refusal
+/// at connect and for `recipes doctor`.
+pub fn granted_ttl_hazard(store: &str, asked: Duration, granted: Duration) -> Option<String> {
+    (granted < asked).then(|| {
+        format!(
+            "{store} granted a session TTL of {granted:?}, below the {asked:?} asked for: a \
+             holder paused between the two loses its lock sooner than it planned; raise the \
+             server's limit (ZooKeeper: maxSessionTimeout in zoo.cfg) to at least {asked:?}, \
+             or ask for at most {granted:?}"
+        )
+    })
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

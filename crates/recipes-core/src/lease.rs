@@ -15,6 +15,7 @@ use crate::loss::{LossReason, LossSignal, LossTrigger};
 
 /// What a dropped connection means for the locks a session holds.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+#[non_exhaustive]
 pub enum LossPolicy {
     /// Ride out disconnects shorter than the lease deadline: a lock is lost
     /// only when the deadline passes without an acknowledgement, or the

@@ -136,7 +136,7 @@ pub mod store {
     pub use crate::connect::{is_host_port, no_server_answered};
     pub use crate::counter::CounterBackend;
     pub use crate::deadline::{
-        check_lease, margin, DeadlineTracker, CLOCK_DRIFT_PPM, DEFAULT_SLACK,
+        check_lease, granted_ttl_hazard, margin, DeadlineTracker, CLOCK_DRIFT_PPM, DEFAULT_SLACK,
     };
     pub use crate::engine;
     pub use crate::held::{FencedWrite, HeldEntry, StoreEntry};

@@ -61,6 +61,7 @@ mod rpc;
 mod rw_lock;
 mod rw_queue;
 mod semaphore;
+mod server_info;
 mod session;
 mod surface;
 mod watch;
@@ -84,6 +85,7 @@ pub use recipes_core::{
 };
 pub use rw_lock::{EtcdRwLock, RwLock, RwLockReadGuard, RwLockWriteGuard};
 pub use semaphore::{EtcdSemaphore, Semaphore, SemaphorePermit};
+pub use server_info::EtcdServerInfo;
 
 /// A held [`Mutex`]; see [`recipes_core::MutexGuard`].
 pub type MutexGuard = recipes_core::MutexGuard<EtcdLock>;

@@ -28,6 +28,7 @@ pub const DEFAULT_POLL_INTERVAL: Duration = Duration::from_millis(500);
 /// How a client's mutexes and semaphores hold their locks; see the crate
 /// docs' "Modes".
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+#[non_exhaustive]
 pub enum PgMode {
     /// Rows of `recipes.queue` under a session row that expires in
     /// database time: works through any pooler (the default).

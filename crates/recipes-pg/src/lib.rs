@@ -190,6 +190,7 @@ mod pooler;
 mod rw_lock;
 mod schema;
 mod semaphore;
+mod server_info;
 mod session;
 mod slots;
 mod sql;

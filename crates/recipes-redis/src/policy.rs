@@ -35,6 +35,20 @@ async fn read_policy(redis: &Redis, timeout: Duration) -> Option<String> {
     read.ok()?.get(1).cloned()
 }
 
+/// What is wrong with `policy` as the `maxmemory-policy` of the server at
+/// `shown`, and what to set; `None` for `noeviction`. The one wording of
+/// this hazard: the refusal at connect and `recipes doctor` both say it.
+pub fn eviction_hazard(policy: &str, shown: &str) -> Option<String> {
+    (policy != SAFE).then(|| {
+        format!(
+            "the Redis server at {shown} runs with maxmemory-policy {policy}, under which it \
+             may evict lock and session keys (they carry a TTL) or fence keys: a second holder, \
+             a repeated fence; set `maxmemory-policy noeviction` (CONFIG SET maxmemory-policy \
+             noeviction, and in redis.conf)"
+        )
+    })
+}
+
 /// Refuse a server whose `maxmemory-policy` may evict our keys; when it
 /// cannot be read, warn and go on (the guarantees then assume
 /// `noeviction`).
@@ -44,13 +58,10 @@ async fn read_policy(redis: &Redis, timeout: Duration) -> Option<String> {
 /// [`Error::InvalidArgument`] naming the policy and what to set.
 pub(crate) async fn check_eviction(redis: &Redis, shown: &str, timeout: Duration) -> Result<()> {
     match read_policy(redis, timeout).await {
-        Some(policy) if policy == SAFE => Ok(()),
-        Some(policy) => Err(Error::invalid(format!(
-            "the Redis server at {shown} runs with maxmemory-policy {policy}, under which it \
-             may evict lock and session keys (they carry a TTL) or fence keys: a second holder, \
-             a repeated fence; set `maxmemory-policy noeviction` (CONFIG SET maxmemory-policy \
-             noeviction, and in redis.conf)"
-        ))),
+        Some(policy) => match eviction_hazard(&policy, shown) {
+            Some(hazard) => Err(Error::invalid(hazard)),
+            None => Ok(()),
+        },
         None => {
             log::warn!(
                 "[url={shown}] cannot read maxmemory-policy (INFO memory and CONFIG GET were \

@@ -44,7 +44,10 @@ impl ZkClientBuilder {
     recipes_core::settings_setters!(
         ttl = "On ZooKeeper the session timeout: the server clamps it to its \
                `[minSessionTimeout, maxSessionTimeout]`; [`ZkClient::session_timeout`] \
-               reports what was granted."
+               reports what was granted. A grant below the asked timeout (a \
+               `maxSessionTimeout` below it) is refused at connect with \
+               [`Error::InvalidArgument`]: a holder would lose its lock sooner than \
+               it planned for."
     );
 
     /// The session timeout to ask for: the same setting as
@@ -264,6 +267,15 @@ impl Inner {
             zk.session_timeout(),
             self.config.settings.lease_slack,
         )?;
+        // Less than asked (a maxSessionTimeout below it) is refused too:
+        // a holder would lose its lock sooner than it planned for.
+        if let Some(hazard) = recipes_core::store::granted_ttl_hazard(
+            "ZooKeeper",
+            self.config.settings.ttl,
+            zk.session_timeout(),
+        ) {
+            return Err(Error::invalid(hazard));
+        }
         let zk = match &self.config.chroot {
             None => zk,
             Some(chroot) => {

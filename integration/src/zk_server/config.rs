@@ -135,7 +135,7 @@ impl ZkConfig {
             "forceSync=no\n"
         });
         cfg.push_str("admin.enableServer=false\n");
-        cfg.push_str("4lw.commands.whitelist=srvr,mntr,cons,wchc,wchp,stat,ruok,dump\n");
+        cfg.push_str("4lw.commands.whitelist=srvr,mntr,cons,wchc,wchp,stat,ruok,dump,conf\n");
         cfg.push_str("autopurge.purgeInterval=0\n");
         if !self.sasl_users.is_empty() {
             cfg.push_str(

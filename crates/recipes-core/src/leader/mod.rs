@@ -22,6 +22,7 @@ use crate::loss::{LossReason, LossSignal};
 /// can come late, so check the `lost` signal of `Gained` (it reads the
 /// clock) rather than waiting for `Lost`.
 #[derive(Debug, Clone)]
+#[non_exhaustive]
 pub enum LatchEvent {
     /// This participant leads, with this fence, until `lost` fires.
     Gained {
@@ -40,6 +41,7 @@ pub enum LatchEvent {
 /// A participant of a latch or selector as the store shows it at the moment
 /// of the read — under partition or pause, possibly no longer so.
 #[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
 pub struct Participant {
     /// The participant id (its node's data, or its key's value).
     pub id: String,

@@ -238,14 +238,14 @@ fn pg(sizes: &Sizes) {
             }),
             raw: Some(Box::new(move |s, c| match mode {
                 recipes_pg::PgMode::Session => raw::pg_session(&raw_url, s, c),
-                recipes_pg::PgMode::Lease => raw::pg_lease(&raw_url, s, c),
+                _ => raw::pg_lease(&raw_url, s, c),
             })),
             // Lease mode's handoff beside the raw one by NOTIFY.
             raw_handoff: match mode {
                 recipes_pg::PgMode::Lease => {
                     Some(Box::new(move |n, s| pg_raw::handoff(&handoff_url, n, s)))
                 }
-                recipes_pg::PgMode::Session => None,
+                _ => None,
             },
             raw_failover: None,
             raw_held: None,
@@ -258,7 +258,7 @@ fn pg(sizes: &Sizes) {
                     session_most,
                     "session mode holds a server connection per waiter or held lock",
                 )),
-                recipes_pg::PgMode::Lease => None,
+                _ => None,
             },
             kill: Box::new(|c: &recipes_pg::PgClient| c.orphan()),
             kill_is: "renewals stopped (crash)",

@@ -1,0 +1,248 @@
+//! `recipes doctor` on real servers set up with each hazard it flags, and
+//! on a healthy setup of each store, which passes clean (`--strict` exits
+//! 0). Also `recipes completions` and `recipes man`.
+
+mod common;
+
+use std::process::Stdio;
+use std::time::Duration;
+
+use common::{recipes, Store};
+use integration::{
+    EtcdServer, PgBouncer, PgServer, PoolMode, Proxy, RedisConfig, RedisServer, ZkConfig, ZkServer,
+};
+
+/// Run `recipes ARGS doctor EXTRA`: exit status, stdout, stderr.
+fn doctor(store: &[String], ttl: &str, extra: &[&str]) -> (i32, String, String) {
+    let out = recipes()
+        .args(store)
+        .args(["--ttl", ttl, "doctor"])
+        .args(extra)
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .output()
+        .expect("recipes runs");
+    (
+        out.status.code().expect("recipes exits"),
+        String::from_utf8_lossy(&out.stdout).into_owned(),
+        String::from_utf8_lossy(&out.stderr).into_owned(),
+    )
+}
+
+/// The level (ok, warn, fail, skip) of the check `name` in the text
+/// output.
+fn level<'a>(out: &'a str, name: &str) -> Option<&'a str> {
+    out.lines().find_map(|l| {
+        let mut words = l.split_whitespace();
+        let level = words.next()?;
+        (words.next() == Some(name)).then_some(level)
+    })
+}
+
+/// A healthy setup: no check warns or fails, `--strict` exits 0, the
+/// doctor's lock was taken and nothing was left.
+fn assert_clean(store: &[String], ttl: &str) -> String {
+    let (code, out, err) = doctor(store, ttl, &["--strict"]);
+    assert_eq!(code, 0, "stdout:\n{out}\nstderr:\n{err}");
+    for l in out.lines().skip(1) {
+        assert!(
+            !l.starts_with("warn") && !l.starts_with("fail"),
+            "a healthy store warned or failed: {l}\n{out}"
+        );
+    }
+    assert_eq!(level(&out, "lock"), Some("ok"), "{out}");
+    assert!(out.contains("nothing left"), "{out}");
+    assert_eq!(level(&out, "granted-ttl"), Some("ok"), "{out}");
+    assert_eq!(level(&out, "round-trip"), Some("ok"), "{out}");
+    out
+}
+
+#[test]
+fn doctor_redis_healthy_passes_clean_and_leaves_no_key() {
+    let server = RedisServer::start_with(RedisConfig {
+        aof: Some("everysec"),
+        ..RedisConfig::default()
+    });
+    let out = assert_clean(&["--redis".into(), server.url()], "10s");
+    assert_eq!(level(&out, "maxmemory-policy"), Some("ok"), "{out}");
+    assert_eq!(level(&out, "appendonly"), Some("ok"), "{out}");
+    assert_eq!(level(&out, "clock-rate"), Some("ok"), "{out}");
+    // Only the counters a released lock keeps by design (fences and
+    // session ids never go back): no session, hold or queue key.
+    let left = server.keys("*");
+    let kept = ["{recipes}:fence:/recipes-doctor/lock", "{recipes}:sessions"];
+    assert!(
+        left.iter().all(|k| kept.contains(&k.as_str())),
+        "left: {left:?}"
+    );
+}
+
+#[test]
+fn doctor_redis_evicting_policy_fails_in_the_librarys_words() {
+    let server = RedisServer::start();
+    let _: String = server.cmd(&["CONFIG", "SET", "maxmemory", "2mb"]);
+    let _: String = server.cmd(&["CONFIG", "SET", "maxmemory-policy", "allkeys-lru"]);
+    let (code, out, err) = doctor(&["--redis".into(), server.url()], "10s", &[]);
+    assert_eq!(code, 2, "stdout:\n{out}\nstderr:\n{err}");
+    assert_eq!(level(&out, "connect"), Some("fail"), "{out}");
+    // The library refuses the server at connect, with the same function's
+    // words the doctor prints.
+    let refused = recipes_redis::RedisClient::connect(server.url())
+        .expect_err("an evicting server is refused at connect");
+    let words = recipes_redis::eviction_hazard("allkeys-lru", "X").expect("a hazard");
+    let core = words
+        .split("X")
+        .nth(1)
+        .expect("the words after the address");
+    assert!(refused.to_string().contains(core), "{refused}");
+    assert!(out.contains(core), "{out}");
+    assert!(
+        server.keys("*").is_empty(),
+        "the refused connect wrote nothing"
+    );
+}
+
+#[test]
+fn doctor_redis_without_aof_warns_and_strict_exits_1() {
+    let server = RedisServer::shared();
+    let store = ["--redis".into(), server.url()];
+    let (code, out, err) = doctor(&store, "10s", &[]);
+    assert_eq!(code, 0, "a warning alone exits 0: {out}\n{err}");
+    assert_eq!(level(&out, "appendonly"), Some("warn"), "{out}");
+    assert!(out.contains("appendonly yes"), "says what to change: {out}");
+    let (strict, out, _) = doctor(&store, "10s", &["--strict", "--json"]);
+    assert_eq!(strict, 1, "{out}");
+    assert!(out.starts_with("{\"store\":"), "{out}");
+    assert!(
+        out.contains("{\"check\":\"appendonly\",\"level\":\"warn\""),
+        "{out}"
+    );
+}
+
+#[test]
+fn doctor_ttl_close_to_the_round_trip_warns() {
+    let server = RedisServer::shared();
+    let proxy = Proxy::start(server.addr());
+    // Every reply 150 ms late: p99 >= 150 ms, and 10 x p99 > the 1 s TTL.
+    proxy.set_delay(Duration::from_millis(150));
+    let store = Store::Redis.flag_via(&proxy);
+    let (code, out, err) = doctor(&store, "1s", &["--strict"]);
+    let round_trip = level(&out, "round-trip");
+    assert!(
+        matches!(round_trip, Some("warn" | "fail")),
+        "{out}\nstderr:\n{err}"
+    );
+    assert!(out.contains("raise --ttl to at least"), "{out}");
+    assert_ne!(code, 0, "{out}");
+}
+
+#[test]
+fn doctor_zk_max_session_timeout_below_the_ttl_fails() {
+    let server = ZkServer::start_with(
+        ZkConfig::default()
+            .with_session_timeouts(Duration::from_millis(400), Duration::from_secs(4)),
+    );
+    let (code, out, err) = doctor(&["--zk".into(), server.connect_string()], "10s", &[]);
+    assert_eq!(code, 2, "stdout:\n{out}\nstderr:\n{err}");
+    // The library refuses the short grant at connect, in the words of
+    // core's granted_ttl_hazard; the four-letter words say why.
+    assert_eq!(level(&out, "connect"), Some("fail"), "{out}");
+    assert!(out.contains("below the 10s asked for"), "{out}");
+    assert_eq!(level(&out, "session-timeouts"), Some("fail"), "{out}");
+    assert!(out.contains("raise maxSessionTimeout to at least"), "{out}");
+    // The library's refusal, in the same words.
+    let refused = recipes_zk::ZkClient::builder(server.connect_string())
+        .session_timeout(Duration::from_secs(10))
+        .connect()
+        .expect_err("a grant below the asked TTL is refused");
+    assert!(
+        matches!(refused, recipes_core::Error::InvalidArgument(_)),
+        "{refused:?}"
+    );
+    let words = recipes_core::store::granted_ttl_hazard(
+        "ZooKeeper",
+        Duration::from_secs(10),
+        Duration::from_secs(4),
+    )
+    .expect("a hazard");
+    assert!(refused.to_string().contains(&words), "{refused}");
+    assert!(out.contains(&words), "{out}");
+}
+
+#[test]
+fn doctor_zk_healthy_passes_clean() {
+    let out = assert_clean(&Store::Zk.flag(), "10s");
+    assert_eq!(level(&out, "session-timeouts"), Some("ok"), "{out}");
+    assert_eq!(level(&out, "ensemble"), Some("ok"), "{out}");
+}
+
+#[test]
+fn doctor_pgbouncer_transaction_mode_with_session_mode_fails() {
+    let bouncer = PgBouncer::shared(PoolMode::Transaction);
+    let store = [
+        "--pg".into(),
+        bouncer.url(),
+        "--pg-mode".into(),
+        "session".into(),
+    ];
+    let (code, out, err) = doctor(&store, "10s", &[]);
+    assert_eq!(code, 2, "stdout:\n{out}\nstderr:\n{err}");
+    assert_eq!(level(&out, "connect"), Some("fail"), "{out}");
+    assert!(
+        out.contains("transaction"),
+        "names the pooler's mode: {out}"
+    );
+}
+
+#[test]
+fn doctor_pg_healthy_passes_clean_in_both_modes() {
+    let server = PgServer::shared();
+    let out = assert_clean(&["--pg".into(), server.url()], "10s");
+    assert_eq!(level(&out, "schema"), Some("ok"), "{out}");
+    assert_eq!(level(&out, "clock-rate"), Some("ok"), "{out}");
+    let session = [
+        "--pg".into(),
+        server.url(),
+        "--pg-mode".into(),
+        "session".into(),
+    ];
+    assert_clean(&session, "10s");
+}
+
+#[test]
+fn doctor_etcd_healthy_passes_clean() {
+    let server = EtcdServer::shared_version("3.5.34");
+    let out = assert_clean(&["--etcd".into(), server.endpoint()], "10s");
+    assert_eq!(level(&out, "leader"), Some("ok"), "{out}");
+}
+
+#[test]
+fn doctor_etcd_with_known_lease_bugs_fails() {
+    // Debian's etcd 3.4.23: before 3.4.31's fix of leases wrongly revoked.
+    let (code, out, err) = doctor(&Store::Etcd.flag(), "10s", &[]);
+    assert_eq!(code, 2, "stdout:\n{out}\nstderr:\n{err}");
+    assert_eq!(level(&out, "version"), Some("fail"), "{out}");
+    assert!(out.contains("fixed in 3.4.31"), "{out}");
+}
+
+#[test]
+fn completions_and_man_are_generated() {
+    for (shell, mark) in [
+        ("bash", "complete -F"),
+        ("zsh", "#compdef recipes"),
+        ("fish", "complete -c recipes"),
+    ] {
+        let out = recipes().args(["completions", shell]).output().unwrap();
+        assert!(out.status.success(), "{shell}");
+        let text = String::from_utf8_lossy(&out.stdout);
+        assert!(text.contains(mark), "{shell}: {text}");
+        assert!(text.contains("doctor"), "{shell} completes the subcommands");
+    }
+    let out = recipes().arg("man").output().unwrap();
+    assert!(out.status.success());
+    let page = String::from_utf8_lossy(&out.stdout);
+    assert!(page.contains(".TH recipes"), "{page}");
+    assert!(page.contains("\\-\\-ttl"), "{page}");
+    let bad = recipes().args(["completions", "tcsh"]).output().unwrap();
+    assert_eq!(bad.status.code(), Some(64));
+}

@@ -1,0 +1,162 @@
+//! The crates ship as real crates: every published crate carries the
+//! metadata crates.io and docs.rs need, and the declared minimum Rust
+//! version (`rust-version`) is at least every dependency's.
+//!
+//! Only one toolchain exists on the machines that run the suite, so the
+//! MSRV cannot be proven by building with it; this checks what can be
+//! checked without one: no dependency of a published crate (normal or
+//! build, on any platform) declares a newer `rust-version` than ours.
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::process::Command;
+
+use serde_json::Value;
+
+/// The crates published to crates.io.
+const PUBLISHED: [&str; 6] = [
+    "recipes-core",
+    "recipes-zk",
+    "recipes-etcd",
+    "recipes-pg",
+    "recipes-redis",
+    "recipes-cli",
+];
+
+fn metadata() -> Value {
+    let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".into());
+    let out = Command::new(cargo)
+        .args(["metadata", "--format-version", "1", "--locked"])
+        .current_dir(concat!(env!("CARGO_MANIFEST_DIR"), "/.."))
+        .output()
+        .expect("cargo metadata runs");
+    assert!(
+        out.status.success(),
+        "cargo metadata failed: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    serde_json::from_slice(&out.stdout).expect("cargo metadata prints JSON")
+}
+
+/// "1.89" or "1.89.0" as (1, 89, 0).
+fn version(v: &str) -> (u64, u64, u64) {
+    let mut parts = v.split('.').map(|p| p.parse::<u64>().unwrap_or(0));
+    (
+        parts.next().unwrap_or(0),
+        parts.next().unwrap_or(0),
+        parts.next().unwrap_or(0),
+    )
+}
+
+fn packages_by_id(meta: &Value) -> BTreeMap<String, &Value> {
+    meta["packages"]
+        .as_array()
+        .expect("packages")
+        .iter()
+        .map(|p| (p["id"].as_str().expect("id").to_owned(), p))
+        .collect()
+}
+
+/// The ids of the published crates and everything they need to build
+/// (normal and build dependencies, every platform; not dev-dependencies).
+fn shipped_closure(meta: &Value, by_id: &BTreeMap<String, &Value>) -> BTreeSet<String> {
+    let nodes: BTreeMap<&str, &Value> = meta["resolve"]["nodes"]
+        .as_array()
+        .expect("resolve")
+        .iter()
+        .map(|n| (n["id"].as_str().expect("id"), n))
+        .collect();
+    let mut todo: Vec<String> = by_id
+        .iter()
+        .filter(|(_, p)| PUBLISHED.contains(&p["name"].as_str().unwrap_or("")))
+        .map(|(id, _)| id.clone())
+        .collect();
+    let mut seen = BTreeSet::new();
+    while let Some(id) = todo.pop() {
+        if !seen.insert(id.clone()) {
+            continue;
+        }
+        for dep in nodes[id.as_str()]["deps"].as_array().into_iter().flatten() {
+            let shipped = dep["dep_kinds"]
+                .as_array()
+                .into_iter()
+                .flatten()
+                .any(|k| k["kind"].as_str() != Some("dev"));
+            if shipped {
+                todo.push(dep["pkg"].as_str().expect("pkg").to_owned());
+            }
+        }
+    }
+    seen
+}
+
+#[test]
+fn declared_msrv_is_at_least_every_dependencys() {
+    let meta = metadata();
+    let by_id = packages_by_id(&meta);
+    let ours: BTreeSet<String> = PUBLISHED
+        .iter()
+        .map(|name| {
+            let p = by_id
+                .values()
+                .find(|p| p["name"] == *name)
+                .unwrap_or_else(|| panic!("{name} is a workspace member"));
+            p["rust_version"]
+                .as_str()
+                .unwrap_or_else(|| panic!("{name} declares no rust-version"))
+                .to_owned()
+        })
+        .collect();
+    assert_eq!(ours.len(), 1, "one rust-version for every crate: {ours:?}");
+    let msrv = ours.into_iter().next().expect("one");
+    let newer: Vec<String> = shipped_closure(&meta, &by_id)
+        .iter()
+        .map(|id| by_id[id])
+        .filter_map(|p| {
+            let rv = p["rust_version"].as_str()?;
+            (version(rv) > version(&msrv))
+                .then(|| format!("{} {} needs {rv}", p["name"], p["version"]))
+        })
+        .collect();
+    assert!(
+        newer.is_empty(),
+        "the declared rust-version {msrv} is older than what these dependencies need: {newer:?}; \
+         raise workspace.package.rust-version"
+    );
+}
+
+#[test]
+fn published_crates_carry_their_metadata() {
+    let meta = metadata();
+    for p in packages_by_id(&meta).values() {
+        let name = p["name"].as_str().unwrap_or("");
+        if !PUBLISHED.contains(&name) {
+            continue;
+        }
+        for field in ["description", "license", "repository", "readme"] {
+            assert!(
+                p[field].as_str().is_some_and(|v| !v.is_empty()),
+                "{name} has no {field}"
+            );
+        }
+        for field in ["keywords", "categories"] {
+            assert!(
+                p[field].as_array().is_some_and(|v| !v.is_empty()),
+                "{name} has no {field}"
+            );
+        }
+        assert_eq!(
+            p["metadata"]["docs"]["rs"]["all-features"],
+            Value::Bool(true),
+            "{name}: docs.rs should build it with every feature"
+        );
+        for dep in p["dependencies"].as_array().into_iter().flatten() {
+            if dep["path"].is_string() && dep["kind"].as_str() != Some("dev") {
+                assert!(
+                    dep["req"].as_str() != Some("*"),
+                    "{name}'s path dependency {} has no version",
+                    dep["name"]
+                );
+            }
+        }
+    }
+}
