@@ -137,16 +137,17 @@ local function other(m)
 end
 -- Ours holds if the rule says so over `live` (the live members up to
 -- ours): set the hold key and mint the fence. `fresh`: the queue was
--- empty, so no one holds. A hold of a member whose session expired is
--- free. → the fence; -1 ours is gone; -2 not ours yet.
+-- empty, ours alone in it, so the hold key is free unless someone
+-- tampered with the queue (then the checks below run). A hold of a
+-- member whose session expired is free. → the fence; -1 ours is gone;
+-- -2 not ours yet.
 local function take(live, max, fkey, fresh)
   if live[#live] ~= member then return -1 end
   local k = holdkey(member)
-  if not fresh then
-    local cur = redis.call('GET', k)
-    if cur == member then return tonumber(redis.call('GET', fkey)) end
-    if cur and alive(cur) then return -2 end
-  end
+  if fresh and redis.call('SET', k, member, 'NX') then return mint(fkey) end
+  local cur = redis.call('GET', k)
+  if cur == member then return tonumber(redis.call('GET', fkey)) end
+  if cur and alive(cur) then return -2 end
   if mode == 'rw' then
     local reader = role(member) == 'read'
     for i = 1, #live - 1 do
