@@ -44,6 +44,7 @@
 #![warn(missing_docs)]
 #![deny(missing_debug_implementations)]
 
+mod barrier;
 mod builder;
 mod client;
 mod contend;
@@ -64,6 +65,7 @@ mod session;
 mod surface;
 mod watch;
 
+pub use barrier::{Barrier, DoubleBarrier, EtcdWaits};
 pub use builder::EtcdClientBuilder;
 pub use client::EtcdClient;
 pub use election::{Election, EtcdElection, LeaderLatch, LeaderSelector, Leadership};

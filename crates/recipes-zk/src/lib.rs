@@ -96,6 +96,7 @@
 #![warn(missing_docs)]
 #![deny(missing_debug_implementations)]
 
+mod barrier;
 mod client;
 mod contenders;
 mod drill;
@@ -111,6 +112,7 @@ mod semaphore;
 mod session;
 mod surface;
 
+pub use barrier::{DistributedBarrier, DistributedDoubleBarrier, ZkWaits};
 pub use client::{ZkClient, ZkClientBuilder};
 pub use election::{Election, LeaderLatch, LeaderSelector, Leadership, ZkElection};
 pub use mutex::{InterProcessMutex, ZkMutex};

@@ -1,0 +1,538 @@
+//! The wait shape under seeded, randomized schedules on tokio's paused
+//! clock: failed reads, lost replies, spurious wake-ups, expiring
+//! sessions and killed processes. Asserts that a barrier's removal lets
+//! every waiter through once and none before it, that nobody passes a
+//! double barrier's enter before `count` members entered its round (a
+//! stale flag included), that every live member's leave ends, and that
+//! nothing is left in the store.
+
+use std::collections::BTreeMap;
+use std::sync::Arc;
+use std::time::Duration;
+
+use parking_lot::Mutex;
+use tokio::time::Instant;
+
+use super::gather::{self, BarrierStore, DoubleBarrierStore, Flag, Gathering};
+use super::sim_store::Rng;
+use super::wait::WaitStore;
+use crate::error::{Error, Result};
+use crate::loss::{LossReason, LossSignal, LossTrigger};
+
+#[derive(Debug)]
+struct State {
+    rng: Rng,
+    fault_percent: u64,
+    revision: i64,
+    barrier: bool,
+    flag: Option<Flag>,
+    /// Member name → (session, created).
+    members: BTreeMap<String, (u64, i64)>,
+    sessions: BTreeMap<u64, LossTrigger>,
+    next: u64,
+    /// Every flag set: (revision, members the setter's read saw).
+    marks: Vec<(i64, usize)>,
+    reads: u64,
+    /// Steady processes whose member was created.
+    steady_joined: usize,
+}
+
+#[derive(Debug, Clone)]
+struct Sim {
+    state: Arc<Mutex<State>>,
+    revision: Arc<tokio::sync::watch::Sender<i64>>,
+}
+
+impl Sim {
+    fn new(seed: u64, fault_percent: u64) -> Sim {
+        Sim {
+            state: Arc::new(Mutex::new(State {
+                rng: Rng::new(seed),
+                fault_percent,
+                revision: 1,
+                barrier: false,
+                flag: None,
+                members: BTreeMap::new(),
+                sessions: BTreeMap::new(),
+                next: 1,
+                marks: Vec::new(),
+                reads: 0,
+                steady_joined: 0,
+            })),
+            revision: Arc::new(tokio::sync::watch::channel(1).0),
+        }
+    }
+
+    /// A change: a new revision, every armed notification fires.
+    fn bump(&self, st: &mut State) -> i64 {
+        st.revision += 1;
+        self.revision.send_replace(st.revision);
+        st.revision
+    }
+
+    fn fault(&self) -> bool {
+        let mut st = self.state.lock();
+        let p = st.fault_percent;
+        st.rng.chance(p)
+    }
+
+    fn expire(&self, session: u64) {
+        let mut st = self.state.lock();
+        if let Some(t) = st.sessions.remove(&session) {
+            t.fire(LossReason::SessionExpired);
+            st.members.retain(|_, (s, _)| *s != session);
+            self.bump(&mut st);
+        }
+    }
+}
+
+/// One process's client: a session, renewed after expiry.
+#[derive(Debug, Clone)]
+struct Proc {
+    sim: Sim,
+    session: Arc<Mutex<Option<u64>>>,
+    count: u32,
+    /// Members present at this process's last read.
+    last_seen: Arc<Mutex<usize>>,
+    /// A steady process (counted once its member exists).
+    steady: bool,
+}
+
+impl Proc {
+    fn new(sim: &Sim, count: u32) -> Proc {
+        Proc {
+            sim: sim.clone(),
+            session: Arc::new(Mutex::new(None)),
+            count,
+            last_seen: Arc::default(),
+            steady: false,
+        }
+    }
+
+    fn kill(&self) {
+        let session = *self.session.lock();
+        if let Some(s) = session {
+            self.sim.expire(s);
+        }
+    }
+}
+
+impl WaitStore for Proc {
+    type Epoch = (u64, LossSignal);
+    type Watch = i64;
+
+    fn name(&self) -> &str {
+        "/sim"
+    }
+
+    fn spawn(&self, task: impl std::future::Future<Output = ()> + Send + 'static) {
+        tokio::spawn(task);
+    }
+
+    fn rpc_timeout(&self) -> Duration {
+        Duration::from_millis(50)
+    }
+
+    async fn epoch(&self) -> Result<(u64, LossSignal)> {
+        let mut st = self.sim.state.lock();
+        let mut ours = self.session.lock();
+        if let Some(s) = *ours {
+            if let Some(t) = st.sessions.get(&s) {
+                return Ok((s, t.signal()));
+            }
+        }
+        let s = st.next;
+        st.next += 1;
+        let t = LossTrigger::root();
+        let signal = t.signal();
+        st.sessions.insert(s, t);
+        *ours = Some(s);
+        Ok((s, signal))
+    }
+
+    fn epoch_signal(&self, epoch: &(u64, LossSignal)) -> LossSignal {
+        epoch.1.clone()
+    }
+
+    async fn changed(&self, _: &(u64, LossSignal), seen: i64) -> Result<()> {
+        tokio::time::sleep(Duration::from_millis(1)).await;
+        if self.sim.fault() {
+            return Ok(()); // spurious
+        }
+        let mut rx = self.sim.revision.subscribe();
+        rx.wait_for(|r| *r > seen)
+            .await
+            .map_err(|_| Error::Closed)?;
+        Ok(())
+    }
+}
+
+impl BarrierStore for Proc {
+    async fn is_set(&self, _: &(u64, LossSignal)) -> Result<(bool, i64)> {
+        tokio::time::sleep(Duration::from_millis(1)).await;
+        if self.sim.fault() {
+            return Err(Error::ConnectionLoss);
+        }
+        let mut st = self.sim.state.lock();
+        st.reads += 1;
+        Ok((st.barrier, st.revision))
+    }
+
+    async fn set(&self, _: &(u64, LossSignal), _tied: bool) -> Result<()> {
+        let mut st = self.sim.state.lock();
+        st.barrier = true;
+        self.sim.bump(&mut st);
+        Ok(())
+    }
+
+    async fn remove(&self, _: &(u64, LossSignal)) -> Result<()> {
+        let mut st = self.sim.state.lock();
+        st.barrier = false;
+        self.sim.bump(&mut st);
+        Ok(())
+    }
+}
+
+/// (the sim, the session, the member's name)
+type Ticket = (Sim, u64, String);
+
+impl DoubleBarrierStore for Proc {
+    type Ticket = Ticket;
+
+    fn count(&self) -> u32 {
+        self.count
+    }
+
+    fn ticket(&self, epoch: &(u64, LossSignal)) -> Ticket {
+        let mut st = self.sim.state.lock();
+        st.next += 1;
+        (self.sim.clone(), epoch.0, format!("m{}", st.next))
+    }
+
+    async fn join(&self, _: &(u64, LossSignal), t: &mut Ticket) -> Result<i64> {
+        tokio::time::sleep(Duration::from_millis(1)).await;
+        let lost_reply = self.sim.fault();
+        let mut st = self.sim.state.lock();
+        if !st.sessions.contains_key(&t.1) {
+            return Err(Error::SessionExpired);
+        }
+        if let Some(&(_, created)) = st.members.get(&t.2) {
+            // Ours, from a lost reply.
+            if self.steady {
+                st.steady_joined += 1;
+            }
+            return Ok(created);
+        }
+        let rev = self.sim.bump(&mut st);
+        st.members.insert(t.2.clone(), (t.1, rev));
+        if lost_reply {
+            return Err(Error::Indeterminate {
+                what: "join".into(),
+            });
+        }
+        if self.steady {
+            st.steady_joined += 1;
+        }
+        Ok(rev)
+    }
+
+    fn is_ours(t: &Ticket, member: &str) -> bool {
+        t.2 == member
+    }
+
+    async fn read(&self, _: &(u64, LossSignal)) -> Result<(Gathering, i64)> {
+        tokio::time::sleep(Duration::from_millis(1)).await;
+        if self.sim.fault() {
+            return Err(Error::ConnectionLoss);
+        }
+        let st = self.sim.state.lock();
+        let members: Vec<String> = st.members.keys().cloned().collect();
+        *self.last_seen.lock() = members.len();
+        Ok((
+            Gathering {
+                flag: st.flag,
+                members,
+            },
+            st.revision,
+        ))
+    }
+
+    async fn mark(&self, _: &(u64, LossSignal), stale: Option<Flag>) -> Result<()> {
+        let mut st = self.sim.state.lock();
+        if st.flag.is_some() && st.flag != stale {
+            return Ok(()); // someone else set it since
+        }
+        let rev = self.sim.bump(&mut st);
+        let seen = *self.last_seen.lock();
+        st.marks.push((rev, seen));
+        st.flag = Some(Flag {
+            set_at: rev,
+            version: rev,
+        });
+        Ok(())
+    }
+
+    async fn unmark(&self, _: &(u64, LossSignal), flag: Flag) -> Result<()> {
+        let mut st = self.sim.state.lock();
+        if st.flag == Some(flag) {
+            st.flag = None;
+            self.sim.bump(&mut st);
+        }
+        Ok(())
+    }
+
+    async fn remove(t: Ticket) {
+        tokio::time::sleep(Duration::from_millis(1)).await;
+        let mut st = t.0.state.lock();
+        if st.members.remove(&t.2).is_some() {
+            t.0.bump(&mut st);
+        }
+    }
+}
+
+fn rt() -> tokio::runtime::Runtime {
+    tokio::runtime::Builder::new_current_thread()
+        .enable_time()
+        .start_paused(true)
+        .build()
+        .unwrap()
+}
+
+fn seeds() -> std::ops::Range<u64> {
+    let n = std::env::var("RECIPES_SIM_SEEDS")
+        .ok()
+        .and_then(|s| s.parse().ok())
+        .unwrap_or(1500);
+    0..n
+}
+
+/// Waiters on a set barrier; one removal at a random time. Returns the
+/// reads the waiters made.
+fn barrier_run(seed: u64) -> u64 {
+    rt().block_on(async move {
+        let mut pick = Rng::new(seed ^ 0xba5e);
+        let fault_percent = if seed % 3 == 0 { 0 } else { pick.below(20) };
+        let sim = Sim::new(seed, fault_percent);
+        sim.state.lock().barrier = true;
+        let waiters = 2 + pick.below(8) as usize;
+        let removed_at: Arc<Mutex<Option<Instant>>> = Arc::default();
+        let mut tasks = Vec::new();
+        for w in 0..waiters {
+            let (p, removed_at) = (Proc::new(&sim, 1), removed_at.clone());
+            let timed = pick
+                .chance(30)
+                .then(|| Duration::from_millis(pick.below(100)));
+            let expire_at = pick.chance(fault_percent).then(|| pick.below(60));
+            let sim2 = sim.clone();
+            tasks.push(tokio::spawn(async move {
+                if let Some(after) = expire_at {
+                    let p2 = p.clone();
+                    tokio::spawn(async move {
+                        tokio::time::sleep(Duration::from_millis(after)).await;
+                        p2.kill();
+                    });
+                }
+                let deadline = timed.map(|d| Instant::now() + d);
+                let down = gather::barrier_wait(&p, deadline).await;
+                let now = Instant::now();
+                match down {
+                    Ok(true) => {
+                        let at = removed_at
+                            .lock()
+                            .expect("seed {seed}: through before removal");
+                        assert!(now >= at, "seed {seed}: waiter {w} through early");
+                    }
+                    Ok(false) => assert!(
+                        deadline.is_some_and(|d| now >= d),
+                        "seed {seed}: waiter {w} timed out before its deadline"
+                    ),
+                    Err(e) if deadline.is_some() => {
+                        drop(e); // retryable past the deadline
+                    }
+                    Err(e) => panic!("seed {seed}: an unbounded wait failed: {e}"),
+                }
+                drop(sim2);
+            }));
+        }
+        tokio::time::sleep(Duration::from_millis(pick.below(80))).await;
+        {
+            let mut st = sim.state.lock();
+            *removed_at.lock() = Some(Instant::now());
+            st.barrier = false;
+            sim.bump(&mut st);
+        }
+        for t in tasks {
+            if let Err(e) = t.await {
+                panic!("seed {seed}: a waiter panicked: {e}");
+            }
+        }
+        let st = sim.state.lock();
+        if fault_percent == 0 {
+            return st.reads;
+        }
+        0
+    })
+}
+
+#[test]
+fn a_barrier_removal_lets_every_waiter_through_once_and_none_before() {
+    let (mut quiet_runs, mut quiet_reads) = (0, 0);
+    for seed in seeds() {
+        let reads = barrier_run(seed);
+        if seed % 3 == 0 {
+            quiet_runs += 1;
+            quiet_reads += reads;
+        }
+    }
+    assert!(
+        quiet_runs > 0 && quiet_reads > 0,
+        "the simulation is broken"
+    );
+}
+
+/// Without faults, each waiter reads twice: up, then down — one wake-up
+/// each, no herd of re-reads.
+#[test]
+fn without_faults_a_removal_costs_each_waiter_one_read() {
+    rt().block_on(async {
+        let sim = Sim::new(1, 0);
+        sim.state.lock().barrier = true;
+        let tasks: Vec<_> = (0..10)
+            .map(|_| {
+                let p = Proc::new(&sim, 1);
+                tokio::spawn(async move { gather::barrier_wait(&p, None).await.unwrap() })
+            })
+            .collect();
+        tokio::time::sleep(Duration::from_millis(20)).await;
+        assert_eq!(sim.state.lock().reads, 10, "each waiter read once");
+        let mut st = sim.state.lock();
+        st.barrier = false;
+        sim.bump(&mut st);
+        drop(st);
+        for t in tasks {
+            assert!(t.await.unwrap());
+        }
+        assert_eq!(sim.state.lock().reads, 20, "each waiter woke once");
+    });
+}
+
+/// One round of a double barrier: `count` steady processes and a few
+/// spares (timed, or killed while entering or leaving) that come once the
+/// steady ones are in, perhaps a stale flag left from an earlier round.
+/// Returns how many passed.
+fn double_run(seed: u64) -> usize {
+    rt().block_on(async move {
+        let mut pick = Rng::new(seed ^ 0xd0b1e);
+        let fault_percent = pick.below(15);
+        let sim = Sim::new(seed, fault_percent);
+        if pick.chance(50) {
+            sim.state.lock().flag = Some(Flag {
+                set_at: 0,
+                version: 0,
+            });
+        }
+        let count = 1 + pick.below(5) as u32;
+        let procs = count as usize + pick.below(3) as usize;
+        let passed = Arc::new(Mutex::new(0usize));
+        let mut tasks = Vec::new();
+        for who in 0..procs {
+            let spare = who >= count as usize;
+            let mut p = Proc::new(&sim, count);
+            p.steady = !spare;
+            let (passed, sim2, p2) = (passed.clone(), sim.clone(), p.clone());
+            let late = Duration::from_millis(pick.below(40));
+            let timed = (spare && pick.chance(50)).then(|| Duration::from_millis(pick.below(200)));
+            let kill_at =
+                (spare && timed.is_none()).then(|| Duration::from_millis(pick.below(150)));
+            let task = tokio::spawn(async move {
+                // Spares come once every steady member is in: they never
+                // complete a round without one (which would then wait
+                // for ever, as it would on a real store).
+                while spare && sim2.state.lock().steady_joined < count as usize {
+                    tokio::time::sleep(Duration::from_millis(1)).await;
+                }
+                tokio::time::sleep(late).await;
+                let deadline = timed.map(|d| Instant::now() + d);
+                let joined = match gather::enter(&p, deadline).await {
+                    Ok(Some(j)) => j,
+                    Ok(None) => return,
+                    // A retryable failure once the deadline passed.
+                    Err(e) if deadline.is_some() && e.is_retryable() => return,
+                    Err(e) => panic!("seed {seed}: enter failed: {e}"),
+                };
+                {
+                    let st = sim2.state.lock();
+                    let member = st
+                        .members
+                        .iter()
+                        .find(|(n, _)| Proc::is_ours(&joined.ticket, n));
+                    // Ours may have gone with its session since.
+                    if let Some((_, (_, created))) = member {
+                        let fair = st
+                            .marks
+                            .iter()
+                            .any(|(rev, seen)| rev > created && *seen >= count as usize);
+                        assert!(fair, "seed {seed}: {who} passed before {count} entered");
+                    }
+                }
+                *passed.lock() += 1;
+                tokio::time::sleep(Duration::from_millis(5)).await;
+                match gather::leave(&p, joined.ticket, None).await {
+                    Ok(done) => assert!(done, "seed {seed}: an unbounded leave timed out"),
+                    Err(e) => panic!("seed {seed}: leave failed: {e}"),
+                }
+            });
+            if let Some(at) = kill_at {
+                let abort = task.abort_handle();
+                tokio::spawn(async move {
+                    tokio::time::sleep(at).await;
+                    abort.abort();
+                    p2.kill();
+                });
+            }
+            tasks.push(task);
+        }
+        let watchdog = {
+            let sim = sim.clone();
+            tokio::spawn(async move {
+                tokio::time::sleep(Duration::from_secs(30)).await;
+                let st = sim.state.lock();
+                panic!(
+                    "seed {seed}: stuck (count {count}, {procs} processes): flag {:?}, \
+                     members {:?}, marks {:?}, sessions {:?}",
+                    st.flag,
+                    st.members,
+                    st.marks,
+                    st.sessions.keys().collect::<Vec<_>>()
+                );
+            })
+        };
+        for t in tasks {
+            if let Err(e) = t.await {
+                assert!(e.is_cancelled(), "seed {seed}: a member panicked: {e}");
+            }
+        }
+        watchdog.abort();
+        let quiet = Instant::now() + Duration::from_secs(5);
+        while !sim.state.lock().members.is_empty() && Instant::now() < quiet {
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+        let st = sim.state.lock();
+        assert!(
+            st.members.is_empty(),
+            "seed {seed}: members left: {:?}",
+            st.members
+        );
+        let n = *passed.lock();
+        n
+    })
+}
+
+#[test]
+fn a_double_barrier_passes_nobody_early_and_leaves_nothing() {
+    let mut passed = 0;
+    for seed in seeds() {
+        passed += double_run(seed);
+    }
+    assert!(passed > 0, "nobody ever passed: the simulation is broken");
+}
