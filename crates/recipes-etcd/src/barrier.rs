@@ -25,7 +25,7 @@ use recipes_core::{Error, LossSignal, Result};
 
 use crate::client::EtcdClient;
 use crate::key::delete_until_done;
-use crate::names::{key_prefix, permit_key, validate_name};
+use crate::names::{is_contender, key_prefix, permit_key, size_key, validate_name};
 use crate::rpc::{from_etcd, read_at, retrying_txn};
 use crate::session::{Etcd, Session};
 use crate::watch::Watch;
@@ -75,26 +75,28 @@ impl EtcdWaits {
         format!("{}ready", self.prefix())
     }
 
-    /// Refuse the name when a key under `<name>/` is neither a double
-    /// barrier's member nor its flag (a lock's, an election's, a
-    /// semaphore's keys); for a barrier, any key under it.
+    /// Refuse the name when a key under `<name>/` is in another recipe's
+    /// layout: a lock's or an election's contender, a semaphore's size
+    /// (and, for a barrier, a double barrier's members or flag). Keys of
+    /// names nested below it never count.
     fn refuse_others(&self, keys: &[Vec<u8>], barrier: bool) -> Result<()> {
-        let (waiters, ready) = (self.waiters(), self.ready());
+        let (prefix, waiters, ready) = (self.prefix(), self.waiters(), self.ready());
+        let config = size_key(&prefix);
         let theirs = keys.iter().find(|k| {
-            barrier || !(k.starts_with(waiters.as_bytes()) || k.as_slice() == ready.as_bytes())
+            let double = k.starts_with(waiters.as_bytes()) || k.as_slice() == ready.as_bytes();
+            is_contender(&prefix, k) || k.as_slice() == config.as_bytes() || (barrier && double)
         });
         match theirs {
             None => Ok(()),
             Some(key) => {
-                let (ours, what) = if barrier {
-                    ("a barrier", "keys of another recipe (a lock, an election, a semaphore or a double barrier)")
+                let ours = if barrier {
+                    "a barrier"
                 } else {
-                    (
-                        "a double barrier",
-                        "keys of another recipe (a lock, an election or a semaphore)",
-                    )
+                    "a double barrier"
                 };
-                Err(crate::names::other_layout(&self.prefix(), ours, what, key))
+                let what = "keys of another recipe (a lock, an election, a semaphore or a \
+                            double barrier)";
+                Err(crate::names::other_layout(&prefix, ours, what, key))
             }
         }
     }
@@ -166,7 +168,7 @@ impl BarrierStore for EtcdWaits {
         let under = GetOptions::new()
             .with_prefix()
             .with_keys_only()
-            .with_limit(1);
+            .with_limit(100);
         let txn = Txn::new().and_then([
             TxnOp::get(
                 self.name.as_str(),

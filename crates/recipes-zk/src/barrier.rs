@@ -67,15 +67,14 @@ impl ZkWaits {
 
     /// Refuse `<path>` when its children are another recipe's: a lock's,
     /// an election's, a semaphore's (and, for a barrier, a double
-    /// barrier's).
+    /// barrier's flag). Folders of names nested below it never count.
     fn refuse_others(&self, children: &[String], barrier: bool) -> Result<()> {
         own_layout(&self.path, children, None)?;
-        if barrier && !children.is_empty() {
+        if barrier && children.iter().any(|c| c == READY) {
             return Err(Error::invalid(format!(
-                "{} has child nodes ({}…): it is a double barrier's or another recipe's \
-                 folder, not a barrier; open it with that recipe, or choose another name",
+                "{} holds another recipe's layout (a double barrier's ready flag): open it \
+                 with that recipe, or choose another name",
                 recipes_core::store::quote(&self.path),
-                children[0]
             )));
         }
         Ok(())
@@ -210,7 +209,12 @@ impl BarrierStore for ZkWaits {
                     .list_children(&self.path)
                     .await
                     .unwrap_or_default();
-                self.refuse_others(&children, true)
+                self.refuse_others(&children, true)?;
+                Err(Error::invalid(format!(
+                    "the barrier {} has child nodes (names nested below it), which ZooKeeper \
+                     cannot delete with it: remove them first, or use another name",
+                    recipes_core::store::quote(&self.path)
+                )))
             }
             Err(e) => Err(from_zk(&format!("remove the barrier {}", self.path), e)),
         }
