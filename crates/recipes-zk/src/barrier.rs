@@ -365,12 +365,10 @@ impl DoubleBarrierStore for ZkWaits {
         }
     }
 
-    fn remove(ticket: Ticket) -> impl Future<Output = ()> + Send + 'static {
-        async move {
-            let what = format!("[{}] removing {}", ticket.session.label(), ticket.node);
-            let delete = || delete_node(&ticket.session, &ticket.node);
-            until_done(&what, Backoff::RECOVER, || false, delete).await;
-        }
+    async fn remove(ticket: Ticket) {
+        let what = format!("[{}] removing {}", ticket.session.label(), ticket.node);
+        let delete = || delete_node(&ticket.session, &ticket.node);
+        until_done(&what, Backoff::RECOVER, || false, delete).await;
     }
 }
 

@@ -1,5 +1,5 @@
 //! A barrier and a double barrier on the wait shape
-//! ([`wait_until`](super::wait_until)): the store's verbs
+//! ([`wait_until`]): the store's verbs
 //! ([`BarrierStore`], [`DoubleBarrierStore`]) and the conditions, written
 //! once.
 //!
@@ -326,7 +326,7 @@ pub async fn leave<S: DoubleBarrierStore>(
 }
 
 /// The barrier backend of a store that has none yet: making a barrier or
-/// a double barrier on it refuses with [`Error::InvalidArgument`]
+/// a double barrier on it refuses with [`Error::InvalidArgument`](crate::Error::InvalidArgument)
 /// naming the store (see [`NoWaits::refuse`]); its verbs are never
 /// reached.
 #[derive(Debug, Clone)]
@@ -430,7 +430,5 @@ impl DoubleBarrierStore for NoWaits {
         Self::unavailable()
     }
 
-    fn remove((): ()) -> impl Future<Output = ()> + Send + 'static {
-        async {}
-    }
+    async fn remove((): ()) {}
 }

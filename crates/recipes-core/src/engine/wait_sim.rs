@@ -405,10 +405,11 @@ fn without_faults_a_removal_costs_each_waiter_one_read() {
             .collect();
         tokio::time::sleep(Duration::from_millis(20)).await;
         assert_eq!(sim.state.lock().reads, 10, "each waiter read once");
-        let mut st = sim.state.lock();
-        st.barrier = false;
-        sim.bump(&mut st);
-        drop(st);
+        {
+            let mut st = sim.state.lock();
+            st.barrier = false;
+            sim.bump(&mut st);
+        }
         for t in tasks {
             assert!(t.await.unwrap());
         }
