@@ -47,6 +47,8 @@ mod undo;
 mod wait;
 #[cfg(test)]
 mod wait_sim;
+#[cfg(test)]
+mod wait_sim_store;
 
 pub use contend::{contend, queue_reads};
 pub use decide::{decide, Decision, Role, Rule, Verdict};
