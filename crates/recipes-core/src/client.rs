@@ -10,10 +10,12 @@ use crate::backend::{
     ElectionBackend, FencedLease, HeldLease, LeaderInfo, MutexBackend, RwLockBackend,
     SemaphoreBackend,
 };
+use crate::barrier::{Barrier, DoubleBarrier, OnRuntime};
 use crate::clock::BootInstant;
 use crate::count_down::CountDownLatch;
 use crate::counter::{Counter, CounterBackend, CounterKind};
 use crate::election::{Election, Leadership};
+use crate::engine::gather::{BarrierStore, DoubleBarrierStore};
 use crate::engine::Role;
 use crate::error::Result;
 use crate::leader::{LeaderLatch, LeaderSelector};
@@ -85,6 +87,25 @@ pub trait Client: Clone + Send + Sync + fmt::Debug + 'static {
     type Election: ElectionBackend<Leadership: FencedWrites> + fmt::Debug;
     /// The read-write lock backend; both sides' leases write fenced.
     type RwLock: RwLockBackend<Lease: FencedWrites> + fmt::Debug;
+
+    /// The barrier and double barrier backend.
+    type Barrier: BarrierStore + DoubleBarrierStore + OnRuntime + fmt::Debug;
+
+    /// A barrier named `name` (see [`Barrier`]).
+    ///
+    /// # Errors
+    ///
+    /// As for [`mutex`](Client::mutex).
+    fn barrier(&self, name: &str) -> Result<Barrier<Self::Barrier>>;
+
+    /// A double barrier named `name` gathering `count` members (see
+    /// [`DoubleBarrier`]).
+    ///
+    /// # Errors
+    ///
+    /// As for [`mutex`](Client::mutex); a count of 0 or above
+    /// [`MAX_DOUBLE_BARRIER_COUNT`](crate::MAX_DOUBLE_BARRIER_COUNT).
+    fn double_barrier(&self, name: &str, count: u32) -> Result<DoubleBarrier<Self::Barrier>>;
 
     /// The store's short name, the `store` label of the metrics: `zk`, `etcd`,
     /// `pg` or `redis`.

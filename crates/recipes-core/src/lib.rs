@@ -62,6 +62,7 @@
 
 mod backend;
 mod backoff;
+mod barrier;
 mod client;
 mod clock;
 mod close;
@@ -99,6 +100,7 @@ mod test_backend;
 pub mod tls;
 
 pub use backend::LeaderInfo;
+pub use barrier::{Barrier, DoubleBarrier, DoubleBarrierMember, MAX_DOUBLE_BARRIER_COUNT};
 pub use client::{Client, Contender, FencedWrites};
 pub use clock::BootInstant;
 pub use count_down::CountDownLatch;
@@ -131,6 +133,7 @@ pub mod store {
         SemaphoreBackend,
     };
     pub use crate::backoff::Backoff;
+    pub use crate::barrier::{check_count, OnRuntime};
     pub use crate::clock::{system_clock, Clock, ManualClock, SharedClock, SystemClock};
     pub use crate::close::end_sessions_within;
     pub use crate::connect::{is_host_port, no_server_answered};
@@ -139,6 +142,8 @@ pub mod store {
         check_lease, granted_ttl_hazard, margin, DeadlineTracker, CLOCK_DRIFT_PPM, DEFAULT_SLACK,
     };
     pub use crate::engine;
+    pub use crate::engine::gather::{BarrierStore, DoubleBarrierStore, Flag, Gathering, NoWaits};
+    pub use crate::engine::WaitStore;
     pub use crate::held::{FencedWrite, HeldEntry, StoreEntry};
     pub use crate::held_watch::{watch_held, EntryWatcher};
     pub use crate::leader::validate_participant_id;

@@ -44,6 +44,7 @@
 #![warn(missing_docs)]
 #![deny(missing_debug_implementations)]
 
+mod barrier;
 mod builder;
 mod client;
 mod contend;
@@ -66,6 +67,7 @@ mod session;
 mod surface;
 mod watch;
 
+pub use barrier::{Barrier, DoubleBarrier, EtcdWaits};
 pub use builder::EtcdClientBuilder;
 pub use client::EtcdClient;
 pub use counter::EtcdCounter;

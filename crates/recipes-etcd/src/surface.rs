@@ -6,6 +6,7 @@ use std::time::{Duration, Instant};
 
 use recipes_core::{BootInstant, Client, Contender, Result};
 
+use crate::barrier::{Barrier, DoubleBarrier, EtcdWaits};
 use crate::client::EtcdClient;
 use crate::election::{Election, EtcdElection, LeaderLatch, LeaderSelector};
 use crate::mutex::{EtcdMutex, Mutex};
@@ -16,6 +17,18 @@ use crate::rw_lock::{EtcdRwLock, RwLock};
 use crate::semaphore::{EtcdSemaphore, Semaphore};
 
 impl Client for EtcdClient {
+    type Barrier = EtcdWaits;
+
+    fn barrier(&self, name: &str) -> Result<Barrier> {
+        Ok(Barrier::from_backend(EtcdWaits::barrier(self, name)?))
+    }
+
+    fn double_barrier(&self, name: &str, count: u32) -> Result<DoubleBarrier> {
+        Ok(DoubleBarrier::from_backend(EtcdWaits::double(
+            self, name, count,
+        )?))
+    }
+
     type RwLock = EtcdRwLock;
 
     fn rw_lock(&self, name: &str) -> Result<RwLock> {

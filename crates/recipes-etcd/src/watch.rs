@@ -36,6 +36,16 @@ impl Watch {
         Watch::open(etcd, prefix, WatchOptions::new().with_prefix(), timeout).await
     }
 
+    /// Watch every change of the one key `key` from now on (once this
+    /// returns, at most `timeout` later).
+    pub(crate) async fn key(
+        etcd: &etcd_client::Client,
+        key: &str,
+        timeout: Duration,
+    ) -> Result<Watch> {
+        Watch::open(etcd, key, WatchOptions::new(), timeout).await
+    }
+
     /// Watch the puts under `prefix` after revision `rev` (from etcd's
     /// history: no put after a read at `rev` is missed).
     pub(crate) async fn puts_after(

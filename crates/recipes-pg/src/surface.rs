@@ -5,6 +5,7 @@
 use std::time::{Duration, Instant};
 
 use recipes_core::store::engine::Role;
+use recipes_core::store::NoWaits;
 use recipes_core::{BootInstant, Client, Contender, Result};
 use tokio_postgres::types::Type;
 use uuid::Uuid;
@@ -96,6 +97,21 @@ async fn kind_of(client: &PgClient, name: &str) -> Result<Option<String>> {
 }
 
 impl Client for PgClient {
+    /// Not built on PostgreSQL yet: making one refuses with a typed error.
+    type Barrier = NoWaits;
+
+    fn barrier(&self, _name: &str) -> Result<recipes_core::Barrier<NoWaits>> {
+        NoWaits::refuse("PostgreSQL", "barrier")
+    }
+
+    fn double_barrier(
+        &self,
+        _name: &str,
+        _count: u32,
+    ) -> Result<recipes_core::DoubleBarrier<NoWaits>> {
+        NoWaits::refuse("PostgreSQL", "double barrier")
+    }
+
     type RwLock = PgRwLock;
 
     /// Lease mode: rows of `recipes.queue` with their role under a name of

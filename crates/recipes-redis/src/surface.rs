@@ -5,6 +5,7 @@
 use std::time::{Duration, Instant};
 
 use recipes_core::store::engine::Role;
+use recipes_core::store::NoWaits;
 use recipes_core::{BootInstant, Client, Contender, Result};
 
 use crate::client::RedisClient;
@@ -49,6 +50,21 @@ pub(crate) async fn read_contenders(
 }
 
 impl Client for RedisClient {
+    /// Not built on Redis yet: making one refuses with a typed error.
+    type Barrier = NoWaits;
+
+    fn barrier(&self, _name: &str) -> Result<recipes_core::Barrier<NoWaits>> {
+        NoWaits::refuse("Redis", "barrier")
+    }
+
+    fn double_barrier(
+        &self,
+        _name: &str,
+        _count: u32,
+    ) -> Result<recipes_core::DoubleBarrier<NoWaits>> {
+        NoWaits::refuse("Redis", "double barrier")
+    }
+
     type RwLock = RedisRwLock;
 
     /// A read-write lock on the name's queue: a lock, an election or a

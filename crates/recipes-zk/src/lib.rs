@@ -96,6 +96,7 @@
 #![warn(missing_docs)]
 #![deny(missing_debug_implementations)]
 
+mod barrier;
 mod client;
 mod contenders;
 mod counter;
@@ -112,6 +113,7 @@ mod semaphore;
 mod session;
 mod surface;
 
+pub use barrier::{DistributedBarrier, DistributedDoubleBarrier, ZkWaits};
 pub use client::{ZkClient, ZkClientBuilder};
 pub use counter::ZkCounter;
 pub use election::{Election, LeaderLatch, LeaderSelector, Leadership, ZkElection};

@@ -7,6 +7,7 @@ use std::time::{Duration, Instant};
 use recipes_core::{BootInstant, Client, Contender, Result};
 use zookeeper_client as zk;
 
+use crate::barrier::{DistributedBarrier, DistributedDoubleBarrier, ZkWaits};
 use crate::client::ZkClient;
 use crate::contenders::read_queue;
 use crate::election::{Election, LeaderLatch, LeaderSelector, ZkElection};
@@ -17,6 +18,19 @@ use crate::rw_lock::{InterProcessReadWriteLock, ZkRwLock};
 use crate::semaphore::{InterProcessSemaphore, ZkSemaphore};
 
 impl Client for ZkClient {
+    type Barrier = ZkWaits;
+
+    fn barrier(&self, path: &str) -> Result<DistributedBarrier> {
+        Ok(DistributedBarrier::from_backend(ZkWaits::barrier(
+            self, path,
+        )?))
+    }
+
+    fn double_barrier(&self, path: &str, count: u32) -> Result<DistributedDoubleBarrier> {
+        let backend = ZkWaits::double(self, path, count)?;
+        Ok(DistributedDoubleBarrier::from_backend(backend))
+    }
+
     type RwLock = ZkRwLock;
 
     fn rw_lock(&self, path: &str) -> Result<InterProcessReadWriteLock> {

@@ -28,6 +28,7 @@ pub mod multi;
 pub mod outcomes;
 pub mod process_faults;
 pub mod rw;
+pub mod waits;
 
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
@@ -171,6 +172,26 @@ fn boot(ms: &str) -> BootInstant {
 macro_rules! conformance_suite {
     ($kit:ty) => {
         const LEASE: std::time::Duration = std::time::Duration::from_secs(2);
+
+        #[test]
+        fn waits_a_barrier_removal_wakes_every_waiter_once() {
+            conformance::waits::a_barrier_removal_wakes_every_waiter_once(&<$kit as conformance::Kit>::shared());
+        }
+
+        #[test]
+        fn waits_a_tied_barrier_goes_with_its_setter() {
+            conformance::waits::a_tied_barrier_goes_with_its_setter(&<$kit as conformance::Kit>::shared());
+        }
+
+        #[test]
+        fn waits_a_double_barrier_gathers_count_and_leaves_nothing() {
+            conformance::waits::a_double_barrier_gathers_count_and_leaves_nothing(&<$kit as conformance::Kit>::shared());
+        }
+
+        #[test]
+        fn waits_bad_input_is_refused_and_leaves_nothing() {
+            conformance::waits::bad_input_is_refused_and_leaves_nothing(&<$kit as conformance::Kit>::shared());
+        }
 
         #[test]
         fn rw_readers_share_and_a_writer_is_alone() {

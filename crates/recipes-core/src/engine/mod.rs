@@ -36,6 +36,7 @@
 mod contend;
 mod decide;
 mod driver;
+pub mod gather;
 mod semaphore;
 #[cfg(test)]
 mod sim;
@@ -43,9 +44,15 @@ mod sim;
 mod sim_store;
 mod take;
 mod undo;
+mod wait;
+#[cfg(test)]
+mod wait_sim;
+#[cfg(test)]
+mod wait_sim_store;
 
 pub use contend::{contend, queue_reads};
 pub use decide::{decide, Decision, Role, Rule, Verdict};
 pub use driver::{ContendDriver, Entered, Listing};
 pub use semaphore::{admit, SemaphoreDriver};
 pub use take::{take, SlotDriver};
+pub use wait::{once, wait_until, Check, Condition, WaitStore};
