@@ -37,7 +37,7 @@ fn seeds() -> std::ops::Range<u64> {
 fn barrier_run(seed: u64) -> u64 {
     rt().block_on(async move {
         let mut pick = Rng::new(seed ^ 0xba5e);
-        let fault_percent = if seed % 3 == 0 { 0 } else { pick.below(20) };
+        let fault_percent = if seed.is_multiple_of(3) { 0 } else { pick.below(20) };
         let sim = Sim::new(seed, fault_percent);
         sim.state.lock().barrier = true;
         let waiters = 2 + pick.below(8) as usize;
@@ -105,7 +105,7 @@ fn a_barrier_removal_lets_every_waiter_through_once_and_none_before() {
     let (mut quiet_runs, mut quiet_reads) = (0, 0);
     for seed in seeds() {
         let reads = barrier_run(seed);
-        if seed % 3 == 0 {
+        if seed.is_multiple_of(3) {
             quiet_runs += 1;
             quiet_reads += reads;
         }
