@@ -104,10 +104,7 @@ impl RedisEntry {
         };
         let (watched, label, shown) = (trigger.clone(), session.label().to_owned(), holder.clone());
         client.runtime().handle().spawn(async move {
-            // Just confirmed by the script that took it: no read before
-            // the client's poll of its held entries looks after it.
-            let confirmed = Some(holding.clone());
-            watch_held(&holding, &label, &shown, confirmed, &watched).await;
+            watch_held(&holding, &label, &shown, None, &watched).await;
         });
         let token = FencingToken(a.fence.unsigned_abs());
         let entry = RedisEntry {

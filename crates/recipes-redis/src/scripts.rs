@@ -9,29 +9,23 @@
 //! |---|---|
 //! | `ns sessions` | the last session id (minted as a fence is) |
 //! | `ns s:<id>` | a session: a random token, `PX` the TTL |
-//! | `ns h:<id>` | the session's entries: member → `<queue>\n<hold key>`, `PX` the TTL, renewed with the session |
-//! | `ns q:<queue>` | the queue, a sorted set: member → its place, one above the last member's |
+//! | `ns h:<id>` | the session's entries: member → `<queue>\n<hold key>` |
+//! | `ns q:<queue>` | the queue, a sorted set: member → its place |
+//! | `ns n:<queue>` | the queue's place counter (gone with the queue) |
 //! | `ns v:<queue>` | the members' values (a candidate's) |
 //! | `ns r:<name>` | a read-write lock's roles: member → `read` \| `write` |
-//! | `ns lock:<name>` | the lock: the holder's member, no TTL: live while its session key is |
+//! | `ns lock:<name>` | the lock: the holder's member, `PX` its session's |
 //! | `ns rw:<name>:<member>` | a held read or write side, as the lock |
 //! | `ns permit:<sem>/leases:<member>` | a held permit, as the lock |
 //! | `ns fence:<queue>` | the queue's last fence, never deleted |
 //! | `ns size:<sem>` | a semaphore's size |
 //!
 //! A member is `<session id>-<uuid>`: made by the client before it is
-//! sent, and naming its session. An entry, and a hold, is live while its
-//! session key exists: the one renewal of a session keeps all of them, and
-//! a hold of an expired session is free to the next taker. Dead entries
-//! are swept by the next listing (their hold keys with them). Going
+//! sent, and naming its session. An entry is live while its session key
+//! exists or it holds; dead ones are swept by the next listing. Going
 //! entries are published on `ns gone:<member>` (the waiter behind a lock
-//! entry listens there; not when the queue is left empty) and
-//! `ns wake:<queue>` (a permit waiter, an observer).
-//!
-//! `ENTER` takes too when ours holds at once (`take`, as `CONFIRM`
-//! does): into an empty queue it reads only the queue's last member, sets
-//! the hold key and mints the fence, so an uncontended lock is one script
-//! and its release another.
+//! entry listens there) and `ns wake:<queue>` (a permit waiter, an
+//! observer).
 //!
 //! A read-write lock is the mutex's queue `ns q:<name>` with each
 //! member's role beside it (`ns r:<name>`, which exists while it has
@@ -51,7 +45,7 @@
 //!
 //! Fences and session ids are **minted** (`mint`) on a hybrid clock: the
 //! larger of the last one + 1 and the server's `TIME` in microseconds
-//! since the Unix epoch, `SET … GET` swapping it in (exact in Lua's doubles until the year 2255;
+//! since the Unix epoch (exact in Lua's doubles until the year 2255;
 //! stored with `%.0f`, never `tostring`, which writes `1.7e+15`). Each
 //! value minted is at most the server's clock when it was minted, so
 //! after the data is lost (`FLUSHALL`, a restart without persistence, an
@@ -68,8 +62,6 @@ use std::sync::LazyLock;
 
 use redis::Script;
 
-use crate::names::NS;
-
 /// What every script shares: removing an entry and saying so.
 macro_rules! common {
     () => {
@@ -77,29 +69,25 @@ macro_rules! common {
 local ns = ARGV[1]
 local function sid_of(m) return string.match(m, '^(%d+)-') or '0' end
 local function sess(m) return ns .. 's:' .. sid_of(m) end
-local function drop(q, k, m, held)
+local function drop(q, k, m)
   local qk = ns .. 'q:' .. q
   redis.call('ZREM', qk, m)
-  local left = redis.call('ZCARD', qk)
+  redis.call('HDEL', ns .. 'v:' .. q, m)
+  redis.call('HDEL', ns .. 'r:' .. q, m)
   redis.call('HDEL', ns .. 'h:' .. sid_of(m), m)
-  if held == nil then held = redis.call('GET', k) == m end
-  if held then redis.call('DEL', k) end
-  if left > 0 then
-    redis.call('HDEL', ns .. 'v:' .. q, m)
-    redis.call('HDEL', ns .. 'r:' .. q, m)
-    redis.call('PUBLISH', ns .. 'gone:' .. m, q)
-  else
-    redis.call('DEL', ns .. 'v:' .. q, ns .. 'r:' .. q)
-  end
+  if redis.call('GET', k) == m then redis.call('DEL', k) end
+  redis.call('PUBLISH', ns .. 'gone:' .. m, q)
   redis.call('PUBLISH', ns .. 'wake:' .. q, m)
+  if redis.call('ZCARD', qk) == 0 then redis.call('DEL', ns .. 'n:' .. q, ns .. 'v:' .. q) end
 end
 local function mint(key)
   local t = redis.call('TIME')
   local now = tonumber(t[1]) * 1000000 + tonumber(t[2])
-  local last = tonumber(redis.call('SET', key, string.format('%.0f', now), 'GET') or '0')
-  if now > last then return now end
-  redis.call('SET', key, string.format('%.0f', last + 1))
-  return last + 1
+  if now > tonumber(redis.call('GET', key) or '0') then
+    redis.call('SET', key, string.format('%.0f', now))
+    return now
+  end
+  return redis.call('INCR', key)
 end
 "#
     };
@@ -115,7 +103,9 @@ local qk = ns .. 'q:' .. q
 local rk = ns .. 'r:' .. q
 local function holdkey(m) if mode == 'lock' then return hk end return hk .. m end
 local function role(m) return redis.call('HGET', rk, m) end
-local function alive(m) return redis.call('EXISTS', sess(m)) == 1 end
+local function alive(m)
+  return redis.call('EXISTS', sess(m)) == 1 or redis.call('GET', holdkey(m)) == m
+end
 local function upto(ours)
   local out = {}
   for _, m in ipairs(redis.call('ZRANGE', qk, 0, -1)) do
@@ -134,28 +124,6 @@ local function other(m)
   if redis.call('EXISTS', sess(m)) == 0 then return false end
   if mode == 'rw' then return not role(m) end
   return role(m) ~= false
-end
--- Ours holds if the rule says so over `live` (the live members up to
--- ours): set the hold key and mint the fence. `fresh`: the queue was
--- empty, ours alone in it, so the hold key is free unless someone
--- tampered with the queue (then the checks below run). A hold of a
--- member whose session expired is free. → the fence; -1 ours is gone;
--- -2 not ours yet.
-local function take(live, max, fkey, fresh)
-  if live[#live] ~= member then return -1 end
-  local k = holdkey(member)
-  if fresh and redis.call('SET', k, member, 'NX') then return mint(fkey) end
-  local cur = redis.call('GET', k)
-  if cur == member then return tonumber(redis.call('GET', fkey)) end
-  if cur and alive(cur) then return -2 end
-  if mode == 'rw' then
-    local reader = role(member) == 'read'
-    for i = 1, #live - 1 do
-      if not reader or role(live[i]) ~= 'read' then return -2 end
-    end
-  elseif #live > tonumber(max) then return -2 end
-  redis.call('SET', k, member)
-  return mint(fkey)
 end
 "#
     };
@@ -184,18 +152,22 @@ return id
 );
 
 // ARGV: ns, id, token, ttl ms → 1 renewed, 0 gone. Never resurrects: an
-// expired session key is not set again. The same few commands whatever
-// the number of entries: a hold is live while its member's session key
-// exists, so hold keys are never extended.
+// expired session key is not set again, and a hold key is extended only
+// while it holds our member.
 script!(
     RENEW,
     " flags=allow-oom",
     common!(),
     r#"
-local s = ns .. 's:' .. ARGV[2]
+local s, h = ns .. 's:' .. ARGV[2], ns .. 'h:' .. ARGV[2]
 if redis.call('GET', s) ~= ARGV[3] then return 0 end
 redis.call('PEXPIRE', s, ARGV[4])
-redis.call('PEXPIRE', ns .. 'h:' .. ARGV[2], ARGV[4])
+local e = redis.call('HGETALL', h)
+for i = 1, #e, 2 do
+  local k = string.match(e[i + 1], '\n(.*)$')
+  if k and redis.call('GET', k) == e[i] then redis.call('PEXPIRE', k, ARGV[4]) end
+end
+if #e > 0 then redis.call('PEXPIRE', h, ARGV[4]) end
 return 1
 "#
 );
@@ -219,15 +191,12 @@ return #e / 2
 );
 
 // ARGV: ns, queue, hold, mode, member, token, value (a read-write lock's:
-// the role), conflict key, inside key, max (as `CONFIRM`'s; empty: do
-// not take), fence key, ttl ms → {0, live members up to ours, as
-// `shown`[, the fence when ours holds: taken in the same script, as
-// `CONFIRM` takes it]}; {-1} our session is gone; {-2} the conflict key
-// exists (the name holds a semaphore); {-3} the inside key exists (the
-// name is a semaphore's own queue); {-4} the queue has live members of the
-// other recipe (a lock's or an election's for a read-write lock, and the
-// reverse). Into an empty queue (the uncontended path) it runs no read of
-// the queue beyond its last member.
+// the role), conflict key, inside key → {0, live members up to ours, as
+// `shown`}; {-1} our session is gone; {-2} the conflict key exists (the
+// name holds a semaphore); {-3} the inside key exists (the name is a
+// semaphore's own queue); {-4} the queue has live members of the other
+// recipe (a lock's or an election's for a read-write lock, and the
+// reverse).
 script!(
     ENTER,
     "",
@@ -235,39 +204,22 @@ script!(
     queue!(),
     r#"
 if redis.call('GET', sess(member)) ~= ARGV[6] then return {-1} end
-local probe = {}
-if ARGV[8] ~= '' then probe[#probe + 1] = ARGV[8] end
-if ARGV[9] ~= '' then probe[#probe + 1] = ARGV[9] end
-if mode == 'rw' then probe[#probe + 1] = qk elseif mode == 'lock' then probe[#probe + 1] = rk end
-if #probe > 0 and redis.call('EXISTS', unpack(probe)) > 0 then
-  if ARGV[8] ~= '' and redis.call('EXISTS', ARGV[8]) == 1 then return {-2} end
-  if ARGV[9] ~= '' and redis.call('EXISTS', ARGV[9]) == 1 then return {-3} end
-  local others = {}
-  if mode == 'rw' then others = redis.call('ZRANGE', qk, 0, -1)
-  elseif mode == 'lock' then others = redis.call('HKEYS', rk) end
-  for _, m in ipairs(others) do if m ~= member and other(m) then return {-4} end end
-end
-local last = redis.call('ZRANGE', qk, -1, -1, 'WITHSCORES')
-local fresh = last[1] == nil
-local live
-if fresh or (last[1] ~= member and not redis.call('ZSCORE', qk, member)) then
-  local place = 1
-  if not fresh then place = tonumber(last[2]) + 1 end
-  redis.call('ZADD', qk, place, member)
+if ARGV[8] ~= '' and redis.call('EXISTS', ARGV[8]) == 1 then return {-2} end
+if ARGV[9] ~= '' and redis.call('EXISTS', ARGV[9]) == 1 then return {-3} end
+local others = {}
+if mode == 'rw' then others = redis.call('ZRANGE', qk, 0, -1)
+elseif mode == 'lock' then others = redis.call('HKEYS', rk) end
+for _, m in ipairs(others) do if m ~= member and other(m) then return {-4} end end
+if not redis.call('ZSCORE', qk, member) then
+  redis.call('ZADD', qk, redis.call('INCR', ns .. 'n:' .. q), member)
   if mode == 'rw' then redis.call('HSET', rk, member, ARGV[7])
-  elseif ARGV[7] ~= '' then redis.call('HSET', ns .. 'v:' .. q, member, ARGV[7]) end
+  else redis.call('HSET', ns .. 'v:' .. q, member, ARGV[7]) end
   local h = ns .. 'h:' .. sid_of(member)
   redis.call('HSET', h, member, q .. '\n' .. holdkey(member))
-  redis.call('PEXPIRE', h, ARGV[12])
+  redis.call('PEXPIRE', h, redis.call('PTTL', sess(member)))
   redis.call('PUBLISH', ns .. 'wake:' .. q, member)
-  if fresh then live = {member} end
 end
-live = live or upto(member)
-if ARGV[10] ~= '' then
-  local fence = take(live, ARGV[10], ARGV[11], fresh)
-  if fence > 0 then return {0, shown(live), fence} end
-end
-return {0, shown(live)}
+return {0, shown(upto(member))}
 "#
 );
 
@@ -308,8 +260,22 @@ script!(
     common!(),
     queue!(),
     r#"
-if redis.call('GET', sess(member)) ~= ARGV[6] then return -1 end
-return take(upto(member), ARGV[7], ARGV[8], false)
+local s = sess(member)
+if redis.call('GET', s) ~= ARGV[6] then return -1 end
+local live = upto(member)
+if live[#live] ~= member then return -1 end
+local k = holdkey(member)
+local cur = redis.call('GET', k)
+if cur == member then return tonumber(redis.call('GET', ARGV[8])) end
+if cur then return -2 end
+if mode == 'rw' then
+  local reader = role(member) == 'read'
+  for i = 1, #live - 1 do
+    if not reader or role(live[i]) ~= 'read' then return -2 end
+  end
+elseif #live > tonumber(ARGV[7]) then return -2 end
+redis.call('SET', k, member, 'NX', 'PX', redis.call('PTTL', s))
+return mint(ARGV[8])
 "#
 );
 
@@ -322,7 +288,7 @@ script!(
     queue!(),
     r#"
 local held = redis.call('GET', holdkey(member)) == member
-drop(q, holdkey(member), member, held)
+drop(q, holdkey(member), member)
 if held then return 1 end
 return 0
 "#
@@ -338,7 +304,7 @@ script!(
     common!(),
     queue!(),
     r#"
-if redis.call('GET', holdkey(member)) ~= member or not alive(member) then return 0 end
+if redis.call('GET', holdkey(member)) ~= member then return 0 end
 if not redis.call('ZSCORE', qk, member) then return 0 end
 redis.call('HSET', rk, member, 'read')
 redis.call('PUBLISH', ns .. 'gone:' .. member, q)
@@ -355,9 +321,7 @@ script!(
     "",
     common!(),
     r#"
-if redis.call('GET', ARGV[2]) ~= ARGV[3] or redis.call('EXISTS', sess(ARGV[3])) == 0 then
-  return 0
-end
+if redis.call('GET', ARGV[2]) ~= ARGV[3] then return 0 end
 if ARGV[4] == 'set' then redis.call('SET', ARGV[5], ARGV[6])
 elseif ARGV[4] == 'del' then redis.call('DEL', ARGV[5])
 else
@@ -411,8 +375,7 @@ return {1, stored}
 pub(crate) fn fenced_body(body: &str) -> Script {
     Script::new(&format!(
         "#!lua\nlocal hk, m = KEYS[#KEYS], ARGV[#ARGV]\n\
-         local s = '{NS}s:' .. (string.match(m, '^(%d+)-') or '0')\n\
-         if redis.call('GET', hk) ~= m or redis.call('EXISTS', s) == 0 then \
+         if redis.call('GET', hk) ~= m then \
          return redis.error_reply('FENCED the lock is not held by this guard') end\n\
          KEYS[#KEYS] = nil\nARGV[#ARGV] = nil\nreturn (function()\n{body}\nend)()\n"
     ))

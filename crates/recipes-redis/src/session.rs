@@ -49,13 +49,6 @@ impl Sessions {
         }
     }
 
-    /// The TTL of the session `id` in milliseconds (the entering script
-    /// gives the session's index of entries as long).
-    pub(crate) fn ttl_ms(&self, id: i64) -> u64 {
-        let granted = self.granted.lock();
-        granted.get(&id).map_or(1, |(_, ttl)| millis(*ttl))
-    }
-
     /// The token of the session `id` (the enter and confirm scripts check
     /// it); empty once revoked, which no session key holds.
     pub(crate) fn token(&self, id: i64) -> String {

@@ -29,9 +29,6 @@
 //!   memory per lock, idle server requests per second; a raw holder of as
 //!   many keys or nodes beside it on etcd and ZooKeeper (`raw_held.rs`).
 //!
-//! - **M1c** (Redis) the uncontended cycle and the raw loop, interleaved
-//!   round by round, each counted by the server: commands (those scripts
-//!   run included), requests sent and scripts a cycle (`redis_cycle.rs`).
 //! - **M6** the read-write lock and the multi-lock (`rw.rs`): 8 readers
 //!   at once beside 8 raw clients' uncontended cycles at once; a writer's
 //!   wait among 4 churning readers (violations = a writer beside a
@@ -60,7 +57,6 @@ mod pg_raw;
 mod raw;
 mod raw_held;
 mod raw_queue;
-mod redis_cycle;
 mod rw;
 
 use std::time::Duration;
@@ -95,12 +91,6 @@ type Measure<C> = fn(&Store<C>, &Sizes);
 /// The metrics named on the command line (`M1` … `M7`); none named: all.
 static ONLY: std::sync::OnceLock<Vec<String>> = std::sync::OnceLock::new();
 
-/// Whether `metric` was named on the command line, or none was.
-fn wanted(metric: &str) -> bool {
-    let only = ONLY.get().map_or(&[][..], Vec::as_slice);
-    only.is_empty() || only.iter().any(|m| m.eq_ignore_ascii_case(metric))
-}
-
 fn all<C: Client>(store: Store<C>, sizes: &Sizes) {
     let metrics: &[(&str, Measure<C>)] = &[
         ("M1", measures::m1),
@@ -112,7 +102,8 @@ fn all<C: Client>(store: Store<C>, sizes: &Sizes) {
         ("M7", counter::m7),
     ];
     for (metric, measure) in metrics {
-        if wanted(metric) {
+        let only = ONLY.get().map_or(&[][..], Vec::as_slice);
+        if only.is_empty() || only.iter().any(|m| m.eq_ignore_ascii_case(metric)) {
             measure(&store, sizes);
         }
     }
@@ -196,8 +187,7 @@ fn redis(sizes: &Sizes) {
         ..RedisConfig::default()
     });
     let url = server.url();
-    let server = std::sync::Arc::new(server);
-    let (u, u2, counted) = (url.clone(), url.clone(), server.clone());
+    let (u, u2) = (url.clone(), url.clone());
     let store = Store {
         name: "redis",
         connect: Box::new(move |ttl| {
@@ -212,7 +202,7 @@ fn redis(sizes: &Sizes) {
         raw_held: None,
         raw_queue: None,
         requests: Box::new(move || {
-            let info: String = counted.cmd(&["INFO", "stats"]);
+            let info: String = server.cmd(&["INFO", "stats"]);
             info.lines()
                 .find_map(|l| l.strip_prefix("total_commands_processed:"))
                 .and_then(|v| v.trim().parse().ok())
@@ -222,9 +212,6 @@ fn redis(sizes: &Sizes) {
         kill_is: "renewals stopped (crash)",
     };
     all(store, sizes);
-    if wanted("M1c") {
-        redis_cycle::m1c(&server, &url, sizes.seconds, sizes.rounds);
-    }
 }
 
 /// PostgreSQL in both modes, each beside its own raw statements.
@@ -314,7 +301,7 @@ fn main() {
     let (metrics, stores): (Vec<&String>, Vec<&String>) = args
         .iter()
         .filter(|a| !a.starts_with("--"))
-        .partition(|a| (2..=3).contains(&a.len()) && a.to_ascii_uppercase().starts_with('M'));
+        .partition(|a| a.len() == 2 && a.to_ascii_uppercase().starts_with('M'));
     ONLY.set(metrics.into_iter().cloned().collect())
         .expect("set once");
     let which = stores.first().map_or("all", |s| s.as_str());
