@@ -201,10 +201,11 @@ fn release_failure_keeps_cmds_status_redis() {
 }
 
 /// Asking for more than the server grants (the shared ZooKeeper caps
-/// sessions at 20 s) still runs CMD: the SIGTERM window follows the granted
-/// timeout, not the requested one.
+/// sessions at 20 s) is refused at connect (issue 27: a holder would lose
+/// its lock sooner than it planned), with exit 64, saying which setting to
+/// change, and CMD never runs.
 #[test]
-fn a_ttl_the_server_caps_still_runs_cmd_zk() {
+fn a_ttl_the_server_caps_is_refused_before_cmd_runs_zk() {
     let scene = Scene::new("capped");
     let out = scene.file("fence");
     let script = format!("echo \"$RECIPES_FENCE\" > {}", out.display());
@@ -220,12 +221,9 @@ fn a_ttl_the_server_caps_still_runs_cmd_zk() {
         &script,
     ]);
     let (status, stderr) = run(&mut cmd);
-    assert_eq!(status.code(), Some(0), "{stderr}");
-    assert!(fs::read_to_string(&out)
-        .unwrap()
-        .trim()
-        .parse::<u64>()
-        .is_ok());
+    assert_eq!(status.code(), Some(64), "{stderr}");
+    assert!(stderr.contains("maxSessionTimeout"), "{stderr}");
+    assert!(!out.exists(), "CMD ran: {stderr}");
 }
 
 #[test]

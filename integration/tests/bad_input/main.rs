@@ -27,21 +27,38 @@ mod values;
 
 use stores::{Etcd, Pg, Redis, Zk};
 
+/// Every case counts what is new in the whole store (nodes, keys, leases,
+/// sessions), so this binary's servers are never shared with the other
+/// processes of a nextest run (`integration::run_shared`): each test's
+/// process starts its own, as under `cargo test`. Called first, before any
+/// thread or server exists.
+fn own_servers() {
+    // Only under nextest, where this process runs this one test; under
+    // `cargo test` nothing is shared across processes anyway, and other
+    // test threads may be reading the environment.
+    if std::env::var_os("NEXTEST_RUN_ID").is_some() {
+        std::env::set_var("RECIPES_TEST_SHARED", "process");
+    }
+}
+
 macro_rules! on_both_stores {
     ($($area:ident :: $fun:ident => $zk:ident, $etcd:ident, $redis:ident;)*) => {
         $(
             #[test]
             fn $zk() {
+                own_servers();
                 $area::$fun::<Zk>();
             }
 
             #[test]
             fn $etcd() {
+                own_servers();
                 $area::$fun::<Etcd>();
             }
 
             #[test]
             fn $redis() {
+                own_servers();
                 $area::$fun::<Redis>();
             }
         )*
@@ -72,6 +89,7 @@ macro_rules! on_pg {
         $(
             #[test]
             fn $pg() {
+                own_servers();
                 $area::$fun::<Pg>();
             }
         )*

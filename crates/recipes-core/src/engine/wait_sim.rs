@@ -37,7 +37,11 @@ fn seeds() -> std::ops::Range<u64> {
 fn barrier_run(seed: u64) -> u64 {
     rt().block_on(async move {
         let mut pick = Rng::new(seed ^ 0xba5e);
-        let fault_percent = if seed.is_multiple_of(3) { 0 } else { pick.below(20) };
+        let fault_percent = if seed.is_multiple_of(3) {
+            0
+        } else {
+            pick.below(20)
+        };
         let sim = Sim::new(seed, fault_percent);
         sim.state.lock().barrier = true;
         let waiters = 2 + pick.below(8) as usize;
