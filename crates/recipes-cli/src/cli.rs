@@ -163,6 +163,8 @@ pub enum Command {
     Status(StatusArgs),
     /// Read, set or add to the shared counter NAME.
     Count(crate::count::CountArgs),
+    /// Set, remove or wait for the barrier NAME.
+    Barrier(crate::barrier::BarrierArgs),
     /// Check a live deployment for the settings that void a lock: one line
     /// per check (ok, warn, fail, skip), what it found, what to change.
     /// Exit 0 when nothing fails, 2 on a failure, 1 on a warning with
@@ -186,6 +188,7 @@ impl Command {
             Command::Elect(a) => Some(&a.run),
             Command::Status(_)
             | Command::Count(_)
+            | Command::Barrier(_)
             | Command::Doctor(_)
             | Command::Completions(_)
             | Command::Man => None,
@@ -200,6 +203,7 @@ impl Command {
             Command::Elect(a) => &a.name,
             Command::Status(a) => &a.name,
             Command::Count(a) => a.op.name(),
+            Command::Barrier(a) => a.op.name(),
             Command::Doctor(_) | Command::Completions(_) | Command::Man => "",
         }
     }

@@ -62,6 +62,7 @@
 #![deny(missing_debug_implementations)]
 
 mod backend;
+mod barrier;
 mod cgroup;
 mod child;
 mod cli;
@@ -183,6 +184,7 @@ fn real_main() -> i32 {
         }
         Command::Status(a) => run::status(client, &store, a, &forwarded),
         Command::Count(a) => count::run(client, &a.op),
+        Command::Barrier(a) => barrier::run(client, &a.op),
         Command::Doctor(_) | Command::Completions(_) | Command::Man => exit::USAGE,
     })
 }
