@@ -335,6 +335,20 @@ impl PgServer {
         self.respawn();
     }
 
+    /// Whether the server at our address is this one: its data directory
+    /// is ours.
+    fn answers_as_ours(&self) -> bool {
+        let ours = self.dir().join("data");
+        psql(
+            self.addr,
+            PG_SUPERUSER,
+            "postgres",
+            "SHOW data_directory",
+            crate::scale(PG_START_TIMEOUT),
+        )
+        .is_ok_and(|out| Path::new(out.trim()) == ours)
+    }
+
     /// Whether `pg_isready` says it accepts connections within
     /// [`PG_PROBE_TIMEOUT`] (during start and crash recovery it rejects
     /// them).
@@ -368,8 +382,13 @@ impl ServerProcess for PgServer {
         self.addr
     }
 
+    /// Accepting, and answered by this server: when another process took
+    /// the port first, `pg_isready` reaches that one, while ours exits with
+    /// "Address already in use" and the start is tried on another port
+    /// (seen once: the bootstrap ran on another test's server and found
+    /// its role there).
     fn is_ready(&self) -> bool {
-        self.is_accepting()
+        self.is_accepting() && self.answers_as_ours()
     }
 }
 
