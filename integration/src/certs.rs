@@ -171,7 +171,7 @@ impl TestPki {
     }
 
     /// The worker's `tls <ca> <cert> <key>` words for the good client
-    /// certificate (see `bin/worker.rs`).
+    /// certificate (see `bin/worker/main.rs`).
     pub fn worker_tls(&self) -> String {
         let (ca, client) = (self.ca.display(), &self.client);
         format!(

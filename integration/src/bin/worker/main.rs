@@ -51,11 +51,10 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use integration::certs::with_tls;
-use recipes_core::store::{ElectionBackend, FencedLease, MutexBackend, RwLockBackend};
+use recipes_core::store::{ElectionBackend, MutexBackend};
 use recipes_core::Tls;
 use recipes_core::{
-    BootInstant, Client, Error, FencedWrites, FencingToken, LeaderLatch, LeaderSelector, LockKind,
-    LossPolicy, LossSignal, MultiLockGuard, MutexGuard, RwLockReadGuard, RwLockWriteGuard,
+    BootInstant, Client, Error, LeaderLatch, LeaderSelector, LossPolicy, MutexGuard,
 };
 use recipes_etcd::{EtcdClient, EtcdClientBuilder};
 use recipes_pg::{PgClient, PgClientBuilder};
@@ -96,130 +95,8 @@ impl Participant {
     }
 }
 
-/// What a worker holds, whichever lock recipe took it: the requests after
-/// `lock`, `rwlock` and `multi` are the same.
-trait Holding: std::any::Any {
-    fn token(&self) -> FencingToken;
-    fn holder(&self) -> String;
-    fn lost(&self) -> &LossSignal;
-    /// The name whose lease lapsed, for a multi-lock.
-    fn lost_name(&self) -> Option<Option<String>> {
-        None
-    }
-    /// `name:token` for every name, for a multi-lock.
-    fn tokens(&self) -> Option<String> {
-        None
-    }
-    fn put(&self, key: &str, value: &[u8]) -> Result<(), Error>;
-    fn release(self: Box<Self>) -> Result<(), Error>;
-    fn as_any(&self) -> &dyn std::any::Any;
-}
-
-impl<L: FencedLease + FencedWrites> Holding for MutexGuard<L> {
-    fn token(&self) -> FencingToken {
-        MutexGuard::token(self)
-    }
-    fn holder(&self) -> String {
-        MutexGuard::holder(self).to_owned()
-    }
-    fn lost(&self) -> &LossSignal {
-        MutexGuard::lost(self)
-    }
-    fn put(&self, key: &str, value: &[u8]) -> Result<(), Error> {
-        MutexGuard::put(self, key, value)
-    }
-    fn release(self: Box<Self>) -> Result<(), Error> {
-        MutexGuard::release(*self)
-    }
-    fn as_any(&self) -> &dyn std::any::Any {
-        self
-    }
-}
-
-/// The same [`Holding`] for both sides of a read-write lock.
-macro_rules! rw_holding {
-    ($guard:ident) => {
-        impl<B: RwLockBackend<Lease: FencedWrites>> Holding for $guard<B> {
-            fn token(&self) -> FencingToken {
-                $guard::token(self)
-            }
-            fn holder(&self) -> String {
-                $guard::holder(self).to_owned()
-            }
-            fn lost(&self) -> &LossSignal {
-                $guard::lost(self)
-            }
-            fn put(&self, key: &str, value: &[u8]) -> Result<(), Error> {
-                $guard::put(self, key, value)
-            }
-            fn release(self: Box<Self>) -> Result<(), Error> {
-                $guard::release(*self)
-            }
-            fn as_any(&self) -> &dyn std::any::Any {
-                self
-            }
-        }
-    };
-}
-rw_holding!(RwLockReadGuard);
-rw_holding!(RwLockWriteGuard);
-
-impl<C: Client> Holding for MultiLockGuard<C> {
-    fn token(&self) -> FencingToken {
-        self.tokens()[0].1
-    }
-    fn holder(&self) -> String {
-        let first = self.tokens()[0].0;
-        MultiLockGuard::holder(self, first)
-            .unwrap_or_default()
-            .to_owned()
-    }
-    fn lost(&self) -> &LossSignal {
-        MultiLockGuard::lost(self)
-    }
-    fn lost_name(&self) -> Option<Option<String>> {
-        Some(MultiLockGuard::lost_name(self))
-    }
-    fn tokens(&self) -> Option<String> {
-        let tokens = MultiLockGuard::tokens(self);
-        let parts: Vec<String> = tokens.iter().map(|(n, t)| format!("{n}:{t}")).collect();
-        Some(parts.join(","))
-    }
-    fn put(&self, key: &str, value: &[u8]) -> Result<(), Error> {
-        let first = self.tokens()[0].0.to_owned();
-        MultiLockGuard::put(self, &first, key, value)
-    }
-    fn release(self: Box<Self>) -> Result<(), Error> {
-        MultiLockGuard::release(*self)
-    }
-    fn as_any(&self) -> &dyn std::any::Any {
-        self
-    }
-}
-
 /// The held lock of a client of type `C`.
 type Held<C> = MutexGuard<<<C as Client>::Mutex as MutexBackend>::Lease>;
-
-/// The parts of a `multi` request: `m:<name>`, `r:<name>`, `w:<name>`.
-fn multi_parts(spec: &str) -> Result<Vec<(&str, LockKind)>, String> {
-    spec.split(',')
-        .map(|part| match part.split_once(':') {
-            Some(("m", name)) => Ok((name, LockKind::Mutex)),
-            Some(("r", name)) => Ok((name, LockKind::Read)),
-            Some(("w", name)) => Ok((name, LockKind::Write)),
-            _ => Err(usage("a multi part is m:<name>, r:<name> or w:<name>")),
-        })
-        .collect()
-}
-
-/// The optional `wait_ms` of an acquiring request.
-fn wait_of(rest: &[&str], form: &str) -> Result<Option<Duration>, String> {
-    match rest {
-        [] => Ok(None),
-        [ms] => Ok(Some(millis(ms, "wait_ms")?)),
-        _ => Err(usage(form)),
-    }
-}
 
 struct Worker<C: Client> {
     client: C,
@@ -496,6 +373,10 @@ fn txwrite(w: &Worker<PgClient>, table: &str, value: &str) -> Reply {
         .map_err(|e| err(&e))?;
     Ok(String::new())
 }
+
+mod holding;
+
+use holding::{multi_parts, wait_of, Holding};
 
 fn main() {
     let stdin = io::stdin();
