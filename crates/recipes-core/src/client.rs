@@ -6,10 +6,7 @@
 use std::fmt;
 use std::time::Duration;
 
-use crate::backend::{
-    ElectionBackend, FencedLease, HeldLease, LeaderInfo, MutexBackend, RwLockBackend,
-    SemaphoreBackend,
-};
+use crate::backend::{ElectionBackend, FencedLease, HeldLease, LeaderInfo, RwLockBackend};
 use crate::barrier::{Barrier, DoubleBarrier, OnRuntime};
 use crate::clock::BootInstant;
 use crate::count_down::CountDownLatch;
@@ -21,6 +18,7 @@ use crate::error::Result;
 use crate::leader::{LeaderLatch, LeaderSelector};
 use crate::multi_lock::{LockKind, MultiLock};
 use crate::mutex::{Mutex, MutexGuard};
+use crate::queue_lock::{LockStore, QueueLock, QueueSemaphore};
 use crate::rw_lock::{RwLock, RwLockReadGuard, RwLockWriteGuard};
 use crate::semaphore::{Semaphore, SemaphorePermit};
 
@@ -78,16 +76,20 @@ impl From<Contender> for LeaderInfo {
 /// Cheap to clone; clones share the session. Dropping the last handle
 /// closes it on a best-effort basis; [`close`](Client::close) reports the
 /// outcome.
-pub trait Client: Clone + Send + Sync + fmt::Debug + 'static {
-    /// The mutex backend; its leases write fenced.
-    type Mutex: MutexBackend<Lease: FencedWrites> + fmt::Debug;
-    /// The semaphore backend; its permits write fenced by their own entry.
-    type Semaphore: SemaphoreBackend<Permit: FencedWrites> + fmt::Debug;
-    /// The election backend; its leaderships write fenced.
-    type Election: ElectionBackend<Leadership: FencedWrites> + fmt::Debug;
-    /// The read-write lock backend; both sides' leases write fenced.
-    type RwLock: RwLockBackend<Lease: FencedWrites> + fmt::Debug;
-
+///
+/// A client is the [`LockStore`] of its mutexes and read-write locks
+/// (their leases write fenced): [`mutex`](Client::mutex) and
+/// [`rw_lock`](Client::rw_lock) are [`QueueLock`]s over it, the same on
+/// every store, and so is [`semaphore`](Client::semaphore) a
+/// [`QueueSemaphore`]; its elections, latches and selectors are the
+/// store's election backend.
+pub trait Client:
+    LockStore<
+    Lease: FencedWrites,
+    Permit: FencedWrites,
+    Election: ElectionBackend<Leadership: FencedWrites>,
+>
+{
     /// The barrier and double barrier backend.
     type Barrier: BarrierStore + DoubleBarrierStore + OnRuntime + fmt::Debug;
 
@@ -117,28 +119,36 @@ pub trait Client: Clone + Send + Sync + fmt::Debug + 'static {
     ///
     /// [`Error::InvalidArgument`](crate::Error::InvalidArgument) for a name
     /// the store refuses, saying what to change.
-    fn mutex(&self, name: &str) -> Result<Mutex<Self::Mutex>>;
+    fn mutex(&self, name: &str) -> Result<Mutex<QueueLock<Self>>> {
+        QueueLock::new(self, name, LockKind::Mutex).map(Mutex::from_backend)
+    }
 
     /// A semaphore of `permits` permits named `name`.
     ///
     /// # Errors
     ///
     /// As for [`mutex`](Client::mutex); zero permits.
-    fn semaphore(&self, name: &str, permits: u32) -> Result<Semaphore<Self::Semaphore>>;
+    fn semaphore(&self, name: &str, permits: u32) -> Result<Semaphore<QueueSemaphore<Self>>> {
+        QueueSemaphore::new(self, name, permits).map(Semaphore::from_backend)
+    }
 
     /// An election named `name`.
     ///
     /// # Errors
     ///
     /// As for [`mutex`](Client::mutex).
-    fn election(&self, name: &str) -> Result<Election<Self::Election>>;
+    fn election(&self, name: &str) -> Result<Election<Self::Election>> {
+        self.election_of(name, false).map(Election::from_backend)
+    }
 
     /// A read-write lock named `name`.
     ///
     /// # Errors
     ///
     /// As for [`mutex`](Client::mutex).
-    fn rw_lock(&self, name: &str) -> Result<RwLock<Self::RwLock>>;
+    fn rw_lock(&self, name: &str) -> Result<RwLock<QueueLock<Self>>> {
+        QueueLock::new(self, name, LockKind::Write).map(RwLock::from_backend)
+    }
 
     /// The mutexes `names`, taken all or nothing (see [`MultiLock`]).
     ///
@@ -165,14 +175,18 @@ pub trait Client: Clone + Send + Sync + fmt::Debug + 'static {
     /// # Errors
     ///
     /// As for [`mutex`](Client::mutex); an empty id.
-    fn leader_latch(&self, name: &str, id: &str) -> Result<LeaderLatch<Self::Election>>;
+    fn leader_latch(&self, name: &str, id: &str) -> Result<LeaderLatch<Self::Election>> {
+        LeaderLatch::new(self.election_of(name, false)?, id)
+    }
 
     /// A leader selector on `name` for participant `id`.
     ///
     /// # Errors
     ///
     /// As for [`leader_latch`](Client::leader_latch).
-    fn leader_selector(&self, name: &str, id: &str) -> Result<LeaderSelector<Self::Election>>;
+    fn leader_selector(&self, name: &str, id: &str) -> Result<LeaderSelector<Self::Election>> {
+        LeaderSelector::new(self.election_of(name, true)?, id)
+    }
 
     /// The contenders of the mutex, election, latch or selector `name`, in
     /// the order the recipe itself uses: the first holds or leads.

@@ -7,13 +7,13 @@ use std::time::{Duration, Instant};
 
 use parking_lot::Mutex as PlMutex;
 
-use crate::backend::MutexBackend;
 use crate::client::{Client, FencedWrites};
 use crate::error::{Error, Result};
 use crate::fence::FencingToken;
 use crate::guard::{deadline_after, unbounded_wait_ended};
 use crate::loss::LossSignal;
 use crate::mutex::{Mutex, MutexGuard};
+use crate::queue_lock::{LockStore, QueueLock};
 use crate::rw_lock::{Access, RwLock, RwLockReadGuard, RwLockWriteGuard};
 
 /// The most names one multi-lock takes. Each name is a lock of its own,
@@ -34,16 +34,16 @@ pub enum LockKind {
 }
 
 enum PartLock<C: Client> {
-    Mutex(Mutex<C::Mutex>),
-    Rw(RwLock<C::RwLock>, Access),
+    Mutex(Mutex<QueueLock<C>>),
+    Rw(RwLock<QueueLock<C>>, Access),
 }
 
-type MutexLease<C> = <<C as crate::Client>::Mutex as MutexBackend>::Lease;
+type MutexLease<C> = <C as LockStore>::Lease;
 
 enum Held<C: Client> {
     Mutex(MutexGuard<MutexLease<C>>),
-    Read(RwLockReadGuard<C::RwLock>),
-    Write(RwLockWriteGuard<C::RwLock>),
+    Read(RwLockReadGuard<QueueLock<C>>),
+    Write(RwLockWriteGuard<QueueLock<C>>),
 }
 
 impl<C: Client> Held<C> {

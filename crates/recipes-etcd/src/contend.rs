@@ -42,7 +42,7 @@ use crate::names::{
 };
 use crate::rpc::{header_revision, read_at, retrying_txn, unexpected};
 use crate::rw_queue::{downgrade_of, none_under, one_under, RwQueue};
-use crate::semaphore::EtcdSemaphore;
+use crate::semaphore::SemaphoreKeys;
 use crate::session::{Etcd, Session};
 
 /// How an acquisition keeps clear of this process's other acquisitions of
@@ -95,7 +95,7 @@ pub(crate) enum Layout<'a> {
         claim: Claim<'a>,
     },
     /// A semaphore's permit keys (`permit.rs`).
-    Permits(&'a EtcdSemaphore),
+    Permits(&'a SemaphoreKeys),
     /// A read-write lock's reader or writer (`rw_queue.rs`).
     ReadWrite(&'a RwQueue),
 }

@@ -54,6 +54,7 @@ mod hub;
 mod key;
 mod listing;
 mod lock;
+mod locks;
 mod mutex;
 mod names;
 mod observe;

@@ -7,17 +7,14 @@
 //! the deletion of the previous holder's key (ours, heard on the watch) or
 //! of a read after it (theirs, and ours when the watch cannot vouch).
 
-use std::time::Instant as StdInstant;
-
 use recipes_core::store::engine;
-use recipes_core::store::{HandleQueue, MutexBackend};
+use recipes_core::store::HandleQueue;
 use recipes_core::Result;
 use tokio::time::Instant;
 
 use crate::client::EtcdClient;
 use crate::contend::{Claim, KeyContender, Layout, Via};
 use crate::key::Acquired;
-use crate::lock::{EtcdKey, EtcdLock};
 use crate::names::{key_prefix, validate_name};
 
 /// A handle of a lock or election name: what a mutex and an election
@@ -76,36 +73,6 @@ impl NameHandle {
 /// sharing a handle take turns in the process; see [`EtcdClient`].
 pub type Mutex = recipes_core::Mutex<EtcdMutex>;
 
-/// The etcd mutex backend; use it through [`Mutex`].
-#[derive(Debug, Clone)]
-pub struct EtcdMutex(NameHandle);
-
-impl EtcdMutex {
-    pub(crate) fn new(client: EtcdClient, name: &str) -> Result<EtcdMutex> {
-        NameHandle::new(client, "lock", name).map(EtcdMutex)
-    }
-}
-
-impl MutexBackend for EtcdMutex {
-    type Lease = EtcdLock;
-
-    fn name(&self) -> &str {
-        &self.0.name
-    }
-
-    fn runtime(&self) -> &recipes_core::store::Runtime {
-        self.0.client.runtime()
-    }
-
-    fn acquire(&self, deadline: Option<StdInstant>) -> Result<Option<EtcdLock>> {
-        let this = self.0.clone();
-        self.0
-            .client
-            .runtime()
-            .call_until("lock", None, async move {
-                let deadline = deadline.map(Instant::from_std);
-                let won = this.contend(Claim::Lock, deadline).await?;
-                Ok(won.map(|a| EtcdKey::held(this.client.clone(), a, "lock")))
-            })
-    }
-}
+/// The etcd mutex backend: core's queue lock over this client's verbs
+/// (`locks.rs`); use it through [`Mutex`].
+pub type EtcdMutex = recipes_core::store::QueueLock<EtcdClient>;

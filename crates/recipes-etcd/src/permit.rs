@@ -17,10 +17,10 @@ use recipes_core::Result;
 use crate::listing::{listing, oldest_first};
 use crate::names::Key;
 use crate::rpc::{header_revision, read_at, retrying_txn};
-use crate::semaphore::EtcdSemaphore;
+use crate::semaphore::SemaphoreKeys;
 use crate::session::Session;
 
-impl EtcdSemaphore {
+impl SemaphoreKeys {
     /// Create our permit key if the stored size is ours, and list the
     /// permits in the same transaction; stores the size first if its key
     /// is missing. Returns our key's `create_revision` and the listing.

@@ -9,21 +9,15 @@
 //! reader's exceeds every earlier writer's. A downgraded guard keeps the
 //! write token.
 
-use std::time::Instant as StdInstant;
-
 use etcd_client::{Compare, CompareOp, PutOptions, Txn, TxnOp};
-use recipes_core::store::engine;
-use recipes_core::store::{FencedLease, HeldEntry, HeldLease, LeadershipLease, RwLockBackend};
-use recipes_core::{Access, Error, LossReason, Result};
-use tokio::time::Instant;
+use recipes_core::store::{FencedLease, HeldEntry, HeldLease, LeadershipLease};
+use recipes_core::{Error, LossReason, Result};
 
 use crate::client::EtcdClient;
-use crate::contend::{KeyContender, Layout};
 use crate::key::OwnKey;
-use crate::lock::{EtcdKey, EtcdLock};
-use crate::names::{key_prefix, rw_key, validate_name};
+use crate::lock::EtcdLock;
+use crate::names::rw_key;
 use crate::rpc::retrying_txn;
-use crate::rw_queue::RwQueue;
 
 /// A read-write lock in the layout of etcd's Go `recipe.RWMutex` (keys
 /// `<name>/read/<unique>` and `<name>/write/<unique>` on the client's
@@ -43,80 +37,36 @@ pub type RwLockReadGuard = recipes_core::RwLockReadGuard<EtcdRwLock>;
 /// A held write side of an etcd [`RwLock`].
 pub type RwLockWriteGuard = recipes_core::RwLockWriteGuard<EtcdRwLock>;
 
-/// The etcd read-write lock backend; use it through [`RwLock`].
-#[derive(Debug, Clone)]
-pub struct EtcdRwLock {
-    client: EtcdClient,
-    name: String,
-    prefix: String,
-}
+/// The etcd read-write lock backend: core's queue lock over this
+/// client's verbs (`locks.rs`); use it through [`RwLock`].
+pub type EtcdRwLock = recipes_core::store::QueueLock<EtcdClient>;
 
-impl EtcdRwLock {
-    pub(crate) fn new(client: EtcdClient, name: &str) -> Result<EtcdRwLock> {
-        validate_name("read-write lock", name)?;
-        Ok(EtcdRwLock {
-            client,
-            name: name.to_owned(),
-            prefix: key_prefix(name),
-        })
-    }
-}
-
-impl RwLockBackend for EtcdRwLock {
-    type Lease = EtcdLock;
-
-    fn name(&self) -> &str {
-        &self.name
-    }
-
-    fn runtime(&self) -> &recipes_core::store::Runtime {
-        self.client.runtime()
-    }
-
-    fn acquire(&self, access: Access, deadline: Option<StdInstant>) -> Result<Option<EtcdLock>> {
-        let this = self.clone();
-        let write = access == Access::Write;
-        let what = if write { "write lock" } else { "read lock" };
-        self.client.runtime().call_until(what, None, async move {
-            let queue = RwQueue::new(write);
-            let driver = KeyContender {
-                client: &this.client,
-                prefix: &this.prefix,
-                layout: Layout::ReadWrite(&queue),
-            };
-            let deadline = deadline.map(Instant::from_std);
-            let won = engine::contend(&driver, deadline).await?;
-            Ok(won.map(|a| EtcdKey::held(this.client.clone(), a, what)))
-        })
-    }
-
-    /// Puts a marker read key naming our write key, on its lease, in one
-    /// transaction guarded by the write key; the write key stays as it
-    /// is. The guard's loss still follows the write key.
-    fn downgrade(&self, write: EtcdLock) -> Result<EtcdLock> {
-        let marker = rw_key(&self.prefix, false, write.session_id());
-        let read = write.entry().downgraded(marker.clone());
-        let (trigger, token) = (write.trigger().clone(), write.token());
-        drop(write);
-        let own = read.own().clone();
-        let put = async move { put_marker(&own, &marker).await };
-        let outcome = self.client.call("downgrade", put);
-        let read = HeldEntry::new(read, trigger, token);
-        match outcome {
-            Ok(true) => Ok(read),
-            Ok(false) => {
-                // Gone before its watch said so: as the front end's check.
-                read.trigger().fire(LossReason::Deleted);
-                read.release_in_background();
-                Err(Error::LeaseLost {
-                    reason: LossReason::Deleted,
-                })
-            }
-            Err(e) => {
-                // The marker may exist: the release deletes it too.
-                read.release_in_background();
-                Err(e)
-            }
+/// Puts a marker read key naming our write key, on its lease, in one
+/// transaction guarded by the write key; the write key stays as it
+/// is. The guard's loss still follows the write key.
+pub(crate) fn downgrade(client: &EtcdClient, prefix: &str, write: EtcdLock) -> Result<EtcdLock> {
+    let marker = rw_key(prefix, false, write.session_id());
+    let read = write.entry().downgraded(marker.clone());
+    let (trigger, token) = (write.trigger().clone(), write.token());
+    drop(write);
+    let own = read.own().clone();
+    let put = async move { put_marker(&own, &marker).await };
+    let outcome = client.call("downgrade", put);
+    let read = HeldEntry::new(read, trigger, token);
+    match outcome {
+        Ok(true) => Ok(read),
+        Ok(false) => {
+            // Gone before its watch said so: as the front end's check.
+            read.trigger().fire(LossReason::Deleted);
+            read.release_in_background();
+            Err(Error::LeaseLost {
+                reason: LossReason::Deleted,
+            })
+        }
+        Err(e) => {
+            // The marker may exist: the release deletes it too.
+            read.release_in_background();
+            Err(e)
         }
     }
 }

@@ -4,11 +4,10 @@
 //! [`admit`](recipes_core::store::engine::admit). The layout and protocol are in
 //! `docs/etcd-semaphore.md`.
 
-use std::time::{Duration, Instant as StdInstant};
+use std::time::Duration;
 
 use etcd_client::{Compare, CompareOp, GetOptions, Txn, TxnOp};
 use recipes_core::store::engine::{self, SemaphoreDriver};
-use recipes_core::store::SemaphoreBackend;
 use recipes_core::Result;
 use tokio::time::Instant;
 
@@ -37,9 +36,14 @@ pub type Semaphore = recipes_core::Semaphore<EtcdSemaphore>;
 /// A held permit of a [`Semaphore`]; see [`recipes_core::SemaphorePermit`].
 pub type SemaphorePermit = recipes_core::SemaphorePermit<EtcdLock>;
 
-/// The etcd semaphore backend; use it through [`Semaphore`].
+/// The etcd semaphore backend: core's semaphore over this client's verbs
+/// (`locks.rs`); use it through [`Semaphore`].
+pub type EtcdSemaphore = recipes_core::store::QueueSemaphore<EtcdClient>;
+
+/// A semaphore's keys and size, as core's
+/// [`LockStore::Semaphore`](recipes_core::store::LockStore::Semaphore).
 #[derive(Debug, Clone)]
-pub struct EtcdSemaphore {
+pub struct SemaphoreKeys {
     pub(crate) client: EtcdClient,
     pub(crate) name: String,
     pub(crate) permits: u32,
@@ -49,12 +53,12 @@ pub struct EtcdSemaphore {
     pub(crate) lease_prefix: String,
 }
 
-impl EtcdSemaphore {
-    pub(crate) fn new(client: EtcdClient, name: &str, permits: u32) -> Result<EtcdSemaphore> {
+impl SemaphoreKeys {
+    pub(crate) fn new(client: EtcdClient, name: &str, permits: u32) -> Result<SemaphoreKeys> {
         validate_name("semaphore", name)?;
         recipes_core::store::check_permits(&format!("the etcd semaphore {name}"), permits)?;
         let lock_name = format!("{name}/locks");
-        Ok(EtcdSemaphore {
+        Ok(SemaphoreKeys {
             client,
             name: name.to_owned(),
             permits,
@@ -126,46 +130,35 @@ impl EtcdSemaphore {
     }
 }
 
-impl SemaphoreBackend for EtcdSemaphore {
-    type Permit = EtcdLock;
-
-    fn name(&self) -> &str {
-        &self.name
-    }
-
-    fn runtime(&self) -> &recipes_core::store::Runtime {
-        self.client.runtime()
-    }
-
-    fn permits(&self) -> u32 {
-        self.permits
-    }
-
-    fn acquire(&self, deadline: Option<StdInstant>) -> Result<Option<EtcdLock>> {
+impl SemaphoreKeys {
+    /// Admit one permit: core's semaphore over the internal mutex on the
+    /// client's own session and the permit keys.
+    pub(crate) fn admit(
+        &self,
+        deadline: Option<Instant>,
+    ) -> impl std::future::Future<Output = Result<Option<EtcdLock>>> + Send + 'static {
         let this = self.clone();
-        self.client
-            .runtime()
-            .call_until("acquire a permit", None, async move {
-                let lock = Layout::Key {
-                    name: &this.lock_name,
-                    via: Via::ClientSession,
-                    claim: Claim::Lock,
-                };
-                let admission = Admission {
-                    lock: KeyContender {
-                        client: &this.client,
-                        prefix: &this.lock_prefix,
-                        layout: lock,
-                    },
-                    permits: KeyContender {
-                        client: &this.client,
-                        prefix: &this.lease_prefix,
-                        layout: Layout::Permits(&this),
-                    },
-                };
-                let won = engine::admit(&admission, deadline.map(Instant::from_std)).await?;
-                Ok(won.map(|a| EtcdKey::held(this.client.clone(), a, "permit")))
-            })
+        async move {
+            let lock = Layout::Key {
+                name: &this.lock_name,
+                via: Via::ClientSession,
+                claim: Claim::Lock,
+            };
+            let admission = Admission {
+                lock: KeyContender {
+                    client: &this.client,
+                    prefix: &this.lock_prefix,
+                    layout: lock,
+                },
+                permits: KeyContender {
+                    client: &this.client,
+                    prefix: &this.lease_prefix,
+                    layout: Layout::Permits(&this),
+                },
+            };
+            let won = engine::admit(&admission, deadline).await?;
+            Ok(won.map(|a| EtcdKey::held(this.client.clone(), a, "permit")))
+        }
     }
 }
 

@@ -8,13 +8,9 @@ use recipes_core::{BootInstant, Client, Contender, Result};
 
 use crate::barrier::{Barrier, DoubleBarrier, EtcdWaits};
 use crate::client::EtcdClient;
-use crate::election::{Election, EtcdElection, LeaderLatch, LeaderSelector};
-use crate::mutex::{EtcdMutex, Mutex};
 use crate::names::{key_prefix, validate_key, validate_name};
 use crate::observe::read_queue;
 use crate::rpc::{from_etcd, retrying_get};
-use crate::rw_lock::{EtcdRwLock, RwLock};
-use crate::semaphore::{EtcdSemaphore, Semaphore};
 
 impl Client for EtcdClient {
     type Barrier = EtcdWaits;
@@ -29,53 +25,11 @@ impl Client for EtcdClient {
         )?))
     }
 
-    type RwLock = EtcdRwLock;
-
-    fn rw_lock(&self, name: &str) -> Result<RwLock> {
-        Ok(RwLock::from_backend(EtcdRwLock::new(self.clone(), name)?))
-    }
-
-    type Mutex = EtcdMutex;
-    type Semaphore = EtcdSemaphore;
-    type Election = EtcdElection;
-
     fn store(&self) -> &'static str {
         "etcd"
     }
 
-    fn mutex(&self, name: &str) -> Result<Mutex> {
-        Ok(Mutex::from_backend(EtcdMutex::new(self.clone(), name)?))
-    }
-
-    /// The size is stored in `<name>/config` by the first client and
-    /// checked here, after a read that refuses a name holding a lock's or
-    /// an election's keys (a lock or election on a semaphore's name is
-    /// refused too).
-    fn semaphore(&self, name: &str, permits: u32) -> Result<Semaphore> {
-        let backend = EtcdSemaphore::new(self.clone(), name, permits)?;
-        let this = backend.clone();
-        self.read_with("check the semaphore size", |etcd, timeout| async move {
-            this.ensure_size(&etcd, timeout).await
-        })?;
-        Ok(Semaphore::from_backend(backend))
-    }
-
-    fn election(&self, name: &str) -> Result<Election> {
-        Ok(Election::from_backend(EtcdElection::new(
-            self.clone(),
-            name,
-        )?))
-    }
-
     // Each latch or selector is a handle of its own (see `EtcdClient`).
-    fn leader_latch(&self, name: &str, id: &str) -> Result<LeaderLatch> {
-        LeaderLatch::new(EtcdElection::new(self.clone(), name)?, id)
-    }
-
-    fn leader_selector(&self, name: &str, id: &str) -> Result<LeaderSelector> {
-        LeaderSelector::new(EtcdElection::new(self.clone(), name)?, id)
-    }
-
     /// The keys exactly one level below `<name>/`, oldest first (the
     /// lowest create revision holds or leads); for a read-write lock its
     /// readers' and writers' keys in queue order, with their roles (a

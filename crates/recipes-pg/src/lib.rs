@@ -184,6 +184,7 @@ mod election;
 mod entry;
 mod held;
 mod listen;
+mod locks;
 mod mutex;
 mod names;
 mod pooler;

@@ -4,21 +4,13 @@
 //! name's counter, bumped by the confirm that found none ahead, so fences
 //! strictly increase in holding order across every client of the database.
 
-use std::time::Instant as StdInstant;
-
 use recipes_core::store::engine::{self, Role, Rule};
-use recipes_core::store::MutexBackend;
 use recipes_core::Result;
 use tokio::time::Instant;
 
-use crate::advisory_lock::AdvisoryLock;
-use crate::builder::PgMode;
 use crate::client::PgClient;
 use crate::contend::{Acquired, RowContender};
-use crate::entry::PgEntry;
-use crate::held::PgLock;
 use crate::names::{enclosing_semaphore, validate_name};
-use crate::slots::{AdvisorySlots, ADVISORY};
 
 /// A handle of a lock or election name: its client and its queue.
 #[derive(Debug, Clone)]
@@ -90,51 +82,6 @@ impl Queue {
 /// one process contend in the database like any other client.
 pub type Mutex = recipes_core::Mutex<PgMutex>;
 
-/// The PostgreSQL mutex backend; use it through [`Mutex`].
-#[derive(Debug, Clone)]
-pub struct PgMutex(NameHandle);
-
-impl PgMutex {
-    pub(crate) fn new(client: PgClient, name: &str) -> Result<PgMutex> {
-        NameHandle::new(client, "lock", name).map(PgMutex)
-    }
-}
-
-impl MutexBackend for PgMutex {
-    type Lease = PgLock;
-
-    fn name(&self) -> &str {
-        &self.0.name
-    }
-
-    fn runtime(&self) -> &recipes_core::store::Runtime {
-        self.0.client.runtime()
-    }
-
-    fn acquire(&self, deadline: Option<StdInstant>) -> Result<Option<PgLock>> {
-        let this = self.0.clone();
-        let deadline = deadline.map(Instant::from_std);
-        self.0
-            .client
-            .runtime()
-            .call_until("lock", None, async move {
-                let client = this.client.clone();
-                if client.mode() == PgMode::Session {
-                    let slots = AdvisorySlots {
-                        client: &client,
-                        name: &this.name,
-                        kind: ADVISORY,
-                        slots: 1,
-                        shared: false,
-                    };
-                    let won = engine::take(&slots, deadline).await?;
-                    let name = &this.name;
-                    return Ok(
-                        won.map(|w| AdvisoryLock::held(client.clone(), name, name, w, false))
-                    );
-                }
-                let won = this.contend(&[], deadline).await?;
-                Ok(won.map(|a| PgEntry::held(client.clone(), &this.name, a, false)))
-            })
-    }
-}
+/// The PostgreSQL mutex backend: core's queue lock over this client's
+/// verbs (`locks.rs`); use it through [`Mutex`].
+pub type PgMutex = recipes_core::store::QueueLock<PgClient>;

@@ -18,21 +18,13 @@
 //!   locks never conflict) and releases the exclusive one, in one
 //!   statement.
 
-use std::time::Instant as StdInstant;
-
-use recipes_core::store::engine::{self, Role, Rule};
-use recipes_core::store::{HeldLease, LeadershipLease, RwLockBackend};
-use recipes_core::{Access, Error, Result};
-use tokio::time::Instant;
+use recipes_core::store::{HeldLease, LeadershipLease};
+use recipes_core::{Error, Result};
 use tokio_postgres::types::Type;
 
-use crate::advisory_lock::AdvisoryLock;
-use crate::builder::PgMode;
 use crate::client::PgClient;
 use crate::entry::PgEntry;
 use crate::held::{PgHeld, PgLock};
-use crate::mutex::{NameHandle, Queue};
-use crate::slots::{AdvisorySlots, ADVISORY_RW};
 
 /// The kind of a lease-mode read-write lock's row in `recipes.names`.
 pub(crate) const RWLOCK: &str = "rwlock";
@@ -44,88 +36,30 @@ pub(crate) const RWLOCK: &str = "rwlock";
 /// [`Client::rw_lock`](recipes_core::Client::rw_lock).
 pub type RwLock = recipes_core::RwLock<PgRwLock>;
 
-/// The PostgreSQL read-write lock backend; use it through [`RwLock`].
-#[derive(Debug, Clone)]
-pub struct PgRwLock(NameHandle);
+/// The PostgreSQL read-write lock backend: core's queue lock over this
+/// client's verbs (`locks.rs`); use it through [`RwLock`].
+pub type PgRwLock = recipes_core::store::QueueLock<PgClient>;
 
-impl PgRwLock {
-    pub(crate) fn new(client: PgClient, name: &str) -> Result<PgRwLock> {
-        NameHandle::new(client, "read-write lock", name).map(PgRwLock)
-    }
-}
-
-/// The queue of a read-write lock's name, entered as `access`.
-fn queue(access: Access) -> Queue {
-    Queue {
-        kind: RWLOCK,
-        rule: Rule::ReadWrite,
-        role: match access {
-            Access::Read => Role::Reader,
-            Access::Write => Role::Writer,
-        },
-    }
-}
-
-impl RwLockBackend for PgRwLock {
-    type Lease = PgLock;
-
-    fn name(&self) -> &str {
-        &self.0.name
-    }
-
-    fn runtime(&self) -> &recipes_core::store::Runtime {
-        self.0.client.runtime()
-    }
-
-    fn acquire(&self, access: Access, deadline: Option<StdInstant>) -> Result<Option<PgLock>> {
-        let this = self.0.clone();
-        let deadline = deadline.map(Instant::from_std);
-        let what = match access {
-            Access::Read => "read lock",
-            Access::Write => "write lock",
-        };
-        self.0.client.runtime().call_until(what, None, async move {
-            let client = this.client.clone();
-            let name = &this.name;
-            if client.mode() == PgMode::Session {
-                let slots = AdvisorySlots {
-                    client: &client,
-                    name,
-                    kind: ADVISORY_RW,
-                    slots: 1,
-                    shared: access == Access::Read,
-                };
-                let won = engine::take(&slots, deadline).await?;
-                return Ok(won.map(|w| AdvisoryLock::held(client.clone(), name, name, w, false)));
-            }
-            let won = this.contend_as(queue(access), &[], deadline).await?;
-            let reading = access == Access::Read;
-            Ok(won.map(|a| PgEntry::held_rw(client.clone(), name, a, reading)))
-        })
-    }
-
-    /// Lease mode: our row's role becomes `read` where it stands. Session
-    /// mode: the shared lock is taken and the exclusive one released in
-    /// one statement on the lock's connection. Either way the token stays
-    /// the writer's; on an error the write lease is released (in the
-    /// background if need be).
-    fn downgrade(&self, write: PgLock) -> Result<PgLock> {
-        let held = write.entry().clone();
-        let trigger = write.trigger().clone();
-        let token = recipes_core::store::FencedLease::token(&write);
-        let client = self.0.client.clone();
-        let done = client.call("downgrade", async move {
-            match held {
-                PgHeld::Row(e) => e.downgrade().await.map(PgHeld::Row),
-                PgHeld::Advisory(a) => a.downgrade().await.map(PgHeld::Advisory),
-            }
-        });
-        match done {
-            Ok(read) => Ok(recipes_core::store::HeldEntry::new(read, trigger, token)),
-            Err(e) => {
-                write.release_in_background();
-                Err(e)
-            }
+/// Lease mode: our row's role becomes `read` where it stands. Session
+/// mode: the shared lock is taken and the exclusive one released in
+/// one statement on the lock's connection. Either way the token stays
+/// the writer's; on an error the write lease is released (in the
+/// background if need be).
+pub(crate) fn downgrade(client: &PgClient, write: PgLock) -> Result<PgLock> {
+    let held = write.entry().clone();
+    let trigger = write.trigger().clone();
+    let token = recipes_core::store::FencedLease::token(&write);
+    let done = client.call("downgrade", async move {
+        match held {
+            PgHeld::Row(e) => e.downgrade().await.map(PgHeld::Row),
+            PgHeld::Advisory(a) => a.downgrade().await.map(PgHeld::Advisory),
+        }
+    });
+    match done {
+        Ok(read) => Ok(recipes_core::store::HeldEntry::new(read, trigger, token)),
+        Err(e) => {
+            write.release_in_background();
+            Err(e)
         }
     }
 }

@@ -8,10 +8,8 @@
 //! (`<name>/leases/<i>`) taken by core's [`take`](recipes_core::store::engine::take),
 //! the size stored the same way.
 
-use std::time::Instant as StdInstant;
-
+use recipes_core::store::check_stored_size;
 use recipes_core::store::engine::{self, Role, Rule, SemaphoreDriver};
-use recipes_core::store::{check_stored_size, SemaphoreBackend};
 use recipes_core::Result;
 use tokio::time::Instant;
 use tokio_postgres::types::Type;
@@ -33,9 +31,14 @@ pub type Semaphore = recipes_core::Semaphore<PgSemaphore>;
 /// A held permit of a [`Semaphore`]; see [`recipes_core::SemaphorePermit`].
 pub type SemaphorePermit = recipes_core::SemaphorePermit<PgLock>;
 
-/// The PostgreSQL semaphore backend; use it through [`Semaphore`].
+/// The PostgreSQL semaphore backend: core's semaphore over this client's
+/// verbs (`locks.rs`); use it through [`Semaphore`].
+pub type PgSemaphore = recipes_core::store::QueueSemaphore<PgClient>;
+
+/// A semaphore's queues and size, as core's
+/// [`LockStore::Semaphore`](recipes_core::store::LockStore::Semaphore).
 #[derive(Debug, Clone)]
-pub struct PgSemaphore {
+pub struct SemaphoreRows {
     client: PgClient,
     name: String,
     permits: u32,
@@ -43,11 +46,11 @@ pub struct PgSemaphore {
     lease_name: String,
 }
 
-impl PgSemaphore {
-    pub(crate) fn new(client: PgClient, name: &str, permits: u32) -> Result<PgSemaphore> {
+impl SemaphoreRows {
+    pub(crate) fn new(client: PgClient, name: &str, permits: u32) -> Result<SemaphoreRows> {
         validate_name("semaphore", name)?;
         recipes_core::store::check_permits(&format!("the PostgreSQL semaphore {name}"), permits)?;
-        Ok(PgSemaphore {
+        Ok(SemaphoreRows {
             client,
             name: name.to_owned(),
             permits,
@@ -100,7 +103,7 @@ const TAKE_NAME: &str = "INSERT INTO recipes.names AS n (name, kind, permits) \
        AND n.next_seq = (SELECT s.next_seq FROM recipes.names s WHERE s.name = $1) \
        AND NOT EXISTS (SELECT 1 FROM recipes.queue q WHERE q.name = $1)";
 
-impl PgSemaphore {
+impl SemaphoreRows {
     /// Session mode: one of the N keys of the permits, with no internal
     /// mutex (the keys themselves admit at most N).
     async fn take_slot(&self, deadline: Option<Instant>) -> Result<Option<PgLock>> {
@@ -122,51 +125,40 @@ pub(crate) fn permits_name(name: &str) -> String {
     format!("{name}/leases")
 }
 
-impl SemaphoreBackend for PgSemaphore {
-    type Permit = PgLock;
-
-    fn name(&self) -> &str {
-        &self.name
-    }
-
-    fn permits(&self) -> u32 {
-        self.permits
-    }
-
-    fn runtime(&self) -> &recipes_core::store::Runtime {
-        self.client.runtime()
-    }
-
-    fn acquire(&self, deadline: Option<StdInstant>) -> Result<Option<PgLock>> {
+impl SemaphoreRows {
+    /// Admit one permit: core's semaphore over the two queues, or one of
+    /// the N advisory keys in session mode.
+    pub(crate) fn admit(
+        &self,
+        deadline: Option<Instant>,
+    ) -> impl std::future::Future<Output = Result<Option<PgLock>>> + Send + 'static {
         let this = self.clone();
-        self.client
-            .runtime()
-            .call_until("acquire a permit", None, async move {
-                if this.client.mode() == PgMode::Session {
-                    return this.take_slot(deadline.map(Instant::from_std)).await;
-                }
-                let contender = |name, kind, rule, role| RowContender {
-                    client: &this.client,
-                    name,
-                    kind,
-                    rule,
-                    role,
-                    value: &[],
-                    outside: None,
-                };
-                let admission = Admission {
-                    lock: contender(&this.lock_name, "lock", Rule::Mutex, Role::Mutex),
-                    permits: contender(
-                        &this.lease_name,
-                        "permits",
-                        Rule::Leases(this.permits as usize),
-                        Role::Permit,
-                    ),
-                };
-                let won = engine::admit(&admission, deadline.map(Instant::from_std)).await?;
-                let client = this.client.clone();
-                Ok(won.map(|a| PgEntry::held(client, &this.lease_name, a, true)))
-            })
+        async move {
+            if this.client.mode() == PgMode::Session {
+                return this.take_slot(deadline).await;
+            }
+            let contender = |name, kind, rule, role| RowContender {
+                client: &this.client,
+                name,
+                kind,
+                rule,
+                role,
+                value: &[],
+                outside: None,
+            };
+            let admission = Admission {
+                lock: contender(&this.lock_name, "lock", Rule::Mutex, Role::Mutex),
+                permits: contender(
+                    &this.lease_name,
+                    "permits",
+                    Rule::Leases(this.permits as usize),
+                    Role::Permit,
+                ),
+            };
+            let won = engine::admit(&admission, deadline).await?;
+            let client = this.client.clone();
+            Ok(won.map(|a| PgEntry::held(client, &this.lease_name, a, true)))
+        }
     }
 }
 

@@ -13,11 +13,8 @@ use uuid::Uuid;
 use crate::builder::PgMode;
 use crate::client::PgClient;
 use crate::contend::role_of;
-use crate::election::{Election, LeaderLatch, LeaderSelector, PgElection};
-use crate::mutex::{Mutex, PgMutex};
 use crate::names::{holder, validate_key, validate_name};
-use crate::rw_lock::{PgRwLock, RwLock};
-use crate::semaphore::{permits_name, PgSemaphore, Semaphore};
+use crate::semaphore::permits_name;
 use crate::slots::{key_name, ADVISORY, ADVISORY_PERMITS, ADVISORY_RW};
 
 /// The live entries of the queue `name`, first in line first.
@@ -112,48 +109,8 @@ impl Client for PgClient {
         NoWaits::refuse("PostgreSQL", "double barrier")
     }
 
-    type RwLock = PgRwLock;
-
-    /// Lease mode: rows of `recipes.queue` with their role under a name of
-    /// kind `rwlock`; session mode: the name's advisory key, shared or
-    /// exclusive (see [`RwLock`]).
-    fn rw_lock(&self, name: &str) -> Result<RwLock> {
-        Ok(RwLock::from_backend(PgRwLock::new(self.clone(), name)?))
-    }
-
-    type Mutex = PgMutex;
-    type Semaphore = PgSemaphore;
-    type Election = PgElection;
-
     fn store(&self) -> &'static str {
         "pg"
-    }
-
-    fn mutex(&self, name: &str) -> Result<Mutex> {
-        Ok(Mutex::from_backend(PgMutex::new(self.clone(), name)?))
-    }
-
-    /// The size is stored in the name's row by the first client and
-    /// checked here; a name that holds a lock or election is refused.
-    fn semaphore(&self, name: &str, permits: u32) -> Result<Semaphore> {
-        let backend = PgSemaphore::new(self.clone(), name, permits)?;
-        let this = backend.clone();
-        self.call("check the semaphore size", async move {
-            this.ensure_size().await
-        })?;
-        Ok(Semaphore::from_backend(backend))
-    }
-
-    fn election(&self, name: &str) -> Result<Election> {
-        Ok(Election::from_backend(PgElection::new(self.clone(), name)?))
-    }
-
-    fn leader_latch(&self, name: &str, id: &str) -> Result<LeaderLatch> {
-        LeaderLatch::new(PgElection::new(self.clone(), name)?, id)
-    }
-
-    fn leader_selector(&self, name: &str, id: &str) -> Result<LeaderSelector> {
-        LeaderSelector::new(PgElection::new(self.clone(), name)?, id)
     }
 
     /// The live rows of the name's queue, by `seq` (the first holds or

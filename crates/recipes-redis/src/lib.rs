@@ -154,6 +154,7 @@ mod contend;
 mod counter;
 mod election;
 mod lock;
+mod locks;
 mod mutex;
 mod names;
 mod policy;

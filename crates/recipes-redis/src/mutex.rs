@@ -1,16 +1,12 @@
 //! The Redis mutex: a queue of members, the lock key `SET NX PX` by the
 //! first live one, the fence minted in the same script (`contend.rs`).
 
-use std::time::Instant as StdInstant;
-
 use recipes_core::store::engine::{self, Rule};
-use recipes_core::store::MutexBackend;
 use recipes_core::Result;
 use tokio::time::Instant;
 
 use crate::client::RedisClient;
 use crate::contend::{Acquired, QueueContender};
-use crate::lock::{RedisEntry, RedisLock};
 use crate::names::{validate_name, Queue};
 
 /// A handle of a lock or election name: what a mutex and an election
@@ -54,40 +50,6 @@ impl NameHandle {
 /// partition. Made by [`Client::mutex`](crate::Client::mutex).
 pub type Mutex = recipes_core::Mutex<RedisMutex>;
 
-/// The Redis mutex backend; use it through [`Mutex`].
-#[derive(Debug, Clone)]
-pub struct RedisMutex(NameHandle);
-
-impl RedisMutex {
-    pub(crate) fn new(client: RedisClient, name: &str) -> Result<RedisMutex> {
-        NameHandle::new(client, "lock", name).map(RedisMutex)
-    }
-}
-
-impl MutexBackend for RedisMutex {
-    type Lease = RedisLock;
-
-    fn name(&self) -> &str {
-        &self.0.name
-    }
-
-    fn runtime(&self) -> &recipes_core::store::Runtime {
-        self.0.client.runtime()
-    }
-
-    fn acquire(&self, deadline: Option<StdInstant>) -> Result<Option<RedisLock>> {
-        let this = self.0.clone();
-        self.0
-            .client
-            .runtime()
-            .call_until("lock", None, async move {
-                let deadline = deadline.map(Instant::from_std);
-                match this.contend(&[], deadline).await? {
-                    Some(a) => RedisEntry::held(this.client.clone(), a, "lock")
-                        .await
-                        .map(Some),
-                    None => Ok(None),
-                }
-            })
-    }
-}
+/// The Redis mutex backend: core's queue lock over this client's verbs
+/// (`locks.rs`); use it through [`Mutex`].
+pub type RedisMutex = recipes_core::store::QueueLock<RedisClient>;

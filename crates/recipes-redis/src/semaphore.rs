@@ -5,10 +5,9 @@
 //! [`admit`](recipes_core::store::engine::admit). A permit whose session is not
 //! renewed expires by itself.
 
-use std::time::{Duration, Instant as StdInstant};
+use std::time::Duration;
 
 use recipes_core::store::engine::{self, Rule, SemaphoreDriver};
-use recipes_core::store::SemaphoreBackend;
 use recipes_core::Result;
 use tokio::time::Instant;
 
@@ -27,9 +26,14 @@ pub type Semaphore = recipes_core::Semaphore<RedisSemaphore>;
 /// A held permit of a [`Semaphore`]; see [`recipes_core::SemaphorePermit`].
 pub type SemaphorePermit = recipes_core::SemaphorePermit<RedisLock>;
 
-/// The Redis semaphore backend; use it through [`Semaphore`].
+/// The Redis semaphore backend: core's semaphore over this client's verbs
+/// (`locks.rs`); use it through [`Semaphore`].
+pub type RedisSemaphore = recipes_core::store::QueueSemaphore<RedisClient>;
+
+/// A semaphore's queues and size, as core's
+/// [`LockStore::Semaphore`](recipes_core::store::LockStore::Semaphore).
 #[derive(Debug, Clone)]
-pub struct RedisSemaphore {
+pub struct SemaphoreQueues {
     client: RedisClient,
     name: String,
     permits: u32,
@@ -37,12 +41,12 @@ pub struct RedisSemaphore {
     leases: Queue,
 }
 
-impl RedisSemaphore {
-    pub(crate) fn new(client: RedisClient, name: &str, permits: u32) -> Result<RedisSemaphore> {
+impl SemaphoreQueues {
+    pub(crate) fn new(client: RedisClient, name: &str, permits: u32) -> Result<SemaphoreQueues> {
         validate_name("semaphore", name)?;
         recipes_core::store::check_permits(&format!("the Redis semaphore {name}"), permits)?;
         let (lock, leases) = Queue::semaphore(name);
-        Ok(RedisSemaphore {
+        Ok(SemaphoreQueues {
             client,
             name: name.to_owned(),
             permits,
@@ -91,54 +95,42 @@ impl RedisSemaphore {
     }
 }
 
-impl SemaphoreBackend for RedisSemaphore {
-    type Permit = RedisLock;
-
-    fn name(&self) -> &str {
-        &self.name
-    }
-
-    fn runtime(&self) -> &recipes_core::store::Runtime {
-        self.client.runtime()
-    }
-
-    fn permits(&self) -> u32 {
-        self.permits
-    }
-
-    fn acquire(&self, deadline: Option<StdInstant>) -> Result<Option<RedisLock>> {
+impl SemaphoreQueues {
+    /// Admit one permit: core's semaphore over the two queues.
+    pub(crate) fn admit(
+        &self,
+        deadline: Option<Instant>,
+    ) -> impl std::future::Future<Output = Result<Option<RedisLock>>> + Send + 'static {
         let this = self.clone();
-        self.client
-            .runtime()
-            .call_until("acquire a permit", None, async move {
-                let admission = Admission {
-                    semaphore: &this,
-                    lock: QueueContender {
-                        client: &this.client,
-                        queue: &this.lock,
-                        value: &[],
-                        rule: Rule::Mutex,
-                    },
-                    permits: QueueContender {
-                        client: &this.client,
-                        queue: &this.leases,
-                        value: &[],
-                        rule: Rule::Leases(this.permits as usize),
-                    },
-                };
-                match engine::admit(&admission, deadline.map(Instant::from_std)).await? {
-                    Some(a) => RedisEntry::held(this.client.clone(), a, "permit")
-                        .await
-                        .map(Some),
-                    None => Ok(None),
-                }
-            })
+        async move {
+            let admission = Admission {
+                semaphore: &this,
+                lock: QueueContender {
+                    client: &this.client,
+                    queue: &this.lock,
+                    value: &[],
+                    rule: Rule::Mutex,
+                },
+                permits: QueueContender {
+                    client: &this.client,
+                    queue: &this.leases,
+                    value: &[],
+                    rule: Rule::Leases(this.permits as usize),
+                },
+            };
+            match engine::admit(&admission, deadline).await? {
+                Some(a) => RedisEntry::held(this.client.clone(), a, "permit")
+                    .await
+                    .map(Some),
+                None => Ok(None),
+            }
+        }
     }
 }
 
 /// One acquisition's side of the engine's semaphore.
 struct Admission<'a> {
-    semaphore: &'a RedisSemaphore,
+    semaphore: &'a SemaphoreQueues,
     lock: QueueContender<'a>,
     permits: QueueContender<'a>,
 }

@@ -9,13 +9,9 @@ use recipes_core::store::NoWaits;
 use recipes_core::{BootInstant, Client, Contender, Result};
 
 use crate::client::RedisClient;
-use crate::election::{Election, LeaderLatch, LeaderSelector, RedisElection};
-use crate::mutex::{Mutex, RedisMutex};
 use crate::names::{size_key, validate_key, validate_name, Queue};
 use crate::rpc::{unexpected, Redis};
-use crate::rw_lock::{RedisRwLock, RwLock};
 use crate::scripts;
-use crate::semaphore::{RedisSemaphore, Semaphore};
 
 /// The live entries of `queue`, oldest first (the first holds or leads).
 pub(crate) async fn read_contenders(
@@ -65,52 +61,8 @@ impl Client for RedisClient {
         NoWaits::refuse("Redis", "double barrier")
     }
 
-    type RwLock = RedisRwLock;
-
-    /// A read-write lock on the name's queue: a lock, an election or a
-    /// semaphore on the same name is refused (either way round) with
-    /// [`Error::InvalidArgument`](recipes_core::Error::InvalidArgument) when it enters.
-    fn rw_lock(&self, name: &str) -> Result<RwLock> {
-        Ok(RwLock::from_backend(RedisRwLock::new(self.clone(), name)?))
-    }
-
-    type Mutex = RedisMutex;
-    type Semaphore = RedisSemaphore;
-    type Election = RedisElection;
-
     fn store(&self) -> &'static str {
         "redis"
-    }
-
-    fn mutex(&self, name: &str) -> Result<Mutex> {
-        Ok(Mutex::from_backend(RedisMutex::new(self.clone(), name)?))
-    }
-
-    /// The size is stored in `{recipes}:size:<name>` by the first client
-    /// and checked here; a name that holds a lock's or an election's queue
-    /// is refused.
-    fn semaphore(&self, name: &str, permits: u32) -> Result<Semaphore> {
-        let backend = RedisSemaphore::new(self.clone(), name, permits)?;
-        let (this, redis, timeout) = (backend.clone(), self.redis()?, self.rpc_timeout());
-        self.call("check the semaphore size", async move {
-            this.ensure_size(&redis, timeout).await
-        })?;
-        Ok(Semaphore::from_backend(backend))
-    }
-
-    fn election(&self, name: &str) -> Result<Election> {
-        Ok(Election::from_backend(RedisElection::new(
-            self.clone(),
-            name,
-        )?))
-    }
-
-    fn leader_latch(&self, name: &str, id: &str) -> Result<LeaderLatch> {
-        LeaderLatch::new(RedisElection::new(self.clone(), name)?, id)
-    }
-
-    fn leader_selector(&self, name: &str, id: &str) -> Result<LeaderSelector> {
-        LeaderSelector::new(RedisElection::new(self.clone(), name)?, id)
     }
 
     /// The live members of the name's queue, in queue order; `created` is

@@ -37,7 +37,7 @@ use crate::names::{
     enclosing_semaphore, fresh_uuid, in_layout, inside_semaphore, is_contender_of, is_ours,
     own_layout, protected_prefix, queue_order, semaphore_size, sequence_of, READ,
 };
-use crate::node_lease::{delete_node, ZkNode, ZkNodeLease};
+use crate::node_lease::delete_node;
 use crate::session::Session;
 
 /// What a contender asks for.
@@ -119,22 +119,6 @@ impl NodeDriver {
     /// Contend until held or `deadline`; on the runtime.
     pub(crate) async fn acquire(&self, deadline: Option<Instant>) -> Result<Option<Acquired>> {
         recipes_core::store::engine::contend(self, deadline).await
-    }
-
-    /// Contend until held or `deadline`, blocking the caller (the
-    /// acquisitions of a mutex and of a read-write lock's sides).
-    pub(crate) fn acquire_lease(
-        &self,
-        what: &str,
-        deadline: Option<std::time::Instant>,
-    ) -> Result<Option<ZkNodeLease>> {
-        let (driver, client) = (self.clone(), &self.client);
-        let acquired = client.runtime().call_until(what, None, async move {
-            driver
-                .acquire(deadline.map(tokio::time::Instant::from_std))
-                .await
-        })?;
-        Ok(acquired.map(|a| ZkNode::held(client.clone(), a)))
     }
 }
 

@@ -104,6 +104,7 @@ mod drill;
 mod driver;
 mod election;
 mod error;
+mod locks;
 mod mutex;
 mod names;
 mod node_lease;

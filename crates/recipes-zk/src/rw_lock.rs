@@ -23,15 +23,11 @@
 //! moves on). The read lease keeps the writer's fence (its czxid) and
 //! watches, fences and releases the new node.
 
-use std::time::Instant;
-
-use recipes_core::store::engine::Rule;
-use recipes_core::store::{HeldLease, Runtime, RwLockBackend};
-use recipes_core::{Access, Error, Result};
+use recipes_core::store::HeldLease;
+use recipes_core::{Error, Result};
 
 use crate::client::ZkClient;
-use crate::driver::{Contender, NodeDriver};
-use crate::names::{fresh_uuid, reader_in_place_of, validate_path, READ, WRITE};
+use crate::names::{fresh_uuid, reader_in_place_of};
 use crate::node_lease::{ZkNode, ZkNodeLease};
 
 /// A read-write lock shared with every process, Java ones using Curator's
@@ -41,63 +37,21 @@ use crate::node_lease::{ZkNode, ZkNodeLease};
 /// [`Client::rw_lock`](recipes_core::Client::rw_lock).
 pub type InterProcessReadWriteLock = recipes_core::RwLock<ZkRwLock>;
 
-/// The ZooKeeper read-write lock backend; use it through
+/// The ZooKeeper read-write lock backend: core's queue lock over this
+/// client's verbs (`locks.rs`); use it through
 /// [`InterProcessReadWriteLock`].
-#[derive(Debug, Clone)]
-pub struct ZkRwLock {
-    read: NodeDriver,
-    write: NodeDriver,
-}
+pub type ZkRwLock = recipes_core::store::QueueLock<ZkClient>;
 
-impl ZkRwLock {
-    pub(crate) fn new(client: &ZkClient, path: &str) -> Result<ZkRwLock> {
-        validate_path(path)?;
-        let side = |lock_name| {
-            let contender = Contender {
-                dir: path.to_owned(),
-                lock_name,
-                data: Vec::new(),
-                rule: Rule::ReadWrite,
-                outside_semaphores: true,
-            };
-            NodeDriver::new(client, contender)
-        };
-        Ok(ZkRwLock {
-            read: side(READ),
-            write: side(WRITE),
-        })
-    }
-}
-
-impl RwLockBackend for ZkRwLock {
-    type Lease = ZkNodeLease;
-
-    fn name(&self) -> &str {
-        &self.write.contender.dir
-    }
-
-    fn runtime(&self) -> &Runtime {
-        self.write.client.runtime()
-    }
-
-    fn acquire(&self, access: Access, deadline: Option<Instant>) -> Result<Option<ZkNodeLease>> {
-        match access {
-            Access::Read => self.read.acquire_lease("read lock", deadline),
-            Access::Write => self.write.acquire_lease("write lock", deadline),
-        }
-    }
-
-    /// One `multi` puts a reader with the writer's sequence in the
-    /// writer's place (see the module's docs).
-    fn downgrade(&self, write: ZkNodeLease) -> Result<ZkNodeLease> {
-        let Some(reader) = reader_in_place_of(write.holder(), &fresh_uuid()) else {
-            let holder = write.holder().to_owned();
-            write.release_in_background();
-            return Err(Error::invalid(format!(
-                "{holder} is not a read-write lock's writer node: only a write lease of this \
-                 lock can be downgraded"
-            )));
-        };
-        ZkNode::replace(write, reader)
-    }
+/// One `multi` puts a reader with the writer's sequence in the writer's
+/// place (see the module's docs).
+pub(crate) fn downgrade(write: ZkNodeLease) -> Result<ZkNodeLease> {
+    let Some(reader) = reader_in_place_of(write.holder(), &fresh_uuid()) else {
+        let holder = write.holder().to_owned();
+        write.release_in_background();
+        return Err(Error::invalid(format!(
+            "{holder} is not a read-write lock's writer node: only a write lease of this \
+             lock can be downgraded"
+        )));
+    };
+    ZkNode::replace(write, reader)
 }

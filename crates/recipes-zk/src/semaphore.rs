@@ -12,10 +12,8 @@
 //! Each has its own loss signal and in-store fenced writes
 //! ([`ZkNodeLease`]).
 
-use std::time::Instant;
-
 use recipes_core::store::engine::{admit, Rule, SemaphoreDriver};
-use recipes_core::store::{Backoff, SemaphoreBackend};
+use recipes_core::store::Backoff;
 use recipes_core::{Error, Result};
 use tokio::time::Instant as TokioInstant;
 use zookeeper_client as zk;
@@ -33,15 +31,17 @@ use crate::node_lease::{delete_until_done, ZkNode, ZkNodeLease};
 /// size that differs from the stored one is refused at acquisition.
 pub type InterProcessSemaphore = recipes_core::Semaphore<ZkSemaphore>;
 
-/// The ZooKeeper semaphore backend; use it through
-/// [`InterProcessSemaphore`].
-#[derive(Debug, Clone)]
-pub struct ZkSemaphore {
-    inner: Drivers,
-}
+/// The ZooKeeper semaphore backend: core's semaphore over this client's
+/// verbs (`locks.rs`); use it through [`InterProcessSemaphore`].
+pub type ZkSemaphore = recipes_core::store::QueueSemaphore<ZkClient>;
 
-impl ZkSemaphore {
-    pub(crate) fn new(client: &ZkClient, path: &str, permits: u32) -> Result<ZkSemaphore> {
+/// A semaphore's two folders and size, as core's
+/// [`LockStore::Semaphore`](recipes_core::store::LockStore::Semaphore).
+#[derive(Debug, Clone)]
+pub struct SemaphoreFolders(Drivers);
+
+impl SemaphoreFolders {
+    pub(crate) fn new(client: &ZkClient, path: &str, permits: u32) -> Result<SemaphoreFolders> {
         validate_path(path)?;
         recipes_core::store::check_permits(&format!("the ZooKeeper semaphore {path}"), permits)?;
         let folder = |name: &str, lock_name, rule| {
@@ -61,7 +61,19 @@ impl ZkSemaphore {
             lock: folder("locks", LOCK, Rule::Mutex),
             leases: folder("leases", LEASE, Rule::Leases(permits as usize)),
         };
-        Ok(ZkSemaphore { inner })
+        Ok(SemaphoreFolders(inner))
+    }
+
+    /// Admit one permit: core's semaphore over the two folders.
+    pub(crate) fn admit(
+        &self,
+        deadline: Option<TokioInstant>,
+    ) -> impl std::future::Future<Output = Result<Option<ZkNodeLease>>> + Send + 'static {
+        let this = self.0.clone();
+        async move {
+            let acquired = admit(&this, deadline).await?;
+            Ok(acquired.map(|a| ZkNode::held(this.client.clone(), a)))
+        }
     }
 }
 
@@ -153,32 +165,5 @@ impl SemaphoreDriver for Drivers {
 
     fn unlock(held: Acquired) -> impl std::future::Future<Output = ()> + Send + 'static {
         delete_until_done(held.session, held.node)
-    }
-}
-
-impl SemaphoreBackend for ZkSemaphore {
-    type Permit = ZkNodeLease;
-
-    fn name(&self) -> &str {
-        &self.inner.path
-    }
-
-    fn runtime(&self) -> &recipes_core::store::Runtime {
-        self.inner.client.runtime()
-    }
-
-    fn permits(&self) -> u32 {
-        self.inner.permits
-    }
-
-    fn acquire(&self, deadline: Option<Instant>) -> Result<Option<ZkNodeLease>> {
-        let this = self.inner.clone();
-        let client = &self.inner.client;
-        let acquired = client
-            .runtime()
-            .call_until("acquire a permit", None, async move {
-                admit(&this, deadline.map(TokioInstant::from_std)).await
-            })?;
-        Ok(acquired.map(|a| ZkNode::held(client.clone(), a)))
     }
 }

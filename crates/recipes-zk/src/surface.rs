@@ -10,12 +10,8 @@ use zookeeper_client as zk;
 use crate::barrier::{DistributedBarrier, DistributedDoubleBarrier, ZkWaits};
 use crate::client::ZkClient;
 use crate::contenders::read_queue;
-use crate::election::{Election, LeaderLatch, LeaderSelector, ZkElection};
 use crate::error::from_zk;
-use crate::mutex::{InterProcessMutex, ZkMutex};
-use crate::names::{validate_path, LATCH, LOCK};
-use crate::rw_lock::{InterProcessReadWriteLock, ZkRwLock};
-use crate::semaphore::{InterProcessSemaphore, ZkSemaphore};
+use crate::names::validate_path;
 
 impl Client for ZkClient {
     type Barrier = ZkWaits;
@@ -31,46 +27,8 @@ impl Client for ZkClient {
         Ok(DistributedDoubleBarrier::from_backend(backend))
     }
 
-    type RwLock = ZkRwLock;
-
-    fn rw_lock(&self, path: &str) -> Result<InterProcessReadWriteLock> {
-        Ok(InterProcessReadWriteLock::from_backend(ZkRwLock::new(
-            self, path,
-        )?))
-    }
-
-    type Mutex = ZkMutex;
-    type Semaphore = ZkSemaphore;
-    type Election = ZkElection;
-
     fn store(&self) -> &'static str {
         "zk"
-    }
-
-    fn mutex(&self, path: &str) -> Result<InterProcessMutex> {
-        Ok(InterProcessMutex::from_backend(ZkMutex::new(
-            self.clone(),
-            path,
-        )?))
-    }
-
-    /// The size is stored at `path`; a size that differs from the stored
-    /// one is refused at acquisition.
-    fn semaphore(&self, path: &str, permits: u32) -> Result<InterProcessSemaphore> {
-        let backend = ZkSemaphore::new(self, path, permits)?;
-        Ok(InterProcessSemaphore::from_backend(backend))
-    }
-
-    fn election(&self, path: &str) -> Result<Election> {
-        Ok(Election::from_backend(ZkElection::new(self, path, LATCH)?))
-    }
-
-    fn leader_latch(&self, path: &str, id: &str) -> Result<LeaderLatch> {
-        LeaderLatch::new(ZkElection::new(self, path, LATCH)?, id)
-    }
-
-    fn leader_selector(&self, path: &str, id: &str) -> Result<LeaderSelector> {
-        LeaderSelector::new(ZkElection::new(self, path, LOCK)?, id)
     }
 
     /// The children of `path` named as a recipe's nodes, in the order this

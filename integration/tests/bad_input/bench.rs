@@ -13,14 +13,13 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
 use integration::scale;
-use recipes_core::store::MutexBackend;
+use recipes_core::store::LockStore;
 use recipes_core::{Client, Error};
 
 use crate::stores::{Settings, Store};
 
 /// The innocent lock's guard on a store's client.
-pub type Guard<S> =
-    recipes_core::MutexGuard<<<<S as Store>::C as Client>::Mutex as MutexBackend>::Lease>;
+pub type Guard<S> = recipes_core::MutexGuard<<<S as Store>::C as LockStore>::Lease>;
 
 /// How long a dropped guard or client may take to remove its entries.
 const CLEANUP_BOUND: Duration = Duration::from_secs(3);

@@ -51,7 +51,7 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use integration::certs::with_tls;
-use recipes_core::store::{ElectionBackend, MutexBackend};
+use recipes_core::store::{ElectionBackend, LockStore};
 use recipes_core::Tls;
 use recipes_core::{
     BootInstant, Client, Error, LeaderLatch, LeaderSelector, LossPolicy, MutexGuard,
@@ -96,7 +96,7 @@ impl Participant {
 }
 
 /// The held lock of a client of type `C`.
-type Held<C> = MutexGuard<<<C as Client>::Mutex as MutexBackend>::Lease>;
+type Held<C> = MutexGuard<<C as LockStore>::Lease>;
 
 struct Worker<C: Client> {
     client: C,

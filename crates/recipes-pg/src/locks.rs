@@ -1,0 +1,102 @@
+//! The store's verbs for core's queue locks ([`LockStore`]). Lease mode:
+//! the queue rows of `contend.rs` under a name of kind `lock` or
+//! `rwlock`, through core's contend engine. Session mode: an advisory
+//! lock on the name's key (`slots.rs`), exclusive or shared, through
+//! core's take engine. `mutex.rs` and `rw_lock.rs` have the layouts.
+
+use recipes_core::store::engine::{self, Rule};
+use recipes_core::store::{LockStore, Runtime};
+use recipes_core::{LockKind, Result};
+use tokio::time::Instant;
+
+use crate::advisory_lock::AdvisoryLock;
+use crate::builder::PgMode;
+use crate::client::PgClient;
+use crate::election::PgElection;
+use crate::entry::PgEntry;
+use crate::held::PgLock;
+use crate::mutex::{NameHandle, Queue};
+use crate::rw_lock::RWLOCK;
+use crate::semaphore::SemaphoreRows;
+use crate::slots::{AdvisorySlots, ADVISORY, ADVISORY_RW};
+
+/// A lock's name, checked, as [`LockStore::Queue`].
+#[derive(Debug, Clone)]
+pub struct PgLockQueue(NameHandle);
+
+impl LockStore for PgClient {
+    type Queue = PgLockQueue;
+    type Lease = PgLock;
+
+    fn runtime(&self) -> &Runtime {
+        PgClient::runtime(self)
+    }
+
+    fn queue(&self, name: &str, kind: LockKind) -> Result<PgLockQueue> {
+        NameHandle::new(self.clone(), kind.recipe(), name).map(PgLockQueue)
+    }
+
+    fn take(
+        &self,
+        queue: &PgLockQueue,
+        kind: LockKind,
+        deadline: Option<Instant>,
+    ) -> impl std::future::Future<Output = Result<Option<PgLock>>> + Send + 'static {
+        let handle = queue.0.clone();
+        let rw = kind.rule() == Rule::ReadWrite;
+        async move {
+            let (client, name) = (&handle.client, handle.name.as_str());
+            if client.mode() == PgMode::Session {
+                let slots = AdvisorySlots {
+                    client,
+                    name,
+                    kind: if rw { ADVISORY_RW } else { ADVISORY },
+                    slots: 1,
+                    shared: kind == LockKind::Read,
+                };
+                let won = engine::take(&slots, deadline).await?;
+                return Ok(won.map(|w| AdvisoryLock::held(client.clone(), name, name, w, false)));
+            }
+            let queue = Queue {
+                kind: if rw { RWLOCK } else { "lock" },
+                rule: kind.rule(),
+                role: kind.role(),
+            };
+            let won = handle.contend_as(queue, &[], deadline).await?;
+            let reading = kind == LockKind::Read;
+            Ok(won.map(|a| PgEntry::held_rw(client.clone(), name, a, reading)))
+        }
+    }
+
+    fn downgrade(&self, _queue: &PgLockQueue, write: PgLock) -> Result<PgLock> {
+        crate::rw_lock::downgrade(self, write)
+    }
+
+    type Semaphore = SemaphoreRows;
+    type Permit = PgLock;
+
+    /// The size is stored in the name's row by the first client and
+    /// checked here; a name that holds a lock or election is refused.
+    fn semaphore_queue(&self, name: &str, permits: u32) -> Result<SemaphoreRows> {
+        let rows = SemaphoreRows::new(self.clone(), name, permits)?;
+        let this = rows.clone();
+        self.call("check the semaphore size", async move {
+            this.ensure_size().await
+        })?;
+        Ok(rows)
+    }
+
+    fn admit(
+        &self,
+        semaphore: &SemaphoreRows,
+        deadline: Option<Instant>,
+    ) -> impl std::future::Future<Output = Result<Option<PgLock>>> + Send + 'static {
+        semaphore.admit(deadline)
+    }
+
+    type Election = PgElection;
+
+    fn election_of(&self, name: &str, _selector: bool) -> Result<PgElection> {
+        PgElection::new(self.clone(), name)
+    }
+}
