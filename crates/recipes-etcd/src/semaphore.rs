@@ -7,7 +7,7 @@
 use std::time::Duration;
 
 use etcd_client::{Compare, CompareOp, GetOptions, Txn, TxnOp};
-use recipes_core::store::engine::{self, SemaphoreDriver};
+use recipes_core::store::engine::{self, Admission, Unlock};
 use recipes_core::Result;
 use tokio::time::Instant;
 
@@ -155,6 +155,10 @@ impl SemaphoreKeys {
                     prefix: &this.lease_prefix,
                     layout: Layout::Permits(&this),
                 },
+                // No round trip: the size was checked when the handle was
+                // made, and every permit's create transaction checks it
+                // again (and stores it again if it was deleted).
+                size: (),
             };
             let won = engine::admit(&admission, deadline).await?;
             Ok(won.map(|a| EtcdKey::held(this.client.clone(), a, "permit")))
@@ -162,34 +166,11 @@ impl SemaphoreKeys {
     }
 }
 
-/// One acquisition's side of the engine's semaphore: the internal mutex
-/// `<name>/locks` on the client's own session, and the permit keys.
-struct Admission<'a> {
-    lock: KeyContender<'a>,
-    permits: KeyContender<'a>,
-}
-
-impl<'a> SemaphoreDriver for Admission<'a> {
-    type Lock = KeyContender<'a>;
-    type Permit = KeyContender<'a>;
-
-    /// No round trip: the size was checked when the handle was made, and
-    /// every permit's create transaction checks it again (and stores it
-    /// again if it was deleted).
-    async fn ensure_size(&self) -> Result<()> {
-        Ok(())
-    }
-
-    fn lock(&self) -> &KeyContender<'a> {
-        &self.lock
-    }
-
-    fn permits(&self) -> &KeyContender<'a> {
-        &self.permits
-    }
-
-    /// Awaited, so that a `try_acquire` right after finds the mutex free.
-    fn unlock(held: Acquired) -> impl std::future::Future<Output = ()> + Send + 'static {
-        held.delete()
+/// A win of the internal mutex `<name>/locks` (on the client's own
+/// session) is given back by deleting its key: awaited, so that a
+/// `try_acquire` right after finds the mutex free.
+impl Unlock for Acquired {
+    fn unlock(self) -> impl std::future::Future<Output = ()> + Send + 'static {
+        self.delete()
     }
 }

@@ -9,7 +9,7 @@
 //! the size stored the same way.
 
 use recipes_core::store::check_stored_size;
-use recipes_core::store::engine::{self, Role, Rule, SemaphoreDriver};
+use recipes_core::store::engine::{self, Admission, Role, Rule, Unlock};
 use recipes_core::Result;
 use tokio::time::Instant;
 use tokio_postgres::types::Type;
@@ -154,6 +154,9 @@ impl SemaphoreRows {
                     Rule::Leases(this.permits as usize),
                     Role::Permit,
                 ),
+                // No round trip: the size was checked when the handle was
+                // made.
+                size: (),
             };
             let won = engine::admit(&admission, deadline).await?;
             let client = this.client.clone();
@@ -162,31 +165,10 @@ impl SemaphoreRows {
     }
 }
 
-/// One acquisition's side of the engine's semaphore.
-struct Admission<'a> {
-    lock: RowContender<'a>,
-    permits: RowContender<'a>,
-}
-
-impl<'a> SemaphoreDriver for Admission<'a> {
-    type Lock = RowContender<'a>;
-    type Permit = RowContender<'a>;
-
-    /// No round trip: the size was checked when the handle was made.
-    async fn ensure_size(&self) -> Result<()> {
-        Ok(())
-    }
-
-    fn lock(&self) -> &RowContender<'a> {
-        &self.lock
-    }
-
-    fn permits(&self) -> &RowContender<'a> {
-        &self.permits
-    }
-
-    /// Awaited, so that a `try_acquire` right after finds the mutex free.
-    fn unlock(held: Acquired) -> impl std::future::Future<Output = ()> + Send + 'static {
-        held.ticket.remove()
+/// A win of the internal mutex is given back by deleting its row:
+/// awaited, so that a `try_acquire` right after finds the mutex free.
+impl Unlock for Acquired {
+    fn unlock(self) -> impl std::future::Future<Output = ()> + Send + 'static {
+        self.ticket.remove()
     }
 }

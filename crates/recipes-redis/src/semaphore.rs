@@ -7,7 +7,7 @@
 
 use std::time::Duration;
 
-use recipes_core::store::engine::{self, Rule, SemaphoreDriver};
+use recipes_core::store::engine::{self, Admission, Rule, SizeCheck, Unlock};
 use recipes_core::Result;
 use tokio::time::Instant;
 
@@ -104,7 +104,7 @@ impl SemaphoreQueues {
         let this = self.clone();
         async move {
             let admission = Admission {
-                semaphore: &this,
+                size: &this,
                 lock: QueueContender {
                     client: &this.client,
                     queue: &this.lock,
@@ -128,34 +128,19 @@ impl SemaphoreQueues {
     }
 }
 
-/// One acquisition's side of the engine's semaphore.
-struct Admission<'a> {
-    semaphore: &'a SemaphoreQueues,
-    lock: QueueContender<'a>,
-    permits: QueueContender<'a>,
+/// One script before each admission: the size stored again if it was
+/// deleted.
+impl SizeCheck for SemaphoreQueues {
+    async fn ensure_size(&self) -> Result<()> {
+        let redis = self.client.redis()?;
+        SemaphoreQueues::ensure_size(self, &redis, self.client.rpc_timeout()).await
+    }
 }
 
-impl<'a> SemaphoreDriver for Admission<'a> {
-    type Lock = QueueContender<'a>;
-    type Permit = QueueContender<'a>;
-
-    /// One script: the size stored again if it was deleted.
-    async fn ensure_size(&self) -> Result<()> {
-        let s = self.semaphore;
-        s.ensure_size(&s.client.redis()?, s.client.rpc_timeout())
-            .await
-    }
-
-    fn lock(&self) -> &QueueContender<'a> {
-        &self.lock
-    }
-
-    fn permits(&self) -> &QueueContender<'a> {
-        &self.permits
-    }
-
-    /// Awaited, so that a `try_acquire` right after finds the mutex free.
-    fn unlock(held: Acquired) -> impl std::future::Future<Output = ()> + Send + 'static {
-        held.ticket.remove()
+/// A win of the internal mutex is given back by removing its member:
+/// awaited, so that a `try_acquire` right after finds the mutex free.
+impl Unlock for Acquired {
+    fn unlock(self) -> impl std::future::Future<Output = ()> + Send + 'static {
+        self.ticket.remove()
     }
 }

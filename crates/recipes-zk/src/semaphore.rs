@@ -12,7 +12,7 @@
 //! Each has its own loss signal and in-store fenced writes
 //! ([`ZkNodeLease`]).
 
-use recipes_core::store::engine::{admit, Rule, SemaphoreDriver};
+use recipes_core::store::engine::{admit, Admission, Rule, SizeCheck, Unlock};
 use recipes_core::store::Backoff;
 use recipes_core::{Error, Result};
 use tokio::time::Instant as TokioInstant;
@@ -71,7 +71,12 @@ impl SemaphoreFolders {
     ) -> impl std::future::Future<Output = Result<Option<ZkNodeLease>>> + Send + 'static {
         let this = self.0.clone();
         async move {
-            let acquired = admit(&this, deadline).await?;
+            let admission = Admission {
+                lock: this.lock.clone(),
+                permits: this.leases.clone(),
+                size: &this,
+            };
+            let acquired = admit(&admission, deadline).await?;
             Ok(acquired.map(|a| ZkNode::held(this.client.clone(), a)))
         }
     }
@@ -87,10 +92,7 @@ struct Drivers {
     leases: NodeDriver,
 }
 
-impl SemaphoreDriver for Drivers {
-    type Lock = NodeDriver;
-    type Permit = NodeDriver;
-
+impl SizeCheck for Drivers {
     /// Make sure `<path>` stores our size, creating it if needed.
     async fn ensure_size(&self) -> Result<()> {
         let (path, permits) = (self.path.as_str(), self.permits);
@@ -154,16 +156,11 @@ impl SemaphoreDriver for Drivers {
             }
         }
     }
+}
 
-    fn lock(&self) -> &NodeDriver {
-        &self.lock
-    }
-
-    fn permits(&self) -> &NodeDriver {
-        &self.leases
-    }
-
-    fn unlock(held: Acquired) -> impl std::future::Future<Output = ()> + Send + 'static {
-        delete_until_done(held.session, held.node)
+/// A win of the internal mutex is given back by deleting its node.
+impl Unlock for Acquired {
+    fn unlock(self) -> impl std::future::Future<Output = ()> + Send + 'static {
+        delete_until_done(self.session, self.node)
     }
 }

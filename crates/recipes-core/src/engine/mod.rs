@@ -53,6 +53,6 @@ mod wait_sim_store;
 pub use contend::{contend, queue_reads};
 pub use decide::{decide, Decision, Role, Rule, Verdict};
 pub use driver::{ContendDriver, Entered, Listing};
-pub use semaphore::{admit, SemaphoreDriver};
+pub use semaphore::{admit, Admission, SemaphoreDriver, SizeCheck, Unlock};
 pub use take::{take, SlotDriver};
 pub use wait::{once, wait_until, Check, Condition, WaitStore};

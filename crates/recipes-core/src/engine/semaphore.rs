@@ -48,14 +48,79 @@ pub trait SemaphoreDriver: Send + Sync {
     }
 }
 
+/// A win of a semaphore's internal mutex: how the store gives it back.
+pub trait Unlock: Send + 'static {
+    /// Remove the internal mutex's entry, retrying until the store
+    /// confirmed or the session is gone.
+    fn unlock(self) -> impl Future<Output = ()> + Send + 'static;
+}
+
+/// A store's check of a semaphore's stored size, run before each
+/// admission (`()`: none, the size was checked when the handle was made).
+pub trait SizeCheck: Send + Sync {
+    /// As [`SemaphoreDriver::ensure_size`].
+    fn ensure_size(&self) -> impl Future<Output = Result<()>> + Send;
+}
+
+impl SizeCheck for () {
+    async fn ensure_size(&self) -> Result<()> {
+        Ok(())
+    }
+}
+
+impl<T: SizeCheck> SizeCheck for &T {
+    fn ensure_size(&self) -> impl Future<Output = Result<()>> + Send {
+        (**self).ensure_size()
+    }
+}
+
+/// The one [`SemaphoreDriver`] of every store: its internal mutex's and
+/// its permits' contend drivers over the store's layout, and its size
+/// check.
+#[derive(Debug)]
+pub struct Admission<L, P, S = ()> {
+    /// The internal mutex's driver (`Rule::Mutex`).
+    pub lock: L,
+    /// The permits' driver (`Rule::Leases(N)`).
+    pub permits: P,
+    /// The size check.
+    pub size: S,
+}
+
+impl<L, P, S> SemaphoreDriver for Admission<L, P, S>
+where
+    L: ContendDriver<Won: Unlock>,
+    P: ContendDriver,
+    S: SizeCheck,
+{
+    type Lock = L;
+    type Permit = P;
+
+    fn ensure_size(&self) -> impl Future<Output = Result<()>> + Send {
+        self.size.ensure_size()
+    }
+
+    fn lock(&self) -> &L {
+        &self.lock
+    }
+
+    fn permits(&self) -> &P {
+        &self.permits
+    }
+
+    fn unlock(held: L::Won) -> impl Future<Output = ()> + Send + 'static {
+        held.unlock()
+    }
+}
+
 /// Gives the internal mutex back however the admission ends, the
 /// admission's future being dropped included (then from a task).
-struct Unlock<'s, S: SemaphoreDriver> {
+struct Unlocking<'s, S: SemaphoreDriver> {
     semaphore: &'s S,
     held: Option<<S::Lock as ContendDriver>::Won>,
 }
 
-impl<S: SemaphoreDriver> Unlock<'_, S> {
+impl<S: SemaphoreDriver> Unlocking<'_, S> {
     async fn now(mut self) {
         if let Some(held) = self.held.take() {
             S::unlock(held).await;
@@ -63,7 +128,7 @@ impl<S: SemaphoreDriver> Unlock<'_, S> {
     }
 }
 
-impl<S: SemaphoreDriver> Drop for Unlock<'_, S> {
+impl<S: SemaphoreDriver> Drop for Unlocking<'_, S> {
     fn drop(&mut self) {
         if let Some(held) = self.held.take() {
             self.semaphore.unlock_in_background(held);
@@ -87,7 +152,7 @@ pub async fn admit<S: SemaphoreDriver>(
     let Some(lock) = contend(semaphore.lock(), deadline).await? else {
         return Ok(None);
     };
-    let unlock = Unlock {
+    let unlock = Unlocking {
         semaphore,
         held: Some(lock),
     };
