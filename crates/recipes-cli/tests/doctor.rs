@@ -304,6 +304,22 @@ fn doctor_pg_healthy_passes_clean_in_both_modes() {
 }
 
 #[test]
+fn doctor_pg_synchronous_commit_off_and_a_short_idle_transaction_timeout_warn() {
+    // The role's settings as a session sees them, set through the URL.
+    let url = format!(
+        "{}?options=-c%20synchronous_commit%3Doff\
+         %20-c%20idle_in_transaction_session_timeout%3D2000",
+        PgServer::shared().url()
+    );
+    let (code, out, err) = doctor(&["--pg".into(), url], "10s", &["--strict"]);
+    assert_eq!(code, 1, "stdout:\n{out}\nstderr:\n{err}");
+    assert_eq!(level(&out, "synchronous_commit"), Some("warn"), "{out}");
+    assert!(out.contains("set synchronous_commit = on"), "{out}");
+    assert_eq!(level(&out, "idle_in_transaction"), Some("warn"), "{out}");
+    assert!(out.contains("raise it above the TTL"), "{out}");
+}
+
+#[test]
 fn doctor_pg_session_mode_with_keepalives_longer_than_the_ttl_warns() {
     // The system's default keepalives (Linux: 7200 + 75 x 9 s).
     let store = [
