@@ -170,10 +170,12 @@ fn clock_verdict(measured: Result<(Duration, Duration, Duration)>, report: &mut 
     let (server, local, error) = match measured {
         Ok(m) => m,
         Err(e) => {
-            report.add(
+            report.with_change(
                 "clock-rate",
                 Level::Skip,
                 format!("cannot read the server's clock: {e}"),
+                "grant the user what reads it (Redis: +time; PostgreSQL: none; ZooKeeper: \
+                 CREATE and DELETE under --prefix; etcd: a lease grant)",
             );
             return;
         }
