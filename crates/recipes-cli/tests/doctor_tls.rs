@@ -8,7 +8,10 @@ use std::process::Stdio;
 
 use common::recipes;
 use integration::pg_server::PG_TLS_USER;
-use integration::{EtcdConfig, EtcdServer, PgConfig, PgServer, RedisConfig, RedisServer, TestPki};
+use integration::{
+    EtcdConfig, EtcdServer, PgConfig, PgServer, RedisConfig, RedisServer, TestPki, ZkConfig,
+    ZkServer,
+};
 
 /// Run `recipes STORE --cacert .. --cert .. --key .. doctor EXTRA`: exit
 /// status and stdout (stderr in the panic messages).
@@ -85,6 +88,17 @@ fn doctor_tls_etcd_certificate_far_from_expiry_is_ok() {
     let tls = TestPki::shared().server_tls(true);
     let server = EtcdServer::start_with(EtcdConfig::default().with_tls(tls));
     let (_, out) = doctor_tls(["--etcd", &server.client_addr().to_string()], &[]);
+    let expiry = line(&out, "tls-expiry");
+    assert!(expiry.starts_with("ok"), "{out}");
+    assert!(expiry.contains("expires on 2124-01-01"), "{expiry}");
+}
+
+#[test]
+fn doctor_tls_zk_certificate_far_from_expiry_is_ok() {
+    let tls = TestPki::shared().server_tls(true);
+    let server = ZkServer::start_with(ZkConfig::default().with_tls(tls));
+    let (code, out) = doctor_tls(["--zk", &server.secure_addr().to_string()], &["--strict"]);
+    assert_eq!(code, 0, "{out}");
     let expiry = line(&out, "tls-expiry");
     assert!(expiry.starts_with("ok"), "{out}");
     assert!(expiry.contains("expires on 2124-01-01"), "{expiry}");
