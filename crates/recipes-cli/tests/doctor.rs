@@ -320,6 +320,34 @@ fn doctor_pg_synchronous_commit_off_and_a_short_idle_transaction_timeout_warn() 
 }
 
 #[test]
+fn doctor_pg_role_without_rights_on_the_schema_fails_naming_them() {
+    let server = PgServer::shared();
+    // The schema exists (made by a role that may), the role has no right.
+    let owner = recipes_pg::PgClient::connect(server.url()).expect("the superuser connects");
+    recipes_core::Client::close(owner).expect("closes");
+    let sql = "DO $$ BEGIN CREATE ROLE doctor_no_rights LOGIN; \
+               EXCEPTION WHEN duplicate_object THEN NULL; END $$";
+    integration::psql::psql(
+        server.addr(),
+        "postgres",
+        "recipes",
+        sql,
+        Duration::from_secs(10),
+    )
+    .expect("the role is made");
+    let store = ["--pg".into(), server.url_as("doctor_no_rights")];
+    let (code, out, err) = doctor(&store, "10s", &[]);
+    assert_eq!(code, 2, "stdout:\n{out}\nstderr:\n{err}");
+    // Refused at connect, by the library, naming the schema and the fix.
+    assert_eq!(level(&out, "connect"), Some("fail"), "{out}");
+    assert!(
+        out.contains("permission denied for schema recipes"),
+        "{out}"
+    );
+    assert!(out.contains("grant the role the privileges"), "{out}");
+}
+
+#[test]
 fn doctor_pg_session_mode_with_keepalives_longer_than_the_ttl_warns() {
     // The system's default keepalives (Linux: 7200 + 75 x 9 s).
     let store = [
