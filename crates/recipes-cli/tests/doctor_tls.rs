@@ -1,6 +1,7 @@
 //! `recipes doctor` over TLS: the expiry of the certificate each server
-//! shows in its handshake (a warning within 30 days), on real servers
-//! given a certificate that expires in 10 days and one that does not.
+//! shows in its handshake (a warning within 30 days, a failure once
+//! expired), on real servers given a certificate that expires in 10 days,
+//! one that expired in 2020, and one that does not, on every store.
 
 mod common;
 
@@ -102,4 +103,21 @@ fn doctor_tls_zk_certificate_far_from_expiry_is_ok() {
     let expiry = line(&out, "tls-expiry");
     assert!(expiry.starts_with("ok"), "{out}");
     assert!(expiry.contains("expires on 2124-01-01"), "{expiry}");
+}
+
+#[test]
+fn doctor_tls_expired_certificate_fails_and_says_so_when_the_connect_fails() {
+    let pki = TestPki::shared();
+    let tls = pki.server_tls_with(&pki.expired_server, false);
+    let server = RedisServer::start_with(RedisConfig {
+        aof: Some("everysec"),
+        tls: Some(tls),
+        ..RedisConfig::default()
+    });
+    let (code, out) = doctor_tls(["--redis", &server.addr().to_string()], &[]);
+    assert_eq!(code, 2, "{out}");
+    assert!(line(&out, "connect").starts_with("fail"), "{out}");
+    let expiry = line(&out, "tls-expiry");
+    assert!(expiry.starts_with("fail"), "{out}");
+    assert!(expiry.contains("expired on 2020-01-01"), "{expiry}");
 }
