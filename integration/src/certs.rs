@@ -39,6 +39,8 @@ pub struct TestPki {
     pub future_server: CertFiles,
     /// A server certificate for `db.example.com` only.
     pub wrong_name_server: CertFiles,
+    /// A server certificate that expires 10 days after it was made.
+    pub expiring_server: CertFiles,
     /// A client certificate of [`ca`](Self::ca).
     pub client: CertFiles,
     /// A client certificate of [`other_ca`](Self::other_ca).
@@ -96,6 +98,13 @@ impl TestPki {
             Validity::Future,
             &pki.future_server,
         );
+        leaf(
+            &ca,
+            &local,
+            Leaf::Server,
+            Validity::Expiring,
+            &pki.expiring_server,
+        );
         let other_name = ["db.example.com"];
         leaf(
             &ca,
@@ -136,6 +145,7 @@ impl TestPki {
             expired_server: files("expired"),
             future_server: files("future"),
             wrong_name_server: files("wrong-name"),
+            expiring_server: files("expiring"),
             client: files("client"),
             other_client: files("other-client"),
             dir,
@@ -200,6 +210,8 @@ enum Validity {
     Now,
     Past,
     Future,
+    /// From 2024 until 10 days from now.
+    Expiring,
 }
 
 /// A self-signed CA and its PEM.
@@ -240,12 +252,19 @@ fn leaf(
         Leaf::Client => vec![ExtendedKeyUsagePurpose::ClientAuth],
     };
     let (from, until) = match validity {
-        Validity::Now => ((2024, 1, 1), (2124, 1, 1)),
+        Validity::Now | Validity::Expiring => ((2024, 1, 1), (2124, 1, 1)),
         Validity::Past => ((2019, 1, 1), (2020, 1, 1)),
         Validity::Future => ((2090, 1, 1), (2124, 1, 1)),
     };
     params.not_before = rcgen::date_time_ymd(from.0, from.1, from.2);
     params.not_after = rcgen::date_time_ymd(until.0, until.1, until.2);
+    if validity == Validity::Expiring {
+        let now = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .expect("after 1970");
+        let in_ten_days = now + std::time::Duration::from_secs(10 * 86_400);
+        params.not_after = rcgen::date_time_ymd(1970, 1, 1) + in_ten_days;
+    }
     let key = KeyPair::generate().expect("leaf key");
     let cert = params.signed_by(&key, ca).expect("signed leaf");
     write(&files.cert, &cert.pem());

@@ -37,6 +37,8 @@ pub struct RedisConfig {
     /// `--tls-auth-clients yes` when `client_auth`; the harness itself
     /// reads through a plain `--port` of its own.
     pub tls: Option<ServerTls>,
+    /// More `--name value` arguments, as given (`--cluster-enabled yes`).
+    pub extra_args: Vec<String>,
 }
 
 /// One `redis-server` process with its own folder and loopback port.
@@ -150,6 +152,7 @@ impl RedisServer {
                 auth.to_owned(),
             ]);
         }
+        args.extend(config.extra_args.iter().cloned());
         if let Some(primary) = config.replica_of {
             let (host, port) = (primary.ip().to_string(), primary.port().to_string());
             args.extend(["--replicaof".to_owned(), host, port]);

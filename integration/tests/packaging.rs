@@ -22,19 +22,26 @@ const PUBLISHED: [&str; 6] = [
     "recipes-cli",
 ];
 
-fn metadata() -> Value {
+/// `cargo ARGS` in the workspace: its stdout (a panic quoting stderr when
+/// it fails).
+fn cargo(args: &[&str]) -> Vec<u8> {
     let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".into());
     let out = Command::new(cargo)
-        .args(["metadata", "--format-version", "1", "--locked"])
+        .args(args)
         .current_dir(concat!(env!("CARGO_MANIFEST_DIR"), "/.."))
         .output()
-        .expect("cargo metadata runs");
+        .expect("cargo runs");
     assert!(
         out.status.success(),
-        "cargo metadata failed: {}",
+        "cargo {args:?} failed: {}",
         String::from_utf8_lossy(&out.stderr)
     );
-    serde_json::from_slice(&out.stdout).expect("cargo metadata prints JSON")
+    out.stdout
+}
+
+fn metadata() -> Value {
+    let out = cargo(&["metadata", "--format-version", "1", "--locked"]);
+    serde_json::from_slice(&out).expect("cargo metadata prints JSON")
 }
 
 /// "1.89" or "1.89.0" as (1, 89, 0).
@@ -158,5 +165,59 @@ fn published_crates_carry_their_metadata() {
                 );
             }
         }
+    }
+}
+
+/// What `cargo package --list` (offline: no registry is asked) ships of
+/// `name`.
+fn package_list(name: &str) -> Vec<String> {
+    let out = cargo(&[
+        "package",
+        "--list",
+        "--offline",
+        "--allow-dirty",
+        "-p",
+        name,
+    ]);
+    String::from_utf8_lossy(&out)
+        .lines()
+        .map(str::to_owned)
+        .collect()
+}
+
+#[test]
+fn each_package_holds_its_readme_licences_and_sources_and_no_unbuildable_test() {
+    for name in PUBLISHED {
+        let files = package_list(name);
+        for needed in ["Cargo.toml", "README.md", "LICENSE-MIT", "LICENSE-APACHE"] {
+            assert!(
+                files.iter().any(|f| f == needed),
+                "{name} ships no {needed}: {files:?}"
+            );
+        }
+        let root = if name == "recipes-cli" {
+            "src/main.rs"
+        } else {
+            "src/lib.rs"
+        };
+        assert!(files.iter().any(|f| f == root), "{name}: {files:?}");
+        // The unpublished `integration` crate's tests cannot build from
+        // the published crate; nothing of the build's output ships.
+        let unbuildable: Vec<&String> = files
+            .iter()
+            .filter(|f| {
+                f.starts_with("target/")
+                    || (f.starts_with("tests/") && {
+                        let dir = concat!(env!("CARGO_MANIFEST_DIR"), "/../crates/");
+                        let text =
+                            std::fs::read_to_string(format!("{dir}{name}/{f}")).unwrap_or_default();
+                        text.contains("integration::") || text.contains("use integration")
+                    })
+            })
+            .collect();
+        assert!(
+            unbuildable.is_empty(),
+            "{name} ships what cannot build from the crate: {unbuildable:?}"
+        );
     }
 }

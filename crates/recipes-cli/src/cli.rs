@@ -350,6 +350,10 @@ pub struct DoctorArgs {
     /// Exit 1 when a check warns (and none fails).
     #[arg(long)]
     pub strict: bool,
+    /// Where the application's names live: the doctor's own lock is taken
+    /// under it, and on etcd the user's rights on it are checked.
+    #[arg(long, value_name = "PREFIX", default_value = "/recipes-doctor/")]
+    pub prefix: String,
 }
 
 /// Parse the command line. `Err` is the exit status after help, version,

@@ -66,6 +66,9 @@ fn doctor_redis_healthy_passes_clean_and_leaves_no_key() {
     let out = assert_clean(&["--redis".into(), server.url()], "10s");
     assert_eq!(level(&out, "maxmemory-policy"), Some("ok"), "{out}");
     assert_eq!(level(&out, "appendonly"), Some("ok"), "{out}");
+    assert_eq!(level(&out, "appendfsync"), Some("ok"), "{out}");
+    assert_eq!(level(&out, "replicas"), Some("ok"), "{out}");
+    assert_eq!(level(&out, "cluster"), Some("ok"), "{out}");
     assert_eq!(level(&out, "clock-rate"), Some("ok"), "{out}");
     // Only the counters a released lock keeps by design (fences and
     // session ids never go back): no session, hold or queue key.
@@ -120,6 +123,66 @@ fn doctor_redis_without_aof_warns_and_strict_exits_1() {
 }
 
 #[test]
+fn doctor_redis_appendfsync_no_warns() {
+    let server = RedisServer::shared_with(RedisConfig {
+        aof: Some("no"),
+        ..RedisConfig::default()
+    });
+    let (code, out, err) = doctor(&["--redis".into(), server.url()], "10s", &["--strict"]);
+    assert_eq!(code, 1, "stdout:\n{out}\nstderr:\n{err}");
+    assert_eq!(level(&out, "appendonly"), Some("ok"), "{out}");
+    assert_eq!(level(&out, "appendfsync"), Some("warn"), "{out}");
+    assert!(
+        out.contains("appendfsync everysec"),
+        "says what to set: {out}"
+    );
+}
+
+#[test]
+fn doctor_redis_replicas_without_min_replicas_to_write_warn() {
+    let primary = RedisServer::start_with(RedisConfig {
+        aof: Some("everysec"),
+        ..RedisConfig::default()
+    });
+    let _replica = RedisServer::start_with(RedisConfig {
+        replica_of: Some(primary.addr()),
+        ..RedisConfig::default()
+    });
+    integration::wait_until("the replica is in sync", Duration::from_secs(20), || {
+        let info: String = primary.cmd(&["INFO", "replication"]);
+        info.contains("connected_slaves:1") && info.contains("state=online")
+    });
+    let store = ["--redis".into(), primary.url()];
+    let (code, out, err) = doctor(&store, "10s", &["--strict"]);
+    assert_eq!(code, 1, "stdout:\n{out}\nstderr:\n{err}");
+    assert_eq!(level(&out, "replicas"), Some("warn"), "{out}");
+    assert!(out.contains("set min-replicas-to-write 1"), "{out}");
+    let _: String = primary.cmd(&["CONFIG", "SET", "min-replicas-to-write", "1"]);
+    let out = assert_clean(&store, "10s");
+    assert!(out.contains("1 replicas, min-replicas-to-write 1"), "{out}");
+}
+
+#[test]
+fn doctor_redis_cluster_mode_fails_with_the_reason() {
+    let server = RedisServer::start_with(RedisConfig {
+        extra_args: ["--cluster-enabled", "yes"].map(String::from).to_vec(),
+        ..RedisConfig::default()
+    });
+    let (code, out, err) = doctor(&["--redis".into(), server.url()], "10s", &[]);
+    assert_eq!(code, 2, "stdout:\n{out}\nstderr:\n{err}");
+    // The library refuses the node at connect, in the doctor's words.
+    let words = recipes_redis::cluster_hazard("X");
+    let reason = words
+        .split("X")
+        .nth(1)
+        .expect("the words after the address");
+    assert!(out.contains(reason), "gives the reason: {out}");
+    let refused = recipes_redis::RedisClient::connect(server.url())
+        .expect_err("a cluster node is refused at connect");
+    assert!(refused.to_string().contains(reason), "{refused}");
+}
+
+#[test]
 fn doctor_ttl_close_to_the_round_trip_warns() {
     let server = RedisServer::shared();
     let proxy = Proxy::start(server.addr());
@@ -171,9 +234,37 @@ fn doctor_zk_max_session_timeout_below_the_ttl_fails() {
 
 #[test]
 fn doctor_zk_healthy_passes_clean() {
+    let server = ZkServer::shared();
     let out = assert_clean(&Store::Zk.flag(), "10s");
-    assert_eq!(level(&out, "session-timeouts"), Some("ok"), "{out}");
-    assert_eq!(level(&out, "ensemble"), Some("ok"), "{out}");
+    for check in ["session-timeouts", "ensemble", "mntr", "clock-rate"] {
+        assert_eq!(level(&out, check), Some("ok"), "{check}: {out}");
+    }
+    // The clock node is deleted; its container parent empty.
+    let clock = server.facts().children("/recipes-doctor");
+    assert!(
+        clock.iter().all(|c| !c.starts_with("clock")),
+        "left: {clock:?}"
+    );
+}
+
+#[test]
+fn doctor_zk_four_letter_words_not_allowed_says_which_setting() {
+    let server = ZkServer::start_with(ZkConfig::default().with_four_letter_words("srvr,ruok"));
+    let (code, out, err) = doctor(
+        &["--zk".into(), server.connect_string()],
+        "10s",
+        &["--strict"],
+    );
+    assert_eq!(code, 0, "a skip is no warning: {out}\n{err}");
+    for check in ["session-timeouts", "mntr"] {
+        assert_eq!(level(&out, check), Some("skip"), "{check}: {out}");
+    }
+    assert!(out.contains("does not allow conf"), "{out}");
+    assert!(out.contains("does not allow mntr"), "{out}");
+    assert!(
+        out.contains("4lw.commands.whitelist=srvr,conf,mntr"),
+        "{out}"
+    );
 }
 
 #[test]
@@ -200,20 +291,132 @@ fn doctor_pg_healthy_passes_clean_in_both_modes() {
     let out = assert_clean(&["--pg".into(), server.url()], "10s");
     assert_eq!(level(&out, "schema"), Some("ok"), "{out}");
     assert_eq!(level(&out, "clock-rate"), Some("ok"), "{out}");
-    let session = [
+    // Session mode with the server's keepalives brought within the TTL
+    // for this connection (2 + 1 x 3 = 5 s).
+    let url = format!(
+        "{}?options=-c%20tcp_keepalives_idle%3D2%20-c%20tcp_keepalives_interval%3D1\
+         %20-c%20tcp_keepalives_count%3D3",
+        server.url()
+    );
+    let session = ["--pg".into(), url, "--pg-mode".into(), "session".into()];
+    let out = assert_clean(&session, "10s");
+    assert_eq!(level(&out, "tcp_keepalives"), Some("ok"), "{out}");
+}
+
+#[test]
+fn doctor_pg_synchronous_commit_off_and_a_short_idle_transaction_timeout_warn() {
+    // The role's settings as a session sees them, set through the URL.
+    let url = format!(
+        "{}?options=-c%20synchronous_commit%3Doff\
+         %20-c%20idle_in_transaction_session_timeout%3D2000",
+        PgServer::shared().url()
+    );
+    let (code, out, err) = doctor(&["--pg".into(), url], "10s", &["--strict"]);
+    assert_eq!(code, 1, "stdout:\n{out}\nstderr:\n{err}");
+    assert_eq!(level(&out, "synchronous_commit"), Some("warn"), "{out}");
+    assert!(out.contains("set synchronous_commit = on"), "{out}");
+    assert_eq!(level(&out, "idle_in_transaction"), Some("warn"), "{out}");
+    assert!(out.contains("raise it above the TTL"), "{out}");
+}
+
+#[test]
+fn doctor_pg_role_without_rights_on_the_schema_fails_naming_them() {
+    let server = PgServer::shared();
+    // The schema exists (made by a role that may), the role has no right.
+    let owner = recipes_pg::PgClient::connect(server.url()).expect("the superuser connects");
+    recipes_core::Client::close(owner).expect("closes");
+    let sql = "DO $$ BEGIN CREATE ROLE doctor_no_rights LOGIN; \
+               EXCEPTION WHEN duplicate_object THEN NULL; END $$";
+    integration::psql::psql(
+        server.addr(),
+        "postgres",
+        "recipes",
+        sql,
+        Duration::from_secs(10),
+    )
+    .expect("the role is made");
+    let store = ["--pg".into(), server.url_as("doctor_no_rights")];
+    let (code, out, err) = doctor(&store, "10s", &[]);
+    assert_eq!(code, 2, "stdout:\n{out}\nstderr:\n{err}");
+    // Refused at connect, by the library, naming the schema and the fix.
+    assert_eq!(level(&out, "connect"), Some("fail"), "{out}");
+    assert!(
+        out.contains("permission denied for schema recipes"),
+        "{out}"
+    );
+    assert!(out.contains("grant the role the privileges"), "{out}");
+}
+
+#[test]
+fn doctor_pg_session_mode_with_keepalives_longer_than_the_ttl_warns() {
+    // The system's default keepalives (Linux: 7200 + 75 x 9 s).
+    let store = [
         "--pg".into(),
-        server.url(),
+        PgServer::shared().url(),
         "--pg-mode".into(),
         "session".into(),
     ];
-    assert_clean(&session, "10s");
+    let (code, out, err) = doctor(&store, "10s", &["--strict"]);
+    assert_eq!(code, 1, "stdout:\n{out}\nstderr:\n{err}");
+    assert_eq!(level(&out, "tcp_keepalives"), Some("warn"), "{out}");
+    assert!(out.contains("longer than the TTL 10.0 s"), "{out}");
+    assert!(out.contains("tcp_keepalives_idle"), "{out}");
+    // Lease mode does not depend on them.
+    let (code, out, _) = doctor(
+        &["--pg".into(), PgServer::shared().url()],
+        "10s",
+        &["--strict"],
+    );
+    assert_eq!(code, 0, "{out}");
 }
 
 #[test]
 fn doctor_etcd_healthy_passes_clean() {
     let server = EtcdServer::shared_version("3.5.34");
     let out = assert_clean(&["--etcd".into(), server.endpoint()], "10s");
-    assert_eq!(level(&out, "leader"), Some("ok"), "{out}");
+    for check in ["leader", "members", "permissions", "clock-rate"] {
+        assert_eq!(level(&out, check), Some("ok"), "{check}: {out}");
+    }
+    // The clock lease is revoked, the access probe's key deleted.
+    assert!(server
+        .facts()
+        .keys_with_prefix("/recipes-doctor/")
+        .is_empty());
+}
+
+#[test]
+fn doctor_etcd_user_without_rights_on_the_prefix_fails_naming_them() {
+    let server = EtcdServer::start();
+    server.enable_app_auth("app-secret");
+    let as_app = |prefix: &str| {
+        let out = recipes()
+            .args([
+                "--etcd",
+                &server.endpoint(),
+                "--user",
+                "app",
+                "--ttl",
+                "10s",
+            ])
+            .args(["doctor", "--prefix", prefix])
+            .env("RECIPES_PASSWORD", "app-secret")
+            .output()
+            .expect("recipes runs");
+        let text = String::from_utf8_lossy(&out.stdout).into_owned();
+        (out.status.code().expect("exits"), text)
+    };
+    // The role may read and write /app/ only.
+    let (code, out) = as_app("/other/");
+    assert_eq!(code, 2, "{out}");
+    assert_eq!(level(&out, "permissions"), Some("fail"), "{out}");
+    assert!(
+        out.contains("may not read and write the keys under /other/"),
+        "{out}"
+    );
+    assert!(out.contains("readwrite /other/"), "names the grant: {out}");
+    let (_, out) = as_app("/app/");
+    assert_eq!(level(&out, "permissions"), Some("ok"), "{out}");
+    assert_eq!(level(&out, "lock"), Some("ok"), "{out}");
 }
 
 #[test]

@@ -24,6 +24,7 @@ pub const MAX_MULTI_LOCK_NAMES: usize = 64;
 
 /// What a multi-lock takes on one name.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+#[non_exhaustive]
 pub enum LockKind {
     /// The name's mutex.
     Mutex,

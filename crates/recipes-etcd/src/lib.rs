@@ -88,7 +88,7 @@ pub use recipes_core::{
 };
 pub use rw_lock::{EtcdRwLock, RwLock, RwLockReadGuard, RwLockWriteGuard};
 pub use semaphore::{EtcdSemaphore, Semaphore, SemaphorePermit};
-pub use server_info::EtcdServerInfo;
+pub use server_info::{EtcdAccess, EtcdClockLease, EtcdServerInfo};
 
 /// A held [`Mutex`]; see [`recipes_core::MutexGuard`].
 pub type MutexGuard = recipes_core::MutexGuard<EtcdLock>;

@@ -172,7 +172,7 @@ pub use counter::RedisCounter;
 pub use election::{Election, LeaderLatch, LeaderSelector, Leadership, RedisElection};
 pub use lock::{RedisEntry, RedisLock};
 pub use mutex::{Mutex, RedisMutex};
-pub use policy::eviction_hazard;
+pub use policy::{cluster_hazard, eviction_hazard};
 pub use recipes_core;
 /// What users of this crate touch from `recipes-core`, so that one
 /// dependency line is enough; the whole core crate is [`recipes_core`].

@@ -49,14 +49,42 @@ pub fn eviction_hazard(policy: &str, shown: &str) -> Option<String> {
     })
 }
 
-/// Refuse a server whose `maxmemory-policy` may evict our keys; when it
-/// cannot be read, warn and go on (the guarantees then assume
-/// `noeviction`).
+/// Why a Redis Cluster node at `shown` is refused, and what to use
+/// instead. The one wording of this hazard: the refusal at connect and
+/// `recipes doctor` both say it.
+pub fn cluster_hazard(shown: &str) -> String {
+    format!(
+        "the Redis server at {shown} runs in cluster mode: a lock's scripts touch several keys \
+         (session, hold, queue, fence) that a cluster spreads over slots, and a failover may \
+         lose a lock; use one Redis node (with replicas and min-replicas-to-write), not a \
+         cluster"
+    )
+}
+
+/// Refuse a Redis Cluster node (`INFO cluster`'s `cluster_enabled:1`);
+/// when it cannot be read, go on (a cluster then refuses the scripts).
+async fn check_cluster(redis: &Redis, shown: &str, timeout: Duration) -> Result<()> {
+    let mut info = redis::cmd("INFO");
+    info.arg("cluster");
+    let read: Result<String> = redis.read("read INFO cluster", timeout, info).await;
+    match read {
+        Ok(text) if text.lines().any(|l| l.trim() == "cluster_enabled:1") => {
+            Err(Error::invalid(cluster_hazard(shown)))
+        }
+        _ => Ok(()),
+    }
+}
+
+/// Refuse a server whose `maxmemory-policy` may evict our keys, or that
+/// runs in cluster mode; when the policy cannot be read, warn and go on
+/// (the guarantees then assume `noeviction`).
 ///
 /// # Errors
 ///
-/// [`Error::InvalidArgument`] naming the policy and what to set.
+/// [`Error::InvalidArgument`] naming the policy (or cluster mode) and
+/// what to set.
 pub(crate) async fn check_eviction(redis: &Redis, shown: &str, timeout: Duration) -> Result<()> {
+    check_cluster(redis, shown, timeout).await?;
     match read_policy(redis, timeout).await {
         Some(policy) => match eviction_hazard(&policy, shown) {
             Some(hazard) => Err(Error::invalid(hazard)),

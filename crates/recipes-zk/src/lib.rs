@@ -111,6 +111,7 @@ mod node_lease;
 mod observe;
 mod rw_lock;
 mod semaphore;
+mod server_info;
 mod session;
 mod surface;
 
@@ -130,6 +131,7 @@ pub use recipes_core::{
 };
 pub use rw_lock::{InterProcessReadWriteLock, ZkRwLock};
 pub use semaphore::{InterProcessSemaphore, ZkSemaphore};
+pub use server_info::ZkClockNode;
 pub use session::SessionState;
 
 /// A held [`InterProcessMutex`].

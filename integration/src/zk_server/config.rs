@@ -21,6 +21,7 @@ pub struct ZkConfig {
     fsync: bool,
     sasl_users: Vec<(String, String)>,
     tls: Option<ServerTls>,
+    four_letter_words: String,
 }
 
 impl Default for ZkConfig {
@@ -32,6 +33,7 @@ impl Default for ZkConfig {
             fsync: false,
             sasl_users: Vec::new(),
             tls: None,
+            four_letter_words: "srvr,mntr,cons,wchc,wchp,stat,ruok,dump,conf".into(),
         }
     }
 }
@@ -48,6 +50,12 @@ impl ZkConfig {
     /// checked once per tick).
     pub fn with_tick_time(mut self, tick_time: Duration) -> Self {
         self.tick_time = tick_time;
+        self
+    }
+
+    /// Sets `4lw.commands.whitelist` (the harness itself needs `srvr`).
+    pub fn with_four_letter_words(mut self, words: &str) -> Self {
+        self.four_letter_words = words.into();
         self
     }
 
@@ -135,7 +143,7 @@ impl ZkConfig {
             "forceSync=no\n"
         });
         cfg.push_str("admin.enableServer=false\n");
-        cfg.push_str("4lw.commands.whitelist=srvr,mntr,cons,wchc,wchp,stat,ruok,dump,conf\n");
+        let _ = writeln!(cfg, "4lw.commands.whitelist={}", self.four_letter_words);
         cfg.push_str("autopurge.purgeInterval=0\n");
         if !self.sasl_users.is_empty() {
             cfg.push_str(

@@ -28,33 +28,46 @@ pub fn ms(d: Duration) -> String {
     }
 }
 
-/// Every shared check; `clock` reads the server's clock (time since the
-/// epoch) where the store exposes one cheaply.
+/// How the server's clock is read.
+pub enum ServerClock<'a> {
+    /// A read of the server's time since the epoch, to within a
+    /// resolution (a clock in whole milliseconds: 1 ms).
+    Read(&'a dyn Fn() -> Result<Duration>, Duration),
+    /// A rate measured by the store's own means: a span of the server's
+    /// clock, the same span of ours, and the error of pairing them.
+    Measured(Result<(Duration, Duration, Duration)>),
+    /// Cannot be read: why, and which right would let it.
+    Cannot(String, &'static str),
+}
+
+/// Every shared check, with the server's clock read as `clock` says.
 pub fn checks<C: Client>(
     client: &C,
     asked: &Asked<'_>,
-    clock: Option<&dyn Fn() -> Result<Duration>>,
+    prefix: &str,
+    clock: ServerClock<'_>,
     report: &mut Report,
 ) {
     granted_ttl(client, asked.ttl, report);
     round_trip(client, asked.ttl, report);
     match clock {
-        Some(read) => clock_rate(read, report),
-        None => {
-            report.with_change(
-                "clock-rate",
-                Level::Skip,
-                format!("{} exposes no clock this check reads yet", client.store()),
-                "keep the hosts' clocks disciplined (NTP): the lease deadlines assume rates \
-                 within 500 ppm",
-            );
+        ServerClock::Read(read, resolution) => {
+            clock_verdict(measure_clock(read, resolution), report)
+        }
+        ServerClock::Measured(measured) => clock_verdict(measured, report),
+        ServerClock::Cannot(found, change) => {
+            report.with_change("clock-rate", Level::Skip, found, change)
         }
     }
+    // PostgreSQL's session mode: a name of its own (a name is used in one
+    // mode only).
     let name = match asked.choice {
-        crate::cli::BackendChoice::Pg(_, recipes_pg::PgMode::Session) => SESSION_LOCK_NAME,
-        _ => LOCK_NAME,
+        crate::cli::BackendChoice::Pg(_, recipes_pg::PgMode::Session) => {
+            format!("{prefix}session-lock")
+        }
+        _ => format!("{prefix}lock"),
     };
-    lock(client, name, report);
+    lock(client, &name, report);
 }
 
 fn granted_ttl<C: Client>(client: &C, asked: Duration, report: &mut Report) {
@@ -132,34 +145,47 @@ fn clock_sample(read: &dyn Fn() -> Result<Duration>) -> Result<(Duration, Instan
     Ok(best.expect("at least one read"))
 }
 
-/// The server's clock rate against ours over `CLOCK_SPAN`, in ppm, with
-/// the error the round trips allow.
-fn clock_rate(read: &dyn Fn() -> Result<Duration>, report: &mut Report) {
-    let measured = (|| {
-        let (s0, l0, e0) = clock_sample(read)?;
-        // A measurement span, not a wait for a condition.
-        std::thread::sleep(CLOCK_SPAN);
-        let (s1, l1, e1) = clock_sample(read)?;
-        Ok::<_, recipes_core::Error>((s0, l0, e0, s1, l1, e1))
-    })();
-    let (s0, l0, e0, s1, l1, e1) = match measured {
+/// Two timed reads of the server's clock `CLOCK_SPAN` apart: the span of
+/// the server's clock, the span of ours, and the error of pairing them
+/// (half of each read's round trip, and the clock's resolution at each
+/// end).
+fn measure_clock(
+    read: &dyn Fn() -> Result<Duration>,
+    resolution: Duration,
+) -> Result<(Duration, Duration, Duration)> {
+    let (s0, l0, e0) = clock_sample(read)?;
+    // A measurement span, not a wait for a condition.
+    std::thread::sleep(CLOCK_SPAN);
+    let (s1, l1, e1) = clock_sample(read)?;
+    let server = s1.checked_sub(s0).ok_or_else(|| {
+        recipes_core::Error::invalid("the server's clock stepped back during the check")
+    })?;
+    Ok((server, l1 - l0, e0 + e1 + resolution * 2))
+}
+
+/// The server's clock rate against ours, in ppm, with the error the
+/// measurement allows: a failure only when beyond 500 ppm by more than
+/// the error.
+fn clock_verdict(measured: Result<(Duration, Duration, Duration)>, report: &mut Report) {
+    let (server, local, error) = match measured {
         Ok(m) => m,
         Err(e) => {
-            report.add(
+            report.with_change(
                 "clock-rate",
                 Level::Skip,
                 format!("cannot read the server's clock: {e}"),
+                "grant the user what reads it (Redis: +time; PostgreSQL: none; ZooKeeper: \
+                 CREATE and DELETE under --prefix; etcd: a lease grant)",
             );
             return;
         }
     };
-    let local = (l1 - l0).as_secs_f64();
-    let server = s1.as_secs_f64() - s0.as_secs_f64();
-    let ppm = (server - local) / local * 1e6;
-    let error = (e0 + e1).as_secs_f64() / local * 1e6;
+    let span = local.as_secs_f64();
+    let ppm = (server.as_secs_f64() - span) / span * 1e6;
+    let error = error.as_secs_f64() / span * 1e6;
     let found = format!(
         "the server's clock ran {ppm:+.0} ppm (±{error:.0}) against ours over {}",
-        ms(l1 - l0)
+        ms(local)
     );
     if ppm.abs() - error > CLOCK_PPM {
         report.with_change(
@@ -174,16 +200,10 @@ fn clock_rate(read: &dyn Fn() -> Result<Duration>, report: &mut Report) {
     }
 }
 
-/// Take a lock of the doctor's own, fence it, release it, and check that
-/// nothing was left.
-/// The doctor's lock: one name for every run, so that what a store keeps
-/// of a released lock by design (its fence counter, which must never go
-/// back) is one key, not one per run.
-pub const LOCK_NAME: &str = "/recipes-doctor/lock";
-/// PostgreSQL's session mode: a name of its own (a name is used in one
-/// mode only).
-pub const SESSION_LOCK_NAME: &str = "/recipes-doctor/session-lock";
-
+/// Take a lock of the doctor's own (`<prefix>lock`: one name for every
+/// run, so that what a store keeps of a released lock by design, its
+/// fence counter, is one key, not one per run), fence it, release it, and
+/// check that nothing was left.
 fn lock<C: Client>(client: &C, name: &str, report: &mut Report) {
     let taken = (|| {
         let mutex = client.mutex(name)?;
@@ -230,5 +250,28 @@ fn lock<C: Client>(client: &C, name: &str, report: &mut Report) {
             format!("cannot take, fence and release {name}: {e}"),
             "grant the user what the message names",
         ),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn verdict(server_ms: u64, local_ms: u64, error_ms: u64) -> Level {
+        let mut report = Report::default();
+        let d = Duration::from_millis;
+        clock_verdict(Ok((d(server_ms), d(local_ms), d(error_ms))), &mut report);
+        report.exit_code(true);
+        report.levels()[0]
+    }
+
+    #[test]
+    fn a_clock_off_by_more_than_500_ppm_beyond_the_error_fails() {
+        // 1% fast, measured to 1 ms over 2 s (500 ppm of error).
+        assert_eq!(verdict(2_020, 2_000, 1), Level::Fail);
+        assert_eq!(verdict(1_980, 2_000, 1), Level::Fail);
+        // 1000 ppm, but within the error of a coarse measurement.
+        assert_eq!(verdict(2_002, 2_000, 2), Level::Ok);
+        assert_eq!(verdict(2_000, 2_000, 0), Level::Ok);
     }
 }

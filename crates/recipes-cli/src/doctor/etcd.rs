@@ -2,7 +2,10 @@
 //! (named, with the release that fixed them), a leader present, the
 //! members.
 
-use recipes_etcd::EtcdClient;
+use std::time::{Duration, Instant};
+
+use recipes_core::Result;
+use recipes_etcd::{EtcdClient, EtcdClockLease};
 
 use super::{Level, Report};
 
@@ -62,8 +65,9 @@ fn bugs_of(version: (u32, u32, u32)) -> Vec<&'static str> {
         .collect()
 }
 
-/// Every etcd check.
-pub fn checks(client: &EtcdClient, report: &mut Report) {
+/// Every etcd check; `prefix` is where the application's names live.
+pub fn checks(client: &EtcdClient, prefix: &str, report: &mut Report) {
+    access(client, prefix, report);
     let info = match client.server_info() {
         Ok(info) => info,
         Err(e) => {
@@ -122,6 +126,88 @@ pub fn checks(client: &EtcdClient, report: &mut Report) {
     } else {
         report.add("members", level, found);
     }
+}
+
+/// The user's rights on the key prefix: with authentication on, a user
+/// whose roles do not cover it cannot take a lock there.
+fn access(client: &EtcdClient, prefix: &str, report: &mut Report) {
+    let missing = match client.prefix_access(prefix) {
+        Err(e) => {
+            return report.add(
+                "permissions",
+                Level::Skip,
+                format!("cannot check the rights on {prefix}: {e}"),
+            )
+        }
+        Ok(a) if a.read && a.write => {
+            return report.add(
+                "permissions",
+                Level::Ok,
+                format!("the user may read and write the keys under {prefix}"),
+            )
+        }
+        Ok(a) if a.read => "write",
+        Ok(a) if a.write => "read",
+        Ok(_) => "read and write",
+    };
+    report.with_change(
+        "permissions",
+        Level::Fail,
+        format!("the user may not {missing} the keys under {prefix}: etcd denies it"),
+        format!(
+            "grant the user's role readwrite on the prefix: etcdctl role grant-permission \
+             ROLE --prefix=true readwrite {prefix}"
+        ),
+    );
+}
+
+/// The lease the clock check reads: long enough to outlive the check.
+const CLOCK_LEASE_SECS: i64 = 10;
+/// How many of the leader's seconds the clock check spans.
+const CLOCK_SECONDS: u32 = 2;
+/// Polling starts this long before the second edge is due (a server
+/// clock this much faster is still caught on the edge).
+const CLOCK_EARLY: Duration = Duration::from_millis(150);
+
+/// One change of the lease's remaining TTL, polled for: the new value,
+/// our instant at the middle of the interval it happened in, and half
+/// that interval.
+fn edge(lease: &EtcdClockLease, from: i64) -> Result<(i64, Instant, Duration)> {
+    let mut before = Instant::now();
+    let mut value = from;
+    while value == from {
+        let sent = Instant::now();
+        value = lease.remaining()?;
+        if value == from {
+            before = sent;
+        }
+    }
+    let after = Instant::now();
+    let half = (after - before) / 2;
+    Ok((value, before + half, half))
+}
+
+/// The leader's clock rate, by a lease's remaining TTL: the instants of
+/// two of its one-second steps `CLOCK_SECONDS` apart, against ours.
+pub fn lease_clock(client: &EtcdClient) -> Result<(Duration, Duration, Duration)> {
+    let lease = client.clock_lease(CLOCK_LEASE_SECS)?;
+    let first = lease.remaining()?;
+    let (v0, t0, e0) = edge(&lease, first)?;
+    let due = t0 + Duration::from_secs(u64::from(CLOCK_SECONDS));
+    // A measurement span, not a wait for a condition.
+    std::thread::sleep(due.saturating_duration_since(Instant::now() + CLOCK_EARLY));
+    let expect = v0 - i64::from(CLOCK_SECONDS);
+    let now = lease.remaining()?;
+    if now <= expect {
+        // The step came before we looked: the leader's clock ran fast by
+        // at least CLOCK_EARLY over the span (or we were descheduled).
+        let local = Instant::now() - t0;
+        let server = Duration::from_secs(u64::try_from(v0 - now).unwrap_or(0));
+        return Ok((server, local, e0 + Duration::from_secs(1)));
+    }
+    let (v1, t1, e1) = edge(&lease, now)?;
+    let server = Duration::from_secs(u64::try_from(v0 - v1).unwrap_or(0));
+    Ok((server, t1 - t0, e0 + e1))
 }
 
 #[cfg(test)]

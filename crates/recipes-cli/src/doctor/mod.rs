@@ -11,6 +11,7 @@ mod common;
 mod etcd;
 mod pg;
 mod redis;
+mod tls;
 mod zk;
 
 use std::fmt::Write as _;
@@ -85,6 +86,12 @@ impl Report {
             found: found.into(),
             change: change.into(),
         });
+    }
+
+    /// Every check's level, in order.
+    #[cfg(test)]
+    pub fn levels(&self) -> Vec<Level> {
+        self.checks.iter().map(|c| c.level).collect()
     }
 
     /// The exit status: 2 when a check failed, 1 when one warned and
@@ -171,6 +178,11 @@ pub fn run(
 ) -> i32 {
     let store = crate::run::describe(asked.choice);
     let mut report = Report::default();
+    let prefix = if args.prefix.ends_with('/') {
+        args.prefix.clone()
+    } else {
+        format!("{}/", args.prefix)
+    };
     let started = std::time::Instant::now();
     match backend::connect(asked.choice, asked.ttl, credentials, zk_sasl, asked.tls) {
         Err(e) => {
@@ -184,6 +196,10 @@ pub fn run(
             if let BackendChoice::Zk(hosts) = asked.choice {
                 zk::checks(hosts, asked, &mut report);
             }
+            // An expired certificate is a reason a connect fails.
+            if let Some(given) = asked.tls {
+                tls::check(asked.choice, given.server_name_override(), &mut report);
+            }
         }
         Ok(connected) => {
             report.add(
@@ -191,39 +207,55 @@ pub fn run(
                 Level::Ok,
                 format!("connected in {}", common::ms(started.elapsed())),
             );
-            check_connected(connected, asked, &mut report);
+            check_connected(connected, asked, &prefix, &mut report);
         }
     }
     print!("{}", report.render(&store, args.json, args.strict));
     report.exit_code(args.strict)
 }
 
-fn check_connected(connected: Connected, asked: &Asked<'_>, report: &mut Report) {
+fn check_connected(connected: Connected, asked: &Asked<'_>, prefix: &str, report: &mut Report) {
+    use common::ServerClock;
     match &connected {
         Connected::Zk(client) => {
             zk::checks(client.hosts(), asked, report);
-            common::checks(client, asked, None, report);
+            match client.clock_node(&format!("{prefix}clock")) {
+                Ok(node) => {
+                    let read = || node.touch();
+                    let clock = ServerClock::Read(&read, Duration::from_millis(1));
+                    common::checks(client, asked, prefix, clock, report);
+                }
+                Err(e) => {
+                    let found = format!("cannot write a node to read the server's clock: {e}");
+                    let clock = ServerClock::Cannot(
+                        found,
+                        "grant the user CREATE and DELETE under the prefix (--prefix) to time \
+                         the server's clock by a node's mtime",
+                    );
+                    common::checks(client, asked, prefix, clock, report);
+                }
+            }
         }
         Connected::Etcd(client) => {
-            etcd::checks(client, report);
-            common::checks(client, asked, None, report);
+            etcd::checks(client, prefix, report);
+            let clock = ServerClock::Measured(etcd::lease_clock(client));
+            common::checks(client, asked, prefix, clock, report);
         }
         Connected::Pg(client) => {
             pg::checks(client, asked, report);
-            common::checks(client, asked, Some(&|| pg::server_clock(client)), report);
+            let read = || pg::server_clock(client);
+            let clock = ServerClock::Read(&read, Duration::from_micros(1));
+            common::checks(client, asked, prefix, clock, report);
         }
         Connected::Redis(client) => {
             redis::checks(client, asked, report);
-            common::checks(client, asked, Some(&|| client.server_time()), report);
+            let read = || client.server_time();
+            let clock = ServerClock::Read(&read, Duration::from_micros(1));
+            common::checks(client, asked, prefix, clock, report);
         }
     }
-    if asked.tls.is_some() {
-        report.with_change(
-            "tls-expiry",
-            Level::Skip,
-            "the server certificate's expiry is not read yet",
-            "check it with `openssl s_client -connect HOST:PORT | openssl x509 -noout -enddate`",
-        );
+    if let Some(given) = asked.tls {
+        tls::check(asked.choice, given.server_name_override(), report);
     }
     crate::backend::on_client!(connected, client => {
         let _ = recipes_core::Client::close(client);

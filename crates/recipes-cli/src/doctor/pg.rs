@@ -218,12 +218,51 @@ fn timeouts(client: &PgClient, ttl: Duration, report: &mut Report) {
             "cannot read idle_in_transaction_session_timeout",
         ),
     }
-    if let Some(idle) = setting_ms(client, "tcp_keepalives_idle") {
-        // pg_settings gives seconds for this one; 0 is the system default.
+    keepalives(client, ttl, report);
+}
+
+/// The server's TCP keepalives: how long a session-mode holder whose host
+/// died or was cut off keeps its locks (its connection, and with it its
+/// advisory locks, ends only when the server's keepalives give up).
+fn keepalives(client: &PgClient, ttl: Duration, report: &mut Report) {
+    let (Some(idle), Some(interval), Some(count)) = (
+        setting_ms(client, "tcp_keepalives_idle"),
+        setting_ms(client, "tcp_keepalives_interval"),
+        setting_ms(client, "tcp_keepalives_count"),
+    ) else {
+        return report.add(
+            "tcp_keepalives",
+            Level::Skip,
+            "cannot read tcp_keepalives_idle, _interval and _count",
+        );
+    };
+    // pg_settings gives seconds for these; over TCP the values in effect
+    // (0 only over a Unix socket, where they do not apply).
+    let detect = Duration::from_secs(idle + interval * count);
+    let found = format!(
+        "tcp_keepalives_idle {idle} s + interval {interval} s x count {count}: the server \
+         finds a vanished client after {}",
+        ms(detect)
+    );
+    if idle == 0 {
         report.add(
             "tcp_keepalives",
             Level::Ok,
-            format!("tcp_keepalives_idle {idle} s (0: the system's default)"),
+            "connected over a Unix socket: keepalives do not apply",
         );
+    } else if client.mode() == PgMode::Session && detect > ttl {
+        report.with_change(
+            "tcp_keepalives",
+            Level::Warn,
+            format!(
+                "{found}, longer than the TTL {}: a session-mode holder whose host dies or is \
+                 cut off keeps its locks that long",
+                ms(ttl)
+            ),
+            "lower them so idle + interval x count fits the TTL (postgresql.conf, ALTER ROLE .. \
+             SET, or the URL's options=-c tcp_keepalives_idle=..), or use lease mode",
+        );
+    } else {
+        report.add("tcp_keepalives", Level::Ok, found);
     }
 }

@@ -33,22 +33,18 @@ pub fn checks(client: &RedisClient, asked: &Asked<'_>, report: &mut Report) {
     };
     let version = field(&info, "redis_version").unwrap_or("unknown");
     report.add("version", Level::Ok, format!("Redis {version}"));
-    cluster(&info, report);
+    cluster(&info, asked, report);
     role(&info, report);
     eviction(&info, asked, report);
-    persistence(&info, report);
+    persistence(client, &info, report);
     replicas(client, &info, report);
 }
 
-fn cluster(info: &str, report: &mut Report) {
+fn cluster(info: &str, asked: &Asked<'_>, report: &mut Report) {
     if field(info, "cluster_enabled") == Some("1") {
-        report.with_change(
-            "cluster",
-            Level::Fail,
-            "cluster mode is on: a lock's scripts touch several keys (session, hold, queue, \
-             fence) that a cluster spreads over slots, and a failover may lose a lock",
-            "use one Redis node (with replicas and min-replicas-to-write), not a cluster",
-        );
+        let shown = crate::run::describe(asked.choice);
+        let shown = shown.strip_prefix("Redis at ").unwrap_or(&shown);
+        report.add("cluster", Level::Fail, recipes_redis::cluster_hazard(shown));
     } else {
         report.add("cluster", Level::Ok, "a single node (cluster mode off)");
     }
@@ -89,28 +85,65 @@ fn eviction(info: &str, asked: &Asked<'_>, report: &mut Report) {
     }
 }
 
-fn persistence(info: &str, report: &mut Report) {
+fn persistence(client: &RedisClient, info: &str, report: &mut Report) {
     match field(info, "aof_enabled") {
         Some("1") => report.add(
             "appendonly",
             Level::Ok,
             "an append-only file: held locks and fence keys survive a restart",
         ),
-        Some(_) => report.with_change(
-            "appendonly",
-            Level::Warn,
-            "no append-only file: a restart forgets every held lock (their holders are told \
-             lost) and the fence keys (fences then go on from the server's clock, so they \
-             stay increasing only while it does not step back)",
-            "set `appendonly yes` and `appendfsync everysec` or `always` (CONFIG SET, and in \
-             redis.conf)",
-        ),
-        None => report.add(
-            "appendonly",
-            Level::Skip,
-            "INFO persistence shows no aof_enabled",
-        ),
+        Some(_) => {
+            return report.with_change(
+                "appendonly",
+                Level::Warn,
+                "no append-only file: a restart forgets every held lock (their holders are \
+                 told lost) and the fence keys (fences then go on from the server's clock, so \
+                 they stay increasing only while it does not step back)",
+                "set `appendonly yes` and `appendfsync everysec` or `always` (CONFIG SET, and \
+                 in redis.conf)",
+            )
+        }
+        None => {
+            return report.add(
+                "appendonly",
+                Level::Skip,
+                "INFO persistence shows no aof_enabled",
+            )
+        }
     };
+    match client.server_config("appendfsync") {
+        Ok(Some(fsync)) if fsync == "no" => report.with_change(
+            "appendfsync",
+            Level::Warn,
+            "appendfsync no: the operating system writes the file when it likes, so a host \
+             crash may lose many seconds of locks and fence bumps, and a new holder then gets \
+             a fence already used",
+            "set `appendfsync everysec` (at most a second lost) or `always`",
+        ),
+        Ok(Some(fsync)) => report.add(
+            "appendfsync",
+            Level::Ok,
+            format!(
+                "appendfsync {fsync}: {}",
+                if fsync == "always" {
+                    "every write is on disk before its reply"
+                } else {
+                    "a host crash loses at most about a second of writes"
+                }
+            ),
+        ),
+        Ok(None) => report.add(
+            "appendfsync",
+            Level::Skip,
+            "CONFIG GET shows no appendfsync",
+        ),
+        Err(e) => report.with_change(
+            "appendfsync",
+            Level::Skip,
+            format!("cannot read appendfsync: {e}"),
+            "grant the user +config|get (ACL SETUSER <user> +config|get) to check it",
+        ),
+    }
 }
 
 fn replicas(client: &RedisClient, info: &str, report: &mut Report) {

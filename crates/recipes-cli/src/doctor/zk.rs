@@ -1,7 +1,8 @@
 //! ZooKeeper: `srvr` and `conf` on every server of the connect string,
-//! where the four-letter words are allowed (else say so): the version,
-//! the ensemble (servers answering, a leader), `tickTime`, `syncLimit`,
-//! the min/max session timeout against the TTL.
+//! and `mntr` on one, where the four-letter words are allowed (else say
+//! which setting allows them): the version, the ensemble (servers
+//! answering, a leader, followers in sync), `tickTime`, `syncLimit`, the
+//! min/max session timeout against the TTL, the server's latency.
 
 use std::io::{Read, Write};
 use std::net::{SocketAddr, TcpStream, ToSocketAddrs};
@@ -65,6 +66,7 @@ pub fn checks(connect: &str, asked: &Asked<'_>, report: &mut Report) {
         .collect();
     let mut modes = Vec::new();
     let mut conf = None;
+    let mut mntr = None;
     let mut refused = None;
     for host in &hosts {
         match four_letter(host, "srvr") {
@@ -83,6 +85,9 @@ pub fn checks(connect: &str, asked: &Asked<'_>, report: &mut Report) {
                 String::new(),
             )),
         }
+        if mntr.is_none() {
+            mntr = Some(four_letter(host, "mntr").map(|a| (host.to_string(), a)));
+        }
         if conf.is_none() {
             match four_letter(host, "conf") {
                 Ok(a) if a.contains("tickTime") => conf = Some(a),
@@ -98,10 +103,65 @@ pub fn checks(connect: &str, asked: &Asked<'_>, report: &mut Report) {
             "session-timeouts",
             Level::Skip,
             refused.unwrap_or_else(|| "no server answered conf".into()),
-            "allow the words (4lw.commands.whitelist=srvr,conf in zoo.cfg) to check \
+            "allow the words (4lw.commands.whitelist=srvr,conf,mntr in zoo.cfg) to check \
              tickTime, syncLimit and the session timeouts",
         ),
     }
+    monitor(mntr, report);
+}
+
+/// `mntr` of the first server: its state, latency and, on a leader, the
+/// followers in sync.
+fn monitor(answer: Option<std::io::Result<(String, String)>>, report: &mut Report) {
+    let whitelist = "allow it (4lw.commands.whitelist=srvr,conf,mntr in zoo.cfg) to check \
+                     the followers in sync and the server's latency";
+    let (host, mntr) = match answer {
+        None => return,
+        Some(Err(e)) => {
+            return report.with_change(
+                "mntr",
+                Level::Skip,
+                format!("mntr unanswered: {e}"),
+                whitelist,
+            )
+        }
+        Some(Ok((host, a))) if !a.contains("zk_server_state") => {
+            return report.with_change(
+                "mntr",
+                Level::Skip,
+                format!("{host} does not allow mntr"),
+                whitelist,
+            )
+        }
+        Some(Ok(answer)) => answer,
+    };
+    let field = |key: &str| {
+        mntr.lines().find_map(|l| {
+            let (k, v) = l.split_once(['\t', ' '])?;
+            (k == key).then(|| v.trim())
+        })
+    };
+    let state = field("zk_server_state").unwrap_or("unknown");
+    let mut found = format!(
+        "{host} {state}: latency avg {} ms, max {} ms; {} requests outstanding",
+        field("zk_avg_latency").unwrap_or("?"),
+        field("zk_max_latency").unwrap_or("?"),
+        field("zk_outstanding_requests").unwrap_or("?")
+    );
+    let number = |key: &str| field(key).and_then(|v| v.parse::<u64>().ok());
+    if let (Some(followers), Some(synced)) = (number("zk_followers"), number("zk_synced_followers"))
+    {
+        found.push_str(&format!("; {synced} of {followers} followers in sync"));
+        if synced < followers {
+            return report.with_change(
+                "mntr",
+                Level::Warn,
+                found,
+                "bring the lagging followers back in sync: one more loss may cost the quorum",
+            );
+        }
+    }
+    report.add("mntr", Level::Ok, found);
 }
 
 fn ensemble(hosts: &[&str], modes: &[(String, String, String)], report: &mut Report) {
@@ -110,7 +170,8 @@ fn ensemble(hosts: &[&str], modes: &[(String, String, String)], report: &mut Rep
             "ensemble",
             Level::Skip,
             "the servers do not allow srvr",
-            "allow it (4lw.commands.whitelist=srvr,conf in zoo.cfg) to check the ensemble",
+            "allow it (4lw.commands.whitelist=srvr,conf,mntr in zoo.cfg) to check the \
+             ensemble",
         );
         return;
     }

@@ -31,6 +31,9 @@ pub enum Prelude {
     Postgres,
 }
 
+/// PostgreSQL's `SSLRequest`: length 8, the code 80877103.
+pub(super) const SSL_REQUEST: [u8; 8] = [0, 0, 0, 8, 4, 210, 22, 47];
+
 /// How long the diagnosis waits, after a handshake that succeeded, for
 /// the server's verdict on the client certificate (TLS 1.3 sends it after
 /// the client's last handshake message).
@@ -47,8 +50,7 @@ impl Probe {
         let probe = async {
             let mut tcp = TcpStream::connect(addr).await.ok()?;
             if self.prelude == Prelude::Postgres {
-                // Length 8, the SSLRequest code 80877103.
-                tcp.write_all(&[0, 0, 0, 8, 4, 210, 22, 47]).await.ok()?;
+                tcp.write_all(&SSL_REQUEST).await.ok()?;
                 let mut answer = [0u8; 1];
                 tcp.read_exact(&mut answer).await.ok()?;
                 match (answer[0], files) {

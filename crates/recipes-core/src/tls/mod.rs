@@ -10,6 +10,7 @@
 //! provider; [`install_provider`] makes ring the process default, so that
 //! the crates that build their own configuration agree with ours.
 
+mod chain;
 mod diagnose;
 mod explain;
 mod files;
@@ -19,6 +20,7 @@ mod verify;
 use std::fmt;
 use std::path::{Path, PathBuf};
 
+pub use chain::server_chain;
 pub use diagnose::Prelude;
 pub use explain::{error_in, explain, Probe};
 pub use files::TlsFiles;
