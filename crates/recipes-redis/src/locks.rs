@@ -4,7 +4,7 @@
 //! contend engine drives them through [`QueueContender`]. `mutex.rs` and
 //! `rw_lock.rs` have the layouts.
 
-use recipes_core::store::engine;
+use recipes_core::store::engine::{self, Role, Rule};
 use recipes_core::store::{LockStore, Runtime};
 use recipes_core::{LockKind, Result};
 use tokio::time::Instant;
@@ -34,9 +34,9 @@ impl LockStore for RedisClient {
     /// when it enters.
     fn queue(&self, name: &str, kind: LockKind) -> Result<RedisLockQueue> {
         validate_name(kind.recipe(), name)?;
-        Ok(RedisLockQueue(match kind {
-            LockKind::Mutex => Queue::lock(name),
-            LockKind::Read | LockKind::Write => Queue::rw(name),
+        Ok(RedisLockQueue(match kind.rule() {
+            Rule::ReadWrite => Queue::rw(name),
+            _ => Queue::lock(name),
         }))
     }
 
@@ -50,10 +50,10 @@ impl LockStore for RedisClient {
     ) -> impl std::future::Future<Output = Result<Option<RedisLock>>> + Send + 'static {
         let (client, queue) = (self.clone(), queue.0.clone());
         async move {
-            let value: &[u8] = match kind {
-                LockKind::Mutex => b"",
-                LockKind::Read => b"read",
-                LockKind::Write => b"write",
+            let value: &[u8] = match kind.role() {
+                Role::Reader => b"read",
+                Role::Writer => b"write",
+                _ => b"",
             };
             let driver = QueueContender {
                 client: &client,
