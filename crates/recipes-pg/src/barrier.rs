@@ -7,14 +7,14 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use recipes_core::store::engine::gather::BarrierStore;
-use recipes_core::store::engine::WaitStore;
+use recipes_core::store::engine::{Nudge, WaitStore};
 use recipes_core::store::{check_count, OnRuntime};
 use recipes_core::{Error, LossSignal, Result};
 use tokio_postgres::types::Type;
 use uuid::Uuid;
 
 use crate::client::PgClient;
-use crate::listen::{next, Subscription};
+use crate::listen::Subscription;
 use crate::names::{kind_shown, validate_name};
 use crate::session::Session;
 
@@ -88,13 +88,8 @@ impl PgWaits {
     /// The notification armed by a read that found the earliest session
     /// it depends on expiring in `left` seconds.
     pub(crate) fn changes(&self, heard: Option<Subscription>, left: Option<f64>) -> Changes {
-        let poll = self.client.poll_interval();
-        let nap = left.map_or(poll, |s| {
-            // Read again just after that session's expiry.
-            let s = Duration::try_from_secs_f64(s.max(0.0)).unwrap_or(poll);
-            (s + Duration::from_millis(5)).min(poll)
-        });
-        Changes { heard, nap }
+        let left = left.map(|s| Duration::try_from_secs_f64(s.max(0.0)).unwrap_or(Duration::MAX));
+        Changes(Nudge::new(heard, left, self.client.poll_interval()))
     }
 }
 
@@ -108,19 +103,8 @@ impl std::fmt::Debug for Epoch {
 }
 
 /// What a read armed: the name's channel, and when to read again anyway.
-pub struct Changes {
-    heard: Option<Subscription>,
-    nap: Duration,
-}
-
-impl std::fmt::Debug for Changes {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("Changes")
-            .field("listening", &self.heard.is_some())
-            .field("nap", &self.nap)
-            .finish()
-    }
-}
+#[derive(Debug)]
+pub struct Changes(Nudge<Subscription>);
 
 impl OnRuntime for PgWaits {
     fn runtime(&self) -> &recipes_core::store::Runtime {
@@ -158,11 +142,10 @@ impl WaitStore for PgWaits {
     }
 
     async fn changed(&self, _epoch: &Epoch, watch: Changes) -> Result<()> {
-        let Changes { mut heard, nap } = watch;
-        tokio::select! {
-            _ = next(&mut heard) => {}
-            () = tokio::time::sleep(nap) => {}
-        }
+        watch
+            .0
+            .wait(|mut heard| async move { heard.next().await })
+            .await;
         Ok(())
     }
 }
