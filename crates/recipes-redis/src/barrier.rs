@@ -187,11 +187,17 @@ impl WaitStore for RedisWaits {
 }
 
 impl BarrierStore for RedisWaits {
+    /// Read first: a barrier found down needs no subscription (each
+    /// subscription is a connection of its own); one found up is read
+    /// again once subscribed, so no removal after that read is missed.
     async fn is_set(&self, _epoch: &Epoch) -> Result<(bool, Changes)> {
+        let read = || self.run("read the barrier", &scripts::IS_SET, &[], "a barrier");
+        let (up, least, ..) = read().await?;
+        if up != 1 {
+            return Ok((false, self.changes(None, least)));
+        }
         let heard = self.ear().await;
-        let (up, least, ..) = self
-            .run("read the barrier", &scripts::IS_SET, &[], "a barrier")
-            .await?;
+        let (up, least, ..) = read().await?;
         Ok((up == 1, self.changes(heard, least)))
     }
 
