@@ -1,13 +1,16 @@
 //! A double barrier across OS processes (the worker), on every store: one
 //! member killed during enter leaves with its session and the others wait
 //! for a full count of live members; one killed while the others leave
-//! holds their leave only until its entry goes with its session.
+//! holds their leave only until its entry goes with its session; a
+//! barrier tied to a setter that is killed goes down within its lease,
+//! a plain one stays.
 
 use std::time::Duration;
 
 use integration::test_dir::TestDir;
 use integration::worker::{worker_binary, Worker};
 use integration::{scale, wait_until};
+use recipes_core::Client;
 
 use super::{name, Kit};
 
@@ -78,4 +81,45 @@ pub fn a_double_barrier_outlives_a_member_killed_in_enter_and_one_in_leave<K: Ki
     wait_until("nothing left", scale(Duration::from_secs(10)), || {
         members(kit, &n).is_empty()
     });
+}
+
+/// A worker sets a barrier tied to its session and a plain one, and is
+/// killed: our waiter on the tied one goes through within the lease (never
+/// before the kill), the plain one stays up.
+pub fn a_tied_barrier_falls_within_the_lease_of_its_killed_setter<K: Kit>(kit: &K, ttl: Duration) {
+    let (tied, plain) = (name("tied-killed"), name("plain-killed"));
+    let dir = TestDir::new("tied-killed");
+    let mut setter = Worker::start(&worker_binary(), "setter", dir.path());
+    setter.ok(&kit.worker_connect(ttl), Duration::from_secs(15));
+    setter.ok(&format!("barrier-set {tied} tied"), Duration::from_secs(10));
+    setter.ok(&format!("barrier-set {plain}"), Duration::from_secs(10));
+    let client = kit.connect(ttl).expect("connect");
+    let barrier = client.barrier(&tied).unwrap();
+    assert!(
+        !barrier.wait_timeout(Duration::from_millis(100)).unwrap(),
+        "tied: up while its setter lives"
+    );
+    let waiter = std::thread::spawn(move || {
+        let down = barrier
+            .wait_timeout(scale(Duration::from_secs(60)))
+            .unwrap();
+        (down, std::time::Instant::now())
+    });
+    let killed_at = std::time::Instant::now();
+    setter.kill();
+    let (down, at) = waiter.join().unwrap();
+    assert!(down, "the tied barrier fell");
+    let bound = kit.granted(ttl) + kit.expiry_granularity() + Duration::from_secs(2);
+    assert!(
+        at >= killed_at && at - killed_at <= scale(bound),
+        "fell {:?} after the kill; the lease is {:?}",
+        at - killed_at,
+        kit.granted(ttl)
+    );
+    let p = client.barrier(&plain).unwrap();
+    assert!(
+        !p.wait_timeout(Duration::from_millis(100)).unwrap(),
+        "plain: stays"
+    );
+    p.remove().unwrap();
 }

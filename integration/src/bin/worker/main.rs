@@ -42,6 +42,8 @@
 //! - `pid` → `OK <pid>`
 //! - `count-add <name> <n>` → `OK value=<last> conflicts=<n>`: `add(1)` to
 //!   the 32-bit counter `name`, `n` times
+//! - `barrier-set <name> [tied]` → `OK` once the barrier is up (`tied`:
+//!   under this worker's session)
 //! - `double-barrier <name> <count>` → `OK` once `count` members entered
 //!   (waits as long as it takes); `leave` → `OK` once every member left
 //! - `exit` → `OK`, then the process exits
@@ -263,6 +265,16 @@ impl<C: Client> Worker<C> {
                     (value, conflicts) = (added.now.value, conflicts + added.conflicts);
                 }
                 Ok(format!("value={value} conflicts={conflicts}"))
+            }
+            ["barrier-set", name, rest @ ..] => {
+                let barrier = self.client.barrier(name).map_err(|e| err(&e))?;
+                let barrier = match rest {
+                    [] => barrier,
+                    ["tied"] => barrier.tied_to_session(),
+                    _ => return Err(usage("barrier-set <name> [tied]")),
+                };
+                barrier.set().map_err(|e| err(&e))?;
+                Ok(String::new())
             }
             ["double-barrier", name, count] => {
                 let count = count
