@@ -70,26 +70,7 @@ fn curator_classes() -> &'static Path {
     CLASSES
         .get_or_init(|| {
             let dir = TestDir::new("curator-peer-classes");
-            let source = peers_source_dir().join("CuratorPeer.java");
-            // javac's own JVM with C1 only and the serial GC: 1 s, not 2.
-            let output = Command::new("javac")
-                .args(["-J-XX:TieredStopAtLevel=1", "-J-XX:+UseSerialGC"])
-                .arg("-implicit:none")
-                .arg("-d")
-                .arg(dir.path())
-                .arg("-cp")
-                .arg(jars())
-                .arg(&source)
-                .output()
-                .unwrap_or_else(|e| panic!("cannot run javac (Debian's openjdk-17-jdk): {e}"));
-            assert!(
-                output.status.success(),
-                "javac {} failed ({}):\n{}{}",
-                source.display(),
-                output.status,
-                String::from_utf8_lossy(&output.stdout),
-                String::from_utf8_lossy(&output.stderr)
-            );
+            javac(&dir, &peers_source_dir().join("CuratorPeer.java"));
             dir
         })
         .path()
@@ -300,4 +281,59 @@ impl<K> Peer<K> {
     pub fn kill(&mut self) {
         self.worker.kill();
     }
+}
+
+/// The one-shot Curator program `peers/<class>.java` (one request per
+/// run, given as arguments after the connect string; its answer on
+/// stdout), compiled into `dir`: the `java` command that runs it against
+/// `connect`.
+///
+/// # Panics
+///
+/// When javac fails.
+pub fn curator_program(dir: &TestDir, class: &str, connect: &str) -> Command {
+    javac(dir, &peers_source_dir().join(format!("{class}.java")));
+    let mut java = Command::new("java");
+    java.args(["-XX:TieredStopAtLevel=1", "-XX:+UseSerialGC", "-cp"])
+        .arg(format!("{}:{}", dir.path().display(), jars()))
+        .arg(class)
+        .arg(connect);
+    java
+}
+
+/// Run a one-shot peer's `cmd` to its end: its `OK …` line.
+///
+/// # Panics
+///
+/// When it fails or answers anything else; the message quotes its stderr.
+pub fn one_shot_reply(mut cmd: Command) -> String {
+    let out = cmd.output().expect("start the peer");
+    let stdout = String::from_utf8_lossy(&out.stdout).trim().to_owned();
+    assert!(
+        out.status.success() && stdout.starts_with("OK"),
+        "{stdout}\n{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    stdout
+}
+
+/// Compile `source` against the Curator jars into `dir`.
+fn javac(dir: &TestDir, source: &Path) {
+    // javac's own JVM with C1 only and the serial GC: 1 s, not 2.
+    let output = Command::new("javac")
+        .args(["-J-XX:TieredStopAtLevel=1", "-J-XX:+UseSerialGC"])
+        .args(["-implicit:none", "-d"])
+        .arg(dir.path())
+        .args(["-cp", &jars()])
+        .arg(source)
+        .output()
+        .unwrap_or_else(|e| panic!("cannot run javac (Debian's openjdk-17-jdk): {e}"));
+    assert!(
+        output.status.success(),
+        "javac {} failed ({}):\n{}{}",
+        source.display(),
+        output.status,
+        String::from_utf8_lossy(&output.stdout),
+        String::from_utf8_lossy(&output.stderr)
+    );
 }

@@ -129,10 +129,32 @@ impl Worker {
     /// Send `request` and wait up to `timeout` (scaled) for its reply:
     /// `Ok(fields)` for `OK fields`, `Err(kind and message)` for `ERR …`.
     pub fn request(&mut self, request: &str, timeout: Duration) -> Result<String, String> {
+        self.send(request);
+        self.reply(timeout)
+    }
+
+    /// Send `request` without waiting for its reply (read it with
+    /// [`reply`](Worker::reply) or [`try_reply`](Worker::try_reply)): for
+    /// a request that blocks, such as a double barrier's enter.
+    pub fn send(&mut self, request: &str) {
         writeln!(self.stdin, "{request}")
             .and_then(|()| self.stdin.flush())
             .unwrap_or_else(|e| panic!("worker {} is gone ({e}){}", self.name, self.log_tail()));
+    }
+
+    /// The reply to a request sent, if it came already.
+    pub fn try_reply(&mut self) -> Option<Result<String, String>> {
+        let reply = self.lines.try_recv().ok()?;
+        Some(self.parse(reply))
+    }
+
+    /// Wait up to `timeout` (scaled) for the reply to a request sent.
+    pub fn reply(&mut self, timeout: Duration) -> Result<String, String> {
         let reply = self.read_line(scale(timeout));
+        self.parse(reply)
+    }
+
+    fn parse(&self, reply: String) -> Result<String, String> {
         if let Some(rest) = reply.strip_prefix("OK") {
             Ok(rest.trim().to_owned())
         } else if let Some(rest) = reply.strip_prefix("ERR ") {

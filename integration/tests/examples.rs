@@ -120,6 +120,12 @@ const QUOTA_COUNTER: &[&str] = &[
     "the latch opened: all 4 workers counted down",
 ];
 
+const BARRIER_DEPLOY: &[&str] = &[
+    "the barrier is up: 3 instances wait for the migration",
+    "all 3 instances went on after the migration",
+    "all 3 workers entered together and left together",
+];
+
 /// Every example on every store it supports.
 fn stories() -> Vec<Story> {
     use Store::{Etcd, Pg, Redis, Zk};
@@ -147,6 +153,7 @@ fn stories() -> Vec<Story> {
         ("cache_rebuild", CACHE_REBUILD, &[Zk, Etcd, Pg, Redis]),
         ("transfer", TRANSFER, &[Zk, Etcd, Pg, Redis]),
         ("quota_counter", QUOTA_COUNTER, &[Zk, Etcd, Pg, Redis]),
+        ("barrier_deploy", BARRIER_DEPLOY, &[Zk, Etcd, Pg, Redis]),
     ] {
         all.extend(stores.iter().map(|&store| Story { name, store, says }));
     }

@@ -123,6 +123,9 @@ pub enum Recipe {
     Semaphore(u32),
     /// Leadership, campaigning with this id.
     Elect(String),
+    /// A member of a double barrier of this many, leaving within this
+    /// long (as long as it takes: `None`).
+    DoubleBarrier(u32, Option<std::time::Duration>),
 }
 
 /// One lock of several held together.
@@ -211,6 +214,9 @@ pub fn acquire<C: Client>(
         Recipe::Elect(id) => {
             recipes_core::store::validate_participant_id("election", id)?;
             campaign(&client.election(name)?, id, wait)
+        }
+        Recipe::DoubleBarrier(count, leave) => {
+            crate::double_barrier::enter(&client.double_barrier(name, *count)?, wait, *leave)
         }
     }
 }

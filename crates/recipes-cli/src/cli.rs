@@ -168,6 +168,10 @@ pub enum Command {
     Count(crate::count::CountArgs),
     /// Set, remove or wait for the barrier NAME.
     Barrier(crate::barrier::BarrierArgs),
+    /// Enter the double barrier NAME (wait until --count members are in),
+    /// run CMD, then leave (wait until every member left). --wait bounds
+    /// the enter and the leave each (exit 75 when it passes).
+    DoubleBarrier(crate::double_barrier::DoubleBarrierArgs),
     /// Check a live deployment for the settings that void a lock: one line
     /// per check (ok, warn, fail, skip), what it found, what to change.
     /// Exit 0 when nothing fails, 2 on a failure, 1 on a warning with
@@ -189,6 +193,7 @@ impl Command {
             Command::Lock(a) => Some(&a.run),
             Command::Semaphore(a) => Some(&a.run),
             Command::Elect(a) => Some(&a.run),
+            Command::DoubleBarrier(a) => Some(&a.run),
             Command::Status(_)
             | Command::Count(_)
             | Command::Barrier(_)
@@ -207,6 +212,7 @@ impl Command {
             Command::Status(a) => &a.name,
             Command::Count(a) => a.op.name(),
             Command::Barrier(a) => a.op.name(),
+            Command::DoubleBarrier(a) => &a.name,
             Command::Doctor(_) | Command::Completions(_) | Command::Man => "",
         }
     }

@@ -70,6 +70,7 @@ mod cli;
 mod count;
 mod credentials;
 mod doctor;
+mod double_barrier;
 mod duration;
 mod exit;
 mod generated;
@@ -187,6 +188,10 @@ fn real_main() -> i32 {
         Command::Status(a) => run::status(client, &store, a, &forwarded),
         Command::Count(a) => count::run(client, &a.op),
         Command::Barrier(a) => barrier::run(client, &a.op),
+        Command::DoubleBarrier(a) => {
+            let recipe = Recipe::DoubleBarrier(a.count, a.run.wait);
+            run::run_under(client, recipe, &a.name, &a.run, &forwarded)
+        }
         Command::Doctor(_) | Command::Completions(_) | Command::Man => exit::USAGE,
     })
 }

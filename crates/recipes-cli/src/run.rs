@@ -129,13 +129,26 @@ pub fn run_under<C: Client>(
             if let (Outcome::Exited(_), Some(d)) = (&outcome, opts.hold_at_least) {
                 hold_until(&held, acquired_at + d, forwarded, &shown);
             }
-            if let Err(e) = held.release() {
-                eprintln!(
-                    "recipes: {name}: warning: release failed ({e}); \
-                     the lease ends by itself within the TTL"
-                );
+            match held.release() {
+                Ok(()) => code,
+                // A double barrier's leave that did not see every member
+                // go within --wait: CMD's own failure wins.
+                Err(e) if crate::double_barrier::leave_timed_out(&e) => {
+                    eprintln!("recipes: {shown}: not every member left within the wait");
+                    if code == 0 {
+                        i32::from(opts.conflict_exit_code)
+                    } else {
+                        code
+                    }
+                }
+                Err(e) => {
+                    eprintln!(
+                        "recipes: {name}: warning: release failed ({e}); \
+                         the lease ends by itself within the TTL"
+                    );
+                    code
+                }
             }
-            code
         }
         Outcome::Lost => {
             // Whatever is left is gone, or goes with the session below; a

@@ -1,7 +1,6 @@
 //! `recipes barrier set|remove|wait NAME`: a barrier never set lets a
 //! waiter through at once (as Curator's), a raised one holds it until
-//! removed or until `--wait` passes (exit 75); on the stores without
-//! barriers yet, a typed refusal with the usage status.
+//! removed or until `--wait` passes (exit 75), on every store.
 
 mod common;
 
@@ -56,20 +55,12 @@ fn barrier_commands_etcd() {
     barrier_commands(Store::Etcd);
 }
 
-/// PostgreSQL and Redis have no barrier yet: refused with the usage status,
-/// saying so.
-fn barrier_refused(store: Store) {
-    let scene = Scene::new("barrier-none");
-    let (status, stderr) = barrier(store, &["set", &scene.name]);
-    assert_eq!(status.code(), Some(64), "{stderr}");
+#[test]
+fn barrier_commands_pg() {
+    barrier_commands(Store::Pg);
 }
 
 #[test]
-fn barrier_refused_pg() {
-    barrier_refused(Store::Pg);
-}
-
-#[test]
-fn barrier_refused_redis() {
-    barrier_refused(Store::Redis);
+fn barrier_commands_redis() {
+    barrier_commands(Store::Redis);
 }

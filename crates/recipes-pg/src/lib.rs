@@ -115,6 +115,47 @@
 //! (`pg_advisory_xact_lock`). A transaction-mode pooler is refused at
 //! connect; needs PostgreSQL 14 or later.
 //!
+//! ## Barriers
+//!
+//! Barrier and double barrier ([`Barrier`], [`DoubleBarrier`]: `client.barrier(name)`,
+//! `client.double_barrier(name, count)`) are rows of the schema `recipes`
+//! in both modes, with no layout change:
+//!
+//! - **Barrier**: the name's row of `recipes.names`, of kind `barrier`.
+//!   The barrier is up while that row exists and either its `fence` is 1
+//!   (set plainly: it stays when the setter dies) or a row of
+//!   `recipes.queue` under the name is live (set
+//!   [tied to the session](recipes_core::Barrier::tied_to_session): the
+//!   setter's session owns that row, which goes with it). A removal
+//!   deletes the name's row and its queue rows in one statement; a tied
+//!   barrier whose setter died is down, its name's row left until the
+//!   next set or removal.
+//! - **Double barrier**: the name's row, of kind `double-barrier`, counts
+//!   the members' places (`next_seq`) and holds the flag `ready` in
+//!   `fence` (0: none; else the place it was set at, above every member
+//!   who entered before it). A member is a row of `recipes.queue` under
+//!   the name, owned by its client's session: it goes with the session
+//!   (a revoke deletes it at once; a crashed member's row stops counting
+//!   when its session expires, in database time). The last member out
+//!   deletes the name's row.
+//!
+//! Waiting: the queue's trigger notifies the name's channel on every
+//! change of a member or tied row (a session's end included); the
+//! barrier's removal and the flag's setting notify it too
+//! (`pg_notify`). A waiter listens on the client's listening connection
+//! (`LISTEN`, subscribed before each read, so no change after a read is
+//! missed). A session that expires (its client crashed or stopped) sends
+//! nothing: a waiter reads again when the earliest session it depends on
+//! would expire, and every poll interval
+//! ([`PgClientBuilder::poll_interval`](crate::PgClientBuilder::poll_interval))
+//! in case a notification was lost or the listener is not reachable
+//! (behind a transaction-mode pooler without a listen URL).
+//!
+//! A name's row has one kind: a barrier or double barrier on a lock's,
+//! semaphore's, counter's or the other barrier's name is refused with
+//! [`Error::InvalidArgument`] naming what the name holds, and so is a
+//! lock or an election on a barrier's name.
+//!
 //! ## Privileges
 //!
 //! - To create the schema (first use): `CREATE` on the database (or an
@@ -175,11 +216,13 @@
 
 mod advisory;
 mod advisory_lock;
+mod barrier;
 mod builder;
 mod client;
 mod contend;
 mod counter;
 mod db;
+mod double_barrier;
 mod election;
 mod entry;
 mod held;
@@ -201,6 +244,7 @@ mod xact;
 
 pub use advisory::DEFAULT_NAMESPACE;
 pub use advisory_lock::AdvisoryLock;
+pub use barrier::{Barrier, DoubleBarrier, PgWaits};
 pub use builder::{PgClientBuilder, PgMode, DEFAULT_POLL_INTERVAL};
 pub use client::PgClient;
 pub use counter::PgCounter;

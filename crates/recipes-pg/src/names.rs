@@ -70,10 +70,10 @@ pub(crate) fn inside_semaphore(name: &str, semaphore: &str) -> Error {
     ))
 }
 
-/// The name `name` holds another recipe (`found`, its kind), so a `ours`
-/// cannot use it.
-pub(crate) fn other_layout(name: &str, ours: &str, found: &str) -> Error {
-    let say = |kind: &str| match kind {
+/// What a name whose row in `recipes.names` is of `kind` holds, with its
+/// article.
+pub(crate) fn kind_shown(kind: &str) -> &'static str {
+    match kind {
         "semaphore" => "a semaphore",
         "permits" => "a lease-mode semaphore's permits",
         "advisory" => "a session-mode lock",
@@ -81,8 +81,16 @@ pub(crate) fn other_layout(name: &str, ours: &str, found: &str) -> Error {
         "rwlock" => "a lease-mode read-write lock (rows of recipes.queue with a role)",
         "advisory-rw" => "a session-mode read-write lock (an advisory key, shared or exclusive)",
         "counter" => "a shared counter (its value in recipes.names)",
+        "barrier" => "a barrier",
+        "double-barrier" => "a double barrier",
         _ => "a lease-mode lock or election",
-    };
+    }
+}
+
+/// The name `name` holds another recipe (`found`, its kind), so a `ours`
+/// cannot use it.
+pub(crate) fn other_layout(name: &str, ours: &str, found: &str) -> Error {
+    let say = kind_shown;
     let session = |kind: &str| kind.starts_with("advisory");
     let other_mode = match (session(found), session(ours)) {
         (true, false) if ours != "semaphore" => Some("session mode"),

@@ -5,7 +5,6 @@
 use std::time::{Duration, Instant};
 
 use recipes_core::store::engine::Role;
-use recipes_core::store::NoWaits;
 use recipes_core::{BootInstant, Client, Contender, Result};
 use tokio_postgres::types::Type;
 use uuid::Uuid;
@@ -94,19 +93,18 @@ async fn kind_of(client: &PgClient, name: &str) -> Result<Option<String>> {
 }
 
 impl Client for PgClient {
-    /// Not built on PostgreSQL yet: making one refuses with a typed error.
-    type Barrier = NoWaits;
+    /// Rows of the schema `recipes` in both modes; see [`PgWaits`](crate::PgWaits).
+    type Barrier = crate::barrier::PgWaits;
 
-    fn barrier(&self, _name: &str) -> Result<recipes_core::Barrier<NoWaits>> {
-        NoWaits::refuse("PostgreSQL", "barrier")
+    fn barrier(&self, name: &str) -> Result<crate::Barrier> {
+        Ok(crate::Barrier::from_backend(
+            crate::barrier::PgWaits::barrier(self, name)?,
+        ))
     }
 
-    fn double_barrier(
-        &self,
-        _name: &str,
-        _count: u32,
-    ) -> Result<recipes_core::DoubleBarrier<NoWaits>> {
-        NoWaits::refuse("PostgreSQL", "double barrier")
+    fn double_barrier(&self, name: &str, count: u32) -> Result<crate::DoubleBarrier> {
+        let backend = crate::barrier::PgWaits::double(self, name, count)?;
+        Ok(crate::DoubleBarrier::from_backend(backend))
     }
 
     fn store(&self) -> &'static str {

@@ -148,6 +148,8 @@
 #![warn(missing_docs)]
 #![deny(missing_debug_implementations)]
 
+mod barrier;
+mod barrier_scripts;
 mod builder;
 mod client;
 mod contend;
@@ -166,6 +168,7 @@ mod server_info;
 mod session;
 mod surface;
 
+pub use barrier::{Barrier, DoubleBarrier, RedisWaits};
 pub use builder::RedisClientBuilder;
 pub use client::RedisClient;
 pub use counter::RedisCounter;

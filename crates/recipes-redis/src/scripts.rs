@@ -93,6 +93,10 @@ end
     };
 }
 
+/// What every script shares, for scripts written in other modules (the
+/// barriers').
+pub(crate) const COMMON: &str = common!();
+
 /// What the queue scripts share: ARGV 2..5 are the queue, the hold key
 /// (a lock's key, or the prefix of permit keys), the mode and our member.
 macro_rules! queue {

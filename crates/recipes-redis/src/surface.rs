@@ -5,7 +5,6 @@
 use std::time::{Duration, Instant};
 
 use recipes_core::store::engine::Role;
-use recipes_core::store::NoWaits;
 use recipes_core::{BootInstant, Client, Contender, Result};
 
 use crate::client::RedisClient;
@@ -46,19 +45,18 @@ pub(crate) async fn read_contenders(
 }
 
 impl Client for RedisClient {
-    /// Not built on Redis yet: making one refuses with a typed error.
-    type Barrier = NoWaits;
+    /// Keys below `{recipes}:`; see [`RedisWaits`](crate::RedisWaits).
+    type Barrier = crate::RedisWaits;
 
-    fn barrier(&self, _name: &str) -> Result<recipes_core::Barrier<NoWaits>> {
-        NoWaits::refuse("Redis", "barrier")
+    fn barrier(&self, name: &str) -> Result<crate::Barrier> {
+        Ok(crate::Barrier::from_backend(crate::RedisWaits::barrier(
+            self, name,
+        )?))
     }
 
-    fn double_barrier(
-        &self,
-        _name: &str,
-        _count: u32,
-    ) -> Result<recipes_core::DoubleBarrier<NoWaits>> {
-        NoWaits::refuse("Redis", "double barrier")
+    fn double_barrier(&self, name: &str, count: u32) -> Result<crate::DoubleBarrier> {
+        let backend = crate::RedisWaits::double(self, name, count)?;
+        Ok(crate::DoubleBarrier::from_backend(backend))
     }
 
     fn store(&self) -> &'static str {

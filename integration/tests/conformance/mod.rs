@@ -17,6 +17,7 @@
 
 #![allow(dead_code)]
 
+pub mod barrier_faults;
 pub mod counter;
 pub mod election;
 pub mod errors;
@@ -172,6 +173,22 @@ fn boot(ms: &str) -> BootInstant {
 macro_rules! conformance_suite {
     ($kit:ty) => {
         const LEASE: std::time::Duration = std::time::Duration::from_secs(2);
+
+        #[test]
+        fn fault_tied_barrier_falls_within_the_lease_of_its_killed_setter() {
+            conformance::barrier_faults::a_tied_barrier_falls_within_the_lease_of_its_killed_setter(
+                &<$kit as conformance::Kit>::shared(),
+                LEASE,
+            );
+        }
+
+        #[test]
+        fn fault_double_barrier_outlives_a_member_killed_in_enter_and_one_in_leave() {
+            conformance::barrier_faults::a_double_barrier_outlives_a_member_killed_in_enter_and_one_in_leave(
+                &<$kit as conformance::Kit>::shared(),
+                LEASE,
+            );
+        }
 
         #[test]
         fn waits_a_barrier_removal_wakes_every_waiter_once() {

@@ -2,8 +2,9 @@
 //! every waiter once, a session-tied barrier goes with its setter, a
 //! double barrier lets nobody in before `count` members and nobody out
 //! before all left, a member that ends its session leaves with it, bad
-//! input is refused and leaves nothing. A store that has no barrier yet
-//! (PostgreSQL, Redis in this release) must refuse with a typed error.
+//! input is refused and leaves nothing. Every store has them (a store
+//! without them would have to refuse with a typed error, which
+//! `has_waits` checks).
 
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;

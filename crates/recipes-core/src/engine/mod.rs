@@ -37,6 +37,7 @@ mod contend;
 mod decide;
 mod driver;
 pub mod gather;
+mod nudge;
 mod semaphore;
 #[cfg(test)]
 mod sim;
@@ -53,6 +54,7 @@ mod wait_sim_store;
 pub use contend::{contend, queue_reads};
 pub use decide::{decide, Decision, Role, Rule, Verdict};
 pub use driver::{ContendDriver, Entered, Listing};
+pub use nudge::Nudge;
 pub use semaphore::{admit, Admission, SemaphoreDriver, SizeCheck, Unlock};
 pub use take::{take, SlotDriver};
 pub use wait::{once, wait_until, Check, Condition, WaitStore};

@@ -3,7 +3,7 @@
 //! per line (`metric`, `backend`, the figures, `raw`, `violations`).
 //!
 //! ```sh
-//! cargo run --release -p integration --bin bench -- [zk|etcd|pg|redis|all] [M1 … M7] [--quick]
+//! cargo run --release -p integration --bin bench -- [zk|etcd|pg|redis|all] [M1 … M8] [--quick]
 //! ```
 //!
 //! - **M1** uncontended `lock` + `release`: ops/s, p50, p99, server
@@ -38,6 +38,9 @@
 //! - **M7** the shared counter (`counter.rs`): `add(1)` by 1, 4 and 8
 //!   writers at once, conflicts per add, beside two pings (an add's floor).
 //!
+//! - **M8** the barrier (`barrier.rs`): its removal to the last of 10 and
+//!   100 waiters woken, beside two pings (a wake's floor).
+//!
 //! A size a store cannot hold open at once (PostgreSQL's session mode
 //! keeps a server connection per waiter or held lock) prints a line with
 //! `skipped` and the reason instead of figures.
@@ -47,6 +50,7 @@
 //! `--quick` runs every measurement small, as a smoke test (`scripts/test`):
 //! it fails only when a measurement does not complete or sees a violation.
 
+mod barrier;
 mod counter;
 mod failover;
 mod handoff;
@@ -85,7 +89,7 @@ const QUICK: Sizes = Sizes {
     idle: Duration::from_millis(300),
 };
 
-/// One of M1–M7.
+/// One of M1–M8.
 type Measure<C> = fn(&Store<C>, &Sizes);
 
 /// The metrics named on the command line (`M1` … `M7`); none named: all.
@@ -100,6 +104,7 @@ fn all<C: Client>(store: Store<C>, sizes: &Sizes) {
         ("M5", load::m5),
         ("M6", rw::m6),
         ("M7", counter::m7),
+        ("M8", barrier::m8),
     ];
     for (metric, measure) in metrics {
         let only = ONLY.get().map_or(&[][..], Vec::as_slice);

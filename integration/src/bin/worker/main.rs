@@ -42,6 +42,10 @@
 //! - `pid` → `OK <pid>`
 //! - `count-add <name> <n>` → `OK value=<last> conflicts=<n>`: `add(1)` to
 //!   the 32-bit counter `name`, `n` times
+//! - `barrier-set <name> [tied]` → `OK` once the barrier is up (`tied`:
+//!   under this worker's session)
+//! - `double-barrier <name> <count>` → `OK` once `count` members entered
+//!   (waits as long as it takes); `leave` → `OK` once every member left
 //! - `exit` → `OK`, then the process exits
 //!
 //! The worker prints `READY` once it reads requests.
@@ -102,6 +106,7 @@ struct Worker<C: Client> {
     client: C,
     held: Option<Box<dyn Holding>>,
     participant: Option<Participant>,
+    member: Option<recipes_core::DoubleBarrierMember<<C as Client>::Barrier>>,
 }
 
 fn boot_ms(t: Option<BootInstant>) -> u128 {
@@ -261,6 +266,30 @@ impl<C: Client> Worker<C> {
                 }
                 Ok(format!("value={value} conflicts={conflicts}"))
             }
+            ["barrier-set", name, rest @ ..] => {
+                let barrier = self.client.barrier(name).map_err(|e| err(&e))?;
+                let barrier = match rest {
+                    [] => barrier,
+                    ["tied"] => barrier.tied_to_session(),
+                    _ => return Err(usage("barrier-set <name> [tied]")),
+                };
+                barrier.set().map_err(|e| err(&e))?;
+                Ok(String::new())
+            }
+            ["double-barrier", name, count] => {
+                let count = count
+                    .parse()
+                    .map_err(|_| usage("double-barrier <name> <count>"))?;
+                let barrier = self.client.double_barrier(name, count);
+                let member = barrier.and_then(|b| b.enter()).map_err(|e| err(&e))?;
+                self.member = Some(member);
+                Ok(String::new())
+            }
+            ["leave"] => {
+                let member = self.member.take().ok_or_else(|| usage("not a member"))?;
+                member.leave().map_err(|e| err(&e))?;
+                Ok(String::new())
+            }
             _ => Err(usage(&format!("unknown request {:?}", words.join(" ")))),
         }
     }
@@ -269,6 +298,7 @@ impl<C: Client> Worker<C> {
     fn close(mut self) {
         drop(self.held.take());
         drop(self.participant.take());
+        drop(self.member.take());
         let _ = self.client.close_within(Duration::from_secs(2));
     }
 }
@@ -286,6 +316,7 @@ fn worker<C: Client>(client: C) -> Worker<C> {
         client,
         held: None,
         participant: None,
+        member: None,
     }
 }
 
