@@ -289,4 +289,10 @@ impl Client for PgClient {
         let backend = crate::counter::PgCounter::new(self, name, kind)?;
         Ok(recipes_core::Counter::from_backend(backend))
     }
+
+    type Group = NoWaits;
+
+    fn group(&self, _name: &str) -> Result<recipes_core::Group<NoWaits>> {
+        NoWaits::refuse("PostgreSQL", "group membership")
+    }
 }

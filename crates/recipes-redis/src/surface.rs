@@ -208,4 +208,10 @@ impl Client for RedisClient {
         let backend = crate::counter::RedisCounter::new(self, name, kind)?;
         Ok(recipes_core::Counter::from_backend(backend))
     }
+
+    type Group = NoWaits;
+
+    fn group(&self, _name: &str) -> Result<recipes_core::Group<NoWaits>> {
+        NoWaits::refuse("Redis", "group membership")
+    }
 }

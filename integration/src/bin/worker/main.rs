@@ -42,6 +42,9 @@
 //! - `pid` → `OK <pid>`
 //! - `count-add <name> <n>` → `OK value=<last> conflicts=<n>`: `add(1)` to
 //!   the 32-bit counter `name`, `n` times
+//! - `join <name> <id> [data]` → `OK`: join the group `<name>` as `<id>`;
+//!   `member-status` → `OK lost=<no|reason> valid_until_ms=<boot ms>`;
+//!   `leave` → `OK` (released).
 //! - `exit` → `OK`, then the process exits
 //!
 //! The worker prints `READY` once it reads requests.
@@ -102,6 +105,7 @@ struct Worker<C: Client> {
     client: C,
     held: Option<Box<dyn Holding>>,
     participant: Option<Participant>,
+    member: Option<recipes_core::Membership<C::Group>>,
 }
 
 fn boot_ms(t: Option<BootInstant>) -> u128 {
@@ -261,6 +265,7 @@ impl<C: Client> Worker<C> {
                 }
                 Ok(format!("value={value} conflicts={conflicts}"))
             }
+            ["join" | "member-status" | "leave", ..] => self.group_verb(words),
             _ => Err(usage(&format!("unknown request {:?}", words.join(" ")))),
         }
     }
@@ -269,6 +274,7 @@ impl<C: Client> Worker<C> {
     fn close(mut self) {
         drop(self.held.take());
         drop(self.participant.take());
+        drop(self.member.take());
         let _ = self.client.close_within(Duration::from_secs(2));
     }
 }
@@ -286,6 +292,7 @@ fn worker<C: Client>(client: C) -> Worker<C> {
         client,
         held: None,
         participant: None,
+        member: None,
     }
 }
 
@@ -374,6 +381,7 @@ fn txwrite(w: &Worker<PgClient>, table: &str, value: &str) -> Reply {
     Ok(String::new())
 }
 
+mod group;
 mod holding;
 
 use holding::{multi_parts, wait_of, Holding};
