@@ -120,6 +120,14 @@ const QUOTA_COUNTER: &[&str] = &[
     "the latch opened: all 4 workers counted down",
 ];
 
+const GROUP_MEMBERS: &[&str] = &[
+    "monitor: joined",
+    "a second api-1 is refused",
+    "member api-1 at 10.0.0.1:8080",
+    "member api-2 at 10.0.0.2:8080",
+    "monitor: [\"api-1\"] left; members now [\"api-2\"]",
+];
+
 /// Every example on every store it supports.
 fn stories() -> Vec<Story> {
     use Store::{Etcd, Pg, Redis, Zk};
@@ -147,6 +155,7 @@ fn stories() -> Vec<Story> {
         ("cache_rebuild", CACHE_REBUILD, &[Zk, Etcd, Pg, Redis]),
         ("transfer", TRANSFER, &[Zk, Etcd, Pg, Redis]),
         ("quota_counter", QUOTA_COUNTER, &[Zk, Etcd, Pg, Redis]),
+        ("group_members", GROUP_MEMBERS, &[Zk, Etcd]),
     ] {
         all.extend(stores.iter().map(|&store| Story { name, store, says }));
     }

@@ -123,6 +123,8 @@ pub enum Recipe {
     Semaphore(u32),
     /// Leadership, campaigning with this id.
     Elect(String),
+    /// Membership of a group, with this id and data.
+    Join(String, String),
 }
 
 /// One lock of several held together.
@@ -211,6 +213,13 @@ pub fn acquire<C: Client>(
         Recipe::Elect(id) => {
             recipes_core::store::validate_participant_id("election", id)?;
             campaign(&client.election(name)?, id, wait)
+        }
+        Recipe::Join(id, data) => {
+            let member = client.group(name)?.join(id, data.as_bytes())?;
+            let (holder, lost) = (format!("{name}/{id}"), member.lost().clone());
+            Ok(Some(Held::new(None, holder, lost, move || {
+                member.release()
+            })))
         }
     }
 }

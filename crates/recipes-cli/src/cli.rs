@@ -168,6 +168,12 @@ pub enum Command {
     Count(crate::count::CountArgs),
     /// Set, remove or wait for the barrier NAME.
     Barrier(crate::barrier::BarrierArgs),
+    /// Show the members of the group NAME with their data and the view's
+    /// version (--watch: on every change).
+    Members(crate::members::MembersArgs),
+    /// Be a member of the group NAME (id: --id) while CMD runs; CMD is
+    /// stopped when the membership is lost.
+    Join(crate::join::JoinArgs),
     /// Check a live deployment for the settings that void a lock: one line
     /// per check (ok, warn, fail, skip), what it found, what to change.
     /// Exit 0 when nothing fails, 2 on a failure, 1 on a warning with
@@ -189,7 +195,9 @@ impl Command {
             Command::Lock(a) => Some(&a.run),
             Command::Semaphore(a) => Some(&a.run),
             Command::Elect(a) => Some(&a.run),
-            Command::Status(_)
+            Command::Join(a) => Some(&a.run),
+            Command::Members(_)
+            | Command::Status(_)
             | Command::Count(_)
             | Command::Barrier(_)
             | Command::Doctor(_)
@@ -207,6 +215,8 @@ impl Command {
             Command::Status(a) => &a.name,
             Command::Count(a) => a.op.name(),
             Command::Barrier(a) => a.op.name(),
+            Command::Members(a) => &a.name,
+            Command::Join(a) => &a.name,
             Command::Doctor(_) | Command::Completions(_) | Command::Man => "",
         }
     }
