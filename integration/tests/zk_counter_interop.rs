@@ -6,7 +6,8 @@
 use std::process::Command;
 use std::time::Duration;
 
-use integration::peers::{CURATOR_CLASSPATH, KAZOO_PYTHON};
+use integration::data_peer::{curator_data_peer, peer_reply};
+use integration::peers::KAZOO_PYTHON;
 use integration::test_dir::TestDir;
 use integration::ZkServer;
 use recipes_core::{Client as _, Versioned};
@@ -23,50 +24,13 @@ fn ours() -> ZkClient {
         .expect("connect our client")
 }
 
-fn jars() -> String {
-    CURATOR_CLASSPATH
-        .iter()
-        .map(|jar| format!("/usr/share/java/{jar}"))
-        .collect::<Vec<_>>()
-        .join(":")
-}
-
 /// `CuratorDataPeer.java` compiled into `dir`; the `java` command to run it.
 fn curator(dir: &TestDir) -> Command {
-    let source = concat!(env!("CARGO_MANIFEST_DIR"), "/peers/CuratorDataPeer.java");
-    let out = Command::new("javac")
-        .args([
-            "-J-XX:TieredStopAtLevel=1",
-            "-J-XX:+UseSerialGC",
-            "-implicit:none",
-            "-d",
-        ])
-        .arg(dir.path())
-        .args(["-cp", &jars(), source])
-        .output()
-        .expect("javac (Debian's openjdk-17-jdk)");
-    assert!(
-        out.status.success(),
-        "javac: {}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    let mut java = Command::new("java");
-    java.args(["-XX:TieredStopAtLevel=1", "-XX:+UseSerialGC", "-cp"])
-        .arg(format!("{}:{}", dir.path().display(), jars()))
-        .arg("CuratorDataPeer")
-        .arg(ZkServer::shared().connect_string());
-    java
+    curator_data_peer(dir, &ZkServer::shared().connect_string())
 }
 
-fn reply(mut cmd: Command) -> String {
-    let out = cmd.output().expect("start the peer");
-    let stdout = String::from_utf8_lossy(&out.stdout).trim().to_owned();
-    assert!(
-        out.status.success() && stdout.starts_with("OK"),
-        "{stdout}\n{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    stdout
+fn reply(cmd: Command) -> String {
+    peer_reply(cmd)
 }
 
 /// Curator's `SharedCount` and ours add to one counter at the same time:
