@@ -155,7 +155,7 @@ fn stories() -> Vec<Story> {
         ("cache_rebuild", CACHE_REBUILD, &[Zk, Etcd, Pg, Redis]),
         ("transfer", TRANSFER, &[Zk, Etcd, Pg, Redis]),
         ("quota_counter", QUOTA_COUNTER, &[Zk, Etcd, Pg, Redis]),
-        ("group_members", GROUP_MEMBERS, &[Zk, Etcd]),
+        ("group_members", GROUP_MEMBERS, &[Zk, Etcd, Redis]),
     ] {
         all.extend(stores.iter().map(|&store| Story { name, store, says }));
     }

@@ -95,3 +95,8 @@ fn group_commands_zk() {
 fn group_commands_etcd() {
     group_commands(Store::Etcd);
 }
+
+#[test]
+fn group_commands_redis() {
+    group_commands(Store::Redis);
+}

@@ -31,7 +31,10 @@ use crate::rpc::{from_etcd, header_revision, read_at, retrying_txn};
 use crate::session::Session;
 use crate::watch::Watch;
 
-/// An etcd group (members `<name>/<id>` on their client's lease).
+/// An etcd group: a member is the key `<name>/<id>` on its client's lease,
+/// holding its data; a view's version is the revision of its read
+/// (`changes` is `None`); a watch opens a synced prefix watch on `<name>/`
+/// before each read.
 pub type Group = recipes_core::Group<EtcdWaits>;
 
 impl EtcdWaits {

@@ -209,9 +209,12 @@ impl Client for RedisClient {
         Ok(recipes_core::Counter::from_backend(backend))
     }
 
-    type Group = NoWaits;
+    type Group = crate::group::RedisGroup;
 
-    fn group(&self, _name: &str) -> Result<recipes_core::Group<NoWaits>> {
-        NoWaits::refuse("Redis", "group membership")
+    /// Our layout; see [`RedisGroup`](crate::group::RedisGroup).
+    fn group(&self, name: &str) -> Result<crate::group::Group> {
+        Ok(crate::group::Group::from_backend(
+            crate::group::RedisGroup::new(self, name)?,
+        ))
     }
 }

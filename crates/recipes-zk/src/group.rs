@@ -22,7 +22,10 @@ use crate::error::{connection_trouble, from_zk, read_error};
 use crate::names::{own_layout, validate_path};
 use crate::session::Session;
 
-/// A ZooKeeper group (Curator's `GroupMember` layout).
+/// A ZooKeeper group in Curator's `GroupMember` layout: a member is the
+/// ephemeral `<path>/<id>` holding its data, under a container `<path>`;
+/// a view's version is `<path>`'s `pzxid`, its count of changes the
+/// `cversion` (0 and `Some(0)` while `<path>` is absent).
 pub type GroupMember = recipes_core::Group<ZkWaits>;
 
 impl ZkWaits {
