@@ -297,3 +297,7 @@ impl GroupStore for super::gather::NoWaits {
 
     async fn remove((): ()) {}
 }
+
+#[cfg(test)]
+#[path = "group_tests.rs"]
+mod tests;
