@@ -126,6 +126,14 @@ const BARRIER_DEPLOY: &[&str] = &[
     "all 3 workers entered together and left together",
 ];
 
+const GROUP_MEMBERS: &[&str] = &[
+    "monitor: joined",
+    "a second api-1 is refused",
+    "member api-1 at 10.0.0.1:8080",
+    "member api-2 at 10.0.0.2:8080",
+    "monitor: [\"api-1\"] left; members now [\"api-2\"]",
+];
+
 /// Every example on every store it supports.
 fn stories() -> Vec<Story> {
     use Store::{Etcd, Pg, Redis, Zk};
@@ -154,6 +162,7 @@ fn stories() -> Vec<Story> {
         ("transfer", TRANSFER, &[Zk, Etcd, Pg, Redis]),
         ("quota_counter", QUOTA_COUNTER, &[Zk, Etcd, Pg, Redis]),
         ("barrier_deploy", BARRIER_DEPLOY, &[Zk, Etcd, Pg, Redis]),
+        ("group_members", GROUP_MEMBERS, &[Zk, Etcd, Redis]),
     ] {
         all.extend(stores.iter().map(|&store| Story { name, store, says }));
     }

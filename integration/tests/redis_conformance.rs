@@ -68,6 +68,16 @@ impl<const TLS: bool> RedisKit<TLS> {
         queued.is_some() && (session_exists || held.as_deref() == Some(member))
     }
 
+    /// A group's members as its hash holds them (its version field `/v`
+    /// too, should it be left alone).
+    fn group_fields(&self, name: &str) -> Vec<String> {
+        let mut fields: Vec<String> = self.server.cmd(&["HKEYS", &format!("{NS}g:{name}")]);
+        if fields.len() > 1 {
+            fields.retain(|f| f != "/v");
+        }
+        fields.into_iter().map(|f| format!("{name}/{f}")).collect()
+    }
+
     fn members(&self, queue: &str) -> Vec<String> {
         self.server
             .cmd(&["ZRANGE", &format!("{NS}q:{queue}"), "0", "-1"])
@@ -136,6 +146,7 @@ impl<const TLS: bool> Kit for RedisKit<TLS> {
                 .filter(|m| self.live(queue, m))
                 .map(move |m| format!("{queue}/{m}"))
         })
+        .chain(self.group_fields(name))
         .collect()
     }
 

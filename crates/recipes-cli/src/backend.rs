@@ -126,6 +126,8 @@ pub enum Recipe {
     /// A member of a double barrier of this many, leaving within this
     /// long (as long as it takes: `None`).
     DoubleBarrier(u32, Option<std::time::Duration>),
+    /// Membership of a group, with this id and data.
+    Join(String, String),
 }
 
 /// One lock of several held together.
@@ -217,6 +219,13 @@ pub fn acquire<C: Client>(
         }
         Recipe::DoubleBarrier(count, leave) => {
             crate::double_barrier::enter(&client.double_barrier(name, *count)?, wait, *leave)
+        }
+        Recipe::Join(id, data) => {
+            let member = client.group(name)?.join(id, data.as_bytes())?;
+            let (holder, lost) = (format!("{name}/{id}"), member.lost().clone());
+            Ok(Some(Held::new(None, holder, lost, move || {
+                member.release()
+            })))
         }
     }
 }

@@ -172,6 +172,12 @@ pub enum Command {
     /// run CMD, then leave (wait until every member left). --wait bounds
     /// the enter and the leave each (exit 75 when it passes).
     DoubleBarrier(crate::double_barrier::DoubleBarrierArgs),
+    /// Show the members of the group NAME with their data and the view's
+    /// version (--watch: on every change).
+    Members(crate::members::MembersArgs),
+    /// Be a member of the group NAME (id: --id) while CMD runs; CMD is
+    /// stopped when the membership is lost.
+    Join(crate::join::JoinArgs),
     /// Check a live deployment for the settings that void a lock: one line
     /// per check (ok, warn, fail, skip), what it found, what to change.
     /// Exit 0 when nothing fails, 2 on a failure, 1 on a warning with
@@ -194,7 +200,9 @@ impl Command {
             Command::Semaphore(a) => Some(&a.run),
             Command::Elect(a) => Some(&a.run),
             Command::DoubleBarrier(a) => Some(&a.run),
-            Command::Status(_)
+            Command::Join(a) => Some(&a.run),
+            Command::Members(_)
+            | Command::Status(_)
             | Command::Count(_)
             | Command::Barrier(_)
             | Command::Doctor(_)
@@ -213,6 +221,8 @@ impl Command {
             Command::Count(a) => a.op.name(),
             Command::Barrier(a) => a.op.name(),
             Command::DoubleBarrier(a) => &a.name,
+            Command::Members(a) => &a.name,
+            Command::Join(a) => &a.name,
             Command::Doctor(_) | Command::Completions(_) | Command::Man => "",
         }
     }

@@ -75,9 +75,11 @@ mod duration;
 mod exit;
 mod generated;
 mod help;
+mod join;
 mod keeper;
 mod keeper_protocol;
 mod locks;
+mod members;
 mod run;
 mod signals;
 mod status;
@@ -190,6 +192,11 @@ fn real_main() -> i32 {
         Command::Barrier(a) => barrier::run(client, &a.op),
         Command::DoubleBarrier(a) => {
             let recipe = Recipe::DoubleBarrier(a.count, a.run.wait);
+            run::run_under(client, recipe, &a.name, &a.run, &forwarded)
+        }
+        Command::Members(a) => members::run(client, a, &forwarded),
+        Command::Join(a) => {
+            let recipe = Recipe::Join(id, a.data.clone().unwrap_or_default());
             run::run_under(client, recipe, &a.name, &a.run, &forwarded)
         }
         Command::Doctor(_) | Command::Completions(_) | Command::Man => exit::USAGE,

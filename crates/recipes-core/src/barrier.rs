@@ -40,7 +40,7 @@ pub fn check_count(what: &str, count: u32) -> Result<()> {
 
 /// Run `fut` on the recipe's runtime until `deadline`, plus the request
 /// timeout for a last reply.
-fn blocking<B: OnRuntime + crate::engine::WaitStore, T: Send + 'static>(
+pub(crate) fn blocking<B: OnRuntime + crate::engine::WaitStore, T: Send + 'static>(
     backend: &B,
     what: &str,
     deadline: Option<Instant>,
@@ -310,10 +310,18 @@ impl<B: DoubleBarrierStore + OnRuntime> DoubleBarrierMember<B> {
 impl<B: DoubleBarrierStore + OnRuntime> Drop for DoubleBarrierMember<B> {
     fn drop(&mut self) {
         if let Some(joined) = self.joined.take() {
-            if !self.backend.runtime().spawn(B::remove(joined.ticket)) {
-                log::debug!("client closed: the session's end removes our member");
-            }
+            remove_in_background(&self.backend, B::remove(joined.ticket));
         }
+    }
+}
+
+/// Hand a member's removal to the recipe's runtime (from `Drop`).
+pub(crate) fn remove_in_background<B: OnRuntime>(
+    backend: &B,
+    removal: impl std::future::Future<Output = ()> + Send + 'static,
+) {
+    if !backend.runtime().spawn(removal) {
+        log::debug!("client closed: the session's end removes our member");
     }
 }
 

@@ -309,6 +309,16 @@ pub trait Client:
     fn count_down_latch(&self, name: &str) -> Result<CountDownLatch<Self::Counter>> {
         Ok(CountDownLatch::new(self.counter64(name)?))
     }
+
+    /// The group membership backend.
+    type Group: crate::store::GroupStore + OnRuntime + fmt::Debug;
+
+    /// The group `name` (see [`Group`](crate::Group)).
+    ///
+    /// # Errors
+    ///
+    /// As for [`mutex`](Client::mutex).
+    fn group(&self, name: &str) -> Result<crate::Group<Self::Group>>;
 }
 
 macro_rules! fenced_guard {

@@ -74,6 +74,7 @@ mod election;
 pub mod engine;
 mod error;
 mod fence;
+mod group;
 mod guard;
 mod held;
 mod held_watch;
@@ -109,6 +110,10 @@ pub use counter::{Added, Counter, CounterChange, CounterKind, CounterWatch, Vers
 pub use election::{Election, LeaderObserver, Leadership};
 pub use error::{BackendSource, Error, Result};
 pub use fence::{FenceGate, FencingToken};
+pub use group::{
+    Group, GroupChange, GroupView, GroupWatch, Member, Membership, MAX_MEMBER_DATA_BYTES,
+    MAX_MEMBER_ID_BYTES,
+};
 pub use leader::{LatchEvent, LeaderLatch, LeaderSelector, Participant};
 pub use lease::LossPolicy;
 pub use limits::{
@@ -144,7 +149,9 @@ pub mod store {
     };
     pub use crate::engine;
     pub use crate::engine::gather::{BarrierStore, DoubleBarrierStore, Flag, Gathering, NoWaits};
+    pub use crate::engine::group::GroupStore;
     pub use crate::engine::WaitStore;
+    pub use crate::group::{check_member, id_taken};
     pub use crate::held::{FencedWrite, HeldEntry, StoreEntry};
     pub use crate::held_watch::{watch_held, EntryWatcher};
     pub use crate::leader::validate_participant_id;

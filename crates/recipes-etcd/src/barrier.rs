@@ -33,9 +33,9 @@ use crate::watch::Watch;
 /// A barrier or double barrier on one name of a client.
 #[derive(Debug, Clone)]
 pub struct EtcdWaits {
-    client: EtcdClient,
-    name: String,
-    count: u32,
+    pub(crate) client: EtcdClient,
+    pub(crate) name: String,
+    pub(crate) count: u32,
 }
 
 /// An etcd barrier (the layout of Go's `recipe.Barrier`).
@@ -101,13 +101,13 @@ impl EtcdWaits {
         }
     }
 
-    fn etcd(&self) -> Result<Etcd> {
+    pub(crate) fn etcd(&self) -> Result<Etcd> {
         self.client.leases().store()
     }
 }
 
 /// The lease session a wait or a member lives on.
-pub struct Epoch(LeaseEpoch<Etcd>);
+pub struct Epoch(pub(crate) LeaseEpoch<Etcd>);
 
 impl std::fmt::Debug for Epoch {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
@@ -117,7 +117,7 @@ impl std::fmt::Debug for Epoch {
 
 /// A synced watch opened before the read it follows.
 #[derive(Debug)]
-pub struct Changes(Watch);
+pub struct Changes(pub(crate) Watch);
 
 impl OnRuntime for EtcdWaits {
     fn runtime(&self) -> &recipes_core::store::Runtime {

@@ -50,6 +50,7 @@ mod client;
 mod contend;
 mod counter;
 mod election;
+mod group;
 mod hub;
 mod key;
 mod listing;
@@ -76,6 +77,7 @@ pub use election::{Election, EtcdElection, LeaderLatch, LeaderSelector, Leadersh
 /// The etcd client crate, for the transaction operations of
 /// [`EtcdKey::txn`].
 pub use etcd_client;
+pub use group::Group;
 pub use lock::{EtcdKey, EtcdLock};
 pub use mutex::{EtcdMutex, Mutex};
 pub use recipes_core;

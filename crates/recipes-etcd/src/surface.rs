@@ -105,4 +105,14 @@ impl Client for EtcdClient {
         let backend = crate::counter::EtcdCounter::new(self, name, kind)?;
         Ok(recipes_core::Counter::from_backend(backend))
     }
+
+    type Group = crate::barrier::EtcdWaits;
+
+    /// Members are the keys `<name>/<id>` on each member's lease; see
+    /// [`Group`](crate::Group).
+    fn group(&self, name: &str) -> Result<crate::Group> {
+        Ok(crate::Group::from_backend(
+            crate::barrier::EtcdWaits::group(self, name)?,
+        ))
+    }
 }

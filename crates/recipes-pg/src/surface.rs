@@ -244,4 +244,10 @@ impl Client for PgClient {
         let backend = crate::counter::PgCounter::new(self, name, kind)?;
         Ok(recipes_core::Counter::from_backend(backend))
     }
+
+    type Group = recipes_core::store::NoWaits;
+
+    fn group(&self, _name: &str) -> Result<recipes_core::Group<recipes_core::store::NoWaits>> {
+        recipes_core::store::NoWaits::refuse("PostgreSQL", "group membership")
+    }
 }

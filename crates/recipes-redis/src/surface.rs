@@ -158,4 +158,13 @@ impl Client for RedisClient {
         let backend = crate::counter::RedisCounter::new(self, name, kind)?;
         Ok(recipes_core::Counter::from_backend(backend))
     }
+
+    type Group = crate::group::RedisGroup;
+
+    /// Our layout; see [`RedisGroup`](crate::group::RedisGroup).
+    fn group(&self, name: &str) -> Result<crate::group::Group> {
+        Ok(crate::group::Group::from_backend(
+            crate::group::RedisGroup::new(self, name)?,
+        ))
+    }
 }

@@ -31,9 +31,9 @@ pub(crate) const READY: &str = "ready";
 /// A barrier or double barrier on one path of a client.
 #[derive(Debug, Clone)]
 pub struct ZkWaits {
-    client: ZkClient,
-    path: String,
-    count: u32,
+    pub(crate) client: ZkClient,
+    pub(crate) path: String,
+    pub(crate) count: u32,
 }
 
 /// A ZooKeeper barrier (Curator's `DistributedBarrier` layout).
@@ -82,7 +82,7 @@ impl ZkWaits {
 }
 
 /// The epoch: the session and its lease epoch.
-pub struct Epoch(Arc<Session>, Arc<SessionLease>);
+pub struct Epoch(pub(crate) Arc<Session>, pub(crate) Arc<SessionLease>);
 
 impl std::fmt::Debug for Epoch {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
@@ -92,7 +92,10 @@ impl std::fmt::Debug for Epoch {
 
 /// What a read armed: the flag's (or barrier's) exists-watch, and a
 /// double barrier's children watch.
-pub struct Watches(zk::OneshotWatcher, Option<zk::OneshotWatcher>);
+pub struct Watches(
+    pub(crate) zk::OneshotWatcher,
+    pub(crate) Option<zk::OneshotWatcher>,
+);
 
 impl std::fmt::Debug for Watches {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
@@ -223,8 +226,8 @@ impl BarrierStore for ZkWaits {
 
 /// Names our member: the session it lives on and its path.
 pub struct Ticket {
-    session: Arc<Session>,
-    node: String,
+    pub(crate) session: Arc<Session>,
+    pub(crate) node: String,
 }
 
 impl std::fmt::Debug for Ticket {

@@ -121,4 +121,14 @@ impl Client for ZkClient {
         let backend = crate::counter::ZkCounter::new(self, path, kind)?;
         Ok(recipes_core::Counter::from_backend(backend))
     }
+
+    type Group = ZkWaits;
+
+    /// Curator's `GroupMember` at `path`: a member is the ephemeral
+    /// `<path>/<id>` holding its data.
+    fn group(&self, path: &str) -> Result<crate::group::GroupMember> {
+        Ok(crate::group::GroupMember::from_backend(ZkWaits::group(
+            self, path,
+        )?))
+    }
 }

@@ -23,6 +23,7 @@ pub mod election;
 pub mod errors;
 pub mod exclusion;
 pub mod failover;
+pub mod group;
 pub mod holder_faults;
 pub mod metrics;
 pub mod multi;
@@ -433,6 +434,48 @@ macro_rules! conformance_suite {
         fn counter_a_count_down_latch_opens_at_zero() {
             conformance::counter::a_count_down_latch_opens_at_zero(
                 &<$kit as conformance::Kit>::shared(),
+            );
+        }
+
+        #[test]
+        fn group_join_members_and_leave() {
+            conformance::group::join_members_and_leave(&<$kit as conformance::Kit>::shared());
+        }
+
+        #[test]
+        fn group_a_taken_id_is_refused_and_changes_nothing() {
+            conformance::group::a_taken_id_is_refused_and_changes_nothing(
+                &<$kit as conformance::Kit>::shared(),
+            );
+        }
+
+        #[test]
+        fn group_watch_sees_joins_and_leaves_in_order() {
+            conformance::group::watch_sees_joins_and_leaves_in_order(
+                &<$kit as conformance::Kit>::shared(),
+            );
+        }
+
+        #[test]
+        fn group_bad_input_is_refused_and_leaves_nothing() {
+            conformance::group::bad_input_is_refused_and_leaves_nothing(
+                &<$kit as conformance::Kit>::shared(),
+            );
+        }
+
+        #[test]
+        fn fault_group_killed_member_leaves_the_view_within_its_ttl() {
+            conformance::group::killed_member_leaves_the_view_within_its_ttl(
+                &<$kit as conformance::Kit>::own(),
+                LEASE,
+            );
+        }
+
+        #[test]
+        fn fault_group_paused_member_is_told_lost_before_others_see_it_gone() {
+            conformance::group::paused_member_is_told_lost_before_others_see_it_gone(
+                &<$kit as conformance::Kit>::own(),
+                LEASE,
             );
         }
     };

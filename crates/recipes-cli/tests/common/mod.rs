@@ -258,3 +258,21 @@ pub fn through(proxy: &Proxy, store: Store, ttl: &str) -> Command {
     cmd.args(store.flag_via(proxy)).args(["--ttl", ttl]);
     cmd
 }
+
+/// stdout of a `recipes` run on `store` that must exit 0, trimmed.
+pub fn stdout_ok(store: Store, args: &[&str]) -> String {
+    let out = recipes()
+        .args(store.flag())
+        .args(args)
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .output()
+        .unwrap();
+    assert_eq!(
+        out.status.code(),
+        Some(0),
+        "recipes {args:?}: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    String::from_utf8(out.stdout).unwrap().trim().to_owned()
+}

@@ -266,12 +266,12 @@ pub async fn enter<S: DoubleBarrierStore>(
 
 /// A failure that costs a retry, not the wait: a lost connection, a
 /// reply that never came.
-fn transient(e: &crate::Error) -> bool {
+pub(super) fn transient(e: &crate::Error) -> bool {
     e.is_retryable() || matches!(e, crate::Error::Indeterminate { .. })
 }
 
 /// A transient failure as one the wait retries (a lost reply too).
-fn retry_later(e: crate::Error) -> crate::Error {
+pub(super) fn retry_later(e: crate::Error) -> crate::Error {
     match e {
         crate::Error::Indeterminate { what } => crate::Error::Backend {
             message: format!("outcome unknown: {what}"),

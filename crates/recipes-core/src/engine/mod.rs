@@ -37,6 +37,7 @@ mod contend;
 mod decide;
 mod driver;
 pub mod gather;
+pub mod group;
 mod nudge;
 mod semaphore;
 #[cfg(test)]

@@ -46,6 +46,9 @@
 //!   under this worker's session)
 //! - `double-barrier <name> <count>` → `OK` once `count` members entered
 //!   (waits as long as it takes); `leave` → `OK` once every member left
+//! - `join <name> <id> [data]` → `OK`: join the group `<name>` as `<id>`;
+//!   `member-status` → `OK lost=<no|reason> valid_until_ms=<boot ms>`;
+//!   `group-leave` → `OK` (released).
 //! - `exit` → `OK`, then the process exits
 //!
 //! The worker prints `READY` once it reads requests.
@@ -107,6 +110,7 @@ struct Worker<C: Client> {
     held: Option<Box<dyn Holding>>,
     participant: Option<Participant>,
     member: Option<recipes_core::DoubleBarrierMember<<C as Client>::Barrier>>,
+    membership: Option<recipes_core::Membership<C::Group>>,
 }
 
 fn boot_ms(t: Option<BootInstant>) -> u128 {
@@ -290,6 +294,7 @@ impl<C: Client> Worker<C> {
                 member.leave().map_err(|e| err(&e))?;
                 Ok(String::new())
             }
+            ["join" | "member-status" | "group-leave", ..] => self.group_verb(words),
             _ => Err(usage(&format!("unknown request {:?}", words.join(" ")))),
         }
     }
@@ -304,6 +309,8 @@ impl<C: Client> Worker<C> {
 }
 
 /// A connected worker of either store.
+// One per worker process: the variants' sizes do not matter.
+#[allow(clippy::large_enum_variant)]
 enum Connected {
     Zk(Worker<ZkClient>),
     Etcd(Worker<EtcdClient>),
@@ -317,6 +324,7 @@ fn worker<C: Client>(client: C) -> Worker<C> {
         held: None,
         participant: None,
         member: None,
+        membership: None,
     }
 }
 
@@ -405,6 +413,7 @@ fn txwrite(w: &Worker<PgClient>, table: &str, value: &str) -> Reply {
     Ok(String::new())
 }
 
+mod group;
 mod holding;
 
 use holding::{multi_parts, wait_of, Holding};

@@ -1,0 +1,318 @@
+//! Group membership as the store's verbs of the core group loops
+//! ([`recipes_core::store::engine::group`]). Our layout, as Redis has no
+//! Curator to follow:
+//!
+//! - the hash `{recipes}:g:<name>`: each member's id → its data, and the
+//!   field `/v` (no id holds `/`) → the group's version;
+//! - the hash `{recipes}:go:<name>`: each member's id → the id of the
+//!   session it lives on (a member is live while its session key
+//!   `{recipes}:s:<session>` exists);
+//! - the counter `{recipes}:gv`, shared by every group: every join and
+//!   leave — and every read that purges a member whose session expired —
+//!   takes its next value as the group's version, in the same script, and
+//!   publishes it on `{recipes}:gw:<name>`. An empty group's hashes are
+//!   gone; its view's version is the counter's current value, so versions
+//!   only rise. A view's `changes` is `None` (the counter is shared).
+//!
+//! A watch subscribes to the group's channel before each read. Redis has
+//! no event for a session key's expiry, so a watch also reads again every
+//! 500 ms: a crashed member leaves the view within its TTL plus that.
+
+use std::future::Future;
+use std::sync::LazyLock;
+use std::time::Duration;
+
+use recipes_core::store::engine::group::{GroupStore, GroupView, Member};
+use recipes_core::store::engine::WaitStore;
+use recipes_core::store::{id_taken, until_done, Backoff, LeaseEpoch, OnRuntime};
+use recipes_core::{Error, LossSignal, Result};
+use redis::Script;
+
+use crate::client::RedisClient;
+use crate::contend::{subscribe, POLL};
+use crate::names::{other_layout, validate_name, NS};
+use crate::session::{Session, Sessions};
+
+/// Keys and the refusal of another recipe's name; shared by the scripts.
+/// ARGV: ns, name, …
+const KEYS: &str = r#"
+local ns, name = ARGV[1], ARGV[2]
+local m, o, gv = ns .. 'g:' .. name, ns .. 'go:' .. name, ns .. 'gv'
+local function other()
+  if redis.call('EXISTS', ns .. 'size:' .. name) == 1 then return 'a semaphore' end
+  if redis.call('EXISTS', ns .. 'q:' .. name) == 1 or redis.call('EXISTS', ns .. 'lock:' .. name) == 1 then
+    return 'a lock or election'
+  end
+  if redis.call('EXISTS', ns .. 'count:' .. name) == 1 then return 'a counter' end
+  return ''
+end
+local function changed()
+  local v = redis.call('INCR', gv)
+  if redis.call('HLEN', o) == 0 then redis.call('DEL', m, o) else redis.call('HSET', m, '/v', v) end
+  redis.call('PUBLISH', ns .. 'gw:' .. name, v)
+end
+"#;
+
+// ARGV: ns, name, id, data, session, token → 'ok', 'ours', 'taken',
+// 'gone' (our session is) or 'other:<recipe>'.
+static JOIN: LazyLock<Script> = LazyLock::new(|| {
+    Script::new(&format!(
+        "#!lua\n{KEYS}\nlocal o2 = other()\nif o2 ~= '' then return 'other:' .. o2 end\n\
+         local id, sid = ARGV[3], ARGV[5]\n\
+         if redis.call('GET', ns .. 's:' .. sid) ~= ARGV[6] then return 'gone' end\n\
+         local owner = redis.call('HGET', o, id)\n\
+         if owner then\n\
+           if owner == sid then return 'ours' end\n\
+           if redis.call('EXISTS', ns .. 's:' .. owner) == 1 then return 'taken' end\n\
+         end\n\
+         redis.call('HSET', m, id, ARGV[4])\nredis.call('HSET', o, id, sid)\nchanged()\n\
+         return 'ok'\n"
+    ))
+});
+
+// ARGV: ns, name → {'other:<recipe>'} or {version, id1, data1, …}; purges
+// members whose session is gone (a change).
+static READ: LazyLock<Script> = LazyLock::new(|| {
+    Script::new(&format!(
+        "#!lua\n{KEYS}\nlocal o2 = other()\nif o2 ~= '' then return {{'other:' .. o2}} end\n\
+         local owners = redis.call('HGETALL', o)\nlocal purged = false\n\
+         for i = 1, #owners, 2 do\n\
+           if redis.call('EXISTS', ns .. 's:' .. owners[i + 1]) == 0 then\n\
+             redis.call('HDEL', m, owners[i])\nredis.call('HDEL', o, owners[i])\npurged = true\n\
+           end\n\
+         end\n\
+         if purged then changed() end\n\
+         local out = {{redis.call('HGET', m, '/v') or redis.call('GET', gv) or '0'}}\n\
+         local all = redis.call('HGETALL', m)\n\
+         for i = 1, #all, 2 do\n\
+           if all[i] ~= '/v' then out[#out + 1] = all[i]\nout[#out + 1] = all[i + 1] end\n\
+         end\n\
+         return out\n"
+    ))
+});
+
+// ARGV: ns, name, id, session → 'ok' (removed, or not ours).
+static LEAVE: LazyLock<Script> = LazyLock::new(|| {
+    Script::new(&format!(
+        "#!lua\n{KEYS}\nif redis.call('HGET', o, ARGV[3]) == ARGV[4] then\n\
+           redis.call('HDEL', m, ARGV[3])\nredis.call('HDEL', o, ARGV[3])\nchanged()\n\
+         end\nreturn 'ok'\n"
+    ))
+});
+
+/// A group on one name of a client, in our layout: the hash
+/// `{recipes}:g:<name>` (member id → data, `/v` → the group's version),
+/// the hash `{recipes}:go:<name>` (member id → its session; live while the
+/// session key `{recipes}:s:<session>` exists), and the counter
+/// `{recipes}:gv` every change of every group takes its version from. A
+/// watch listens on `{recipes}:gw:<name>` and reads again every 500 ms
+/// (a session's expiry has no event; a read purges its members).
+#[derive(Debug, Clone)]
+pub struct RedisGroup {
+    client: RedisClient,
+    name: String,
+}
+
+/// A Redis group (our layout; see the module).
+pub type Group = recipes_core::Group<RedisGroup>;
+
+impl RedisGroup {
+    pub(crate) fn new(client: &RedisClient, name: &str) -> Result<RedisGroup> {
+        validate_name("group", name)?;
+        Ok(RedisGroup {
+            client: client.clone(),
+            name: name.to_owned(),
+        })
+    }
+
+    fn refused(&self, reply: &str) -> Error {
+        let theirs = reply.strip_prefix("other:").unwrap_or(reply);
+        other_layout(&self.name, "a group", theirs)
+    }
+}
+
+/// A session as the wait's epoch.
+pub struct Epoch(LeaseEpoch<Sessions>);
+
+impl std::fmt::Debug for Epoch {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "Epoch({})", self.0.session.id())
+    }
+}
+
+/// The group's channel, subscribed before a read.
+pub struct Changes(redis::aio::PubSubStream);
+
+impl std::fmt::Debug for Changes {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("Changes")
+    }
+}
+
+/// Names our member: its session, group and id.
+#[derive(Debug)]
+pub struct Ticket {
+    session: std::sync::Arc<Session>,
+    client: RedisClient,
+    name: String,
+    id: String,
+}
+
+impl OnRuntime for RedisGroup {
+    fn runtime(&self) -> &recipes_core::store::Runtime {
+        self.client.runtime()
+    }
+}
+
+impl WaitStore for RedisGroup {
+    type Epoch = Epoch;
+    type Watch = Changes;
+
+    fn name(&self) -> &str {
+        &self.name
+    }
+
+    fn spawn(&self, task: impl Future<Output = ()> + Send + 'static) {
+        if !self.client.runtime().spawn(task) {
+            log::debug!(
+                "[{}] client closed: the session's expiry removes our member",
+                self.name
+            );
+        }
+    }
+
+    fn rpc_timeout(&self) -> Duration {
+        self.client.rpc_timeout()
+    }
+
+    async fn epoch(&self) -> Result<Epoch> {
+        self.client.leases().epoch().await.map(Epoch)
+    }
+
+    fn epoch_signal(&self, epoch: &Epoch) -> LossSignal {
+        epoch.0.session.epoch().signal()
+    }
+
+    /// A message on the group's channel, or 500 ms passing: a member's
+    /// session expiry has no event, a read finds it.
+    async fn changed(&self, _epoch: &Epoch, watch: Changes) -> Result<()> {
+        use futures_util::StreamExt;
+        let Changes(mut stream) = watch;
+        tokio::select! {
+            msg = stream.next() => msg.map(drop).ok_or(Error::ConnectionLoss),
+            () = tokio::time::sleep(POLL) => Ok(()),
+        }
+    }
+}
+
+impl GroupStore for RedisGroup {
+    type Ticket = Ticket;
+
+    fn ticket(&self, epoch: &Epoch, id: &str) -> Ticket {
+        Ticket {
+            session: epoch.0.session.clone(),
+            client: self.client.clone(),
+            name: self.name.clone(),
+            id: id.to_owned(),
+        }
+    }
+
+    async fn join(&self, epoch: &Epoch, ticket: &Ticket, data: &[u8]) -> Result<bool> {
+        let redis = self.client.redis()?;
+        let sid = epoch.0.session.id();
+        let token = self.client.leases().store()?.token(sid);
+        let sid_text = sid.to_string();
+        let args: [&[u8]; 6] = [
+            NS.as_bytes(),
+            self.name.as_bytes(),
+            ticket.id.as_bytes(),
+            data,
+            sid_text.as_bytes(),
+            token.as_bytes(),
+        ];
+        let what = format!("join the group {}", self.name);
+        // Sent once: a resent join that finds the id ours could not tell a
+        // lost reply from a second membership; the engine resends.
+        let reply: String = redis
+            .once(&what, self.rpc_timeout(), &JOIN, &args)
+            .await
+            .map_err(|e| match e {
+                e if e.is_retryable() => Error::Indeterminate { what: what.clone() },
+                e => e,
+            })?;
+        match reply.as_str() {
+            "ok" => Ok(true),
+            "ours" => Ok(false),
+            "taken" => Err(id_taken(&self.name, &ticket.id)),
+            "gone" => {
+                epoch
+                    .0
+                    .session
+                    .epoch()
+                    .fire(recipes_core::LossReason::SessionExpired);
+                Err(Error::SessionExpired)
+            }
+            other => Err(self.refused(other)),
+        }
+    }
+
+    async fn read(&self, _epoch: &Epoch, arm: bool) -> Result<(GroupView, Option<Changes>)> {
+        let redis = self.client.redis()?;
+        let watch = if arm {
+            let channel = format!("{NS}gw:{}", self.name);
+            Some(Changes(
+                subscribe(&redis, &channel, self.rpc_timeout()).await?,
+            ))
+        } else {
+            None
+        };
+        let args = [NS.to_owned(), self.name.clone()];
+        let what = format!("read the group {}", self.name);
+        let reply: Vec<Vec<u8>> = redis
+            .idempotent(&what, self.rpc_timeout(), &READ, &args)
+            .await?;
+        let Some((version, rest)) = reply.split_first() else {
+            return Err(crate::rpc::unexpected(&what, reply));
+        };
+        let version = String::from_utf8_lossy(version);
+        if let Some(theirs) = version.strip_prefix("other:") {
+            return Err(self.refused(theirs));
+        }
+        let mut members: Vec<Member> = rest
+            .chunks(2)
+            .filter_map(|pair| match pair {
+                [id, data] => Some(Member {
+                    id: String::from_utf8_lossy(id).into_owned(),
+                    data: data.clone(),
+                }),
+                _ => None,
+            })
+            .collect();
+        members.sort_by(|a, b| a.id.cmp(&b.id));
+        let view = GroupView {
+            members,
+            version: version.parse().unwrap_or(0),
+            changes: None,
+        };
+        Ok((view, watch))
+    }
+
+    async fn remove(ticket: Ticket) {
+        let session = ticket.session.clone();
+        let what = format!("[{}] leave the group {}", session.label(), ticket.name);
+        let lost = || session.is_lost();
+        until_done(&what, Backoff::RETRY, lost, || async {
+            let redis = ticket.client.redis()?;
+            let args = [
+                NS.to_owned(),
+                ticket.name.clone(),
+                ticket.id.clone(),
+                session.id().to_string(),
+            ];
+            let timeout = ticket.client.rpc_timeout();
+            let _: String = redis.idempotent(&what, timeout, &LEAVE, &args).await?;
+            Ok(())
+        })
+        .await;
+    }
+}

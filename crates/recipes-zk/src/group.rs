@@ -1,0 +1,196 @@
+//! Group membership in Curator's `GroupMember` layout, as the store's verbs
+//! of the core group loops ([`recipes_core::store::engine::group`]).
+//!
+//! A member is the ephemeral node `<path>/<id>` on its client's session,
+//! holding the member's data; `<path>` is a container node made on the
+//! first join (as Curator's `creatingParentContainersIfNeeded`). A read
+//! lists `<path>`'s children with a children watch (or an exists-watch
+//! while `<path>` is absent), then reads each member's data. The view's
+//! version is `<path>`'s `pzxid` (the zxid of its last child change, which
+//! only rises, even when the container is deleted and made again), its
+//! count of changes the node's `cversion`. A member leaves when its
+//! session expires: within the session timeout of a crash.
+
+use recipes_core::store::engine::group::{GroupStore, GroupView, Member};
+use recipes_core::store::{id_taken, until_done, Backoff};
+use recipes_core::{Error, Result};
+use zookeeper_client as zk;
+
+use crate::barrier::{Epoch, Ticket, Watches, ZkWaits};
+use crate::client::ZkClient;
+use crate::error::{connection_trouble, from_zk, read_error};
+use crate::names::{own_layout, validate_path};
+use crate::session::Session;
+
+/// A ZooKeeper group in Curator's `GroupMember` layout: a member is the
+/// ephemeral `<path>/<id>` holding its data, under a container `<path>`;
+/// a view's version is `<path>`'s `pzxid`, its count of changes the
+/// `cversion` (0 and `Some(0)` while `<path>` is absent).
+pub type GroupMember = recipes_core::Group<ZkWaits>;
+
+impl ZkWaits {
+    pub(crate) fn group(client: &ZkClient, path: &str) -> Result<ZkWaits> {
+        validate_path(path)?;
+        Ok(ZkWaits {
+            client: client.clone(),
+            path: path.to_owned(),
+            count: 0,
+        })
+    }
+
+    fn member_path(&self, id: &str) -> String {
+        format!("{}/{id}", self.path)
+    }
+
+    /// The children of `<path>` (none while it is absent), refused when
+    /// they are another recipe's layout.
+    async fn children(&self, session: &Session) -> Result<Vec<String>> {
+        let children = match session.zk().list_children(&self.path).await {
+            Ok(children) => children,
+            Err(zk::Error::NoNode) => Vec::new(),
+            Err(e) => return Err(read_error(&format!("list {}", self.path), e)),
+        };
+        own_layout(&self.path, &children, None)?;
+        Ok(children)
+    }
+}
+
+impl GroupStore for ZkWaits {
+    type Ticket = Ticket;
+
+    fn ticket(&self, epoch: &Epoch, id: &str) -> Ticket {
+        Ticket {
+            session: epoch.0.clone(),
+            node: self.member_path(id),
+        }
+    }
+
+    async fn join(&self, epoch: &Epoch, ticket: &Ticket, data: &[u8]) -> Result<bool> {
+        let session = &epoch.0;
+        self.children(session).await?;
+        let mut made_dirs = false;
+        loop {
+            let options = session.options(zk::CreateMode::Ephemeral);
+            match session.zk().create(&ticket.node, data, &options).await {
+                Ok(_) => return Ok(true),
+                Err(zk::Error::NoNode) if !made_dirs => {
+                    session
+                        .zk()
+                        .mkdir(&self.path, &session.options(zk::CreateMode::Container))
+                        .await
+                        .map_err(|e| from_zk(&format!("create the folder {}", self.path), e))?;
+                    made_dirs = true;
+                }
+                Err(zk::Error::NodeExists) => {
+                    return match session.zk().check_stat(&ticket.node).await {
+                        // On our session: a lost reply, or another
+                        // membership of ours (the engine tells).
+                        Ok(Some(stat)) if stat.ephemeral_owner == session.id() => Ok(false),
+                        Ok(Some(_)) => Err(id_taken(&self.path, id_of(&ticket.node))),
+                        // Gone since: try again.
+                        Ok(None) => Err(Error::backend(
+                            format!("{} vanished while joining", ticket.node),
+                            true,
+                            zk::Error::NoNode,
+                        )),
+                        Err(e) => Err(read_error(&format!("read {}", ticket.node), e)),
+                    };
+                }
+                Err(e) if connection_trouble(&e) => {
+                    return Err(Error::Indeterminate {
+                        what: format!("create {}", ticket.node),
+                    })
+                }
+                Err(e) => return Err(from_zk(&format!("create {}", ticket.node), e)),
+            }
+        }
+    }
+
+    async fn read(&self, epoch: &Epoch, arm: bool) -> Result<(GroupView, Option<Watches>)> {
+        let zk = epoch.0.zk();
+        loop {
+            let listed = if arm {
+                zk.get_and_watch_children(&self.path)
+                    .await
+                    .map(|(c, s, w)| (c, s, Some(w)))
+            } else {
+                zk.get_children(&self.path).await.map(|(c, s)| (c, s, None))
+            };
+            let (children, stat, watch) = match listed {
+                Ok(listed) => listed,
+                Err(zk::Error::NoNode) => {
+                    // Not there: no member; watch its creation.
+                    let watch = if arm {
+                        let (_, w) = zk
+                            .check_and_watch_stat(&self.path)
+                            .await
+                            .map_err(|e| read_error(&format!("watch {}", self.path), e))?;
+                        Some(Watches(w, None))
+                    } else {
+                        None
+                    };
+                    let empty = GroupView {
+                        members: Vec::new(),
+                        version: 0,
+                        changes: Some(0),
+                    };
+                    return Ok((empty, watch));
+                }
+                Err(e) => return Err(read_error(&format!("list {}", self.path), e)),
+            };
+            own_layout(&self.path, &children, None)?;
+            let mut members = Vec::with_capacity(children.len());
+            let mut vanished = false;
+            for id in children {
+                match zk.get_data(&self.member_path(&id)).await {
+                    Ok((data, _)) => members.push(Member { id, data }),
+                    Err(zk::Error::NoNode) => {
+                        vanished = true;
+                        break;
+                    }
+                    Err(e) => return Err(read_error(&format!("read {}/{id}", self.path), e)),
+                }
+            }
+            if vanished {
+                // A member left during the read: read again, so that the
+                // view matches its version.
+                continue;
+            }
+            members.sort_by(|a, b| a.id.cmp(&b.id));
+            let view = GroupView {
+                members,
+                version: u64::try_from(stat.pzxid).unwrap_or(0),
+                changes: u64::try_from(stat.cversion).ok(),
+            };
+            return Ok((view, watch.map(|w| Watches(w, None))));
+        }
+    }
+
+    async fn remove(ticket: Ticket) {
+        let what = format!("[{}] removing {}", ticket.session.label(), ticket.node);
+        let delete = || delete_ours(&ticket.session, &ticket.node);
+        until_done(&what, Backoff::RECOVER, || false, delete).await;
+    }
+}
+
+/// The member id of a member's node: its last part.
+fn id_of(node: &str) -> &str {
+    node.rsplit('/').next().unwrap_or(node)
+}
+
+/// Delete `node` if it is ours (an ephemeral node of `session`): another
+/// session's member of the same id is never touched.
+async fn delete_ours(session: &Session, node: &str) -> Result<()> {
+    let stat = match session.zk().check_stat(node).await {
+        Ok(Some(stat)) if stat.ephemeral_owner == session.id() => stat,
+        Ok(_) => return Ok(()),
+        // The session is gone, and its ephemeral node with it.
+        Err(zk::Error::SessionExpired | zk::Error::ClientClosed) => return Ok(()),
+        Err(e) => return Err(read_error(&format!("read {node}"), e)),
+    };
+    match session.zk().delete(node, Some(stat.version)).await {
+        Ok(()) | Err(zk::Error::NoNode | zk::Error::BadVersion) => Ok(()),
+        Err(zk::Error::SessionExpired | zk::Error::ClientClosed) => Ok(()),
+        Err(e) => Err(from_zk(&format!("leave {node}"), e)),
+    }
+}

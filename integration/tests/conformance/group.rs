@@ -1,0 +1,265 @@
+//! Group membership, the same on every store: join, members and leave with
+//! rising versions; an id already present is a typed error that changes
+//! nothing; a watch sees joins and leaves in order; a killed member leaves
+//! the view within its TTL; a paused member is told it is lost before the
+//! others see it gone; bad input is refused and leaves nothing. A store
+//! without groups in this release must refuse with a typed error.
+
+use std::time::Duration;
+
+use integration::test_dir::TestDir;
+use integration::worker::{worker_binary, Worker};
+use integration::{scale, wait_until};
+use recipes_core::{BootInstant, Client, Error, GroupView, MAX_MEMBER_DATA_BYTES};
+
+use super::{boot, field, name, Kit};
+
+const TTL: Duration = Duration::from_secs(10);
+
+fn client<K: Kit>(kit: &K) -> K::Client {
+    kit.connect(TTL).expect("connect")
+}
+
+/// Whether the store has groups; if not, its refusal is checked.
+fn has_groups<C: Client>(c: &C) -> bool {
+    match c.group("/conformance/probe") {
+        Ok(_) => true,
+        Err(Error::InvalidArgument(why)) => {
+            assert!(why.contains("not available"), "refusal says why: {why}");
+            false
+        }
+        Err(e) => panic!("a group of {} failed: {e}", c.store()),
+    }
+}
+
+fn invalid<T: std::fmt::Debug>(what: &str, r: recipes_core::Result<T>) -> String {
+    match r {
+        Err(Error::InvalidArgument(msg)) => msg,
+        other => panic!("{what}: expected InvalidArgument, got {other:?}"),
+    }
+}
+
+fn ids(view: &GroupView) -> Vec<&str> {
+    view.ids()
+}
+
+/// Two clients join with their data, a third reads both with a version
+/// that rises with each change; release and drop each remove a member;
+/// nothing is left.
+pub fn join_members_and_leave<K: Kit>(kit: &K) {
+    let (a, b, reader) = (client(kit), client(kit), client(kit));
+    if !has_groups(&a) {
+        return;
+    }
+    let name = name("group");
+    let group = reader.group(&name).unwrap();
+    let empty = group.members().unwrap();
+    assert!(empty.members.is_empty());
+    let first = a.group(&name).unwrap().join("a", b"addr-a").unwrap();
+    assert_eq!((first.id(), first.data()), ("a", &b"addr-a"[..]));
+    assert!(!first.is_lost());
+    let one = group.members().unwrap();
+    assert_eq!(ids(&one), ["a"]);
+    assert!(one.version > empty.version, "{one:?} after {empty:?}");
+    let second = b.group(&name).unwrap().join("b", b"").unwrap();
+    let two = group.members().unwrap();
+    assert_eq!(ids(&two), ["a", "b"]);
+    assert_eq!(two.members[0].data, b"addr-a");
+    assert_eq!(two.members[1].data, b"");
+    assert!(two.version > one.version);
+    first.release().unwrap();
+    let three = group.members().unwrap();
+    assert_eq!(ids(&three), ["b"]);
+    assert!(three.version > two.version);
+    drop(second);
+    wait_until(
+        "the dropped member left",
+        scale(Duration::from_secs(10)),
+        || group.members().unwrap().members.is_empty(),
+    );
+    assert!(kit.entries_under(&name).is_empty(), "nothing left");
+}
+
+/// A second join with an id already present is a typed error: the first
+/// member and its data stay, and nothing else is written.
+pub fn a_taken_id_is_refused_and_changes_nothing<K: Kit>(kit: &K) {
+    let (a, b) = (client(kit), client(kit));
+    if !has_groups(&a) {
+        return;
+    }
+    let name = name("group-dup");
+    let held = a.group(&name).unwrap().join("x", b"first").unwrap();
+    let before = a.group(&name).unwrap().members().unwrap();
+    let why = invalid("a taken id", b.group(&name).unwrap().join("x", b"second"));
+    assert!(why.contains("already in the group"), "{why}");
+    // The same client cannot take its own member over either.
+    invalid("a taken id", a.group(&name).unwrap().join("x", b"again"));
+    let after = b.group(&name).unwrap().members().unwrap();
+    assert_eq!(after.members, before.members, "nothing changed");
+    assert_eq!(after.members[0].data, b"first");
+    assert!(!held.is_lost());
+    assert_eq!(kit.entries_under(&name).len(), 1);
+    held.release().unwrap();
+    assert!(kit.entries_under(&name).is_empty(), "nothing left");
+}
+
+/// A watch sees each join and leave in order, each view's version above
+/// the one before; a burst it did not follow one by one ends in the
+/// right view, with what it missed counted where the store counts.
+pub fn watch_sees_joins_and_leaves_in_order<K: Kit>(kit: &K) {
+    let (c, watcher) = (client(kit), client(kit));
+    if !has_groups(&c) {
+        return;
+    }
+    let name = name("group-watch");
+    let group = c.group(&name).unwrap();
+    let mut watch = watcher.group(&name).unwrap().watch().unwrap();
+    let mut version = watch.last().version;
+    let within = scale(Duration::from_secs(10));
+    let mut next = |expect_joined: &[&str], expect_left: &[&str]| {
+        let change = watch
+            .next_timeout(within)
+            .unwrap()
+            .expect("the watch saw the change");
+        assert_eq!(change.joined, expect_joined, "{change:?}");
+        assert_eq!(change.left, expect_left, "{change:?}");
+        assert!(change.view.version > version, "{change:?} after {version}");
+        assert!(matches!(change.missed, Some(0) | None), "{change:?}");
+        version = change.view.version;
+        change
+    };
+    let m1 = group.join("m1", b"1").unwrap();
+    next(&["m1"], &[]);
+    let m2 = group.join("m2", b"2").unwrap();
+    let c2 = next(&["m2"], &[]);
+    assert_eq!(ids(&c2.view), ["m1", "m2"]);
+    m1.release().unwrap();
+    next(&[], &["m1"]);
+    m2.release().unwrap();
+    let c4 = next(&[], &["m2"]);
+    assert!(c4.view.members.is_empty());
+
+    // A join and a leave while nobody reads: where the store counts its
+    // changes, the changes seen and missed add up to all three.
+    let quick = group.join("quick", b"").unwrap();
+    quick.release().unwrap();
+    let stay = group.join("stay", b"").unwrap();
+    let (mut counted, mut total) = (true, 0);
+    while !watch.last().contains("stay") {
+        let change = watch.next_timeout(within).unwrap().expect("a change");
+        assert!(change.view.version > version, "{change:?} after {version}");
+        version = change.view.version;
+        match change.missed {
+            Some(missed) => total += change.joined.len() + change.left.len() + missed as usize,
+            None => counted = false,
+        }
+    }
+    if counted && watch.last().changes.is_some() {
+        assert_eq!(total, 3, "every change seen or counted as missed");
+    }
+    assert!(watch.next_timeout(Duration::ZERO).unwrap().is_none());
+    drop(stay);
+    wait_until("left", scale(Duration::from_secs(10)), || {
+        kit.entries_under(&name).is_empty()
+    });
+}
+
+/// Bad input is refused with a typed error before anything is written:
+/// an empty, too long or `/`-holding id, oversized data, a group on a
+/// name that holds a lock. Nothing is left.
+pub fn bad_input_is_refused_and_leaves_nothing<K: Kit>(kit: &K) {
+    let c = client(kit);
+    if !has_groups(&c) {
+        return;
+    }
+    let name = name("group-bad");
+    let group = c.group(&name).unwrap();
+    invalid("an empty id", group.join("", b""));
+    invalid("a long id", group.join(&"i".repeat(256), b""));
+    invalid("a path id", group.join("a/b", b""));
+    let big = vec![b'd'; MAX_MEMBER_DATA_BYTES + 1];
+    let why = invalid("big data", group.join("big", &big));
+    assert!(why.contains("65536"), "says the limit: {why}");
+    invalid("an empty name", c.group(""));
+    assert!(kit.entries_under(&name).is_empty(), "nothing written");
+    assert!(group.members().unwrap().members.is_empty());
+
+    let lock = name.clone() + "-lock";
+    let held = c.mutex(&lock).unwrap().lock().unwrap();
+    let on_lock = c.group(&lock).unwrap();
+    let why = invalid("a lock's name", on_lock.join("m", b""));
+    assert!(why.contains("holds"), "says what the name holds: {why}");
+    invalid("a lock's name", on_lock.members());
+    assert_eq!(kit.entries_under(&lock).len(), 1, "only the lock's entry");
+    held.release().unwrap();
+    assert!(kit.entries_under(&lock).is_empty(), "nothing left");
+}
+
+/// A member in a worker process that is killed leaves the others' view
+/// within its TTL (plus the store's expiry granularity and slack).
+pub fn killed_member_leaves_the_view_within_its_ttl<K: Kit>(kit: &K, ttl: Duration) {
+    let c = client(kit);
+    if !has_groups(&c) {
+        return;
+    }
+    let name = name("group-killed");
+    let dir = TestDir::new("group-killed");
+    let mut member = Worker::start(&worker_binary(), "member", dir.path());
+    member.ok(&kit.worker_connect(ttl), Duration::from_secs(15));
+    member.ok(&format!("join {name} w addr"), Duration::from_secs(10));
+    let group = c.group(&name).unwrap();
+    let mut watch = group.watch().unwrap();
+    assert_eq!(ids(watch.last()), ["w"]);
+    assert_eq!(watch.last().members[0].data, b"addr");
+    let killed_at = BootInstant::now();
+    member.kill();
+    let bound = kit.granted(ttl) + scale(kit.expiry_granularity() + Duration::from_secs(2));
+    let change = watch
+        .next_timeout(bound + Duration::from_secs(5))
+        .unwrap()
+        .expect("the killed member left the view");
+    let gone_at = BootInstant::now();
+    assert_eq!(change.left, ["w"]);
+    assert!(
+        gone_at <= killed_at + bound,
+        "gone {:?} after the kill; the TTL is {:?}",
+        gone_at - killed_at,
+        kit.granted(ttl)
+    );
+    assert!(kit.entries_under(&name).is_empty(), "nothing left");
+}
+
+/// A member paused (SIGSTOP) past its TTL: the others see it gone; once
+/// resumed it has been told it is lost, at a deadline before they saw it
+/// gone.
+pub fn paused_member_is_told_lost_before_others_see_it_gone<K: Kit>(kit: &K, ttl: Duration) {
+    let c = client(kit);
+    if !has_groups(&c) {
+        return;
+    }
+    let name = name("group-paused");
+    let dir = TestDir::new("group-paused");
+    let mut member = Worker::start(&worker_binary(), "member", dir.path());
+    member.ok(&kit.worker_connect(ttl), Duration::from_secs(15));
+    member.ok(&format!("join {name} p"), Duration::from_secs(10));
+    let group = c.group(&name).unwrap();
+    assert_eq!(ids(&group.members().unwrap()), ["p"]);
+    member.pause();
+    wait_until(
+        "the paused member left the view",
+        kit.granted(ttl) + Duration::from_secs(10),
+        || !group.members().unwrap().contains("p"),
+    );
+    let gone_at = BootInstant::now();
+    member.resume();
+    let status = member.ok("member-status", Duration::from_secs(10));
+    assert_ne!(field(&status, "lost"), "no", "the member knows: {status}");
+    assert_ne!(field(&status, "valid_until_ms"), "0", "{status}");
+    let valid_until = boot(field(&status, "valid_until_ms"));
+    assert!(
+        valid_until <= gone_at,
+        "told lost at {valid_until:?}, after the others saw it gone at {gone_at:?}"
+    );
+    let _ = member.request("group-leave", Duration::from_secs(30));
+    assert!(!group.members().unwrap().contains("p"));
+}
