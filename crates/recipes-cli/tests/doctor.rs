@@ -319,6 +319,44 @@ fn doctor_pg_synchronous_commit_off_and_a_short_idle_transaction_timeout_warn() 
     assert!(out.contains("raise it above the TTL"), "{out}");
 }
 
+/// A primary with a streaming standby: replicated asynchronously, a
+/// failover may lose the last fence bumps (a warning); with the standby
+/// named in `synchronous_standby_names` it passes; the standby itself is
+/// a failure (in recovery, it refuses every write).
+#[test]
+fn doctor_pg_async_standby_warns_a_sync_one_passes_and_the_standby_fails() {
+    let primary = PgServer::start();
+    let standby = primary.standby();
+    let at = |server: &PgServer| vec!["--pg".to_owned(), server.url()];
+    let (code, out, err) = doctor(&at(&primary), "10s", &["--strict"]);
+    assert_eq!(code, 1, "stdout:\n{out}\nstderr:\n{err}");
+    assert_eq!(level(&out, "replication"), Some("warn"), "{out}");
+    assert!(out.contains("replicated asynchronously"), "{out}");
+    assert!(out.contains("set synchronous_standby_names"), "{out}");
+    primary.sql("ALTER SYSTEM SET synchronous_standby_names = '*'");
+    primary.sql("SELECT pg_reload_conf()");
+    let (code, out, err) = doctor(&at(&primary), "10s", &[]);
+    assert_eq!(code, 0, "stdout:\n{out}\nstderr:\n{err}");
+    assert_eq!(level(&out, "replication"), Some("ok"), "{out}");
+    assert!(out.contains("synchronous_standby_names '*'"), "{out}");
+    let (code, out, err) = doctor(&at(&standby), "10s", &[]);
+    assert_eq!(code, 2, "stdout:\n{out}\nstderr:\n{err}");
+    assert_eq!(level(&out, "connect"), Some("fail"), "{out}");
+    assert!(out.contains("standby in recovery"), "{out}");
+    assert!(out.contains("connect to the primary"), "{out}");
+    // The library refuses it at connect in the same words.
+    let refused = recipes_pg::PgClient::connect(standby.url())
+        .expect_err("a standby refuses the session's write");
+    assert!(
+        matches!(refused, recipes_core::Error::InvalidArgument(_)),
+        "{refused:?}"
+    );
+    assert!(
+        refused.to_string().contains("connect to the primary"),
+        "{refused}"
+    );
+}
+
 #[test]
 fn doctor_pg_role_without_rights_on_the_schema_fails_naming_them() {
     let server = PgServer::shared();

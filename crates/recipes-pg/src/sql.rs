@@ -11,7 +11,8 @@ use tokio_postgres::types::{to_sql_checked, IsNull, ToSql, Type};
 /// Map a tokio-postgres error, saying what was being done.
 ///
 /// A refused password or role is [`Error::Unauthenticated`], a missing
-/// privilege [`Error::PermissionDenied`]; whatever says the connection
+/// privilege [`Error::PermissionDenied`], a server that refuses writes (a
+/// standby) [`Error::InvalidArgument`]; whatever says the connection
 /// broke (a closed connection, an I/O error, the server shutting down or
 /// terminating our backend, a server still starting) is
 /// [`Error::ConnectionLoss`]: the session row lives on in the database.
@@ -30,6 +31,13 @@ pub(crate) fn from_pg(what: &str, e: tokio_postgres::Error) -> Error {
                     "{what}: {said}; grant the role the privileges recipes-pg's crate docs list"
                 ),
             };
+        }
+        if *code == SqlState::READ_ONLY_SQL_TRANSACTION {
+            return Error::invalid(format!(
+                "{what}: the server refuses writes (PostgreSQL said {said}): it is a standby \
+                 in recovery, or the role or database defaults to read-only transactions \
+                 (default_transaction_read_only); connect to the primary, read-write"
+            ));
         }
         if missing_code(code) {
             let message = format!(
