@@ -26,6 +26,7 @@ use crate::run_shared::{self, SharedSlots};
 use crate::server::{process_lifecycle, start_server, ServerProcess};
 use crate::test_dir::TestDir;
 
+mod run;
 mod shared;
 mod standby;
 mod template;
@@ -186,20 +187,11 @@ impl PgServer {
         let data = dir.path().join("data");
         let log = dir.path().join("server.log");
         template::fresh_data_dir(&data, &log, uid, gid);
-        let mut args = server_args(&config, &port, dir.path(), &data);
+        let mut args = run::server_args(&config, &port, dir.path(), &data);
         if let Some(tls) = &config.tls {
             args.extend(tls_setup(&tls_dir(dir.path()), &data, tls, uid, gid));
         }
-        let process = ManagedProcess::new("pg", postgres, args, dir.path(), log)
-            .with_user(uid, gid)
-            .with_process_tree();
-        PgServer {
-            addr: port.addr(),
-            config,
-            process,
-            _port: Some(port),
-            dir,
-        }
+        PgServer::unstarted("pg", config, port, dir, args)
     }
 
     /// Creates the roles and the database of the tests.
@@ -376,27 +368,6 @@ impl ServerProcess for PgServer {
     fn is_ready(&self) -> bool {
         self.is_accepting() && self.answers_as_ours()
     }
-}
-
-/// The server's arguments but TLS: its data folder, address, socket
-/// folder, fsync, connections and log prefix.
-fn server_args(config: &PgConfig, port: &PortReservation, dir: &Path, data: &Path) -> Vec<String> {
-    vec![
-        "-D".to_owned(),
-        data.display().to_string(),
-        "-p".to_owned(),
-        port.port().to_string(),
-        "-c".to_owned(),
-        format!("listen_addresses={}", port.addr().ip()),
-        "-c".to_owned(),
-        format!("unix_socket_directories={}", dir.display()),
-        "-c".to_owned(),
-        format!("fsync={}", if config.fsync { "on" } else { "off" }),
-        "-c".to_owned(),
-        format!("max_connections={}", config.max_connections),
-        "-c".to_owned(),
-        "log_line_prefix=%m [%p] %q%u@%d ".to_owned(),
-    ]
 }
 
 /// The uid and gid of [`PG_OS_USER`].

@@ -7,9 +7,9 @@ use std::os::unix::process::CommandExt as _;
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
-use super::{chown, os_user, server_args, PgServer, PG_START_TIMEOUT, PG_SUPERUSER};
+use super::run::server_args;
+use super::{chown, os_user, PgServer, PG_START_TIMEOUT, PG_SUPERUSER};
 use crate::ports::{reserve_port, PortReservation};
-use crate::process::ManagedProcess;
 use crate::psql::PG_BIN_DIR;
 use crate::server::start_server;
 use crate::test_dir::TestDir;
@@ -44,7 +44,6 @@ impl PgServer {
         let dir = TestDir::new("pg-standby");
         chown(dir.path(), uid, gid);
         let data = dir.path().join("data");
-        let log = dir.path().join("server.log");
         let primary = self.addr();
         let out = Command::new(format!("{PG_BIN_DIR}/pg_basebackup"))
             .args([
@@ -80,16 +79,6 @@ impl PgServer {
             ..self.config().clone()
         };
         let args = server_args(&config, &port, dir.path(), &data);
-        let postgres = format!("{PG_BIN_DIR}/postgres");
-        let process = ManagedProcess::new("pg-standby", postgres, args, dir.path(), log)
-            .with_user(uid, gid)
-            .with_process_tree();
-        PgServer {
-            addr: port.addr(),
-            config,
-            process,
-            _port: Some(port),
-            dir,
-        }
+        PgServer::unstarted("pg-standby", config, port, dir, args)
     }
 }
