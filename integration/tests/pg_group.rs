@@ -4,11 +4,6 @@
 //! by the next join of its id; the last member out leaves no row; a lock
 //! on a group's name is refused naming the group.
 
-// Group::join on a concrete PgClient, outside a generic function, needs
-// more than rustc's default query depth (see the report; the examples
-// and the conformance suite call it from generic code and do not).
-#![recursion_limit = "256"]
-
 mod pg_common;
 
 use std::time::Duration;
