@@ -3,6 +3,7 @@
 //! ```sh
 //! cargo run --example group_members                               # ZooKeeper at 127.0.0.1:2181
 //! RECIPES_ETCD=127.0.0.1:2379 cargo run --example group_members
+//! RECIPES_PG=postgres://127.0.0.1/app cargo run --example group_members
 //! RECIPES_REDIS=redis://127.0.0.1:6379 cargo run --example group_members
 //! ```
 //!

@@ -162,7 +162,7 @@ fn stories() -> Vec<Story> {
         ("transfer", TRANSFER, &[Zk, Etcd, Pg, Redis]),
         ("quota_counter", QUOTA_COUNTER, &[Zk, Etcd, Pg, Redis]),
         ("barrier_deploy", BARRIER_DEPLOY, &[Zk, Etcd, Pg, Redis]),
-        ("group_members", GROUP_MEMBERS, &[Zk, Etcd, Redis]),
+        ("group_members", GROUP_MEMBERS, &[Zk, Etcd, Pg, Redis]),
     ] {
         all.extend(stores.iter().map(|&store| Story { name, store, says }));
     }

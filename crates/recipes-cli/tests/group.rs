@@ -97,6 +97,11 @@ fn group_commands_etcd() {
 }
 
 #[test]
+fn group_commands_pg() {
+    group_commands(Store::Pg);
+}
+
+#[test]
 fn group_commands_redis() {
     group_commands(Store::Redis);
 }

@@ -222,9 +222,20 @@ impl<B: DoubleBarrierStore + OnRuntime> DoubleBarrier<B> {
     fn enter_until(&self, deadline: Option<Instant>) -> Result<Option<DoubleBarrierMember<B>>> {
         let b = self.backend.clone();
         let joined = self.labels.timed(|| {
-            blocking(&self.backend, "double barrier enter", deadline, async move {
-                gather::enter(&b, deadline.map(tokio::time::Instant::from_std)).await
-            })
+            blocking(
+                &self.backend,
+                "double barrier enter",
+                deadline,
+                async move {
+                    // Boxed, as the group's join is (core's group.rs): rustc's
+                    // query depth overflows on PostgreSQL's future otherwise.
+                    Box::pin(gather::enter(
+                        &b,
+                        deadline.map(tokio::time::Instant::from_std),
+                    ))
+                    .await
+                },
+            )
         })?;
         Ok(joined.map(|joined| DoubleBarrierMember {
             backend: self.backend.clone(),

@@ -131,7 +131,10 @@ impl<B: GroupStore + OnRuntime> Group<B> {
         let (b, owned_id, owned_data) = (self.backend.clone(), id.to_owned(), data.to_vec());
         let joined = blocking(&self.backend, "group join", deadline, async move {
             let deadline = deadline.map(tokio::time::Instant::from_std);
-            group::join(&b, &owned_id, &owned_data, deadline).await
+            // Boxed: unboxed, this block's layout nests the store's
+            // future so deep that rustc's query depth (128) overflows in
+            // a crate calling `join` on PostgreSQL's group.
+            Box::pin(group::join(&b, &owned_id, &owned_data, deadline)).await
         })?;
         let joined = joined.ok_or_else(|| Error::Timeout {
             what: format!("joining the group {}", quote(self.name())),

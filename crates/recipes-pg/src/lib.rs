@@ -156,6 +156,26 @@
 //! [`Error::InvalidArgument`] naming what the name holds, and so is a
 //! lock or an election on a barrier's name.
 //!
+//! ## Group membership
+//!
+//! A group ([`Group`]: `client.group(name)`) is rows of the schema
+//! `recipes` in both modes, with no layout change: the name's row of
+//! `recipes.names`, of kind `group`, holds the version (`next_seq`) and the
+//! number of members (`permits`); a member is a row of `recipes.queue`
+//! under the name, owned by its client's session, whose `entry` is
+//! `md5(<name> || '/' || <id>)` (so a second live member of an id is
+//! refused by the unique `entry`; a row whose session expired is taken
+//! over) and whose `value` is the id, a zero byte and the member's data.
+//! Every join and leave sets the version to `greatest(version + 1, the
+//! database clock in µs)` in the statement that writes the member, and so
+//! does a read that finds a member whose session expired (it deletes the
+//! row in that statement) or fewer rows than `permits` (a session's end
+//! deleted them). The last member out deletes the name's row, and an empty
+//! group's view carries the database clock as its version, so versions
+//! only rise. A watch waits as a barrier's waiter does (above): the queue
+//! trigger's notification, and a read again at the earliest member
+//! session's expiry and every poll interval.
+//!
 //! ## Privileges
 //!
 //! - To create the schema (first use): `CREATE` on the database (or an
@@ -225,6 +245,7 @@ mod db;
 mod double_barrier;
 mod election;
 mod entry;
+mod group;
 mod held;
 mod listen;
 mod locks;
@@ -250,6 +271,7 @@ pub use client::PgClient;
 pub use counter::PgCounter;
 pub use election::{Election, LeaderLatch, LeaderSelector, Leadership, PgElection};
 pub use entry::{PgEntry, RowWatch};
+pub use group::Group;
 pub use held::{PgHeld, PgLock};
 pub use mutex::{Mutex, PgMutex};
 pub use names::entry_of;

@@ -83,6 +83,7 @@ pub(crate) fn kind_shown(kind: &str) -> &'static str {
         "counter" => "a shared counter (its value in recipes.names)",
         "barrier" => "a barrier",
         "double-barrier" => "a double barrier",
+        "group" => "a group",
         _ => "a lease-mode lock or election",
     }
 }

@@ -245,9 +245,12 @@ impl Client for PgClient {
         Ok(recipes_core::Counter::from_backend(backend))
     }
 
-    type Group = recipes_core::store::NoWaits;
+    /// Rows of the schema `recipes` in both modes; see [`crate::Group`].
+    type Group = crate::barrier::PgWaits;
 
-    fn group(&self, _name: &str) -> Result<recipes_core::Group<recipes_core::store::NoWaits>> {
-        recipes_core::store::NoWaits::refuse("PostgreSQL", "group membership")
+    fn group(&self, name: &str) -> Result<crate::Group> {
+        Ok(crate::Group::from_backend(crate::barrier::PgWaits::group(
+            self, name,
+        )?))
     }
 }

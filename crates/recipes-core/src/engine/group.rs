@@ -41,13 +41,16 @@ pub struct GroupView {
     /// Rises with every change of the group a reader can see, so that of
     /// two views the one with the smaller version is the older (ZooKeeper:
     /// the group node's `pzxid`; etcd: the revision of the read;
-    /// PostgreSQL and Redis: a counter of the group's changes). `0`: the
-    /// group has never had a member (on ZooKeeper: its node is absent).
+    /// Redis: a counter of the groups' changes; PostgreSQL: a counter of
+    /// the group's changes that follows the database clock in µs, the
+    /// clock itself for an empty group). `0`: the group has never had a
+    /// member (on ZooKeeper: its node is absent).
     pub version: u64,
     /// How many joins and leaves the store counted since the group was
-    /// created, where it counts them (ZooKeeper: the node's `cversion`;
-    /// PostgreSQL, Redis: the version itself); `None` on etcd, whose
-    /// revision counts every write of the cluster.
+    /// created, where it counts them (ZooKeeper: the node's `cversion`);
+    /// `None` on etcd, whose revision counts every write of the cluster,
+    /// on Redis, whose counter every group shares, and on PostgreSQL,
+    /// whose version follows the clock.
     pub changes: Option<u64>,
 }
 
