@@ -37,15 +37,25 @@ impl TestDir {
         static COUNTER: AtomicU64 = AtomicU64::new(0);
         let root = root();
         SWEEP.call_once(|| sweep(&root));
-        let n = COUNTER.fetch_add(1, Ordering::Relaxed);
         // A server shared by the test processes of a nextest run keeps its
         // folder in the run's folder, removed when the run ends.
         let root = crate::run_shared::starting_root().unwrap_or(root);
-        let path = root.join(format!("{}-{label}-{n}", std::process::id()));
-        if let Err(e) = std::fs::create_dir_all(&path) {
-            panic!("cannot create test folder {}: {e}", path.display());
+        if let Err(e) = std::fs::create_dir_all(&root) {
+            panic!("cannot create {}: {e}", root.display());
         }
-        TestDir { path, owned: true }
+        // Always a folder of our own: one kept after an earlier test's
+        // failure (swept only after a day) may bear our name, its process
+        // id since reused; a server started in it would find that test's
+        // data (seen: "role recipes_user already exists" at bootstrap).
+        loop {
+            let n = COUNTER.fetch_add(1, Ordering::Relaxed);
+            let path = root.join(format!("{}-{label}-{n}", std::process::id()));
+            match std::fs::create_dir(&path) {
+                Ok(()) => return TestDir { path, owned: true },
+                Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => continue,
+                Err(e) => panic!("cannot create test folder {}: {e}", path.display()),
+            }
+        }
     }
 
     /// The folder of a server another test process of this nextest run
