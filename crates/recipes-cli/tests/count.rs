@@ -4,41 +4,25 @@
 
 mod common;
 
-use std::process::Stdio;
-
 use common::*;
-
-/// stdout of a run that must succeed.
-fn ok(store: Store, args: &[&str]) -> String {
-    let out = recipes()
-        .args(store.flag())
-        .args(args)
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .output()
-        .unwrap();
-    assert_eq!(
-        out.status.code(),
-        Some(0),
-        "recipes {args:?}: {}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    String::from_utf8(out.stdout).unwrap().trim().to_owned()
-}
 
 fn count_commands(store: Store) {
     let scene = Scene::new("count");
     let name = scene.name.as_str();
-    assert_eq!(ok(store, &["count", "get", name]), "0");
+    assert_eq!(stdout_ok(store, &["count", "get", name]), "0");
     assert_eq!(
-        ok(store, &["count", "get", name, "--json"]),
+        stdout_ok(store, &["count", "get", name, "--json"]),
         r#"{"value":0,"version":0}"#
     );
-    assert_eq!(ok(store, &["count", "set", name, "10"]), "1", "the version");
-    assert_eq!(ok(store, &["count", "add", name, "-3"]), "7");
-    assert_eq!(ok(store, &["count", "add", name, "5"]), "12");
     assert_eq!(
-        ok(store, &["count", "get", "--json", name]),
+        stdout_ok(store, &["count", "set", name, "10"]),
+        "1",
+        "the version"
+    );
+    assert_eq!(stdout_ok(store, &["count", "add", name, "-3"]), "7");
+    assert_eq!(stdout_ok(store, &["count", "add", name, "5"]), "12");
+    assert_eq!(
+        stdout_ok(store, &["count", "get", "--json", name]),
         r#"{"value":12,"version":3}"#
     );
     // Past the 32-bit range: refused, the counter unchanged.
@@ -48,7 +32,7 @@ fn count_commands(store: Store) {
             .args(["count", "add", name, "2147483647"]));
     assert_eq!(status.code(), Some(64), "{stderr}");
     assert!(stderr.contains("64-bit"), "{stderr}");
-    assert_eq!(ok(store, &["count", "get", name]), "12");
+    assert_eq!(stdout_ok(store, &["count", "get", name]), "12");
     // A name that holds a lock is not a counter.
     let locked = Scene::new("count-lock");
     let (holder, _) = hold(store, "5s", &locked, &[]);

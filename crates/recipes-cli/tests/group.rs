@@ -9,16 +9,12 @@ use std::process::Stdio;
 use common::*;
 use integration::wait_for;
 
-fn ok(store: Store, args: &[&str]) -> String {
-    stdout_ok(store, args)
-}
-
 fn group_commands(store: Store) {
     let scene = Scene::new("group");
     let name = scene.name.as_str();
-    let empty = ok(store, &["members", name, "--json"]);
+    let empty = stdout_ok(store, &["members", name, "--json"]);
     assert!(empty.starts_with(r#"{"members":[],"version":"#), "{empty}");
-    assert_eq!(ok(store, &["members", name]), "");
+    assert_eq!(stdout_ok(store, &["members", name]), "");
 
     let watch_out = scene.file("watch");
     let mut watcher = recipes()
@@ -36,8 +32,8 @@ fn group_commands(store: Store) {
     let join = ["join", name, "--id", "a", "--data", "addr a"];
     let (mut joined, wrote) = start_holder(with_store(store, "5s"), &join, &scene, "exec sleep 30");
     assert_eq!(wrote[1], format!("{name}/a"), "RECIPES_HOLDER: {wrote:?}");
-    assert_eq!(ok(store, &["members", name]), "a addr a");
-    let json = ok(store, &["members", "--json", name]);
+    assert_eq!(stdout_ok(store, &["members", name]), "a addr a");
+    let json = stdout_ok(store, &["members", "--json", name]);
     assert!(
         json.starts_with(r#"{"members":[{"id":"a","data":"addr a"}],"version":"#),
         "{json}"
@@ -48,12 +44,16 @@ fn group_commands(store: Store) {
         run(with_store(store, "5s").args(["--id", "a", "join", name, "--", "sh", "-c", "exit 3"]));
     assert_eq!(status.code(), Some(64), "{stderr}");
     assert!(stderr.contains("already in the group"), "{stderr}");
-    assert_eq!(ok(store, &["members", name]), "a addr a", "nothing changed");
+    assert_eq!(
+        stdout_ok(store, &["members", name]),
+        "a addr a",
+        "nothing changed"
+    );
 
     // CMD's end ends the membership.
     signal(&joined, libc::SIGTERM);
     wait_exit(&mut joined);
-    assert_eq!(ok(store, &["members", name]), "");
+    assert_eq!(stdout_ok(store, &["members", name]), "");
     wait_for(
         "the watch printed the join and the leave",
         RUN_BOUND,

@@ -5,7 +5,6 @@
 
 use std::os::unix::process::CommandExt as _;
 use std::process::{Command, Stdio};
-use std::time::{Duration, Instant};
 
 use super::run::server_args;
 use super::{chown, os_user, PgServer, PG_START_TIMEOUT, PG_SUPERUSER};
@@ -24,17 +23,13 @@ impl PgServer {
     /// stream within the (scaled) start timeout.
     pub fn standby(&self) -> PgServer {
         let standby = start_server("pg-standby", || self.prepare_standby(reserve_port()));
-        let deadline = Instant::now() + crate::scale(PG_START_TIMEOUT);
         let streaming = "SELECT count(*) FROM pg_stat_replication WHERE state = 'streaming'";
-        while self.sql(streaming).trim() == "0" {
-            assert!(
-                Instant::now() < deadline,
-                "the standby at {} does not stream\n{}",
-                standby.addr(),
-                standby.log_tail()
-            );
-            std::thread::sleep(Duration::from_millis(50));
-        }
+        crate::wait::wait_until_with(
+            "the standby streams from its primary",
+            PG_START_TIMEOUT,
+            || self.sql(streaming).trim() != "0",
+            || standby.log_tail(),
+        );
         standby
     }
 
