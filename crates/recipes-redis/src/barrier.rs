@@ -21,7 +21,8 @@ use crate::names::{member, validate_name, NS};
 use crate::rpc::Redis;
 use crate::session::{Session, Sessions};
 
-/// A barrier or double barrier on one name of a client.
+/// A barrier, double barrier or group on one name of a client: the one
+/// wait store of this crate (a group's keys are in `group.rs`).
 ///
 /// Keys (below `{recipes}:`, as every recipe's):
 ///
@@ -54,9 +55,9 @@ use crate::session::{Session, Sessions};
 /// roles.
 #[derive(Debug, Clone)]
 pub struct RedisWaits {
-    client: RedisClient,
-    name: String,
-    count: u32,
+    pub(crate) client: RedisClient,
+    pub(crate) name: String,
+    pub(crate) count: u32,
 }
 
 /// A Redis barrier (see [`RedisWaits`] for its keys).
@@ -114,7 +115,7 @@ impl RedisWaits {
     }
 
     /// Subscribe before a read: `None` (poll) when it failed.
-    async fn ear(&self) -> Option<redis::aio::PubSubStream> {
+    pub(crate) async fn ear(&self) -> Option<redis::aio::PubSubStream> {
         let channel = format!("{NS}wake:{}", self.name);
         let subscribed = match self.redis() {
             Ok(redis) => subscribe(&redis, &channel, self.rpc_timeout()).await,
@@ -125,14 +126,18 @@ impl RedisWaits {
             .ok()
     }
 
-    fn changes(&self, heard: Option<redis::aio::PubSubStream>, least_ms: i64) -> Changes {
+    pub(crate) fn changes(
+        &self,
+        heard: Option<redis::aio::PubSubStream>,
+        least_ms: i64,
+    ) -> Changes {
         let left = u64::try_from(least_ms).ok().map(Duration::from_millis);
         Nudge::new(heard, left, POLL)
     }
 }
 
 /// The session a wait or a member lives on.
-pub struct Epoch(LeaseEpoch<Sessions>);
+pub struct Epoch(pub(crate) LeaseEpoch<Sessions>);
 
 impl std::fmt::Debug for Epoch {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {

@@ -10,28 +10,28 @@
 //! - the counter `{recipes}:gv`, shared by every group: every join and
 //!   leave — and every read that purges a member whose session expired —
 //!   takes its next value as the group's version, in the same script, and
-//!   publishes it on `{recipes}:gw:<name>`. An empty group's hashes are
+//!   publishes it on `{recipes}:wake:<name>`, the channel every waiting
+//!   recipe of a name uses. An empty group's hashes are
 //!   gone; its view's version is the counter's current value, so versions
 //!   only rise. A view's `changes` is `None` (the counter is shared).
 //!
-//! A watch subscribes to the group's channel before each read. Redis has
-//! no event for a session key's expiry, so a watch also reads again every
-//! 500 ms: a crashed member leaves the view within its TTL plus that.
+//! The verbs are [`RedisWaits`]'s, the one wait store of this crate: its
+//! epoch (the client's session), and its subscription before each read
+//! with a re-read every 500 ms (a session key's expiry has no event: a
+//! crashed member leaves the view within its TTL plus that).
 
-use std::future::Future;
 use std::sync::LazyLock;
-use std::time::Duration;
 
 use recipes_core::store::engine::group::{GroupStore, GroupView, Member};
 use recipes_core::store::engine::WaitStore;
-use recipes_core::store::{id_taken, until_done, Backoff, LeaseEpoch, OnRuntime};
-use recipes_core::{Error, LossSignal, Result};
+use recipes_core::store::{id_taken, until_done, Backoff};
+use recipes_core::{Error, Result};
 use redis::Script;
 
+use crate::barrier::{Changes, Epoch, RedisWaits};
 use crate::client::RedisClient;
-use crate::contend::{subscribe, POLL};
 use crate::names::{other_layout, validate_name, NS};
-use crate::session::{Session, Sessions};
+use crate::session::Session;
 
 /// Keys and the refusal of another recipe's name; shared by the scripts.
 /// ARGV: ns, name, …
@@ -49,7 +49,7 @@ end
 local function changed()
   local v = redis.call('INCR', gv)
   if redis.call('HLEN', o) == 0 then redis.call('DEL', m, o) else redis.call('HSET', m, '/v', v) end
-  redis.call('PUBLISH', ns .. 'gw:' .. name, v)
+  redis.call('PUBLISH', ns .. 'wake:' .. name, v)
 end
 "#;
 
@@ -100,52 +100,22 @@ static LEAVE: LazyLock<Script> = LazyLock::new(|| {
     ))
 });
 
-/// A group on one name of a client, in our layout: the hash
-/// `{recipes}:g:<name>` (member id → data, `/v` → the group's version),
-/// the hash `{recipes}:go:<name>` (member id → its session; live while the
-/// session key `{recipes}:s:<session>` exists), and the counter
-/// `{recipes}:gv` every change of every group takes its version from. A
-/// watch listens on `{recipes}:gw:<name>` and reads again every 500 ms
-/// (a session's expiry has no event; a read purges its members).
-#[derive(Debug, Clone)]
-pub struct RedisGroup {
-    client: RedisClient,
-    name: String,
-}
-
 /// A Redis group (our layout; see the module).
-pub type Group = recipes_core::Group<RedisGroup>;
+pub type Group = recipes_core::Group<RedisWaits>;
 
-impl RedisGroup {
-    pub(crate) fn new(client: &RedisClient, name: &str) -> Result<RedisGroup> {
+impl RedisWaits {
+    pub(crate) fn group(client: &RedisClient, name: &str) -> Result<RedisWaits> {
         validate_name("group", name)?;
-        Ok(RedisGroup {
+        Ok(RedisWaits {
             client: client.clone(),
             name: name.to_owned(),
+            count: 0,
         })
     }
 
     fn refused(&self, reply: &str) -> Error {
         let theirs = reply.strip_prefix("other:").unwrap_or(reply);
         other_layout(&self.name, "a group", theirs)
-    }
-}
-
-/// A session as the wait's epoch.
-pub struct Epoch(LeaseEpoch<Sessions>);
-
-impl std::fmt::Debug for Epoch {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        write!(f, "Epoch({})", self.0.session.id())
-    }
-}
-
-/// The group's channel, subscribed before a read.
-pub struct Changes(redis::aio::PubSubStream);
-
-impl std::fmt::Debug for Changes {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.write_str("Changes")
     }
 }
 
@@ -158,54 +128,7 @@ pub struct Ticket {
     id: String,
 }
 
-impl OnRuntime for RedisGroup {
-    fn runtime(&self) -> &recipes_core::store::Runtime {
-        self.client.runtime()
-    }
-}
-
-impl WaitStore for RedisGroup {
-    type Epoch = Epoch;
-    type Watch = Changes;
-
-    fn name(&self) -> &str {
-        &self.name
-    }
-
-    fn spawn(&self, task: impl Future<Output = ()> + Send + 'static) {
-        if !self.client.runtime().spawn(task) {
-            log::debug!(
-                "[{}] client closed: the session's expiry removes our member",
-                self.name
-            );
-        }
-    }
-
-    fn rpc_timeout(&self) -> Duration {
-        self.client.rpc_timeout()
-    }
-
-    async fn epoch(&self) -> Result<Epoch> {
-        self.client.leases().epoch().await.map(Epoch)
-    }
-
-    fn epoch_signal(&self, epoch: &Epoch) -> LossSignal {
-        epoch.0.session.epoch().signal()
-    }
-
-    /// A message on the group's channel, or 500 ms passing: a member's
-    /// session expiry has no event, a read finds it.
-    async fn changed(&self, _epoch: &Epoch, watch: Changes) -> Result<()> {
-        use futures_util::StreamExt;
-        let Changes(mut stream) = watch;
-        tokio::select! {
-            msg = stream.next() => msg.map(drop).ok_or(Error::ConnectionLoss),
-            () = tokio::time::sleep(POLL) => Ok(()),
-        }
-    }
-}
-
-impl GroupStore for RedisGroup {
+impl GroupStore for RedisWaits {
     type Ticket = Ticket;
 
     fn ticket(&self, epoch: &Epoch, id: &str) -> Ticket {
@@ -258,13 +181,10 @@ impl GroupStore for RedisGroup {
 
     async fn read(&self, _epoch: &Epoch, arm: bool) -> Result<(GroupView, Option<Changes>)> {
         let redis = self.client.redis()?;
-        let watch = if arm {
-            let channel = format!("{NS}gw:{}", self.name);
-            Some(Changes(
-                subscribe(&redis, &channel, self.rpc_timeout()).await?,
-            ))
-        } else {
-            None
+        // Subscribed before the read: no change after it is missed.
+        let watch = match arm {
+            true => Some(self.changes(self.ear().await, -1)),
+            false => None,
         };
         let args = [NS.to_owned(), self.name.clone()];
         let what = format!("read the group {}", self.name);

@@ -174,7 +174,7 @@ pub use builder::RedisClientBuilder;
 pub use client::RedisClient;
 pub use counter::RedisCounter;
 pub use election::{Election, LeaderLatch, LeaderSelector, Leadership, RedisElection};
-pub use group::{Group, RedisGroup};
+pub use group::Group;
 pub use lock::{RedisEntry, RedisLock};
 pub use mutex::{Mutex, RedisMutex};
 pub use policy::{cluster_hazard, eviction_hazard};

@@ -159,12 +159,12 @@ impl Client for RedisClient {
         Ok(recipes_core::Counter::from_backend(backend))
     }
 
-    type Group = crate::group::RedisGroup;
+    type Group = crate::barrier::RedisWaits;
 
-    /// Our layout; see [`RedisGroup`](crate::group::RedisGroup).
+    /// Our layout; see [`Group`](crate::Group).
     fn group(&self, name: &str) -> Result<crate::group::Group> {
         Ok(crate::group::Group::from_backend(
-            crate::group::RedisGroup::new(self, name)?,
+            crate::barrier::RedisWaits::group(self, name)?,
         ))
     }
 }
