@@ -254,45 +254,15 @@ impl DoubleBarrierStore for ZkWaits {
 
     async fn join(&self, epoch: &Epoch, ticket: &mut Ticket) -> Result<i64> {
         let session = &epoch.0;
-        let mut made_dirs = false;
-        loop {
-            let created = session
-                .zk()
-                .create(
-                    &ticket.node,
-                    &[],
-                    &session.options(zk::CreateMode::Ephemeral),
-                )
-                .await;
-            match created {
-                Ok((stat, _)) => return Ok(stat.czxid),
-                Err(zk::Error::NoNode) if !made_dirs => {
-                    session
-                        .zk()
-                        .mkdir(&self.path, &session.options(zk::CreateMode::Container))
-                        .await
-                        .map_err(|e| from_zk(&format!("create the folder {}", self.path), e))?;
-                    made_dirs = true;
-                }
-                // Ours, from a create whose reply was lost.
-                Err(zk::Error::NodeExists) => match session.zk().check_stat(&ticket.node).await {
-                    Ok(Some(stat)) if stat.ephemeral_owner == session.id() => return Ok(stat.czxid),
-                    Ok(_) => {
-                        return Err(Error::backend(
-                            format!("{} exists and is not ours", ticket.node),
-                            true,
-                            zk::Error::NodeExists,
-                        ))
-                    }
-                    Err(e) => return Err(read_error(&format!("read {}", ticket.node), e)),
-                },
-                Err(e) if connection_trouble(&e) => {
-                    return Err(Error::Indeterminate {
-                        what: format!("create {}", ticket.node),
-                    })
-                }
-                Err(e) => return Err(from_zk(&format!("create {}", ticket.node), e)),
-            }
+        match self.create_member(session, &ticket.node, &[]).await? {
+            Made::New(stat) => Ok(stat.czxid),
+            // Ours, from a create whose reply was lost.
+            Made::Existing(Some(stat)) if stat.ephemeral_owner == session.id() => Ok(stat.czxid),
+            Made::Existing(_) => Err(Error::backend(
+                format!("{} exists and is not ours", ticket.node),
+                true,
+                zk::Error::NodeExists,
+            )),
         }
     }
 
@@ -388,4 +358,53 @@ async fn make_parent(session: &Session, path: &str) -> Result<()> {
         .mkdir(parent, &session.options(zk::CreateMode::Container))
         .await
         .map_err(|e| from_zk(&format!("create the folder {parent}"), e))
+}
+
+/// What creating a member's ephemeral node found.
+pub(crate) enum Made {
+    /// Created now.
+    New(zk::Stat),
+    /// It was there already: its stat (`None`: gone since).
+    Existing(Option<zk::Stat>),
+}
+
+impl ZkWaits {
+    /// Create the ephemeral `node` holding `data` on `session` (a member
+    /// of a double barrier or a group), making the container folder first
+    /// if it is missing; a node already there is read back. No reply is
+    /// [`Error::Indeterminate`].
+    pub(crate) async fn create_member(
+        &self,
+        session: &Session,
+        node: &str,
+        data: &[u8],
+    ) -> Result<Made> {
+        let mut made_dirs = false;
+        loop {
+            let options = session.options(zk::CreateMode::Ephemeral);
+            match session.zk().create(node, data, &options).await {
+                Ok((stat, _)) => return Ok(Made::New(stat)),
+                Err(zk::Error::NoNode) if !made_dirs => {
+                    session
+                        .zk()
+                        .mkdir(&self.path, &session.options(zk::CreateMode::Container))
+                        .await
+                        .map_err(|e| from_zk(&format!("create the folder {}", self.path), e))?;
+                    made_dirs = true;
+                }
+                Err(zk::Error::NodeExists) => {
+                    return match session.zk().check_stat(node).await {
+                        Ok(stat) => Ok(Made::Existing(stat)),
+                        Err(e) => Err(read_error(&format!("read {node}"), e)),
+                    }
+                }
+                Err(e) if connection_trouble(&e) => {
+                    return Err(Error::Indeterminate {
+                        what: format!("create {node}"),
+                    })
+                }
+                Err(e) => return Err(from_zk(&format!("create {node}"), e)),
+            }
+        }
+    }
 }

@@ -16,9 +16,9 @@ use recipes_core::store::{id_taken, until_done, Backoff};
 use recipes_core::{Error, Result};
 use zookeeper_client as zk;
 
-use crate::barrier::{Epoch, Ticket, Watches, ZkWaits};
+use crate::barrier::{Epoch, Made, Ticket, Watches, ZkWaits};
 use crate::client::ZkClient;
-use crate::error::{connection_trouble, from_zk, read_error};
+use crate::error::{from_zk, read_error};
 use crate::names::{own_layout, validate_path};
 use crate::session::Session;
 
@@ -68,41 +68,18 @@ impl GroupStore for ZkWaits {
     async fn join(&self, epoch: &Epoch, ticket: &Ticket, data: &[u8]) -> Result<bool> {
         let session = &epoch.0;
         self.children(session).await?;
-        let mut made_dirs = false;
-        loop {
-            let options = session.options(zk::CreateMode::Ephemeral);
-            match session.zk().create(&ticket.node, data, &options).await {
-                Ok(_) => return Ok(true),
-                Err(zk::Error::NoNode) if !made_dirs => {
-                    session
-                        .zk()
-                        .mkdir(&self.path, &session.options(zk::CreateMode::Container))
-                        .await
-                        .map_err(|e| from_zk(&format!("create the folder {}", self.path), e))?;
-                    made_dirs = true;
-                }
-                Err(zk::Error::NodeExists) => {
-                    return match session.zk().check_stat(&ticket.node).await {
-                        // On our session: a lost reply, or another
-                        // membership of ours (the engine tells).
-                        Ok(Some(stat)) if stat.ephemeral_owner == session.id() => Ok(false),
-                        Ok(Some(_)) => Err(id_taken(&self.path, id_of(&ticket.node))),
-                        // Gone since: try again.
-                        Ok(None) => Err(Error::backend(
-                            format!("{} vanished while joining", ticket.node),
-                            true,
-                            zk::Error::NoNode,
-                        )),
-                        Err(e) => Err(read_error(&format!("read {}", ticket.node), e)),
-                    };
-                }
-                Err(e) if connection_trouble(&e) => {
-                    return Err(Error::Indeterminate {
-                        what: format!("create {}", ticket.node),
-                    })
-                }
-                Err(e) => return Err(from_zk(&format!("create {}", ticket.node), e)),
-            }
+        match self.create_member(session, &ticket.node, data).await? {
+            Made::New(_) => Ok(true),
+            // On our session: a lost reply, or another membership of ours
+            // (the engine tells).
+            Made::Existing(Some(stat)) if stat.ephemeral_owner == session.id() => Ok(false),
+            Made::Existing(Some(_)) => Err(id_taken(&self.path, id_of(&ticket.node))),
+            // Gone since: try again.
+            Made::Existing(None) => Err(Error::backend(
+                format!("{} vanished while joining", ticket.node),
+                true,
+                zk::Error::NoNode,
+            )),
         }
     }
 
