@@ -14,20 +14,25 @@ use crate::rpc::Redis;
 /// The one policy under which Redis never evicts our keys.
 const SAFE: &str = "noeviction";
 
+/// `INFO memory cluster`: one round trip for both checks (Redis 7 reads
+/// several sections); `None` when it is refused or failed.
+async fn read_info(redis: &Redis, timeout: Duration) -> Option<String> {
+    let mut info = redis::cmd("INFO");
+    info.arg("memory").arg("cluster");
+    redis.read("read INFO", timeout, info).await.ok()
+}
+
 /// The policy the server runs with: `INFO memory`'s `maxmemory_policy`
 /// (allowed where `CONFIG` is renamed or denied), else `CONFIG GET
 /// maxmemory-policy`; `None` when neither can be read.
-async fn read_policy(redis: &Redis, timeout: Duration) -> Option<String> {
-    let mut info = redis::cmd("INFO");
-    info.arg("memory");
-    let read: Result<String> = redis.read("read INFO memory", timeout, info).await;
-    let field = |text: &str| {
+async fn read_policy(info: Option<&str>, redis: &Redis, timeout: Duration) -> Option<String> {
+    let field = info.and_then(|text| {
         text.lines()
             .find_map(|l| l.strip_prefix("maxmemory_policy:"))
             .map(|p| p.trim().to_owned())
-    };
-    if let Some(policy) = read.ok().as_deref().and_then(field) {
-        return Some(policy);
+    });
+    if field.is_some() {
+        return field;
     }
     let mut config = redis::cmd("CONFIG");
     config.arg("GET").arg("maxmemory-policy");
@@ -61,20 +66,6 @@ pub fn cluster_hazard(shown: &str) -> String {
     )
 }
 
-/// Refuse a Redis Cluster node (`INFO cluster`'s `cluster_enabled:1`);
-/// when it cannot be read, go on (a cluster then refuses the scripts).
-async fn check_cluster(redis: &Redis, shown: &str, timeout: Duration) -> Result<()> {
-    let mut info = redis::cmd("INFO");
-    info.arg("cluster");
-    let read: Result<String> = redis.read("read INFO cluster", timeout, info).await;
-    match read {
-        Ok(text) if text.lines().any(|l| l.trim() == "cluster_enabled:1") => {
-            Err(Error::invalid(cluster_hazard(shown)))
-        }
-        _ => Ok(()),
-    }
-}
-
 /// Refuse a server whose `maxmemory-policy` may evict our keys, or that
 /// runs in cluster mode; when the policy cannot be read, warn and go on
 /// (the guarantees then assume `noeviction`).
@@ -84,8 +75,16 @@ async fn check_cluster(redis: &Redis, shown: &str, timeout: Duration) -> Result<
 /// [`Error::InvalidArgument`] naming the policy (or cluster mode) and
 /// what to set.
 pub(crate) async fn check_eviction(redis: &Redis, shown: &str, timeout: Duration) -> Result<()> {
-    check_cluster(redis, shown, timeout).await?;
-    match read_policy(redis, timeout).await {
+    let info = read_info(redis, timeout).await;
+    // A cluster node says `cluster_enabled:1`; unread, go on (a cluster
+    // then refuses the scripts).
+    if info
+        .as_deref()
+        .is_some_and(|text| text.lines().any(|l| l.trim() == "cluster_enabled:1"))
+    {
+        return Err(Error::invalid(cluster_hazard(shown)));
+    }
+    match read_policy(info.as_deref(), redis, timeout).await {
         Some(policy) => match eviction_hazard(&policy, shown) {
             Some(hazard) => Err(Error::invalid(hazard)),
             None => Ok(()),
