@@ -180,11 +180,6 @@ impl<S: LockStore> QueueLock<S> {
         })
     }
 
-    /// The store's handle of this lock's queue.
-    pub fn queue(&self) -> &S::Queue {
-        &self.queue
-    }
-
     fn take_blocking(&self, kind: LockKind, deadline: Option<Instant>) -> Result<Option<S::Lease>> {
         let deadline = deadline.map(tokio::time::Instant::from_std);
         let take = self.store.take(&self.queue, kind, deadline);

@@ -285,22 +285,6 @@ pub async fn view<S: GroupStore>(
     wait_until(store, &mut Read, deadline).await
 }
 
-impl GroupStore for super::gather::NoWaits {
-    type Ticket = ();
-
-    fn ticket(&self, (): &(), _id: &str) {}
-
-    async fn join(&self, (): &(), (): &(), _data: &[u8]) -> Result<bool> {
-        Self::refuse("this store", "group membership")
-    }
-
-    async fn read(&self, (): &(), _arm: bool) -> Result<(GroupView, Option<()>)> {
-        Self::refuse("this store", "group membership")
-    }
-
-    async fn remove((): ()) {}
-}
-
 #[cfg(test)]
 #[path = "group_tests.rs"]
 mod tests;
