@@ -169,7 +169,11 @@ fn boot(ms: &str) -> BootInstant {
 }
 
 /// The whole suite for one backend's [`Kit`]: every test, unchanged. Tests
-/// whose names contain `fault` get their own server and run one at a time.
+/// whose names contain `fault` run in a test group of nextest's
+/// (.config/nextest.toml): those that break a client's link to the server
+/// get a server of their own and run one at a time; those that only kill or
+/// pause worker processes share the binary's server, each on names of its
+/// own, two at a time.
 #[macro_export]
 macro_rules! conformance_suite {
     ($kit:ty) => {
@@ -358,14 +362,14 @@ macro_rules! conformance_suite {
         #[test]
         fn fault_killed_holder_frees_the_lock_within_the_lease() {
             conformance::killed_holder_frees_the_lock_within_the_lease(
-                &<$kit as conformance::Kit>::own(),
+                &<$kit as conformance::Kit>::shared(),
                 LEASE,
             );
         }
 
         #[test]
         fn fault_paused_holder_is_fenced_out() {
-            conformance::paused_holder_is_fenced_out(&<$kit as conformance::Kit>::own(), LEASE);
+            conformance::paused_holder_is_fenced_out(&<$kit as conformance::Kit>::shared(), LEASE);
         }
 
         #[test]
@@ -379,7 +383,7 @@ macro_rules! conformance_suite {
         #[test]
         fn fault_latch_leader_killed_fails_over() {
             conformance::leader_failover(
-                &<$kit as conformance::Kit>::own(),
+                &<$kit as conformance::Kit>::shared(),
                 conformance::LeaderRecipe::Latch,
                 conformance::Takeout::Kill,
                 LEASE,
@@ -389,7 +393,7 @@ macro_rules! conformance_suite {
         #[test]
         fn fault_latch_leader_paused_is_fenced_out() {
             conformance::leader_failover(
-                &<$kit as conformance::Kit>::own(),
+                &<$kit as conformance::Kit>::shared(),
                 conformance::LeaderRecipe::Latch,
                 conformance::Takeout::Pause,
                 LEASE,
@@ -399,7 +403,7 @@ macro_rules! conformance_suite {
         #[test]
         fn fault_selector_leader_killed_fails_over() {
             conformance::leader_failover(
-                &<$kit as conformance::Kit>::own(),
+                &<$kit as conformance::Kit>::shared(),
                 conformance::LeaderRecipe::Selector,
                 conformance::Takeout::Kill,
                 LEASE,
@@ -409,7 +413,7 @@ macro_rules! conformance_suite {
         #[test]
         fn fault_selector_leader_paused_is_fenced_out() {
             conformance::leader_failover(
-                &<$kit as conformance::Kit>::own(),
+                &<$kit as conformance::Kit>::shared(),
                 conformance::LeaderRecipe::Selector,
                 conformance::Takeout::Pause,
                 LEASE,
@@ -466,7 +470,7 @@ macro_rules! conformance_suite {
         #[test]
         fn fault_group_killed_member_leaves_the_view_within_its_ttl() {
             conformance::group::killed_member_leaves_the_view_within_its_ttl(
-                &<$kit as conformance::Kit>::own(),
+                &<$kit as conformance::Kit>::shared(),
                 LEASE,
             );
         }
@@ -474,7 +478,7 @@ macro_rules! conformance_suite {
         #[test]
         fn fault_group_paused_member_is_told_lost_before_others_see_it_gone() {
             conformance::group::paused_member_is_told_lost_before_others_see_it_gone(
-                &<$kit as conformance::Kit>::own(),
+                &<$kit as conformance::Kit>::shared(),
                 LEASE,
             );
         }

@@ -259,7 +259,7 @@ macro_rules! process_suite {
         #[test]
         fn fault_rw_killed_reader_frees_a_writer_within_the_lease() {
             conformance::process_faults::killed_holder_frees_a_side_within_the_lease(
-                &<$kit as conformance::Kit>::own(),
+                &<$kit as conformance::Kit>::shared(),
                 LEASE,
                 recipes_core::Access::Read,
                 recipes_core::Access::Write,
@@ -269,7 +269,7 @@ macro_rules! process_suite {
         #[test]
         fn fault_rw_killed_writer_frees_a_reader_within_the_lease() {
             conformance::process_faults::killed_holder_frees_a_side_within_the_lease(
-                &<$kit as conformance::Kit>::own(),
+                &<$kit as conformance::Kit>::shared(),
                 LEASE,
                 recipes_core::Access::Write,
                 recipes_core::Access::Read,
@@ -279,7 +279,7 @@ macro_rules! process_suite {
         #[test]
         fn fault_rw_paused_writer_is_fenced_out() {
             conformance::process_faults::paused_writer_is_fenced_out(
-                &<$kit as conformance::Kit>::own(),
+                &<$kit as conformance::Kit>::shared(),
                 LEASE,
             );
         }
@@ -287,7 +287,7 @@ macro_rules! process_suite {
         #[test]
         fn fault_multi_killed_holder_frees_every_name() {
             conformance::process_faults::killed_multi_lock_holder_frees_every_name(
-                &<$kit as conformance::Kit>::own(),
+                &<$kit as conformance::Kit>::shared(),
                 LEASE,
             );
         }
@@ -295,7 +295,7 @@ macro_rules! process_suite {
         #[test]
         fn fault_multi_paused_holder_is_told_which_name() {
             conformance::process_faults::paused_multi_lock_holder_is_told_which_name(
-                &<$kit as conformance::Kit>::own(),
+                &<$kit as conformance::Kit>::shared(),
                 LEASE,
             );
         }
