@@ -38,6 +38,7 @@
 pub struct ReadmeDoctests;
 
 pub mod certs;
+pub mod clock_shim;
 pub mod env;
 pub mod etcd_cluster;
 pub mod etcd_facts;

@@ -68,6 +68,7 @@ pub struct PgConfig {
     fsync: bool,
     max_connections: u32,
     tls: Option<ServerTls>,
+    clock_rate: Option<f64>,
 }
 
 impl Default for PgConfig {
@@ -76,6 +77,7 @@ impl Default for PgConfig {
             fsync: false,
             max_connections: 400,
             tls: None,
+            clock_rate: None,
         }
     }
 }
@@ -84,6 +86,13 @@ impl PgConfig {
     /// `fsync=on`, as in production and for benchmarks.
     pub fn with_fsync(mut self, fsync: bool) -> Self {
         self.fsync = fsync;
+        self
+    }
+
+    /// The server's wall clock runs `rate` times as fast as ours, in every
+    /// process of it ([`crate::clock_shim`]).
+    pub fn with_clock_rate(mut self, rate: f64) -> Self {
+        self.clock_rate = Some(rate);
         self
     }
 

@@ -30,6 +30,8 @@ pub struct ManagedProcess {
     log: PathBuf,
     /// `(uid, gid)` the child runs as; `None`: ours.
     user: Option<(u32, u32)>,
+    /// Variables added to the child's environment.
+    env: Vec<(OsString, OsString)>,
     /// Whether the child's descendants are killed, stopped and continued
     /// with it.
     tree: bool,
@@ -66,6 +68,7 @@ impl ManagedProcess {
             cwd: cwd.into(),
             log: log.into(),
             user: None,
+            env: Vec::new(),
             tree: false,
             detached: crate::run_shared::starting(),
             adopted: None,
@@ -93,6 +96,16 @@ impl ManagedProcess {
     /// change of credentials would clear.
     pub fn with_user(mut self, uid: u32, gid: u32) -> ManagedProcess {
         self.user = Some((uid, gid));
+        self
+    }
+
+    /// Adds `vars` to the child's environment.
+    pub fn with_env(
+        mut self,
+        vars: impl IntoIterator<Item = (impl Into<OsString>, impl Into<OsString>)>,
+    ) -> ManagedProcess {
+        self.env
+            .extend(vars.into_iter().map(|(k, v)| (k.into(), v.into())));
         self
     }
 
@@ -131,6 +144,7 @@ impl ManagedProcess {
         command
             .args(&self.args)
             .current_dir(&self.cwd)
+            .envs(self.env.iter().map(|(k, v)| (k, v)))
             .stdin(Stdio::null())
             .stdout(log.try_clone()?)
             .stderr(log);

@@ -7,6 +7,7 @@ use std::path::Path;
 use std::time::Duration;
 
 use crate::certs::ServerTls;
+use crate::clock_shim::clock_rate_env;
 use crate::ports::{reserve_port, PortReservation};
 use crate::process::ManagedProcess;
 use crate::run_shared::{self, Record, RunShared, SharedSlots};
@@ -39,6 +40,9 @@ pub struct RedisConfig {
     pub tls: Option<ServerTls>,
     /// More `--name value` arguments, as given (`--cluster-enabled yes`).
     pub extra_args: Vec<String>,
+    /// `Some(rate)`: the server's wall clock runs `rate` times as fast as
+    /// ours ([`crate::clock_shim`]).
+    pub clock_rate: Option<f64>,
 }
 
 /// One `redis-server` process with its own folder and loopback port.
@@ -163,7 +167,8 @@ impl RedisServer {
             args,
             dir.path(),
             dir.path().join("server.log"),
-        );
+        )
+        .with_env(config.clock_rate.map(clock_rate_env).unwrap_or_default());
         RedisServer {
             addr: port.addr(),
             harness_addr: harness.as_ref().map_or(port.addr(), PortReservation::addr),

@@ -52,7 +52,13 @@ impl PgServer {
         );
         let process = ManagedProcess::new(label, postgres, args, dir.path(), log)
             .with_user(uid, gid)
-            .with_process_tree();
+            .with_process_tree()
+            .with_env(
+                config
+                    .clock_rate
+                    .map(crate::clock_shim::clock_rate_env)
+                    .unwrap_or_default(),
+            );
         PgServer {
             addr: port.addr(),
             config,

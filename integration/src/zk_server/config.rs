@@ -22,6 +22,7 @@ pub struct ZkConfig {
     sasl_users: Vec<(String, String)>,
     tls: Option<ServerTls>,
     four_letter_words: String,
+    clock_rate: Option<f64>,
 }
 
 impl Default for ZkConfig {
@@ -34,6 +35,7 @@ impl Default for ZkConfig {
             sasl_users: Vec::new(),
             tls: None,
             four_letter_words: "srvr,mntr,cons,wchc,wchp,stat,ruok,dump,conf".into(),
+            clock_rate: None,
         }
     }
 }
@@ -51,6 +53,20 @@ impl ZkConfig {
     pub fn with_tick_time(mut self, tick_time: Duration) -> Self {
         self.tick_time = tick_time;
         self
+    }
+
+    /// The server's wall clock (the JVM's `currentTimeMillis`, a node's
+    /// mtime) runs `rate` times as fast as ours ([`crate::clock_shim`]).
+    pub fn with_clock_rate(mut self, rate: f64) -> Self {
+        self.clock_rate = Some(rate);
+        self
+    }
+
+    /// The environment of the server's process (the clock shim's).
+    pub(super) fn env(&self) -> Vec<(String, String)> {
+        self.clock_rate
+            .map(crate::clock_shim::clock_rate_env)
+            .unwrap_or_default()
     }
 
     /// Sets `4lw.commands.whitelist` (the harness itself needs `srvr`).

@@ -118,7 +118,8 @@ impl ZkServer {
             args,
             dir.path(),
             dir.path().join("server.log"),
-        );
+        )
+        .with_env(config.env());
         ZkServer {
             label,
             client_addr,

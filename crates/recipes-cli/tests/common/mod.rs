@@ -16,6 +16,8 @@ use integration::{
     wait_for, wait_until, EtcdServer, PgFacts, PgServer, Proxy, RedisServer, ZkServer,
 };
 
+pub mod doctor;
+
 pub const BIN: &str = env!("CARGO_BIN_EXE_recipes");
 
 /// Upper bound (scaled by the harness) for a `recipes` run that should end.
