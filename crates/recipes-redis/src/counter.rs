@@ -5,18 +5,27 @@
 //! numbers lose 64-bit precision). A name that holds a lock's, election's
 //! or semaphore's keys is refused. Every write publishes on the name's
 //! wake channel (`{recipes}:wake:<name>`, as barriers and groups do); a
-//! wait subscribes before it reads (and reads again every 500 ms, should a
-//! message be lost, as they do).
+//! wait subscribes before it reads, and reads again only when a message
+//! comes, its subscription's connection drops, or after 10 s without
+//! either (a safety net: nothing of a counter expires unheard); every
+//! 500 ms when it could not subscribe.
 
 use std::sync::LazyLock;
+use std::time::Duration;
 
+use recipes_core::store::engine::Nudge;
 use recipes_core::store::CounterBackend;
 use recipes_core::{CounterKind, Error, Result, Versioned};
 use redis::Script;
 
 use crate::barrier::{Changes, Epoch, RedisWaits};
 use crate::client::RedisClient;
+use crate::contend::POLL;
 use crate::names::{other_layout, validate_name, NS};
+
+/// How long a subscribed waiter goes without a read when nothing is
+/// published: a safety net only (a lost message with the connection up).
+const QUIET: Duration = Duration::from_secs(10);
 
 /// Which other recipe holds the name (`''`: none); shared by both scripts.
 const OTHER: &str = r#"
@@ -166,10 +175,15 @@ impl CounterBackend for RedisCounter {
         &self.waits
     }
 
-    /// Subscribed before the read, as barriers and groups are.
+    /// Subscribed before the read, as barriers and groups are. Nothing
+    /// of a counter expires unheard (every write publishes), and a
+    /// subscription whose connection drops ends its stream, which wakes
+    /// the waiter: so a subscribed waiter reads again only after
+    /// [`QUIET`], an unsubscribed one every 500 ms.
     async fn read_armed(&self, _epoch: &Epoch) -> Result<(Versioned, Changes)> {
         let heard = self.waits.ear().await;
         let now = self.read().await?;
-        Ok((now, self.waits.changes(heard, -1)))
+        let nap = if heard.is_some() { QUIET } else { POLL };
+        Ok((now, Nudge::new(heard, None, nap)))
     }
 }
