@@ -179,7 +179,7 @@ impl CounterBackend for RedisCounter {
     /// of a counter expires unheard (every write publishes), and a
     /// subscription whose connection drops ends its stream, which wakes
     /// the waiter: so a subscribed waiter reads again only after
-    /// [`QUIET`], an unsubscribed one every 500 ms.
+    /// 10 s without a message, an unsubscribed one every 500 ms.
     async fn read_armed(&self, _epoch: &Epoch) -> Result<(Versioned, Changes)> {
         let heard = self.waits.ear().await;
         let now = self.read().await?;
