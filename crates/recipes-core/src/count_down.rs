@@ -102,16 +102,11 @@ impl<B: CounterBackend> CountDownLatch<B> {
         self.wait_until(Some(Instant::now() + timeout))
     }
 
+    /// One wait on the store's notification until a read finds the count
+    /// at zero.
     fn wait_until(&self, deadline: Option<Instant>) -> Result<bool> {
-        let mut seen = self.counter.get()?;
-        loop {
-            if seen.value <= 0 {
-                return Ok(true);
-            }
-            match self.counter.backend().wait_change(seen.version, deadline)? {
-                Some(now) => seen = now,
-                None => return Ok(false),
-            }
-        }
+        let open =
+            crate::counter::wait::until(self.counter.backend(), deadline, |now| now.value <= 0)?;
+        Ok(open.is_some())
     }
 }

@@ -9,9 +9,12 @@
 //! smaller version) and a watch can tell how many changes it did not see.
 
 use std::fmt;
+use std::future::Future;
 use std::time::{Duration, Instant};
 
 use crate::backoff::Backoff;
+use crate::barrier::OnRuntime;
+use crate::engine::WaitStore;
 use crate::error::{Error, Result};
 use crate::limits::{check_timeout, quote};
 
@@ -93,8 +96,14 @@ impl CounterKind {
     }
 }
 
-/// What a store supplies for a counter: a read and a compare-and-set.
-pub trait CounterBackend: Send + Sync + 'static {
+/// What a store supplies for a counter: a read, a compare-and-set, and a
+/// read that arms the store's change notification. The waits
+/// ([`CounterWatch`], the count-down latch's) are the engine's wait shape
+/// ([`wait_until`](crate::engine::wait_until)), written once here.
+pub trait CounterBackend: Clone + Send + Sync + 'static {
+    /// The wait store of the counter's name.
+    type Waits: WaitStore + OnRuntime;
+
     /// The counter's name (path or key).
     fn name(&self) -> &str;
 
@@ -126,31 +135,28 @@ pub trait CounterBackend: Send + Sync + 'static {
     /// As for [`set_if`](CounterBackend::set_if).
     fn delete_if(&self, version: u64) -> Result<bool>;
 
-    /// Wait until the version differs from `seen` or `deadline` passes
-    /// (`Ok(None)`). The default polls with a doubling pause (10 ms to
-    /// 200 ms); a store with a watch overrides it.
+    /// The store the counter's waits run on: its session epochs and the
+    /// name's change notifications (the store's barriers and groups run
+    /// on the same one).
+    fn waits(&self) -> &Self::Waits;
+
+    /// Read as [`get`](CounterBackend::get) does, under `epoch`, with a
+    /// notification armed on the counter's next change: armed before the
+    /// read or by it, so that no write after the read goes unheard.
     ///
     /// # Errors
     ///
     /// As for [`get`](CounterBackend::get).
-    fn wait_change(&self, seen: u64, deadline: Option<Instant>) -> Result<Option<Versioned>> {
-        let mut pause = Backoff::new(Duration::from_millis(10), Duration::from_millis(200));
-        loop {
-            let now = self.get()?;
-            if now.version != seen {
-                return Ok(Some(now));
-            }
-            let step = pause.next_pause();
-            match deadline {
-                Some(d) if Instant::now() >= d => return Ok(None),
-                Some(d) => {
-                    std::thread::sleep(step.min(d.saturating_duration_since(Instant::now())))
-                }
-                None => std::thread::sleep(step),
-            }
-        }
-    }
+    fn read_armed(
+        &self,
+        epoch: &WaitEpoch<Self>,
+    ) -> impl Future<Output = Result<(Versioned, WaitWatch<Self>)>> + Send;
 }
+
+/// The epoch of a counter's wait store.
+pub type WaitEpoch<B> = <<B as CounterBackend>::Waits as WaitStore>::Epoch;
+/// The notification a counter's read arms.
+pub type WaitWatch<B> = <<B as CounterBackend>::Waits as WaitStore>::Watch;
 
 /// A shared counter (Curator's `SharedCount`, Redisson's `RAtomicLong`).
 pub struct Counter<B: CounterBackend> {
@@ -332,7 +338,7 @@ impl<B: CounterBackend> Counter<B> {
             }
             None => None,
         };
-        self.backend.wait_change(seen, deadline)
+        wait::until(&self.backend, deadline, move |now| now.version != seen)
     }
 
     fn check_fits(&self, value: i64, shown: impl FnOnce() -> String) -> Result<()> {
@@ -426,6 +432,9 @@ impl<B: CounterBackend> CounterWatch<'_, B> {
         }))
     }
 }
+
+#[path = "counter_wait.rs"]
+pub(crate) mod wait;
 
 #[cfg(test)]
 #[path = "counter_tests.rs"]

@@ -2,6 +2,7 @@
 //! ranges, `add`'s retried compare-and-set under racing writers, the
 //! watch's missed count, the latch.
 
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -9,12 +10,21 @@ use parking_lot::Mutex;
 
 use super::*;
 use crate::count_down::CountDownLatch;
+use crate::loss::{LossSignal, LossTrigger};
+use crate::runtime::Runtime;
 
-/// A counter in memory: the value and the version, writes by version.
+/// A counter in memory: the value and the version, writes by version; a
+/// write wakes the reads armed before it. It counts its reads.
 #[derive(Clone)]
 struct Memory {
     kind: CounterKind,
     cell: Arc<Mutex<Versioned>>,
+    written: Arc<tokio::sync::watch::Sender<u64>>,
+    rt: Runtime,
+    loss: LossTrigger,
+    /// `get` calls, and reads that armed a notification.
+    gets: Arc<AtomicU64>,
+    armed: Arc<AtomicU64>,
 }
 
 impl Memory {
@@ -25,11 +35,66 @@ impl Memory {
                 value: 0,
                 version: 0,
             })),
+            written: Arc::new(tokio::sync::watch::channel(0).0),
+            rt: Runtime::new("memory-counter").unwrap(),
+            loss: LossTrigger::root(),
+            gets: Arc::default(),
+            armed: Arc::default(),
         }
+    }
+
+    /// Write `now` if the version is still `version`.
+    fn write_if(&self, version: u64, now: Versioned) -> bool {
+        let mut cell = self.cell.lock();
+        if cell.version != version {
+            return false;
+        }
+        *cell = now;
+        drop(cell);
+        self.written.send_modify(|n| *n += 1);
+        true
+    }
+}
+
+impl OnRuntime for Memory {
+    fn runtime(&self) -> &Runtime {
+        &self.rt
+    }
+}
+
+impl WaitStore for Memory {
+    type Epoch = ();
+    type Watch = tokio::sync::watch::Receiver<u64>;
+
+    fn name(&self) -> &str {
+        "/memory"
+    }
+
+    fn spawn(&self, task: impl std::future::Future<Output = ()> + Send + 'static) {
+        self.rt.spawn(task);
+    }
+
+    fn rpc_timeout(&self) -> Duration {
+        Duration::from_secs(1)
+    }
+
+    async fn epoch(&self) -> Result<()> {
+        Ok(())
+    }
+
+    fn epoch_signal(&self, (): &()) -> LossSignal {
+        self.loss.signal()
+    }
+
+    async fn changed(&self, (): &(), mut watch: Self::Watch) -> Result<()> {
+        let _ = watch.changed().await;
+        Ok(())
     }
 }
 
 impl CounterBackend for Memory {
+    type Waits = Memory;
+
     fn name(&self) -> &str {
         "/memory"
     }
@@ -39,31 +104,35 @@ impl CounterBackend for Memory {
     }
 
     fn get(&self) -> Result<Versioned> {
+        self.gets.fetch_add(1, Ordering::Relaxed);
         Ok(*self.cell.lock())
     }
 
     fn set_if(&self, version: u64, value: i64) -> Result<bool> {
-        let mut cell = self.cell.lock();
-        if cell.version != version {
-            return Ok(false);
-        }
-        *cell = Versioned {
+        let now = Versioned {
             value,
             version: version + 1,
         };
-        Ok(true)
+        Ok(self.write_if(version, now))
     }
 
     fn delete_if(&self, version: u64) -> Result<bool> {
-        let mut cell = self.cell.lock();
-        if cell.version != version {
-            return Ok(false);
-        }
-        *cell = Versioned {
+        let none = Versioned {
             value: 0,
             version: 0,
         };
-        Ok(true)
+        Ok(self.write_if(version, none))
+    }
+
+    fn waits(&self) -> &Memory {
+        self
+    }
+
+    async fn read_armed(&self, (): &()) -> Result<(Versioned, tokio::sync::watch::Receiver<u64>)> {
+        self.armed.fetch_add(1, Ordering::Relaxed);
+        let mut watch = self.written.subscribe();
+        watch.borrow_and_update();
+        Ok((*self.cell.lock(), watch))
     }
 }
 
@@ -173,4 +242,53 @@ fn a_latch_opens_at_zero_and_not_before() {
         latch.try_set_count(1).unwrap(),
         "open again: may be set again"
     );
+}
+
+/// A blocked waiter sends nothing to the store while nothing changes: one
+/// read arms the notification, then no read at all (no `get`, no poll)
+/// until a write wakes it, at once.
+#[test]
+fn a_waiter_reads_once_then_sleeps_until_a_write_wakes_it() {
+    let store = Memory::new(CounterKind::I64);
+    let counter = Counter::from_backend(store.clone());
+    let mut watch = counter.watch().unwrap();
+    let gets = store.gets.load(Ordering::Relaxed);
+    assert_eq!(
+        watch.next_timeout(Duration::from_millis(400)).unwrap(),
+        None
+    );
+    assert_eq!(store.armed.load(Ordering::Relaxed), 1, "one armed read");
+    assert_eq!(store.gets.load(Ordering::Relaxed), gets, "no get: no poll");
+
+    let writer = {
+        let counter = Counter::from_backend(store.clone());
+        std::thread::spawn(move || {
+            std::thread::sleep(Duration::from_millis(300));
+            (counter.add(1).unwrap(), Instant::now())
+        })
+    };
+    let change = watch.next_change().unwrap();
+    let woke = Instant::now();
+    let (value, written) = writer.join().unwrap();
+    assert_eq!((change.now.value, value), (1, 1));
+    assert!(
+        woke - written < Duration::from_millis(200),
+        "woken by the write"
+    );
+    assert_eq!(store.armed.load(Ordering::Relaxed), 3, "armed, woken, read");
+
+    let latch = CountDownLatch::new(Counter::from_backend(store.clone()));
+    latch.counter().set(2).unwrap();
+    let armed = store.armed.load(Ordering::Relaxed);
+    assert!(!latch.wait_timeout(Duration::from_millis(300)).unwrap());
+    assert_eq!(store.armed.load(Ordering::Relaxed), armed + 1, "one read");
+    let downs = {
+        let latch = CountDownLatch::new(Counter::from_backend(store.clone()));
+        std::thread::spawn(move || {
+            latch.count_down().unwrap();
+            latch.count_down().unwrap()
+        })
+    };
+    assert!(latch.wait_timeout(Duration::from_secs(5)).unwrap());
+    assert_eq!(downs.join().unwrap(), 0);
 }

@@ -3,16 +3,19 @@
 //! number of puts since it was created, 0 while absent), so a write is a
 //! transaction comparing it. A name whose `<name>/` prefix holds another
 //! recipe's keys (a lock's, an election's, a semaphore's) is refused.
-//! Waits poll the key (see [`CounterBackend::wait_change`]).
+//! A wait reads the key, then watches it from the revision of that read
+//! (etcd's history: no write after the read goes unheard).
 
 use etcd_client::{Compare, CompareOp, Txn, TxnOp};
 use recipes_core::store::CounterBackend;
 use recipes_core::{CounterKind, Error, Result, Versioned};
 
+use crate::barrier::{Changes, Epoch, EtcdWaits};
 use crate::client::EtcdClient;
 use crate::names::{key_prefix, other_layout, validate_name};
-use crate::rpc::{from_etcd, read_at, retrying_txn};
+use crate::rpc::{from_etcd, header_revision, read_at, retrying_txn};
 use crate::rw_queue::{none_under, one_under};
+use crate::watch::Watch;
 
 /// A counter backend on etcd; see the module.
 #[derive(Debug, Clone)]
@@ -20,12 +23,18 @@ pub struct EtcdCounter {
     client: EtcdClient,
     name: String,
     kind: CounterKind,
+    waits: EtcdWaits,
 }
 
 impl EtcdCounter {
     pub(crate) fn new(client: &EtcdClient, name: &str, kind: CounterKind) -> Result<EtcdCounter> {
         validate_name("counter", name)?;
         Ok(EtcdCounter {
+            waits: EtcdWaits {
+                client: client.clone(),
+                name: name.to_owned(),
+                count: 0,
+            },
             client: client.clone(),
             name: name.to_owned(),
             kind,
@@ -71,6 +80,18 @@ impl EtcdCounter {
         })
     }
 
+    /// The value, and the revision it was read at.
+    async fn read(
+        &self,
+        etcd: &etcd_client::Client,
+        timeout: std::time::Duration,
+    ) -> Result<(Versioned, i64)> {
+        let txn = Txn::new().and_then(self.reads());
+        let what = format!("read the counter {}", self.name);
+        let resp = retrying_txn(etcd, &what, timeout, &txn).await?;
+        Ok((self.decode(&resp)?, header_revision(&resp)?))
+    }
+
     fn reads(&self) -> [TxnOp; 2] {
         [
             TxnOp::get(self.name.as_str(), None),
@@ -108,6 +129,8 @@ impl EtcdCounter {
 }
 
 impl CounterBackend for EtcdCounter {
+    type Waits = EtcdWaits;
+
     fn name(&self) -> &str {
         &self.name
     }
@@ -120,10 +143,7 @@ impl CounterBackend for EtcdCounter {
         let me = self.clone();
         self.client
             .read_with("read the counter", move |etcd, timeout| async move {
-                let txn = Txn::new().and_then(me.reads());
-                let what = format!("read the counter {}", me.name);
-                let resp = retrying_txn(&etcd, &what, timeout, &txn).await?;
-                me.decode(&resp)
+                me.read(&etcd, timeout).await.map(|(now, _)| now)
             })
     }
 
@@ -135,5 +155,17 @@ impl CounterBackend for EtcdCounter {
     fn delete_if(&self, version: u64) -> Result<bool> {
         let delete = TxnOp::delete(self.name.as_str(), None);
         self.guarded("delete the counter", version, vec![delete])
+    }
+
+    fn waits(&self) -> &EtcdWaits {
+        &self.waits
+    }
+
+    async fn read_armed(&self, _epoch: &Epoch) -> Result<(Versioned, Changes)> {
+        let etcd = self.waits.etcd()?;
+        let timeout = self.client.rpc_timeout();
+        let (now, rev) = self.read(&etcd, timeout).await?;
+        let watch = Watch::key_after(&etcd, &self.name, rev, timeout).await?;
+        Ok((now, Changes(watch)))
     }
 }

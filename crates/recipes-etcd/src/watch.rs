@@ -61,6 +61,19 @@ impl Watch {
         Watch::open(etcd, prefix, options, timeout).await
     }
 
+    /// Watch every change of the one key `key` after revision `rev`
+    /// (from etcd's history: no change after a read at `rev` is missed;
+    /// synced at once when nothing was written since).
+    pub(crate) async fn key_after(
+        etcd: &etcd_client::Client,
+        key: &str,
+        rev: i64,
+        timeout: Duration,
+    ) -> Result<Watch> {
+        let options = WatchOptions::new().with_start_revision(rev + 1);
+        Watch::open(etcd, key, options, timeout).await
+    }
+
     async fn open(
         etcd: &etcd_client::Client,
         prefix: &str,

@@ -3,14 +3,32 @@
 //! row does not exist, 1 once written, one more for every write). A write
 //! is an `UPDATE … WHERE next_seq = version`; no schema change. Another
 //! recipe's row refuses the counter, and a counter's row refuses every
-//! other recipe (their kinds differ). Waits poll the row.
+//! other recipe (their kinds differ). Every write notifies the name's
+//! channel in its statement; a wait listens before it reads (and reads
+//! again every poll interval, should the listener have missed it, as
+//! barriers do).
 
 use recipes_core::store::CounterBackend;
 use recipes_core::{CounterKind, Error, Result, Versioned};
 use tokio_postgres::types::Type;
 
+use crate::barrier::{Changes, Epoch, PgWaits};
 use crate::client::PgClient;
 use crate::names::{other_layout, validate_name};
+
+/// `write` (a statement returning the name of the row it wrote), then a
+/// notification of the name's channel for each row written, in the same
+/// statement: a waiter that listened before its read hears every write
+/// after it.
+macro_rules! notified {
+    ($write:literal) => {
+        concat!(
+            "WITH w AS (",
+            $write,
+            ") SELECT pg_notify('recipes_' || md5(name), '0') FROM w"
+        )
+    };
+}
 
 /// The kind of a counter's row in `recipes.names`.
 pub(crate) const COUNTER: &str = "counter";
@@ -21,12 +39,18 @@ pub struct PgCounter {
     client: PgClient,
     name: String,
     kind: CounterKind,
+    waits: PgWaits,
 }
 
 impl PgCounter {
     pub(crate) fn new(client: &PgClient, name: &str, kind: CounterKind) -> Result<PgCounter> {
         validate_name("counter", name)?;
         Ok(PgCounter {
+            waits: PgWaits {
+                client: client.clone(),
+                name: name.to_owned(),
+                count: 0,
+            },
             client: client.clone(),
             name: name.to_owned(),
             kind,
@@ -94,6 +118,8 @@ impl PgCounter {
 }
 
 impl CounterBackend for PgCounter {
+    type Waits = PgWaits;
+
     fn name(&self) -> &str {
         &self.name
     }
@@ -110,19 +136,35 @@ impl CounterBackend for PgCounter {
 
     fn set_if(&self, version: u64, value: i64) -> Result<bool> {
         let sql = if version == 0 {
-            "INSERT INTO recipes.names (name, kind, next_seq, fence) \
-             SELECT $1, 'counter', 1, $2 WHERE $3::int8 = 0 \
-             ON CONFLICT (name) DO NOTHING RETURNING 1"
+            notified!(
+                "INSERT INTO recipes.names (name, kind, next_seq, fence) \
+                 SELECT $1, 'counter', 1, $2 WHERE $3::int8 = 0 \
+                 ON CONFLICT (name) DO NOTHING RETURNING name"
+            )
         } else {
-            "UPDATE recipes.names SET fence = $2, next_seq = next_seq + 1 \
-             WHERE name = $1 AND kind = 'counter' AND next_seq = $3 RETURNING 1"
+            notified!(
+                "UPDATE recipes.names SET fence = $2, next_seq = next_seq + 1 \
+                 WHERE name = $1 AND kind = 'counter' AND next_seq = $3 RETURNING name"
+            )
         };
         self.write("write the counter", sql, version, value)
     }
 
     fn delete_if(&self, version: u64) -> Result<bool> {
-        let sql = "DELETE FROM recipes.names \
-                   WHERE name = $1 AND kind = 'counter' AND next_seq = $3 RETURNING 1";
+        let sql = notified!(
+            "DELETE FROM recipes.names \
+             WHERE name = $1 AND kind = 'counter' AND next_seq = $3 RETURNING name"
+        );
         self.write("delete the counter", sql, version, 0)
+    }
+
+    fn waits(&self) -> &PgWaits {
+        &self.waits
+    }
+
+    async fn read_armed(&self, _epoch: &Epoch) -> Result<(Versioned, Changes)> {
+        let heard = self.waits.ear().await;
+        let now = self.read().await?;
+        Ok((now, self.waits.changes(heard, None)))
     }
 }

@@ -3,16 +3,29 @@
 //! every write; 0 while the hash does not exist). A write is one script
 //! comparing the version (the value is never computed in Lua, whose
 //! numbers lose 64-bit precision). A name that holds a lock's, election's
-//! or semaphore's keys is refused. Waits poll the hash.
+//! or semaphore's keys is refused. Every write publishes on the name's
+//! wake channel (`{recipes}:wake:<name>`, as barriers and groups do); a
+//! wait subscribes before it reads, and reads again only when a message
+//! comes, its subscription's connection drops, or after 10 s without
+//! either (a safety net: nothing of a counter expires unheard); every
+//! 500 ms when it could not subscribe.
 
 use std::sync::LazyLock;
+use std::time::Duration;
 
+use recipes_core::store::engine::Nudge;
 use recipes_core::store::CounterBackend;
 use recipes_core::{CounterKind, Error, Result, Versioned};
 use redis::Script;
 
+use crate::barrier::{Changes, Epoch, RedisWaits};
 use crate::client::RedisClient;
+use crate::contend::POLL;
 use crate::names::{other_layout, validate_name, NS};
+
+/// How long a subscribed waiter goes without a read when nothing is
+/// published: a safety net only (a lost message with the connection up).
+const QUIET: Duration = Duration::from_secs(10);
 
 /// Which other recipe holds the name (`''`: none); shared by both scripts.
 const OTHER: &str = r#"
@@ -36,14 +49,15 @@ static GET: LazyLock<Script> = LazyLock::new(|| {
 });
 
 // ARGV: ns, name, version, value, 'set' | 'del' → 'ok', 'conflict' or
-// 'other:<recipe>'.
+// 'other:<recipe>'. A write publishes on the name's wake channel.
 static CAS: LazyLock<Script> = LazyLock::new(|| {
     Script::new(&format!(
         "#!lua\n{OTHER}\nlocal o = other()\nif o ~= '' then return 'other:' .. o end\n\
          local now = tonumber(redis.call('HGET', key, 'version') or '0')\n\
          if now ~= tonumber(ARGV[3]) then return 'conflict' end\n\
-         if ARGV[5] == 'del' then redis.call('DEL', key) return 'ok' end\n\
-         redis.call('HSET', key, 'value', ARGV[4], 'version', string.format('%d', now + 1))\n\
+         if ARGV[5] == 'del' then redis.call('DEL', key)\n\
+         else redis.call('HSET', key, 'value', ARGV[4], 'version', string.format('%d', now + 1)) end\n\
+         redis.call('PUBLISH', ns .. 'wake:' .. name, '')\n\
          return 'ok'\n"
     ))
 });
@@ -54,16 +68,54 @@ pub struct RedisCounter {
     client: RedisClient,
     name: String,
     kind: CounterKind,
+    waits: RedisWaits,
 }
 
 impl RedisCounter {
     pub(crate) fn new(client: &RedisClient, name: &str, kind: CounterKind) -> Result<RedisCounter> {
         validate_name("counter", name)?;
         Ok(RedisCounter {
+            waits: RedisWaits {
+                client: client.clone(),
+                name: name.to_owned(),
+                count: 0,
+            },
             client: client.clone(),
             name: name.to_owned(),
             kind,
         })
+    }
+
+    async fn read(&self) -> Result<Versioned> {
+        let redis = self.client.redis()?;
+        let args = [NS.to_owned(), self.name.clone()];
+        let what = "read the counter";
+        let timeout = self.client.rpc_timeout();
+        let (value, version, other): (String, String, String) =
+            redis.idempotent(what, timeout, &GET, &args).await?;
+        if !other.is_empty() {
+            return Err(self.refused(&other));
+        }
+        if value.is_empty() {
+            return Ok(Versioned {
+                value: 0,
+                version: 0,
+            });
+        }
+        let bad = || {
+            Error::invalid(format!(
+                "the Redis counter {} holds {value:?} at version {version:?}, not a {} \
+                 counter: open it as a 64-bit counter (counter64), or choose another name",
+                recipes_core::store::quote(&self.name),
+                self.kind.describe()
+            ))
+        };
+        let value = value.parse::<i64>().ok().filter(|v| self.kind.fits(*v));
+        let version = version.parse::<u64>().ok();
+        match (value, version) {
+            (Some(value), Some(version)) => Ok(Versioned { value, version }),
+            _ => Err(bad()),
+        }
     }
 
     fn refused(&self, theirs: &str) -> Error {
@@ -95,6 +147,8 @@ impl RedisCounter {
 }
 
 impl CounterBackend for RedisCounter {
+    type Waits = RedisWaits;
+
     fn name(&self) -> &str {
         &self.name
     }
@@ -105,37 +159,8 @@ impl CounterBackend for RedisCounter {
 
     fn get(&self) -> Result<Versioned> {
         let me = self.clone();
-        let timeout = self.client.rpc_timeout();
-        self.client.call("read the counter", async move {
-            let redis = me.client.redis()?;
-            let args = [NS.to_owned(), me.name.clone()];
-            let what = "read the counter";
-            let (value, version, other): (String, String, String) =
-                redis.idempotent(what, timeout, &GET, &args).await?;
-            if !other.is_empty() {
-                return Err(me.refused(&other));
-            }
-            if value.is_empty() {
-                return Ok(Versioned {
-                    value: 0,
-                    version: 0,
-                });
-            }
-            let bad = || {
-                Error::invalid(format!(
-                    "the Redis counter {} holds {value:?} at version {version:?}, not a {} \
-                     counter: open it as a 64-bit counter (counter64), or choose another name",
-                    recipes_core::store::quote(&me.name),
-                    me.kind.describe()
-                ))
-            };
-            let value = value.parse::<i64>().ok().filter(|v| me.kind.fits(*v));
-            let version = version.parse::<u64>().ok();
-            match (value, version) {
-                (Some(value), Some(version)) => Ok(Versioned { value, version }),
-                _ => Err(bad()),
-            }
-        })
+        self.client
+            .call("read the counter", async move { me.read().await })
     }
 
     fn set_if(&self, version: u64, value: i64) -> Result<bool> {
@@ -144,5 +169,21 @@ impl CounterBackend for RedisCounter {
 
     fn delete_if(&self, version: u64) -> Result<bool> {
         self.cas("delete the counter", version, 0, "del")
+    }
+
+    fn waits(&self) -> &RedisWaits {
+        &self.waits
+    }
+
+    /// Subscribed before the read, as barriers and groups are. Nothing
+    /// of a counter expires unheard (every write publishes), and a
+    /// subscription whose connection drops ends its stream, which wakes
+    /// the waiter: so a subscribed waiter reads again only after
+    /// 10 s without a message, an unsubscribed one every 500 ms.
+    async fn read_armed(&self, _epoch: &Epoch) -> Result<(Versioned, Changes)> {
+        let heard = self.waits.ear().await;
+        let now = self.read().await?;
+        let nap = if heard.is_some() { QUIET } else { POLL };
+        Ok((now, Nudge::new(heard, None, nap)))
     }
 }

@@ -2,16 +2,17 @@
 //! `<path>` holds the value, 4 bytes big-endian (a 64-bit counter: 8), and
 //! a write is a `setData` at the node's version. Our version is the node's
 //! `dataVersion + 1` (0 while the node does not exist), so Curator, kazoo's
-//! `Counter(support_curator=True)` and this crate share one counter.
-
-use std::time::{Duration, Instant};
+//! `Counter(support_curator=True)` and this crate share one counter. A
+//! wait reads with a data watch (an exists-watch while the node is
+//! absent), as Curator's `SharedCount` listener does.
 
 use recipes_core::store::CounterBackend;
 use recipes_core::{CounterKind, Error, Result, Versioned};
 use zookeeper_client as zk;
 
+use crate::barrier::{Epoch, Watches, ZkWaits};
 use crate::client::ZkClient;
-use crate::error::from_zk;
+use crate::error::{from_zk, read_error};
 use crate::names::{own_layout, validate_path};
 
 /// A counter backend on ZooKeeper; see the module.
@@ -20,12 +21,18 @@ pub struct ZkCounter {
     client: ZkClient,
     path: String,
     kind: CounterKind,
+    waits: ZkWaits,
 }
 
 impl ZkCounter {
     pub(crate) fn new(client: &ZkClient, path: &str, kind: CounterKind) -> Result<ZkCounter> {
         validate_path(path)?;
         Ok(ZkCounter {
+            waits: ZkWaits {
+                client: client.clone(),
+                path: path.to_owned(),
+                count: 0,
+            },
             client: client.clone(),
             path: path.to_owned(),
             kind,
@@ -50,7 +57,10 @@ impl ZkCounter {
 
     async fn read(&self) -> Result<Versioned> {
         let session = self.client.live_session().await?;
-        let zk = session.zk();
+        self.read_on(session.zk()).await
+    }
+
+    async fn read_on(&self, zk: &zk::Client) -> Result<Versioned> {
         match zk.get_data(&self.path).await {
             Ok((data, stat)) => self.decode(zk, &data, &stat).await,
             Err(zk::Error::NoNode) => Ok(Versioned {
@@ -69,6 +79,8 @@ fn node_version(v: u64) -> Result<i32> {
 }
 
 impl CounterBackend for ZkCounter {
+    type Waits = ZkWaits;
+
     fn name(&self) -> &str {
         &self.path
     }
@@ -140,41 +152,34 @@ impl CounterBackend for ZkCounter {
         })
     }
 
+    fn waits(&self) -> &ZkWaits {
+        &self.waits
+    }
+
     /// A data watch on the node (an exists watch while it is absent).
-    fn wait_change(&self, seen: u64, deadline: Option<Instant>) -> Result<Option<Versioned>> {
-        let me = self.clone();
-        // The call's own deadline leaves one RPC timeout for the last read.
-        let outer = deadline.map(|d| d + self.client.rpc_timeout());
-        self.client
-            .runtime()
-            .call_until("watch the counter", outer, async move {
-                loop {
-                    let session = me.client.live_session().await?;
-                    let zk = session.zk();
-                    let (stat, watcher) = zk
-                        .check_and_watch_stat(&me.path)
-                        .await
-                        .map_err(|e| from_zk(&format!("watch {}", me.path), e))?;
-                    let version = stat.map_or(0, |s| u64::try_from(s.version).unwrap_or(0) + 1);
-                    if version != seen {
-                        return me.read().await.map(Some);
-                    }
-                    let left = deadline.map(|d| d.saturating_duration_since(Instant::now()));
-                    match left {
-                        Some(left) if left.is_zero() => return Ok(None),
-                        Some(left) => {
-                            if tokio::time::timeout(left, watcher.changed()).await.is_err() {
-                                return Ok(None);
-                            }
-                        }
-                        // Re-arm now and then, so a lost session is noticed.
-                        None => {
-                            let _ =
-                                tokio::time::timeout(Duration::from_secs(10), watcher.changed())
-                                    .await;
-                        }
-                    }
-                }
-            })
+    async fn read_armed(&self, epoch: &Epoch) -> Result<(Versioned, Watches)> {
+        let zk = epoch.0.zk();
+        let watched = match zk.get_and_watch_data(&self.path).await {
+            Ok(watched) => Some(watched),
+            Err(zk::Error::NoNode) => None,
+            Err(e) => return Err(read_error(&format!("read {}", self.path), e)),
+        };
+        if let Some((data, stat, watcher)) = watched {
+            let now = self.decode(zk, &data, &stat).await?;
+            return Ok((now, Watches(watcher, None)));
+        }
+        let (stat, watcher) = zk
+            .check_and_watch_stat(&self.path)
+            .await
+            .map_err(|e| read_error(&format!("watch {}", self.path), e))?;
+        // Created since: read it (the exists-watch hears its next change).
+        let now = match stat {
+            None => Versioned {
+                value: 0,
+                version: 0,
+            },
+            Some(_) => self.read_on(zk).await?,
+        };
+        Ok((now, Watches(watcher, None)))
     }
 }

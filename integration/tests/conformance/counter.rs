@@ -194,3 +194,59 @@ pub fn a_count_down_latch_opens_at_zero<K: Kit>(kit: &K) {
     assert_eq!(latch.count().unwrap(), 0);
     assert!(latch.counter().delete().unwrap());
 }
+
+/// A waiter blocked on the counter wakes on another client's write within
+/// a bound: the store's notification (a watch, `NOTIFY`, pub/sub), where
+/// a poll would have waited out its pause. Both waits: a watch's next
+/// change, and a count-down latch's wait.
+pub fn a_blocked_waiter_wakes_on_another_clients_write<K: Kit>(kit: &K) {
+    let waiting = kit.connect(Duration::from_secs(10)).expect("connect");
+    let writing = kit.connect(Duration::from_secs(10)).expect("connect");
+    let name = name("counter-wake");
+    let bound = scale(Duration::from_secs(1));
+
+    let counter = waiting.counter(&name).unwrap();
+    let (ready, settled) = std::sync::mpsc::channel();
+    let waiter = std::thread::spawn(move || {
+        let mut watch = counter.watch().unwrap();
+        let idle = watch.next_timeout(Duration::from_millis(500)).unwrap();
+        assert_eq!(idle, None, "nothing written yet");
+        ready.send(()).unwrap();
+        let change = watch.next_timeout(scale(Duration::from_secs(30))).unwrap();
+        (change, Instant::now())
+    });
+    settled.recv().unwrap();
+    let c = writing.counter(&name).unwrap();
+    assert_eq!(c.add(7).unwrap(), 7);
+    let written = Instant::now();
+    let (change, woke) = waiter.join().unwrap();
+    let change = change.expect("woken by the write");
+    assert_eq!((change.now.value, change.missed), (7, 0));
+    let late = woke.saturating_duration_since(written);
+    assert!(late < bound, "the watch woke {late:?} after the write");
+    assert!(c.delete().unwrap());
+
+    let latch_name = name.clone() + "-latch";
+    let latch = waiting.count_down_latch(&latch_name).unwrap();
+    assert!(latch.try_set_count(1).unwrap());
+    let (ready, settled) = std::sync::mpsc::channel();
+    let waiter = std::thread::spawn(move || {
+        assert!(!latch.wait_timeout(Duration::from_millis(500)).unwrap());
+        ready.send(()).unwrap();
+        let open = latch.wait_timeout(scale(Duration::from_secs(30))).unwrap();
+        (open, Instant::now(), latch)
+    });
+    settled.recv().unwrap();
+    let theirs = writing.count_down_latch(&latch_name).unwrap();
+    assert_eq!(theirs.count_down().unwrap(), 0);
+    let written = Instant::now();
+    let (open, woke, latch) = waiter.join().unwrap();
+    assert!(open, "the latch opened");
+    let late = woke.saturating_duration_since(written);
+    assert!(
+        late < bound,
+        "the latch's wait woke {late:?} after the count down"
+    );
+    assert!(latch.counter().delete().unwrap());
+    assert!(kit.entries_under(&name).is_empty(), "nothing left");
+}

@@ -442,6 +442,13 @@ macro_rules! conformance_suite {
         }
 
         #[test]
+        fn counter_a_blocked_waiter_wakes_on_another_clients_write() {
+            conformance::counter::a_blocked_waiter_wakes_on_another_clients_write(
+                &<$kit as conformance::Kit>::shared(),
+            );
+        }
+
+        #[test]
         fn group_join_members_and_leave() {
             conformance::group::join_members_and_leave(&<$kit as conformance::Kit>::shared());
         }

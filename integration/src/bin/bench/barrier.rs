@@ -2,9 +2,11 @@
 //! own session, as separate processes would be) blocked in `wait` on one
 //! set barrier; one `remove` from another client; the time from the
 //! removal's start to each waiter's wake: p50, p99 and the last (`max_us`,
-//! the barrier's whole release). Beside it, the raw floor of the same
-//! run: a wake is at least the removal's round trip and the waiter's read
-//! after its notification, so the raw figure is two `ping`s (p50).
+//! the barrier's whole release). Beside it, the raw fan-out of the same
+//! size in the same run (`raw_fanout.rs`): as many raw waiters, each on
+//! the store's own notification, released by one raw delete that
+//! notifies, timed the same way (where a store has none: two `ping`s,
+//! the removal's round trip and the waiter's read).
 //! Violations: a waiter woken before the removal, or one not woken.
 
 use std::sync::atomic::{AtomicUsize, Ordering};
@@ -19,13 +21,13 @@ use crate::out::{line, percentile_us, V};
 /// M8: the barrier's removal to its waiters' wakes.
 pub fn m8<C: Client>(store: &Store<C>, sizes: &Sizes) {
     for &waiters in sizes.waiters.iter().filter(|&&w| w <= 100) {
-        for _ in 0..sizes.rounds.min(3) {
-            release(store, waiters);
+        for round in 0..sizes.rounds.min(3) {
+            release(store, waiters, round);
         }
     }
 }
 
-fn release<C: Client>(store: &Store<C>, waiters: usize) {
+fn release<C: Client>(store: &Store<C>, waiters: usize, round: usize) {
     let name = store.lock_name(&format!("m8-barrier-{waiters}"));
     let setter = (store.connect)(Duration::from_secs(10));
     let barrier = setter.barrier(&name).unwrap();
@@ -78,11 +80,26 @@ fn release<C: Client>(store: &Store<C>, waiters: usize) {
         ("p99_us", V::N(percentile_us(&mut woken, 99.0))),
         ("max_us", V::N(last.as_secs_f64() * 1e6)),
     ];
-    let mut pings: Vec<Duration> = (0..50).map(|_| setter.ping().unwrap() * 2).collect();
-    let raw = vec![
-        ("case", V::S("two pings".into())),
-        ("p50_us", V::N(percentile_us(&mut pings, 50.0))),
-    ];
+    let raw = match &store.raw_fanout {
+        Some(fanout) => {
+            let mut woken = fanout(waiters, clients.len(), round);
+            let last = woken.iter().max().copied().unwrap_or_default();
+            vec![
+                ("case", V::S("raw fan-out".into())),
+                ("waiters", V::N(woken.len() as f64)),
+                ("p50_us", V::N(percentile_us(&mut woken, 50.0))),
+                ("p99_us", V::N(percentile_us(&mut woken, 99.0))),
+                ("max_us", V::N(last.as_secs_f64() * 1e6)),
+            ]
+        }
+        None => {
+            let mut pings: Vec<Duration> = (0..50).map(|_| setter.ping().unwrap() * 2).collect();
+            vec![
+                ("case", V::S("two pings".into())),
+                ("p50_us", V::N(percentile_us(&mut pings, 50.0))),
+            ]
+        }
+    };
     line("M8", store.name, figures, Some(raw), violations);
     for c in clients {
         let _ = c.close();

@@ -39,7 +39,9 @@
 //!   writers at once, conflicts per add, beside two pings (an add's floor).
 //!
 //! - **M8** the barrier (`barrier.rs`): its removal to the last of 10 and
-//!   100 waiters woken, beside two pings (a wake's floor).
+//!   100 waiters woken, beside the raw fan-out of the same size: as many
+//!   raw waiters on the store's own notification, released by one raw
+//!   delete that notifies (`raw_fanout.rs`).
 //!
 //! A size a store cannot hold open at once (PostgreSQL's session mode
 //! keeps a server connection per waiter or held lock) prints a line with
@@ -59,6 +61,7 @@ mod measures;
 mod out;
 mod pg_raw;
 mod raw;
+mod raw_fanout;
 mod raw_held;
 mod raw_queue;
 mod rw;
@@ -117,7 +120,8 @@ fn all<C: Client>(store: Store<C>, sizes: &Sizes) {
 fn zk(sizes: &Sizes) {
     let server = ZkServer::start_with(ZkConfig::default().with_fsync(true));
     let hosts = server.connect_string();
-    let (h, h2, h3, h4, h5) = (
+    let (h, h2, h3, h4, h5, h6) = (
+        hosts.clone(),
         hosts.clone(),
         hosts.clone(),
         hosts.clone(),
@@ -137,6 +141,7 @@ fn zk(sizes: &Sizes) {
         raw_failover: Some(Box::new(move |crash| failover::zk(&h3, crash))),
         raw_held: Some(Box::new(move |n, probe| raw_held::zk(&h4, n, probe))),
         raw_queue: Some(Box::new(move |w, c, r| raw_queue::zk(&h5, w, c, r))),
+        raw_fanout: Some(Box::new(move |n, c, r| raw_fanout::zk(&h6, n, c, r))),
         requests: Box::new(move || {
             let mntr = server.four_letter("mntr");
             mntr.lines()
@@ -153,7 +158,8 @@ fn zk(sizes: &Sizes) {
 fn etcd(sizes: &Sizes) {
     let server = EtcdServer::start_with(EtcdConfig::default().with_fsync(true));
     let endpoints = server.endpoints();
-    let (e, e2, e3, e4, e5, e6) = (
+    let (e, e2, e3, e4, e5, e6, e7) = (
+        endpoints.clone(),
         endpoints.clone(),
         endpoints.clone(),
         endpoints.clone(),
@@ -174,6 +180,7 @@ fn etcd(sizes: &Sizes) {
         raw_failover: Some(Box::new(move |crash| failover::etcd(&e4, crash))),
         raw_held: Some(Box::new(move |n, probe| raw_held::etcd(&e5, n, probe))),
         raw_queue: Some(Box::new(move |w, c, r| raw_queue::etcd(&e6, w, c, r))),
+        raw_fanout: Some(Box::new(move |n, c, r| raw_fanout::etcd(&e7, n, c, r))),
         requests: Box::new(move || {
             // Every gRPC message: reads, transactions, watch requests and
             // each lease keep-alive.
@@ -192,7 +199,7 @@ fn redis(sizes: &Sizes) {
         ..RedisConfig::default()
     });
     let url = server.url();
-    let (u, u2) = (url.clone(), url.clone());
+    let (u, u2, u3) = (url.clone(), url.clone(), url.clone());
     let store = Store {
         name: "redis",
         connect: Box::new(move |ttl| {
@@ -206,6 +213,7 @@ fn redis(sizes: &Sizes) {
         raw_failover: None,
         raw_held: None,
         raw_queue: None,
+        raw_fanout: Some(Box::new(move |n, _, r| raw_fanout::redis(&u3, n, r))),
         requests: Box::new(move || {
             let info: String = server.cmd(&["INFO", "stats"]);
             info.lines()
@@ -232,6 +240,7 @@ fn pg(sizes: &Sizes) {
         ("pg-session", recipes_pg::PgMode::Session),
     ] {
         let (url, raw_url, handoff_url) = (server.url(), server.url(), server.url());
+        let fanout_url = server.url();
         let store = Store {
             name,
             connect: Box::new(move |ttl| {
@@ -255,6 +264,9 @@ fn pg(sizes: &Sizes) {
             raw_failover: None,
             raw_held: None,
             raw_queue: None,
+            raw_fanout: Some(Box::new(move |n, _, r| {
+                raw_fanout::pg(&fanout_url, n, session_most, r)
+            })),
             requests: Box::new(|| None),
             // Session mode waits and holds on a connection each; lease
             // mode shares a few per client.

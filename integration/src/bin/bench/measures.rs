@@ -23,6 +23,10 @@ pub type RawFailover = dyn Fn(bool) -> Duration;
 /// store's request counter.
 pub type RawQueue = dyn Fn(usize, usize, &dyn Fn() -> Option<u64>) -> crate::raw_queue::PerRelease;
 
+/// A raw barrier of this many waiters over this many clients, in this
+/// round: each waiter's wake after the release's start.
+pub type RawFanout = dyn Fn(usize, usize, usize) -> Vec<Duration>;
+
 /// A store under measurement.
 pub struct Store<C> {
     pub name: &'static str,
@@ -43,6 +47,9 @@ pub struct Store<C> {
     pub raw_queue: Option<Box<RawQueue>>,
     /// The raw holder of many, where the bench has one (`raw_held.rs`).
     pub raw_held: Option<Box<crate::raw_held::RawHeld>>,
+    /// M8's raw fan-out (`raw_fanout.rs`): this many waiters over this
+    /// many clients, in this round; each wake after the release.
+    pub raw_fanout: Option<Box<RawFanout>>,
     /// The server's count of requests served so far, where it keeps one.
     pub requests: Box<dyn Fn() -> Option<u64>>,
     /// How many waiters or held locks a run can keep open at once, where
