@@ -16,6 +16,12 @@
 //! runtime and waited for on a channel, as before; the driver runs it, and
 //! if the driver leaves first the runtime thread takes the core at once.
 //!
+//! A caller drives only with at least as much stack left as the runtime
+//! thread has in all: a store client's poll can be deep (etcd-client's
+//! lease grant takes ~1.8 MB of stack in a debug build), and a caller's
+//! thread may have been given a small stack; with less, the call takes the
+//! channel path and the runtime thread's stack, as before.
+//!
 //! While the core is free nobody polls the IO driver or the timers: a
 //! keep-alive, a watch event or a task spawned from another thread waits
 //! at most [`GRACE`] (tokio's timers are themselves rounded up to the
@@ -60,6 +66,9 @@ pub(super) struct Baton {
     closed: AtomicBool,
     closed_notify: Notify,
     runtime_thread: OnceLock<Thread>,
+    /// The runtime thread's stack left when it started: a caller needs as
+    /// much to drive (`None`: unknown on this platform, callers never do).
+    runtime_stack: OnceLock<Option<usize>>,
     /// The tokio runtime; the runtime thread empties the slot when it ends,
     /// so that only a caller still in `block_on` may hold it after.
     rt: Mutex<Option<Arc<tokio::runtime::Runtime>>>,
@@ -76,6 +85,7 @@ impl Baton {
             closed: AtomicBool::new(false),
             closed_notify: Notify::new(),
             runtime_thread: OnceLock::new(),
+            runtime_stack: OnceLock::new(),
             rt: Mutex::new(None),
         }
     }
@@ -83,6 +93,7 @@ impl Baton {
     /// Set by the runtime thread once its runtime is built.
     pub(super) fn started(&self, rt: Arc<tokio::runtime::Runtime>) {
         let _ = self.runtime_thread.set(std::thread::current());
+        let _ = self.runtime_stack.set(stack_left());
         *self.rt.lock() = Some(rt);
     }
 
@@ -111,6 +122,10 @@ impl Baton {
     /// Take the core for a call on this thread, or `None` if another caller
     /// drives (the call then goes through the runtime thread's queue).
     pub(super) fn try_drive(&self) -> Option<Driving<'_>> {
+        let needed = (*self.runtime_stack.get()?)?;
+        if stack_left()? < needed {
+            return None;
+        }
         let rt = self.rt.lock().clone()?;
         loop {
             match self.state.load(Ordering::SeqCst) {
@@ -232,6 +247,9 @@ impl Driving<'_> {
         if self.baton.closed.load(Ordering::SeqCst) {
             return Some(Err(Error::Closed));
         }
+        // On the heap, as `spawn` puts a task: a store's future can be
+        // larger than a caller's stack has room for (debug builds).
+        let fut = Box::pin(fut);
         self.rt.block_on(async {
             let answer = async {
                 match deadline {
@@ -276,4 +294,47 @@ impl Drop for Hop<'_> {
     fn drop(&mut self) {
         self.baton.hops.fetch_sub(1, Ordering::SeqCst);
     }
+}
+
+/// The stack this thread has left below the current frame, where the
+/// platform says (Linux); `None` elsewhere. The stack's low end is read
+/// once per thread (for the main thread glibc reads `/proc/self/maps`).
+pub(super) fn stack_left() -> Option<usize> {
+    #[cfg(target_os = "linux")]
+    {
+        use std::cell::Cell;
+        thread_local! {
+            static LOW_END: Cell<Option<Option<usize>>> = const { Cell::new(None) };
+        }
+        let low = LOW_END.with(|c| {
+            if c.get().is_none() {
+                c.set(Some(stack_low_end()));
+            }
+            c.get().flatten()
+        })?;
+        let here = 0u8;
+        (std::ptr::from_ref(&here) as usize).checked_sub(low)
+    }
+    #[cfg(not(target_os = "linux"))]
+    {
+        None
+    }
+}
+
+#[cfg(target_os = "linux")]
+fn stack_low_end() -> Option<usize> {
+    let mut attr = std::mem::MaybeUninit::<libc::pthread_attr_t>::uninit();
+    let mut addr: *mut libc::c_void = std::ptr::null_mut();
+    let mut size: libc::size_t = 0;
+    // SAFETY: `pthread_getattr_np` initialises `attr` for the calling
+    // thread when it returns 0; only then is it read and destroyed.
+    let rc = unsafe {
+        if libc::pthread_getattr_np(libc::pthread_self(), attr.as_mut_ptr()) != 0 {
+            return None;
+        }
+        let rc = libc::pthread_attr_getstack(attr.as_ptr(), &mut addr, &mut size);
+        libc::pthread_attr_destroy(attr.as_mut_ptr());
+        rc
+    };
+    (rc == 0 && size > 0).then_some(addr as usize)
 }

@@ -14,6 +14,21 @@ fn slow_factor() -> f64 {
         .unwrap_or(1.0)
 }
 
+/// More stack than the runtime thread has: a thread that may drive.
+const BIG_STACK: usize = 16 << 20;
+
+/// Run `f` on a new thread named `name` with [`BIG_STACK`].
+pub(super) fn on_big_stack<T: Send + 'static>(
+    name: &str,
+    f: impl FnOnce() -> T + Send + 'static,
+) -> std::thread::JoinHandle<T> {
+    std::thread::Builder::new()
+        .name(name.to_owned())
+        .stack_size(BIG_STACK)
+        .spawn(f)
+        .unwrap()
+}
+
 fn name_of_this_thread() -> Option<String> {
     std::thread::current().name().map(str::to_owned)
 }
@@ -77,15 +92,12 @@ fn parked_call(
     let (release, released) = tokio::sync::oneshot::channel::<()>();
     let (tx, rx) = crossbeam_channel::bounded::<()>(1);
     let rt = rt.clone();
-    let thread = std::thread::Builder::new()
-        .name(name.to_owned())
-        .spawn(move || {
-            rt.call_until("parked", None, async move {
-                let _ = released.await;
-                Ok(name_of_this_thread())
-            })
+    let thread = on_big_stack(name, move || {
+        rt.call_until("parked", None, async move {
+            let _ = released.await;
+            Ok(name_of_this_thread())
         })
-        .unwrap();
+    });
     // Forward a crossbeam send to the oneshot, so tests stay blocking.
     std::thread::spawn(move || {
         if rx.recv().is_ok() {
@@ -172,21 +184,26 @@ fn background_work_never_starves_while_threads_call_in_a_tight_loop() {
     let threads: Vec<_> = (0..4)
         .map(|i| {
             let (rt, stop, calls) = (rt.clone(), stop.clone(), calls.clone());
-            std::thread::spawn(move || {
-                while !stop.load(Ordering::SeqCst) {
-                    let r = rt.call("tight", Duration::from_secs(30), async move {
-                        // Some calls answer at once, some wait on a timer.
-                        if i % 2 == 0 {
-                            tokio::task::yield_now().await;
-                        } else {
-                            tokio::time::sleep(Duration::from_millis(1)).await;
-                        }
-                        Ok(())
-                    });
-                    r.unwrap();
-                    calls.fetch_add(1, Ordering::SeqCst);
-                }
-            })
+            // Two threads may drive; two have the default stack and never do.
+            let stack = if i < 2 { BIG_STACK } else { 2 << 20 };
+            let builder = std::thread::Builder::new().stack_size(stack);
+            builder
+                .spawn(move || {
+                    while !stop.load(Ordering::SeqCst) {
+                        let r = rt.call("tight", Duration::from_secs(30), async move {
+                            // Some calls answer at once, some wait on a timer.
+                            if i % 2 == 0 {
+                                tokio::task::yield_now().await;
+                            } else {
+                                tokio::time::sleep(Duration::from_millis(1)).await;
+                            }
+                            Ok(())
+                        });
+                        r.unwrap();
+                        calls.fetch_add(1, Ordering::SeqCst);
+                    }
+                })
+                .unwrap()
         })
         .collect();
     let started = Instant::now();
@@ -250,15 +267,49 @@ fn a_driving_call_times_out_and_its_future_is_dropped() {
         }
     }
     let flag = Flag(dropped.clone());
-    let r = rt.call("slow", Duration::from_millis(20), async move {
-        let _flag = flag;
-        std::future::pending::<()>().await;
-        Ok(())
-    });
-    assert!(matches!(r, Err(Error::Timeout { .. })), "{r:?}");
-    // Dropped on the caller's thread before the call returned.
-    assert!(dropped.load(Ordering::SeqCst));
+    let (rt2, dropped2) = (rt.clone(), dropped.clone());
+    on_big_stack("caller", move || {
+        let r = rt2.call("slow", Duration::from_millis(20), async move {
+            let _flag = flag;
+            std::future::pending::<()>().await;
+            Ok(())
+        });
+        assert!(matches!(r, Err(Error::Timeout { .. })), "{r:?}");
+        // Dropped on the caller's thread before the call returned.
+        assert!(dropped2.load(Ordering::SeqCst));
+    })
+    .join()
+    .unwrap();
     // The runtime still answers.
     rt.call("after", Duration::from_secs(5), async { Ok(()) })
         .unwrap();
+}
+
+#[test]
+fn a_caller_with_less_stack_than_the_runtime_thread_never_drives() {
+    let rt = Runtime::new("recipes-test-drive").unwrap();
+    let rt2 = rt.clone();
+    let ran_on = std::thread::Builder::new()
+        .name("small-stack".into())
+        .stack_size(256 << 10)
+        .spawn(move || {
+            rt2.call("name", Duration::from_secs(5), async {
+                Ok(name_of_this_thread())
+            })
+        })
+        .unwrap()
+        .join()
+        .unwrap()
+        .unwrap();
+    assert_eq!(ran_on.as_deref(), Some("recipes-test-drive"));
+    let rt2 = rt.clone();
+    let ran_on = on_big_stack("big-stack", move || {
+        rt2.call("name", Duration::from_secs(5), async {
+            Ok(name_of_this_thread())
+        })
+    })
+    .join()
+    .unwrap()
+    .unwrap();
+    assert_eq!(ran_on.as_deref(), Some("big-stack"));
 }

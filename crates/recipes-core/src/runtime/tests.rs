@@ -14,12 +14,16 @@ pub(super) fn wait_for(what: &str, timeout: Duration, mut cond: impl FnMut() -> 
 #[test]
 fn one_worker_and_an_uncontended_call_runs_on_the_callers_thread() {
     let rt = Runtime::new("recipes-test-rt").unwrap();
-    let name = rt
-        .call("name", Duration::from_secs(5), async {
+    let rt2 = rt.clone();
+    let name = super::drive_tests::on_big_stack("caller", move || {
+        rt2.call("name", Duration::from_secs(5), async {
             Ok(std::thread::current().name().map(str::to_owned))
         })
-        .unwrap();
-    assert_eq!(name, std::thread::current().name().map(str::to_owned));
+    })
+    .join()
+    .unwrap()
+    .unwrap();
+    assert_eq!(name.as_deref(), Some("caller"));
     assert_eq!(rt.handle().metrics().num_workers(), 1);
     // Background work runs on the named runtime thread between calls.
     let (tx, rx) = crossbeam_channel::bounded(1);
