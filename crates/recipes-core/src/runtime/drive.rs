@@ -250,19 +250,24 @@ impl Driving<'_> {
         // On the heap, as `spawn` puts a task: a store's future can be
         // larger than a caller's stack has room for (debug builds).
         let fut = Box::pin(fut);
-        self.rt.block_on(async {
-            let answer = async {
-                match deadline {
-                    Some(d) => tokio::time::timeout_at(d.into(), fut).await.ok(),
-                    None => Some(fut.await),
+        // A future that panics ends its call as a spawned one did (its
+        // reply channel disconnected): `Closed`, not a panic in the caller.
+        let driven = std::panic::AssertUnwindSafe(|| {
+            self.rt.block_on(async {
+                let answer = async {
+                    match deadline {
+                        Some(d) => tokio::time::timeout_at(d.into(), fut).await.ok(),
+                        None => Some(fut.await),
+                    }
+                };
+                tokio::select! {
+                    biased;
+                    () = self.baton.closed() => Some(Err(Error::Closed)),
+                    a = answer => a,
                 }
-            };
-            tokio::select! {
-                biased;
-                () = self.baton.closed() => Some(Err(Error::Closed)),
-                a = answer => a,
-            }
-        })
+            })
+        });
+        std::panic::catch_unwind(driven).unwrap_or(Some(Err(Error::Closed)))
     }
 }
 

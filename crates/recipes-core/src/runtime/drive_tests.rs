@@ -313,3 +313,22 @@ fn a_caller_with_less_stack_than_the_runtime_thread_never_drives() {
     .unwrap();
     assert_eq!(ran_on.as_deref(), Some("big-stack"));
 }
+
+#[test]
+fn a_driven_future_that_panics_ends_its_call_with_closed_as_a_spawned_one_did() {
+    let rt = Runtime::new("recipes-test-drive").unwrap();
+    let rt2 = rt.clone();
+    let r = on_big_stack("caller", move || {
+        rt2.call("panics", Duration::from_secs(5), async {
+            if std::hint::black_box(true) {
+                panic!("a bug in a store's future");
+            }
+            Ok(())
+        })
+    })
+    .join()
+    .expect("no panic in the caller");
+    assert!(matches!(r, Err(Error::Closed)), "{r:?}");
+    rt.call("after", Duration::from_secs(5), async { Ok(()) })
+        .unwrap();
+}
