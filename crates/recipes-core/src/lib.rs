@@ -38,7 +38,8 @@
 //! Each client owns a [`Runtime`](store::Runtime): one tokio runtime on one named thread
 //! that keeps sessions, heartbeats and watches running at all times. Blocking
 //! calls hand a future to that thread and wait on a crossbeam channel with a
-//! deadline. Drop of a guard never blocks: the release is handed to the
+//! deadline; one made while no other call is in progress, from a thread with
+//! the stack for it, drives the runtime on its own thread instead. Drop of a guard never blocks: the release is handed to the
 //! runtime. Loss is fired by a small per-session deadline thread, never by
 //! the runtime worker.
 //!

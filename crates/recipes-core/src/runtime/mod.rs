@@ -1,11 +1,14 @@
 //! The runtime bridge: async client crates behind a blocking API.
 //!
-//! Each client owns one tokio runtime driven by exactly one named thread.
-//! Sessions, heartbeats, keep-alives and watches run there all the time, not
-//! only while a caller blocks, so a lease is renewed while user code works.
-//! A blocking call spawns its future on that thread and waits for the answer
-//! on a crossbeam channel with a deadline, so it works from any thread —
-//! `tokio::task::spawn_blocking` included.
+//! Each client owns one tokio runtime with one named thread. Sessions,
+//! heartbeats, keep-alives and watches run all the time, not only while a
+//! caller blocks, so a lease is renewed while user code works. A blocking
+//! call made while no other call is in progress drives the runtime on the
+//! caller's own thread for its length (`drive`: no wake-up of another
+//! thread per request); a call made while another is in progress, or from
+//! a thread inside a tokio context (`tokio::task::spawn_blocking`
+//! included), spawns its future on the runtime and waits for the answer on
+//! a crossbeam channel with a deadline.
 
 use std::fmt;
 use std::future::Future;
@@ -21,6 +24,9 @@ use tokio::sync::mpsc;
 
 use crate::error::{Error, Result};
 use crate::loss::{LossReason, LossTrigger};
+
+mod drive;
+use drive::Baton;
 
 /// How long shutdown waits for background work (releases handed over by
 /// guards' `Drop`) before it cancels what is left.
@@ -43,6 +49,7 @@ struct RuntimeInner {
     thread: Mutex<Option<JoinHandle<()>>>,
     loss: LossTrigger,
     background: Arc<AtomicUsize>,
+    baton: Arc<Baton>,
 }
 
 /// A client's runtime: one tokio runtime on one named thread.
@@ -63,11 +70,17 @@ struct DeathWatch {
     alive: Arc<AtomicBool>,
     loss: LossTrigger,
     name: String,
+    baton: Arc<Baton>,
 }
 
 impl Drop for DeathWatch {
     fn drop(&mut self) {
         self.alive.store(false, Ordering::SeqCst);
+        // Stops a caller driving the runtime, and drops the runtime (every
+        // task still running is cancelled: their reply channels disconnect,
+        // so waiting callers get `Error::Closed`) unless that caller still
+        // holds it, which drops it as it leaves.
+        self.baton.close();
         self.loss.fire(LossReason::Closed);
         if std::thread::panicking() {
             log::error!("[runtime={}] runtime thread died", self.name);
@@ -136,13 +149,16 @@ impl Runtime {
         let background = Arc::new(AtomicUsize::new(0));
         let (control, mut control_rx) = mpsc::unbounded_channel::<Control>();
         let (ready_tx, ready_rx) = crossbeam_channel::bounded(1);
+        let baton = Arc::new(Baton::new());
         let thread = {
             let watch = DeathWatch {
                 alive: alive.clone(),
                 loss: loss.clone(),
                 name: name.to_owned(),
+                baton: baton.clone(),
             };
             let background = background.clone();
+            let baton = baton.clone();
             std::thread::Builder::new()
                 .name(name.to_owned())
                 .spawn(move || {
@@ -151,22 +167,21 @@ impl Runtime {
                         .enable_all()
                         .build()
                     {
-                        Ok(rt) => rt,
+                        Ok(rt) => Arc::new(rt),
                         Err(e) => {
                             let _ = ready_tx.send(Err(e));
                             return;
                         }
                     };
+                    baton.started(rt.clone());
                     let _ = ready_tx.send(Ok((rt.handle().clone(), std::thread::current().id())));
+                    let grace = match baton.run(&rt, &mut control_rx) {
+                        #[cfg(any(test, feature = "test-hooks"))]
+                        Some(Control::Crash) => panic!("runtime thread crash injected by a test"),
+                        Some(Control::Shutdown { grace }) => grace,
+                        None => DEFAULT_SHUTDOWN_GRACE,
+                    };
                     rt.block_on(async move {
-                        let grace = match control_rx.recv().await {
-                            #[cfg(any(test, feature = "test-hooks"))]
-                            Some(Control::Crash) => {
-                                panic!("runtime thread crash injected by a test")
-                            }
-                            Some(Control::Shutdown { grace }) => grace,
-                            None => DEFAULT_SHUTDOWN_GRACE,
-                        };
                         let drained = async {
                             while background.load(Ordering::SeqCst) > 0 {
                                 tokio::time::sleep(Duration::from_millis(5)).await;
@@ -179,9 +194,7 @@ impl Runtime {
                             );
                         }
                     });
-                    // Dropping `rt` cancels every task still running; their
-                    // reply channels disconnect, so waiting callers get
-                    // `Error::Closed`.
+                    // `_watch` drops the runtime as the thread ends.
                 })
                 .map_err(|e| Error::backend("cannot spawn the runtime thread", false, e))?
         };
@@ -211,6 +224,7 @@ impl Runtime {
                 thread: Mutex::new(Some(thread)),
                 loss,
                 background,
+                baton,
             }),
         })
     }
@@ -261,10 +275,25 @@ impl Runtime {
             return Err(Error::Closed);
         }
         let started = Instant::now();
+        let timed_out = || Error::Timeout {
+            what: what.to_owned(),
+            after: started.elapsed(),
+        };
+        // A thread in a tokio context (another runtime's `spawn_blocking`,
+        // `Handle::enter`) may not enter this runtime's `block_on`.
+        if Handle::try_current().is_err() {
+            if let Some(driving) = self.inner.baton.try_drive() {
+                return driving
+                    .run(deadline, fut)
+                    .unwrap_or_else(|| Err(timed_out()));
+            }
+        }
+        let hop = self.inner.baton.hop();
         let (tx, rx) = crossbeam_channel::bounded(1);
         let task = self.inner.handle.spawn(async move {
             let _ = tx.send(fut.await);
         });
+        hop.spawned();
         let answer = match deadline {
             Some(d) => rx.recv_deadline(d),
             None => rx.recv().map_err(|_| RecvTimeoutError::Disconnected),
@@ -273,10 +302,7 @@ impl Runtime {
             Ok(r) => r,
             Err(RecvTimeoutError::Timeout) => {
                 task.abort();
-                Err(Error::Timeout {
-                    what: what.to_owned(),
-                    after: started.elapsed(),
-                })
+                Err(timed_out())
             }
             Err(RecvTimeoutError::Disconnected) => Err(Error::Closed),
         }
@@ -374,12 +400,14 @@ impl Runtime {
     #[doc(hidden)]
     pub fn crash_for_tests(&self) {
         let _ = self.inner.control.send(Control::Crash);
+        self.inner.baton.unpark_runtime_thread();
     }
 }
 
 impl RuntimeInner {
     fn shutdown(&self, grace: Duration) {
         let _ = self.control.send(Control::Shutdown { grace });
+        self.baton.unpark_runtime_thread();
         if std::thread::current().id() == self.thread_id {
             // Dropped or closed from inside a task: the thread ends once this
             // task yields; joining here would deadlock.
@@ -407,5 +435,7 @@ impl fmt::Debug for Runtime {
     }
 }
 
+#[cfg(test)]
+mod drive_tests;
 #[cfg(test)]
 mod tests;

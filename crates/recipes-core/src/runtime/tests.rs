@@ -3,7 +3,7 @@ use super::*;
 use crate::clock::{system_clock, BootInstant};
 use crate::lease::SessionLease;
 
-fn wait_for(what: &str, timeout: Duration, mut cond: impl FnMut() -> bool) {
+pub(super) fn wait_for(what: &str, timeout: Duration, mut cond: impl FnMut() -> bool) {
     let end = Instant::now() + timeout;
     while !cond() {
         assert!(Instant::now() < end, "timed out waiting for {what}");
@@ -12,15 +12,26 @@ fn wait_for(what: &str, timeout: Duration, mut cond: impl FnMut() -> bool) {
 }
 
 #[test]
-fn one_named_worker_thread_answers_calls() {
+fn one_worker_and_an_uncontended_call_runs_on_the_callers_thread() {
     let rt = Runtime::new("recipes-test-rt").unwrap();
-    let name = rt
-        .call("name", Duration::from_secs(5), async {
+    let rt2 = rt.clone();
+    let name = super::drive_tests::on_big_stack("caller", move || {
+        rt2.call("name", Duration::from_secs(5), async {
             Ok(std::thread::current().name().map(str::to_owned))
         })
-        .unwrap();
-    assert_eq!(name.as_deref(), Some("recipes-test-rt"));
+    })
+    .join()
+    .unwrap()
+    .unwrap();
+    assert_eq!(name.as_deref(), Some("caller"));
     assert_eq!(rt.handle().metrics().num_workers(), 1);
+    // Background work runs on the named runtime thread between calls.
+    let (tx, rx) = crossbeam_channel::bounded(1);
+    rt.spawn(async move {
+        let _ = tx.send(std::thread::current().name().map(str::to_owned));
+    });
+    let on = rx.recv_timeout(Duration::from_secs(5)).unwrap();
+    assert_eq!(on.as_deref(), Some("recipes-test-rt"));
 }
 
 #[test]

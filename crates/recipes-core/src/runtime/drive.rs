@@ -1,0 +1,345 @@
+//! Who drives a client's runtime: its own thread between calls, and the
+//! calling thread for the length of its call when no other call is in
+//! progress.
+//!
+//! A tokio current-thread runtime has one core (its task queue, IO driver
+//! and timers); whoever is in `Runtime::block_on` with the core drives every
+//! task — keep-alives, watches, other callers' futures — not only its own
+//! future. The runtime thread holds the core while the client is idle. A
+//! blocking call with nobody else in a call takes the core on its own
+//! thread (asking the runtime thread to hand it over if it holds it) and
+//! runs its future there: the request and its reply need no wake-up of
+//! another thread. When the call ends, the core is left free for
+//! [`GRACE`], so a caller that calls again at once (a lock, then its
+//! release) takes it straight back; after that the runtime thread takes it
+//! again. A call made while another thread drives is spawned onto the
+//! runtime and waited for on a channel, as before; the driver runs it, and
+//! if the driver leaves first the runtime thread takes the core at once.
+//!
+//! A caller drives only with at least as much stack left as the runtime
+//! thread has in all: a store client's poll can be deep (etcd-client's
+//! lease grant takes ~1.8 MB of stack in a debug build), and a caller's
+//! thread may have been given a small stack; with less, the call takes the
+//! channel path and the runtime thread's stack, as before.
+//!
+//! While the core is free nobody polls the IO driver or the timers: a
+//! keep-alive, a watch event or a task spawned from another thread waits
+//! at most [`GRACE`] (tokio's timers are themselves rounded up to the
+//! millisecond). The loss deadline never depends on it: it is fired by
+//! each session's own deadline thread.
+
+use std::future::Future;
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicU8, AtomicUsize, Ordering};
+use std::sync::{Arc, OnceLock};
+use std::thread::Thread;
+use std::time::{Duration, Instant};
+
+use parking_lot::Mutex;
+use tokio::sync::{mpsc, Notify};
+
+use super::Control;
+use crate::error::{Error, Result};
+
+/// How long the core stays free after a call before the runtime thread
+/// takes it back.
+pub(super) const GRACE: Duration = Duration::from_micros(500);
+
+/// The runtime thread holds the core (or is about to take it).
+const RUNTIME: u8 = 0;
+/// Nobody holds the core: a call just ended.
+const FREE: u8 = 1;
+/// A caller drives the core during its call.
+const CALLER: u8 = 2;
+
+/// Who holds the core, shared by the runtime thread and callers.
+pub(super) struct Baton {
+    state: AtomicU8,
+    epoch: Instant,
+    /// When the last driving caller left, in nanoseconds since `epoch`.
+    left_at: AtomicU64,
+    /// Calls spawned onto the runtime and not yet answered: while any is,
+    /// the core is never left free.
+    hops: AtomicUsize,
+    /// A caller asks the runtime thread to give the core up.
+    wanted: Notify,
+    /// The runtime thread is gone: a driving caller stops with `Closed`.
+    closed: AtomicBool,
+    closed_notify: Notify,
+    runtime_thread: OnceLock<Thread>,
+    /// The runtime thread's stack left when it started: a caller needs as
+    /// much to drive (`None`: unknown on this platform, callers never do).
+    runtime_stack: OnceLock<Option<usize>>,
+    /// The tokio runtime; the runtime thread empties the slot when it ends,
+    /// so that only a caller still in `block_on` may hold it after.
+    rt: Mutex<Option<Arc<tokio::runtime::Runtime>>>,
+}
+
+impl Baton {
+    pub(super) fn new() -> Baton {
+        Baton {
+            state: AtomicU8::new(RUNTIME),
+            epoch: Instant::now(),
+            left_at: AtomicU64::new(0),
+            hops: AtomicUsize::new(0),
+            wanted: Notify::new(),
+            closed: AtomicBool::new(false),
+            closed_notify: Notify::new(),
+            runtime_thread: OnceLock::new(),
+            runtime_stack: OnceLock::new(),
+            rt: Mutex::new(None),
+        }
+    }
+
+    /// Set by the runtime thread once its runtime is built.
+    pub(super) fn started(&self, rt: Arc<tokio::runtime::Runtime>) {
+        let _ = self.runtime_thread.set(std::thread::current());
+        let _ = self.runtime_stack.set(stack_left());
+        *self.rt.lock() = Some(rt);
+    }
+
+    /// Called as the runtime thread ends, however it ends: a driving caller
+    /// stops with `Closed`, and the runtime is dropped here unless a caller
+    /// is still in `block_on` (then when that caller leaves).
+    pub(super) fn close(&self) {
+        self.closed.store(true, Ordering::SeqCst);
+        self.closed_notify.notify_waiters();
+        let rt = self.rt.lock().take();
+        drop(rt);
+    }
+
+    /// Wake the runtime thread while it waits for a driving caller (a
+    /// control message was sent; while it drives, the message wakes it).
+    pub(super) fn unpark_runtime_thread(&self) {
+        if let Some(t) = self.runtime_thread.get() {
+            t.unpark();
+        }
+    }
+
+    fn now_ns(&self) -> u64 {
+        u64::try_from(self.epoch.elapsed().as_nanos()).unwrap_or(u64::MAX)
+    }
+
+    /// Take the core for a call on this thread, or `None` if another caller
+    /// drives (the call then goes through the runtime thread's queue).
+    pub(super) fn try_drive(&self) -> Option<Driving<'_>> {
+        let needed = (*self.runtime_stack.get()?)?;
+        if stack_left()? < needed {
+            return None;
+        }
+        let rt = self.rt.lock().clone()?;
+        loop {
+            match self.state.load(Ordering::SeqCst) {
+                FREE => {
+                    if self
+                        .state
+                        .compare_exchange(FREE, CALLER, Ordering::SeqCst, Ordering::SeqCst)
+                        .is_ok()
+                    {
+                        return Some(Driving { baton: self, rt });
+                    }
+                }
+                RUNTIME => {
+                    if self
+                        .state
+                        .compare_exchange(RUNTIME, CALLER, Ordering::SeqCst, Ordering::SeqCst)
+                        .is_ok()
+                    {
+                        // The runtime thread leaves `block_on`; tokio hands
+                        // the core to our `block_on` as it does.
+                        self.wanted.notify_one();
+                        return Some(Driving { baton: self, rt });
+                    }
+                }
+                _ => return None,
+            }
+        }
+    }
+
+    /// A call is about to be spawned onto the runtime: count it, and make
+    /// sure someone drives the core to run it.
+    pub(super) fn hop(&self) -> Hop<'_> {
+        self.hops.fetch_add(1, Ordering::SeqCst);
+        Hop { baton: self }
+    }
+
+    /// Whether a caller drives the core now.
+    #[cfg(test)]
+    pub(super) fn is_driven_by_a_caller(&self) -> bool {
+        self.state.load(Ordering::SeqCst) == CALLER
+    }
+
+    /// Resolves when the runtime thread has ended.
+    async fn closed(&self) {
+        let notified = self.closed_notify.notified();
+        tokio::pin!(notified);
+        notified.as_mut().enable();
+        if self.closed.load(Ordering::SeqCst) {
+            return;
+        }
+        notified.await;
+    }
+
+    /// The runtime thread's loop: drive the core until a caller wants it,
+    /// wait while callers drive, take it back after [`GRACE`]; return the
+    /// control message that ends the thread.
+    pub(super) fn run(
+        &self,
+        rt: &tokio::runtime::Runtime,
+        control: &mut mpsc::UnboundedReceiver<Control>,
+    ) -> Option<Control> {
+        loop {
+            let message = rt.block_on(async {
+                tokio::select! {
+                    biased;
+                    c = control.recv() => Some(c),
+                    () = self.wanted.notified() => None,
+                }
+            });
+            if let Some(c) = message {
+                return c;
+            }
+            // A caller has the core (or is taking it).
+            loop {
+                match control.try_recv() {
+                    Ok(c) => return Some(c),
+                    Err(mpsc::error::TryRecvError::Disconnected) => return None,
+                    Err(mpsc::error::TryRecvError::Empty) => {}
+                }
+                match self.state.load(Ordering::SeqCst) {
+                    CALLER => std::thread::park(),
+                    FREE => {
+                        let left = self.left_at.load(Ordering::SeqCst);
+                        let due = left.saturating_add(GRACE.as_nanos() as u64);
+                        let now = self.now_ns();
+                        if self.hops.load(Ordering::SeqCst) > 0 || now >= due {
+                            if self
+                                .state
+                                .compare_exchange(FREE, RUNTIME, Ordering::SeqCst, Ordering::SeqCst)
+                                .is_ok()
+                            {
+                                break;
+                            }
+                        } else {
+                            std::thread::park_timeout(Duration::from_nanos(due - now));
+                        }
+                    }
+                    _ => break,
+                }
+            }
+        }
+    }
+}
+
+/// A caller's hold of the core for one call.
+pub(super) struct Driving<'a> {
+    baton: &'a Baton,
+    rt: Arc<tokio::runtime::Runtime>,
+}
+
+impl Driving<'_> {
+    /// Run `fut` on this thread, driving the runtime, until it answers,
+    /// `deadline` passes (`Err(None)`: the caller names the timeout) or the
+    /// runtime thread ends (`Closed`).
+    pub(super) fn run<T, F>(&self, deadline: Option<Instant>, fut: F) -> Option<Result<T>>
+    where
+        F: Future<Output = Result<T>>,
+    {
+        if self.baton.closed.load(Ordering::SeqCst) {
+            return Some(Err(Error::Closed));
+        }
+        // On the heap, as `spawn` puts a task: a store's future can be
+        // larger than a caller's stack has room for (debug builds).
+        let fut = Box::pin(fut);
+        // A future that panics ends its call as a spawned one did (its
+        // reply channel disconnected): `Closed`, not a panic in the caller.
+        let driven = std::panic::AssertUnwindSafe(|| {
+            self.rt.block_on(async {
+                let answer = async {
+                    match deadline {
+                        Some(d) => tokio::time::timeout_at(d.into(), fut).await.ok(),
+                        None => Some(fut.await),
+                    }
+                };
+                tokio::select! {
+                    biased;
+                    () = self.baton.closed() => Some(Err(Error::Closed)),
+                    a = answer => a,
+                }
+            })
+        });
+        std::panic::catch_unwind(driven).unwrap_or(Some(Err(Error::Closed)))
+    }
+}
+
+impl Drop for Driving<'_> {
+    fn drop(&mut self) {
+        let b = self.baton;
+        b.left_at.store(b.now_ns(), Ordering::SeqCst);
+        b.state.store(FREE, Ordering::SeqCst);
+        b.unpark_runtime_thread();
+    }
+}
+
+/// A call spawned onto the runtime while another thread drives.
+pub(super) struct Hop<'a> {
+    baton: &'a Baton,
+}
+
+impl Hop<'_> {
+    /// The call is spawned: if the driver left meanwhile, the runtime
+    /// thread must take the core now rather than after the grace.
+    pub(super) fn spawned(&self) {
+        if self.baton.state.load(Ordering::SeqCst) != CALLER {
+            self.baton.unpark_runtime_thread();
+        }
+    }
+}
+
+impl Drop for Hop<'_> {
+    fn drop(&mut self) {
+        self.baton.hops.fetch_sub(1, Ordering::SeqCst);
+    }
+}
+
+/// The stack this thread has left below the current frame, where the
+/// platform says (Linux); `None` elsewhere. The stack's low end is read
+/// once per thread (for the main thread glibc reads `/proc/self/maps`).
+pub(super) fn stack_left() -> Option<usize> {
+    #[cfg(target_os = "linux")]
+    {
+        use std::cell::Cell;
+        thread_local! {
+            static LOW_END: Cell<Option<Option<usize>>> = const { Cell::new(None) };
+        }
+        let low = LOW_END.with(|c| {
+            if c.get().is_none() {
+                c.set(Some(stack_low_end()));
+            }
+            c.get().flatten()
+        })?;
+        let here = 0u8;
+        (std::ptr::from_ref(&here) as usize).checked_sub(low)
+    }
+    #[cfg(not(target_os = "linux"))]
+    {
+        None
+    }
+}
+
+#[cfg(target_os = "linux")]
+fn stack_low_end() -> Option<usize> {
+    let mut attr = std::mem::MaybeUninit::<libc::pthread_attr_t>::uninit();
+    let mut addr: *mut libc::c_void = std::ptr::null_mut();
+    let mut size: libc::size_t = 0;
+    // SAFETY: `pthread_getattr_np` initialises `attr` for the calling
+    // thread when it returns 0; only then is it read and destroyed.
+    let rc = unsafe {
+        if libc::pthread_getattr_np(libc::pthread_self(), attr.as_mut_ptr()) != 0 {
+            return None;
+        }
+        let rc = libc::pthread_attr_getstack(attr.as_ptr(), &mut addr, &mut size);
+        libc::pthread_attr_destroy(attr.as_mut_ptr());
+        rc
+    };
+    (rc == 0 && size > 0).then_some(addr as usize)
+}

@@ -1,0 +1,334 @@
+//! Who drives the runtime: a caller during its call, the runtime thread
+//! between calls, and background work never starved by either.
+use std::sync::atomic::AtomicU64;
+
+use super::*;
+
+/// The environment's slowness factor (`RECIPES_TEST_SLOW`), for upper
+/// bounds only.
+fn slow_factor() -> f64 {
+    std::env::var("RECIPES_TEST_SLOW")
+        .ok()
+        .and_then(|v| v.parse::<f64>().ok())
+        .filter(|f| *f >= 1.0)
+        .unwrap_or(1.0)
+}
+
+/// More stack than the runtime thread has: a thread that may drive.
+const BIG_STACK: usize = 16 << 20;
+
+/// Run `f` on a new thread named `name` with [`BIG_STACK`].
+pub(super) fn on_big_stack<T: Send + 'static>(
+    name: &str,
+    f: impl FnOnce() -> T + Send + 'static,
+) -> std::thread::JoinHandle<T> {
+    std::thread::Builder::new()
+        .name(name.to_owned())
+        .stack_size(BIG_STACK)
+        .spawn(f)
+        .unwrap()
+}
+
+fn name_of_this_thread() -> Option<String> {
+    std::thread::current().name().map(str::to_owned)
+}
+
+/// A task that ticks every millisecond and records the longest gap
+/// between two ticks (in microseconds) and the threads it ran on.
+struct Ticker {
+    ticks: Arc<AtomicUsize>,
+    longest_gap_us: Arc<AtomicU64>,
+    threads: Arc<Mutex<std::collections::BTreeSet<String>>>,
+}
+
+impl Ticker {
+    fn start(rt: &Runtime) -> Ticker {
+        let ticker = Ticker {
+            ticks: Arc::default(),
+            longest_gap_us: Arc::default(),
+            threads: Arc::default(),
+        };
+        let (ticks, gap, threads) = (
+            ticker.ticks.clone(),
+            ticker.longest_gap_us.clone(),
+            ticker.threads.clone(),
+        );
+        rt.handle().spawn(async move {
+            let mut last = Instant::now();
+            loop {
+                tokio::time::sleep(Duration::from_millis(1)).await;
+                let now = Instant::now();
+                let us = u64::try_from((now - last).as_micros()).unwrap_or(u64::MAX);
+                gap.fetch_max(us, Ordering::SeqCst);
+                last = now;
+                ticks.fetch_add(1, Ordering::SeqCst);
+                threads
+                    .lock()
+                    .insert(name_of_this_thread().unwrap_or_default());
+            }
+        });
+        ticker
+    }
+
+    fn ticks(&self) -> usize {
+        self.ticks.load(Ordering::SeqCst)
+    }
+
+    fn wait_ticks(&self, n: usize) {
+        let until = self.ticks() + n;
+        super::tests::wait_for("ticks", Duration::from_secs(10), || self.ticks() >= until);
+    }
+}
+
+/// A call that waits until `release` is sent, on `rt` from a new thread
+/// named `name`; it sends the name of the thread its future ran on.
+fn parked_call(
+    rt: &Runtime,
+    name: &str,
+) -> (
+    crossbeam_channel::Sender<()>,
+    std::thread::JoinHandle<Result<Option<String>>>,
+) {
+    let (release, released) = tokio::sync::oneshot::channel::<()>();
+    let (tx, rx) = crossbeam_channel::bounded::<()>(1);
+    let rt = rt.clone();
+    let thread = on_big_stack(name, move || {
+        rt.call_until("parked", None, async move {
+            let _ = released.await;
+            Ok(name_of_this_thread())
+        })
+    });
+    // Forward a crossbeam send to the oneshot, so tests stay blocking.
+    std::thread::spawn(move || {
+        if rx.recv().is_ok() {
+            let _ = release.send(());
+        }
+    });
+    (tx, thread)
+}
+
+#[test]
+fn background_tasks_run_on_the_caller_during_a_long_call() {
+    let rt = Runtime::new("recipes-test-drive").unwrap();
+    let ticker = Ticker::start(&rt);
+    ticker.wait_ticks(5);
+    let (release, caller) = parked_call(&rt, "long-caller");
+    // The caller drives: the ticker keeps ticking, on the caller's thread.
+    super::tests::wait_for("a tick on the caller", Duration::from_secs(10), || {
+        ticker.threads.lock().contains("long-caller")
+    });
+    ticker.wait_ticks(50);
+    release.send(()).unwrap();
+    assert_eq!(
+        caller.join().unwrap().unwrap().as_deref(),
+        Some("long-caller")
+    );
+    // After the call, the runtime thread takes the ticker back.
+    ticker.threads.lock().clear();
+    super::tests::wait_for(
+        "a tick on the runtime thread",
+        Duration::from_secs(10),
+        || ticker.threads.lock().contains("recipes-test-drive"),
+    );
+}
+
+#[test]
+fn a_call_made_while_another_drives_is_run_by_the_driver() {
+    let rt = Runtime::new("recipes-test-drive").unwrap();
+    let (release, driver) = parked_call(&rt, "driver");
+    super::tests::wait_for("the driver in its call", Duration::from_secs(10), || {
+        rt.inner.baton.is_driven_by_a_caller()
+    });
+    let ran_on = rt
+        .call("second", Duration::from_secs(5), async {
+            Ok(name_of_this_thread())
+        })
+        .unwrap();
+    assert_eq!(ran_on.as_deref(), Some("driver"));
+    release.send(()).unwrap();
+    assert_eq!(driver.join().unwrap().unwrap().as_deref(), Some("driver"));
+}
+
+#[test]
+fn a_call_waiting_on_a_driver_that_leaves_is_answered_at_once() {
+    let rt = Runtime::new("recipes-test-drive").unwrap();
+    let (release, driver) = parked_call(&rt, "driver");
+    super::tests::wait_for("the driver in its call", Duration::from_secs(10), || {
+        rt.inner.baton.is_driven_by_a_caller()
+    });
+    // The second call waits longer than the driver stays.
+    let rt2 = rt.clone();
+    let second = std::thread::spawn(move || {
+        rt2.call("second", Duration::from_secs(30), async {
+            tokio::time::sleep(Duration::from_millis(50)).await;
+            Ok(name_of_this_thread())
+        })
+    });
+    release.send(()).unwrap();
+    driver.join().unwrap().unwrap();
+    let ran_on = second.join().unwrap().unwrap();
+    assert!(
+        matches!(ran_on.as_deref(), Some("driver" | "recipes-test-drive")),
+        "{ran_on:?}"
+    );
+}
+
+#[test]
+fn background_work_never_starves_while_threads_call_in_a_tight_loop() {
+    let rt = Runtime::new("recipes-test-drive").unwrap();
+    let ticker = Ticker::start(&rt);
+    ticker.wait_ticks(5);
+    ticker.longest_gap_us.store(0, Ordering::SeqCst);
+    let stop = Arc::new(AtomicBool::new(false));
+    let calls = Arc::new(AtomicUsize::new(0));
+    let threads: Vec<_> = (0..4)
+        .map(|i| {
+            let (rt, stop, calls) = (rt.clone(), stop.clone(), calls.clone());
+            // Two threads may drive; two have the default stack and never do.
+            let stack = if i < 2 { BIG_STACK } else { 2 << 20 };
+            let builder = std::thread::Builder::new().stack_size(stack);
+            builder
+                .spawn(move || {
+                    while !stop.load(Ordering::SeqCst) {
+                        let r = rt.call("tight", Duration::from_secs(30), async move {
+                            // Some calls answer at once, some wait on a timer.
+                            if i % 2 == 0 {
+                                tokio::task::yield_now().await;
+                            } else {
+                                tokio::time::sleep(Duration::from_millis(1)).await;
+                            }
+                            Ok(())
+                        });
+                        r.unwrap();
+                        calls.fetch_add(1, Ordering::SeqCst);
+                    }
+                })
+                .unwrap()
+        })
+        .collect();
+    let started = Instant::now();
+    ticker.wait_ticks(500);
+    stop.store(true, Ordering::SeqCst);
+    for t in threads {
+        t.join().unwrap();
+    }
+    let took = started.elapsed();
+    let gap = Duration::from_micros(ticker.longest_gap_us.load(Ordering::SeqCst));
+    // 500 one-millisecond ticks; each may be a timer tick late, and the
+    // machine is shared: bounded by the environment factor.
+    let slow = slow_factor();
+    assert!(
+        took < Duration::from_secs(5).mul_f64(slow),
+        "500 ticks took {took:?}"
+    );
+    assert!(
+        gap < Duration::from_millis(100).mul_f64(slow),
+        "a tick waited {gap:?}"
+    );
+    assert!(calls.load(Ordering::SeqCst) > 100);
+}
+
+#[test]
+fn shutdown_ends_a_driving_callers_call_with_closed() {
+    let rt = Runtime::new("recipes-test-drive").unwrap();
+    let (_release, driver) = parked_call(&rt, "driver");
+    super::tests::wait_for("the driver in its call", Duration::from_secs(10), || {
+        rt.inner.baton.is_driven_by_a_caller()
+    });
+    rt.shutdown(Duration::from_millis(10));
+    assert!(matches!(driver.join().unwrap(), Err(Error::Closed)));
+}
+
+#[test]
+fn a_crash_ends_both_a_driving_and_a_waiting_call_with_closed() {
+    let rt = Runtime::new("recipes-test-drive").unwrap();
+    let (_release, driver) = parked_call(&rt, "driver");
+    super::tests::wait_for("the driver in its call", Duration::from_secs(10), || {
+        rt.inner.baton.is_driven_by_a_caller()
+    });
+    let (_release2, waiter) = parked_call(&rt, "waiter");
+    rt.crash_for_tests();
+    assert!(matches!(driver.join().unwrap(), Err(Error::Closed)));
+    assert!(matches!(waiter.join().unwrap(), Err(Error::Closed)));
+    assert!(matches!(
+        rt.call("after", Duration::from_secs(1), async { Ok(()) }),
+        Err(Error::Closed)
+    ));
+}
+
+#[test]
+fn a_driving_call_times_out_and_its_future_is_dropped() {
+    let rt = Runtime::new("recipes-test-drive").unwrap();
+    let dropped = Arc::new(AtomicBool::new(false));
+    struct Flag(Arc<AtomicBool>);
+    impl Drop for Flag {
+        fn drop(&mut self) {
+            self.0.store(true, Ordering::SeqCst);
+        }
+    }
+    let flag = Flag(dropped.clone());
+    let (rt2, dropped2) = (rt.clone(), dropped.clone());
+    on_big_stack("caller", move || {
+        let r = rt2.call("slow", Duration::from_millis(20), async move {
+            let _flag = flag;
+            std::future::pending::<()>().await;
+            Ok(())
+        });
+        assert!(matches!(r, Err(Error::Timeout { .. })), "{r:?}");
+        // Dropped on the caller's thread before the call returned.
+        assert!(dropped2.load(Ordering::SeqCst));
+    })
+    .join()
+    .unwrap();
+    // The runtime still answers.
+    rt.call("after", Duration::from_secs(5), async { Ok(()) })
+        .unwrap();
+}
+
+#[test]
+fn a_caller_with_less_stack_than_the_runtime_thread_never_drives() {
+    let rt = Runtime::new("recipes-test-drive").unwrap();
+    let rt2 = rt.clone();
+    let ran_on = std::thread::Builder::new()
+        .name("small-stack".into())
+        .stack_size(256 << 10)
+        .spawn(move || {
+            rt2.call("name", Duration::from_secs(5), async {
+                Ok(name_of_this_thread())
+            })
+        })
+        .unwrap()
+        .join()
+        .unwrap()
+        .unwrap();
+    assert_eq!(ran_on.as_deref(), Some("recipes-test-drive"));
+    let rt2 = rt.clone();
+    let ran_on = on_big_stack("big-stack", move || {
+        rt2.call("name", Duration::from_secs(5), async {
+            Ok(name_of_this_thread())
+        })
+    })
+    .join()
+    .unwrap()
+    .unwrap();
+    assert_eq!(ran_on.as_deref(), Some("big-stack"));
+}
+
+#[test]
+fn a_driven_future_that_panics_ends_its_call_with_closed_as_a_spawned_one_did() {
+    let rt = Runtime::new("recipes-test-drive").unwrap();
+    let rt2 = rt.clone();
+    let r = on_big_stack("caller", move || {
+        rt2.call("panics", Duration::from_secs(5), async {
+            if std::hint::black_box(true) {
+                panic!("a bug in a store's future");
+            }
+            Ok(())
+        })
+    })
+    .join()
+    .expect("no panic in the caller");
+    assert!(matches!(r, Err(Error::Closed)), "{r:?}");
+    rt.call("after", Duration::from_secs(5), async { Ok(()) })
+        .unwrap();
+}
