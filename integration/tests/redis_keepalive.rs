@@ -80,6 +80,7 @@ fn renewal_work_does_not_grow_with_the_number_held() {
         })
         .collect();
     let at_many = commands_per_renewal(&server);
+    eprintln!("commands a renewal: {at_one:.1} at 1 held, {at_many:.1} at 201 held");
     assert!(
         at_many <= at_one * 1.5 + 1.0,
         "keep-alive at 201 held runs {at_many} commands a renewal, at 1 held {at_one}: \
@@ -308,4 +309,42 @@ fn fault_a_killed_group_members_keys_are_swept_while_another_client_lives() {
     let view = live.group(&group).unwrap().members().unwrap();
     assert!(view.members.is_empty(), "the swept member left: {view:?}");
     live.close().unwrap();
+}
+
+#[test]
+fn fault_a_killed_holders_keys_are_swept_by_the_next_connect_when_no_client_lives() {
+    let server = RedisServer::start();
+    let ttl = Duration::from_millis(1000);
+    let lock = name("swept-at-connect");
+    let dir = TestDir::new("redis-swept-at-connect");
+    let mut worker = Worker::start(&worker_binary(), "holder", dir.path());
+    worker.ok(
+        &format!("connect redis {} {}", server.url(), ttl.as_millis()),
+        Duration::from_secs(15),
+    );
+    let reply = worker.ok(&format!("lock {lock}"), Duration::from_secs(10));
+    let sid = session_of(field(&reply, "holder"));
+    worker.kill();
+    let (session_key, index) = (format!("{NS}s:{sid}"), format!("{NS}h:{sid}"));
+    wait_until(
+        "the killed holder's session key expired",
+        scale(ttl + Duration::from_secs(1)),
+        || !server.cmd::<bool>(&["EXISTS", &session_key]),
+    );
+    let lock_key = format!("{NS}lock:{lock}");
+    assert!(
+        server.cmd::<bool>(&["EXISTS", &index]) && server.cmd::<bool>(&["EXISTS", &lock_key]),
+        "no client lives: nothing swept yet"
+    );
+    let c = RedisClient::builder(server.url())
+        .ttl(Duration::from_secs(10))
+        .connect()
+        .unwrap();
+    let left: Vec<String> = [&index, &lock_key]
+        .into_iter()
+        .filter(|k| server.cmd::<bool>(&["EXISTS", k]))
+        .cloned()
+        .collect();
+    assert!(left.is_empty(), "the connect's grant swept: {left:?} left");
+    c.close().unwrap();
 }

@@ -153,12 +153,13 @@ end
 -- The sessions' deadlines (`deadlines`, a sorted set: id → when its key
 -- expires, ms of the server's clock): forget up to 16 sessions whose key
 -- is gone, at most 512 of their entries; a session whose key still lives
--- gets its deadline again.
+-- gets its deadline again (its key's; a minute when someone took its TTL).
 local function sweep(now)
   local dl, budget = ns .. 'deadlines', 512
   for _, id in ipairs(redis.call('ZRANGEBYSCORE', dl, '-inf', now, 'LIMIT', 0, 16)) do
     local left = redis.call('PTTL', ns .. 's:' .. id)
-    if left ~= -2 then redis.call('ZADD', dl, string.format('%.0f', now + math.max(left, 1000)), id)
+    if left >= 0 then redis.call('ZADD', dl, string.format('%.0f', now + left), id)
+    elseif left == -1 then redis.call('ZADD', dl, string.format('%.0f', now + 60000), id)
     else
       budget = forget(id, budget)
       if budget <= 0 then return end
