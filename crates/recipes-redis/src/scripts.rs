@@ -102,7 +102,7 @@ local function drop(q, k, m, held)
     redis.call('HDEL', ns .. 'r:' .. q, m)
     redis.call('PUBLISH', ns .. 'gone:' .. m, q)
   else
-    redis.call('DEL', ns .. 'v:' .. q, ns .. 'r:' .. q)
+    redis.call('DEL', ns .. 'v:' .. q, ns .. 'r:' .. q, ns .. 'n:' .. q)
   end
   redis.call('PUBLISH', ns .. 'wake:' .. q, m)
 end
@@ -372,7 +372,7 @@ return 1
 );
 
 // ARGV: ns, queue, hold, mode, member, token, max, fence key → the fence
-// (`SET hold member NX PX <session's PTTL>`, then `mint`, only on a new
+// (`SET hold member`: free, or a hold of an expired session; then `mint`, only on a new
 // acquisition; a resent confirm of a holder gets the name's last fence);
 // -1 our session or entry is gone; -2 not ours yet: more than `max` live
 // members ahead, or for a read-write lock (`max` unused) a writer ahead
