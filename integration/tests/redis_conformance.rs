@@ -56,16 +56,16 @@ impl<const TLS: bool> RedisKit<TLS> {
         }
     }
 
-    /// Queued, and its session's key exists or it holds — what the scripts
-    /// count as live.
+    /// Queued, and its session's key exists — what the scripts count as
+    /// live (a hold of an expired session is free, its keys swept by the
+    /// next comer).
     fn live(&self, queue: &str, member: &str) -> bool {
         let queued: Option<f64> = self
             .server
             .cmd(&["ZSCORE", &format!("{NS}q:{queue}"), member]);
         let session = member.split('-').next().unwrap_or_default();
         let session_exists: bool = self.server.cmd(&["EXISTS", &format!("{NS}s:{session}")]);
-        let held: Option<String> = self.server.cmd(&["GET", &Self::hold_key(queue, member)]);
-        queued.is_some() && (session_exists || held.as_deref() == Some(member))
+        queued.is_some() && session_exists
     }
 
     /// A group's members as its hash holds them (its version field `/v`

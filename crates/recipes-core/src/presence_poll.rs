@@ -33,6 +33,8 @@ pub struct PresencePoll<K> {
     inner: Arc<Mutex<Registry<K>>>,
     every: Duration,
     present: Present<K>,
+    /// Entries per read ([`PRESENCE_BATCH`] unless set).
+    batch: usize,
 }
 
 struct Registry<K> {
@@ -60,6 +62,7 @@ impl<K> Clone for PresencePoll<K> {
             inner: self.inner.clone(),
             every: self.every,
             present: self.present.clone(),
+            batch: self.batch,
         }
     }
 }
@@ -90,7 +93,15 @@ impl<K: Clone + Send + Sync + 'static> PresencePoll<K> {
             })),
             every,
             present: Arc::new(move |entries| Box::pin(present(entries))),
+            batch: PRESENCE_BATCH,
         }
+    }
+
+    /// The same poll asking about at most `batch` entries a read (at
+    /// least one), for a store whose read of many entries is cheap.
+    pub fn with_batch(mut self, batch: usize) -> PresencePoll<K> {
+        self.batch = batch.max(1);
+        self
     }
 
     /// Resolves once a poll sees `entry` gone; on the runtime.
@@ -104,7 +115,7 @@ impl<K: Clone + Send + Sync + 'static> PresencePoll<K> {
             if !r.running {
                 r.running = true;
                 let (inner, present) = (self.inner.clone(), self.present.clone());
-                tokio::spawn(poll(inner, self.every, present));
+                tokio::spawn(poll(inner, self.every, self.batch, present));
             }
             id
         };
@@ -119,7 +130,12 @@ impl<K: Clone + Send + Sync + 'static> PresencePoll<K> {
     }
 }
 
-async fn poll<K: Clone>(inner: Arc<Mutex<Registry<K>>>, every: Duration, present: Present<K>) {
+async fn poll<K: Clone>(
+    inner: Arc<Mutex<Registry<K>>>,
+    every: Duration,
+    batch: usize,
+    present: Present<K>,
+) {
     loop {
         tokio::time::sleep(every).await;
         let watched: Vec<(u64, K)> = {
@@ -133,7 +149,7 @@ async fn poll<K: Clone>(inner: Arc<Mutex<Registry<K>>>, every: Duration, present
                 .map(|(id, (entry, _))| (*id, entry.clone()))
                 .collect()
         };
-        for batch in watched.chunks(PRESENCE_BATCH) {
+        for batch in watched.chunks(batch) {
             let entries = batch.iter().map(|(_, e)| e.clone()).collect();
             let there = match present(entries).await {
                 Ok(there) => there,
@@ -201,5 +217,22 @@ mod tests {
         tokio::time::sleep(every * 4).await;
         assert_eq!(reads.lock().len(), n, "no read once nothing is watched");
         assert!(!poll.inner.lock().running);
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_larger_batch_reads_every_watched_entry_in_fewer_reads() {
+        let deleted = Arc::new(Mutex::new(HashSet::new()));
+        let reads = Arc::new(Mutex::new(Vec::new()));
+        let every = Duration::from_millis(500);
+        let poll = PresencePoll::new(every, store(&deleted, &reads)).with_batch(2000);
+        let waits: Vec<_> = (0..2500u32)
+            .map(|i| {
+                let poll = poll.clone();
+                tokio::spawn(async move { poll.gone(i).await })
+            })
+            .collect();
+        tokio::time::sleep(every * 2 + every / 2).await;
+        assert_eq!(*reads.lock(), [2000, 500].repeat(2));
+        waits.iter().for_each(|w| w.abort());
     }
 }

@@ -41,9 +41,10 @@ use crate::session::{Session, Sessions};
 ///
 /// Waiting: every change is published on `wake:<name>` (a member's
 /// entry, a revoke's removal of a session's members, the barrier's
-/// removal, the flag's setting); a waiter subscribes (a connection of its
-/// own) before each read, so it misses nothing after it. A session that
-/// expires (its client crashed or stopped) publishes nothing: a waiter
+/// removal, the flag's setting, the sweep of an expired session's
+/// members by another client's renewal); a waiter subscribes (a
+/// connection of its own) before each read, so it misses nothing after
+/// it. A session key's expiry itself publishes nothing: a waiter
 /// reads again when the earliest session it depends on would expire
 /// (the read sweeps the dead members), and every 500 ms should a
 /// message be lost.

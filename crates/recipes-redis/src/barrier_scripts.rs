@@ -49,9 +49,7 @@ end
 local function join(m, role, place)
   redis.call('ZADD', qk, place, m)
   redis.call('HSET', rk, m, role)
-  local h = ns .. 'h:' .. sid_of(m)
-  redis.call('HSET', h, m, name .. '\n')
-  redis.call('PEXPIRE', h, redis.call('PTTL', sess(m)))
+  redis.call('HSET', ns .. 'h:' .. sid_of(m), m, name .. '\n')
   redis.call('PUBLISH', ns .. 'wake:' .. name, m)
 end
 "#;

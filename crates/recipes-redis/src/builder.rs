@@ -50,9 +50,9 @@ pub(crate) fn shown_url(url: &str) -> String {
 
 impl RedisClientBuilder {
     recipes_core::settings_setters!(
-        ttl = "On Redis the `PX` of the session key, in milliseconds, and of every hold key \
-               (a lock's, a permit's) of the session: a lock is free once its holder's \
-               session key expired, not before."
+        ttl = "On Redis the `PX` of the session key, in milliseconds: a hold (a lock's, a \
+               permit's) names its session, and is free once that session key expired, \
+               not before. One renewal extends it whatever the number held."
     );
 
     /// Make every acquisition and every fenced write wait for

@@ -7,14 +7,17 @@
 //! - **enter**: one script — check our session's token, queue our member
 //!   (a fresh uuid under our session id, known before it is sent, so a
 //!   lost reply still lets us remove it) at the queue's next place, and
-//!   read the live members up to ours.
+//!   read the live members up to ours; when ours holds at once (into an
+//!   empty queue, the uncontended path), take it as **confirm** does, in
+//!   the same script, and keep the fence for the engine's confirm.
 //! - **list**: the same read; entries of expired sessions are swept (and
 //!   their going published).
 //! - **wait**: subscribe to where the entry ahead's going is published,
 //!   then check that it is still live (so a release in between is not
 //!   missed) and wait for a message, checking again every [`POLL`]: a lost
 //!   message costs one poll, never a TTL.
-//! - **confirm**: `SET <lock> <member> NX PX <session's PTTL>` and, only on
+//! - **confirm**: `SET <lock> <member>` (free, or held by a member whose
+//!   session key expired) and, only on
 //!   a new acquisition, the queue's next fence: the larger of its last
 //!   fence + 1 and the server's clock in µs (`scripts.rs`). The script
 //!   decides the recipe's rule itself, over the same live members: the
@@ -71,6 +74,9 @@ pub(crate) struct Entry {
     /// Our member as the queue is listed.
     listed: String,
     listening: Option<(String, redis::aio::PubSubStream)>,
+    /// The fence, when the entering script found ours holding and took
+    /// it there (the uncontended path: one script, no confirm).
+    taken: Option<i64>,
 }
 
 /// A win: the ticket and the fence.
@@ -225,20 +231,20 @@ impl ContendDriver for QueueContender<'_> {
         args.push(self.value.to_vec());
         args.push(self.queue.conflict.clone().into_bytes());
         args.push(self.queue.inside.clone().into_bytes());
+        // Take it in the same script when ours holds, unless the rule
+        // holds nothing.
+        let take = match self.rule.holders() {
+            Some(0) => String::new(),
+            holders => holders.unwrap_or(0).to_string(),
+        };
+        args.push(take.into_bytes());
+        args.push(self.queue.fence_key().into_bytes());
         let what = format!("enter {}", self.queue.name);
         let reply: redis::Value = store
             .redis
             .idempotent(&what, session.rpc_timeout(), &scripts::ENTER, &args)
             .await?;
-        let (code, members): (i64, Vec<String>) = match redis::from_redis_value(&reply) {
-            Ok((code, members)) => (code, members),
-            Err(_) => (
-                redis::from_redis_value::<(i64,)>(&reply)
-                    .map_err(|_| unexpected(&what, &reply))?
-                    .0,
-                vec![],
-            ),
-        };
+        let (code, members, taken) = entered(&what, &reply)?;
         match code {
             0 => {}
             -1 => return Err(Self::session_gone(session)),
@@ -265,6 +271,7 @@ impl ContendDriver for QueueContender<'_> {
             member: ticket.member.clone(),
             listed: self.queue.listed(&ticket.member, self.value),
             listening: None,
+            taken,
         };
         Ok((entry, Some(self.listing(members))))
     }
@@ -329,6 +336,9 @@ impl ContendDriver for QueueContender<'_> {
         entry: &mut Entry,
         _listing: &Listing<String>,
     ) -> Result<Option<i64>> {
+        if let Some(fence) = entry.taken.take() {
+            return Ok(Some(fence));
+        }
         let session = &epoch.session;
         let store = session.store()?;
         let mut args = self.queue.args(&entry.member);
@@ -369,4 +379,17 @@ impl QueueContender<'_> {
     fn holders(&self) -> usize {
         self.rule.holders().unwrap_or(0)
     }
+}
+
+/// `ENTER`'s reply: its code, the live members up to ours, and the fence
+/// when ours was taken in the same script.
+fn entered(what: &str, reply: &redis::Value) -> Result<(i64, Vec<String>, Option<i64>)> {
+    if let Ok((code, members, fence)) = redis::from_redis_value(reply) {
+        return Ok((code, members, Some(fence)));
+    }
+    if let Ok((code, members)) = redis::from_redis_value(reply) {
+        return Ok((code, members, None));
+    }
+    let (code,) = redis::from_redis_value::<(i64,)>(reply).map_err(|_| unexpected(what, reply))?;
+    Ok((code, vec![], None))
 }

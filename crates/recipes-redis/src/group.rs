@@ -6,7 +6,9 @@
 //!   field `/v` (no id holds `/`) → the group's version;
 //! - the hash `{recipes}:go:<name>`: each member's id → the id of the
 //!   session it lives on (a member is live while its session key
-//!   `{recipes}:s:<session>` exists);
+//!   `{recipes}:s:<session>` exists), and the member listed in that
+//!   session's index (`h:<session>`, field `g\n<name>\n<id>`), so the
+//!   sweep of expired sessions removes it (`scripts.rs`);
 //! - the counter `{recipes}:gv`, shared by every group: every join and
 //!   leave — and every read that purges a member whose session expired —
 //!   takes its next value as the group's version, in the same script, and
@@ -31,12 +33,13 @@ use redis::Script;
 use crate::barrier::{Changes, Epoch, RedisWaits};
 use crate::client::RedisClient;
 use crate::names::{other_layout, validate_name, NS};
+use crate::scripts::COMMON;
 use crate::session::Session;
 
 /// Keys and the refusal of another recipe's name; shared by the scripts.
 /// ARGV: ns, name, …
 const KEYS: &str = r#"
-local ns, name = ARGV[1], ARGV[2]
+local name = ARGV[2]
 local m, o, gv = ns .. 'g:' .. name, ns .. 'go:' .. name, ns .. 'gv'
 local function other()
   if redis.call('EXISTS', ns .. 'size:' .. name) == 1 then return 'a semaphore' end
@@ -46,26 +49,27 @@ local function other()
   if redis.call('EXISTS', ns .. 'count:' .. name) == 1 then return 'a counter' end
   return ''
 end
-local function changed()
-  local v = redis.call('INCR', gv)
-  if redis.call('HLEN', o) == 0 then redis.call('DEL', m, o) else redis.call('HSET', m, '/v', v) end
-  redis.call('PUBLISH', ns .. 'wake:' .. name, v)
-end
+local function changed() regroup(name) end
+-- The field of member `id` in the index of its session `sid` (`h:<sid>`,
+-- which the session's sweep reads).
+local function indexed(id, sid) return ns .. 'h:' .. sid, 'g\n' .. name .. '\n' .. id end
 "#;
 
 // ARGV: ns, name, id, data, session, token → 'ok', 'ours', 'taken',
 // 'gone' (our session is) or 'other:<recipe>'.
 static JOIN: LazyLock<Script> = LazyLock::new(|| {
     Script::new(&format!(
-        "#!lua\n{KEYS}\nlocal o2 = other()\nif o2 ~= '' then return 'other:' .. o2 end\n\
+        "#!lua\n{COMMON}\n{KEYS}\nlocal o2 = other()\nif o2 ~= '' then return 'other:' .. o2 end\n\
          local id, sid = ARGV[3], ARGV[5]\n\
          if redis.call('GET', ns .. 's:' .. sid) ~= ARGV[6] then return 'gone' end\n\
          local owner = redis.call('HGET', o, id)\n\
          if owner then\n\
            if owner == sid then return 'ours' end\n\
            if redis.call('EXISTS', ns .. 's:' .. owner) == 1 then return 'taken' end\n\
+           redis.call('HDEL', indexed(id, owner))\n\
          end\n\
-         redis.call('HSET', m, id, ARGV[4])\nredis.call('HSET', o, id, sid)\nchanged()\n\
+         redis.call('HSET', m, id, ARGV[4])\nredis.call('HSET', o, id, sid)\n\
+         local h, f = indexed(id, sid)\nredis.call('HSET', h, f, '')\nchanged()\n\
          return 'ok'\n"
     ))
 });
@@ -74,11 +78,12 @@ static JOIN: LazyLock<Script> = LazyLock::new(|| {
 // members whose session is gone (a change).
 static READ: LazyLock<Script> = LazyLock::new(|| {
     Script::new(&format!(
-        "#!lua\n{KEYS}\nlocal o2 = other()\nif o2 ~= '' then return {{'other:' .. o2}} end\n\
+        "#!lua\n{COMMON}\n{KEYS}\nlocal o2 = other()\nif o2 ~= '' then return {{'other:' .. o2}} end\n\
          local owners = redis.call('HGETALL', o)\nlocal purged = false\n\
          for i = 1, #owners, 2 do\n\
            if redis.call('EXISTS', ns .. 's:' .. owners[i + 1]) == 0 then\n\
-             redis.call('HDEL', m, owners[i])\nredis.call('HDEL', o, owners[i])\npurged = true\n\
+             redis.call('HDEL', m, owners[i])\nredis.call('HDEL', o, owners[i])\n\
+             redis.call('HDEL', indexed(owners[i], owners[i + 1]))\npurged = true\n\
            end\n\
          end\n\
          if purged then changed() end\n\
@@ -94,8 +99,9 @@ static READ: LazyLock<Script> = LazyLock::new(|| {
 // ARGV: ns, name, id, session → 'ok' (removed, or not ours).
 static LEAVE: LazyLock<Script> = LazyLock::new(|| {
     Script::new(&format!(
-        "#!lua\n{KEYS}\nif redis.call('HGET', o, ARGV[3]) == ARGV[4] then\n\
-           redis.call('HDEL', m, ARGV[3])\nredis.call('HDEL', o, ARGV[3])\nchanged()\n\
+        "#!lua\n{COMMON}\n{KEYS}\nif redis.call('HGET', o, ARGV[3]) == ARGV[4] then\n\
+           redis.call('HDEL', m, ARGV[3])\nredis.call('HDEL', o, ARGV[3])\n\
+           redis.call('HDEL', indexed(ARGV[3], ARGV[4]))\nchanged()\n\
          end\nreturn 'ok'\n"
     ))
 });

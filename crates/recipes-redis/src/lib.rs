@@ -31,11 +31,14 @@
 //!
 //! Every verb is one Lua script (atomic, one round trip). A session is a
 //! key holding a random token, `PX` the TTL, renewed every TTL/3 by a
-//! script that extends it — and the lock keys its entries hold — only
-//! while it still holds our token: a late renewal never resurrects an
-//! expired lock. Waiters queue fairly (a sorted set, places from a
-//! counter taken in the same script); the first live one takes the lock
-//! with `SET <lock> <member> NX PX <session's PTTL>` and, only on a new
+//! script that extends it only while it still holds our token: a late
+//! renewal never resurrects an expired lock. A hold names its session
+//! (the member is `<session id>-<uuid>`) and is live while that session
+//! key exists: one renewal keeps every lock of the client, whatever their
+//! number, and a taker treats a hold whose session key expired as free,
+//! in the taking script. Waiters queue fairly (a sorted set, each place
+//! one above the last member's, taken in the same script); the first live
+//! one takes the lock with `SET <lock> <member>` and, only on a new
 //! acquisition, mints the name's next fence in the same script: the
 //! larger of the last fence + 1 and the server's clock (`TIME`) in
 //! microseconds since the Unix epoch. That value is the fencing token:
@@ -47,7 +50,17 @@
 //! most that. Fenced writes ([`RedisEntry::fenced_set`],
 //! [`RedisEntry::fenced_del`], [`RedisEntry::fenced_script`], and
 //! `guard.put`/`guard.delete` of [`FencedWrites`]) are scripts that write
-//! only while the lock key still holds our member.
+//! only while the lock key still holds our member and our session key
+//! exists. Uncontended, a lock + release is two scripts: the entering one
+//! finds the queue empty and takes the lock and the fence there.
+//!
+//! No key of a session has a TTL but its session key: each is listed in
+//! the session's index, and each live session's deadline in a sorted set.
+//! Every renewal (and every grant) sweeps a bounded number of sessions
+//! whose key expired, removing what they held and publishing it as a
+//! release would. So a crashed holder's lock is free within its TTL for
+//! any taker, and its keys are removed by the next renewal of any live
+//! client within TTL/3 after that, or at the next connect.
 //!
 //! ## The read-write lock
 //!
@@ -55,8 +68,8 @@
 //! writers in the mutex's queue of the name, in arrival order, each
 //! member's role (`read` or `write`) in a hash beside it
 //! (`{recipes}:r:<name>`). Several readers hold at once, so each holder
-//! has its own hold key, `{recipes}:rw:<name>:<member>`, `PX` its
-//! session's and renewed with it (as a semaphore's permits are); fenced
+//! has its own hold key, `{recipes}:rw:<name>:<member>`, live while its
+//! session is (as a semaphore's permits are); fenced
 //! writes and the loss poll check that key. The confirming script decides
 //! core's [`Rule::ReadWrite`](recipes_core::store::engine::Rule::ReadWrite)
 //! itself over the live members (the mutex's liveness): a reader holds

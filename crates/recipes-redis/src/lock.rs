@@ -104,7 +104,10 @@ impl RedisEntry {
         };
         let (watched, label, shown) = (trigger.clone(), session.label().to_owned(), holder.clone());
         client.runtime().handle().spawn(async move {
-            watch_held(&holding, &label, &shown, None, &watched).await;
+            // Just confirmed by the script that took it: no read before
+            // the client's poll of its held entries looks after it.
+            let confirmed = Some(holding.clone());
+            watch_held(&holding, &label, &shown, confirmed, &watched).await;
         });
         let token = FencingToken(a.fence.unsigned_abs());
         let entry = RedisEntry {

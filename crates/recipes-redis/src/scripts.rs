@@ -9,30 +9,49 @@
 //! |---|---|
 //! | `ns sessions` | the last session id (minted as a fence is) |
 //! | `ns s:<id>` | a session: a random token, `PX` the TTL |
-//! | `ns h:<id>` | the session's entries: member → `<queue>\n<hold key>` |
-//! | `ns q:<queue>` | the queue, a sorted set: member → its place |
-//! | `ns n:<queue>` | the queue's place counter (gone with the queue) |
+//! | `ns deadlines` | the live sessions, a sorted set: id → when its key expires (ms, the server's clock) |
+//! | `ns h:<id>` | the session's entries: member → `<queue>\n<hold key>`; a group member `g\n<group>\n<id>` → empty. No TTL: removed by the sweep |
+//! | `ns q:<queue>` | the queue, a sorted set: member → its place, one above the last member's |
 //! | `ns v:<queue>` | the members' values (a candidate's) |
 //! | `ns r:<name>` | a read-write lock's roles: member → `read` \| `write` |
-//! | `ns lock:<name>` | the lock: the holder's member, `PX` its session's |
+//! | `ns lock:<name>` | the lock: the holder's member, no TTL: live while its session key is |
 //! | `ns rw:<name>:<member>` | a held read or write side, as the lock |
 //! | `ns permit:<sem>/leases:<member>` | a held permit, as the lock |
 //! | `ns fence:<queue>` | the queue's last fence, never deleted |
 //! | `ns size:<sem>` | a semaphore's size |
 //!
 //! A member is `<session id>-<uuid>`: made by the client before it is
-//! sent, and naming its session. An entry is live while its session key
-//! exists or it holds; dead ones are swept by the next listing. Going
+//! sent, and naming its session. An entry, and a hold, is live while its
+//! session key exists: the one renewal of a session keeps all of them, and
+//! a hold of an expired session is free to the next taker. Dead entries
+//! are swept by the next listing (their hold keys with them). Going
 //! entries are published on `ns gone:<member>` (the waiter behind a lock
-//! entry listens there) and `ns wake:<queue>` (a permit waiter, an
-//! observer).
+//! entry listens there; not when the queue is left empty) and
+//! `ns wake:<queue>` (a permit waiter, an observer).
+//!
+//! **The sweep.** No key of a session has a TTL but its session key:
+//! every one is listed in the session's index `h:<id>`, and the index
+//! under the session's id in `deadlines`. The session's one renewal
+//! (every TTL/3, the same few commands whatever the number held) sets its
+//! deadline and then sweeps: up to 16 sessions whose deadline passed and
+//! whose key is gone, up to 512 of their entries, each removed only while
+//! it is still that session's and its going published as a release's;
+//! then the index and the deadline go. A grant sweeps too. So with any
+//! live client on the server, a crashed holder's keys are gone within
+//! TTL/3 of its session key's expiry (and its lock is free to a taker
+//! from that expiry on); with none, at the next connect.
+//!
+//! `ENTER` takes too when ours holds at once (`take`, as `CONFIRM`
+//! does): into an empty queue it reads only the queue's last member, sets
+//! the hold key and mints the fence, so an uncontended lock is one script
+//! and its release another.
 //!
 //! A read-write lock is the mutex's queue `ns q:<name>` with each
 //! member's role beside it (`ns r:<name>`, which exists while it has
 //! members): a name's queue is one recipe's, and each side's `ENTER`
 //! refuses a name whose queue has live members of the other. Several
-//! readers hold at once, so each holder has its own hold key, `PX` its
-//! session's and renewed with it, as a permit's. `CONFIRM` decides the
+//! readers hold at once, so each holder has its own hold key, live while its
+//! session is, as a permit's. `CONFIRM` decides the
 //! read-write rule itself: a reader holds when no live member ahead of it
 //! is a writer (a member without a role counts as one), a writer when no
 //! live member is ahead; it mints the fence from the name's one counter
@@ -45,7 +64,7 @@
 //!
 //! Fences and session ids are **minted** (`mint`) on a hybrid clock: the
 //! larger of the last one + 1 and the server's `TIME` in microseconds
-//! since the Unix epoch (exact in Lua's doubles until the year 2255;
+//! since the Unix epoch, `SET … GET` swapping it in (exact in Lua's doubles until the year 2255;
 //! stored with `%.0f`, never `tostring`, which writes `1.7e+15`). Each
 //! value minted is at most the server's clock when it was minted, so
 //! after the data is lost (`FLUSHALL`, a restart without persistence, an
@@ -62,6 +81,8 @@ use std::sync::LazyLock;
 
 use redis::Script;
 
+use crate::names::NS;
+
 /// What every script shares: removing an entry and saying so.
 macro_rules! common {
     () => {
@@ -69,25 +90,87 @@ macro_rules! common {
 local ns = ARGV[1]
 local function sid_of(m) return string.match(m, '^(%d+)-') or '0' end
 local function sess(m) return ns .. 's:' .. sid_of(m) end
-local function drop(q, k, m)
+local function drop(q, k, m, held)
   local qk = ns .. 'q:' .. q
   redis.call('ZREM', qk, m)
-  redis.call('HDEL', ns .. 'v:' .. q, m)
-  redis.call('HDEL', ns .. 'r:' .. q, m)
+  local left = redis.call('ZCARD', qk)
   redis.call('HDEL', ns .. 'h:' .. sid_of(m), m)
-  if redis.call('GET', k) == m then redis.call('DEL', k) end
-  redis.call('PUBLISH', ns .. 'gone:' .. m, q)
-  redis.call('PUBLISH', ns .. 'wake:' .. q, m)
-  if redis.call('ZCARD', qk) == 0 then redis.call('DEL', ns .. 'n:' .. q, ns .. 'v:' .. q) end
-end
-local function mint(key)
-  local t = redis.call('TIME')
-  local now = tonumber(t[1]) * 1000000 + tonumber(t[2])
-  if now > tonumber(redis.call('GET', key) or '0') then
-    redis.call('SET', key, string.format('%.0f', now))
-    return now
+  if held == nil then held = redis.call('GET', k) == m end
+  if held then redis.call('DEL', k) end
+  if left > 0 then
+    redis.call('HDEL', ns .. 'v:' .. q, m)
+    redis.call('HDEL', ns .. 'r:' .. q, m)
+    redis.call('PUBLISH', ns .. 'gone:' .. m, q)
+  else
+    redis.call('DEL', ns .. 'v:' .. q, ns .. 'r:' .. q, ns .. 'n:' .. q)
   end
-  return redis.call('INCR', key)
+  redis.call('PUBLISH', ns .. 'wake:' .. q, m)
+end
+local function micros()
+  local t = redis.call('TIME')
+  return tonumber(t[1]) * 1000000 + tonumber(t[2])
+end
+local function mint(key, at)
+  local now = at or micros()
+  local last = tonumber(redis.call('SET', key, string.format('%.0f', now), 'GET') or '0')
+  if now > last then return now end
+  redis.call('SET', key, string.format('%.0f', last + 1))
+  return last + 1
+end
+-- A group changed: its next version (from the counter every group
+-- shares) and its publication; an empty group's hashes go.
+local function regroup(name)
+  local gm, go = ns .. 'g:' .. name, ns .. 'go:' .. name
+  local v = redis.call('INCR', ns .. 'gv')
+  if redis.call('HLEN', go) == 0 then redis.call('DEL', gm, go) else redis.call('HSET', gm, '/v', v) end
+  redis.call('PUBLISH', ns .. 'wake:' .. name, v)
+end
+-- Remove up to `budget` entries of the session `id` (its index `h:<id>`),
+-- each only while it is still that session's, its going published as a
+-- release publishes it; the index goes once empty. → the budget left.
+local function forget(id, budget)
+  local h = ns .. 'h:' .. id
+  local e = redis.call('HGETALL', h)
+  for i = 1, #e, 2 do
+    if budget <= 0 then return 0 end
+    local g, gid = string.match(e[i], '^g\n(.-)\n(.*)$')
+    if g then
+      if redis.call('HGET', ns .. 'go:' .. g, gid) == id then
+        redis.call('HDEL', ns .. 'g:' .. g, gid)
+        redis.call('HDEL', ns .. 'go:' .. g, gid)
+        regroup(g)
+      end
+      redis.call('HDEL', h, e[i])
+    else
+      local q, k = string.match(e[i + 1], '^(.-)\n(.*)$')
+      if q then drop(q, k, e[i]) else redis.call('HDEL', h, e[i]) end
+    end
+    budget = budget - 1
+  end
+  redis.call('DEL', h)
+  return budget
+end
+-- The sessions' deadlines (`deadlines`, a sorted set: id → when its key
+-- expires, ms of the server's clock): forget up to 16 sessions whose key
+-- is gone, at most 512 of their entries; a session whose key still lives
+-- gets its deadline again (its key's; a minute when someone took its TTL).
+local function sweep(now)
+  local dl, budget = ns .. 'deadlines', 512
+  for _, id in ipairs(redis.call('ZRANGEBYSCORE', dl, '-inf', now, 'LIMIT', 0, 16)) do
+    local left = redis.call('PTTL', ns .. 's:' .. id)
+    if left >= 0 then redis.call('ZADD', dl, string.format('%.0f', now + left), id)
+    elseif left == -1 then redis.call('ZADD', dl, string.format('%.0f', now + 60000), id)
+    else
+      budget = forget(id, budget)
+      if budget <= 0 then return end
+      redis.call('ZREM', dl, id)
+    end
+  end
+end
+-- Our session `id` lives until `now` + `ttl` ms: its deadline, and a sweep.
+local function live_until(id, now, ttl)
+  redis.call('ZADD', ns .. 'deadlines', string.format('%.0f', now + tonumber(ttl)), id)
+  sweep(now)
 end
 "#
     };
@@ -107,9 +190,7 @@ local qk = ns .. 'q:' .. q
 local rk = ns .. 'r:' .. q
 local function holdkey(m) if mode == 'lock' then return hk end return hk .. m end
 local function role(m) return redis.call('HGET', rk, m) end
-local function alive(m)
-  return redis.call('EXISTS', sess(m)) == 1 or redis.call('GET', holdkey(m)) == m
-end
+local function alive(m) return redis.call('EXISTS', sess(m)) == 1 end
 local function upto(ours)
   local out = {}
   for _, m in ipairs(redis.call('ZRANGE', qk, 0, -1)) do
@@ -128,6 +209,28 @@ local function other(m)
   if redis.call('EXISTS', sess(m)) == 0 then return false end
   if mode == 'rw' then return not role(m) end
   return role(m) ~= false
+end
+-- Ours holds if the rule says so over `live` (the live members up to
+-- ours): set the hold key and mint the fence. `fresh`: the queue was
+-- empty, ours alone in it, so the hold key is free unless someone
+-- tampered with the queue (then the checks below run). A hold of a
+-- member whose session expired is free. → the fence; -1 ours is gone;
+-- -2 not ours yet.
+local function take(live, max, fkey, fresh)
+  if live[#live] ~= member then return -1 end
+  local k = holdkey(member)
+  if fresh and redis.call('SET', k, member, 'NX') then return mint(fkey) end
+  local cur = redis.call('GET', k)
+  if cur == member then return tonumber(redis.call('GET', fkey)) end
+  if cur and alive(cur) then return -2 end
+  if mode == 'rw' then
+    local reader = role(member) == 'read'
+    for i = 1, #live - 1 do
+      if not reader or role(live[i]) ~= 'read' then return -2 end
+    end
+  elseif #live > tonumber(max) then return -2 end
+  redis.call('SET', k, member)
+  return mint(fkey)
 end
 "#
     };
@@ -149,29 +252,29 @@ script!(
     common!(),
     r#"
 redis.call('PUBLISH', ns .. 'granted', '')
-local id = mint(ns .. 'sessions')
-redis.call('SET', ns .. 's:' .. string.format('%.0f', id), ARGV[2], 'PX', ARGV[3])
+local at = micros()
+local id = mint(ns .. 'sessions', at)
+local sid = string.format('%.0f', id)
+redis.call('SET', ns .. 's:' .. sid, ARGV[2], 'PX', ARGV[3])
+live_until(sid, math.floor(at / 1000), ARGV[3])
 return id
 "#
 );
 
 // ARGV: ns, id, token, ttl ms → 1 renewed, 0 gone. Never resurrects: an
-// expired session key is not set again, and a hold key is extended only
-// while it holds our member.
+// expired session key is not set again. The same few commands whatever
+// the number of entries (a hold is live while its member's session key
+// exists, so hold keys are never extended): the session key's `PX`, its
+// deadline, and the sweep of expired sessions.
 script!(
     RENEW,
     " flags=allow-oom",
     common!(),
     r#"
-local s, h = ns .. 's:' .. ARGV[2], ns .. 'h:' .. ARGV[2]
+local s = ns .. 's:' .. ARGV[2]
 if redis.call('GET', s) ~= ARGV[3] then return 0 end
 redis.call('PEXPIRE', s, ARGV[4])
-local e = redis.call('HGETALL', h)
-for i = 1, #e, 2 do
-  local k = string.match(e[i + 1], '\n(.*)$')
-  if k and redis.call('GET', k) == e[i] then redis.call('PEXPIRE', k, ARGV[4]) end
-end
-if #e > 0 then redis.call('PEXPIRE', h, ARGV[4]) end
+live_until(ARGV[2], math.floor(micros() / 1000), ARGV[4])
 return 1
 "#
 );
@@ -183,24 +286,24 @@ script!(
     " flags=allow-oom",
     common!(),
     r#"
-local h = ns .. 'h:' .. ARGV[2]
-local e = redis.call('HGETALL', h)
-for i = 1, #e, 2 do
-  local q, k = string.match(e[i + 1], '^(.-)\n(.*)$')
-  if q then drop(q, k, e[i]) end
-end
-redis.call('DEL', h, ns .. 's:' .. ARGV[2])
-return #e / 2
+local n = redis.call('HLEN', ns .. 'h:' .. ARGV[2])
+forget(ARGV[2], math.huge)
+redis.call('DEL', ns .. 's:' .. ARGV[2])
+redis.call('ZREM', ns .. 'deadlines', ARGV[2])
+return n
 "#
 );
 
 // ARGV: ns, queue, hold, mode, member, token, value (a read-write lock's:
-// the role), conflict key, inside key → {0, live members up to ours, as
-// `shown`}; {-1} our session is gone; {-2} the conflict key exists (the
-// name holds a semaphore); {-3} the inside key exists (the name is a
-// semaphore's own queue); {-4} the queue has live members of the other
-// recipe (a lock's or an election's for a read-write lock, and the
-// reverse).
+// the role), conflict key, inside key, max (as `CONFIRM`'s; empty: do
+// not take), fence key → {0, live members up to ours, as
+// `shown`[, the fence when ours holds: taken in the same script, as
+// `CONFIRM` takes it]}; {-1} our session is gone; {-2} the conflict key
+// exists (the name holds a semaphore); {-3} the inside key exists (the
+// name is a semaphore's own queue); {-4} the queue has live members of the
+// other recipe (a lock's or an election's for a read-write lock, and the
+// reverse). Into an empty queue (the uncontended path) it runs no read of
+// the queue beyond its last member.
 script!(
     ENTER,
     "",
@@ -208,22 +311,38 @@ script!(
     queue!(),
     r#"
 if redis.call('GET', sess(member)) ~= ARGV[6] then return {-1} end
-if ARGV[8] ~= '' and redis.call('EXISTS', ARGV[8]) == 1 then return {-2} end
-if ARGV[9] ~= '' and redis.call('EXISTS', ARGV[9]) == 1 then return {-3} end
-local others = {}
-if mode == 'rw' then others = redis.call('ZRANGE', qk, 0, -1)
-elseif mode == 'lock' then others = redis.call('HKEYS', rk) end
-for _, m in ipairs(others) do if m ~= member and other(m) then return {-4} end end
-if not redis.call('ZSCORE', qk, member) then
-  redis.call('ZADD', qk, redis.call('INCR', ns .. 'n:' .. q), member)
+local probe = {}
+if ARGV[8] ~= '' then probe[#probe + 1] = ARGV[8] end
+if ARGV[9] ~= '' then probe[#probe + 1] = ARGV[9] end
+if mode == 'rw' then probe[#probe + 1] = qk elseif mode == 'lock' then probe[#probe + 1] = rk end
+if #probe > 0 and redis.call('EXISTS', unpack(probe)) > 0 then
+  if ARGV[8] ~= '' and redis.call('EXISTS', ARGV[8]) == 1 then return {-2} end
+  if ARGV[9] ~= '' and redis.call('EXISTS', ARGV[9]) == 1 then return {-3} end
+  local others = {}
+  if mode == 'rw' then others = redis.call('ZRANGE', qk, 0, -1)
+  elseif mode == 'lock' then others = redis.call('HKEYS', rk) end
+  for _, m in ipairs(others) do if m ~= member and other(m) then return {-4} end end
+end
+local last = redis.call('ZRANGE', qk, -1, -1, 'WITHSCORES')
+local fresh = last[1] == nil
+local live
+if fresh or (last[1] ~= member and not redis.call('ZSCORE', qk, member)) then
+  local place = 1
+  if not fresh then place = tonumber(last[2]) + 1 end
+  redis.call('ZADD', qk, place, member)
   if mode == 'rw' then redis.call('HSET', rk, member, ARGV[7])
-  else redis.call('HSET', ns .. 'v:' .. q, member, ARGV[7]) end
+  elseif ARGV[7] ~= '' then redis.call('HSET', ns .. 'v:' .. q, member, ARGV[7]) end
   local h = ns .. 'h:' .. sid_of(member)
   redis.call('HSET', h, member, q .. '\n' .. holdkey(member))
-  redis.call('PEXPIRE', h, redis.call('PTTL', sess(member)))
   redis.call('PUBLISH', ns .. 'wake:' .. q, member)
+  if fresh then live = {member} end
 end
-return {0, shown(upto(member))}
+live = live or upto(member)
+if ARGV[10] ~= '' then
+  local fence = take(live, ARGV[10], ARGV[11], fresh)
+  if fence > 0 then return {0, shown(live), fence} end
+end
+return {0, shown(live)}
 "#
 );
 
@@ -253,7 +372,7 @@ return 1
 );
 
 // ARGV: ns, queue, hold, mode, member, token, max, fence key → the fence
-// (`SET hold member NX PX <session's PTTL>`, then `mint`, only on a new
+// (`SET hold member`: free, or a hold of an expired session; then `mint`, only on a new
 // acquisition; a resent confirm of a holder gets the name's last fence);
 // -1 our session or entry is gone; -2 not ours yet: more than `max` live
 // members ahead, or for a read-write lock (`max` unused) a writer ahead
@@ -264,22 +383,8 @@ script!(
     common!(),
     queue!(),
     r#"
-local s = sess(member)
-if redis.call('GET', s) ~= ARGV[6] then return -1 end
-local live = upto(member)
-if live[#live] ~= member then return -1 end
-local k = holdkey(member)
-local cur = redis.call('GET', k)
-if cur == member then return tonumber(redis.call('GET', ARGV[8])) end
-if cur then return -2 end
-if mode == 'rw' then
-  local reader = role(member) == 'read'
-  for i = 1, #live - 1 do
-    if not reader or role(live[i]) ~= 'read' then return -2 end
-  end
-elseif #live > tonumber(ARGV[7]) then return -2 end
-redis.call('SET', k, member, 'NX', 'PX', redis.call('PTTL', s))
-return mint(ARGV[8])
+if redis.call('GET', sess(member)) ~= ARGV[6] then return -1 end
+return take(upto(member), ARGV[7], ARGV[8], false)
 "#
 );
 
@@ -292,7 +397,7 @@ script!(
     queue!(),
     r#"
 local held = redis.call('GET', holdkey(member)) == member
-drop(q, holdkey(member), member)
+drop(q, holdkey(member), member, held)
 if held then return 1 end
 return 0
 "#
@@ -308,7 +413,7 @@ script!(
     common!(),
     queue!(),
     r#"
-if redis.call('GET', holdkey(member)) ~= member then return 0 end
+if redis.call('GET', holdkey(member)) ~= member or not alive(member) then return 0 end
 if not redis.call('ZSCORE', qk, member) then return 0 end
 redis.call('HSET', rk, member, 'read')
 redis.call('PUBLISH', ns .. 'gone:' .. member, q)
@@ -325,7 +430,9 @@ script!(
     "",
     common!(),
     r#"
-if redis.call('GET', ARGV[2]) ~= ARGV[3] then return 0 end
+if redis.call('GET', ARGV[2]) ~= ARGV[3] or redis.call('EXISTS', sess(ARGV[3])) == 0 then
+  return 0
+end
 if ARGV[4] == 'set' then redis.call('SET', ARGV[5], ARGV[6])
 elseif ARGV[4] == 'del' then redis.call('DEL', ARGV[5])
 else
@@ -379,7 +486,8 @@ return {1, stored}
 pub(crate) fn fenced_body(body: &str) -> Script {
     Script::new(&format!(
         "#!lua\nlocal hk, m = KEYS[#KEYS], ARGV[#ARGV]\n\
-         if redis.call('GET', hk) ~= m then \
+         local s = '{NS}s:' .. (string.match(m, '^(%d+)-') or '0')\n\
+         if redis.call('GET', hk) ~= m or redis.call('EXISTS', s) == 0 then \
          return redis.error_reply('FENCED the lock is not held by this guard') end\n\
          KEYS[#KEYS] = nil\nARGV[#ARGV] = nil\nreturn (function()\n{body}\nend)()\n"
     ))

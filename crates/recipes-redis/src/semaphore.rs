@@ -1,9 +1,10 @@
 //! The Redis semaphore: Curator's `InterProcessSemaphoreV2` structure —
 //! the size in `{recipes}:size:<name>`, an internal mutex (the queue
 //! `<name>/locks`) and the permits (the queue `<name>/leases`, each
-//! holder's own key `PX` its session's) — as a driver of core's
+//! holder's own key, live while its session key is) — as a driver of core's
 //! [`admit`](recipes_core::store::engine::admit). A permit whose session is not
-//! renewed expires by itself.
+//! renewed is free once the session key expired, and its key is swept
+//! with the session (`scripts.rs`).
 
 use std::time::Duration;
 

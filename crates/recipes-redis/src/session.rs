@@ -5,8 +5,9 @@
 //! [`LeaseSessions`](recipes_core::store::LeaseSessions).
 //!
 //! The renewal is a script guarded by the token: it extends the session
-//! key and the hold keys of its entries only while the session key still
-//! holds our token, so a renewal that arrives after the key expired
+//! key (and so every hold of the session, whatever their number) only
+//! while the session key still holds our token, and sweeps the keys of
+//! expired sessions (`scripts.rs`), so a renewal that arrives after the key expired
 //! resurrects nothing — its reply says the session is gone. Entries are
 //! named by a fresh uuid, never by the session, so one session serves any
 //! number of acquisitions of one name.

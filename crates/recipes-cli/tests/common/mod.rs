@@ -100,16 +100,26 @@ impl Store {
                     !facts.exists(holder)
                 });
             }
-            // Gone once its session expired and it holds nothing.
-            Store::Redis => wait_until("the holder is gone", Duration::from_secs(20), || {
-                let (queue, member) = redis_holder(holder);
+            // Gone once its session expired and it holds nothing: its keys
+            // are swept by the renewal of a live client (one lives here,
+            // renewing every 333 ms), or the next connect.
+            Store::Redis => {
                 let server = RedisServer::shared();
-                let session = member.split('-').next().unwrap_or_default();
-                let alive: bool = server.cmd(&["EXISTS", &format!("{{recipes}}:s:{session}")]);
-                let lock = format!("{{recipes}}:lock:{queue}");
-                let held = server.cmd::<Option<String>>(&["GET", &lock]).as_deref() == Some(member);
-                !alive && !held
-            }),
+                let live = recipes_redis::RedisClient::builder(server.url())
+                    .ttl(Duration::from_secs(1))
+                    .connect()
+                    .expect("a live client");
+                wait_until("the holder is gone", Duration::from_secs(20), || {
+                    let (queue, member) = redis_holder(holder);
+                    let session = member.split('-').next().unwrap_or_default();
+                    let alive: bool = server.cmd(&["EXISTS", &format!("{{recipes}}:s:{session}")]);
+                    let lock = format!("{{recipes}}:lock:{queue}");
+                    let held =
+                        server.cmd::<Option<String>>(&["GET", &lock]).as_deref() == Some(member);
+                    !alive && !held
+                });
+                let _ = recipes_core::Client::close(live);
+            }
         }
     }
 }

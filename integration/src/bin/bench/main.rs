@@ -28,7 +28,10 @@
 //! - **M5** 1, 100 and 10,000 locks held by one client: threads, resident
 //!   memory per lock, idle server requests per second; a raw holder of as
 //!   many keys or nodes beside it on etcd and ZooKeeper (`raw_held.rs`).
-//!
+//! - **M1c** (Redis; run with M1 too) the uncontended cycle and the raw
+//!   loop, interleaved round by round, each counted by the server:
+//!   commands (those scripts run included), requests sent and scripts a
+//!   cycle, and redis-py's `Lock` beside them (`redis_cycle.rs`).
 //! - **M6** the read-write lock and the multi-lock (`rw.rs`): 8 readers
 //!   at once beside 8 raw clients' uncontended cycles at once; a writer's
 //!   wait among 4 churning readers (violations = a writer beside a
@@ -64,6 +67,7 @@ mod raw;
 mod raw_fanout;
 mod raw_held;
 mod raw_queue;
+mod redis_cycle;
 mod rw;
 
 use std::time::Duration;
@@ -98,6 +102,12 @@ type Measure<C> = fn(&Store<C>, &Sizes);
 /// The metrics named on the command line (`M1` … `M7`); none named: all.
 static ONLY: std::sync::OnceLock<Vec<String>> = std::sync::OnceLock::new();
 
+/// Whether `metric` was named on the command line, or none was.
+fn wanted(metric: &str) -> bool {
+    let only = ONLY.get().map_or(&[][..], Vec::as_slice);
+    only.is_empty() || only.iter().any(|m| m.eq_ignore_ascii_case(metric))
+}
+
 fn all<C: Client>(store: Store<C>, sizes: &Sizes) {
     let metrics: &[(&str, Measure<C>)] = &[
         ("M1", measures::m1),
@@ -110,8 +120,7 @@ fn all<C: Client>(store: Store<C>, sizes: &Sizes) {
         ("M8", barrier::m8),
     ];
     for (metric, measure) in metrics {
-        let only = ONLY.get().map_or(&[][..], Vec::as_slice);
-        if only.is_empty() || only.iter().any(|m| m.eq_ignore_ascii_case(metric)) {
+        if wanted(metric) {
             measure(&store, sizes);
         }
     }
@@ -199,7 +208,8 @@ fn redis(sizes: &Sizes) {
         ..RedisConfig::default()
     });
     let url = server.url();
-    let (u, u2, u3) = (url.clone(), url.clone(), url.clone());
+    let server = std::sync::Arc::new(server);
+    let (u, u2, u3, counted) = (url.clone(), url.clone(), url.clone(), server.clone());
     let store = Store {
         name: "redis",
         connect: Box::new(move |ttl| {
@@ -215,7 +225,7 @@ fn redis(sizes: &Sizes) {
         raw_queue: None,
         raw_fanout: Some(Box::new(move |n, _, r| raw_fanout::redis(&u3, n, r))),
         requests: Box::new(move || {
-            let info: String = server.cmd(&["INFO", "stats"]);
+            let info: String = counted.cmd(&["INFO", "stats"]);
             info.lines()
                 .find_map(|l| l.strip_prefix("total_commands_processed:"))
                 .and_then(|v| v.trim().parse().ok())
@@ -225,6 +235,9 @@ fn redis(sizes: &Sizes) {
         kill_is: "renewals stopped (crash)",
     };
     all(store, sizes);
+    if wanted("M1") || wanted("M1c") {
+        redis_cycle::m1c(&server, &url, sizes.seconds, sizes.rounds);
+    }
 }
 
 /// PostgreSQL in both modes, each beside its own raw statements.
@@ -318,7 +331,7 @@ fn main() {
     let (metrics, stores): (Vec<&String>, Vec<&String>) = args
         .iter()
         .filter(|a| !a.starts_with("--"))
-        .partition(|a| a.len() == 2 && a.to_ascii_uppercase().starts_with('M'));
+        .partition(|a| (2..=3).contains(&a.len()) && a.to_ascii_uppercase().starts_with('M'));
     ONLY.set(metrics.into_iter().cloned().collect())
         .expect("set once");
     let which = stores.first().map_or("all", |s| s.as_str());

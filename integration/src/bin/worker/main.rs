@@ -49,6 +49,8 @@
 //! - `join <name> <id> [data]` → `OK`: join the group `<name>` as `<id>`;
 //!   `member-status` → `OK lost=<no|reason> valid_until_ms=<boot ms>`;
 //!   `group-leave` → `OK` (released).
+//! - `permit <name> <size>` → `OK holder=<path>`: one permit of the
+//!   semaphore `<name>` of `<size>` permits, held until the worker ends
 //! - `exit` → `OK`, then the process exits
 //!
 //! The worker prints `READY` once it reads requests.
@@ -111,6 +113,8 @@ struct Worker<C: Client> {
     participant: Option<Participant>,
     member: Option<recipes_core::DoubleBarrierMember<<C as Client>::Barrier>>,
     membership: Option<recipes_core::Membership<C::Group>>,
+    /// Semaphore permits held (`permit`), released when the worker ends.
+    permits: Vec<Box<dyn std::any::Any>>,
 }
 
 fn boot_ms(t: Option<BootInstant>) -> u128 {
@@ -295,6 +299,14 @@ impl<C: Client> Worker<C> {
                 Ok(String::new())
             }
             ["join" | "member-status" | "group-leave", ..] => self.group_verb(words),
+            ["permit", name, size] => {
+                let size = size.parse().map_err(|_| usage("permit <name> <size>"))?;
+                let sem = self.client.semaphore(name, size).map_err(|e| err(&e))?;
+                let permit = sem.acquire().map_err(|e| err(&e))?;
+                let reply = format!("holder={}", permit.holder());
+                self.permits.push(Box::new(permit));
+                Ok(reply)
+            }
             _ => Err(usage(&format!("unknown request {:?}", words.join(" ")))),
         }
     }
@@ -325,6 +337,7 @@ fn worker<C: Client>(client: C) -> Worker<C> {
         participant: None,
         member: None,
         membership: None,
+        permits: Vec::new(),
     }
 }
 
