@@ -127,6 +127,23 @@ pub trait CounterBackend: Clone + Send + Sync + 'static {
     /// [`Error::Indeterminate`] when no reply came (it may have landed).
     fn set_if(&self, version: u64, value: i64) -> Result<bool>;
 
+    /// [`set_if`](CounterBackend::set_if), saying on a conflict what the
+    /// counter holds now where the store reads it in the same round trip
+    /// (an etcd transaction's else branch, a script's reply), so that a
+    /// retried `add` does not read again. The default calls `set_if` and
+    /// returns [`SetIf::Conflict`]`(None)` on a conflict.
+    ///
+    /// # Errors
+    ///
+    /// As for [`set_if`](CounterBackend::set_if).
+    fn set_if_seen(&self, version: u64, value: i64) -> Result<SetIf> {
+        Ok(if self.set_if(version, value)? {
+            SetIf::Set
+        } else {
+            SetIf::Conflict(None)
+        })
+    }
+
     /// Delete the counter if its version is still `version`; `Ok(false)`
     /// when it is not.
     ///
@@ -151,6 +168,16 @@ pub trait CounterBackend: Clone + Send + Sync + 'static {
         &self,
         epoch: &WaitEpoch<Self>,
     ) -> impl Future<Output = Result<(Versioned, WaitWatch<Self>)>> + Send;
+}
+
+/// What [`CounterBackend::set_if_seen`] found.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum SetIf {
+    /// The value was written.
+    Set,
+    /// The version had moved on; the counter as the same round trip read
+    /// it, when it did.
+    Conflict(Option<Versioned>),
 }
 
 /// The epoch of a counter's wait store.
@@ -266,8 +293,8 @@ impl<B: CounterBackend> Counter<B> {
     pub(crate) fn update(&self, change: impl Fn(i64) -> Result<Option<i64>>) -> Result<Added> {
         let mut conflicts = 0;
         let mut pause = Backoff::new(Duration::from_millis(1), Duration::from_millis(50));
+        let mut seen = self.backend.get()?;
         loop {
-            let seen = self.backend.get()?;
             let Some(value) = change(seen.value)? else {
                 return Ok(Added {
                     now: seen,
@@ -275,19 +302,27 @@ impl<B: CounterBackend> Counter<B> {
                 });
             };
             self.check_fits(value, || format!("{value} (from {})", seen.value))?;
-            if self.backend.set_if(seen.version, value)? {
-                let now = Versioned {
-                    value,
-                    version: seen.version + 1,
-                };
-                return Ok(Added { now, conflicts });
-            }
+            let now = match self.backend.set_if_seen(seen.version, value)? {
+                SetIf::Set => {
+                    let now = Versioned {
+                        value,
+                        version: seen.version + 1,
+                    };
+                    return Ok(Added { now, conflicts });
+                }
+                SetIf::Conflict(now) => now,
+            };
             conflicts += 1;
             // Every loser of a round retries at once; after a few losses
             // back off a little so a winner's next round is not starved.
             if conflicts > 3 {
                 std::thread::sleep(pause.next_pause());
             }
+            // What the conflict read is current unless we slept on it.
+            seen = match now {
+                Some(now) if conflicts <= 3 => now,
+                _ => self.backend.get()?,
+            };
         }
     }
 

@@ -25,6 +25,12 @@ struct Memory {
     /// `get` calls, and reads that armed a notification.
     gets: Arc<AtomicU64>,
     armed: Arc<AtomicU64>,
+    /// Writes of another client, each landing just before one of our
+    /// next compare-and-sets (adding 10).
+    interlopers: Arc<AtomicU64>,
+    /// Whether a lost compare-and-set says what it saw, as etcd's and
+    /// Redis's do.
+    reports: bool,
 }
 
 impl Memory {
@@ -40,6 +46,8 @@ impl Memory {
             loss: LossTrigger::root(),
             gets: Arc::default(),
             armed: Arc::default(),
+            interlopers: Arc::default(),
+            reports: true,
         }
     }
 
@@ -114,6 +122,22 @@ impl CounterBackend for Memory {
             version: version + 1,
         };
         Ok(self.write_if(version, now))
+    }
+
+    fn set_if_seen(&self, version: u64, value: i64) -> Result<SetIf> {
+        if self.interlopers.load(Ordering::Relaxed) > 0 {
+            self.interlopers.fetch_sub(1, Ordering::Relaxed);
+            let cell = *self.cell.lock();
+            let theirs = Versioned {
+                value: cell.value + 10,
+                version: cell.version + 1,
+            };
+            assert!(self.write_if(cell.version, theirs));
+        }
+        if self.set_if(version, value)? {
+            return Ok(SetIf::Set);
+        }
+        Ok(SetIf::Conflict(self.reports.then(|| *self.cell.lock())))
     }
 
     fn delete_if(&self, version: u64) -> Result<bool> {
@@ -191,6 +215,33 @@ fn racing_adds_all_land_and_overflow_changes_nothing() {
     let wide = Counter::from_backend(Memory::new(CounterKind::I64));
     assert_eq!(wide.add(i64::MAX).unwrap(), i64::MAX);
     assert!(matches!(wide.add(1), Err(Error::InvalidArgument(_))));
+}
+
+#[test]
+fn a_lost_compare_and_set_that_says_what_it_saw_costs_no_read() {
+    for reports in [true, false] {
+        let mut store = Memory::new(CounterKind::I64);
+        store.reports = reports;
+        store.interlopers.store(2, Ordering::Relaxed);
+        let counter = Counter::from_backend(store.clone());
+        let added = counter.add_counted(1).unwrap();
+        assert_eq!(
+            added.now,
+            Versioned {
+                value: 21,
+                version: 3
+            }
+        );
+        assert_eq!(added.conflicts, 2);
+        // One read before the first try; a store that cannot say what it
+        // saw is read again after each loss.
+        let reads = if reports { 1 } else { 3 };
+        assert_eq!(
+            store.gets.load(Ordering::Relaxed),
+            reads,
+            "reports: {reports}"
+        );
+    }
 }
 
 #[test]

@@ -144,7 +144,7 @@ pub mod store {
     pub use crate::clock::{system_clock, Clock, ManualClock, SharedClock, SystemClock};
     pub use crate::close::end_sessions_within;
     pub use crate::connect::{is_host_port, no_server_answered};
-    pub use crate::counter::CounterBackend;
+    pub use crate::counter::{CounterBackend, SetIf};
     pub use crate::deadline::{
         check_lease, granted_ttl_hazard, margin, DeadlineTracker, CLOCK_DRIFT_PPM, DEFAULT_SLACK,
     };

@@ -7,7 +7,7 @@
 //! (etcd's history: no write after the read goes unheard).
 
 use etcd_client::{Compare, CompareOp, Txn, TxnOp};
-use recipes_core::store::CounterBackend;
+use recipes_core::store::{CounterBackend, SetIf};
 use recipes_core::{CounterKind, Error, Result, Versioned};
 
 use crate::barrier::{Changes, Epoch, EtcdWaits};
@@ -100,8 +100,8 @@ impl EtcdCounter {
     }
 
     /// `ops` when the key is still at `version` and no other recipe's keys
-    /// exist; whether they ran.
-    fn guarded(&self, what: &'static str, version: u64, ops: Vec<TxnOp>) -> Result<bool> {
+    /// exist; else the counter as the same transaction read it.
+    fn guarded(&self, what: &'static str, version: u64, ops: Vec<TxnOp>) -> Result<SetIf> {
         let me = self.clone();
         let version = i64::try_from(version).unwrap_or(i64::MAX);
         self.client.read_with(what, move |etcd, _| async move {
@@ -121,9 +121,9 @@ impl EtcdCounter {
                 .await
                 .map_err(|e| from_etcd(&format!("{what} {name}"), e))?;
             if resp.succeeded() {
-                return Ok(true);
+                return Ok(SetIf::Set);
             }
-            me.decode(&resp).map(|_| false)
+            me.decode(&resp).map(|now| SetIf::Conflict(Some(now)))
         })
     }
 }
@@ -148,13 +148,17 @@ impl CounterBackend for EtcdCounter {
     }
 
     fn set_if(&self, version: u64, value: i64) -> Result<bool> {
+        self.set_if_seen(version, value).map(|r| r == SetIf::Set)
+    }
+
+    fn set_if_seen(&self, version: u64, value: i64) -> Result<SetIf> {
         let put = TxnOp::put(self.name.as_str(), value.to_string(), None);
         self.guarded("write the counter", version, vec![put])
     }
 
     fn delete_if(&self, version: u64) -> Result<bool> {
         let delete = TxnOp::delete(self.name.as_str(), None);
-        self.guarded("delete the counter", version, vec![delete])
+        (self.guarded("delete the counter", version, vec![delete])).map(|r| r == SetIf::Set)
     }
 
     fn waits(&self) -> &EtcdWaits {

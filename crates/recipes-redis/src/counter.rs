@@ -14,7 +14,7 @@ use std::sync::LazyLock;
 use std::time::Duration;
 
 use recipes_core::store::engine::Nudge;
-use recipes_core::store::CounterBackend;
+use recipes_core::store::{CounterBackend, SetIf};
 use recipes_core::{CounterKind, Error, Result, Versioned};
 use redis::Script;
 
@@ -22,6 +22,7 @@ use crate::barrier::{Changes, Epoch, RedisWaits};
 use crate::client::RedisClient;
 use crate::contend::POLL;
 use crate::names::{other_layout, validate_name, NS};
+use crate::rpc::unexpected;
 
 /// How long a subscribed waiter goes without a read when nothing is
 /// published: a safety net only (a lost message with the connection up).
@@ -48,17 +49,18 @@ static GET: LazyLock<Script> = LazyLock::new(|| {
     ))
 });
 
-// ARGV: ns, name, version, value, 'set' | 'del' → 'ok', 'conflict' or
-// 'other:<recipe>'. A write publishes on the name's wake channel.
+// ARGV: ns, name, version, value, 'set' | 'del' → {'ok'},
+// {'conflict', value or '', version} or {'other:<recipe>'}. A write publishes on the name's wake channel.
 static CAS: LazyLock<Script> = LazyLock::new(|| {
     Script::new(&format!(
-        "#!lua\n{OTHER}\nlocal o = other()\nif o ~= '' then return 'other:' .. o end\n\
-         local now = tonumber(redis.call('HGET', key, 'version') or '0')\n\
-         if now ~= tonumber(ARGV[3]) then return 'conflict' end\n\
+        "#!lua\n{OTHER}\nlocal o = other()\nif o ~= '' then return {{'other:' .. o}} end\n\
+         local v = redis.call('HMGET', key, 'value', 'version')\n\
+         local now = tonumber(v[2] or '0')\n\
+         if now ~= tonumber(ARGV[3]) then return {{'conflict', v[1] or '', v[2] or '0'}} end\n\
          if ARGV[5] == 'del' then redis.call('DEL', key)\n\
          else redis.call('HSET', key, 'value', ARGV[4], 'version', string.format('%d', now + 1)) end\n\
          redis.call('PUBLISH', ns .. 'wake:' .. name, '')\n\
-         return 'ok'\n"
+         return {{'ok'}}\n"
     ))
 });
 
@@ -96,6 +98,12 @@ impl RedisCounter {
         if !other.is_empty() {
             return Err(self.refused(&other));
         }
+        self.decode(&value, &version)
+    }
+
+    /// The counter from a script's `value` (`''` while absent) and
+    /// `version` fields.
+    fn decode(&self, value: &str, version: &str) -> Result<Versioned> {
         if value.is_empty() {
             return Ok(Versioned {
                 value: 0,
@@ -122,7 +130,7 @@ impl RedisCounter {
         other_layout(&self.name, "a counter", theirs)
     }
 
-    fn cas(&self, what: &'static str, version: u64, value: i64, op: &'static str) -> Result<bool> {
+    fn cas(&self, what: &'static str, version: u64, value: i64, op: &'static str) -> Result<SetIf> {
         let me = self.clone();
         let timeout = self.client.rpc_timeout();
         self.client.call(what, async move {
@@ -136,11 +144,14 @@ impl RedisCounter {
             ];
             // Sent once: a resent write would find its own version and say
             // "conflict" although it landed, and add would add twice.
-            let reply: String = redis.once(what, timeout, &CAS, &args).await?;
-            match reply.as_str() {
-                "ok" => Ok(true),
-                "conflict" => Ok(false),
-                other => Err(me.refused(other.strip_prefix("other:").unwrap_or(other))),
+            let reply: Vec<String> = redis.once(what, timeout, &CAS, &args).await?;
+            match reply.as_slice() {
+                [ok] if ok == "ok" => Ok(SetIf::Set),
+                [conflict, value, version] if conflict == "conflict" => me
+                    .decode(value, version)
+                    .map(|now| SetIf::Conflict(Some(now))),
+                [other] => Err(me.refused(other.strip_prefix("other:").unwrap_or(other))),
+                _ => Err(unexpected(what, &reply)),
             }
         })
     }
@@ -164,11 +175,15 @@ impl CounterBackend for RedisCounter {
     }
 
     fn set_if(&self, version: u64, value: i64) -> Result<bool> {
+        self.set_if_seen(version, value).map(|r| r == SetIf::Set)
+    }
+
+    fn set_if_seen(&self, version: u64, value: i64) -> Result<SetIf> {
         self.cas("write the counter", version, value, "set")
     }
 
     fn delete_if(&self, version: u64) -> Result<bool> {
-        self.cas("delete the counter", version, 0, "del")
+        (self.cas("delete the counter", version, 0, "del")).map(|r| r == SetIf::Set)
     }
 
     fn waits(&self) -> &RedisWaits {
