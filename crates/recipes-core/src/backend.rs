@@ -197,7 +197,7 @@ pub trait ElectionBackend: Send + Sync + 'static {
         deadline: Option<Instant>,
     ) -> Result<Option<Self::Leadership>> {
         let deadline = deadline.map(tokio::time::Instant::from_std);
-        let campaign = self.campaign_async(value.to_vec(), deadline);
+        let campaign = Box::pin(self.campaign_async(value.to_vec(), deadline));
         self.runtime().call_until("campaign", None, campaign)
     }
 

@@ -140,7 +140,11 @@ impl<E: StoreEntry> HeldEntry<E> {
         }
         let e = &self.entry;
         e.runtime()
-            .call(what, e.rpc_timeout(), e.clone().write(what, write))
+            .call(
+                what,
+                e.rpc_timeout(),
+                Box::pin(e.clone().write(what, write)),
+            )
             .map_err(Error::unconfirmed)
     }
 
@@ -178,7 +182,7 @@ impl<E: StoreEntry> HeldLease for HeldEntry<E> {
         let e = &self.entry;
         match e
             .runtime()
-            .call("release", e.rpc_timeout(), e.clone().delete())
+            .call("release", e.rpc_timeout(), Box::pin(e.clone().delete()))
         {
             Ok(()) => {
                 e.released();

@@ -182,7 +182,8 @@ impl<S: LockStore> QueueLock<S> {
 
     fn take_blocking(&self, kind: LockKind, deadline: Option<Instant>) -> Result<Option<S::Lease>> {
         let deadline = deadline.map(tokio::time::Instant::from_std);
-        let take = self.store.take(&self.queue, kind, deadline);
+        // Built on the heap: it is large (see `Runtime::call_until`).
+        let take = Box::pin(self.store.take(&self.queue, kind, deadline));
         self.store.runtime().call_until(kind.what(), None, take)
     }
 }
@@ -266,7 +267,7 @@ impl<S: LockStore> SemaphoreBackend for QueueSemaphore<S> {
 
     fn acquire(&self, deadline: Option<Instant>) -> Result<Option<S::Permit>> {
         let deadline = deadline.map(tokio::time::Instant::from_std);
-        let admit = self.store.admit(&self.semaphore, deadline);
+        let admit = Box::pin(self.store.admit(&self.semaphore, deadline));
         self.store
             .runtime()
             .call_until("acquire a permit", None, admit)

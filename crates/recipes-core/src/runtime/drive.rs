@@ -20,7 +20,12 @@
 //! thread has in all: a store client's poll can be deep (etcd-client's
 //! lease grant takes ~1.8 MB of stack in a debug build), and a caller's
 //! thread may have been given a small stack; with less, the call takes the
-//! channel path and the runtime thread's stack, as before.
+//! channel path and the runtime thread's stack, as before. The runtime
+//! thread is given a default thread's stack less [`CALLER_FRAMES`]
+//! ([`runtime_stack_size`]), so that a caller on a thread of the default
+//! size (`std::thread::spawn`'s) drives unless its own frames are deeper
+//! than that: with equal stacks a caller, always a little deeper in its
+//! own thread than the runtime thread is when it starts, never would.
 //!
 //! While the core is free nobody polls the IO driver or the timers: a
 //! keep-alive, a watch event or a task spawned from another thread waits
@@ -28,7 +33,6 @@
 //! millisecond). The loss deadline never depends on it: it is fired by
 //! each session's own deadline thread.
 
-use std::future::Future;
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicU8, AtomicUsize, Ordering};
 use std::sync::{Arc, OnceLock};
 use std::thread::Thread;
@@ -43,6 +47,20 @@ use crate::error::{Error, Result};
 /// How long the core stays free after a call before the runtime thread
 /// takes it back.
 pub(super) const GRACE: Duration = Duration::from_micros(500);
+
+/// Room a caller's own frames may take on a thread of the default stack
+/// size and still drive (see the module's notes).
+pub(super) const CALLER_FRAMES: usize = 64 << 10;
+
+/// The runtime thread's stack: std's default for a new thread
+/// (`RUST_MIN_STACK`, else 2 MiB) less [`CALLER_FRAMES`].
+pub(super) fn runtime_stack_size() -> usize {
+    let default = std::env::var("RUST_MIN_STACK")
+        .ok()
+        .and_then(|v| v.parse::<usize>().ok())
+        .unwrap_or(2 << 20);
+    default.saturating_sub(CALLER_FRAMES).max(CALLER_FRAMES)
+}
 
 /// The runtime thread holds the core (or is about to take it).
 const RUNTIME: u8 = 0;
@@ -240,16 +258,14 @@ impl Driving<'_> {
     /// Run `fut` on this thread, driving the runtime, until it answers,
     /// `deadline` passes (`Err(None)`: the caller names the timeout) or the
     /// runtime thread ends (`Closed`).
-    pub(super) fn run<T, F>(&self, deadline: Option<Instant>, fut: F) -> Option<Result<T>>
-    where
-        F: Future<Output = Result<T>>,
-    {
+    pub(super) fn run<T>(
+        &self,
+        deadline: Option<Instant>,
+        fut: super::Boxed<T>,
+    ) -> Option<Result<T>> {
         if self.baton.closed.load(Ordering::SeqCst) {
             return Some(Err(Error::Closed));
         }
-        // On the heap, as `spawn` puts a task: a store's future can be
-        // larger than a caller's stack has room for (debug builds).
-        let fut = Box::pin(fut);
         // A future that panics ends its call as a spawned one did (its
         // reply channel disconnected): `Closed`, not a panic in the caller.
         let driven = std::panic::AssertUnwindSafe(|| {

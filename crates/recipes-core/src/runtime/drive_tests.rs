@@ -156,14 +156,19 @@ fn a_call_waiting_on_a_driver_that_leaves_is_answered_at_once() {
     super::tests::wait_for("the driver in its call", Duration::from_secs(10), || {
         rt.inner.baton.is_driven_by_a_caller()
     });
-    // The second call waits longer than the driver stays.
+    // The second call waits longer than the driver stays; with less stack
+    // than the runtime thread it never drives, so it waits on the channel
+    // even if it starts after the driver left.
     let rt2 = rt.clone();
-    let second = std::thread::spawn(move || {
-        rt2.call("second", Duration::from_secs(30), async {
-            tokio::time::sleep(Duration::from_millis(50)).await;
-            Ok(name_of_this_thread())
+    let second = std::thread::Builder::new()
+        .stack_size(1 << 20)
+        .spawn(move || {
+            rt2.call("second", Duration::from_secs(30), async {
+                tokio::time::sleep(Duration::from_millis(50)).await;
+                Ok(name_of_this_thread())
+            })
         })
-    });
+        .unwrap();
     release.send(()).unwrap();
     driver.join().unwrap().unwrap();
     let ran_on = second.join().unwrap().unwrap();
@@ -184,8 +189,9 @@ fn background_work_never_starves_while_threads_call_in_a_tight_loop() {
     let threads: Vec<_> = (0..4)
         .map(|i| {
             let (rt, stop, calls) = (rt.clone(), stop.clone(), calls.clone());
-            // Two threads may drive; two have the default stack and never do.
-            let stack = if i < 2 { BIG_STACK } else { 2 << 20 };
+            // Two threads may drive; two have less stack than the
+            // runtime thread and never do.
+            let stack = if i < 2 { BIG_STACK } else { 1 << 20 };
             let builder = std::thread::Builder::new().stack_size(stack);
             builder
                 .spawn(move || {
@@ -312,6 +318,24 @@ fn a_caller_with_less_stack_than_the_runtime_thread_never_drives() {
     .unwrap()
     .unwrap();
     assert_eq!(ran_on.as_deref(), Some("big-stack"));
+}
+
+#[test]
+fn a_caller_on_a_thread_of_the_default_stack_size_drives() {
+    let rt = Runtime::new("recipes-test-drive").unwrap();
+    let rt2 = rt.clone();
+    let ran_on = std::thread::Builder::new()
+        .name("default-stack".into())
+        .spawn(move || {
+            rt2.call("name", Duration::from_secs(5), async {
+                Ok(name_of_this_thread())
+            })
+        })
+        .unwrap()
+        .join()
+        .unwrap()
+        .unwrap();
+    assert_eq!(ran_on.as_deref(), Some("default-stack"));
 }
 
 #[test]

@@ -28,6 +28,11 @@ use crate::loss::{LossReason, LossTrigger};
 mod drive;
 use drive::Baton;
 
+/// A call's future on the heap: what [`Runtime::call_until`] runs, and
+/// what a caller that builds a large future hands it (`Box::pin`), so that
+/// no frame of the caller's holds the future itself.
+pub type Boxed<T> = std::pin::Pin<Box<dyn Future<Output = Result<T>> + Send + 'static>>;
+
 /// How long shutdown waits for background work (releases handed over by
 /// guards' `Drop`) before it cancels what is left.
 pub const DEFAULT_SHUTDOWN_GRACE: Duration = Duration::from_secs(2);
@@ -161,6 +166,7 @@ impl Runtime {
             let baton = baton.clone();
             std::thread::Builder::new()
                 .name(name.to_owned())
+                .stack_size(drive::runtime_stack_size())
                 .spawn(move || {
                     let _watch = watch;
                     let rt = match tokio::runtime::Builder::new_current_thread()
@@ -258,17 +264,20 @@ impl Runtime {
         T: Send + 'static,
         F: Future<Output = Result<T>> + Send + 'static,
     {
-        let result = self.answer(what, deadline, fut);
+        // On the heap at once, as `spawn` puts a task: a store's future can
+        // be tens of KiB, and every frame below that held it by value would
+        // take that much more of the caller's stack (`drive`'s notes). A
+        // caller that builds a large future boxes it itself ([`Boxed`]).
+        let result = self.answer(what, deadline, Box::pin(fut));
         if let Err(e) = &result {
             crate::metrics::error(self.store(), e);
         }
         result
     }
 
-    fn answer<T, F>(&self, what: &str, deadline: Option<Instant>, fut: F) -> Result<T>
+    fn answer<T>(&self, what: &str, deadline: Option<Instant>, fut: Boxed<T>) -> Result<T>
     where
         T: Send + 'static,
-        F: Future<Output = Result<T>> + Send + 'static,
     {
         self.check_not_runtime_thread(what)?;
         if !self.is_alive() {
