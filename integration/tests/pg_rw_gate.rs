@@ -16,7 +16,7 @@ use integration::{scale, PgFacts, PgServer};
 use pg_common::*;
 use recipes_core::{Client, FencingToken};
 use recipes_pg::tokio_postgres::types::Type;
-use recipes_pg::FencedTransaction;
+use recipes_pg::{FencedTransaction, PgClient};
 
 /// Who holds, as the test's threads saw their guards: marked after a
 /// take returned, unmarked before the release is sent (so the marks are
@@ -69,9 +69,12 @@ fn role(write: bool) -> &'static str {
 }
 
 /// Two readers and a writer, each on a client of its own, start together
-/// and take the lock over and over: their enters and confirms race at the
-/// server every round. Each holding writes fenced (the readers a put, the
-/// writer a transaction) and none is refused.
+/// and take the lock over and over: their enters, confirms and releases
+/// race at the server every round. Each holding writes fenced (the readers
+/// a put, the writer a transaction) and none is refused. Every take hears
+/// of the release it waits for (a reader's release notifies only when a
+/// writer is queued behind it): with polls of a minute and sessions of
+/// 30 s, a missed notification fails the take's 10 s.
 #[test]
 fn two_readers_and_a_writer_entering_at_once_never_overlap() {
     const ROUNDS: usize = 15;
@@ -94,12 +97,22 @@ fn two_readers_and_a_writer_entering_at_once_never_overlap() {
             let (url, n, t) = (server.url(), n.clone(), t.clone());
             let (seen, start) = (seen.clone(), start.clone());
             thread::spawn(move || {
-                let c = connect(&url, TTL).unwrap();
+                // Polls and sessions far longer than a take may wait: a
+                // take hears of the entry it waits on, or fails.
+                let c = PgClient::builder(url.as_str())
+                    .ttl(Duration::from_secs(30))
+                    .poll_interval(Duration::from_secs(60))
+                    .connect()
+                    .unwrap();
                 let rw = c.rw_lock(&n).unwrap();
+                let heard = scale(Duration::from_secs(10));
                 start.wait();
                 for round in 0..ROUNDS {
                     if write {
-                        let w = rw.write().unwrap();
+                        let w = rw
+                            .try_write_for(heard)
+                            .unwrap()
+                            .expect("heard of the readers");
                         seen.lock().unwrap().took(true, w.token());
                         let fence = i64::try_from(w.token().0).unwrap();
                         let sql = format!("UPDATE {t} SET fence = $1 WHERE fence < $1");
@@ -111,7 +124,10 @@ fn two_readers_and_a_writer_entering_at_once_never_overlap() {
                         seen.lock().unwrap().gives_back(true);
                         w.release().unwrap();
                     } else {
-                        let r = rw.read().unwrap();
+                        let r = rw
+                            .try_read_for(heard)
+                            .unwrap()
+                            .expect("heard of the writer");
                         seen.lock().unwrap().took(false, r.token());
                         r.put(&format!("{n}-res-{i}"), format!("{round}").as_bytes())
                             .expect("the reader's fenced put");

@@ -94,7 +94,7 @@ impl Ticket {
 /// renewals then stop and its end deletes the row, or the row stops
 /// counting when it expires).
 pub(crate) async fn remove_entry(client: &PgClient, session: &Session, entry: Uuid) {
-    let sql = "DELETE FROM recipes.queue WHERE entry = $1";
+    let sql = "SELECT FROM recipes.release($1)";
     let what = format!("[{}] remove entry {entry}", session.label());
     let delete = || async {
         let params: crate::db::Params<'_> = &[(&entry, Type::UUID)];

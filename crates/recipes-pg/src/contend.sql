@@ -218,3 +218,51 @@ BEGIN
     RETURN QUERY SELECT v_seq, p_role, NULL::bigint;
     RETURN QUERY SELECT * FROM recipes.look(p_name, v_seq, p_role, p_most);
 END $$;
+
+-- Delete the entry p_entry as its holder's release (or the clean-up of
+-- an entry that did not win): the queue's trigger is told so
+-- (recipes.releasing, for this transaction only).
+CREATE OR REPLACE FUNCTION recipes.release(p_entry uuid) RETURNS void
+LANGUAGE plpgsql VOLATILE AS $$
+BEGIN
+    PERFORM set_config('recipes.releasing', 'on', true);
+    DELETE FROM recipes.queue WHERE entry = p_entry;
+    PERFORM set_config('recipes.releasing', 'off', true);
+END $$;
+
+-- The queue's trigger (recipes.queue_notify, made with the schema): every
+-- insert, update and delete tells the name's channel the entry's seq, so
+-- a waiter hears of the entry it waits on and a holder of its own row's
+-- deletion. Two exceptions (layout 5), each a read-write lock's: a new
+-- entry tells no one (a waiter waits on an entry ahead of its own and a
+-- holder on its own row, never on a later insert), and a reader's own
+-- release (recipes.release) tells only when a writer is queued behind it
+-- (readers never wait on a reader; a writer may). That check passes the
+-- name's gate first (shared), so a writer's enter either committed before
+-- it (seen: notified) or passes the gate after this delete committed (its
+-- look sees the reader gone and never waits on it). A deletion behind the
+-- holder's back (a session's end, by hand) always tells. Why it matters:
+-- a NOTIFY makes its transaction's commit take one database-wide lock
+-- held across the commit's flush (PostgreSQL keeps the notification queue
+-- in commit order so), so readers that notified would commit one at a
+-- time again.
+CREATE OR REPLACE FUNCTION recipes.notify_queue() RETURNS trigger LANGUAGE plpgsql AS $$
+BEGIN
+    IF TG_OP = 'INSERT' THEN
+        IF NEW.role IS NOT NULL THEN
+            RETURN NULL;
+        END IF;
+    ELSIF TG_OP = 'DELETE' THEN
+        IF OLD.role = 'read' AND current_setting('recipes.releasing', true) = 'on' THEN
+            PERFORM recipes.rw_gate(OLD.name, true);
+            IF NOT EXISTS (SELECT 1 FROM recipes.queue q
+                           WHERE q.name = OLD.name AND q.seq > OLD.seq
+                             AND q.role IS DISTINCT FROM 'read') THEN
+                RETURN NULL;
+            END IF;
+        END IF;
+    END IF;
+    PERFORM pg_notify('recipes_' || md5(COALESCE(OLD.name, NEW.name)),
+                      COALESCE(OLD.seq, NEW.seq)::text);
+    RETURN NULL;
+END $$;

@@ -264,7 +264,7 @@ impl StoreEntry for PgEntry {
     }
 
     async fn delete(self) -> Result<()> {
-        let sql = "DELETE FROM recipes.queue WHERE entry = $1";
+        let sql = "SELECT FROM recipes.release($1)";
         let what = format!("release {}", self.holder);
         let db = self.client.db();
         db.query(&what, sql, &[(&self.entry, Type::UUID)])

@@ -36,7 +36,8 @@
 //! A trigger on `recipes.queue` sends `pg_notify('recipes_' || md5(name),
 //! seq)` for every insert, update and delete (a cascade from a session's
 //! end included), so that a waiter hears of the one entry it waits for,
-//! whoever removed it.
+//! whoever removed it — but not for a read-write lock entry's insert
+//! (layout 5: no one waits on one, and a NOTIFY serializes commits).
 
 use recipes_core::{Error, Result};
 use tokio_postgres::Client;
