@@ -36,8 +36,10 @@
 //! A trigger on `recipes.queue` sends `pg_notify('recipes_' || md5(name),
 //! seq)` for every insert, update and delete (a cascade from a session's
 //! end included), so that a waiter hears of the one entry it waits for,
-//! whoever removed it — but not for a read-write lock entry's insert
-//! (layout 5: no one waits on one, and a NOTIFY serializes commits).
+//! whoever removed it — but not for a read-write lock entry's insert, nor
+//! for a reader's own release (`recipes.release`) with no writer queued
+//! behind it (layout 5: no one waits on those, and a NOTIFY serializes
+//! commits; see `contend.sql`).
 
 use recipes_core::{Error, Result};
 use tokio_postgres::Client;
