@@ -167,16 +167,16 @@ fn clients_connecting_at_once_to_an_empty_database_all_connect() {
 fn a_layout_of_another_version_is_refused() {
     let server = PgServer::start();
     connect(&server.url(), TTL).unwrap().close().unwrap();
-    server.sql("UPDATE recipes.layout SET version = 5");
+    server.sql("UPDATE recipes.layout SET version = 6");
     match connect(&server.url(), TTL) {
-        Err(Error::InvalidArgument(m)) => assert!(m.contains("layout version 5"), "{m}"),
+        Err(Error::InvalidArgument(m)) => assert!(m.contains("layout version 6"), "{m}"),
         other => panic!("a newer layout: {other:?}"),
     }
     assert!(PgFacts::new(server.addr()).sessions().is_empty());
 }
 
 /// Layout 1 (before session mode's heartbeat table, the entries' role and
-/// the queue's functions) is upgraded to 4 by the first client that
+/// the queue's functions) is upgraded to 5 by the first client that
 /// connects; its rows stay.
 #[test]
 fn a_layout_1_schema_is_upgraded() {
@@ -187,22 +187,24 @@ fn a_layout_1_schema_is_upgraded() {
     c.close().unwrap();
     server.sql(
         "DROP TABLE recipes.advisory; ALTER TABLE recipes.queue DROP COLUMN role; \
-         DROP FUNCTION recipes.enter, recipes.look; UPDATE recipes.layout SET version = 1",
+         DROP FUNCTION recipes.enter, recipes.look, recipes.rw_gate, recipes.rw_confirm, \
+         recipes.rw_held; DROP SEQUENCE recipes.rw_order; UPDATE recipes.layout SET version = 1",
     );
     let c = connect(&server.url(), TTL).expect("a layout 1 schema is upgraded");
     assert_eq!(
         server.sql("SELECT max(version) FROM recipes.layout").trim(),
-        "4"
+        "5"
     );
     assert_eq!(
         server
             .sql(
                 "SELECT count(*) FROM pg_proc p JOIN pg_namespace n ON n.oid = p.pronamespace \
-                  WHERE n.nspname = 'recipes' AND p.proname IN ('enter', 'look')"
+                  WHERE n.nspname = 'recipes' \
+                  AND p.proname IN ('enter', 'look', 'rw_gate', 'rw_confirm', 'rw_held')"
             )
             .trim(),
-        "2",
-        "layout 4's functions"
+        "5",
+        "layout 5's functions"
     );
     assert_eq!(
         server
@@ -213,6 +215,45 @@ fn a_layout_1_schema_is_upgraded() {
     let next = c.mutex(&lock).unwrap().lock().unwrap();
     assert!(next.token() > first, "the fence row survived the upgrade");
     next.release().unwrap();
+    c.close().unwrap();
+}
+
+/// A layout 4 schema (before the read-write lock's gate and sequence) is
+/// upgraded in place, and the sequence starts above every fence already
+/// there: a fence pushed far ahead of the clock before the upgrade is
+/// still below the next write token, and a reader's is above that.
+#[test]
+fn a_layout_4_schema_is_upgraded_and_tokens_go_on_above_its_fences() {
+    let server = PgServer::start();
+    let n = name("upgraded-4");
+    let c = connect(&server.url(), TTL).unwrap();
+    c.rw_lock(&n).unwrap().write().unwrap().release().unwrap();
+    c.close().unwrap();
+    server.sql(&format!(
+        "DROP FUNCTION recipes.rw_gate, recipes.rw_confirm, recipes.rw_held; \
+         DROP SEQUENCE recipes.rw_order; UPDATE recipes.layout SET version = 4; \
+         UPDATE recipes.names SET fence = fence + 1000000000000 WHERE name = '{n}'"
+    ));
+    let ahead: u64 = server
+        .sql(&format!(
+            "SELECT fence FROM recipes.names WHERE name = '{n}'"
+        ))
+        .trim()
+        .parse()
+        .unwrap();
+    let c = connect(&server.url(), TTL).expect("a layout 4 schema is upgraded");
+    let rw = c.rw_lock(&n).unwrap();
+    let w = rw.write().unwrap();
+    assert!(
+        w.token().0 > ahead,
+        "{:?} after a fence of {ahead}",
+        w.token()
+    );
+    let r = w.downgrade().unwrap();
+    r.release().unwrap();
+    let r = rw.read().unwrap();
+    assert!(r.token().0 > ahead);
+    r.release().unwrap();
     c.close().unwrap();
 }
 
@@ -237,11 +278,12 @@ fn a_layout_2_schema_is_upgraded_in_place_and_its_rows_stay_valid() {
     let held = old.mutex(&n).unwrap().lock().unwrap();
     // What layout 2 was: no role column, no functions.
     on_db(
-        "ALTER TABLE recipes.queue DROP COLUMN role; DROP FUNCTION recipes.enter, recipes.look; \
+        "ALTER TABLE recipes.queue DROP COLUMN role; DROP FUNCTION recipes.enter, recipes.look, \
+         recipes.rw_gate, recipes.rw_confirm, recipes.rw_held; DROP SEQUENCE recipes.rw_order; \
          UPDATE recipes.layout SET version = 2",
     );
     let new = connect(&url, TTL).unwrap();
-    assert_eq!(on_db("SELECT max(version) FROM recipes.layout").trim(), "4");
+    assert_eq!(on_db("SELECT max(version) FROM recipes.layout").trim(), "5");
     let column = "SELECT count(*) FROM information_schema.columns \
                   WHERE table_schema = 'recipes' AND table_name = 'queue' AND column_name = 'role'";
     assert_eq!(on_db(column).trim(), "1");

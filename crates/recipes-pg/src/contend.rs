@@ -30,7 +30,11 @@
 //!   revive an entry the listing saw expire); serialized by the name's row
 //!   with other confirms and with fenced writes. Each statement of the
 //!   functions takes a fresh snapshot, so the confirm, run after the
-//!   name's row was locked, sees every entry ahead of ours.
+//!   name's row was locked, sees every entry ahead of ours. A read-write
+//!   lock's entries pass the name's gate instead (`recipes.rw_gate`:
+//!   shared for readers, exclusive for writers), and take their `seq` and
+//!   token from `recipes.rw_order` behind it: readers do not wait for
+//!   each other's commits.
 //! - **remove**: delete our row by its uuid (the trigger notifies).
 
 use std::sync::Arc;
@@ -90,7 +94,7 @@ impl Ticket {
 /// renewals then stop and its end deletes the row, or the row stops
 /// counting when it expires).
 pub(crate) async fn remove_entry(client: &PgClient, session: &Session, entry: Uuid) {
-    let sql = "DELETE FROM recipes.queue WHERE entry = $1";
+    let sql = "SELECT FROM recipes.release($1)";
     let what = format!("[{}] remove entry {entry}", session.label());
     let delete = || async {
         let params: crate::db::Params<'_> = &[(&entry, Type::UUID)];

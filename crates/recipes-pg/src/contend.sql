@@ -1,11 +1,95 @@
--- Layout 4: a queue's look and enter, each one statement (one implicit
--- transaction: pooler-safe). Read by schema.rs; see contend.rs for the
--- verbs they serve and docs/notes/pg-driver.md for why each step is there.
+-- Layouts 4 and 5: a queue's look and enter, each one statement (one
+-- implicit transaction: pooler-safe); layout 5 gave the read-write lock
+-- its gate, its own confirm and its fenced check. Read by schema.rs; see
+-- contend.rs for the verbs they serve and docs/notes/pg-driver.md for why
+-- each step is there.
 --
 -- Each statement of a VOLATILE function takes a fresh snapshot (READ
 -- COMMITTED), so a statement that runs after the name's row was locked
 -- sees every entry ahead of ours: each was inserted by a transaction that
 -- held that row until it committed.
+
+-- A read-write lock's gate: a transaction-scoped advisory lock on the
+-- name (two-int form, class 1919247223 = 'recw', key hashtext(name)),
+-- shared for a reader, exclusive for a writer. Every enter and confirm of
+-- a read-write lock's entry, and every fenced write of its holder, takes
+-- it first and reads the queue only in the statements after (a fresh
+-- snapshot): a writer's enter or confirm is committed before any later
+-- reader's passes the gate, and waits for every earlier reader's commit,
+-- while readers pass together. The lock manager queues a new shared
+-- request behind a waiting exclusive one, so readers' enters cannot
+-- starve a writer's (a row lock's FOR SHARE would: a compatible locker
+-- never queues). See docs/notes/pg-driver.md.
+CREATE OR REPLACE FUNCTION recipes.rw_gate(p_name text, p_shared boolean)
+RETURNS void LANGUAGE plpgsql VOLATILE AS $$
+BEGIN
+    IF p_shared THEN
+        PERFORM pg_advisory_xact_lock_shared(1919247223, hashtext(p_name));
+    ELSE
+        PERFORM pg_advisory_xact_lock(1919247223, hashtext(p_name));
+    END IF;
+END $$;
+
+-- Whether a read-write lock's holding (entry p_entry, token p_fence) may
+-- still write, with its gate held to the end of the caller's transaction:
+-- our entry is live, and no writer confirmed after ours (the name's fence
+-- is the last writer's token: a writer's own, a reader's at most ours).
+-- A writer's check holds the gate exclusive, so no reader or writer
+-- confirms until the caller commits; a reader's shared, so no writer does.
+CREATE OR REPLACE FUNCTION recipes.rw_held(p_name text, p_fence bigint, p_entry uuid,
+    p_reading boolean)
+RETURNS boolean LANGUAGE plpgsql VOLATILE AS $$
+DECLARE
+    v_ok boolean;
+BEGIN
+    PERFORM recipes.rw_gate(p_name, p_reading);
+    SELECT EXISTS (
+        SELECT 1 FROM recipes.names n
+        WHERE n.name = p_name
+          AND CASE WHEN p_reading THEN n.fence <= p_fence ELSE n.fence = p_fence END
+          AND EXISTS (SELECT 1 FROM recipes.queue q JOIN recipes.sessions s ON s.id = q.session
+                      WHERE q.entry = p_entry AND s.expires_at > clock_timestamp()))
+    INTO v_ok;
+    RETURN v_ok;
+END $$;
+
+-- The confirm of a read-write lock's entry p_seq (role p_role): through
+-- the gate (recipes.rw_gate), then, on a fresh snapshot, ours live and no
+-- live entry ahead that our role counts (a writer every one, a reader only
+-- the writers), judged on the newest versions of those entries' sessions,
+-- locked in share mode (a renewal that commits late cannot revive one; a
+-- reader locks no other reader's). The token comes from recipes.rw_order,
+-- which never goes back: a reader's is only returned (readers write
+-- nothing shared, so they confirm together), a writer's is also the
+-- name's fence, which the gate orders against every reader's: a writer
+-- mints after every earlier reader committed, a reader after every
+-- earlier writer. NULL when ours does not hold.
+CREATE OR REPLACE FUNCTION recipes.rw_confirm(p_name text, p_seq bigint, p_role text)
+RETURNS bigint LANGUAGE plpgsql VOLATILE AS $$
+DECLARE
+    v_holds boolean;
+    v_fence bigint;
+BEGIN
+    PERFORM recipes.rw_gate(p_name, p_role = 'read');
+    WITH ahead AS (
+        SELECT q.seq, s.expires_at > clock_timestamp() AS live
+        FROM recipes.queue q JOIN recipes.sessions s ON s.id = q.session
+        WHERE q.name = p_name AND q.seq <= p_seq
+          AND (q.seq = p_seq OR p_role = 'write' OR q.role IS DISTINCT FROM 'read')
+        FOR SHARE OF s)
+    SELECT EXISTS (SELECT 1 FROM ahead WHERE ahead.seq = p_seq AND ahead.live)
+       AND NOT EXISTS (SELECT 1 FROM ahead WHERE ahead.seq < p_seq AND ahead.live)
+    INTO v_holds;
+    IF NOT v_holds THEN
+        RETURN NULL;
+    END IF;
+    IF p_role = 'read' THEN
+        RETURN nextval('recipes.rw_order');
+    END IF;
+    UPDATE recipes.names n SET fence = nextval('recipes.rw_order') WHERE n.name = p_name
+    RETURNING n.fence INTO v_fence;
+    RETURN v_fence;
+END $$;
 
 -- The queue of p_name as the entry p_seq (role p_role: 'read' or 'write'
 -- for a read-write lock's entry, else NULL) sees it, and the fence bump
@@ -28,25 +112,30 @@ BEGIN
             WHERE q.name = p_name AND q.seq < p_seq AND s.expires_at > clock_timestamp()
               AND (p_role IS DISTINCT FROM 'read' OR q.role IS DISTINCT FROM 'read')
             LIMIT p_most) AS counted) < p_most THEN
-        -- The confirm. A renewal that checked its row before the expiry may
+        -- The confirm (a read-write lock's: recipes.rw_confirm, the same
+        -- rule through its gate). A renewal that checked its row before the expiry may
         -- commit after it (a slow commit), making an entry ahead live
         -- again: so the sessions of ours and of every entry ahead are
         -- locked in share mode (waiting for such a renewal, holding off
         -- later ones until this commits) and judged on their newest
         -- versions. The fence never goes back, even after the schema was
         -- dropped or truncated: at least the database clock in µs.
-        WITH ahead AS (
-            SELECT q.seq, q.role, s.expires_at > clock_timestamp() AS live
-            FROM recipes.queue q JOIN recipes.sessions s ON s.id = q.session
-            WHERE q.name = p_name AND q.seq <= p_seq FOR SHARE OF s)
-        UPDATE recipes.names n
-        SET fence = greatest(n.fence + 1, (extract(epoch FROM clock_timestamp()) * 1000000)::int8)
-        WHERE n.name = p_name
-          AND EXISTS (SELECT 1 FROM ahead WHERE ahead.seq = p_seq AND ahead.live)
-          AND (SELECT count(*) FROM ahead WHERE ahead.seq < p_seq AND ahead.live
-               AND (p_role IS DISTINCT FROM 'read' OR ahead.role IS DISTINCT FROM 'read'))
-              < p_most
-        RETURNING n.fence INTO v_fence;
+        IF p_role IS NOT NULL THEN
+            v_fence := recipes.rw_confirm(p_name, p_seq, p_role);
+        ELSE
+            WITH ahead AS (
+                SELECT q.seq, q.role, s.expires_at > clock_timestamp() AS live
+                FROM recipes.queue q JOIN recipes.sessions s ON s.id = q.session
+                WHERE q.name = p_name AND q.seq <= p_seq FOR SHARE OF s)
+            UPDATE recipes.names n
+            SET fence = greatest(n.fence + 1, (extract(epoch FROM clock_timestamp()) * 1000000)::int8)
+            WHERE n.name = p_name
+              AND EXISTS (SELECT 1 FROM ahead WHERE ahead.seq = p_seq AND ahead.live)
+              AND (SELECT count(*) FROM ahead WHERE ahead.seq < p_seq AND ahead.live
+                   AND (p_role IS DISTINCT FROM 'read' OR ahead.role IS DISTINCT FROM 'read'))
+                  < p_most
+            RETURNING n.fence INTO v_fence;
+        END IF;
         IF v_fence IS NOT NULL THEN
             RETURN QUERY SELECT p_seq, p_role, v_fence;
             RETURN;
@@ -75,7 +164,8 @@ END $$;
 
 -- Enter the queue of p_name (kind p_kind) with the entry p_entry of the
 -- session p_session: take the next seq from the name's row (locked until
--- commit, so queue order is commit order), insert our row, then look
+-- commit, so queue order is commit order; a read-write lock's entry: from
+-- recipes.rw_order behind the name's gate), insert our row, then look
 -- (recipes.look) as that entry. The first row is ours (r_fence NULL), the
 -- look's follow. No row: nothing was inserted (the entry exists: an enter
 -- sent again; the name is another recipe's; or it is inside the semaphore
@@ -86,19 +176,93 @@ RETURNS TABLE (r_seq bigint, r_role text, r_fence bigint)
 LANGUAGE plpgsql VOLATILE AS $$
 DECLARE
     v_seq bigint;
+    v_kind text;
 BEGIN
-    WITH n AS (
-        INSERT INTO recipes.names AS n (name, kind) SELECT p_name, p_kind
-        WHERE NOT EXISTS (SELECT 1 FROM recipes.names p
-                          WHERE p.name = p_outside AND p.kind = 'semaphore')
-        ON CONFLICT (name) DO UPDATE SET next_seq = n.next_seq + 1
-        WHERE n.kind = p_kind RETURNING n.next_seq)
-    INSERT INTO recipes.queue AS q (name, seq, entry, session, value, role)
-    SELECT p_name, n.next_seq, p_entry, p_session, p_value, p_role FROM n
-    ON CONFLICT (entry) DO NOTHING RETURNING q.seq INTO v_seq;
+    IF p_role IS NOT NULL THEN
+        -- A read-write lock's entry: through the gate, then (fresh
+        -- snapshots) the name's row made if need be, and our row with the
+        -- next of recipes.rw_order. The gate orders each reader's enter
+        -- against each writer's, so their seqs are in commit order;
+        -- readers' among themselves need not be (no rule compares them).
+        PERFORM recipes.rw_gate(p_name, p_role = 'read');
+        IF EXISTS (SELECT 1 FROM recipes.names p
+                   WHERE p.name = p_outside AND p.kind = 'semaphore') THEN
+            RETURN;
+        END IF;
+        SELECT n.kind INTO v_kind FROM recipes.names n WHERE n.name = p_name;
+        IF NOT FOUND THEN
+            INSERT INTO recipes.names (name, kind) VALUES (p_name, p_kind)
+            ON CONFLICT (name) DO NOTHING;
+            SELECT n.kind INTO v_kind FROM recipes.names n WHERE n.name = p_name;
+        END IF;
+        IF v_kind IS DISTINCT FROM p_kind THEN
+            RETURN;
+        END IF;
+        INSERT INTO recipes.queue AS q (name, seq, entry, session, value, role)
+        VALUES (p_name, nextval('recipes.rw_order'), p_entry, p_session, p_value, p_role)
+        ON CONFLICT (entry) DO NOTHING RETURNING q.seq INTO v_seq;
+    ELSE
+        WITH n AS (
+            INSERT INTO recipes.names AS n (name, kind) SELECT p_name, p_kind
+            WHERE NOT EXISTS (SELECT 1 FROM recipes.names p
+                              WHERE p.name = p_outside AND p.kind = 'semaphore')
+            ON CONFLICT (name) DO UPDATE SET next_seq = n.next_seq + 1
+            WHERE n.kind = p_kind RETURNING n.next_seq)
+        INSERT INTO recipes.queue AS q (name, seq, entry, session, value, role)
+        SELECT p_name, n.next_seq, p_entry, p_session, p_value, p_role FROM n
+        ON CONFLICT (entry) DO NOTHING RETURNING q.seq INTO v_seq;
+    END IF;
     IF v_seq IS NULL THEN
         RETURN;
     END IF;
     RETURN QUERY SELECT v_seq, p_role, NULL::bigint;
     RETURN QUERY SELECT * FROM recipes.look(p_name, v_seq, p_role, p_most);
+END $$;
+
+-- Delete the entry p_entry as its holder's release (or the clean-up of
+-- an entry that did not win): the queue's trigger is told so
+-- (recipes.releasing, for this transaction only).
+CREATE OR REPLACE FUNCTION recipes.release(p_entry uuid) RETURNS void
+LANGUAGE plpgsql VOLATILE AS $$
+BEGIN
+    PERFORM set_config('recipes.releasing', 'on', true);
+    DELETE FROM recipes.queue WHERE entry = p_entry;
+    PERFORM set_config('recipes.releasing', 'off', true);
+END $$;
+
+-- The queue's trigger (recipes.queue_notify, made with the schema): every
+-- insert, update and delete tells the name's channel the entry's seq, so
+-- a waiter hears of the entry it waits on and a holder of its own row's
+-- deletion. Two exceptions (layout 5), each a read-write lock's: a new
+-- entry tells no one (a waiter waits on an entry ahead of its own and a
+-- holder on its own row, never on a later insert), and a reader's own
+-- release (recipes.release) tells only when a writer is queued behind it
+-- (readers never wait on a reader; a writer may). That check passes the
+-- name's gate first (shared), so a writer's enter either committed before
+-- it (seen: notified) or passes the gate after this delete committed (its
+-- look sees the reader gone and never waits on it). A deletion behind the
+-- holder's back (a session's end, by hand) always tells. Why it matters:
+-- a NOTIFY makes its transaction's commit take one database-wide lock
+-- held across the commit's flush (PostgreSQL keeps the notification queue
+-- in commit order so), so readers that notified would commit one at a
+-- time again.
+CREATE OR REPLACE FUNCTION recipes.notify_queue() RETURNS trigger LANGUAGE plpgsql AS $$
+BEGIN
+    IF TG_OP = 'INSERT' THEN
+        IF NEW.role IS NOT NULL THEN
+            RETURN NULL;
+        END IF;
+    ELSIF TG_OP = 'DELETE' THEN
+        IF OLD.role = 'read' AND current_setting('recipes.releasing', true) = 'on' THEN
+            PERFORM recipes.rw_gate(OLD.name, true);
+            IF NOT EXISTS (SELECT 1 FROM recipes.queue q
+                           WHERE q.name = OLD.name AND q.seq > OLD.seq
+                             AND q.role IS DISTINCT FROM 'read') THEN
+                RETURN NULL;
+            END IF;
+        END IF;
+    END IF;
+    PERFORM pg_notify('recipes_' || md5(COALESCE(OLD.name, NEW.name)),
+                      COALESCE(OLD.seq, NEW.seq)::text);
+    RETURN NULL;
 END $$;

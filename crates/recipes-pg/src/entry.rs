@@ -34,8 +34,11 @@ pub struct PgEntry {
     /// The fence a write must find on the name's row; `None` for a
     /// permit, whose fences are not ordered against other permits'.
     pub(crate) fence: Option<i64>,
-    /// A read-write lock's read holding: readers after it bump the name's
-    /// fence too, so its writes need the fence at or above ours.
+    /// A read-write lock's holding: its writes are checked through the
+    /// name's gate (`recipes.rw_held`).
+    pub(crate) rw: bool,
+    /// A read-write lock's read holding: the name's fence is the last
+    /// writer's token, so its writes need it at or below ours.
     pub(crate) reading: bool,
     holder: String,
     /// Where the recipe's own rows are named: what a fenced write may not
@@ -48,10 +51,10 @@ impl PgEntry {
     /// (`permit`) writes fenced by its row alone, and the layout it guards
     /// is its semaphore's.
     pub(crate) fn held(client: PgClient, name: &str, a: Acquired, permit: bool) -> PgLock {
-        PgEntry::hold(client, name, a, permit, false)
+        PgEntry::hold(client, name, a, permit, None)
     }
 
-    fn hold(client: PgClient, name: &str, a: Acquired, permit: bool, reading: bool) -> PgLock {
+    fn hold(client: PgClient, name: &str, a: Acquired, permit: bool, rw: Option<bool>) -> PgLock {
         let session = a.ticket.session.clone();
         let trigger = session.epoch().trigger().child();
         let layout = match name.strip_suffix("/leases").filter(|_| permit) {
@@ -65,7 +68,8 @@ impl PgEntry {
             entry: a.ticket.entry,
             seq: a.seq,
             fence: (!permit).then_some(a.fence),
-            reading,
+            rw: rw.is_some(),
+            reading: rw == Some(true),
             holder: holder(name, &a.ticket.entry),
             layout,
         };
@@ -86,10 +90,10 @@ impl PgEntry {
         )
     }
 
-    /// Hold the row `a` won in a read-write lock's queue: a reader's
-    /// (`reading`) writes need the name's fence at or above ours.
+    /// Hold the row `a` won in a read-write lock's queue (`reading`: a
+    /// reader's).
     pub(crate) fn held_rw(client: PgClient, name: &str, a: Acquired, reading: bool) -> PgLock {
-        PgEntry::hold(client, name, a, false, reading)
+        PgEntry::hold(client, name, a, false, Some(reading))
     }
 
     /// Our row's position in the queue.
@@ -125,13 +129,15 @@ const STILL_HELD: &str = "SELECT 1 FROM recipes.names n WHERE n.name = $1 AND n.
                  WHERE q.entry = $3 AND s.expires_at > clock_timestamp()) \
      FOR SHARE OF n";
 
-/// The same for a read-write lock's reader: readers that hold after ours
-/// bump the name's fence too, so it is ours or above; the share lock of the
-/// name's row still keeps a writer's confirm after the write's commit.
-const STILL_READING: &str = "SELECT 1 FROM recipes.names n WHERE n.name = $1 AND n.fence >= $2 \
-     AND EXISTS (SELECT 1 FROM recipes.queue q JOIN recipes.sessions s ON s.id = q.session \
-                 WHERE q.entry = $3 AND s.expires_at > clock_timestamp()) \
-     FOR SHARE OF n";
+/// The same for a read-write lock's writer: through the name's gate held
+/// exclusive to the commit (no reader or writer confirms before it), the
+/// name's fence is still ours and our row is live (`contend.sql`).
+const STILL_WRITING: &str = "SELECT 1 WHERE recipes.rw_held($1, $2, $3, false)";
+
+/// The same for a read-write lock's reader: through the gate held shared
+/// (no writer confirms before the commit), no writer's token above ours
+/// (readers mint without writing the name's row) and our row is live.
+const STILL_READING: &str = "SELECT 1 WHERE recipes.rw_held($1, $2, $3, true)";
 
 /// The same for a permit (`$2` is NULL): our row is live. Permits are not
 /// ordered against each other, so the name's row is not locked: a waiting
@@ -145,10 +151,11 @@ const STILL_PERMITTED: &str = "SELECT 1 FROM recipes.queue q \
 impl PgEntry {
     /// What a write fenced by this holding checks first.
     pub(crate) fn check(&self) -> Result<FenceCheck> {
-        let sql = match (self.fence, self.reading) {
-            (Some(_), false) => STILL_HELD,
-            (Some(_), true) => STILL_READING,
-            (None, _) => STILL_PERMITTED,
+        let sql = match (self.fence, self.rw, self.reading) {
+            (Some(_), false, _) => STILL_HELD,
+            (Some(_), true, false) => STILL_WRITING,
+            (Some(_), true, true) => STILL_READING,
+            (None, ..) => STILL_PERMITTED,
         };
         Ok(FenceCheck {
             sql: sql.to_owned(),
@@ -257,7 +264,7 @@ impl StoreEntry for PgEntry {
     }
 
     async fn delete(self) -> Result<()> {
-        let sql = "DELETE FROM recipes.queue WHERE entry = $1";
+        let sql = "SELECT FROM recipes.release($1)";
         let what = format!("release {}", self.holder);
         let db = self.client.db();
         db.query(&what, sql, &[(&self.entry, Type::UUID)])

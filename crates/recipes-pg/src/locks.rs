@@ -63,8 +63,16 @@ impl LockStore for PgClient {
                 role: kind.role(),
             };
             let won = handle.contend_as(queue, &[], deadline).await?;
+            // A mutex's holding is not a read-write lock's: its fenced
+            // checks lock the name's row, not the gate.
             let reading = kind == LockKind::Read;
-            Ok(won.map(|a| PgEntry::held_rw(client.clone(), name, a, reading)))
+            Ok(won.map(|a| {
+                if rw {
+                    PgEntry::held_rw(client.clone(), name, a, reading)
+                } else {
+                    PgEntry::held(client.clone(), name, a, false)
+                }
+            }))
         }
     }
 

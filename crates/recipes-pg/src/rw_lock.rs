@@ -3,9 +3,13 @@
 //! - **Lease mode**: the queue rows of `contend.rs` under a name of kind
 //!   `rwlock`, each with its `role` (`read`, `write`), one `seq` for both;
 //!   the confirming statement decides core's `Rule::ReadWrite` (a reader
-//!   holds with no live writer ahead, a writer with no live entry ahead)
-//!   and bumps the name's fence in the same write, so readers' and
-//!   writers' tokens come from one counter in holding order. A reader
+//!   holds with no live writer ahead, a writer with no live entry ahead).
+//!   Enters and confirms pass the name's gate (an advisory transaction
+//!   lock, shared for readers, exclusive for writers) instead of locking
+//!   the name's row, so readers enter, confirm and release together; seqs
+//!   and tokens come from one sequence drawn behind the gate, so a
+//!   writer's token is above every earlier holder's and a reader's above
+//!   every earlier writer's (see `contend.sql`). A reader
 //!   waits on the nearest live writer ahead, a writer on the live entry
 //!   just ahead. **Downgrade** sets our row's role to `read` in place (same
 //!   `seq`, same token); the queue's trigger then tells the readers that

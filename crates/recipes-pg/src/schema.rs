@@ -15,13 +15,19 @@
 //!                                                advisory key's holder (NULL once released)
 //! recipes.enter(…), recipes.look(…)              lease mode's enter and look of a queue,
 //!                                                each minting the fence when ours holds
+//! recipes.rw_order                               a sequence: read-write locks' seqs and
+//!                                                tokens (schema-wide, never goes back)
+//! recipes.rw_gate(…), rw_confirm(…), rw_held(…)  a read-write lock's gate (an advisory
+//!                                                xact lock), confirm and fenced check
 //! ```
 //!
 //! Layout 2 added `recipes.advisory`, layout 3 the column `recipes.queue.role`
 //! (nullable: every row written before stays as it was, with no rewrite of
 //! the table), layout 4 the functions `recipes.enter` and `recipes.look`
 //! (`contend.sql`: a queue's enter and look, each with the fence bump
-//! when ours holds, in one statement); an older schema is upgraded in place, in one transaction, by
+//! when ours holds, in one statement), layout 5 the sequence
+//! `recipes.rw_order` and the read-write lock's gate (readers enter and
+//! confirm together; see `contend.sql`); an older schema is upgraded in place, in one transaction, by
 //! the first client of this version that connects (which needs to own the
 //! tables, as their creator does). A client of an older release then
 //! refuses the schema (it knows only its own layout), so upgrade every
@@ -30,7 +36,10 @@
 //! A trigger on `recipes.queue` sends `pg_notify('recipes_' || md5(name),
 //! seq)` for every insert, update and delete (a cascade from a session's
 //! end included), so that a waiter hears of the one entry it waits for,
-//! whoever removed it.
+//! whoever removed it — but not for a read-write lock entry's insert, nor
+//! for a reader's own release (`recipes.release`) with no writer queued
+//! behind it (layout 5: no one waits on those, and a NOTIFY serializes
+//! commits; see `contend.sql`).
 
 use recipes_core::{Error, Result};
 use tokio_postgres::Client;
@@ -38,7 +47,7 @@ use tokio_postgres::Client;
 use crate::sql::from_pg;
 
 /// The layout this crate reads and writes.
-pub(crate) const LAYOUT_VERSION: i32 = 4;
+pub(crate) const LAYOUT_VERSION: i32 = 5;
 
 /// What layout 2 added: session mode's heartbeats, in database time, so
 /// that a waiter granted a key whose holder ended without releasing it
@@ -54,6 +63,17 @@ const ADVISORY: &str = "CREATE TABLE recipes.advisory (
 /// rows of every other recipe, so adding it rewrites nothing.
 const ROLE: &str = "ALTER TABLE recipes.queue ADD COLUMN role text \
     CHECK (role IN ('read', 'write'))";
+
+/// What layout 5 added: the read-write locks' sequence of seqs and
+/// tokens. One cached value at a time (`CACHE 1`: a backend's cache would
+/// hand out numbers out of order), started above every fence and seq
+/// already in the schema and above the database clock in µs, so a token
+/// never goes back, even after the schema was dropped and made again.
+const RW_ORDER: &str = "CREATE SEQUENCE recipes.rw_order AS bigint CACHE 1;
+SELECT setval('recipes.rw_order', greatest(
+    (extract(epoch FROM clock_timestamp()) * 1000000)::int8,
+    (SELECT max(fence) FROM recipes.names),
+    (SELECT max(seq) FROM recipes.queue)))";
 
 /// What layout 4 added: the functions that enter a queue and look at it
 /// ([`crate::contend`]), so that an uncontended acquisition is one
@@ -201,7 +221,9 @@ async fn upgrade(db: &Client, found: i32) -> std::result::Result<(), tokio_postg
     if found < 3 {
         db.batch_execute(ROLE).await?;
     }
-    if found < 4 {
+    if found < 5 {
+        // Layout 5 replaced layout 4's functions and added its own.
+        db.batch_execute(RW_ORDER).await?;
         db.batch_execute(FUNCTIONS).await?;
     }
     if found < LAYOUT_VERSION {

@@ -151,7 +151,10 @@ pub trait FencedTransaction {
     /// (its confirm waits for the share lock), so what commits here is
     /// ordered before every later holder's writes. Keep it short: new
     /// contenders of the name (whose enter updates the same row) wait for
-    /// it too. A transaction left idle
+    /// it too. A read-write lock's holding takes the name's gate instead
+    /// (`recipes.rw_held`): a writer's exclusive (no one enters or
+    /// confirms meanwhile), a reader's shared (writers wait, readers do
+    /// not). A transaction left idle
     /// longer than the session's TTL (a paused process) is ended by the
     /// server (`idle_in_transaction_session_timeout`), so it cannot block
     /// the lock for longer than a crash would.

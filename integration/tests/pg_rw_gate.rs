@@ -1,0 +1,233 @@
+//! Lease mode's read-write lock through its gate (layout 5): readers enter
+//! and confirm together, ordered against writers by a transaction-scoped
+//! advisory lock instead of the name's row. The race the gate closes:
+//! readers and a writer entering and confirming at the same moment from
+//! clients of their own — never a writer beside a reader, and tokens in
+//! the guide's order (a writer's above every earlier holder's, a reader's
+//! above every earlier writer's) — and the fenced checks of both sides.
+
+mod pg_common;
+
+use std::sync::{Arc, Barrier, Mutex};
+use std::thread;
+use std::time::Duration;
+
+use integration::{scale, PgFacts, PgServer};
+use pg_common::*;
+use recipes_core::{Client, FencingToken};
+use recipes_pg::tokio_postgres::types::Type;
+use recipes_pg::{FencedTransaction, PgClient};
+
+/// Who holds, as the test's threads saw their guards: marked after a
+/// take returned, unmarked before the release is sent (so the marks are
+/// inside the store's holdings), and the tokens granted so far.
+struct Seen {
+    readers: usize,
+    writer: bool,
+    last_write: FencingToken,
+    top: FencingToken,
+    takes: usize,
+}
+
+impl Seen {
+    fn took(&mut self, write: bool, token: FencingToken) {
+        assert!(!self.writer, "a {} beside a writer", role(write));
+        if write {
+            assert_eq!(self.readers, 0, "a writer beside a reader");
+            assert!(
+                token > self.top,
+                "write token {token:?} not above every earlier one"
+            );
+            self.writer = true;
+            self.last_write = token;
+        } else {
+            assert!(
+                token > self.last_write,
+                "read token {token:?} not above the last write's"
+            );
+            self.readers += 1;
+        }
+        self.top = self.top.max(token);
+        self.takes += 1;
+    }
+
+    fn gives_back(&mut self, write: bool) {
+        if write {
+            self.writer = false;
+        } else {
+            self.readers -= 1;
+        }
+    }
+}
+
+fn role(write: bool) -> &'static str {
+    if write {
+        "writer"
+    } else {
+        "reader"
+    }
+}
+
+/// Two readers and a writer, each on a client of its own, start together
+/// and take the lock over and over: their enters, confirms and releases
+/// race at the server every round. Each holding writes fenced (the readers
+/// a put, the writer a transaction) and none is refused. Every take hears
+/// of the release it waits for (a reader's release notifies only when a
+/// writer is queued behind it): with polls of a minute and sessions of
+/// 30 s, a missed notification fails the take's 10 s.
+#[test]
+fn two_readers_and_a_writer_entering_at_once_never_overlap() {
+    const ROUNDS: usize = 15;
+    let server = PgServer::shared();
+    let n = name("rw-gate-race");
+    let t = table(server, "rwgate");
+    server.sql(&format!("INSERT INTO {t} (fence) VALUES (0)"));
+    let seen = Arc::new(Mutex::new(Seen {
+        readers: 0,
+        writer: false,
+        last_write: FencingToken(0),
+        top: FencingToken(0),
+        takes: 0,
+    }));
+    let start = Arc::new(Barrier::new(3));
+    let threads: Vec<_> = [true, false, false]
+        .into_iter()
+        .enumerate()
+        .map(|(i, write)| {
+            let (url, n, t) = (server.url(), n.clone(), t.clone());
+            let (seen, start) = (seen.clone(), start.clone());
+            thread::spawn(move || {
+                // Polls and sessions far longer than a take may wait: a
+                // take hears of the entry it waits on, or fails.
+                let c = PgClient::builder(url.as_str())
+                    .ttl(Duration::from_secs(30))
+                    .poll_interval(Duration::from_secs(60))
+                    .connect()
+                    .unwrap();
+                let rw = c.rw_lock(&n).unwrap();
+                let heard = scale(Duration::from_secs(10));
+                start.wait();
+                for round in 0..ROUNDS {
+                    if write {
+                        let w = rw
+                            .try_write_for(heard)
+                            .unwrap()
+                            .expect("heard of the readers");
+                        seen.lock().unwrap().took(true, w.token());
+                        let fence = i64::try_from(w.token().0).unwrap();
+                        let sql = format!("UPDATE {t} SET fence = $1 WHERE fence < $1");
+                        let changed = w
+                            .lease()
+                            .transaction(|tx| tx.execute(&sql, &[(&fence, Type::INT8)]))
+                            .expect("the writer's fenced transaction");
+                        assert_eq!(changed, 1, "the write token is above every earlier one");
+                        seen.lock().unwrap().gives_back(true);
+                        w.release().unwrap();
+                    } else {
+                        let r = rw
+                            .try_read_for(heard)
+                            .unwrap()
+                            .expect("heard of the writer");
+                        seen.lock().unwrap().took(false, r.token());
+                        r.put(&format!("{n}-res-{i}"), format!("{round}").as_bytes())
+                            .expect("the reader's fenced put");
+                        seen.lock().unwrap().gives_back(false);
+                        r.release().unwrap();
+                    }
+                }
+                c.close().unwrap();
+            })
+        })
+        .collect();
+    for th in threads {
+        th.join().expect("a contender failed");
+    }
+    assert_eq!(seen.lock().unwrap().takes, 3 * ROUNDS);
+    assert!(
+        PgFacts::new(server.addr()).entries_under(&n).is_empty(),
+        "every entry is gone"
+    );
+}
+
+/// A writer's fenced transaction holds the gate exclusive to its commit:
+/// a reader queued behind the writer does not hold while it is open, even
+/// once the writer's row is gone (deleted behind its back mid-transaction),
+/// and holds after the commit with a higher token. A reader's fenced
+/// transaction holds the gate shared: another reader takes the lock
+/// meanwhile, a writer does not.
+#[test]
+fn fenced_transactions_hold_the_gate_for_their_side() {
+    let server = PgServer::shared();
+    let n = name("rw-gate-tx");
+    let url = server.url();
+    // Their fenced transactions stay open while the test waits (the server
+    // ends one idle for longer than the TTL).
+    let long = Duration::from_secs(10);
+    let (a, c) = (connect(&url, long).unwrap(), connect(&url, TTL).unwrap());
+    let w = a.rw_lock(&n).unwrap().write().unwrap();
+    let (tx, rx) = crossbeam_channel::bounded(1);
+    let (reader_url, reader_name) = (url.clone(), n.clone());
+    let reader = thread::spawn(move || {
+        let b = connect(&reader_url, long).unwrap();
+        let r = b.rw_lock(&reader_name).unwrap().read().unwrap();
+        tx.send(r.token()).unwrap();
+        (b, r)
+    });
+    let facts = PgFacts::new(server.addr());
+    integration::wait_until("the reader queues", scale(Duration::from_secs(10)), || {
+        facts.entries_under(&n).len() == 2
+    });
+    let blocked = scale(Duration::from_millis(300));
+    w.lease()
+        .transaction(|_tx| {
+            server.sql(&format!(
+                "DELETE FROM recipes.queue WHERE name = '{n}' AND role = 'write'"
+            ));
+            assert!(
+                rx.recv_timeout(blocked).is_err(),
+                "a reader held inside a writer's fenced transaction"
+            );
+            Ok(())
+        })
+        .expect("checked when it began");
+    let read_token = rx
+        .recv_timeout(scale(Duration::from_secs(10)))
+        .expect("the reader holds once the transaction ended");
+    assert!(read_token > w.token());
+    let _ = w.release();
+    let (b, r) = reader.join().unwrap();
+    let other = c.rw_lock(&n).unwrap();
+    let (tx, rx) = crossbeam_channel::bounded(1);
+    let read_token = r.token();
+    r.lease()
+        .transaction(|_tx| {
+            let r2 = other
+                .try_read()
+                .unwrap()
+                .expect("readers pass a shared gate");
+            assert!(r2.token() > read_token);
+            r2.release().unwrap();
+            let (url, n) = (url.clone(), n.clone());
+            thread::spawn(move || {
+                let d = connect(&url, TTL).unwrap();
+                let w = d.rw_lock(&n).unwrap().write().unwrap();
+                tx.send(w.token()).unwrap();
+                w.release().unwrap();
+                d.close().unwrap();
+            });
+            assert!(
+                rx.recv_timeout(blocked).is_err(),
+                "a writer held inside a reader's fenced transaction"
+            );
+            Ok(())
+        })
+        .unwrap();
+    r.release().unwrap();
+    let write_token = rx
+        .recv_timeout(scale(Duration::from_secs(10)))
+        .expect("the writer holds once the reader is gone");
+    assert!(write_token > read_token);
+    for client in [a, b, c] {
+        client.close().unwrap();
+    }
+}
