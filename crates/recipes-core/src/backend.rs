@@ -198,7 +198,7 @@ pub trait ElectionBackend: Send + Sync + 'static {
     ) -> Result<Option<Self::Leadership>> {
         let deadline = deadline.map(tokio::time::Instant::from_std);
         let campaign = Box::pin(self.campaign_async(value.to_vec(), deadline));
-        self.runtime().call_until("campaign", None, campaign)
+        self.runtime().call_boxed("campaign", None, campaign)
     }
 
     /// Every candidate, first in line first (the first leads), with its

@@ -139,13 +139,7 @@ impl<E: StoreEntry> HeldEntry<E> {
             crate::limits::check_value(&format!("{what}'s value"), value)?;
         }
         let e = &self.entry;
-        e.runtime()
-            .call(
-                what,
-                e.rpc_timeout(),
-                Box::pin(e.clone().write(what, write)),
-            )
-            .map_err(Error::unconfirmed)
+        within_rpc(e, what, Box::pin(e.clone().write(what, write))).map_err(Error::unconfirmed)
     }
 
     fn outside_layout(&self, key: &str) -> Result<String> {
@@ -180,10 +174,7 @@ impl<E: StoreEntry> HeldLease for HeldEntry<E> {
     fn release(self) -> Result<()> {
         self.trigger.fire(LossReason::Released);
         let e = &self.entry;
-        match e
-            .runtime()
-            .call("release", e.rpc_timeout(), Box::pin(e.clone().delete()))
-        {
+        match within_rpc(e, "release", Box::pin(e.clone().delete())) {
             Ok(()) => {
                 e.released();
                 Ok(())
@@ -266,4 +257,12 @@ impl<E: StoreEntry> fmt::Debug for HeldEntry<E> {
             .field("lost", &self.signal.reason())
             .finish()
     }
+}
+
+/// Run `fut`, built on the heap (it is large: see
+/// [`Runtime::call_boxed`](crate::runtime::Runtime::call_boxed)), within
+/// the entry's RPC timeout.
+fn within_rpc<E: StoreEntry>(e: &E, what: &str, fut: crate::runtime::Boxed<()>) -> Result<()> {
+    let deadline = std::time::Instant::now().checked_add(e.rpc_timeout());
+    e.runtime().call_boxed(what, deadline, fut)
 }

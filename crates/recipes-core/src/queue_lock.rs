@@ -184,7 +184,7 @@ impl<S: LockStore> QueueLock<S> {
         let deadline = deadline.map(tokio::time::Instant::from_std);
         // Built on the heap: it is large (see `Runtime::call_until`).
         let take = Box::pin(self.store.take(&self.queue, kind, deadline));
-        self.store.runtime().call_until(kind.what(), None, take)
+        self.store.runtime().call_boxed(kind.what(), None, take)
     }
 }
 
@@ -270,6 +270,6 @@ impl<S: LockStore> SemaphoreBackend for QueueSemaphore<S> {
         let admit = Box::pin(self.store.admit(&self.semaphore, deadline));
         self.store
             .runtime()
-            .call_until("acquire a permit", None, admit)
+            .call_boxed("acquire a permit", None, admit)
     }
 }

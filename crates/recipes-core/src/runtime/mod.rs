@@ -29,8 +29,9 @@ mod drive;
 use drive::Baton;
 
 /// A call's future on the heap: what [`Runtime::call_until`] runs, and
-/// what a caller that builds a large future hands it (`Box::pin`), so that
-/// no frame of the caller's holds the future itself.
+/// what a caller that builds a large future hands
+/// [`Runtime::call_boxed`] (`Box::pin`), so that no frame of the caller's
+/// holds the future itself.
 pub type Boxed<T> = std::pin::Pin<Box<dyn Future<Output = Result<T>> + Send + 'static>>;
 
 /// How long shutdown waits for background work (releases handed over by
@@ -267,8 +268,23 @@ impl Runtime {
         // On the heap at once, as `spawn` puts a task: a store's future can
         // be tens of KiB, and every frame below that held it by value would
         // take that much more of the caller's stack (`drive`'s notes). A
-        // caller that builds a large future boxes it itself ([`Boxed`]).
-        let result = self.answer(what, deadline, Box::pin(fut));
+        // caller that builds a large future boxes it itself and calls
+        // [`call_boxed`](Runtime::call_boxed).
+        self.call_boxed(what, deadline, Box::pin(fut))
+    }
+
+    /// [`call_until`](Runtime::call_until) with a future already on the
+    /// heap ([`Boxed`]): built there by a caller whose future is large, so
+    /// that none of its frames holds it and it is not boxed twice.
+    ///
+    /// # Errors
+    ///
+    /// As for [`call`](Runtime::call).
+    pub fn call_boxed<T>(&self, what: &str, deadline: Option<Instant>, fut: Boxed<T>) -> Result<T>
+    where
+        T: Send + 'static,
+    {
+        let result = self.answer(what, deadline, fut);
         if let Err(e) = &result {
             crate::metrics::error(self.store(), e);
         }
