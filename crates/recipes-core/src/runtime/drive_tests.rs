@@ -294,19 +294,7 @@ fn a_driving_call_times_out_and_its_future_is_dropped() {
 #[test]
 fn a_caller_with_less_stack_than_the_runtime_thread_never_drives() {
     let rt = Runtime::new("recipes-test-drive").unwrap();
-    let rt2 = rt.clone();
-    let ran_on = std::thread::Builder::new()
-        .name("small-stack".into())
-        .stack_size(256 << 10)
-        .spawn(move || {
-            rt2.call("name", Duration::from_secs(5), async {
-                Ok(name_of_this_thread())
-            })
-        })
-        .unwrap()
-        .join()
-        .unwrap()
-        .unwrap();
+    let ran_on = name_of_thread_that_ran(&rt, "small-stack", Some(256 << 10));
     assert_eq!(ran_on.as_deref(), Some("recipes-test-drive"));
     let rt2 = rt.clone();
     let ran_on = on_big_stack("big-stack", move || {
@@ -323,19 +311,28 @@ fn a_caller_with_less_stack_than_the_runtime_thread_never_drives() {
 #[test]
 fn a_caller_on_a_thread_of_the_default_stack_size_drives() {
     let rt = Runtime::new("recipes-test-drive").unwrap();
-    let rt2 = rt.clone();
-    let ran_on = std::thread::Builder::new()
-        .name("default-stack".into())
+    let ran_on = name_of_thread_that_ran(&rt, "default-stack", None);
+    assert_eq!(ran_on.as_deref(), Some("default-stack"));
+}
+
+/// From a new thread `name` (of `stack` bytes, else the default size),
+/// a call of `rt` that answers the name of the thread that ran it.
+fn name_of_thread_that_ran(rt: &Runtime, name: &str, stack: Option<usize>) -> Option<String> {
+    let rt = rt.clone();
+    let mut builder = std::thread::Builder::new().name(name.into());
+    if let Some(stack) = stack {
+        builder = builder.stack_size(stack);
+    }
+    builder
         .spawn(move || {
-            rt2.call("name", Duration::from_secs(5), async {
+            rt.call("name", Duration::from_secs(5), async {
                 Ok(name_of_this_thread())
             })
         })
         .unwrap()
         .join()
         .unwrap()
-        .unwrap();
-    assert_eq!(ran_on.as_deref(), Some("default-stack"));
+        .unwrap()
 }
 
 #[test]
