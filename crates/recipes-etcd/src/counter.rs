@@ -158,7 +158,8 @@ impl CounterBackend for EtcdCounter {
 
     fn delete_if(&self, version: u64) -> Result<bool> {
         let delete = TxnOp::delete(self.name.as_str(), None);
-        (self.guarded("delete the counter", version, vec![delete])).map(|r| r == SetIf::Set)
+        self.guarded("delete the counter", version, vec![delete])
+            .map(|r| r == SetIf::Set)
     }
 
     fn waits(&self) -> &EtcdWaits {

@@ -9,7 +9,7 @@ use std::time::Duration;
 use recipes_core::store::{
     watch_held, EntryWatcher, FencedWrite, HeldEntry, PresencePoll, Runtime, StoreEntry,
 };
-use recipes_core::{FencingToken, Result};
+use recipes_core::{Access, FencingToken, Result};
 use tokio_postgres::types::{ToSql, Type};
 use uuid::Uuid;
 
@@ -34,12 +34,11 @@ pub struct PgEntry {
     /// The fence a write must find on the name's row; `None` for a
     /// permit, whose fences are not ordered against other permits'.
     pub(crate) fence: Option<i64>,
-    /// A read-write lock's holding: its writes are checked through the
-    /// name's gate (`recipes.rw_held`).
-    pub(crate) rw: bool,
-    /// A read-write lock's read holding: the name's fence is the last
-    /// writer's token, so its writes need it at or below ours.
-    pub(crate) reading: bool,
+    /// For a read-write lock's holding, its side: its writes are checked
+    /// through the name's gate (`recipes.rw_held`); a reader's need the
+    /// name's fence (the last writer's token) at or below ours. `None`:
+    /// a mutex's, an election's or a permit's.
+    pub(crate) rw: Option<Access>,
     holder: String,
     /// Where the recipe's own rows are named: what a fenced write may not
     /// touch.
@@ -54,7 +53,7 @@ impl PgEntry {
         PgEntry::hold(client, name, a, permit, None)
     }
 
-    fn hold(client: PgClient, name: &str, a: Acquired, permit: bool, rw: Option<bool>) -> PgLock {
+    fn hold(client: PgClient, name: &str, a: Acquired, permit: bool, rw: Option<Access>) -> PgLock {
         let session = a.ticket.session.clone();
         let trigger = session.epoch().trigger().child();
         let layout = match name.strip_suffix("/leases").filter(|_| permit) {
@@ -68,8 +67,7 @@ impl PgEntry {
             entry: a.ticket.entry,
             seq: a.seq,
             fence: (!permit).then_some(a.fence),
-            rw: rw.is_some(),
-            reading: rw == Some(true),
+            rw,
             holder: holder(name, &a.ticket.entry),
             layout,
         };
@@ -90,10 +88,9 @@ impl PgEntry {
         )
     }
 
-    /// Hold the row `a` won in a read-write lock's queue (`reading`: a
-    /// reader's).
-    pub(crate) fn held_rw(client: PgClient, name: &str, a: Acquired, reading: bool) -> PgLock {
-        PgEntry::hold(client, name, a, false, Some(reading))
+    /// Hold the row `a` won in a read-write lock's queue on its `side`.
+    pub(crate) fn held_rw(client: PgClient, name: &str, a: Acquired, side: Access) -> PgLock {
+        PgEntry::hold(client, name, a, false, Some(side))
     }
 
     /// Our row's position in the queue.
@@ -151,11 +148,11 @@ const STILL_PERMITTED: &str = "SELECT 1 FROM recipes.queue q \
 impl PgEntry {
     /// What a write fenced by this holding checks first.
     pub(crate) fn check(&self) -> Result<FenceCheck> {
-        let sql = match (self.fence, self.rw, self.reading) {
-            (Some(_), false, _) => STILL_HELD,
-            (Some(_), true, false) => STILL_WRITING,
-            (Some(_), true, true) => STILL_READING,
-            (None, ..) => STILL_PERMITTED,
+        let sql = match (self.fence, self.rw) {
+            (Some(_), None) => STILL_HELD,
+            (Some(_), Some(Access::Write)) => STILL_WRITING,
+            (Some(_), Some(Access::Read)) => STILL_READING,
+            (None, _) => STILL_PERMITTED,
         };
         Ok(FenceCheck {
             sql: sql.to_owned(),

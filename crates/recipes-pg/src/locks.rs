@@ -6,7 +6,7 @@
 
 use recipes_core::store::engine::{self, Rule};
 use recipes_core::store::{LockStore, Runtime};
-use recipes_core::{LockKind, Result};
+use recipes_core::{Access, LockKind, Result};
 use tokio::time::Instant;
 
 use crate::advisory_lock::AdvisoryLock;
@@ -65,13 +65,14 @@ impl LockStore for PgClient {
             let won = handle.contend_as(queue, &[], deadline).await?;
             // A mutex's holding is not a read-write lock's: its fenced
             // checks lock the name's row, not the gate.
-            let reading = kind == LockKind::Read;
-            Ok(won.map(|a| {
-                if rw {
-                    PgEntry::held_rw(client.clone(), name, a, reading)
-                } else {
-                    PgEntry::held(client.clone(), name, a, false)
-                }
+            let side = match kind {
+                LockKind::Read => Some(Access::Read),
+                LockKind::Write => Some(Access::Write),
+                _ => None,
+            };
+            Ok(won.map(|a| match side {
+                Some(side) => PgEntry::held_rw(client.clone(), name, a, side),
+                None => PgEntry::held(client.clone(), name, a, false),
             }))
         }
     }

@@ -23,7 +23,7 @@
 //!   statement.
 
 use recipes_core::store::{HeldLease, LeadershipLease};
-use recipes_core::{Error, Result};
+use recipes_core::{Access, Error, Result};
 use tokio_postgres::types::Type;
 
 use crate::client::PgClient;
@@ -93,7 +93,7 @@ impl PgEntry {
             });
         }
         let mut read = self;
-        read.reading = true;
+        read.rw = Some(Access::Read);
         Ok(read)
     }
 }

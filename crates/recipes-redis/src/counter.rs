@@ -183,7 +183,8 @@ impl CounterBackend for RedisCounter {
     }
 
     fn delete_if(&self, version: u64) -> Result<bool> {
-        (self.cas("delete the counter", version, 0, "del")).map(|r| r == SetIf::Set)
+        self.cas("delete the counter", version, 0, "del")
+            .map(|r| r == SetIf::Set)
     }
 
     fn waits(&self) -> &RedisWaits {
