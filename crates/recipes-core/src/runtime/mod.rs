@@ -274,8 +274,9 @@ impl Runtime {
     }
 
     /// [`call_until`](Runtime::call_until) with a future already on the
-    /// heap ([`Boxed`]): built there by a caller whose future is large, so
-    /// that none of its frames holds it and it is not boxed twice.
+    /// heap (`Pin<Box<dyn Future>>`): built there by a caller whose future
+    /// is large, so that none of its frames holds it and it is not boxed
+    /// twice.
     ///
     /// # Errors
     ///
