@@ -9,6 +9,7 @@
 
 use std::time::{Duration, Instant};
 
+use integration::test_dir::TestDir;
 use integration::{scale, ServerTls, TestPki};
 use recipes_core::{Error, Tls, TlsProblem};
 
@@ -145,11 +146,17 @@ fn cases() -> Vec<Case> {
 /// A client certificate and key as `openssl x509 -req` makes them without
 /// an extensions file: X.509 v1, signed by a CA of its own (the client
 /// refuses it before it connects).
-fn v1_client(pki: &TestPki) -> (std::path::PathBuf, std::path::PathBuf) {
-    static MADE: std::sync::OnceLock<()> = std::sync::OnceLock::new();
-    let dir = pki.dir();
-    let at = |name: &str| dir.join(name).display().to_string();
-    MADE.get_or_init(|| {
+///
+/// They are made in a folder of this process: the shared PKI's folder is
+/// every test process's of the run, and two processes writing the same CA
+/// and key there at once left a CA whose key was the other's (seen in CI:
+/// "CA certificate and CA private key do not match").
+fn v1_client(_pki: &TestPki) -> (std::path::PathBuf, std::path::PathBuf) {
+    static MADE: std::sync::OnceLock<TestDir> = std::sync::OnceLock::new();
+    let dir = MADE.get_or_init(|| {
+        let made = TestDir::new("v1-pki");
+        let dir = made.path();
+        let at = |name: &str| dir.join(name).display().to_string();
         let openssl = |args: &[&str]| {
             let out = std::process::Command::new("openssl")
                 .args(args)
@@ -201,7 +208,9 @@ fn v1_client(pki: &TestPki) -> (std::path::PathBuf, std::path::PathBuf) {
             "-out",
             &at("v1-client.pem"),
         ]);
+        made
     });
+    let dir = dir.path();
     (dir.join("v1-client.pem"), dir.join("v1-client-key.pem"))
 }
 
