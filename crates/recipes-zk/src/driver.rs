@@ -3,8 +3,9 @@
 //! nodes, Curator's layout. The engine runs the loop; this file says how
 //! ZooKeeper creates, lists, watches and deletes.
 //!
-//! - **enter**: create `<dir>/_c_<uuid>-<lock_name><seq>`; when the reply is
-//!   lost, find the node by its uuid.
+//! - **enter**: create `<dir>/_c_<uuid>-<lock_name><seq>`, with the first
+//!   listing sent right behind it (`create.rs`: one round trip for both);
+//!   when the reply is lost, find the node by its uuid.
 //! - **list**: the children, in serial-number order around our sequence,
 //!   with a watch on them: for the listing that makes us the holder, that
 //!   watch is the loss watch's first stage (it fires when any contender
@@ -32,10 +33,11 @@ use tokio::time::Instant;
 use zookeeper_client as zk;
 
 use crate::client::ZkClient;
-use crate::error::{connection_trouble, from_zk, read_error};
+use crate::create::create_protected;
+use crate::error::{from_zk, read_error};
 use crate::names::{
     enclosing_semaphore, fresh_uuid, in_layout, inside_semaphore, is_contender_of, is_ours,
-    own_layout, protected_prefix, queue_order, semaphore_size, sequence_of, READ,
+    own_layout, queue_order, semaphore_size, sequence_of, READ,
 };
 use crate::node_lease::delete_node;
 use crate::session::Session;
@@ -90,6 +92,8 @@ pub(crate) struct Entry {
     czxid: i64,
     /// The watch of the latest listing on the folder's children.
     children: Option<zk::OneshotWatcher>,
+    /// The listing sent right behind the create, for the first `list`.
+    listed: Option<(Vec<String>, zk::OneshotWatcher)>,
     /// The latest listing showed exactly one contender ahead of ours.
     alone_behind: bool,
     /// A wait saw that one deleted: ours is first (no node is ever
@@ -192,7 +196,8 @@ impl ContendDriver for NodeDriver {
         if self.contender.outside_semaphores {
             refuse_inside_semaphore(session, &self.contender.dir).await?;
         }
-        let (node, czxid, owner) = create_protected(session, &self.contender, &ticket.uuid).await?;
+        let created = create_protected(session, &self.contender, &ticket.uuid).await?;
+        let (node, czxid, owner) = (created.node, created.czxid, created.owner);
         if owner != session.id() {
             return Err(Error::Backend {
                 message: format!(
@@ -215,6 +220,7 @@ impl ContendDriver for NodeDriver {
             seq,
             czxid,
             children: None,
+            listed: created.listed,
             alone_behind: false,
             first: false,
         };
@@ -239,8 +245,12 @@ impl ContendDriver for NodeDriver {
         }
         let (session, dir) = (&epoch.0, &self.contender.dir);
         let lock_name = self.contender.lock_name;
-        let children = match session.zk().get_and_watch_children(dir).await {
-            Ok((children, _, watcher)) => {
+        let listed = match entry.listed.take() {
+            Some(listed) => Ok(listed),
+            None => (session.zk().get_and_watch_children(dir).await).map(|(c, _, w)| (c, w)),
+        };
+        let children = match listed {
+            Ok((children, watcher)) => {
                 entry.children = Some(watcher);
                 children
             }
@@ -328,7 +338,7 @@ impl ContendDriver for NodeDriver {
 
 /// The paths of the children of `dir` created with `uuid` (none when `dir`
 /// is missing).
-async fn ours(
+pub(crate) async fn ours(
     session: &Session,
     dir: &str,
     uuid: &str,
@@ -377,76 +387,5 @@ async fn refuse_inside_semaphore(session: &Session, dir: &str) -> Result<()> {
         },
         Err(zk::Error::NoNode) => Ok(()),
         Err(e) => Err(read_error(&format!("read {semaphore}"), e)),
-    }
-}
-
-/// Create `dir` and its missing parents as container nodes.
-async fn make_dirs(session: &Session, dir: &str) -> Result<()> {
-    session
-        .zk()
-        .mkdir(dir, &session.options(zk::CreateMode::Container))
-        .await
-        .map_err(|e| from_zk(&format!("create the folder {dir}"), e))
-}
-
-/// Create our protected node; recover it by its uuid when the reply was
-/// lost. Returns the node's path, czxid and owner session.
-async fn create_protected(
-    session: &Session,
-    c: &Contender,
-    uuid: &str,
-) -> Result<(String, i64, i64)> {
-    let prefix = format!("{}/{}", c.dir, protected_prefix(uuid, c.lock_name));
-    let mut made_dirs = false;
-    let mut backoff = Backoff::RETRY;
-    loop {
-        match session
-            .zk()
-            .create(
-                &prefix,
-                &c.data,
-                &session.options(zk::CreateMode::EphemeralSequential),
-            )
-            .await
-        {
-            Ok((stat, seq)) => {
-                let node = format!("{prefix}{seq}");
-                return Ok((node, stat.czxid, stat.ephemeral_owner));
-            }
-            Err(zk::Error::NoNode) if !made_dirs => {
-                make_dirs(session, &c.dir).await?;
-                made_dirs = true;
-            }
-            Err(e) if connection_trouble(&e) => {
-                // The create may have been applied: look for our uuid.
-                if let Some(found) = find_ours(session, c, uuid).await? {
-                    return Ok(found);
-                }
-                backoff.pause().await;
-            }
-            Err(e) => return Err(from_zk(&format!("create a node under {}", c.dir), e)),
-        }
-    }
-}
-
-async fn find_ours(
-    session: &Session,
-    c: &Contender,
-    uuid: &str,
-) -> Result<Option<(String, i64, i64)>> {
-    let mut backoff = Backoff::RETRY;
-    let found = loop {
-        match ours(session, &c.dir, uuid).await {
-            Ok(found) => break found,
-            Err(e) if connection_trouble(&e) => backoff.pause().await,
-            Err(e) => return Err(from_zk(&format!("list {}", c.dir), e)),
-        }
-    };
-    let Some(node) = found.into_iter().next() else {
-        return Ok(None);
-    };
-    match session.zk().check_stat(&node).await {
-        Ok(stat) => Ok(stat.map(|stat| (node, stat.czxid, stat.ephemeral_owner))),
-        Err(e) => Err(from_zk(&format!("read {node}"), e)),
     }
 }

@@ -100,6 +100,7 @@ mod barrier;
 mod client;
 mod contenders;
 mod counter;
+mod create;
 mod drill;
 mod driver;
 mod election;

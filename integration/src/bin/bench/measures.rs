@@ -103,6 +103,16 @@ fn raw_figures<C>(store: &Store<C>, seconds: Duration) -> Option<Figures> {
     Some(rate_and_latency(&mut samples, elapsed))
 }
 
+/// The server's requests since `served` per cycle of `cycles`, where the
+/// store counts them (heartbeats and keep-alives included: a little above
+/// the true count).
+pub fn requests_per_cycle<C>(store: &Store<C>, served: Option<u64>, cycles: usize) -> V {
+    match ((store.requests)(), served) {
+        (Some(after), Some(before)) => V::N(after.saturating_sub(before) as f64 / cycles as f64),
+        _ => V::Null,
+    }
+}
+
 /// M1: `lock` then `release` of a free lock, one client.
 pub fn m1<C: Client>(store: &Store<C>, sizes: &Sizes) {
     let client = (store.connect)(Duration::from_secs(10));
@@ -116,13 +126,8 @@ pub fn m1<C: Client>(store: &Store<C>, sizes: &Sizes) {
         samples.push(t.elapsed());
     }
     let elapsed = started.elapsed();
-    let cycles = samples.len() as f64;
+    let per_cycle = requests_per_cycle(store, served, samples.len());
     let mut figures = rate_and_latency(&mut samples, elapsed);
-    // Heartbeats and keep-alives included: a little above the true count.
-    let per_cycle = match ((store.requests)(), served) {
-        (Some(after), Some(before)) => V::N(after.saturating_sub(before) as f64 / cycles),
-        _ => V::Null,
-    };
     figures.push(("server_requests_per_cycle", per_cycle));
     figures.push(("bridge_call_p50_us", V::N(bridge_call_p50_us())));
     line(

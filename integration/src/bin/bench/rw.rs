@@ -18,7 +18,7 @@ use std::time::{Duration, Instant};
 
 use recipes_core::Client;
 
-use crate::measures::{Sizes, Store};
+use crate::measures::{requests_per_cycle, Sizes, Store};
 use crate::out::{line, percentile_us, rate_and_latency, V};
 
 const READERS: usize = 8;
@@ -38,6 +38,7 @@ fn readers<C: Client>(store: &Store<C>, sizes: &Sizes) {
     let clients: Vec<C> = (0..READERS)
         .map(|_| (store.connect)(Duration::from_secs(10)))
         .collect();
+    let served = (store.requests)();
     let started = Instant::now();
     let mut samples: Vec<Duration> = std::thread::scope(|s| {
         let runs: Vec<_> = clients
@@ -59,16 +60,19 @@ fn readers<C: Client>(store: &Store<C>, sizes: &Sizes) {
         runs.into_iter().flat_map(|r| r.join().unwrap()).collect()
     });
     let elapsed = started.elapsed();
+    let per_cycle = requests_per_cycle(store, served, samples.len());
     let figures = [
         ("case", V::S("readers".into())),
         ("readers", V::N(READERS as f64)),
     ]
     .into_iter()
     .chain(rate_and_latency(&mut samples, elapsed))
+    .chain([("server_requests_per_cycle", per_cycle)])
     .collect();
     let raw = store.raw.as_ref().map(|raw| {
         // Its setup (a table, a folder) once, before the clients race.
         raw(Duration::ZERO, 0);
+        let served = (store.requests)();
         let started = Instant::now();
         let mut all: Vec<Duration> = std::thread::scope(|s| {
             let runs: Vec<_> = (0..READERS)
@@ -76,7 +80,10 @@ fn readers<C: Client>(store: &Store<C>, sizes: &Sizes) {
                 .collect();
             runs.into_iter().flat_map(|r| r.join().unwrap()).collect()
         });
-        rate_and_latency(&mut all, started.elapsed())
+        let per_cycle = requests_per_cycle(store, served, all.len());
+        let mut figures = rate_and_latency(&mut all, started.elapsed());
+        figures.push(("server_requests_per_cycle", per_cycle));
+        figures
     });
     line("M6", store.name, figures, raw, 0);
     for c in clients {
