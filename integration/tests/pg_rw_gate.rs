@@ -16,7 +16,7 @@ use integration::{scale, PgFacts, PgServer};
 use pg_common::*;
 use recipes_core::{Client, FencingToken};
 use recipes_pg::tokio_postgres::types::Type;
-use recipes_pg::{FencedTransaction, PgClient};
+use recipes_pg::{FencedTransaction, PgClient, PgMode};
 
 /// Who holds, as the test's threads saw their guards: marked after a
 /// take returned, unmarked before the release is sent (so the marks are
@@ -77,6 +77,65 @@ fn role(write: bool) -> &'static str {
 /// 30 s, a missed notification fails the take's 10 s.
 #[test]
 fn two_readers_and_a_writer_entering_at_once_never_overlap() {
+    at_once_never_overlap(PgMode::Lease);
+}
+
+/// The same race in session mode, whose readers draw their tokens from
+/// the same sequence without the name's row.
+#[test]
+fn session_two_readers_and_a_writer_entering_at_once_never_overlap() {
+    at_once_never_overlap(PgMode::Session);
+}
+
+/// Eight readers, each on a client of its own, take a name nobody used
+/// yet at the same moment, ten names over: every one holds (one of them
+/// makes the name's row while the others' statements run), and all at
+/// once (readers share).
+#[test]
+fn eight_readers_first_on_a_name_all_hold() {
+    for mode in [PgMode::Lease, PgMode::Session] {
+        let server = PgServer::shared();
+        let clients: Vec<PgClient> = (0..8)
+            .map(|_| {
+                PgClient::builder(server.url().as_str())
+                    .ttl(TTL)
+                    .mode(mode)
+                    .connect()
+                    .unwrap()
+            })
+            .collect();
+        for _ in 0..10 {
+            let n = name("rw-first-readers");
+            let start = Barrier::new(clients.len());
+            let guards: Vec<_> = thread::scope(|s| {
+                let takes: Vec<_> = (clients.iter())
+                    .map(|c| {
+                        let (n, start) = (&n, &start);
+                        s.spawn(move || {
+                            let rw = c.rw_lock(n).unwrap();
+                            start.wait();
+                            rw.try_read_for(scale(Duration::from_secs(10)))
+                        })
+                    })
+                    .collect();
+                takes.into_iter().map(|t| t.join().unwrap()).collect()
+            });
+            for g in guards {
+                let g = g
+                    .unwrap_or_else(|e| panic!("{mode:?}: a first reader failed: {e}"))
+                    .unwrap_or_else(|| panic!("{mode:?}: a first reader did not hold"));
+                g.release().unwrap();
+            }
+            let left = PgFacts::new(server.addr()).entries_under(&n);
+            assert!(left.is_empty(), "{mode:?}: left behind: {left:?}");
+        }
+        for c in clients {
+            c.close().unwrap();
+        }
+    }
+}
+
+fn at_once_never_overlap(mode: PgMode) {
     const ROUNDS: usize = 15;
     let server = PgServer::shared();
     let n = name("rw-gate-race");
@@ -102,6 +161,7 @@ fn two_readers_and_a_writer_entering_at_once_never_overlap() {
                 let c = PgClient::builder(url.as_str())
                     .ttl(Duration::from_secs(30))
                     .poll_interval(Duration::from_secs(60))
+                    .mode(mode)
                     .connect()
                     .unwrap();
                 let rw = c.rw_lock(&n).unwrap();

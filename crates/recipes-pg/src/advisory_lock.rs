@@ -83,12 +83,23 @@ impl AdvisoryLock {
 
     /// Clear the heartbeat row of our key, while we hold it (so a next
     /// holder knows it need not wait for our deadline); a reader's own row
-    /// goes.
+    /// goes. Committed without waiting for the disk
+    /// (`synchronous_commit` off for this statement's transaction): a
+    /// clear lost in a server crash only makes the next holder wait out
+    /// our deadline, as after an unclean end, so the release need not pay
+    /// a flush.
     async fn released_cleanly(&self) -> Result<()> {
         let what = "mark a clean release";
         let sql = match self.beat_row == self.key_name {
-            true => "UPDATE recipes.advisory SET beat_at = NULL WHERE key = $1",
-            false => "DELETE FROM recipes.advisory WHERE key = $1",
+            true => {
+                "WITH lazy AS (SELECT set_config('synchronous_commit', 'off', true)) \
+                 UPDATE recipes.advisory SET beat_at = NULL \
+                 WHERE key = $1 AND EXISTS (SELECT 1 FROM lazy)"
+            }
+            false => {
+                "WITH lazy AS (SELECT set_config('synchronous_commit', 'off', true)) \
+                 DELETE FROM recipes.advisory WHERE key = $1 AND EXISTS (SELECT 1 FROM lazy)"
+            }
         };
         let c = &self.conn.client;
         within(what, self.client.rpc_timeout(), async {
@@ -106,8 +117,9 @@ impl AdvisoryLock {
     }
 
     /// What a write fenced by this holding checks first: the name's fence
-    /// is ours (under a share lock, so no later holder's fence exists
-    /// before the write commits), and our backend holds our key.
+    /// is ours (a reader's: no writer's above ours), under a share lock, so
+    /// no later holder's fence exists before the write commits, and our
+    /// backend holds our key.
     ///
     /// # Errors
     ///
@@ -122,7 +134,10 @@ impl AdvisoryLock {
              AND l.objsubid = 2 AND l.classid::int8 = {ns} AND l.objid::int8 = {key} \
              AND l.pid = $3 AND l.granted)"
         );
-        let at = if self.reading { ">=" } else { "=" };
+        // A reader's token is not the name's fence: no writer minted after
+        // it (a writer's token is the fence; a downgraded writer's read
+        // keeps its own).
+        let at = if self.reading { "<=" } else { "=" };
         let sql = match self.fence {
             Some(_) => format!(
                 "SELECT 1 FROM recipes.names n WHERE n.name = $1 AND n.fence {at} $2 \
@@ -174,10 +189,18 @@ impl AdvisoryLock {
 
     /// Clear our heartbeat row (a clean release: the next holder need not
     /// wait out our deadline), then unlock on the lock connection (which
-    /// then serves another acquisition).
+    /// then serves another acquisition): the two sent together, in that
+    /// order, on the one connection, which the server answers in order (the
+    /// clear is committed before the key is free), so a release costs one
+    /// round trip.
     pub(crate) async fn delete(self) -> Result<()> {
-        self.released_cleanly().await?;
-        self.session.revoke(LossReason::Released).await
+        // Biased: the clear is polled, and so sent, first.
+        let (cleared, unlocked) = tokio::join!(
+            biased;
+            self.released_cleanly(),
+            self.session.revoke(LossReason::Released)
+        );
+        cleared.and(unlocked)
     }
 
     pub(crate) async fn delete_until_done(self) {
@@ -218,7 +241,7 @@ impl AdvisoryLock {
     /// backend's own locks never conflict) and unlock the exclusive hold,
     /// in one statement, so no heartbeat sees the key twice; then our
     /// heartbeat row becomes a reader's and the name's fence is no longer
-    /// watched (readers after us bump it). Readers waiting at the server
+    /// watched (a reader's token is not the name's fence). Readers waiting at the server
     /// are granted then; a writer waiting stays behind them.
     ///
     /// # Errors

@@ -249,6 +249,7 @@ mod group;
 mod held;
 mod listen;
 mod locks;
+mod mint;
 mod mutex;
 mod names;
 mod pooler;

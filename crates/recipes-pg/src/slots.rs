@@ -19,7 +19,12 @@
 //!   in the same session right after the grant (`UPDATE … RETURNING`) to
 //!   `greatest(fence + 1, the database clock in µs)`, so it strictly
 //!   increases across holders, even after the schema was dropped or
-//!   truncated; and, when the key's previous
+//!   truncated. A read-write lock's token is the next of
+//!   `recipes.rw_order` instead (a writer's also set as the name's fence),
+//!   drawn while the key is held: a writer holds it alone, so its token
+//!   is above every earlier reader's and below every later one's, and
+//!   readers, who leave the row alone, mint together rather than one
+//!   commit after another on the row lock; and, when the key's previous
 //!   holder ended without releasing it (its heartbeat row in
 //!   `recipes.advisory` not cleared), a wait until that holder's last
 //!   heartbeat + its TTL — its own deadline — has passed, so a holder
@@ -42,8 +47,8 @@ use tokio_postgres::types::Type;
 
 use crate::advisory::{LockConn, LockConns, LockSession};
 use crate::client::PgClient;
-use crate::names::other_layout;
-use crate::sql::{fence_floor, from_pg, is_schema_gone};
+use crate::mint::{mint_fence, refusal, Beat};
+use crate::sql::{from_pg, is_schema_gone};
 
 /// The kind of a session-mode lock's row in `recipes.names`.
 pub(crate) const ADVISORY: &str = "advisory";
@@ -78,113 +83,6 @@ pub(crate) fn key_name(name: &str, slot: usize, kind: &str) -> String {
         format!("{name}/{slot}")
     } else {
         name.to_owned()
-    }
-}
-
-/// Bump the fence of `name` (a row of `kind`, made on first use) on `c`,
-/// the connection — and so the session or transaction — that holds the
-/// name's advisory key `key`: strictly increasing across holders of either
-/// scope, and floored by the database clock in µs, so it never goes back
-/// when the schema is dropped or truncated (`fence_floor!` in `sql.rs`). In the same statement, read how long the key's previous holder
-/// may still believe it holds — its last heartbeat + its TTL, in database
-/// time, unless it released the key — and, for a session holder
-/// (`beat_ttl`, its TTL) when that is nothing, stamp our own heartbeat on
-/// the key. The caller waits that long before it may use the lock (a
-/// session holder then stamps, [`stamp`]): while it waits the old stamp
-/// stays, so an acquisition cut off meanwhile never pushes the wait of
-/// the next one further out.
-///
-/// `beat` names our heartbeat row: the key's own, or for a read-write
-/// lock's reader `<key>` + U+001F + `reader-<pid>` (readers share the
-/// key, each has its row; no name holds a control character, so no other
-/// recipe's row is named so). A reader waits out the key's own row (a writer's); a writer
-/// (`after_readers`) the readers' rows too.
-///
-/// # Errors
-///
-/// [`InvalidArgument`](recipes_core::Error::InvalidArgument) when the
-/// name holds another kind of recipe (or the other mode's locks).
-pub(crate) async fn mint_fence(
-    client: &PgClient,
-    c: &tokio_postgres::Client,
-    name: &str,
-    kind: &str,
-    key: &str,
-    beat: Beat<'_>,
-    beat_ttl: Option<i64>,
-) -> Result<(i64, Duration)> {
-    let what = format!("mint the fence of {name}");
-    let sql = concat!(
-        "WITH old AS (SELECT max(extract(epoch FROM beat_at + ttl - clock_timestamp()))::float8 \
-           AS remaining FROM recipes.advisory WHERE beat_at IS NOT NULL \
-           AND (key = $3 OR ($6 AND starts_with(key, $3 || chr(31) || 'reader-')))), \
-         beat AS (INSERT INTO recipes.advisory AS a (key, beat_at, ttl) \
-           SELECT $5, clock_timestamp(), $4 * interval '1 millisecond' \
-           WHERE $4::int8 IS NOT NULL AND NOT EXISTS (SELECT 1 FROM old WHERE remaining > 0) \
-           ON CONFLICT (key) DO UPDATE SET beat_at = EXCLUDED.beat_at, ttl = EXCLUDED.ttl) \
-         INSERT INTO recipes.names AS n (name, kind, fence) VALUES ($1, $2, ",
-        fence_floor!(),
-        ") ON CONFLICT (name) DO UPDATE SET fence = greatest(n.fence + 1, ",
-        fence_floor!(),
-        ") WHERE n.kind = $2 RETURNING n.fence, (SELECT remaining FROM old)"
-    );
-    let params: crate::db::Params<'_> = &[
-        (&name, Type::TEXT),
-        (&kind, Type::TEXT),
-        (&key, Type::TEXT),
-        (&beat_ttl, Type::INT8),
-        (&beat.row, Type::TEXT),
-        (&beat.after_readers, Type::BOOL),
-    ];
-    let rows = match recipes_core::store::within(&what, client.rpc_timeout(), async {
-        c.query_typed(sql, params)
-            .await
-            .map_err(|e| from_pg(&what, e))
-    })
-    .await
-    {
-        Ok(rows) => rows,
-        // Made again before the acquisition starts over.
-        Err(e) if is_schema_gone(&e) => return Err(client.db().schema_gone(e).await),
-        Err(e) => return Err(e),
-    };
-    if let Some(row) = rows.first() {
-        let left = row.get::<_, Option<f64>>(1).unwrap_or(0.0).max(0.0);
-        let left = Duration::try_from_secs_f64(left).unwrap_or(Duration::MAX);
-        if !left.is_zero() {
-            log::info!(
-                "[{name}] its previous holder ended without releasing it: waiting {left:?} \
-                 for that holder's deadline"
-            );
-        }
-        return Ok((row.get(0), left));
-    }
-    Err(refusal(client, name, kind, &what).await)
-}
-
-/// Whose heartbeat row a holder stamps, and which rows it waits out.
-#[derive(Debug, Clone, Copy)]
-pub(crate) struct Beat<'a> {
-    /// Our row in `recipes.advisory`.
-    pub(crate) row: &'a str,
-    /// A read-write lock's writer: readers' rows count too.
-    pub(crate) after_readers: bool,
-}
-
-/// Why `name`'s row refused a lock of `kind`: the recipe it holds.
-async fn refusal(client: &PgClient, name: &str, kind: &str, what: &str) -> recipes_core::Error {
-    let sql = "SELECT kind FROM recipes.names WHERE name = $1";
-    match client
-        .db()
-        .query_opt(what, sql, &[(&name, Type::TEXT)])
-        .await
-    {
-        Ok(row) => other_layout(
-            name,
-            kind,
-            &row.map(|r| r.get::<_, String>(0)).unwrap_or_default(),
-        ),
-        Err(e) => e,
     }
 }
 
@@ -439,6 +337,7 @@ impl SlotDriver for AdvisorySlots<'_> {
         let beat = Beat {
             row: &t.beat_row,
             after_readers: self.kind == ADVISORY_RW && !self.shared,
+            reader: self.shared,
         };
         let (fence, left) =
             mint_fence(self.client, c, self.name, self.kind, &t.key_name, beat, ttl).await?;
@@ -450,8 +349,8 @@ impl SlotDriver for AdvisorySlots<'_> {
         if let Some(key) = t.key {
             t.conn.took(key, &t.beat_row);
         }
-        // A lock's fence stays the name's while it holds; a reader's
-        // moves with the readers after it.
+        // A lock's fence stays the name's while it holds; a reader's token
+        // is not the name's fence.
         if self.kind == ADVISORY || (self.kind == ADVISORY_RW && !self.shared) {
             t.conn.fenced(self.name, fence);
         }

@@ -17,8 +17,9 @@ use tokio_postgres::error::SqlState;
 use tokio_postgres::types::Type;
 
 use crate::client::PgClient;
+use crate::mint::{mint_fence, Beat};
 use crate::names::validate_name;
-use crate::slots::{mint_fence, Beat, ADVISORY};
+use crate::slots::ADVISORY;
 use crate::sql::{from_pg, unexpected};
 use crate::transaction::Transaction;
 
@@ -155,6 +156,7 @@ async fn try_once(
     let beat = Beat {
         row: name,
         after_readers: false,
+        reader: false,
     };
     match mint_fence(client, conn, name, ADVISORY, name, beat, None).await {
         Ok((fence, left)) if left.is_zero() => Ok(Some(fence)),

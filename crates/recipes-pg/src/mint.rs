@@ -1,0 +1,178 @@
+//! A session-mode holder's fence or token, minted on the connection that
+//! holds the name's advisory key, right after the grant (see `slots.rs`).
+
+use std::time::Duration;
+
+use recipes_core::Result;
+use tokio_postgres::types::Type;
+
+use crate::client::PgClient;
+use crate::names::other_layout;
+use crate::slots::ADVISORY_RW;
+use crate::sql::{fence_floor, from_pg, is_schema_gone};
+
+/// The first part of every mint: the previous holders' remaining time
+/// (`old`) and our heartbeat's stamp (`beat`); see [`mint_fence`].
+macro_rules! mint_head {
+    () => {
+        "WITH old AS (SELECT max(extract(epoch FROM beat_at + ttl - clock_timestamp()))::float8 \
+           AS remaining FROM recipes.advisory WHERE beat_at IS NOT NULL \
+           AND (key = $3 OR ($6 AND starts_with(key, $3 || chr(31) || 'reader-')))), \
+         beat AS (INSERT INTO recipes.advisory AS a (key, beat_at, ttl) \
+           SELECT $5, clock_timestamp(), $4 * interval '1 millisecond' \
+           WHERE $4::int8 IS NOT NULL AND NOT EXISTS (SELECT 1 FROM old WHERE remaining > 0) \
+           ON CONFLICT (key) DO UPDATE SET beat_at = EXCLUDED.beat_at, ttl = EXCLUDED.ttl) "
+    };
+}
+
+/// A mutex's or a semaphore's fence: the name's row bumped.
+const MINT_FENCE: &str = concat!(
+    mint_head!(),
+    "INSERT INTO recipes.names AS n (name, kind, fence) VALUES ($1, $2, ",
+    fence_floor!(),
+    ") ON CONFLICT (name) DO UPDATE SET fence = greatest(n.fence + 1, ",
+    fence_floor!(),
+    ") WHERE n.kind = $2 RETURNING n.fence, (SELECT remaining FROM old)"
+);
+
+/// A read-write lock's writer's token: the next of `recipes.rw_order`
+/// (one value drawn), which is also the name's fence (the heartbeats
+/// check it).
+const MINT_WRITE: &str = concat!(
+    mint_head!(),
+    "INSERT INTO recipes.names AS n (name, kind, fence) \
+       VALUES ($1, $2, nextval('recipes.rw_order')) \
+     ON CONFLICT (name) DO UPDATE SET fence = EXCLUDED.fence \
+     WHERE n.kind = $2 RETURNING n.fence, (SELECT remaining FROM old)"
+);
+
+/// A read-write lock's reader's token: the next of `recipes.rw_order`,
+/// the name's row only made if missing (its fence then this token, so a
+/// writer's token is above it and ours is not below it), never locked:
+/// readers mint together instead of one commit after another on the row.
+const MINT_READ: &str = concat!(
+    mint_head!(),
+    ", token AS MATERIALIZED (SELECT nextval('recipes.rw_order') AS t), \
+     made AS (INSERT INTO recipes.names (name, kind, fence) \
+       SELECT $1, $2, t FROM token ON CONFLICT (name) DO NOTHING RETURNING kind) \
+     SELECT (SELECT t FROM token), (SELECT remaining FROM old) \
+     WHERE EXISTS (SELECT 1 FROM made) \
+        OR EXISTS (SELECT 1 FROM recipes.names WHERE name = $1 AND kind = $2)"
+);
+
+/// Bump the fence of `name` (a row of `kind`, made on first use) on `c`,
+/// the connection — and so the session or transaction — that holds the
+/// name's advisory key `key`: strictly increasing across holders of either
+/// scope, and floored by the database clock in µs, so it never goes back
+/// when the schema is dropped or truncated (`fence_floor!` in `sql.rs`);
+/// a read-write lock's token is the next of `recipes.rw_order` instead
+/// ([`MINT_WRITE`], [`MINT_READ`]). In the same statement, read how long
+/// the key's previous holder
+/// may still believe it holds — its last heartbeat + its TTL, in database
+/// time, unless it released the key — and, for a session holder
+/// (`beat_ttl`, its TTL) when that is nothing, stamp our own heartbeat on
+/// the key. The caller waits that long before it may use the lock (a
+/// session holder then stamps, `stamp` in `slots.rs`): while it waits the old stamp
+/// stays, so an acquisition cut off meanwhile never pushes the wait of
+/// the next one further out.
+///
+/// `beat` names our heartbeat row: the key's own, or for a read-write
+/// lock's reader `<key>` + U+001F + `reader-<pid>` (readers share the
+/// key, each has its row; no name holds a control character, so no other
+/// recipe's row is named so). A reader waits out the key's own row (a writer's); a writer
+/// (`after_readers`) the readers' rows too.
+///
+/// # Errors
+///
+/// [`InvalidArgument`](recipes_core::Error::InvalidArgument) when the
+/// name holds another kind of recipe (or the other mode's locks).
+pub(crate) async fn mint_fence(
+    client: &PgClient,
+    c: &tokio_postgres::Client,
+    name: &str,
+    kind: &str,
+    key: &str,
+    beat: Beat<'_>,
+    beat_ttl: Option<i64>,
+) -> Result<(i64, Duration)> {
+    let what = format!("mint the fence of {name}");
+    let sql = match (kind, beat.reader) {
+        (ADVISORY_RW, true) => MINT_READ,
+        (ADVISORY_RW, false) => MINT_WRITE,
+        _ => MINT_FENCE,
+    };
+    let params: crate::db::Params<'_> = &[
+        (&name, Type::TEXT),
+        (&kind, Type::TEXT),
+        (&key, Type::TEXT),
+        (&beat_ttl, Type::INT8),
+        (&beat.row, Type::TEXT),
+        (&beat.after_readers, Type::BOOL),
+    ];
+    let run = || async {
+        match recipes_core::store::within(&what, client.rpc_timeout(), async {
+            c.query_typed(sql, params)
+                .await
+                .map_err(|e| from_pg(&what, e))
+        })
+        .await
+        {
+            Ok(rows) => Ok(rows),
+            // Made again before the acquisition starts over.
+            Err(e) if is_schema_gone(&e) => Err(client.db().schema_gone(e).await),
+            Err(e) => Err(e),
+        }
+    };
+    let mut rows = run().await?;
+    if rows.is_empty() && sql == MINT_READ && stored_kind(client, name, &what).await? == kind {
+        // Another reader made the name's row while our statement ran: our
+        // snapshot did not show it; the next one does.
+        rows = run().await?;
+    }
+    if let Some(row) = rows.first() {
+        let left = row.get::<_, Option<f64>>(1).unwrap_or(0.0).max(0.0);
+        let left = Duration::try_from_secs_f64(left).unwrap_or(Duration::MAX);
+        if !left.is_zero() {
+            log::info!(
+                "[{name}] its previous holder ended without releasing it: waiting {left:?} \
+                 for that holder's deadline"
+            );
+        }
+        return Ok((row.get(0), left));
+    }
+    Err(refusal(client, name, kind, &what).await)
+}
+
+/// Whose heartbeat row a holder stamps, and which rows it waits out.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct Beat<'a> {
+    /// Our row in `recipes.advisory`.
+    pub(crate) row: &'a str,
+    /// A read-write lock's writer: readers' rows count too.
+    pub(crate) after_readers: bool,
+    /// A read-write lock's reader: its token is drawn from
+    /// `recipes.rw_order` and the name's row is left alone.
+    pub(crate) reader: bool,
+}
+
+/// Why `name`'s row refused a lock of `kind`: the recipe it holds.
+pub(crate) async fn refusal(
+    client: &PgClient,
+    name: &str,
+    kind: &str,
+    what: &str,
+) -> recipes_core::Error {
+    match stored_kind(client, name, what).await {
+        Ok(stored) => other_layout(name, kind, &stored),
+        Err(e) => e,
+    }
+}
+
+/// The kind of `name`'s row now (empty when it has none).
+async fn stored_kind(client: &PgClient, name: &str, what: &str) -> Result<String> {
+    let sql = "SELECT kind FROM recipes.names WHERE name = $1";
+    let row = (client.db())
+        .query_opt(what, sql, &[(&name, Type::TEXT)])
+        .await?;
+    Ok(row.map(|r| r.get::<_, String>(0)).unwrap_or_default())
+}
