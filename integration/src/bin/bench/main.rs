@@ -294,29 +294,31 @@ fn pg(sizes: &Sizes) {
             kill_is: "renewals stopped (crash)",
         };
         all(store, sizes);
-        if mode == recipes_pg::PgMode::Lease {
-            pg_lease_extra(&server, sizes);
-        }
+        pg_extra(&server, (name, mode), sizes);
     }
 }
 
-/// Lease mode's statements per cycle (M1) and the plain `NOTIFY` round
-/// trip (M2), when those metrics run (`pg_raw.rs`).
-fn pg_lease_extra(server: &PgServer, sizes: &Sizes) {
+/// Statements per cycle (M1) of `mode`, and lease mode's plain `NOTIFY`
+/// round trip (M2), when those metrics run (`pg_raw.rs`).
+fn pg_extra(server: &PgServer, (label, mode): (&'static str, recipes_pg::PgMode), sizes: &Sizes) {
     let only = ONLY.get().map_or(&[][..], Vec::as_slice);
     let runs = |m: &str| only.is_empty() || only.iter().any(|o| o.eq_ignore_ascii_case(m));
     if runs("M1") {
         let client = recipes_pg::PgClient::builder(server.url())
             .ttl(Duration::from_secs(10))
+            .mode(mode)
             .connect()
             .unwrap();
         let url = server.url();
-        let raw = move |s, c| raw::pg_lease(&url, s, c);
+        let raw = move |s, c| match mode {
+            recipes_pg::PgMode::Session => raw::pg_session(&url, s, c),
+            _ => raw::pg_lease(&url, s, c),
+        };
         let cycles = if sizes.rounds > 1 { 500 } else { 20 };
-        pg_raw::statements(server, &client, cycles, &raw, sizes.seconds / 3);
+        pg_raw::statements(server, (label, &client), cycles, &raw, sizes.seconds / 3);
         let _ = client.close();
     }
-    if runs("M2") {
+    if runs("M2") && mode == recipes_pg::PgMode::Lease {
         pg_raw::notify_line(&server.url());
     }
 }

@@ -1,10 +1,11 @@
-//! PostgreSQL lease mode's extra figures (issue 25):
+//! PostgreSQL's extra figures (issue 25):
 //!
 //! - **statements per cycle** (`M1`'s `statements` line): the server's
 //!   own count, from `log_statement = 'all'` turned on for the count only
 //!   (every statement a line of `server.log`: simple queries and
 //!   executions of the extended protocol alike), of ours and of the raw
-//!   loop ([`crate::raw::pg_lease`]) in the same run.
+//!   loop ([`crate::raw::pg_lease`], [`crate::raw::pg_session`]) in the
+//!   same run, for each mode.
 //! - **the raw handoff** ([`handoff`]): contenders on raw connections
 //!   hand one lease row on by `NOTIFY`: the release is an update that
 //!   notifies in the same statement, the next contender hears it on its
@@ -31,6 +32,9 @@ fn log_end(server: &PgServer) -> u64 {
 fn logged_since(server: &PgServer, from: u64) -> u64 {
     let log = std::fs::read(server.dir().join("server.log")).unwrap_or_default();
     let tail = String::from_utf8_lossy(&log[(from as usize).min(log.len())..]).into_owned();
+    if std::env::var_os("BENCH_SHOW_STATEMENTS").is_some() {
+        eprintln!("{tail}");
+    }
     tail.lines()
         .filter(|l| l.contains("LOG:  statement: ") || l.contains("LOG:  execute "))
         .count() as u64
@@ -51,12 +55,14 @@ fn log_statements(server: &PgServer, on: bool) {
 /// loop's (for `raw_for`, its connect and table creation included).
 pub fn statements(
     server: &PgServer,
-    client: &recipes_pg::PgClient,
+    (backend, client): (&'static str, &recipes_pg::PgClient),
     cycles: usize,
     raw: &dyn Fn(Duration, usize) -> crate::raw::Samples,
     raw_for: Duration,
 ) {
-    let mutex = client.mutex("/bench/pg-lease/m1-statements").unwrap();
+    let mutex = client
+        .mutex(&format!("/bench/{backend}/m1-statements"))
+        .unwrap();
     mutex.lock().unwrap().release().unwrap();
     log_statements(server, true);
     let from = log_end(server);
@@ -83,7 +89,7 @@ pub fn statements(
             V::N(raws as f64 / samples.len() as f64),
         ),
     ];
-    line("M1", "pg-lease", figures, Some(raw), 0);
+    line("M1", backend, figures, Some(raw), 0);
 }
 
 fn runtime() -> tokio::runtime::Runtime {
