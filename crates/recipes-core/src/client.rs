@@ -6,7 +6,7 @@
 use std::fmt;
 use std::time::Duration;
 
-use crate::backend::{ElectionBackend, FencedLease, HeldLease, LeaderInfo, RwLockBackend};
+use crate::backend::{FencedLease, HeldLease, LeaderInfo, RwLockBackend};
 use crate::barrier::{Barrier, DoubleBarrier, OnRuntime};
 use crate::clock::BootInstant;
 use crate::count_down::CountDownLatch;
@@ -18,6 +18,7 @@ use crate::error::Result;
 use crate::leader::{LeaderLatch, LeaderSelector};
 use crate::multi_lock::{LockKind, MultiLock};
 use crate::mutex::{Mutex, MutexGuard};
+use crate::queue_election::{ElectionStore, QueueElection};
 use crate::queue_lock::{LockStore, QueueLock, QueueSemaphore};
 use crate::rw_lock::{RwLock, RwLockReadGuard, RwLockWriteGuard};
 use crate::semaphore::{Semaphore, SemaphorePermit};
@@ -81,15 +82,9 @@ impl From<Contender> for LeaderInfo {
 /// (their leases write fenced): [`mutex`](Client::mutex) and
 /// [`rw_lock`](Client::rw_lock) are [`QueueLock`]s over it, the same on
 /// every store, and so is [`semaphore`](Client::semaphore) a
-/// [`QueueSemaphore`]; its elections, latches and selectors are the
-/// store's election backend.
-pub trait Client:
-    LockStore<
-    Lease: FencedWrites,
-    Permit: FencedWrites,
-    Election: ElectionBackend<Leadership: FencedWrites>,
->
-{
+/// [`QueueSemaphore`]; it is the [`ElectionStore`] of its elections,
+/// latches and selectors, [`QueueElection`]s over it.
+pub trait Client: LockStore<Lease: FencedWrites, Permit: FencedWrites> + ElectionStore {
     /// The barrier and double barrier backend.
     type Barrier: BarrierStore + DoubleBarrierStore + OnRuntime + fmt::Debug;
 
@@ -137,8 +132,8 @@ pub trait Client:
     /// # Errors
     ///
     /// As for [`mutex`](Client::mutex).
-    fn election(&self, name: &str) -> Result<Election<Self::Election>> {
-        self.election_of(name, false).map(Election::from_backend)
+    fn election(&self, name: &str) -> Result<Election<QueueElection<Self>>> {
+        QueueElection::new(self, name, false).map(Election::from_backend)
     }
 
     /// A read-write lock named `name`.
@@ -175,8 +170,8 @@ pub trait Client:
     /// # Errors
     ///
     /// As for [`mutex`](Client::mutex); an empty id.
-    fn leader_latch(&self, name: &str, id: &str) -> Result<LeaderLatch<Self::Election>> {
-        LeaderLatch::new(self.election_of(name, false)?, id)
+    fn leader_latch(&self, name: &str, id: &str) -> Result<LeaderLatch<QueueElection<Self>>> {
+        LeaderLatch::new(QueueElection::new(self, name, false)?, id)
     }
 
     /// A leader selector on `name` for participant `id`.
@@ -184,8 +179,8 @@ pub trait Client:
     /// # Errors
     ///
     /// As for [`leader_latch`](Client::leader_latch).
-    fn leader_selector(&self, name: &str, id: &str) -> Result<LeaderSelector<Self::Election>> {
-        LeaderSelector::new(self.election_of(name, true)?, id)
+    fn leader_selector(&self, name: &str, id: &str) -> Result<LeaderSelector<QueueElection<Self>>> {
+        LeaderSelector::new(QueueElection::new(self, name, true)?, id)
     }
 
     /// The contenders of the mutex, election, latch or selector `name`, in

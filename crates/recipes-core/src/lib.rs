@@ -91,6 +91,7 @@ mod mutex;
 mod names;
 mod observe;
 mod presence_poll;
+mod queue_election;
 mod queue_lock;
 mod renewal;
 mod retry;
@@ -166,6 +167,7 @@ pub mod store {
     pub use crate::names::{check_name, check_permits, check_stored_size};
     pub use crate::observe::{follow_leader, LeaderWatch};
     pub use crate::presence_poll::{PresencePoll, PRESENCE_BATCH};
+    pub use crate::queue_election::{ElectionStore, QueueElection};
     pub use crate::queue_lock::{LockStore, QueueLock, QueueSemaphore};
     pub use crate::renewal::{renew_on, Renewal, RenewalStream, StopFlag, StreamEnd};
     pub use crate::retry::{resend_within, until_done, within};

@@ -9,15 +9,14 @@
 //! the engine. A store's `take` picks the engine's shape
 //! ([`contend`](crate::engine::contend) over its entries, or
 //! [`take`](crate::engine::take) over its native locks) and its layout;
-//! nothing in it decides or loops.
+//! nothing in it decides or loops. The election is glued the same way
+//! (`queue_election.rs`).
 
 use std::fmt;
 use std::future::Future;
 use std::time::Instant;
 
-use crate::backend::{
-    ElectionBackend, FencedLease, HeldLease, MutexBackend, RwLockBackend, SemaphoreBackend,
-};
+use crate::backend::{FencedLease, HeldLease, MutexBackend, RwLockBackend, SemaphoreBackend};
 use crate::engine::{Role, Rule};
 use crate::error::Result;
 use crate::multi_lock::LockKind;
@@ -140,19 +139,6 @@ pub trait LockStore: Clone + Send + Sync + fmt::Debug + 'static {
         semaphore: &Self::Semaphore,
         deadline: Option<tokio::time::Instant>,
     ) -> impl Future<Output = Result<Option<Self::Permit>>> + Send + 'static;
-
-    /// The store's leader election (its verbs: campaign, observe, list).
-    type Election: ElectionBackend + fmt::Debug;
-
-    /// The election `name`, checked. `selector`: for a
-    /// [`LeaderSelector`](crate::LeaderSelector), which Curator queues
-    /// under its mutex's node names on ZooKeeper; elsewhere the same.
-    ///
-    /// # Errors
-    ///
-    /// [`Error::InvalidArgument`](crate::Error::InvalidArgument) saying
-    /// what to change.
-    fn election_of(&self, name: &str, selector: bool) -> Result<Self::Election>;
 }
 
 /// A named queue lock of a store: the [`MutexBackend`] of

@@ -13,7 +13,7 @@
 use std::future::Future;
 use std::time::Duration;
 
-use recipes_core::store::{ElectionBackend, Runtime};
+use recipes_core::store::{ElectionStore, QueueElection};
 use recipes_core::{Client, LeaderInfo, LeaderObserver, Result};
 use tokio::time::Instant;
 
@@ -52,53 +52,40 @@ pub type LeaderLatch = recipes_core::LeaderLatch<EtcdElection>;
 /// [`Client::leader_selector`](crate::Client::leader_selector).
 pub type LeaderSelector = recipes_core::LeaderSelector<EtcdElection>;
 
-/// The etcd election backend; use it through [`Election`],
+/// The etcd election backend: core's election over this client's verbs
+/// (below); use it through [`Election`],
 /// [`LeaderLatch`](crate::LeaderLatch) or
 /// [`LeaderSelector`](crate::LeaderSelector).
+pub type EtcdElection = QueueElection<EtcdClient>;
+
+/// An election's handle, as [`ElectionStore::Candidacy`].
 #[derive(Debug, Clone)]
-pub struct EtcdElection(NameHandle);
+pub struct EtcdCandidacy(NameHandle);
 
-impl EtcdElection {
-    pub(crate) fn new(client: EtcdClient, name: &str) -> Result<EtcdElection> {
-        NameHandle::new(client, "election", name).map(EtcdElection)
-    }
-}
+impl ElectionStore for EtcdClient {
+    type Candidacy = EtcdCandidacy;
 
-impl ElectionBackend for EtcdElection {
-    type Leadership = EtcdLock;
-
-    fn name(&self) -> &str {
-        &self.0.name
-    }
-
-    fn runtime(&self) -> &Runtime {
-        self.0.client.runtime()
+    fn candidacy(&self, name: &str, _selector: bool) -> Result<EtcdCandidacy> {
+        NameHandle::new(self.clone(), "election", name).map(EtcdCandidacy)
     }
 
     /// The mutex's contention with a win confirmed by a write; every way
     /// out but a win deletes our key.
-    fn campaign_async(
+    fn campaign(
         &self,
+        candidacy: &EtcdCandidacy,
         value: Vec<u8>,
         deadline: Option<Instant>,
     ) -> impl Future<Output = Result<Option<EtcdLock>>> + Send + 'static {
-        let this = self.0.clone();
+        let this = candidacy.0.clone();
         async move {
             let won = this.contend(Claim::Campaign(&value), deadline).await?;
-            Ok(won.map(|a| {
-                log::info!(
-                    "[{}] {} leads (fence {})",
-                    a.own.session.label(),
-                    a.own.key,
-                    a.fence
-                );
-                EtcdKey::held(this.client.clone(), a, "leadership")
-            }))
+            Ok(won.map(|a| EtcdKey::held(this.client.clone(), a, "leadership")))
         }
     }
 
-    fn candidates(&self) -> Result<Vec<LeaderInfo>> {
-        let queue = self.0.client.contenders(&self.0.name)?;
+    fn candidates(&self, candidacy: &EtcdCandidacy) -> Result<Vec<LeaderInfo>> {
+        let queue = self.contenders(&candidacy.0.name)?;
         Ok(queue.into_iter().map(LeaderInfo::from).collect())
     }
 
@@ -107,23 +94,18 @@ impl ElectionBackend for EtcdElection {
     /// up within an RPC timeout, and one more covers the retry pause and
     /// the latch's last step. Taken from the settings, not the live
     /// session: after the client closed there is none.
-    fn close_timeout(&self) -> Duration {
-        self.0.client.leases().lease_span() + 2 * self.0.client.rpc_timeout()
+    fn election_close_timeout(&self) -> Duration {
+        self.leases().lease_span() + 2 * self.rpc_timeout()
     }
 
     /// A synced watch on the prefix, opened again (and the leader read
     /// again) when its stream breaks.
-    fn observe(&self) -> Result<LeaderObserver> {
-        let (client, prefix) = (self.0.client.clone(), self.0.prefix.clone());
+    fn observe(&self, candidacy: &EtcdCandidacy) -> Result<LeaderObserver> {
         let watch = Following {
-            client,
-            prefix,
+            client: self.clone(),
+            prefix: candidacy.0.prefix.clone(),
             watch: None,
         };
-        recipes_core::store::follow_leader(
-            self.0.client.runtime(),
-            self.0.client.rpc_timeout(),
-            watch,
-        )
+        recipes_core::store::follow_leader(self.runtime(), self.rpc_timeout(), watch)
     }
 }

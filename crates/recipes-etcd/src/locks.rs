@@ -11,7 +11,6 @@ use tokio::time::Instant;
 
 use crate::client::EtcdClient;
 use crate::contend::{Claim, KeyContender, Layout};
-use crate::election::EtcdElection;
 use crate::lock::{EtcdKey, EtcdLock};
 use crate::mutex::NameHandle;
 use crate::names::{key_prefix, validate_name};
@@ -101,11 +100,5 @@ impl LockStore for EtcdClient {
         deadline: Option<Instant>,
     ) -> impl std::future::Future<Output = Result<Option<EtcdLock>>> + Send + 'static {
         semaphore.admit(deadline)
-    }
-
-    type Election = EtcdElection;
-
-    fn election_of(&self, name: &str, _selector: bool) -> Result<EtcdElection> {
-        EtcdElection::new(self.clone(), name)
     }
 }

@@ -8,7 +8,7 @@
 use std::future::Future;
 use std::time::Duration;
 
-use recipes_core::store::{ElectionBackend, LeaderWatch, Runtime};
+use recipes_core::store::{ElectionStore, LeaderWatch, QueueElection};
 use recipes_core::{LeaderInfo, LeaderObserver, Result};
 use tokio::time::Instant;
 
@@ -37,51 +37,38 @@ pub type LeaderLatch = recipes_core::LeaderLatch<PgElection>;
 /// value); see [`recipes_core::LeaderSelector`].
 pub type LeaderSelector = recipes_core::LeaderSelector<PgElection>;
 
-/// The PostgreSQL election backend; use it through [`Election`],
-/// [`LeaderLatch`] or [`LeaderSelector`].
+/// The PostgreSQL election backend: core's election over this client's
+/// verbs (below); use it through [`Election`], [`LeaderLatch`] or
+/// [`LeaderSelector`].
+pub type PgElection = QueueElection<PgClient>;
+
+/// An election's name, checked, as [`ElectionStore::Candidacy`].
 #[derive(Debug, Clone)]
-pub struct PgElection(NameHandle);
+pub struct PgCandidacy(NameHandle);
 
-impl PgElection {
-    pub(crate) fn new(client: PgClient, name: &str) -> Result<PgElection> {
-        NameHandle::new(client, "election", name).map(PgElection)
-    }
-}
+impl ElectionStore for PgClient {
+    type Candidacy = PgCandidacy;
 
-impl ElectionBackend for PgElection {
-    type Leadership = PgLock;
-
-    fn name(&self) -> &str {
-        &self.0.name
+    fn candidacy(&self, name: &str, _selector: bool) -> Result<PgCandidacy> {
+        NameHandle::new(self.clone(), "election", name).map(PgCandidacy)
     }
 
-    fn runtime(&self) -> &Runtime {
-        self.0.client.runtime()
-    }
-
-    fn campaign_async(
+    fn campaign(
         &self,
+        candidacy: &PgCandidacy,
         value: Vec<u8>,
         deadline: Option<Instant>,
     ) -> impl Future<Output = Result<Option<PgLock>>> + Send + 'static {
-        let this = self.0.clone();
+        let this = candidacy.0.clone();
         async move {
             let won = this.contend(&value, deadline).await?;
-            Ok(won.map(|a| {
-                log::info!(
-                    "[{}] {} leads (fence {})",
-                    a.ticket.session.label(),
-                    this.name,
-                    a.fence
-                );
-                PgEntry::held(this.client.clone(), &this.name, a, false)
-            }))
+            Ok(won.map(|a| PgEntry::held(this.client.clone(), &this.name, a, false)))
         }
     }
 
-    fn candidates(&self) -> Result<Vec<LeaderInfo>> {
-        let (client, name) = (self.0.client.clone(), self.0.name.clone());
-        self.0.client.call("list candidates", async move {
+    fn candidates(&self, candidacy: &PgCandidacy) -> Result<Vec<LeaderInfo>> {
+        let (client, name) = (self.clone(), candidacy.0.name.clone());
+        self.call("list candidates", async move {
             let all = read_contenders(&client, &name).await?;
             Ok(all.into_iter().map(LeaderInfo::from).collect())
         })
@@ -89,19 +76,18 @@ impl ElectionBackend for PgElection {
 
     /// A resign retries for a session's TTL at most; one RPC timeout more
     /// covers the one in flight, another the latch's last step.
-    fn close_timeout(&self) -> Duration {
-        self.0.client.leases().lease_span() + 2 * self.0.client.rpc_timeout()
+    fn election_close_timeout(&self) -> Duration {
+        self.leases().lease_span() + 2 * self.rpc_timeout()
     }
 
     /// The name's channel, and a look every poll interval (a leader whose
     /// session expired sends nothing).
-    fn observe(&self) -> Result<LeaderObserver> {
+    fn observe(&self, candidacy: &PgCandidacy) -> Result<LeaderObserver> {
         let watch = Watch {
-            handle: self.0.clone(),
+            handle: candidacy.0.clone(),
             heard: None,
         };
-        let (rt, timeout) = (self.0.client.runtime(), self.0.client.rpc_timeout());
-        recipes_core::store::follow_leader(rt, timeout, watch)
+        recipes_core::store::follow_leader(self.runtime(), self.rpc_timeout(), watch)
     }
 }
 

@@ -12,7 +12,6 @@ use tokio::time::Instant;
 use crate::advisory_lock::AdvisoryLock;
 use crate::builder::PgMode;
 use crate::client::PgClient;
-use crate::election::PgElection;
 use crate::entry::PgEntry;
 use crate::held::PgLock;
 use crate::mutex::{NameHandle, Queue};
@@ -101,11 +100,5 @@ impl LockStore for PgClient {
         deadline: Option<Instant>,
     ) -> impl std::future::Future<Output = Result<Option<PgLock>>> + Send + 'static {
         semaphore.admit(deadline)
-    }
-
-    type Election = PgElection;
-
-    fn election_of(&self, name: &str, _selector: bool) -> Result<PgElection> {
-        PgElection::new(self.clone(), name)
     }
 }

@@ -7,7 +7,7 @@
 use std::future::Future;
 use std::time::Duration;
 
-use recipes_core::store::{ElectionBackend, LeaderWatch, Runtime};
+use recipes_core::store::{ElectionStore, LeaderWatch, QueueElection};
 use recipes_core::{Client, LeaderInfo, LeaderObserver, Result};
 use tokio::time::Instant;
 
@@ -36,72 +36,60 @@ pub type LeaderLatch = recipes_core::LeaderLatch<RedisElection>;
 /// [`Client::leader_selector`](crate::Client::leader_selector).
 pub type LeaderSelector = recipes_core::LeaderSelector<RedisElection>;
 
-/// The Redis election backend; use it through [`Election`],
-/// [`LeaderLatch`] or [`LeaderSelector`].
+/// The Redis election backend: core's election over this client's verbs
+/// (below); use it through [`Election`], [`LeaderLatch`] or
+/// [`LeaderSelector`].
+pub type RedisElection = QueueElection<RedisClient>;
+
+/// An election's queue keys, its name checked, as
+/// [`ElectionStore::Candidacy`].
 #[derive(Debug, Clone)]
-pub struct RedisElection(NameHandle);
+pub struct RedisCandidacy(NameHandle);
 
-impl RedisElection {
-    pub(crate) fn new(client: RedisClient, name: &str) -> Result<RedisElection> {
-        NameHandle::new(client, "election", name).map(RedisElection)
-    }
-}
+impl ElectionStore for RedisClient {
+    type Candidacy = RedisCandidacy;
 
-impl ElectionBackend for RedisElection {
-    type Leadership = RedisLock;
-
-    fn name(&self) -> &str {
-        &self.0.name
+    fn candidacy(&self, name: &str, _selector: bool) -> Result<RedisCandidacy> {
+        NameHandle::new(self.clone(), "election", name).map(RedisCandidacy)
     }
 
-    fn runtime(&self) -> &Runtime {
-        self.0.client.runtime()
-    }
-
-    fn campaign_async(
+    fn campaign(
         &self,
+        candidacy: &RedisCandidacy,
         value: Vec<u8>,
         deadline: Option<Instant>,
     ) -> impl Future<Output = Result<Option<RedisLock>>> + Send + 'static {
-        let this = self.0.clone();
+        let this = candidacy.0.clone();
         async move {
             let Some(a) = this.contend(&value, deadline).await? else {
                 return Ok(None);
             };
-            let lead = RedisEntry::held(this.client.clone(), a, "leadership").await?;
-            log::info!(
-                "[{}] leads (fence {})",
-                recipes_core::store::HeldLease::holder(&lead),
-                recipes_core::store::FencedLease::token(&lead)
-            );
-            Ok(Some(lead))
+            RedisEntry::held(this.client.clone(), a, "leadership")
+                .await
+                .map(Some)
         }
     }
 
-    fn candidates(&self) -> Result<Vec<LeaderInfo>> {
-        let queue = self.0.client.contenders(&self.0.name)?;
+    fn candidates(&self, candidacy: &RedisCandidacy) -> Result<Vec<LeaderInfo>> {
+        let queue = self.contenders(&candidacy.0.name)?;
         Ok(queue.into_iter().map(LeaderInfo::from).collect())
     }
 
     /// Resigning retries until the entry is removed or the session is
     /// lost, which its deadline bounds by a TTL; one more RPC timeout for
     /// the removal in flight and one for the latch's last step.
-    fn close_timeout(&self) -> Duration {
-        self.0.client.leases().lease_span() + 2 * self.0.client.rpc_timeout()
+    fn election_close_timeout(&self) -> Duration {
+        self.leases().lease_span() + 2 * self.rpc_timeout()
     }
 
     /// A subscription to the queue's going entries, re-read on each
     /// message and every poll.
-    fn observe(&self) -> Result<LeaderObserver> {
+    fn observe(&self, candidacy: &RedisCandidacy) -> Result<LeaderObserver> {
         let watch = Following {
-            handle: self.0.clone(),
+            handle: candidacy.0.clone(),
             stream: None,
         };
-        recipes_core::store::follow_leader(
-            self.0.client.runtime(),
-            self.0.client.rpc_timeout(),
-            watch,
-        )
+        recipes_core::store::follow_leader(self.runtime(), self.rpc_timeout(), watch)
     }
 }
 

@@ -11,7 +11,6 @@ use tokio::time::Instant;
 
 use crate::client::RedisClient;
 use crate::contend::QueueContender;
-use crate::election::RedisElection;
 use crate::lock::{RedisEntry, RedisLock};
 use crate::names::{validate_name, Queue};
 use crate::semaphore::SemaphoreQueues;
@@ -95,11 +94,5 @@ impl LockStore for RedisClient {
         deadline: Option<Instant>,
     ) -> impl std::future::Future<Output = Result<Option<RedisLock>>> + Send + 'static {
         semaphore.admit(deadline)
-    }
-
-    type Election = RedisElection;
-
-    fn election_of(&self, name: &str, _selector: bool) -> Result<RedisElection> {
-        RedisElection::new(self.clone(), name)
     }
 }

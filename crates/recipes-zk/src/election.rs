@@ -18,12 +18,12 @@ use std::time::Duration;
 use tokio::time::Instant;
 
 use recipes_core::store::engine::Rule;
-use recipes_core::store::{ElectionBackend, Runtime};
+use recipes_core::store::{ElectionStore, QueueElection};
 use recipes_core::{Client, LeaderInfo, LeaderObserver, Result};
 
 use crate::client::ZkClient;
 use crate::driver::{Contender, NodeDriver};
-use crate::names::{is_contender_of, validate_path};
+use crate::names::{is_contender_of, validate_path, LATCH, LOCK};
 use crate::node_lease::{ZkNode, ZkNodeLease};
 use crate::observe::{read_leader, watch_leader};
 
@@ -52,69 +52,59 @@ pub type LeaderLatch = recipes_core::LeaderLatch<ZkElection>;
 /// [`Client::leader_selector`](crate::Client::leader_selector).
 pub type LeaderSelector = recipes_core::LeaderSelector<ZkElection>;
 
-/// The ZooKeeper election backend; use it through [`Election`] (and
+/// The ZooKeeper election backend: core's election over this client's
+/// verbs (below); use it through [`Election`] (and
 /// [`LeaderLatch`](crate::LeaderLatch), [`LeaderSelector`](crate::LeaderSelector)).
+pub type ZkElection = QueueElection<ZkClient>;
+
+/// An election's folder and its candidates' node name, as
+/// [`ElectionStore::Candidacy`].
 #[derive(Debug, Clone)]
-pub struct ZkElection {
-    client: ZkClient,
+pub struct ZkCandidacy {
     path: String,
     /// Curator's node name: `latch-` for elections and latches, `lock-` for
     /// selectors (Curator's selector is its mutex).
     lock_name: &'static str,
 }
 
-impl ZkElection {
-    /// An election at `path` whose candidates' nodes are named
-    /// `_c_<uuid>-<lock_name><seq>`.
-    pub(crate) fn new(
-        client: &ZkClient,
-        path: &str,
-        lock_name: &'static str,
-    ) -> Result<ZkElection> {
+impl ElectionStore for ZkClient {
+    type Candidacy = ZkCandidacy;
+
+    /// Curator's latch and election queue `latch-` nodes, its selector
+    /// `lock-` nodes (an `InterProcessMutex`).
+    fn candidacy(&self, path: &str, selector: bool) -> Result<ZkCandidacy> {
         validate_path(path)?;
-        Ok(ZkElection {
-            client: client.clone(),
+        Ok(ZkCandidacy {
             path: path.to_owned(),
-            lock_name,
+            lock_name: if selector { LOCK } else { LATCH },
         })
     }
-}
 
-impl ElectionBackend for ZkElection {
-    type Leadership = ZkNodeLease;
-
-    fn name(&self) -> &str {
-        &self.path
-    }
-
-    fn runtime(&self) -> &Runtime {
-        self.client.runtime()
-    }
-
-    fn campaign_async(
+    fn campaign(
         &self,
+        candidacy: &ZkCandidacy,
         value: Vec<u8>,
         deadline: Option<Instant>,
     ) -> impl Future<Output = Result<Option<ZkNodeLease>>> + Send + 'static {
         let contender = Contender {
-            dir: self.path.clone(),
-            lock_name: self.lock_name,
+            dir: candidacy.path.clone(),
+            lock_name: candidacy.lock_name,
             data: value,
             rule: Rule::Latch,
             outside_semaphores: true,
         };
-        let driver = NodeDriver::new(&self.client, contender);
+        let driver = NodeDriver::new(self, contender);
         async move {
             let won = driver.acquire(deadline).await?;
             Ok(won.map(|a| ZkNode::held(driver.client.clone(), a)))
         }
     }
 
-    fn candidates(&self) -> Result<Vec<LeaderInfo>> {
-        let queue = self.client.contenders(&self.path)?;
+    fn candidates(&self, candidacy: &ZkCandidacy) -> Result<Vec<LeaderInfo>> {
+        let queue = self.contenders(&candidacy.path)?;
         let ours = |c: &recipes_core::Contender| {
             let name = &c.holder[c.holder.rfind('/').map_or(0, |i| i + 1)..];
-            is_contender_of(name, self.lock_name)
+            is_contender_of(name, candidacy.lock_name)
         };
         Ok(queue
             .into_iter()
@@ -123,14 +113,15 @@ impl ElectionBackend for ZkElection {
             .collect())
     }
 
-    fn close_timeout(&self) -> Duration {
+    fn election_close_timeout(&self) -> Duration {
         // The term's end: one delete, retried within an RPC timeout.
-        2 * self.client.rpc_timeout()
+        2 * self.rpc_timeout()
     }
 
-    fn leader(&self) -> Result<Option<LeaderInfo>> {
-        let (client, path, lock_name) = (self.client.clone(), self.path.clone(), self.lock_name);
-        self.client.call("read the leader", async move {
+    fn leader(&self, candidacy: &ZkCandidacy) -> Result<Option<LeaderInfo>> {
+        let (client, path) = (self.clone(), candidacy.path.clone());
+        let lock_name = candidacy.lock_name;
+        self.call("read the leader", async move {
             let session = client.live_session().await?;
             Ok(read_leader(&session, &path, lock_name)
                 .await?
@@ -138,7 +129,7 @@ impl ElectionBackend for ZkElection {
         })
     }
 
-    fn observe(&self) -> Result<LeaderObserver> {
-        watch_leader(&self.client, &self.path, self.lock_name)
+    fn observe(&self, candidacy: &ZkCandidacy) -> Result<LeaderObserver> {
+        watch_leader(self, &candidacy.path, candidacy.lock_name)
     }
 }

@@ -10,8 +10,7 @@ use tokio::time::Instant;
 
 use crate::client::ZkClient;
 use crate::driver::{Contender, NodeDriver};
-use crate::election::ZkElection;
-use crate::names::{validate_path, LATCH, LOCK, READ, WRITE};
+use crate::names::{validate_path, LOCK, READ, WRITE};
 use crate::node_lease::{ZkNode, ZkNodeLease};
 use crate::semaphore::SemaphoreFolders;
 
@@ -89,13 +88,5 @@ impl LockStore for ZkClient {
         deadline: Option<Instant>,
     ) -> impl std::future::Future<Output = Result<Option<ZkNodeLease>>> + Send + 'static {
         semaphore.admit(deadline)
-    }
-
-    type Election = ZkElection;
-
-    /// Curator's latch and election queue `latch-` nodes, its selector
-    /// `lock-` nodes (an `InterProcessMutex`).
-    fn election_of(&self, path: &str, selector: bool) -> Result<ZkElection> {
-        ZkElection::new(self, path, if selector { LOCK } else { LATCH })
     }
 }
