@@ -7,8 +7,8 @@
 //! entry reads again: no herd. Each channel's notifications go to its own
 //! waiters and to its name's held entries only (a holder is woken by its
 //! own entry's changes), and channels nobody waits on or holds are
-//! unlistened once they pile up, so a client that held or waited on many names over its
-//! life does not keep them all.
+//! unlistened once they pile up, so a client that held or waited on many
+//! names over its life does not keep them all.
 //!
 //! A notification is a hint that saves a poll, never a fact the recipes
 //! rely on: waits also poll (and are bounded by the entry's remaining
