@@ -324,3 +324,35 @@ fn wait_for_either<T>(
         },
     )
 }
+
+/// Held entries of one name share its channel, each woken only by its
+/// own entry's changes: with the client's poll out of the way (every
+/// 120 s, TTL 120 s), the permit whose row is deleted hears it and is
+/// lost within the bound, and its siblings on the same channel are not.
+#[test]
+fn fault_one_of_a_names_held_entries_deleted_is_heard_by_that_one_only() {
+    let server = PgServer::start();
+    let facts = PgFacts::new(server.addr());
+    let c = PgClient::builder(server.url())
+        .ttl(Duration::from_secs(120))
+        .poll_interval(Duration::from_secs(120))
+        .connect()
+        .unwrap();
+    let sem = c.semaphore(&name("siblings"), 3).unwrap();
+    let permits: Vec<_> = (0..3).map(|_| sem.acquire().unwrap()).collect();
+    facts.delete(permits[1].holder());
+    assert!(
+        permits[1]
+            .lost()
+            .wait_timeout(scale(Duration::from_secs(10)))
+            .is_some(),
+        "the permit did not hear its row deleted"
+    );
+    assert!(permits[0].check().is_ok() && permits[2].check().is_ok());
+    let again = sem.acquire().unwrap();
+    assert!(permits[0].check().is_ok() && permits[2].check().is_ok());
+    for p in permits.into_iter().chain([again]) {
+        let _ = p.release();
+    }
+    c.close().unwrap();
+}

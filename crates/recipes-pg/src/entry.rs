@@ -7,7 +7,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use recipes_core::store::{
-    watch_held, EntryWatcher, FencedWrite, HeldEntry, PresencePoll, Runtime, StoreEntry,
+    watch_held, EntryWatcher, FencedWrite, HeldEntry, LossTrigger, Runtime, StoreEntry,
 };
 use recipes_core::{Access, FencingToken, Result};
 use tokio_postgres::types::{ToSql, Type};
@@ -16,33 +16,49 @@ use uuid::Uuid;
 use crate::client::PgClient;
 use crate::contend::{remove_entry, Acquired};
 use crate::held::{PgHeld, PgLock};
-use crate::listen::{next, Heard, Subscription};
+use crate::listen::HeldEar;
 use crate::names::{holder, validate_key};
 use crate::session::Session;
 use crate::sql::{is_schema_gone, Encoded};
 
 /// The PostgreSQL side of a [`PgLock`]: our row of `recipes.queue` and its
-/// session.
+/// session. Cheap to clone (the guard and its watch each keep one): what
+/// the holding keeps is shared, behind one pointer.
 #[derive(Clone)]
 pub struct PgEntry {
-    pub(crate) client: PgClient,
-    pub(crate) session: Arc<Session>,
-    /// The queue's name.
-    pub(crate) name: String,
-    pub(crate) entry: Uuid,
-    pub(crate) seq: i64,
-    /// The fence a write must find on the name's row; `None` for a
-    /// permit, whose fences are not ordered against other permits'.
-    pub(crate) fence: Option<i64>,
+    held: Arc<Holding>,
     /// For a read-write lock's holding, its side: its writes are checked
     /// through the name's gate (`recipes.rw_held`); a reader's need the
     /// name's fence (the last writer's token) at or below ours. `None`:
     /// a mutex's, an election's or a permit's.
     pub(crate) rw: Option<Access>,
+}
+
+/// What a [`PgEntry`] keeps, shared by the guard and the row's watch.
+#[derive(Debug)]
+pub struct Holding {
+    pub(crate) client: PgClient,
+    pub(crate) session: Arc<Session>,
+    pub(crate) entry: Uuid,
+    pub(crate) seq: i64,
+    /// The fence a write must find on the name's row; `None` for a
+    /// permit, whose fences are not ordered against other permits'.
+    pub(crate) fence: Option<i64>,
+    /// `<name>/<entry>`: the holder, whose first `name_len` bytes are the
+    /// queue's name and first `layout_len` where the recipe's own rows are
+    /// named (what a fenced write may not touch: `<name>/`, or a permit's
+    /// `<semaphore>/`).
     holder: String,
-    /// Where the recipe's own rows are named: what a fenced write may not
-    /// touch.
-    layout: String,
+    name_len: usize,
+    layout_len: usize,
+}
+
+impl std::ops::Deref for PgEntry {
+    type Target = Holding;
+
+    fn deref(&self) -> &Holding {
+        &self.held
+    }
 }
 
 impl PgEntry {
@@ -56,31 +72,27 @@ impl PgEntry {
     fn hold(client: PgClient, name: &str, a: Acquired, permit: bool, rw: Option<Access>) -> PgLock {
         let session = a.ticket.session.clone();
         let trigger = session.epoch().trigger().child();
-        let layout = match name.strip_suffix("/leases").filter(|_| permit) {
-            Some(semaphore) => format!("{semaphore}/"),
-            None => format!("{name}/"),
+        // `<semaphore>/` of `<semaphore>/leases`, else `<name>/`.
+        let layout_len = match name.strip_suffix("leases").filter(|_| permit) {
+            Some(semaphore) if semaphore.ends_with('/') => semaphore.len(),
+            _ => name.len() + 1,
         };
-        let entry = PgEntry {
+        let held = Holding {
             client,
             session,
-            name: name.to_owned(),
             entry: a.ticket.entry,
             seq: a.seq,
             fence: (!permit).then_some(a.fence),
-            rw,
             holder: holder(name, &a.ticket.entry),
-            layout,
+            name_len: name.len(),
+            layout_len,
         };
-        let (own, watched) = (entry.clone(), trigger.clone());
-        entry.client.runtime().handle().spawn(async move {
-            let label = own.session.label();
-            // The statement that confirmed the hold saw our row: the watch
-            // starts from there, without a look of its own (a deletion
-            // before the channel is listened to is seen by the poll).
-            // Boxed: the task waits in `deleted` nearly all its life.
-            let watch = Box::pin(own.row_watch()).await;
-            watch_held(&own, label, &own.holder, Some(watch), &watched).await;
-        });
+        let entry = PgEntry {
+            held: Arc::new(held),
+            rw,
+        };
+        let watching = watch_row(entry.clone(), trigger.clone());
+        entry.client.runtime().handle().spawn(watching);
         HeldEntry::new(
             PgHeld::Row(entry),
             trigger,
@@ -96,6 +108,11 @@ impl PgEntry {
     /// Our row's position in the queue.
     pub fn seq(&self) -> i64 {
         self.seq
+    }
+
+    /// The queue's name.
+    pub(crate) fn name(&self) -> &str {
+        &self.holder[..self.name_len]
     }
 
     /// Whether our row still exists.
@@ -156,7 +173,7 @@ impl PgEntry {
         };
         Ok(FenceCheck {
             sql: sql.to_owned(),
-            name: self.name.clone(),
+            name: self.name().to_owned(),
             fence: self.fence,
             third: (Encoded::new(&self.entry, &Type::UUID)?, Type::UUID),
         })
@@ -256,7 +273,7 @@ impl StoreEntry for PgEntry {
     /// Everything below the recipe's name (for a permit, its semaphore's),
     /// where holders are named.
     fn inside_layout(&self, key: &str) -> Option<&str> {
-        let root = self.layout.as_str();
+        let root = &self.holder[..self.layout_len];
         key.starts_with(root).then_some(root)
     }
 
@@ -288,27 +305,31 @@ impl PgEntry {
             what: format!(
                 "{what}: {} is gone, or the fence of {} moved past {}",
                 self.holder,
-                self.name,
+                self.name(),
                 self.fence.map_or("ours".to_owned(), |f| f.to_string())
             ),
         }
     }
 }
 
-/// One watch of our row: its name's channel and the client's one poll of
-/// the rows it holds.
+/// One watch of our row: its ear on the name's channel (the client's one
+/// poll of the rows it holds is reached through the entry's client).
 pub struct RowWatch {
-    heard: Option<Subscription>,
-    poll: PresencePoll<Uuid>,
+    heard: Option<HeldEar>,
     entry: PgEntry,
 }
 
 impl PgEntry {
-    /// Listen on the name's channel (no statement once it is listened
-    /// to), without a look at our row.
+    /// Listen on the name's channel for our row (no statement once it is
+    /// listened to), without a look at it.
     async fn row_watch(&self) -> RowWatch {
-        let heard = match self.client.listener().subscribe(&self.name).await {
-            Ok(s) => Some(s),
+        let heard = match self
+            .client
+            .listener()
+            .hear_held(self.name(), self.seq)
+            .await
+        {
+            Ok(ear) => Some(ear),
             Err(e) => {
                 log::debug!("[{}] not listening ({e}); polling", self.session.label());
                 None
@@ -316,10 +337,21 @@ impl PgEntry {
         };
         RowWatch {
             heard,
-            poll: self.client.held_rows().clone(),
             entry: self.clone(),
         }
     }
+}
+
+/// A held row's watch, the one task each held row keeps for its life:
+/// loss (`trigger`) when the row is gone.
+async fn watch_row(own: PgEntry, trigger: LossTrigger) {
+    let label = own.session.label();
+    // The statement that confirmed the hold saw our row: the watch starts
+    // from there, without a look of its own (a deletion before the channel
+    // is listened to is seen by the poll). Boxed: the task waits in
+    // `deleted` nearly all its life.
+    let watch = Box::pin(own.row_watch()).await;
+    watch_held(&own, label, own.holder(), Some(watch), &trigger).await;
 }
 
 impl EntryWatcher for PgEntry {
@@ -332,22 +364,20 @@ impl EntryWatcher for PgEntry {
         Ok(self.exists().await?.then_some(watch))
     }
 
-    /// Our row's deletion, heard or seen by the client's one poll of the
-    /// rows it holds.
+    /// Our row's deletion, heard (a change of our row: look at it) or
+    /// seen by the client's one poll of the rows it holds.
     async fn deleted(watch: &mut RowWatch) -> Result<()> {
-        let polled = watch.poll.gone(watch.entry.entry);
+        let entry = &watch.entry;
+        let polled = entry.client.held_rows().gone(entry.entry);
         tokio::pin!(polled);
         loop {
             tokio::select! {
                 () = &mut polled => return Ok(()),
-                heard = next(&mut watch.heard) => match heard {
-                    Heard::Entry(seq) if seq != watch.entry.seq => continue,
-                    _ => {}
-                },
+                () = HeldEar::changed(&watch.heard) => {}
             }
             // Boxed: a look's future would make every held entry's task
             // as large, for the moments it runs.
-            if !Box::pin(watch.entry.exists()).await? {
+            if !Box::pin(entry.exists()).await? {
                 return Ok(());
             }
         }
@@ -369,5 +399,28 @@ impl fmt::Debug for RowWatch {
         f.debug_struct("RowWatch")
             .field("entry", &self.entry)
             .finish_non_exhaustive()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The size of what `f` returns, without calling it.
+    fn returned<A, B, R>(_: impl Fn(A, B) -> R) -> usize {
+        std::mem::size_of::<R>()
+    }
+
+    /// Each held row keeps its watch task (this future, inline) for its
+    /// whole life: a statement's future inside it (15 KiB in a debug
+    /// build) would make every held lock that large (issue 25 item 1).
+    /// 840 bytes in a debug build when written (1,392 while `PgEntry` was
+    /// inline, 96 bytes).
+    #[test]
+    fn a_held_rows_watch_stays_small() {
+        let (task, entry) = (returned(watch_row), std::mem::size_of::<PgEntry>());
+        eprintln!("watch task future: {task} bytes; PgEntry: {entry} bytes");
+        assert!(task <= 1024, "watch task future: {task} bytes");
+        assert!(entry <= 16, "PgEntry: {entry} bytes");
     }
 }
