@@ -189,8 +189,11 @@ local q, hk, mode, member = ARGV[2], ARGV[3], ARGV[4], ARGV[5]
 local qk = ns .. 'q:' .. q
 local rk = ns .. 'r:' .. q
 local function holdkey(m) if mode == 'lock' then return hk end return hk .. m end
-local function role(m) return redis.call('HGET', rk, m) end
-local function alive(m) return redis.call('EXISTS', sess(m)) == 1 end
+-- A member's role and liveness, read once a script (ours gets its role
+-- before it is read; a dropped member is not read again).
+local roles, lives = {}, {}
+local function role(m) if roles[m] == nil then roles[m] = redis.call('HGET', rk, m) end return roles[m] end
+local function alive(m) if lives[m] == nil then lives[m] = redis.call('EXISTS', sess(m)) == 1 end return lives[m] end
 local function upto(ours)
   local out = {}
   for _, m in ipairs(redis.call('ZRANGE', qk, 0, -1)) do
@@ -206,7 +209,7 @@ local function shown(ms)
   return out
 end
 local function other(m)
-  if redis.call('EXISTS', sess(m)) == 0 then return false end
+  if not alive(m) then return false end
   if mode == 'rw' then return not role(m) end
   return role(m) ~= false
 end
