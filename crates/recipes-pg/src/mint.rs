@@ -80,7 +80,7 @@ const MINT_READ: &str = concat!(
 /// lock's reader `<key>` + U+001F + `reader-<pid>` (readers share the
 /// key, each has its row; no name holds a control character, so no other
 /// recipe's row is named so). A reader waits out the key's own row (a writer's); a writer
-/// (`after_readers`) the readers' rows too.
+/// the readers' rows too.
 ///
 /// # Errors
 ///
@@ -96,10 +96,11 @@ pub(crate) async fn mint_fence(
     beat_ttl: Option<i64>,
 ) -> Result<(i64, Duration)> {
     let what = format!("mint the fence of {name}");
-    let sql = match (kind, beat.reader) {
-        (ADVISORY_RW, true) => MINT_READ,
-        (ADVISORY_RW, false) => MINT_WRITE,
-        _ => MINT_FENCE,
+    // A read-write lock's writer waits out the readers' rows too.
+    let (sql, after_readers) = match (kind, beat.reader) {
+        (ADVISORY_RW, true) => (MINT_READ, false),
+        (ADVISORY_RW, false) => (MINT_WRITE, true),
+        _ => (MINT_FENCE, false),
     };
     let params: crate::db::Params<'_> = &[
         (&name, Type::TEXT),
@@ -107,7 +108,7 @@ pub(crate) async fn mint_fence(
         (&key, Type::TEXT),
         (&beat_ttl, Type::INT8),
         (&beat.row, Type::TEXT),
-        (&beat.after_readers, Type::BOOL),
+        (&after_readers, Type::BOOL),
     ];
     let run = || async {
         match recipes_core::store::within(&what, client.rpc_timeout(), async {
@@ -148,10 +149,9 @@ pub(crate) async fn mint_fence(
 pub(crate) struct Beat<'a> {
     /// Our row in `recipes.advisory`.
     pub(crate) row: &'a str,
-    /// A read-write lock's writer: readers' rows count too.
-    pub(crate) after_readers: bool,
     /// A read-write lock's reader: its token is drawn from
-    /// `recipes.rw_order` and the name's row is left alone.
+    /// `recipes.rw_order` and the name's row is left alone; a writer (of
+    /// the same kind, not a reader) waits out the readers' rows too.
     pub(crate) reader: bool,
 }
 

@@ -336,7 +336,6 @@ impl SlotDriver for AdvisorySlots<'_> {
         let c = &t.conn.client;
         let beat = Beat {
             row: &t.beat_row,
-            after_readers: self.kind == ADVISORY_RW && !self.shared,
             reader: self.shared,
         };
         let (fence, left) =

@@ -155,7 +155,6 @@ async fn try_once(
     }
     let beat = Beat {
         row: name,
-        after_readers: false,
         reader: false,
     };
     match mint_fence(client, conn, name, ADVISORY, name, beat, None).await {
