@@ -12,7 +12,10 @@
 //! another thread. When the call ends, the core is left free for
 //! [`GRACE`], so a caller that calls again at once (a lock, then its
 //! release) takes it straight back; after that the runtime thread takes it
-//! again. A call made while another thread drives is spawned onto the
+//! again. The runtime thread learns that the core was left without a
+//! wake-up per call: while calls come and go it looks every [`LOOK`]; a
+//! leaving caller wakes it only after one call lasted a whole look (then
+//! it sleeps until woken). A call made while another thread drives is spawned onto the
 //! runtime and waited for on a channel, as before; the driver runs it, and
 //! if the driver leaves first the runtime thread takes the core at once.
 //!
@@ -28,8 +31,8 @@
 //! own thread than the runtime thread is when it starts, never would.
 //!
 //! While the core is free nobody polls the IO driver or the timers: a
-//! keep-alive, a watch event or a task spawned from another thread waits
-//! at most [`GRACE`] (tokio's timers are themselves rounded up to the
+//! keep-alive or a watch event waits at most [`LOOK`] + [`GRACE`], a task
+//! spawned from another thread at most [`GRACE`] (tokio's timers are themselves rounded up to the
 //! millisecond). The loss deadline never depends on it: it is fired by
 //! each session's own deadline thread.
 
@@ -47,6 +50,12 @@ use crate::error::{Error, Result};
 /// How long the core stays free after a call before the runtime thread
 /// takes it back.
 pub(super) const GRACE: Duration = Duration::from_micros(500);
+
+/// While calls come and go, how often the runtime thread looks whether
+/// the core was left: a leaving caller wakes it only when it sleeps
+/// without a timeout (one call lasted a whole look), so that a tight loop
+/// of calls costs the runtime thread a wake-up per look, not two per call.
+pub(super) const LOOK: Duration = Duration::from_millis(2);
 
 /// Room a caller's own frames may take on a thread of the default stack
 /// size and still drive (see the module's notes).
@@ -78,6 +87,9 @@ pub(super) struct Baton {
     /// Calls spawned onto the runtime and not yet answered: while any is,
     /// the core is never left free.
     hops: AtomicUsize,
+    /// The runtime thread sleeps until a leaving caller wakes it (else it
+    /// wakes by itself within [`LOOK`]).
+    untimed: AtomicBool,
     /// A caller asks the runtime thread to give the core up.
     wanted: Notify,
     /// The runtime thread is gone: a driving caller stops with `Closed`.
@@ -99,6 +111,7 @@ impl Baton {
             epoch: Instant::now(),
             left_at: AtomicU64::new(0),
             hops: AtomicUsize::new(0),
+            untimed: AtomicBool::new(false),
             wanted: Notify::new(),
             closed: AtomicBool::new(false),
             closed_notify: Notify::new(),
@@ -217,6 +230,7 @@ impl Baton {
                 return c;
             }
             // A caller has the core (or is taking it).
+            let mut seen = self.left_at.load(Ordering::SeqCst);
             loop {
                 match control.try_recv() {
                     Ok(c) => return Some(c),
@@ -224,7 +238,25 @@ impl Baton {
                     Err(mpsc::error::TryRecvError::Empty) => {}
                 }
                 match self.state.load(Ordering::SeqCst) {
-                    CALLER => std::thread::park(),
+                    CALLER => {
+                        let left = self.left_at.load(Ordering::SeqCst);
+                        if left != seen {
+                            // Calls come and go: look again in a while,
+                            // not woken by each one that ends.
+                            seen = left;
+                            std::thread::park_timeout(LOOK);
+                        } else {
+                            // One call for a whole look: its end wakes us.
+                            // Ordered against `Driving::drop` (state, then
+                            // `untimed`): either we see its `FREE` here or
+                            // it sees `untimed` and unparks.
+                            self.untimed.store(true, Ordering::SeqCst);
+                            if self.state.load(Ordering::SeqCst) == CALLER {
+                                std::thread::park();
+                            }
+                            self.untimed.store(false, Ordering::SeqCst);
+                        }
+                    }
                     FREE => {
                         let left = self.left_at.load(Ordering::SeqCst);
                         let due = left.saturating_add(GRACE.as_nanos() as u64);
@@ -292,7 +324,9 @@ impl Drop for Driving<'_> {
         let b = self.baton;
         b.left_at.store(b.now_ns(), Ordering::SeqCst);
         b.state.store(FREE, Ordering::SeqCst);
-        b.unpark_runtime_thread();
+        if b.untimed.load(Ordering::SeqCst) {
+            b.unpark_runtime_thread();
+        }
     }
 }
 
