@@ -38,8 +38,8 @@ use tokio::time::Instant;
 
 use crate::client::RedisClient;
 use crate::names::{inside_semaphore, member, other_layout, Mode, Queue};
+use crate::queue_scripts;
 use crate::rpc::{from_redis, unexpected, Redis};
-use crate::scripts;
 use crate::session::{Session, Sessions};
 
 /// How often a waiter (and a holder) checks what it waits on by itself,
@@ -93,7 +93,7 @@ impl Ticket {
         let args = self.queue.args(&self.member);
         let timeout = self.session.rpc_timeout();
         let held: i64 = redis
-            .idempotent(&what, timeout, &scripts::REMOVE, &args)
+            .idempotent(&what, timeout, &queue_scripts::REMOVE, &args)
             .await?;
         redis.replicated(&what, timeout).await.ok();
         Ok(held == 1)
@@ -242,7 +242,7 @@ impl ContendDriver for QueueContender<'_> {
         let what = format!("enter {}", self.queue.name);
         let reply: redis::Value = store
             .redis
-            .idempotent(&what, session.rpc_timeout(), &scripts::ENTER, &args)
+            .idempotent(&what, session.rpc_timeout(), &queue_scripts::ENTER, &args)
             .await?;
         let (code, members, taken) = entered(&what, &reply)?;
         match code {
@@ -309,7 +309,9 @@ impl ContendDriver for QueueContender<'_> {
             if self.value == b"read" {
                 args.push("reader".into());
             }
-            let live: i64 = redis.once("poll", timeout, &scripts::ALIVE, &args).await?;
+            let live: i64 = redis
+                .once("poll", timeout, &queue_scripts::ALIVE, &args)
+                .await?;
             Ok(live == 0)
         };
         if !matches!(&entry.listening, Some((on, _)) if *on == channel) {
@@ -349,7 +351,7 @@ impl ContendDriver for QueueContender<'_> {
         let timeout = session.rpc_timeout();
         let fence: i64 = store
             .redis
-            .idempotent(&what, timeout, &scripts::CONFIRM, &args)
+            .idempotent(&what, timeout, &queue_scripts::CONFIRM, &args)
             .await?;
         match fence {
             -1 => Ok(None),

@@ -174,6 +174,7 @@ mod locks;
 mod mutex;
 mod names;
 mod policy;
+mod queue_scripts;
 mod rpc;
 mod rw_lock;
 mod scripts;

@@ -12,7 +12,7 @@ use redis::{FromRedisValue, RedisError, Script};
 use tokio::sync::Notify;
 
 use crate::names::Queue;
-use crate::scripts;
+use crate::queue_scripts;
 
 /// The connection, cheap to clone: every request of the client goes on it
 /// (pub/sub opens connections of its own from `client`).
@@ -119,7 +119,8 @@ impl Redis {
     ) -> Result<Vec<String>> {
         let what = format!("list {}", queue.name);
         let args = queue.args(member);
-        self.idempotent(&what, timeout, &scripts::LIST, &args).await
+        self.idempotent(&what, timeout, &queue_scripts::LIST, &args)
+            .await
     }
 
     /// Wait until the configured number of replicas acknowledged every

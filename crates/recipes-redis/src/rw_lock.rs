@@ -10,7 +10,7 @@ use recipes_core::{Error, LossReason, Result};
 use crate::client::RedisClient;
 use crate::lock::{RedisEntry, RedisLock};
 use crate::names::Queue;
-use crate::scripts;
+use crate::queue_scripts;
 
 /// A read-write lock in Redis (the layout is in the crate's
 /// documentation); see [`recipes_core::RwLock`] for the API: many readers
@@ -39,7 +39,7 @@ async fn downgrade_once(client: &RedisClient, queue: &Queue, entry: &RedisEntry)
     let args = queue.args(&ticket.member);
     let done: i64 = store
         .redis
-        .idempotent(&what, timeout, &scripts::DOWNGRADE, &args)
+        .idempotent(&what, timeout, &queue_scripts::DOWNGRADE, &args)
         .await?;
     store.redis.replicated(&what, timeout).await?;
     Ok(done == 1)

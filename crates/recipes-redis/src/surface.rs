@@ -9,8 +9,8 @@ use recipes_core::{BootInstant, Client, Contender, Result};
 
 use crate::client::RedisClient;
 use crate::names::{size_key, validate_key, validate_name, Queue};
+use crate::queue_scripts;
 use crate::rpc::{unexpected, Redis};
-use crate::scripts;
 
 /// The live entries of `queue`, oldest first (the first holds or leads).
 pub(crate) async fn read_contenders(
@@ -21,7 +21,7 @@ pub(crate) async fn read_contenders(
     let what = format!("list the contenders of {}", queue.name);
     let args = queue.args("");
     let flat: Vec<redis::Value> = redis
-        .idempotent(&what, timeout, &scripts::CONTENDERS, &args)
+        .idempotent(&what, timeout, &queue_scripts::CONTENDERS, &args)
         .await?;
     flat.chunks(4)
         .map(|c| {

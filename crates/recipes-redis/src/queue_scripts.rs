@@ -1,0 +1,233 @@
+//! The queue scripts: entering, listing, confirming, leaving and
+//! downgrading a queue's member, for the mutex, the semaphore, the
+//! read-write lock and the election alike ([`crate::scripts`] says what
+//! the keys are and what every script shares).
+
+use std::sync::LazyLock;
+
+use redis::Script;
+
+use crate::scripts::{common, script};
+
+/// What the queue scripts share: ARGV 2..5 are the queue, the hold key
+/// (a lock's key, or the prefix of permit keys), the mode and our member.
+macro_rules! queue {
+    () => {
+        r#"
+local q, hk, mode, member = ARGV[2], ARGV[3], ARGV[4], ARGV[5]
+local qk = ns .. 'q:' .. q
+local rk = ns .. 'r:' .. q
+local function holdkey(m) if mode == 'lock' then return hk end return hk .. m end
+-- A member's role and liveness, read once a script (ours gets its role
+-- before it is read; a dropped member is not read again).
+local roles, lives = {}, {}
+local function role(m) if roles[m] == nil then roles[m] = redis.call('HGET', rk, m) end return roles[m] end
+local function alive(m) if lives[m] == nil then lives[m] = redis.call('EXISTS', sess(m)) == 1 end return lives[m] end
+local function upto(ours)
+  local out = {}
+  for _, m in ipairs(redis.call('ZRANGE', qk, 0, -1)) do
+    if alive(m) then out[#out + 1] = m else drop(q, holdkey(m), m) end
+    if m == ours then break end
+  end
+  return out
+end
+local function shown(ms)
+  if mode ~= 'rw' then return ms end
+  local out = {}
+  for i, m in ipairs(ms) do out[i] = (role(m) or 'write') .. ' ' .. m end
+  return out
+end
+local function other(m)
+  if not alive(m) then return false end
+  if mode == 'rw' then return not role(m) end
+  return role(m) ~= false
+end
+-- Ours holds if the rule says so over `live` (the live members up to
+-- ours): set the hold key and mint the fence. `fresh`: the queue was
+-- empty, ours alone in it, so the hold key is free unless someone
+-- tampered with the queue (then the checks below run). A hold of a
+-- member whose session expired is free. → the fence; -1 ours is gone;
+-- -2 not ours yet.
+local function take(live, max, fkey, fresh)
+  if live[#live] ~= member then return -1 end
+  local k = holdkey(member)
+  if fresh and redis.call('SET', k, member, 'NX') then return mint(fkey) end
+  local cur = redis.call('GET', k)
+  if cur == member then return tonumber(redis.call('GET', fkey)) end
+  if cur and alive(cur) then return -2 end
+  if mode == 'rw' then
+    local reader = role(member) == 'read'
+    for i = 1, #live - 1 do
+      if not reader or role(live[i]) ~= 'read' then return -2 end
+    end
+  elseif #live > tonumber(max) then return -2 end
+  redis.call('SET', k, member)
+  return mint(fkey)
+end
+"#
+    };
+}
+
+// ARGV: ns, queue, hold, mode, member, token, value (a read-write lock's:
+// the role), conflict key, inside key, max (as `CONFIRM`'s; empty: do
+// not take), fence key → {0, live members up to ours, as
+// `shown`[, the fence when ours holds: taken in the same script, as
+// `CONFIRM` takes it]}; {-1} our session is gone; {-2} the conflict key
+// exists (the name holds a semaphore); {-3} the inside key exists (the
+// name is a semaphore's own queue); {-4} the queue has live members of the
+// other recipe (a lock's or an election's for a read-write lock, and the
+// reverse). Into an empty queue (the uncontended path) it runs no read of
+// the queue beyond its last member; a reader into a queue of readers only
+// reads their roles, not each member (their liveness does not matter: no
+// writer is among them), and is shown alone.
+script!(
+    ENTER,
+    "",
+    common!(),
+    queue!(),
+    r#"
+if redis.call('GET', sess(member)) ~= ARGV[6] then return {-1} end
+-- Every member of the read-write lock's queue a reader, live or dead
+-- (each has a role, and it is `read`): no member of another recipe, no
+-- writer; a reader entering it holds at once.
+local readers = false
+local probe = {}
+if ARGV[8] ~= '' then probe[#probe + 1] = ARGV[8] end
+if ARGV[9] ~= '' then probe[#probe + 1] = ARGV[9] end
+if mode == 'rw' then probe[#probe + 1] = qk elseif mode == 'lock' then probe[#probe + 1] = rk end
+if #probe > 0 and redis.call('EXISTS', unpack(probe)) > 0 then
+  if ARGV[8] ~= '' and redis.call('EXISTS', ARGV[8]) == 1 then return {-2} end
+  if ARGV[9] ~= '' and redis.call('EXISTS', ARGV[9]) == 1 then return {-3} end
+  if mode == 'rw' then
+    local roles = redis.call('HVALS', rk)
+    readers = #roles == redis.call('ZCARD', qk)
+    for _, r in ipairs(roles) do if r ~= 'read' then readers = false break end end
+  end
+  if not readers then
+    local others = {}
+    if mode == 'rw' then others = redis.call('ZRANGE', qk, 0, -1)
+    elseif mode == 'lock' then others = redis.call('HKEYS', rk) end
+    for _, m in ipairs(others) do if m ~= member and other(m) then return {-4} end end
+  end
+end
+local last = redis.call('ZRANGE', qk, -1, -1, 'WITHSCORES')
+local fresh = last[1] == nil
+local live
+if fresh or (last[1] ~= member and not redis.call('ZSCORE', qk, member)) then
+  local place = 1
+  if not fresh then place = tonumber(last[2]) + 1 end
+  redis.call('ZADD', qk, place, member)
+  if mode == 'rw' then redis.call('HSET', rk, member, ARGV[7])
+  elseif ARGV[7] ~= '' then redis.call('HSET', ns .. 'v:' .. q, member, ARGV[7]) end
+  local h = ns .. 'h:' .. sid_of(member)
+  redis.call('HSET', h, member, q .. '\n' .. holdkey(member))
+  redis.call('PUBLISH', ns .. 'wake:' .. q, member)
+  if fresh then live = {member} end
+end
+if readers and ARGV[7] == 'read' then live = {member} end
+live = live or upto(member)
+if ARGV[10] ~= '' then
+  local fence = take(live, ARGV[10], ARGV[11], fresh)
+  if fence > 0 then return {0, shown(live), fence} end
+end
+return {0, shown(live)}
+"#
+);
+
+// ARGV: ns, queue, hold, mode, member → the live members up to ours
+// (all of them if ours is gone) as `shown`, the dead swept.
+script!(
+    LIST,
+    " flags=allow-oom",
+    common!(),
+    queue!(),
+    "return shown(upto(member))\n"
+);
+
+// ARGV: ns, queue, hold, mode, member[, `reader`] → 1 while the member is
+// queued and live (its session's key exists, or it holds); for a reader
+// waiting on a writer, 0 once that writer was downgraded to `read` too.
+script!(
+    ALIVE,
+    " flags=no-writes",
+    common!(),
+    queue!(),
+    r#"
+if not (redis.call('ZSCORE', qk, member) and alive(member)) then return 0 end
+if ARGV[6] == 'reader' and role(member) == 'read' then return 0 end
+return 1
+"#
+);
+
+// ARGV: ns, queue, hold, mode, member, token, max, fence key → the fence
+// (`SET hold member`: free, or a hold of an expired session; then `mint`, only on a new
+// acquisition; a resent confirm of a holder gets the name's last fence);
+// -1 our session or entry is gone; -2 not ours yet: more than `max` live
+// members ahead, or for a read-write lock (`max` unused) a writer ahead
+// of a reader, anyone ahead of a writer.
+script!(
+    CONFIRM,
+    "",
+    common!(),
+    queue!(),
+    r#"
+if redis.call('GET', sess(member)) ~= ARGV[6] then return -1 end
+return take(upto(member), ARGV[7], ARGV[8], false)
+"#
+);
+
+// ARGV: ns, queue, hold, mode, member → 1 it held, 0 it did not; either
+// way it is gone and its going published.
+script!(
+    REMOVE,
+    " flags=allow-oom",
+    common!(),
+    queue!(),
+    r#"
+local held = redis.call('GET', holdkey(member)) == member
+drop(q, holdkey(member), member, held)
+if held then return 1 end
+return 0
+"#
+);
+
+// ARGV: ns, queue, hold, mode (rw), member → 1 the holding writer is a
+// reader now, in its place, and the readers waiting on it are woken; 0 it
+// no longer holds (nothing changed). Only overwrites a value: allowed at
+// `maxmemory`.
+script!(
+    DOWNGRADE,
+    " flags=allow-oom",
+    common!(),
+    queue!(),
+    r#"
+if redis.call('GET', holdkey(member)) ~= member or not alive(member) then return 0 end
+if not redis.call('ZSCORE', qk, member) then return 0 end
+redis.call('HSET', rk, member, 'read')
+redis.call('PUBLISH', ns .. 'gone:' .. member, q)
+redis.call('PUBLISH', ns .. 'wake:' .. q, member)
+return 1
+"#
+);
+
+// ARGV: ns, queue, hold, mode → the live members, flat: member, place,
+// value, role (a read-write lock member's, else empty), …
+script!(
+    CONTENDERS,
+    " flags=no-writes",
+    common!(),
+    queue!(),
+    r#"
+local out = {}
+local all = redis.call('ZRANGE', qk, 0, -1, 'WITHSCORES')
+for i = 1, #all, 2 do
+  if alive(all[i]) then
+    out[#out + 1] = all[i]
+    out[#out + 1] = all[i + 1]
+    out[#out + 1] = redis.call('HGET', ns .. 'v:' .. q, all[i]) or ''
+    out[#out + 1] = role(all[i]) or ''
+  end
+end
+return out
+"#
+);
