@@ -43,9 +43,10 @@ local function other(m)
   return role(m) ~= false
 end
 -- Ours holds if the rule says so over `live` (the live members up to
--- ours): set the hold key and mint the fence. `fresh`: the queue was
--- empty, ours alone in it, so the hold key is free unless someone
--- tampered with the queue (then the checks below run). A hold of a
+-- ours): set the hold key and mint the fence. `fresh`: ours holds by
+-- the rule (the queue was empty, or held readers only and ours is a
+-- reader), so its hold key is free unless someone tampered with the
+-- queue or this is a resent enter (then the checks below run). A hold of a
 -- member whose session expired is free. → the fence; -1 ours is gone;
 -- -2 not ours yet.
 local function take(live, max, fkey, fresh)
@@ -124,10 +125,11 @@ if fresh or (last[1] ~= member and not redis.call('ZSCORE', qk, member)) then
   redis.call('PUBLISH', ns .. 'wake:' .. q, member)
   if fresh then live = {member} end
 end
-if readers and ARGV[7] == 'read' then live = {member} end
+local among_readers = readers and ARGV[7] == 'read'
+if among_readers then live = {member} end
 live = live or upto(member)
 if ARGV[10] ~= '' then
-  local fence = take(live, ARGV[10], ARGV[11], fresh)
+  local fence = take(live, ARGV[10], ARGV[11], fresh or among_readers)
   if fence > 0 then return {0, shown(live), fence} end
 end
 return {0, shown(live)}
