@@ -193,3 +193,29 @@ fn fault_an_evicting_policy_is_refused_when_a_lost_session_is_granted_again() {
     assert_eq!(keys, Vec::<String>::new(), "nothing written");
     drop(c);
 }
+
+/// The queue's functions are one library on the server: flushed away (by
+/// `FUNCTION FLUSH`, or a restart without persistence), the next call
+/// loads it again and goes on; the fences still rise.
+#[test]
+fn the_queue_library_flushed_away_is_loaded_again_by_the_next_call() {
+    let server = RedisServer::start();
+    let c = connect(&server, Duration::from_secs(10));
+    let m = c.mutex("/loss/library").unwrap();
+    let before = take(&m);
+    let libraries =
+        || server.cmd::<redis::Value>(&["FUNCTION", "LIST", "LIBRARYNAME", "recipes_q*"]);
+    assert_ne!(
+        libraries(),
+        redis::Value::Array(vec![]),
+        "loaded by the first call"
+    );
+    let _: String = server.cmd(&["FUNCTION", "FLUSH"]);
+    assert_eq!(libraries(), redis::Value::Array(vec![]), "flushed");
+    assert!(
+        take(&m) > before,
+        "taken again after the flush, with a higher fence"
+    );
+    assert_ne!(libraries(), redis::Value::Array(vec![]), "loaded again");
+    c.close().unwrap();
+}

@@ -1,26 +1,65 @@
-//! The queue scripts: entering, listing, confirming, leaving and
+//! The queue's Lua: entering, listing, confirming, leaving and
 //! downgrading a queue's member, for the mutex, the semaphore, the
 //! read-write lock and the election alike ([`crate::scripts`] says what
 //! the keys are and what every script shares).
+//!
+//! These run on every acquisition and release, so they are one Redis
+//! **function library** (Redis 7's `FUNCTION LOAD`), not scripts: a
+//! script's chunk runs whole at each `EVALSHA`, defining every helper
+//! again (~2 µs of the server's time a call, measured with
+//! `redis-benchmark`: 3.8–5.5 µs against 1.6–2.3 for an empty script),
+//! while a library defines them once, as it loads, and `FCALL` runs only
+//! the called function. The library's name carries a hash of its code, so
+//! clients of different versions each call their own; a server without
+//! it (restarted without persistence, a new replica promoted before it
+//! was replicated) gets it again on the first `Function not found`.
 
 use std::sync::LazyLock;
 
-use redis::Script;
+use crate::scripts::common;
 
-use crate::scripts::{common, script};
+/// A function of the queue library: its name in the library, its flags
+/// and its body, run with `ARGV` (the library's locals set from it first,
+/// as [`PREFIX`] says).
+pub(crate) struct Func {
+    name: &'static str,
+    flags: &'static str,
+    body: &'static str,
+}
 
-/// What the queue scripts share: ARGV 2..5 are the queue, the hold key
-/// (a lock's key, or the prefix of permit keys), the mode and our member.
-macro_rules! queue {
-    () => {
-        r#"
-local q, hk, mode, member = ARGV[2], ARGV[3], ARGV[4], ARGV[5]
-local qk = ns .. 'q:' .. q
-local rk = ns .. 'r:' .. q
+/// The library as loaded: its name and its code.
+pub(crate) struct Library {
+    pub(crate) name: String,
+    pub(crate) code: String,
+}
+
+impl Library {
+    /// The name `f` is registered under (function names are global to the
+    /// server: the library's name is their prefix).
+    pub(crate) fn function(&self, f: &Func) -> String {
+        format!("{}_{}", self.name, f.name)
+    }
+}
+
+/// What every queue function shares: `ARGV` 1..5 are the namespace, the
+/// queue, the hold key (a lock's key, or the prefix of permit keys), the
+/// mode and our member; `setup` sets them (and empties the memos) as each
+/// call starts.
+const PREFIX: &str = r#"
+local ns, q, hk, mode, member, qk, rk, roles, lives
+local function setup(argv)
+  ns, q, hk, mode, member = argv[1], argv[2], argv[3], argv[4], argv[5]
+  qk = ns .. 'q:' .. q
+  rk = ns .. 'r:' .. q
+  -- A member's role and liveness, read once a call (ours gets its role
+  -- before it is read; a dropped member is not read again).
+  roles, lives = {}, {}
+end
+"#;
+
+/// The helpers of the queue functions.
+const HELPERS: &str = r#"
 local function holdkey(m) if mode == 'lock' then return hk end return hk .. m end
--- A member's role and liveness, read once a script (ours gets its role
--- before it is read; a dropped member is not read again).
-local roles, lives = {}, {}
 local function role(m) if roles[m] == nil then roles[m] = redis.call('HGET', rk, m) end return roles[m] end
 local function alive(m) if lives[m] == nil then lives[m] = redis.call('EXISTS', sess(m)) == 1 end return lives[m] end
 local function upto(ours)
@@ -65,9 +104,7 @@ local function take(live, max, fkey, fresh)
   redis.call('SET', k, member)
   return mint(fkey)
 end
-"#
-    };
-}
+"#;
 
 // ARGV: ns, queue, hold, mode, member, token, value (a read-write lock's:
 // the role), conflict key, inside key, max (as `CONFIRM`'s; empty: do
@@ -81,12 +118,10 @@ end
 // the queue beyond its last member; a reader into a queue of readers only
 // reads their roles, not each member (their liveness does not matter: no
 // writer is among them), and is shown alone.
-script!(
-    ENTER,
-    "",
-    common!(),
-    queue!(),
-    r#"
+pub(crate) static ENTER: Func = Func {
+    name: "enter",
+    flags: "",
+    body: r#"
 if redis.call('GET', sess(member)) ~= ARGV[6] then return {-1} end
 -- Every member of the read-write lock's queue a reader, live or dead
 -- (each has a role, and it is `read`): no member of another recipe, no
@@ -133,33 +168,29 @@ if ARGV[10] ~= '' then
   if fence > 0 then return {0, shown(live), fence} end
 end
 return {0, shown(live)}
-"#
-);
+"#,
+};
 
 // ARGV: ns, queue, hold, mode, member → the live members up to ours
 // (all of them if ours is gone) as `shown`, the dead swept.
-script!(
-    LIST,
-    " flags=allow-oom",
-    common!(),
-    queue!(),
-    "return shown(upto(member))\n"
-);
+pub(crate) static LIST: Func = Func {
+    name: "list",
+    flags: "allow-oom",
+    body: "return shown(upto(member))\n",
+};
 
 // ARGV: ns, queue, hold, mode, member[, `reader`] → 1 while the member is
 // queued and live (its session's key exists, or it holds); for a reader
 // waiting on a writer, 0 once that writer was downgraded to `read` too.
-script!(
-    ALIVE,
-    " flags=no-writes",
-    common!(),
-    queue!(),
-    r#"
+pub(crate) static ALIVE: Func = Func {
+    name: "alive",
+    flags: "no-writes",
+    body: r#"
 if not (redis.call('ZSCORE', qk, member) and alive(member)) then return 0 end
 if ARGV[6] == 'reader' and role(member) == 'read' then return 0 end
 return 1
-"#
-);
+"#,
+};
 
 // ARGV: ns, queue, hold, mode, member, token, max, fence key → the fence
 // (`SET hold member`: free, or a hold of an expired session; then `mint`, only on a new
@@ -167,59 +198,51 @@ return 1
 // -1 our session or entry is gone; -2 not ours yet: more than `max` live
 // members ahead, or for a read-write lock (`max` unused) a writer ahead
 // of a reader, anyone ahead of a writer.
-script!(
-    CONFIRM,
-    "",
-    common!(),
-    queue!(),
-    r#"
+pub(crate) static CONFIRM: Func = Func {
+    name: "confirm",
+    flags: "",
+    body: r#"
 if redis.call('GET', sess(member)) ~= ARGV[6] then return -1 end
 return take(upto(member), ARGV[7], ARGV[8], false)
-"#
-);
+"#,
+};
 
 // ARGV: ns, queue, hold, mode, member → 1 it held, 0 it did not; either
 // way it is gone and its going published.
-script!(
-    REMOVE,
-    " flags=allow-oom",
-    common!(),
-    queue!(),
-    r#"
+pub(crate) static REMOVE: Func = Func {
+    name: "remove",
+    flags: "allow-oom",
+    body: r#"
 local held = redis.call('GET', holdkey(member)) == member
 drop(q, holdkey(member), member, held)
 if held then return 1 end
 return 0
-"#
-);
+"#,
+};
 
 // ARGV: ns, queue, hold, mode (rw), member → 1 the holding writer is a
 // reader now, in its place, and the readers waiting on it are woken; 0 it
 // no longer holds (nothing changed). Only overwrites a value: allowed at
 // `maxmemory`.
-script!(
-    DOWNGRADE,
-    " flags=allow-oom",
-    common!(),
-    queue!(),
-    r#"
+pub(crate) static DOWNGRADE: Func = Func {
+    name: "downgrade",
+    flags: "allow-oom",
+    body: r#"
 if redis.call('GET', holdkey(member)) ~= member or not alive(member) then return 0 end
 if not redis.call('ZSCORE', qk, member) then return 0 end
 redis.call('HSET', rk, member, 'read')
 redis.call('PUBLISH', ns .. 'gone:' .. member, q)
 redis.call('PUBLISH', ns .. 'wake:' .. q, member)
 return 1
-"#
-);
+"#,
+};
 
 // ARGV: ns, queue, hold, mode → the live members, flat: member, place,
 // value, role (a read-write lock member's, else empty), …
-script!(
-    CONTENDERS,
-    " flags=no-writes",
-    common!(),
-    queue!(),
-    r#"
+pub(crate) static CONTENDERS: Func = Func {
+    name: "contenders",
+    flags: "no-writes",
+    body: r#"
 local out = {}
 local all = redis.call('ZRANGE', qk, 0, -1, 'WITHSCORES')
 for i = 1, #all, 2 do
@@ -231,5 +254,50 @@ for i = 1, #all, 2 do
   end
 end
 return out
-"#
-);
+"#,
+};
+
+/// Every function of the library.
+const FUNCS: [&Func; 7] = [
+    &ENTER,
+    &LIST,
+    &ALIVE,
+    &CONFIRM,
+    &REMOVE,
+    &DOWNGRADE,
+    &CONTENDERS,
+];
+
+/// The queue library: [`common`]'s helpers (the namespace a local of the
+/// library, set by each call), [`PREFIX`], [`HELPERS`], and each function
+/// registered with its flags; named `recipes_q` and a hash of the rest.
+pub(crate) static LIBRARY: LazyLock<Library> = LazyLock::new(|| {
+    let common = common!();
+    let shared = common.replacen("local ns = ARGV[1]\n", "", 1);
+    assert_ne!(
+        shared, common,
+        "the common helpers read the namespace first"
+    );
+    let mut code = format!("{PREFIX}{shared}{HELPERS}");
+    for f in FUNCS {
+        let flags = match f.flags {
+            "" => String::new(),
+            flag => format!("'{flag}'"),
+        };
+        code.push_str(&format!(
+            "redis.register_function{{function_name = LIB .. '_{}', flags = {{{flags}}}, \
+             callback = function(KEYS, ARGV)\nsetup(ARGV)\n{}\nend}}\n",
+            f.name, f.body
+        ));
+    }
+    let name = format!("recipes_q{:016x}", fnv1a(code.as_bytes()));
+    let code = format!("#!lua name={name}\nlocal LIB = '{name}'\n{code}");
+    Library { name, code }
+});
+
+/// FNV-1a, 64 bits: a stable name for one version of the library.
+fn fnv1a(bytes: &[u8]) -> u64 {
+    bytes.iter().fold(0xcbf2_9ce4_8422_2325, |h, b| {
+        (h ^ u64::from(*b)).wrapping_mul(0x0000_0100_0000_01b3)
+    })
+}

@@ -12,7 +12,7 @@ use redis::{FromRedisValue, RedisError, Script};
 use tokio::sync::Notify;
 
 use crate::names::Queue;
-use crate::queue_scripts;
+use crate::queue_scripts::{self, Func, LIBRARY};
 
 /// The connection, cheap to clone: every request of the client goes on it
 /// (pub/sub opens connections of its own from `client`).
@@ -48,25 +48,42 @@ impl Redis {
             .collect())
     }
 
-    /// Run `script` with `args` once; no resend (the caller's reply may be
+    /// Run `lua` with `args` once; no resend (the caller's reply may be
     /// lost: see [`Error::unconfirmed`]).
-    pub(crate) async fn once<T: FromRedisValue>(
+    pub(crate) async fn once<'a, T: FromRedisValue>(
         &self,
         what: &str,
         timeout: Duration,
-        script: &Script,
+        lua: impl Into<Lua<'a>>,
         args: &[impl redis::ToRedisArgs],
     ) -> Result<T> {
-        let mut invocation = script.prepare_invoke();
-        args.iter().for_each(|a| {
-            invocation.arg(a);
-        });
         let mut conn = self.conn.clone();
-        let sent = async move {
-            let reply = invocation.invoke_async(&mut conn).await;
-            reply.map_err(|e| from_redis(what, e))
+        let reply = match lua.into() {
+            Lua::Script(script) => {
+                let mut invocation = script.prepare_invoke();
+                args.iter().for_each(|a| {
+                    invocation.arg(a);
+                });
+                let sent = async move { invocation.invoke_async(&mut conn).await };
+                within(what, timeout, async {
+                    sent.await.map_err(|e| from_redis(what, e))
+                })
+                .await
+            }
+            Lua::Function(f) => {
+                let mut fcall = redis::cmd("FCALL");
+                fcall.arg(LIBRARY.function(f)).arg(0);
+                args.iter().for_each(|a| {
+                    fcall.arg(a);
+                });
+                let sent = async move { call_loaded(&mut conn, &fcall).await };
+                within(what, timeout, async {
+                    sent.await.map_err(|e| from_redis(what, e))
+                })
+                .await
+            }
         };
-        self.noted(within(what, timeout, sent).await)
+        self.noted(reply)
     }
 
     /// `result`, after notifying [`dropped`](Redis::dropped) when it says
@@ -80,16 +97,17 @@ impl Redis {
 
     /// Run the idempotent `script` with `args`, resent after a retryable
     /// failure within `timeout`.
-    pub(crate) async fn idempotent<T: FromRedisValue>(
+    pub(crate) async fn idempotent<'a, T: FromRedisValue>(
         &self,
         what: &str,
         timeout: Duration,
-        script: &Script,
+        lua: impl Into<Lua<'a>>,
         args: &[impl redis::ToRedisArgs + Sync],
     ) -> Result<T> {
+        let lua = lua.into();
         let map = |e: Error| e;
         resend_within(what, timeout, Backoff::RETRY, map, || async {
-            self.once(what, timeout, script, args).await
+            self.once(what, timeout, lua, args).await
         })
         .await
     }
@@ -157,6 +175,55 @@ impl Redis {
             });
         }
         Ok(())
+    }
+}
+
+/// What the client runs on the server: a script (`EVALSHA`, loaded again
+/// on `NOSCRIPT` by the `redis` crate) or a function of the queue library
+/// (`FCALL`, the library loaded again on `Function not found`).
+#[derive(Clone, Copy)]
+pub(crate) enum Lua<'a> {
+    Script(&'a Script),
+    Function(&'a Func),
+}
+
+impl<'a> From<&'a Script> for Lua<'a> {
+    fn from(script: &'a Script) -> Lua<'a> {
+        Lua::Script(script)
+    }
+}
+
+impl<'a> From<&'a std::sync::LazyLock<Script>> for Lua<'a> {
+    fn from(script: &'a std::sync::LazyLock<Script>) -> Lua<'a> {
+        Lua::Script(script)
+    }
+}
+
+impl<'a> From<&'a Func> for Lua<'a> {
+    fn from(f: &'a Func) -> Lua<'a> {
+        Lua::Function(f)
+    }
+}
+
+/// `fcall`, after loading the queue library if the server lacks it (a
+/// library of that name already there is the same code: its name is the
+/// code's hash).
+async fn call_loaded<T: FromRedisValue>(
+    conn: &mut ConnectionManager,
+    fcall: &redis::Cmd,
+) -> redis::RedisResult<T> {
+    match fcall.query_async(conn).await {
+        Err(e) if e.detail().is_some_and(|d| d.contains("Function not found")) => {
+            let mut load = redis::cmd("FUNCTION");
+            load.arg("LOAD").arg(&LIBRARY.code);
+            if let Err(e) = load.query_async::<String>(conn).await {
+                if !e.detail().is_some_and(|d| d.contains("already exists")) {
+                    return Err(e);
+                }
+            }
+            fcall.query_async(conn).await
+        }
+        reply => reply,
     }
 }
 

@@ -1,6 +1,8 @@
 //! The Lua scripts: every verb that touches more than one key is one
 //! script, so it is atomic and one round trip (`EVALSHA`, loaded again on
-//! `NOSCRIPT` by the `redis` crate).
+//! `NOSCRIPT` by the `redis` crate); the queue's verbs, run on every
+//! acquisition and release, are the functions of one library instead
+//! (`FCALL`: [`crate::queue_scripts`]), built from the same helpers.
 //!
 //! Keys, all below one hash-tagged prefix `{recipes}:` (`ns`), so that a
 //! cluster would keep them in one slot:
@@ -187,7 +189,7 @@ macro_rules! script {
     };
 }
 
-pub(crate) use {common, script};
+pub(crate) use common;
 
 // ARGV: ns, token, ttl ms → the new session's id. The first PUBLISH
 // (no one listens) proves that an ACL lets us use our channels before

@@ -5,7 +5,7 @@
 //! `total_commands_processed` (every command, those a script runs
 //! included), `requests_per_cycle` from `total_reads_processed` (what a
 //! client sent: one read a request for a client that waits for each
-//! reply) and `scripts_per_cycle` from `INFO commandstats`' `evalsha` and
+//! reply) and `scripts_per_cycle` from `INFO commandstats`' `evalsha`, `fcall` and
 //! `eval` calls. Each round prints both loops' rates and their ratio; the
 //! keep-alive and the held-entry poll of our client run meanwhile, and
 //! are counted with it.
@@ -28,7 +28,7 @@ fn counters(server: &RedisServer) -> [u64; 3] {
             .unwrap_or(0)
     };
     let commandstats: String = server.cmd(&["INFO", "commandstats"]);
-    let scripts = ["evalsha", "eval"]
+    let scripts = ["evalsha", "fcall", "eval"]
         .iter()
         .filter_map(|c| {
             commandstats
