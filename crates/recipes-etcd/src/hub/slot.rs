@@ -100,3 +100,66 @@ impl Listening {
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn waiting_for(key: &[u8], others: &[&[u8]]) -> Listening {
+        Listening {
+            ours: Some((b"ours".to_vec(), 5)),
+            target: Target::Key {
+                key: key.to_vec(),
+                after: 5,
+                others: Some(others.iter().map(|k| k.to_vec()).collect()),
+                gone: false,
+                last: 0,
+            },
+            ..Listening::default()
+        }
+    }
+
+    fn concluded(l: &Listening) -> Option<i64> {
+        match &l.target {
+            Target::Key {
+                others: Some(others),
+                gone: true,
+                last,
+                ..
+            } if others.is_empty() => Some(*last),
+            _ => None,
+        }
+    }
+
+    /// The key waited for deleted first, a key further ahead after it,
+    /// both heard before the wait looks: ours is first only at the later
+    /// deletion, which the conclusion names.
+    #[test]
+    fn a_conclusion_takes_the_newest_deletion_heard() {
+        let mut l = waiting_for(b"b", &[b"a"]);
+        assert!(l.hear(b"b", 10), "the key waited for wakes");
+        assert_eq!(concluded(&l), None, "a is still ahead");
+        assert!(!l.hear(b"a", 12));
+        assert_eq!(concluded(&l), Some(12));
+        // Heard again on a second watch, and in the other order: the same.
+        let mut l = waiting_for(b"b", &[b"a"]);
+        assert!(!l.hear(b"a", 12));
+        assert!(l.hear(b"b", 10));
+        assert!(l.hear(b"b", 10));
+        assert_eq!(concluded(&l), Some(12));
+    }
+
+    /// Deletions at or before the read's revision, and of keys not
+    /// followed, conclude nothing; ours after it is loss.
+    #[test]
+    fn only_deletions_after_the_read_of_followed_keys_count() {
+        let mut l = waiting_for(b"b", &[b"a"]);
+        assert!(!l.hear(b"a", 5));
+        assert!(!l.hear(b"b", 4));
+        assert!(!l.hear(b"reader", 9));
+        assert_eq!(concluded(&l), None);
+        assert!(!l.ours_gone);
+        assert!(l.hear(b"ours", 11));
+        assert!(l.ours_gone);
+    }
+}
