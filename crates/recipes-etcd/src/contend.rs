@@ -6,8 +6,10 @@
 //! is the engine's ([`recipes_core::store::engine::contend`]).
 //!
 //! - **enter**: an interest in the name's deletions on the client's one
-//!   watch stream (`hub`: no request), then one transaction — if our key
-//!   does not exist, put it with our lease; either way read the contenders
+//!   watch stream (`hub`: no request; a read-write lock's reader: in its
+//!   writers' and its lease's reader keys' deletions, see
+//!   [`KeyContender::interest`]), then one transaction — if our key does
+//!   not exist, put it with our lease; either way read the contenders
 //!   (`listing.rs`). Our key's deletion after it is loss, while we wait
 //!   and after we hold.
 //! - **list**: one read of the contenders created up to ours — or none,
@@ -37,8 +39,8 @@ use crate::hub::{Interest, FOLLOWED_AHEAD};
 use crate::key::{guarded, Acquired, Ticket};
 use crate::listing::{list, listing, oldest_first};
 use crate::names::{
-    contender_key, enclosing_semaphore, inside_semaphore, other_layout, permit_key, read_prefix,
-    rw_key, size_key, write_prefix, Key,
+    contender_key, enclosing_semaphore, inside_semaphore, lease_readers, other_layout, permit_key,
+    read_prefix, rw_key, size_key, write_prefix, Key,
 };
 use crate::rpc::{header_revision, read_at, retrying_txn, unexpected};
 use crate::rw_queue::{downgrade_of, none_under, one_under, RwQueue};
@@ -110,8 +112,11 @@ pub(crate) struct KeyEntry {
     pub(crate) key: String,
     id: Key,
     pub(crate) create_revision: i64,
-    /// The name's deletions since before the create.
+    /// The deletions the waits and our key's loss listen to, since before
+    /// the create.
     interest: Interest,
+    /// The prefix of the watch that hears our key.
+    heard_on: String,
     /// The revision of the last read of the contenders.
     read_at: i64,
     /// The contenders ahead of ours at that read.
@@ -243,6 +248,28 @@ impl KeyContender<'_> {
     }
 }
 
+impl KeyContender<'_> {
+    /// A read-write lock's reader's acquisition.
+    fn reads(&self) -> bool {
+        matches!(self.layout, Layout::ReadWrite(RwQueue { write: false, .. }))
+    }
+
+    /// The interest an acquisition on `lease` registers before its create,
+    /// and the prefix whose watch hears its key. A reader waits only for
+    /// writers (core's `Rule::ReadWrite`): it hears the writers' keys, and
+    /// its own on its lease's reader keys, so that no reader's release is
+    /// sent to another reader's client; a writer, a lock, a permit hear
+    /// the whole name.
+    fn interest(&self, lease: i64) -> (Interest, String) {
+        let watches = self.client.watches();
+        if !self.reads() {
+            return (watches.interest(self.prefix), self.prefix.to_owned());
+        }
+        let (ours, writers) = (lease_readers(self.prefix, lease), write_prefix(self.prefix));
+        (watches.interest_in(&ours, &[&writers]), ours)
+    }
+}
+
 impl ContendDriver for KeyContender<'_> {
     type Epoch = KeyEpoch;
     type Ticket = Ticket;
@@ -313,7 +340,7 @@ impl ContendDriver for KeyContender<'_> {
         let session = &epoch.session;
         let (etcd, key) = (session.store()?, ticket.key.clone());
         // Before the create: every deletion after its reply is heard.
-        let interest = self.client.watches().interest(self.prefix);
+        let (interest, heard_on) = self.interest(session.id());
         let (create_revision, first) = match self.layout {
             Layout::Key { claim, .. } => self.create_key(session, ticket, claim).await?,
             Layout::Permits(sem) => sem.create_permit(session, &key).await?,
@@ -335,6 +362,7 @@ impl ContendDriver for KeyContender<'_> {
             key,
             create_revision,
             interest,
+            heard_on,
             read_at,
             ahead: Vec::new(),
             first_at: None,
@@ -376,14 +404,33 @@ impl ContendDriver for KeyContender<'_> {
 
     async fn wait(&self, epoch: &KeyEpoch, entry: &mut KeyEntry, ahead: &Key) -> Result<()> {
         let timeout = epoch.session.rpc_timeout();
+        let writers = write_prefix(self.prefix);
+        if self.reads()
+            && !ahead.0.starts_with(writers.as_bytes())
+            && entry.interest.widen(self.prefix, entry.read_at)
+        {
+            // A writer's key outside `write/` (any key under the name
+            // that is no reader's): the name's watch hears it, and a read
+            // after joining it shows what it may have heard before.
+            entry.first_at = None;
+            return Ok(());
+        }
         let (ahead, others) = match self.layout {
             // Any permit key's deletion: we are the one waiter the
             // internal mutex lets in.
             Layout::Permits(_) => (None, None),
             Layout::Key { .. } | Layout::ReadWrite(_) => {
-                let others = entry.ahead.iter().filter(|k| **k != ahead.0);
-                let others =
-                    (entry.ahead.len() <= FOLLOWED_AHEAD + 1).then(|| others.cloned().collect());
+                // A reader follows the keys ahead that can keep it out:
+                // not the readers' (it does not hear them).
+                let readers = read_prefix(self.prefix);
+                let ahead_of_us = entry
+                    .ahead
+                    .iter()
+                    .filter(|k| !(self.reads() && k.starts_with(readers.as_bytes())));
+                let followed: Vec<_> = ahead_of_us.collect();
+                let others = followed.iter().filter(|k| ***k != ahead.0);
+                let others = (followed.len() <= FOLLOWED_AHEAD + 1)
+                    .then(|| others.map(|k| (*k).clone()).collect());
                 (Some(ahead.0.as_slice()), others)
             }
         };
@@ -416,10 +463,14 @@ impl ContendDriver for KeyContender<'_> {
     }
 
     fn won(&self, _epoch: KeyEpoch, ticket: Ticket, entry: KeyEntry, fence: i64) -> Acquired {
-        entry.interest.ours(&entry.key, fence);
-        entry.interest.hold();
+        let mut interest = entry.interest;
+        interest.ours(&entry.key, fence);
+        interest.hold();
         let watches = self.client.watches().clone();
-        let (rev, interest) = (entry.create_revision, entry.interest);
-        Acquired::new(ticket, (self.prefix, watches), rev, fence, interest)
+        let (rev, heard) = (
+            entry.create_revision,
+            (self.prefix, entry.heard_on, watches),
+        );
+        Acquired::new(ticket, heard, rev, fence, interest)
     }
 }

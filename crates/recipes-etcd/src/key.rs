@@ -32,14 +32,17 @@ impl Ticket {
     }
 }
 
-/// Our key once it exists: its session (lease) and `create_revision`, and
-/// the name's watch it is heard on (the prefix under which it lives).
+/// Our key once it exists: its session (lease) and `create_revision`, the
+/// name's prefix under which it lives, and the watch it is heard on.
 #[derive(Clone)]
 pub(crate) struct OwnKey {
     pub(crate) session: Arc<Session>,
     pub(crate) key: String,
     pub(crate) create_revision: i64,
     pub(crate) prefix: String,
+    /// The prefix of the client's watch that hears our key: the name's
+    /// (`prefix`), or a reader's lease's reader keys (`contend.rs`).
+    pub(crate) heard_on: String,
     pub(crate) watches: WatchHub,
 }
 
@@ -66,10 +69,11 @@ pub(crate) struct Acquired {
 
 impl Acquired {
     /// Made from the engine's win: `interest` hears our key under
-    /// `prefix` on the client's watch stream `watches`.
+    /// `heard_on` on the client's watch stream `watches`; the key lives
+    /// under the name's `prefix`.
     pub(crate) fn new(
         ticket: Ticket,
-        (prefix, watches): (&str, WatchHub),
+        (prefix, heard_on, watches): (&str, String, WatchHub),
         create_revision: i64,
         fence: i64,
         interest: Interest,
@@ -79,6 +83,7 @@ impl Acquired {
             key: ticket.key,
             create_revision,
             prefix: prefix.to_owned(),
+            heard_on,
             watches,
         };
         Acquired {

@@ -230,10 +230,11 @@ impl StoreEntry for EtcdKey {
 impl EntryWatcher for OwnKey {
     type Watch = Interest;
 
-    /// An interest in the name's deletions, then a read of our key.
+    /// An interest in the deletions our key's watch hears, then a read of
+    /// our key.
     async fn watch(&self) -> Result<Option<Interest>> {
         let (etcd, timeout) = (self.session.store()?, self.session.rpc_timeout());
-        let interest = self.watches.interest(&self.prefix);
+        let mut interest = self.watches.interest(&self.heard_on);
         let read = retrying_get(&etcd, timeout, &self.key, None).await?;
         let ours = read
             .kvs()

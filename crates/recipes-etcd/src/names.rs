@@ -121,6 +121,12 @@ pub(crate) fn rw_key(prefix: &str, write: bool, lease: i64) -> String {
     permit_key(&format!("{prefix}{side}/"), lease)
 }
 
+/// Where every reader key of `lease` at `prefix` lives (see [`rw_key`]):
+/// `<prefix>read/<lease hex>-`, a prefix no other lease's keys share.
+pub(crate) fn lease_readers(prefix: &str, lease: i64) -> String {
+    format!("{}{lease:x}-", read_prefix(prefix))
+}
+
 /// Whether `key` is a contender of the lock at `prefix`: exactly one level
 /// below it, named as the layout names contenders — a lease id in
 /// lowercase hex (`etcdctl lock`, Go's `concurrency` package), or a permit's
@@ -149,6 +155,8 @@ mod tests {
     fn read_write_keys_follow_the_go_recipe_layout() {
         let prefix = key_prefix("/rw/x");
         assert!(rw_key(&prefix, false, 0xab).starts_with("/rw/x/read/ab-"));
+        assert!(rw_key(&prefix, false, 0xab).starts_with(&lease_readers(&prefix, 0xab)));
+        assert!(!rw_key(&prefix, false, 0xabc).starts_with(&lease_readers(&prefix, 0xab)));
         assert!(rw_key(&prefix, true, 0xab).starts_with("/rw/x/write/ab-"));
         assert_ne!(rw_key(&prefix, true, 1), rw_key(&prefix, true, 1));
         assert_eq!(read_prefix(&prefix), "/rw/x/read/");

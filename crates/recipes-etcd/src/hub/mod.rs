@@ -1,29 +1,46 @@
-//! One watch stream per client, shared by every acquisition: a persistent
-//! watch of deletions per lock name (the contenders' prefix) that the
-//! client uses, kept open across acquisitions.
+//! One watch stream per client, shared by every acquisition: persistent
+//! watches of deletions under the prefixes the client's acquisitions
+//! listen to, kept open across acquisitions. A lock name's contenders
+//! (`<name>/`) are one such prefix; a read-write lock's reader listens to
+//! two narrower ones instead (`contend.rs`): its writers (`<name>/write/`),
+//! and its lease's own reader keys (`<name>/read/<lease hex>-`), so that
+//! a reader's release reaches no other client's reader.
 //!
 //! A new watch per acquisition costs a stream (~30 KiB each while a lock
 //! is held) and, in etcd 3.4, risks an unsynced watcher: a watch with no
 //! start revision is registered at "current revision + 1", and a write
 //! landing in between leaves it to a loop that runs every 100 ms. Here a
-//! name's watch is created once, from the revision after the first reply
+//! prefix's watch is created once, from the revision after the first reply
 //! that showed our key; after that, an acquisition only registers an
 //! [`Interest`] with the client — no request — and the loss watch on our
-//! own key costs no round trip.
+//! own key costs no round trip. A new lease is a new reader prefix, asked
+//! for the same way.
 //!
-//! **No deletion falls between a read and a wait.** An interest exists
-//! before the request whose reply it is checked against (the enter
-//! transaction, a listing, a read of our key), and hears every deletion
-//! the client learns of from then on; a wait then names the key and the
-//! revision `R` of that reply, and counts only deletions after `R`, those
-//! heard meanwhile included. The name's watch vouches for every deletion
-//! after the revision it started from ([`Name::covered_after`]): a wait on
-//! an older `R` (another acquisition of the client asked for the watch
-//! first) returns at once, so the caller reads again. A
+//! **No deletion falls between a read and a wait.** An interest is
+//! registered with each of its watches (its *names*) before the request
+//! whose reply it is checked against (the enter transaction, a listing, a
+//! read of our key), and hears every deletion the client learns of on any
+//! of them from then on; a wait then names the key and the revision `R` of
+//! that reply, and counts only deletions after `R`, those heard meanwhile
+//! included. Each watch vouches for every deletion under its prefix after
+//! the revision it started from ([`Name::covered_after`]); a wait goes on
+//! only while every one of the interest's watches vouches for `R` — a wait
+//! on an older `R` (another acquisition of the client asked for a watch
+//! first) returns at once, so the caller reads again. A watch the
+//! interest joins after its read ([`Interest::widen`]: a reader waiting
+//! on a writer's key outside `write/`) may have heard deletions after `R`
+//! before the interest joined: the caller reads again before waiting. A
 //! broken stream is re-opened with each watch resumed at the first
 //! revision not yet heard; history compacted away moves `covered_after`
-//! on and wakes every interest of the name to read again.
+//! on and wakes every interest of the watch to read again.
+//!
+//! What a wait concludes without a read (every key it follows ahead of
+//! ours deleted, [`Interest::wait`]) needs each of those deletions heard,
+//! whichever watch brought it: watches are not heard in one order, so the
+//! revision it concludes at is the newest of theirs.
 
+mod interest;
+mod slot;
 mod stream;
 
 use std::collections::{HashMap, VecDeque};
@@ -34,6 +51,9 @@ use parking_lot::Mutex;
 use recipes_core::store::Runtime;
 use recipes_core::{Error, Result};
 use tokio::sync::Notify;
+
+pub(crate) use interest::Interest;
+use slot::Slot;
 
 use crate::session::Etcd;
 
@@ -73,11 +93,12 @@ struct State {
     idle: VecDeque<String>,
 }
 
-/// One name's watch: every deletion under its prefix.
+/// One prefix's watch: every deletion under it.
 struct Name {
     id: i64,
     /// Every deletion after this revision is heard; `i64::MAX` until an
-    /// interest asked for the watch ([`Interest::ours`]).
+    /// interest asked for the watch ([`Interest::ours`],
+    /// [`Interest::widen`]).
     covered_after: i64,
     /// The first revision not yet heard: where a re-opened stream resumes.
     next_rev: i64,
@@ -86,89 +107,6 @@ struct Name {
     /// Why the server cancelled the watch, until it is created again.
     cancelled: Option<String>,
     interests: HashMap<u64, Arc<Slot>>,
-}
-
-/// One interest's side of the hub.
-#[derive(Default)]
-struct Slot {
-    state: Mutex<Listening>,
-    notify: Notify,
-}
-
-#[derive(Default)]
-struct Listening {
-    /// Our key, and the revision it was known to exist at.
-    ours: Option<(Vec<u8>, i64)>,
-    target: Target,
-    /// Deletions heard while [`Target::Collect`].
-    heard: Vec<(Vec<u8>, i64)>,
-    /// A wake not yet seen by a wait.
-    woken: bool,
-    /// Our key's deletion was heard.
-    ours_gone: bool,
-    /// The name's watch changed (confirmed, cancelled, or resumed after
-    /// compacted history): look whether it still vouches.
-    recheck: bool,
-}
-
-/// What an interest waits for besides our key's deletion.
-#[derive(Default)]
-enum Target {
-    /// Nothing yet: keep every deletion heard, for the next wait.
-    #[default]
-    Collect,
-    /// Our key only (it is held).
-    Held,
-    /// `key` deleted after revision `after`; `others`, the rest of the
-    /// keys ahead of ours at that read (when no more than
-    /// [`FOLLOWED_AHEAD`]), as long as their deletion is not heard;
-    /// `deleted_at`, the revision of `key`'s deletion once heard.
-    Key {
-        key: Vec<u8>,
-        after: i64,
-        others: Option<Vec<Vec<u8>>>,
-        deleted_at: i64,
-    },
-    /// Any key under the prefix deleted after this revision.
-    Any(i64),
-}
-
-impl Listening {
-    /// A deletion of `key` at `rev`: whether it is what we wait for.
-    fn hear(&mut self, key: &[u8], rev: i64) -> bool {
-        if let Some((ours, after)) = &self.ours {
-            if ours == key && rev > *after {
-                self.ours_gone = true;
-                return true;
-            }
-        }
-        match &mut self.target {
-            Target::Collect => {
-                self.heard.push((key.to_vec(), rev));
-                false
-            }
-            Target::Held => false,
-            Target::Key {
-                key: k,
-                after,
-                others,
-                deleted_at,
-            } => {
-                if rev <= *after {
-                    return false;
-                }
-                if let Some(others) = others {
-                    others.retain(|other| other != key);
-                }
-                if k != key {
-                    return false;
-                }
-                *deleted_at = rev;
-                true
-            }
-            Target::Any(after) => rev > *after,
-        }
-    }
 }
 
 impl WatchHub {
@@ -190,27 +128,35 @@ impl WatchHub {
         hub
     }
 
-    /// Hear every deletion under `prefix` from now on (see the module's
-    /// notes); the name's watch is created if the client has none.
+    /// Hear every deletion under `prefix` from now on, for waits and for
+    /// our key (see the module's notes); the name's watch is created if
+    /// the client has none.
     pub(crate) fn interest(&self, prefix: &str) -> Interest {
+        self.interest_in(prefix, &[])
+    }
+
+    /// Hear our key's deletions under `ours` and, for waits, every
+    /// deletion under `ours` and each of `waits` from now on (a reader:
+    /// its lease's reader keys, and the writers').
+    pub(crate) fn interest_in(&self, ours: &str, waits: &[&str]) -> Interest {
         let slot = Arc::new(Slot::default());
+        let mut names = vec![ours.to_owned()];
+        for prefix in waits {
+            if !names.iter().any(|n| n == prefix) {
+                names.push((*prefix).to_owned());
+            }
+        }
         let id = {
             let mut st = self.shared.state.lock();
             let id = st.next_interest;
             st.next_interest += 1;
-            st.name(prefix).interests.insert(id, slot.clone());
-            if let Some(at) = st.idle.iter().position(|p| p == prefix) {
-                st.idle.remove(at);
+            for prefix in &names {
+                st.register(prefix, id, &slot);
             }
             id
         };
         self.shared.wake.notify_one();
-        Interest {
-            hub: self.clone(),
-            prefix: prefix.to_owned(),
-            id,
-            slot,
-        }
+        Interest::new(self.clone(), names, id, slot)
     }
 }
 
@@ -241,6 +187,28 @@ impl State {
         name
     }
 
+    /// `slot` (interest `id`) hears `prefix`'s watch from now on.
+    fn register(&mut self, prefix: &str, id: u64, slot: &Arc<Slot>) {
+        self.name(prefix).interests.insert(id, slot.clone());
+        if let Some(at) = self.idle.iter().position(|p| p == prefix) {
+            self.idle.remove(at);
+        }
+    }
+
+    /// Ask for `prefix`'s watch from `rev + 1` unless asked for already:
+    /// it vouches for every deletion after `rev`. Whether it was asked.
+    fn ask(&mut self, prefix: &str, rev: i64) -> bool {
+        let Some(name) = self.names.get_mut(prefix) else {
+            return false;
+        };
+        if name.covered_after != i64::MAX {
+            return false;
+        }
+        (name.covered_after, name.next_rev) = (rev, rev + 1);
+        self.to_create.push(prefix.to_owned());
+        true
+    }
+
     /// An interest of `prefix` is gone; its watch stays while others use
     /// it, then among the idle ones.
     fn drop_interest(&mut self, prefix: &str, id: u64) {
@@ -264,15 +232,6 @@ impl State {
             }
         }
     }
-}
-
-/// An acquisition's (or a held key's) interest in deletions under one
-/// name; see the module's notes.
-pub(crate) struct Interest {
-    hub: WatchHub,
-    prefix: String,
-    id: u64,
-    slot: Arc<Slot>,
 }
 
 impl Shared {
@@ -308,177 +267,4 @@ fn vouches(name: Option<&Name>, prefix: &str, rev: i64) -> Result<Option<bool>> 
         return Ok(None);
     }
     Ok(Some(rev >= name.covered_after))
-}
-
-impl Interest {
-    /// Our key `key` existed at revision `rev`: its deletion after that is
-    /// heard. The name's first `ours` asks for its watch, from `rev + 1`:
-    /// the revision a reply just showed, so the watch is most likely synced
-    /// at once (a watch from an older revision waits for etcd's 100 ms
-    /// unsynced loop), and it vouches for `rev` and later without waiting
-    /// for the server.
-    pub(crate) fn ours(&self, key: &str, rev: i64) {
-        self.slot.state.lock().ours = Some((key.as_bytes().to_vec(), rev));
-        let mut st = self.hub.shared.state.lock();
-        let Some(name) = st.names.get_mut(&self.prefix) else {
-            return;
-        };
-        if name.covered_after != i64::MAX {
-            // Asked for already.
-            return;
-        }
-        (name.covered_after, name.next_rev) = (rev, rev + 1);
-        st.to_create.push(self.prefix.clone());
-        drop(st);
-        self.hub.shared.wake.notify_one();
-    }
-
-    /// Whether the name's watch vouches for `rev`, waiting (at most
-    /// `timeout`) for the server to confirm it. Clears
-    /// [`Listening::recheck`]: a change of the watch after this look sets
-    /// it again. (Lock order: the hub's state, then a slot's; never both
-    /// here.)
-    async fn covers(&self, rev: i64, timeout: Duration) -> Result<bool> {
-        let confirmed = async {
-            loop {
-                let notified = self.slot.notify.notified();
-                self.slot.state.lock().recheck = false;
-                if let Some(v) = self.hub.shared.look(&self.prefix, rev)? {
-                    return Ok(v);
-                }
-                notified.await;
-            }
-        };
-        recipes_core::store::within("start a watch", timeout, confirmed).await
-    }
-
-    /// Resolves when our key, or `ahead` (`None`: any key under the
-    /// prefix), is deleted after revision `rev` — the revision of the
-    /// read that showed them both — or as soon as the watch cannot vouch
-    /// for `rev`: the caller then reads again. `Some(r)` instead when
-    /// `ahead` was deleted at revision `r` and so was every key of
-    /// `others` (the rest of the keys ahead of ours at `rev`), heard on a
-    /// watch that vouches for every deletion after `rev`: no key can be
-    /// created ahead of ours, so at `r` ours is first, and no read is
-    /// needed to know it. Cancel-safe: a wake is never lost (a later wait
-    /// returns at once).
-    pub(crate) async fn wait(
-        &self,
-        ahead: Option<&[u8]>,
-        others: Option<Vec<Vec<u8>>>,
-        rev: i64,
-        timeout: Duration,
-    ) -> Result<Option<i64>> {
-        {
-            let mut st = self.slot.state.lock();
-            if let Some((_, after)) = st.ours.as_mut() {
-                *after = (*after).max(rev);
-            }
-            // A wait cancelled before (its target still set) may have
-            // dropped deletions that did not match it: read again.
-            if st.ours_gone || !matches!(st.target, Target::Collect) {
-                (st.target, st.woken) = (Target::Collect, false);
-                return Ok(None);
-            }
-        }
-        if !self.covers(rev, timeout).await? {
-            return Ok(None);
-        }
-        let mut others = others;
-        loop {
-            let notified = self.slot.notify.notified();
-            {
-                let mut st = self.slot.state.lock();
-                if matches!(st.target, Target::Collect) {
-                    // Deletions heard since the read count too (each one
-                    // heard, not only the first that wakes).
-                    let heard = std::mem::take(&mut st.heard);
-                    st.target = match ahead {
-                        Some(key) => Target::Key {
-                            key: key.to_vec(),
-                            after: rev,
-                            others: others.take(),
-                            deleted_at: 0,
-                        },
-                        None => Target::Any(rev),
-                    };
-                    let mut woken = false;
-                    for (key, at) in &heard {
-                        woken |= st.hear(key, *at);
-                    }
-                    st.woken |= woken;
-                }
-                let recheck = std::mem::take(&mut st.recheck);
-                if std::mem::take(&mut st.woken) || recheck {
-                    let target = std::mem::take(&mut st.target);
-                    return Ok(match target {
-                        Target::Key {
-                            others: Some(others),
-                            deleted_at,
-                            ..
-                        } if others.is_empty() && deleted_at > 0 && !recheck && !st.ours_gone => {
-                            Some(deleted_at)
-                        }
-                        _ => None,
-                    });
-                }
-            }
-            notified.await;
-        }
-    }
-
-    /// Our key is held: from now on only its deletion counts.
-    pub(crate) fn hold(&self) {
-        let mut st = self.slot.state.lock();
-        st.target = Target::Held;
-        st.heard = Vec::new();
-    }
-
-    /// Resolves when our key is deleted; an error when the watch can no
-    /// longer vouch for it (history compacted away, or the server
-    /// cancelled the watch): watch anew and read. Cancel-safe.
-    pub(crate) async fn ours_deleted(&self) -> Result<()> {
-        loop {
-            let notified = self.slot.notify.notified();
-            let after = {
-                let mut st = self.slot.state.lock();
-                (st.woken, st.recheck) = (false, false);
-                if st.ours_gone {
-                    return Ok(());
-                }
-                match st.ours {
-                    Some((_, after)) => after,
-                    None => return Err(Error::ConnectionLoss),
-                }
-            };
-            if self.hub.shared.look(&self.prefix, after)? == Some(false) {
-                return Err(Error::Backend {
-                    message: format!("the watch on {} missed some history", self.prefix),
-                    retryable: true,
-                    source: None,
-                });
-            }
-            notified.await;
-        }
-    }
-}
-
-impl Drop for Interest {
-    fn drop(&mut self) {
-        let mut st = self.hub.shared.state.lock();
-        st.drop_interest(&self.prefix, self.id);
-        let cancel = !st.to_cancel.is_empty();
-        drop(st);
-        if cancel {
-            self.hub.shared.wake.notify_one();
-        }
-    }
-}
-
-impl std::fmt::Debug for Interest {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("Interest")
-            .field("prefix", &self.prefix)
-            .finish_non_exhaustive()
-    }
 }

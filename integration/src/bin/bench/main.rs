@@ -75,7 +75,7 @@ use std::time::Duration;
 use integration::{
     EtcdConfig, EtcdServer, PgConfig, PgServer, RedisConfig, RedisServer, ZkConfig, ZkServer,
 };
-use measures::{Sizes, Store};
+use measures::{Sizes, Store, Work};
 use recipes_core::Client;
 
 const FULL: Sizes = Sizes {
@@ -157,6 +157,7 @@ fn zk(sizes: &Sizes) {
                 .find_map(|l| l.strip_prefix("zk_packets_received"))
                 .and_then(|v| v.trim().parse().ok())
         }),
+        server_work: Box::new(|| None),
         most_open: None,
         kill: Box::new(|c: &recipes_zk::ZkClient| c.kill_session().unwrap()),
         kill_is: "session killed at the server",
@@ -167,6 +168,8 @@ fn zk(sizes: &Sizes) {
 fn etcd(sizes: &Sizes) {
     let server = EtcdServer::start_with(EtcdConfig::default().with_fsync(true));
     let endpoints = server.endpoints();
+    let server = std::sync::Arc::new(server);
+    let worked = server.clone();
     let (e, e2, e3, e4, e5, e6, e7) = (
         endpoints.clone(),
         endpoints.clone(),
@@ -194,6 +197,12 @@ fn etcd(sizes: &Sizes) {
             // Every gRPC message: reads, transactions, watch requests and
             // each lease keep-alive.
             Some(server.metric_sum("grpc_server_msg_received_total") as u64)
+        }),
+        server_work: Box::new(move || {
+            Some(Work {
+                cpu_seconds: worked.metric_sum("process_cpu_seconds_total"),
+                events: worked.metric_sum("etcd_debugging_mvcc_events_total"),
+            })
         }),
         most_open: None,
         kill: Box::new(|c: &recipes_etcd::EtcdClient| c.orphan()),
@@ -230,6 +239,7 @@ fn redis(sizes: &Sizes) {
                 .find_map(|l| l.strip_prefix("total_commands_processed:"))
                 .and_then(|v| v.trim().parse().ok())
         }),
+        server_work: Box::new(|| None),
         most_open: None,
         kill: Box::new(|c: &recipes_redis::RedisClient| c.orphan()),
         kill_is: "renewals stopped (crash)",
@@ -281,6 +291,7 @@ fn pg(sizes: &Sizes) {
                 raw_fanout::pg(&fanout_url, n, session_most, r)
             })),
             requests: Box::new(|| None),
+            server_work: Box::new(|| None),
             // Session mode waits and holds on a connection each; lease
             // mode shares a few per client.
             most_open: match mode {

@@ -52,6 +52,9 @@ pub struct Store<C> {
     pub raw_fanout: Option<Box<RawFanout>>,
     /// The server's count of requests served so far, where it keeps one.
     pub requests: Box<dyn Fn() -> Option<u64>>,
+    /// The server's CPU seconds and the watch events it sent so far, where
+    /// it says (etcd's metrics): M6 readers' cost a cycle beside the raw's.
+    pub server_work: Box<dyn Fn() -> Option<Work>>,
     /// How many waiters or held locks a run can keep open at once, where
     /// the store bounds it below M4's and M5's sizes (PostgreSQL's session
     /// mode holds a server connection for each); larger sizes print a
@@ -106,6 +109,66 @@ fn raw_figures<C>(store: &Store<C>, seconds: Duration) -> Option<Figures> {
 /// The server's requests since `served` per cycle of `cycles`, where the
 /// store counts them (heartbeats and keep-alives included: a little above
 /// the true count).
+/// CPU seconds and watch events so far: the server's, or this process's
+/// CPU (the clients', [`own_cpu`]).
+#[derive(Clone, Copy, Default)]
+pub struct Work {
+    pub cpu_seconds: f64,
+    pub events: f64,
+}
+
+/// This process's CPU seconds so far (user and system, every thread).
+pub fn own_cpu() -> f64 {
+    let stat = std::fs::read_to_string("/proc/self/stat").unwrap_or_default();
+    // After the command's closing parenthesis: fields 3 on; utime and
+    // stime are the 14th and 15th.
+    let rest = stat.rsplit_once(')').map_or("", |(_, r)| r);
+    let fields: Vec<&str> = rest.split_whitespace().collect();
+    let ticks = |i: usize| fields.get(i).and_then(|v| v.parse::<f64>().ok());
+    // SAFETY: sysconf has no preconditions.
+    let hz = unsafe { libc::sysconf(libc::_SC_CLK_TCK) } as f64;
+    match (ticks(11), ticks(12)) {
+        (Some(u), Some(s)) if hz > 0.0 => (u + s) / hz,
+        _ => 0.0,
+    }
+}
+
+/// The server's and this process's work from now until [`Work::per_cycle`].
+pub struct Meter<'a, C> {
+    store: &'a Store<C>,
+    server: Option<Work>,
+    own: f64,
+}
+
+impl<'a, C> Meter<'a, C> {
+    pub fn start(store: &'a Store<C>) -> Meter<'a, C> {
+        Meter {
+            store,
+            server: (store.server_work)(),
+            own: own_cpu(),
+        }
+    }
+
+    /// Client and server CPU microseconds and server watch events a cycle
+    /// since the start (`null` where the store does not say).
+    pub fn per_cycle(&self, cycles: usize) -> Vec<(&'static str, V)> {
+        let n = cycles.max(1) as f64;
+        let client = V::N(((own_cpu() - self.own) * 1e6 / n).round());
+        let (server, events) = match ((self.store.server_work)(), self.server) {
+            (Some(now), Some(then)) => (
+                V::N(((now.cpu_seconds - then.cpu_seconds) * 1e6 / n).round()),
+                V::N(((now.events - then.events) / n * 10.0).round() / 10.0),
+            ),
+            _ => (V::Null, V::Null),
+        };
+        vec![
+            ("client_cpu_us_per_cycle", client),
+            ("server_cpu_us_per_cycle", server),
+            ("server_watch_events_per_cycle", events),
+        ]
+    }
+}
+
 pub fn requests_per_cycle<C>(store: &Store<C>, served: Option<u64>, cycles: usize) -> V {
     match ((store.requests)(), served) {
         (Some(after), Some(before)) => V::N(after.saturating_sub(before) as f64 / cycles as f64),

@@ -5,7 +5,9 @@
 //!   read side of one lock at once: cycles a second in all, beside 8 raw
 //!   clients running the store's raw uncontended cycle at once (each on a
 //!   name of its own: entries created and deleted with nothing to wait
-//!   for). Goal: ≥ 0.9× the raw.
+//!   for). Goal: ≥ 0.9× the raw. Beside each, where the store says
+//!   (etcd): the server's CPU and watch events and this process's CPU a
+//!   cycle (`measures::Meter`).
 //! - `writer_handoff`: one writer taking the write side again and again
 //!   while 4 readers churn: the writer's wait, p50/p99; violations = a
 //!   writer holding while a reader holds.
@@ -18,7 +20,7 @@ use std::time::{Duration, Instant};
 
 use recipes_core::Client;
 
-use crate::measures::{requests_per_cycle, Sizes, Store};
+use crate::measures::{requests_per_cycle, Meter, Sizes, Store};
 use crate::out::{line, percentile_us, rate_and_latency, V};
 
 const READERS: usize = 8;
@@ -39,6 +41,7 @@ fn readers<C: Client>(store: &Store<C>, sizes: &Sizes) {
         .map(|_| (store.connect)(Duration::from_secs(10)))
         .collect();
     let served = (store.requests)();
+    let meter = Meter::start(store);
     let started = Instant::now();
     let mut samples: Vec<Duration> = std::thread::scope(|s| {
         let runs: Vec<_> = clients
@@ -61,6 +64,7 @@ fn readers<C: Client>(store: &Store<C>, sizes: &Sizes) {
     });
     let elapsed = started.elapsed();
     let per_cycle = requests_per_cycle(store, served, samples.len());
+    let work = meter.per_cycle(samples.len());
     let figures = [
         ("case", V::S("readers".into())),
         ("readers", V::N(READERS as f64)),
@@ -68,11 +72,13 @@ fn readers<C: Client>(store: &Store<C>, sizes: &Sizes) {
     .into_iter()
     .chain(rate_and_latency(&mut samples, elapsed))
     .chain([("server_requests_per_cycle", per_cycle)])
+    .chain(work)
     .collect();
     let raw = store.raw.as_ref().map(|raw| {
         // Its setup (a table, a folder) once, before the clients race.
         raw(Duration::ZERO, 0);
         let served = (store.requests)();
+        let meter = Meter::start(store);
         let started = Instant::now();
         let mut all: Vec<Duration> = std::thread::scope(|s| {
             let runs: Vec<_> = (0..READERS)
@@ -81,8 +87,10 @@ fn readers<C: Client>(store: &Store<C>, sizes: &Sizes) {
             runs.into_iter().flat_map(|r| r.join().unwrap()).collect()
         });
         let per_cycle = requests_per_cycle(store, served, all.len());
+        let work = meter.per_cycle(all.len());
         let mut figures = rate_and_latency(&mut all, started.elapsed());
         figures.push(("server_requests_per_cycle", per_cycle));
+        figures.extend(work);
         figures
     });
     line("M6", store.name, figures, raw, 0);
