@@ -41,6 +41,7 @@ use tokio_postgres::types::Type;
 
 use crate::client::PgClient;
 use crate::db::Db;
+pub(crate) use crate::prepared::{On, Prepared};
 use crate::sql::{from_pg, is_schema_gone, unexpected};
 
 /// The first int of our advisory keys by default: `recp` in ASCII.
@@ -55,6 +56,8 @@ pub(crate) type LockSession = LeaseSession<LockConns>;
 /// A connection that holds advisory locks.
 pub(crate) struct LockConn {
     pub(crate) client: tokio_postgres::Client,
+    /// Its prepared statements ([`On::query`]).
+    prepared: Prepared,
     pub(crate) pid: i32,
     ended: watch::Receiver<bool>,
     /// The keys taken on it (as `pg_locks.objid` shows them, and by name),
@@ -86,6 +89,14 @@ impl std::fmt::Debug for LockConn {
 }
 
 impl LockConn {
+    /// Where statements on this connection run, prepared ([`On::query`]).
+    pub(crate) fn on(&self) -> On<'_> {
+        On {
+            client: &self.client,
+            prepared: Some(&self.prepared),
+        }
+    }
+
     pub(crate) fn is_ended(&self) -> bool {
         *self.ended.borrow() || self.client.is_closed()
     }
@@ -216,6 +227,7 @@ impl LockConns {
             .get(1);
         Ok(Arc::new(LockConn {
             client,
+            prepared: Prepared::default(),
             pid,
             ended,
             held: Mutex::default(),
@@ -276,8 +288,8 @@ impl LeaseStore for LockConns {
         }
         let what = "release the lock connection's advisory locks";
         within(what, timeout, async {
-            conn.client
-                .query_typed("SELECT pg_advisory_unlock_all()", &[])
+            conn.on()
+                .query("SELECT pg_advisory_unlock_all()", &[])
                 .await
                 .map_err(|e| from_pg(what, e))
         })

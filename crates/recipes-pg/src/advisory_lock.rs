@@ -101,9 +101,9 @@ impl AdvisoryLock {
                  DELETE FROM recipes.advisory WHERE key = $1 AND EXISTS (SELECT 1 FROM lazy)"
             }
         };
-        let c = &self.conn.client;
+        let c = self.conn.on();
         within(what, self.client.rpc_timeout(), async {
-            c.query_typed(sql, &[(&self.beat_row, Type::TEXT)])
+            c.query(sql, &[(&self.beat_row, Type::TEXT)])
                 .await
                 .map_err(|e| from_pg(what, e))
         })

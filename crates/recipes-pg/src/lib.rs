@@ -253,6 +253,7 @@ mod mint;
 mod mutex;
 mod names;
 mod pooler;
+mod prepared;
 mod rw_lock;
 mod schema;
 mod semaphore;

@@ -6,6 +6,7 @@ use std::time::Duration;
 use recipes_core::Result;
 use tokio_postgres::types::Type;
 
+use crate::advisory::On;
 use crate::client::PgClient;
 use crate::names::other_layout;
 use crate::slots::ADVISORY_RW;
@@ -88,7 +89,7 @@ const MINT_READ: &str = concat!(
 /// name holds another kind of recipe (or the other mode's locks).
 pub(crate) async fn mint_fence(
     client: &PgClient,
-    c: &tokio_postgres::Client,
+    c: On<'_>,
     name: &str,
     kind: &str,
     key: &str,
@@ -112,9 +113,7 @@ pub(crate) async fn mint_fence(
     ];
     let run = || async {
         match recipes_core::store::within(&what, client.rpc_timeout(), async {
-            c.query_typed(sql, params)
-                .await
-                .map_err(|e| from_pg(&what, e))
+            c.query(sql, params).await.map_err(|e| from_pg(&what, e))
         })
         .await
         {

@@ -253,7 +253,7 @@ impl SlotDriver for AdvisorySlots<'_> {
 
     async fn take(&self, _epoch: &Epoch, t: &mut Ticket, within: Duration) -> Result<bool> {
         let what = format!("take the advisory lock of {}", t.key_name);
-        let c = &t.conn.client;
+        let (c, on) = (&t.conn.client, t.conn.on());
         let params: crate::db::Params<'_> = &[
             (&t.namespace, Type::INT4),
             (&t.key_name, Type::TEXT),
@@ -266,9 +266,7 @@ impl SlotDriver for AdvisorySlots<'_> {
                 self.mode()
             );
             let rows = recipes_core::store::within(&what, t.rpc_timeout, async {
-                c.query_typed(&sql, params)
-                    .await
-                    .map_err(|e| from_pg(&what, e))
+                on.query(&sql, params).await.map_err(|e| from_pg(&what, e))
             })
             .await;
             let rows = match rows {
@@ -333,7 +331,7 @@ impl SlotDriver for AdvisorySlots<'_> {
     /// connection run meanwhile.
     async fn confirm(&self, _epoch: &Epoch, t: &mut Ticket) -> Result<Option<i64>> {
         let ttl = i64::try_from(self.client.leases().settings().ttl.as_millis()).ok();
-        let c = &t.conn.client;
+        let c = t.conn.on();
         let beat = Beat {
             row: &t.beat_row,
             reader: self.shared,
@@ -342,7 +340,7 @@ impl SlotDriver for AdvisorySlots<'_> {
             mint_fence(self.client, c, self.name, self.kind, &t.key_name, beat, ttl).await?;
         if !left.is_zero() {
             tokio::time::sleep(left).await;
-            stamp(self.client, c, &t.beat_row, ttl).await?;
+            stamp(self.client, c.client, &t.beat_row, ttl).await?;
         }
         // From now on the heartbeats check and stamp the key.
         if let Some(key) = t.key {

@@ -16,6 +16,7 @@ use tokio::time::Instant;
 use tokio_postgres::error::SqlState;
 use tokio_postgres::types::Type;
 
+use crate::advisory::On;
 use crate::client::PgClient;
 use crate::mint::{mint_fence, Beat};
 use crate::names::validate_name;
@@ -157,7 +158,7 @@ async fn try_once(
         row: name,
         reader: false,
     };
-    match mint_fence(client, conn, name, ADVISORY, name, beat, None).await {
+    match mint_fence(client, On::plain(conn), name, ADVISORY, name, beat, None).await {
         Ok((fence, left)) if left.is_zero() => Ok(Some(fence)),
         // A session holder ended without releasing: wait its deadline out
         // at the server (the transaction must not sit idle).

@@ -151,6 +151,7 @@ fn zk(sizes: &Sizes) {
         raw_held: Some(Box::new(move |n, probe| raw_held::zk(&h4, n, probe))),
         raw_queue: Some(Box::new(move |w, c, r| raw_queue::zk(&h5, w, c, r))),
         raw_fanout: Some(Box::new(move |n, c, r| raw_fanout::zk(&h6, n, c, r))),
+        statements: None,
         requests: Box::new(move || {
             let mntr = server.four_letter("mntr");
             mntr.lines()
@@ -193,6 +194,7 @@ fn etcd(sizes: &Sizes) {
         raw_held: Some(Box::new(move |n, probe| raw_held::etcd(&e5, n, probe))),
         raw_queue: Some(Box::new(move |w, c, r| raw_queue::etcd(&e6, w, c, r))),
         raw_fanout: Some(Box::new(move |n, c, r| raw_fanout::etcd(&e7, n, c, r))),
+        statements: None,
         requests: Box::new(move || {
             // Every gRPC message: reads, transactions, watch requests and
             // each lease keep-alive.
@@ -233,6 +235,7 @@ fn redis(sizes: &Sizes) {
         raw_held: None,
         raw_queue: None,
         raw_fanout: Some(Box::new(move |n, _, r| raw_fanout::redis(&u3, n, r))),
+        statements: None,
         requests: Box::new(move || {
             let info: String = counted.cmd(&["INFO", "stats"]);
             info.lines()
@@ -257,7 +260,7 @@ fn pg(sizes: &Sizes) {
     let config = PgConfig::default().with_fsync(true);
     // Room for the measurement's other clients and the raw connections.
     let session_most = config.max_connections() as usize * 3 / 4;
-    let server = PgServer::start_with(config);
+    let server = std::sync::Arc::new(PgServer::start_with(config));
     for (name, mode) in [
         ("pg-lease", recipes_pg::PgMode::Lease),
         ("pg-session", recipes_pg::PgMode::Session),
@@ -292,6 +295,10 @@ fn pg(sizes: &Sizes) {
             })),
             requests: Box::new(|| None),
             server_work: Box::new(|| None),
+            statements: Some({
+                let server = server.clone();
+                Box::new(move |run| pg_raw::counted(&server, run))
+            }),
             // Session mode waits and holds on a connection each; lease
             // mode shares a few per client.
             most_open: match mode {

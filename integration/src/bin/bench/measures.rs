@@ -27,6 +27,10 @@ pub type RawQueue = dyn Fn(usize, usize, &dyn Fn() -> Option<u64>) -> crate::raw
 /// round: each waiter's wake after the release's start.
 pub type RawFanout = dyn Fn(usize, usize, usize) -> Vec<Duration>;
 
+/// Statements the server ran while the closure ran, and the closure's
+/// cycles (PostgreSQL's log count: `pg_raw.rs`).
+pub type StatementCount = dyn Fn(&mut dyn FnMut() -> usize) -> (u64, usize);
+
 /// A store under measurement.
 pub struct Store<C> {
     pub name: &'static str,
@@ -55,6 +59,9 @@ pub struct Store<C> {
     /// The server's CPU seconds and the watch events it sent so far, where
     /// it says (etcd's metrics): M6 readers' cost a cycle beside the raw's.
     pub server_work: Box<dyn Fn() -> Option<Work>>,
+    /// Where the server counts statements only on demand (PostgreSQL):
+    /// how many ran while the closure ran.
+    pub statements: Option<Box<StatementCount>>,
     /// How many waiters or held locks a run can keep open at once, where
     /// the store bounds it below M4's and M5's sizes (PostgreSQL's session
     /// mode holds a server connection for each); larger sizes print a

@@ -50,6 +50,32 @@ fn log_statements(server: &PgServer, on: bool) {
     });
 }
 
+/// The statements the server logged while `run` ran (`log_statement`
+/// on for it alone), and what `run` returned (its cycles): M6's readers
+/// count theirs and the raw clients' so.
+pub fn counted(server: &PgServer, run: &mut dyn FnMut() -> usize) -> (u64, usize) {
+    log_statements(server, true);
+    let from = log_end(server);
+    let wal = server.sql("SELECT pg_current_wal_lsn()");
+    let cycles = run();
+    // The log is written as each statement starts: wait for the last.
+    std::thread::sleep(Duration::from_millis(200));
+    let statements = logged_since(server, from);
+    log_statements(server, false);
+    if std::env::var_os("BENCH_SHOW_STATEMENTS").is_some() {
+        let sql = format!(
+            "SELECT pg_wal_lsn_diff(pg_current_wal_lsn(), '{}')",
+            wal.trim()
+        );
+        let bytes: f64 = server.sql(&sql).trim().parse().unwrap_or(0.0);
+        eprintln!(
+            "bench: {cycles} cycles wrote {:.0} WAL bytes a cycle",
+            bytes / cycles.max(1) as f64
+        );
+    }
+    (statements, cycles)
+}
+
 /// `M1`'s statements per uncontended cycle, ours (`cycles` of them, on a
 /// client that already took and released the lock once) and the raw
 /// loop's (for `raw_for`, its connect and table creation included).
@@ -64,29 +90,23 @@ pub fn statements(
         .mutex(&format!("/bench/{backend}/m1-statements"))
         .unwrap();
     mutex.lock().unwrap().release().unwrap();
-    log_statements(server, true);
-    let from = log_end(server);
-    for _ in 0..cycles {
-        mutex.lock().unwrap().release().unwrap();
-    }
-    // The log is written as each statement starts: wait for the last.
-    std::thread::sleep(Duration::from_millis(200));
-    let ours = logged_since(server, from);
-    let from = log_end(server);
-    let (samples, _) = raw(raw_for, 7);
-    std::thread::sleep(Duration::from_millis(200));
-    let raws = logged_since(server, from);
-    log_statements(server, false);
+    let (ours, _) = counted(server, &mut || {
+        for _ in 0..cycles {
+            mutex.lock().unwrap().release().unwrap();
+        }
+        cycles
+    });
+    let (raws, raw_cycles) = counted(server, &mut || raw(raw_for, 7).0.len());
     let figures = vec![
         ("what", V::S("statements".into())),
         ("cycles", V::N(cycles as f64)),
         ("statements_per_cycle", V::N(ours as f64 / cycles as f64)),
     ];
     let raw = vec![
-        ("cycles", V::N(samples.len() as f64)),
+        ("cycles", V::N(raw_cycles as f64)),
         (
             "statements_per_cycle",
-            V::N(raws as f64 / samples.len() as f64),
+            V::N(raws as f64 / raw_cycles as f64),
         ),
     ];
     line("M1", backend, figures, Some(raw), 0);

@@ -7,7 +7,11 @@
 //!   name of its own: entries created and deleted with nothing to wait
 //!   for). Goal: ≥ 0.9× the raw. Beside each, where the store says
 //!   (etcd): the server's CPU and watch events and this process's CPU a
-//!   cycle (`measures::Meter`).
+//!   cycle (`measures::Meter`). On PostgreSQL also statements a cycle,
+//!   ours and the raw's, from the server's log (`pg_raw.rs`), counted in a
+//!   shorter run of each after the timed ones (the logging slows them);
+//!   `BENCH_SHOW_STATEMENTS=1` prints the statements and the WAL bytes a
+//!   cycle wrote.
 //! - `writer_handoff`: one writer taking the write side again and again
 //!   while 4 readers churn: the writer's wait, p50/p99; violations = a
 //!   writer holding while a reader holds.
@@ -21,7 +25,7 @@ use std::time::{Duration, Instant};
 use recipes_core::Client;
 
 use crate::measures::{requests_per_cycle, Meter, Sizes, Store};
-use crate::out::{line, percentile_us, rate_and_latency, V};
+use crate::out::{line, percentile_us, rate_and_latency, Figures, V};
 
 const READERS: usize = 8;
 
@@ -34,38 +38,65 @@ pub fn m6<C: Client>(store: &Store<C>, sizes: &Sizes) {
     }
 }
 
-fn readers<C: Client>(store: &Store<C>, sizes: &Sizes) {
-    let name = store.lock_name("m6-readers");
-    let cycles = AtomicU64::new(0);
-    let clients: Vec<C> = (0..READERS)
-        .map(|_| (store.connect)(Duration::from_secs(10)))
-        .collect();
-    let served = (store.requests)();
-    let meter = Meter::start(store);
+/// The read side of `name` taken and released on each client at once
+/// for `seconds`: each cycle's time.
+fn read_cycles<C: Client>(clients: &[C], name: &str, seconds: Duration) -> Vec<Duration> {
     let started = Instant::now();
-    let mut samples: Vec<Duration> = std::thread::scope(|s| {
+    std::thread::scope(|s| {
         let runs: Vec<_> = clients
             .iter()
             .map(|c| {
-                let (rw, cycles) = (c.rw_lock(&name).unwrap(), &cycles);
+                let rw = c.rw_lock(name).unwrap();
                 s.spawn(move || {
                     let mut mine = Vec::new();
-                    while started.elapsed() < sizes.seconds {
+                    while started.elapsed() < seconds {
                         let t = Instant::now();
                         rw.read().unwrap().release().unwrap();
                         mine.push(t.elapsed());
-                        cycles.fetch_add(1, Ordering::Relaxed);
                     }
                     mine
                 })
             })
             .collect();
         runs.into_iter().flat_map(|r| r.join().unwrap()).collect()
-    });
+    })
+}
+
+/// The raw cycle on `READERS` raw clients at once for `seconds`.
+fn raw_cycles(
+    raw: &(dyn Fn(Duration, usize) -> crate::raw::Samples + Send + Sync),
+    seconds: Duration,
+) -> Vec<Duration> {
+    std::thread::scope(|s| {
+        let runs: Vec<_> = (0..READERS)
+            .map(|i| s.spawn(move || raw(seconds, i + 1).0))
+            .collect();
+        runs.into_iter().flat_map(|r| r.join().unwrap()).collect()
+    })
+}
+
+/// Statements a cycle, where the server counts them on demand
+/// (PostgreSQL): `cycles` run for a third of the run, counted apart from
+/// the timed run (the count's logging slows the server).
+fn statements_per_cycle<C>(store: &Store<C>, cycles: &mut dyn FnMut() -> usize) -> Option<V> {
+    let count = store.statements.as_ref()?;
+    let (statements, cycles) = count(cycles);
+    Some(V::N(statements as f64 / cycles.max(1) as f64))
+}
+
+fn readers<C: Client>(store: &Store<C>, sizes: &Sizes) {
+    let name = store.lock_name("m6-readers");
+    let clients: Vec<C> = (0..READERS)
+        .map(|_| (store.connect)(Duration::from_secs(10)))
+        .collect();
+    let served = (store.requests)();
+    let meter = Meter::start(store);
+    let started = Instant::now();
+    let mut samples = read_cycles(&clients, &name, sizes.seconds);
     let elapsed = started.elapsed();
     let per_cycle = requests_per_cycle(store, served, samples.len());
     let work = meter.per_cycle(samples.len());
-    let figures = [
+    let mut figures: Figures = [
         ("case", V::S("readers".into())),
         ("readers", V::N(READERS as f64)),
     ]
@@ -74,23 +105,29 @@ fn readers<C: Client>(store: &Store<C>, sizes: &Sizes) {
     .chain([("server_requests_per_cycle", per_cycle)])
     .chain(work)
     .collect();
+    let counted_for = sizes.seconds / 3;
+    if let Some(per) = statements_per_cycle(store, &mut || {
+        read_cycles(&clients, &name, counted_for).len()
+    }) {
+        figures.push(("statements_per_cycle", per));
+    }
     let raw = store.raw.as_ref().map(|raw| {
         // Its setup (a table, a folder) once, before the clients race.
         raw(Duration::ZERO, 0);
         let served = (store.requests)();
         let meter = Meter::start(store);
         let started = Instant::now();
-        let mut all: Vec<Duration> = std::thread::scope(|s| {
-            let runs: Vec<_> = (0..READERS)
-                .map(|i| s.spawn(move || raw(sizes.seconds, i + 1).0))
-                .collect();
-            runs.into_iter().flat_map(|r| r.join().unwrap()).collect()
-        });
+        let mut all = raw_cycles(raw.as_ref(), sizes.seconds);
         let per_cycle = requests_per_cycle(store, served, all.len());
         let work = meter.per_cycle(all.len());
         let mut figures = rate_and_latency(&mut all, started.elapsed());
         figures.push(("server_requests_per_cycle", per_cycle));
         figures.extend(work);
+        if let Some(per) =
+            statements_per_cycle(store, &mut || raw_cycles(raw.as_ref(), counted_for).len())
+        {
+            figures.push(("statements_per_cycle", per));
+        }
         figures
     });
     line("M6", store.name, figures, raw, 0);
