@@ -324,7 +324,10 @@ impl Drop for Driving<'_> {
         let b = self.baton;
         b.left_at.store(b.now_ns(), Ordering::SeqCst);
         b.state.store(FREE, Ordering::SeqCst);
-        if b.untimed.load(Ordering::SeqCst) {
+        // A call spawned while we drove waits for the runtime thread: wake
+        // it now, not at its next look. (A call spawned after our `FREE`
+        // wakes it itself: `Hop::spawned`.)
+        if b.untimed.load(Ordering::SeqCst) || b.hops.load(Ordering::SeqCst) > 0 {
             b.unpark_runtime_thread();
         }
     }
