@@ -140,7 +140,7 @@ pub fn own_cpu() -> f64 {
     }
 }
 
-/// The server's and this process's work from now until [`Work::per_cycle`].
+/// The server's and this process's work from now until [`Meter::per_cycle`].
 pub struct Meter<'a, C> {
     store: &'a Store<C>,
     server: Option<Work>,
