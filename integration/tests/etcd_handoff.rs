@@ -16,14 +16,6 @@ use std::time::Duration;
 use integration::handoff::Behind;
 use integration::{wait_until, EtcdServer};
 
-/// Range RPCs the server has been sent (reads; a transaction's reads are
-/// not among them).
-fn range_rpcs(server: &EtcdServer) -> f64 {
-    server.metric(
-        "grpc_server_started_total{grpc_method=\"Range\",grpc_service=\"etcdserverpb.KV\",grpc_type=\"unary\"}",
-    )
-}
-
 #[test]
 fn a_waiter_that_heard_every_key_ahead_deleted_acquires_without_a_read() {
     let server = EtcdServer::start();

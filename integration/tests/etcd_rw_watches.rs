@@ -17,14 +17,6 @@ use integration::{scale, wait_until, EtcdServer};
 use recipes_core::{Error, LossReason};
 use recipes_etcd::RwLockReadGuard;
 
-/// Range RPCs the server has been sent (reads; a transaction's reads are
-/// not among them).
-fn range_rpcs(server: &EtcdServer) -> f64 {
-    server.metric(
-        "grpc_server_started_total{grpc_method=\"Range\",grpc_service=\"etcdserverpb.KV\",grpc_type=\"unary\"}",
-    )
-}
-
 fn loss_bound() -> Duration {
     scale(Duration::from_secs(10))
 }

@@ -18,6 +18,14 @@ use recipes_etcd::{EtcdClient, EtcdKey, LeaderInfo, MutexGuard, Semaphore, Semap
 /// A TTL short enough for expiry tests, long enough for a loaded machine.
 pub const SHORT_TTL: Duration = Duration::from_secs(2);
 
+/// Range RPCs the server has been sent (reads; a transaction's reads are
+/// not among them).
+pub fn range_rpcs(server: &EtcdServer) -> f64 {
+    server.metric(
+        "grpc_server_started_total{grpc_method=\"Range\",grpc_service=\"etcdserverpb.KV\",grpc_type=\"unary\"}",
+    )
+}
+
 /// A client of `server` with the default 10 s TTL.
 pub fn connect(server: &EtcdServer) -> EtcdClient {
     connect_with_ttl(server, Duration::from_secs(10))
