@@ -27,17 +27,19 @@ pub(crate) struct Func {
     body: &'static str,
 }
 
-/// The library as loaded: its name and its code.
+/// The library as loaded: its code, and the name each of [`FUNCS`] is
+/// registered under (function names are global to the server: the
+/// library's name is their prefix), made once.
 pub(crate) struct Library {
-    pub(crate) name: String,
     pub(crate) code: String,
+    names: Vec<String>,
 }
 
 impl Library {
-    /// The name `f` is registered under (function names are global to the
-    /// server: the library's name is their prefix).
-    pub(crate) fn function(&self, f: &Func) -> String {
-        format!("{}_{}", self.name, f.name)
+    /// The name `f` is registered under.
+    pub(crate) fn function(&self, f: &Func) -> &str {
+        let at = FUNCS.iter().position(|g| std::ptr::eq(*g, f));
+        &self.names[at.expect("every queue function is in FUNCS")]
     }
 }
 
@@ -148,7 +150,6 @@ if #probe > 0 and redis.call('EXISTS', unpack(probe)) > 0 then
 end
 local last = redis.call('ZRANGE', qk, -1, -1, 'WITHSCORES')
 local fresh = last[1] == nil
-local live
 if fresh or (last[1] ~= member and not redis.call('ZSCORE', qk, member)) then
   local place = 1
   if not fresh then place = tonumber(last[2]) + 1 end
@@ -158,13 +159,14 @@ if fresh or (last[1] ~= member and not redis.call('ZSCORE', qk, member)) then
   local h = ns .. 'h:' .. sid_of(member)
   redis.call('HSET', h, member, q .. '\n' .. holdkey(member))
   redis.call('PUBLISH', ns .. 'wake:' .. q, member)
-  if fresh then live = {member} end
 end
-local among_readers = readers and ARGV[7] == 'read'
-if among_readers then live = {member} end
-live = live or upto(member)
+-- Ours holds by the rule without a listing: alone in the queue, or a
+-- reader among readers only.
+local holds = fresh or (readers and ARGV[7] == 'read')
+local live
+if holds then live = {member} else live = upto(member) end
 if ARGV[10] ~= '' then
-  local fence = take(live, ARGV[10], ARGV[11], fresh or among_readers)
+  local fence = take(live, ARGV[10], ARGV[11], holds)
   if fence > 0 then return {0, shown(live), fence} end
 end
 return {0, shown(live)}
@@ -292,7 +294,8 @@ pub(crate) static LIBRARY: LazyLock<Library> = LazyLock::new(|| {
     }
     let name = format!("recipes_q{:016x}", fnv1a(code.as_bytes()));
     let code = format!("#!lua name={name}\nlocal LIB = '{name}'\n{code}");
-    Library { name, code }
+    let names = FUNCS.iter().map(|f| format!("{name}_{}", f.name)).collect();
+    Library { code, names }
 });
 
 /// FNV-1a, 64 bits: a stable name for one version of the library.

@@ -58,31 +58,30 @@ impl Redis {
         args: &[impl redis::ToRedisArgs],
     ) -> Result<T> {
         let mut conn = self.conn.clone();
-        let reply = match lua.into() {
-            Lua::Script(script) => {
-                let mut invocation = script.prepare_invoke();
-                args.iter().for_each(|a| {
-                    invocation.arg(a);
-                });
-                let sent = async move { invocation.invoke_async(&mut conn).await };
-                within(what, timeout, async {
-                    sent.await.map_err(|e| from_redis(what, e))
-                })
-                .await
-            }
-            Lua::Function(f) => {
-                let mut fcall = redis::cmd("FCALL");
-                fcall.arg(LIBRARY.function(f)).arg(0);
-                args.iter().for_each(|a| {
-                    fcall.arg(a);
-                });
-                let sent = async move { call_loaded(&mut conn, &fcall).await };
-                within(what, timeout, async {
-                    sent.await.map_err(|e| from_redis(what, e))
-                })
-                .await
+        let lua = lua.into();
+        let sent = async move {
+            match lua {
+                Lua::Script(script) => {
+                    let mut invocation = script.prepare_invoke();
+                    args.iter().for_each(|a| {
+                        invocation.arg(a);
+                    });
+                    invocation.invoke_async(&mut conn).await
+                }
+                Lua::Function(f) => {
+                    let mut fcall = redis::cmd("FCALL");
+                    fcall.arg(LIBRARY.function(f)).arg(0);
+                    args.iter().for_each(|a| {
+                        fcall.arg(a);
+                    });
+                    call_loaded(&mut conn, &fcall).await
+                }
             }
         };
+        let reply = within(what, timeout, async {
+            sent.await.map_err(|e| from_redis(what, e))
+        })
+        .await;
         self.noted(reply)
     }
 
