@@ -15,9 +15,10 @@
 //! again. The runtime thread learns that the core was left without a
 //! wake-up per call: while calls come and go it looks every [`LOOK`]; a
 //! leaving caller wakes it only after one call lasted a whole look (then
-//! it sleeps until woken). A call made while another thread drives is spawned onto the
-//! runtime and waited for on a channel, as before; the driver runs it, and
-//! if the driver leaves first the runtime thread takes the core at once.
+//! it sleeps until woken). A call made while another thread drives is
+//! spawned onto the runtime and waited for on a channel, as before; the
+//! driver runs it, and if the driver leaves first the runtime thread takes
+//! the core at once.
 //!
 //! A caller drives only with at least as much stack left as the runtime
 //! thread has in all: a store client's poll can be deep (etcd-client's
@@ -32,8 +33,8 @@
 //!
 //! While the core is free nobody polls the IO driver or the timers: a
 //! keep-alive or a watch event waits at most [`LOOK`] + [`GRACE`], a task
-//! spawned from another thread at most [`GRACE`] (tokio's timers are themselves rounded up to the
-//! millisecond). The loss deadline never depends on it: it is fired by
+//! spawned from another thread at most [`GRACE`] (tokio's timers are
+//! themselves rounded up to the millisecond). The loss deadline never depends on it: it is fired by
 //! each session's own deadline thread.
 
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicU8, AtomicUsize, Ordering};
