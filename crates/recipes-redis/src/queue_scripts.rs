@@ -133,12 +133,18 @@ local probe = {}
 if ARGV[8] ~= '' then probe[#probe + 1] = ARGV[8] end
 if ARGV[9] ~= '' then probe[#probe + 1] = ARGV[9] end
 if mode == 'rw' then probe[#probe + 1] = qk elseif mode == 'lock' then probe[#probe + 1] = rk end
-if #probe > 0 and redis.call('EXISTS', unpack(probe)) > 0 then
-  if ARGV[8] ~= '' and redis.call('EXISTS', ARGV[8]) == 1 then return {-2} end
-  if ARGV[9] ~= '' and redis.call('EXISTS', ARGV[9]) == 1 then return {-3} end
+local found = 0
+if #probe > 0 then found = redis.call('EXISTS', unpack(probe)) end
+if found > 0 then
+  -- A read-write lock's queue found is not a conflict: count it out.
+  local queued = 0
+  if mode == 'rw' then queued = redis.call('ZCARD', qk) end
+  if queued > 0 then found = found - 1 end
+  if found > 0 and ARGV[8] ~= '' and redis.call('EXISTS', ARGV[8]) == 1 then return {-2} end
+  if found > 0 and ARGV[9] ~= '' and redis.call('EXISTS', ARGV[9]) == 1 then return {-3} end
   if mode == 'rw' then
     local roles = redis.call('HVALS', rk)
-    readers = #roles == redis.call('ZCARD', qk)
+    readers = #roles == queued
     for _, r in ipairs(roles) do if r ~= 'read' then readers = false break end end
   end
   if not readers then
@@ -150,15 +156,19 @@ if #probe > 0 and redis.call('EXISTS', unpack(probe)) > 0 then
 end
 local last = redis.call('ZRANGE', qk, -1, -1, 'WITHSCORES')
 local fresh = last[1] == nil
-if fresh or (last[1] ~= member and not redis.call('ZSCORE', qk, member)) then
-  local place = 1
-  if not fresh then place = tonumber(last[2]) + 1 end
-  redis.call('ZADD', qk, place, member)
-  if mode == 'rw' then redis.call('HSET', rk, member, ARGV[7])
+local place = 1
+if not fresh then place = tonumber(last[2]) + 1 end
+-- NX: a resent enter of a member already queued changes nothing.
+if last[1] ~= member and redis.call('ZADD', qk, 'NX', place, member) == 1 then
+  if mode == 'rw' then
+    redis.call('HSET', rk, member, ARGV[7])
+    roles[member] = ARGV[7]
   elseif ARGV[7] ~= '' then redis.call('HSET', ns .. 'v:' .. q, member, ARGV[7]) end
   local h = ns .. 'h:' .. sid_of(member)
   redis.call('HSET', h, member, q .. '\n' .. holdkey(member))
-  redis.call('PUBLISH', ns .. 'wake:' .. q, member)
+  -- Observers (an election's) and permit waiters listen here; nobody
+  -- listens on a read-write lock's (its waiters listen on `gone:`).
+  if mode ~= 'rw' then redis.call('PUBLISH', ns .. 'wake:' .. q, member) end
 end
 -- Ours holds by the rule without a listing: alone in the queue, or a
 -- reader among readers only.
@@ -215,8 +225,14 @@ pub(crate) static REMOVE: Func = Func {
     name: "remove",
     flags: "allow-oom",
     body: r#"
-local held = redis.call('GET', holdkey(member)) == member
-drop(q, holdkey(member), member, held)
+local k, held = holdkey(member), 'gone'
+-- A lock's one hold key is whoever's holds; a permit's or a reader's
+-- or writer's is the member's own (only its `take` writes it).
+if mode == 'lock' then held = redis.call('GET', k) == member
+elseif redis.call('DEL', k) == 0 then held = false end
+local own = 'v'
+if mode == 'rw' then own = 'r' end
+drop(q, k, member, held, own)
 if held then return 1 end
 return 0
 "#,

@@ -92,21 +92,26 @@ macro_rules! common {
 local ns = ARGV[1]
 local function sid_of(m) return string.match(m, '^(%d+)-') or '0' end
 local function sess(m) return ns .. 's:' .. sid_of(m) end
-local function drop(q, k, m, held)
+-- Remove member `m` of queue `q` whose hold key is `k`. `held`: whether
+-- `k` is m's (nil: read it; 'gone': it was, and it is deleted already).
+-- `own` (optional): m is the caller's own member, so only its hash of
+-- `own` ('v' or 'r') can have its field, and the queue's `wake` channel
+-- has no listener when `own` is 'r' (a read-write lock has no observers).
+local function drop(q, k, m, held, own)
   local qk = ns .. 'q:' .. q
   redis.call('ZREM', qk, m)
   local left = redis.call('ZCARD', qk)
   redis.call('HDEL', ns .. 'h:' .. sid_of(m), m)
   if held == nil then held = redis.call('GET', k) == m end
-  if held then redis.call('DEL', k) end
+  if held == true then redis.call('DEL', k) end
   if left > 0 then
-    redis.call('HDEL', ns .. 'v:' .. q, m)
-    redis.call('HDEL', ns .. 'r:' .. q, m)
+    if own ~= 'r' then redis.call('HDEL', ns .. 'v:' .. q, m) end
+    if own ~= 'v' then redis.call('HDEL', ns .. 'r:' .. q, m) end
     redis.call('PUBLISH', ns .. 'gone:' .. m, q)
   else
     redis.call('DEL', ns .. 'v:' .. q, ns .. 'r:' .. q, ns .. 'n:' .. q)
   end
-  redis.call('PUBLISH', ns .. 'wake:' .. q, m)
+  if own ~= 'r' then redis.call('PUBLISH', ns .. 'wake:' .. q, m) end
 end
 local function micros()
   local t = redis.call('TIME')

@@ -203,7 +203,7 @@ fn etcd(sizes: &Sizes) {
         server_work: Box::new(move || {
             Some(Work {
                 cpu_seconds: worked.metric_sum("process_cpu_seconds_total"),
-                events: worked.metric_sum("etcd_debugging_mvcc_events_total"),
+                events: Some(worked.metric_sum("etcd_debugging_mvcc_events_total")),
             })
         }),
         most_open: None,
@@ -220,7 +220,13 @@ fn redis(sizes: &Sizes) {
     });
     let url = server.url();
     let server = std::sync::Arc::new(server);
-    let (u, u2, u3, counted) = (url.clone(), url.clone(), url.clone(), server.clone());
+    let (u, u2, u3, counted, worked) = (
+        url.clone(),
+        url.clone(),
+        url.clone(),
+        server.clone(),
+        server.clone(),
+    );
     let store = Store {
         name: "redis",
         connect: Box::new(move |ttl| {
@@ -242,7 +248,20 @@ fn redis(sizes: &Sizes) {
                 .find_map(|l| l.strip_prefix("total_commands_processed:"))
                 .and_then(|v| v.trim().parse().ok())
         }),
-        server_work: Box::new(|| None),
+        // The server process's CPU (every thread: its `fsync`s too).
+        server_work: Box::new(move || {
+            let info: String = worked.cmd(&["INFO", "cpu"]);
+            let seconds = |field: &str| -> f64 {
+                info.lines()
+                    .find_map(|l| l.strip_prefix(field))
+                    .and_then(|v| v.trim().parse().ok())
+                    .unwrap_or(0.0)
+            };
+            Some(Work {
+                cpu_seconds: seconds("used_cpu_sys:") + seconds("used_cpu_user:"),
+                events: None,
+            })
+        }),
         most_open: None,
         kill: Box::new(|c: &recipes_redis::RedisClient| c.orphan()),
         kill_is: "renewals stopped (crash)",

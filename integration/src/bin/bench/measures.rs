@@ -121,7 +121,8 @@ fn raw_figures<C>(store: &Store<C>, seconds: Duration) -> Option<Figures> {
 #[derive(Clone, Copy, Default)]
 pub struct Work {
     pub cpu_seconds: f64,
-    pub events: f64,
+    /// Watch events (`None`: the store has no watches to count).
+    pub events: Option<f64>,
 }
 
 /// This process's CPU seconds so far (user and system, every thread).
@@ -164,7 +165,10 @@ impl<'a, C> Meter<'a, C> {
         let (server, events) = match ((self.store.server_work)(), self.server) {
             (Some(now), Some(then)) => (
                 V::N(((now.cpu_seconds - then.cpu_seconds) * 1e6 / n).round()),
-                V::N(((now.events - then.events) / n * 10.0).round() / 10.0),
+                match (now.events, then.events) {
+                    (Some(now), Some(then)) => V::N(((now - then) / n * 10.0).round() / 10.0),
+                    _ => V::Null,
+                },
             ),
             _ => (V::Null, V::Null),
         };
