@@ -1,0 +1,206 @@
+//! The Redis queue library's functions called by hand, against a real
+//! `redis-server`: what an enter sent twice (its reply lost, the engine
+//! sends it again) and a remove leave in the store, and which channels
+//! they publish on. The library is loaded by a real client first; the
+//! session is a key the test writes, as a client's session script does.
+
+use std::time::Duration;
+
+use integration::{scale, RedisServer};
+use recipes_core::Client;
+use recipes_redis::RedisClient;
+
+const NS: &str = "{recipes}:";
+const SID: &str = "77";
+const TOKEN: &str = "t0ken";
+
+/// A server with the queue library loaded and a session `SID` of ours.
+struct Lab {
+    server: RedisServer,
+    library: String,
+}
+
+impl Lab {
+    fn new() -> Lab {
+        let server = RedisServer::start();
+        let client = RedisClient::builder(server.url())
+            .ttl(Duration::from_secs(10))
+            .connect()
+            .expect("connect");
+        let g = client
+            .mutex("/qf/loader")
+            .unwrap()
+            .try_lock_for(scale(Duration::from_secs(20)))
+            .unwrap()
+            .expect("free");
+        g.release().unwrap();
+        client.close().unwrap();
+        let listed: redis::Value = server.cmd(&["FUNCTION", "LIST", "LIBRARYNAME", "recipes_q*"]);
+        let library = library_name(&listed).expect("the queue library is loaded");
+        let _: String = server.cmd(&["SET", &format!("{NS}s:{SID}"), TOKEN]);
+        Lab { server, library }
+    }
+
+    /// `FCALL <library>_<f>` with `args` after the numkeys (0).
+    fn call(&self, f: &str, args: &[&str]) -> redis::Value {
+        let name = format!("{}_{f}", self.library);
+        let mut all = vec!["FCALL", &name, "0"];
+        all.extend_from_slice(args);
+        self.server.cmd(&all)
+    }
+
+    /// A read-write lock's enter of `member` as `role`, taking if it may.
+    fn enter_rw(&self, name: &str, member: &str, role: &str) -> redis::Value {
+        let (hold, size, fence) = (
+            format!("{NS}rw:{name}:"),
+            format!("{NS}size:{name}"),
+            format!("{NS}fence:{name}"),
+        );
+        self.call(
+            "enter",
+            &[
+                NS, name, &hold, "rw", member, TOKEN, role, &size, "", "0", &fence,
+            ],
+        )
+    }
+
+    fn remove_rw(&self, name: &str, member: &str) -> i64 {
+        let hold = format!("{NS}rw:{name}:");
+        match self.call("remove", &[NS, name, &hold, "rw", member]) {
+            redis::Value::Int(n) => n,
+            other => panic!("remove: {other:?}"),
+        }
+    }
+
+    /// Every key that names `name`, sorted.
+    fn keys_of(&self, name: &str) -> Vec<String> {
+        self.server.keys(&format!("*{name}*"))
+    }
+}
+
+/// The library's name in a `FUNCTION LIST` reply.
+fn library_name(listed: &redis::Value) -> Option<String> {
+    let redis::Value::Array(libraries) = listed else {
+        return None;
+    };
+    let fields = match libraries.first()? {
+        redis::Value::Array(f) => f.clone(),
+        redis::Value::Map(m) => m.iter().flat_map(|(k, v)| [k.clone(), v.clone()]).collect(),
+        _ => return None,
+    };
+    let at = fields
+        .iter()
+        .position(|f| matches!(f, redis::Value::BulkString(b) if b == b"library_name"))?;
+    match &fields[at + 1] {
+        redis::Value::BulkString(b) => Some(String::from_utf8_lossy(b).into_owned()),
+        _ => None,
+    }
+}
+
+/// `{0, shown, fence}` → Some(fence); `{0, shown}` → None.
+fn fence_of(reply: &redis::Value) -> Option<i64> {
+    let redis::Value::Array(parts) = reply else {
+        panic!("enter: {reply:?}")
+    };
+    assert_eq!(parts.first(), Some(&redis::Value::Int(0)), "{reply:?}");
+    match parts.get(2) {
+        Some(redis::Value::Int(f)) => Some(*f),
+        None => None,
+        other => panic!("a fence: {other:?}"),
+    }
+}
+
+#[test]
+fn an_enter_sent_again_changes_nothing_and_answers_the_same() {
+    let lab = Lab::new();
+    let name = "/qf/again";
+    let (r1, r2, w) = (format!("{SID}-r1"), format!("{SID}-r2"), format!("{SID}-w"));
+    let first =
+        fence_of(&lab.enter_rw(name, &r1, "read")).expect("a reader into an empty queue holds");
+    let again = fence_of(&lab.enter_rw(name, &r1, "read")).expect("still holds");
+    assert_eq!(first, again, "the same fence, not a new one");
+    let second = fence_of(&lab.enter_rw(name, &r2, "read")).expect("a reader among readers holds");
+    assert!(second > first);
+    assert_eq!(fence_of(&lab.enter_rw(name, &r2, "read")), Some(second));
+    assert_eq!(
+        fence_of(&lab.enter_rw(name, &w, "write")),
+        None,
+        "a writer waits"
+    );
+    assert_eq!(
+        fence_of(&lab.enter_rw(name, &w, "write")),
+        None,
+        "still waits"
+    );
+    let queue: Vec<String> = lab
+        .server
+        .cmd(&["ZRANGE", &format!("{NS}q:{name}"), "0", "-1"]);
+    assert_eq!(
+        queue,
+        vec![r1.clone(), r2.clone(), w.clone()],
+        "each once, in order"
+    );
+    let roles: i64 = lab.server.cmd(&["HLEN", &format!("{NS}r:{name}")]);
+    let index: i64 = lab.server.cmd(&["HLEN", &format!("{NS}h:{SID}")]);
+    assert_eq!((roles, index), (3, 3));
+
+    assert_eq!(lab.remove_rw(name, &r1), 1, "it held");
+    assert_eq!(lab.remove_rw(name, &r1), 0, "gone already");
+    assert_eq!(lab.remove_rw(name, &w), 0, "it never held");
+    let hold = format!("{NS}rw:{name}:{r1}");
+    let exists: i64 = lab.server.cmd(&["EXISTS", &hold]);
+    assert_eq!(exists, 0, "a reader's hold key goes with it");
+    assert_eq!(lab.remove_rw(name, &r2), 1);
+    assert_eq!(
+        lab.keys_of(name),
+        vec![format!("{NS}fence:{name}")],
+        "only the fence outlives the queue"
+    );
+    let index: i64 = lab.server.cmd(&["EXISTS", &format!("{NS}h:{SID}")]);
+    assert_eq!(index, 0, "the session's index is empty");
+}
+
+#[test]
+fn a_read_write_lock_wakes_only_the_member_behind_and_a_mutex_its_observers() {
+    let lab = Lab::new();
+    let client = redis::Client::open(lab.server.url()).unwrap();
+    let mut conn = client.get_connection().unwrap();
+    let (rw, lock) = ("/qf/rw", "/qf/lock");
+    let (r, w) = (format!("{SID}-r"), format!("{SID}-w"));
+    let mut pubsub = conn.as_pubsub();
+    let wake_rw = format!("{NS}wake:{rw}");
+    let (wake_lock, gone_r) = (format!("{NS}wake:{lock}"), format!("{NS}gone:{r}"));
+    pubsub.subscribe(&[&wake_rw, &wake_lock, &gone_r]).unwrap();
+    pubsub
+        .set_read_timeout(Some(scale(Duration::from_secs(10))))
+        .unwrap();
+
+    fence_of(&lab.enter_rw(rw, &r, "read")).expect("holds");
+    fence_of(&lab.enter_rw(rw, &w, "write"));
+    assert_eq!(lab.remove_rw(rw, &r), 1);
+    // A mutex's enter and remove, for its observers (an election's).
+    let m = format!("{SID}-m");
+    let (hold, size, fence) = (
+        format!("{NS}lock:{lock}"),
+        format!("{NS}size:{lock}"),
+        format!("{NS}fence:{lock}"),
+    );
+    lab.call(
+        "enter",
+        &[
+            NS, lock, &hold, "lock", &m, TOKEN, "", &size, "", "1", &fence,
+        ],
+    );
+    lab.call("remove", &[NS, lock, &hold, "lock", &m]);
+
+    let heard: Vec<String> = (0..3)
+        .map(|_| pubsub.get_message().unwrap().get_channel_name().to_owned())
+        .collect();
+    assert_eq!(
+        heard,
+        vec![gone_r.clone(), wake_lock.clone(), wake_lock.clone()],
+        "the writer behind the reader hears its going; nothing on the \
+         read-write lock's wake channel; the mutex's enter and remove on its own"
+    );
+    assert_eq!(lab.remove_rw(rw, &w), 0);
+}
