@@ -204,3 +204,35 @@ fn a_read_write_lock_wakes_only_the_member_behind_and_a_mutex_its_observers() {
     );
     assert_eq!(lab.remove_rw(rw, &w), 0);
 }
+
+/// A read-write lock or a mutex on the name of a tied barrier that is set
+/// (a live member of role `barrier` in the name's queue) is refused naming
+/// the barrier, and writes nothing; the barrier, removed, frees the name.
+#[test]
+fn a_lock_on_a_set_barriers_name_is_refused_naming_the_barrier() {
+    let lab = Lab::new();
+    let client = RedisClient::builder(lab.server.url())
+        .ttl(Duration::from_secs(10))
+        .connect()
+        .expect("connect");
+    let name = "/qf/barrier";
+    let barrier = client.barrier(name).unwrap().tied_to_session();
+    barrier.set().unwrap();
+    let before = lab.keys_of(name);
+    let refused = |what: &str, got: recipes_core::Result<bool>| match got {
+        Err(recipes_core::Error::InvalidArgument(why)) => {
+            assert!(why.contains("a barrier"), "{what}: {why}")
+        }
+        other => panic!("{what} on a barrier's name: {other:?}"),
+    };
+    let rw = client.rw_lock(name).unwrap();
+    refused("a writer", rw.try_write().map(|g| g.is_some()));
+    refused("a reader", rw.try_read().map(|g| g.is_some()));
+    let m = client.mutex(name).unwrap();
+    refused("a mutex", m.try_lock().map(|g| g.is_some()));
+    assert_eq!(lab.keys_of(name), before, "the refusals wrote nothing");
+    barrier.remove().unwrap();
+    let g = rw.try_write().unwrap().expect("the name is free again");
+    g.release().unwrap();
+    client.close().unwrap();
+}

@@ -254,10 +254,7 @@ impl ContendDriver for QueueContender<'_> {
             }
             -3 => return Err(inside_semaphore(&self.queue.name)),
             -4 => {
-                let theirs = match self.queue.mode {
-                    Mode::ReadWrite => "a lock or election",
-                    _ => "a read-write lock",
-                };
+                let theirs = members.first().map_or("another recipe", String::as_str);
                 return Err(other_layout(&self.queue.name, self.queue.recipe(), theirs));
             }
             _ => return Err(unexpected(&what, reply)),

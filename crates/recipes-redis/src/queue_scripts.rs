@@ -78,10 +78,17 @@ local function shown(ms)
   for i, m in ipairs(ms) do out[i] = (role(m) or 'write') .. ' ' .. m end
   return out
 end
+-- The recipe a live member `m` of another recipe belongs to, as a
+-- refusal names it; false for ours (or a dead member).
 local function other(m)
   if not alive(m) then return false end
-  if mode == 'rw' then return not role(m) end
-  return role(m) ~= false
+  local r = role(m)
+  if mode == 'rw' and (r == 'read' or r == 'write') then return false end
+  if mode ~= 'rw' and not r then return false end
+  if r == 'barrier' then return 'a barrier' end
+  if r == 'double' then return 'a double barrier' end
+  if r then return 'a read-write lock' end
+  return 'a lock or election'
 end
 -- Ours holds if the rule says so over `live` (the live members up to
 -- ours): set the hold key and mint the fence. `fresh`: ours holds by
@@ -114,9 +121,10 @@ end
 // `shown`[, the fence when ours holds: taken in the same script, as
 // `CONFIRM` takes it]}; {-1} our session is gone; {-2} the conflict key
 // exists (the name holds a semaphore); {-3} the inside key exists (the
-// name is a semaphore's own queue); {-4} the queue has live members of the
-// other recipe (a lock's or an election's for a read-write lock, and the
-// reverse). Into an empty queue (the uncontended path) it runs no read of
+// name is a semaphore's own queue); {-4, {what}} the queue has live
+// members of another recipe, `what` (a lock's or an election's, a
+// barrier's, a double barrier's for a read-write lock; a read-write
+// lock's or a barrier's for a lock). Into an empty queue (the uncontended path) it runs no read of
 // the queue beyond its last member; a reader into a queue of readers only
 // reads their roles, not each member (their liveness does not matter: no
 // writer is among them), and is shown alone.
@@ -151,7 +159,10 @@ if found > 0 then
     local others = {}
     if mode == 'rw' then others = redis.call('ZRANGE', qk, 0, -1)
     elseif mode == 'lock' then others = redis.call('HKEYS', rk) end
-    for _, m in ipairs(others) do if m ~= member and other(m) then return {-4} end end
+    for _, m in ipairs(others) do
+      local theirs = m ~= member and other(m)
+      if theirs then return {-4, {theirs}} end
+    end
   end
 end
 local last = redis.call('ZRANGE', qk, -1, -1, 'WITHSCORES')
