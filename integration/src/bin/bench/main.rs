@@ -52,6 +52,10 @@
 //!
 //! Naming metrics (`M1 M2`) runs only those.
 //!
+//! Redis runs with `appendfsync always` (a lock that survives a restart);
+//! `BENCH_REDIS_FSYNC=everysec` or `no` runs it with that setting instead,
+//! and `off` without an append-only file, to see what the disk costs.
+//!
 //! `--quick` runs every measurement small, as a smoke test (`scripts/test`):
 //! it fails only when a measurement does not complete or sees a violation.
 
@@ -214,8 +218,16 @@ fn etcd(sizes: &Sizes) {
 }
 
 fn redis(sizes: &Sizes) {
+    let fsync = std::env::var("BENCH_REDIS_FSYNC").unwrap_or_else(|_| "always".into());
+    let aof = match fsync.as_str() {
+        "off" => None,
+        "always" => Some("always"),
+        "everysec" => Some("everysec"),
+        "no" => Some("no"),
+        other => panic!("BENCH_REDIS_FSYNC={other}: always, everysec, no or off"),
+    };
     let server = RedisServer::start_with(RedisConfig {
-        aof: Some("always"),
+        aof,
         ..RedisConfig::default()
     });
     let url = server.url();
