@@ -203,7 +203,7 @@ fn etcd(sizes: &Sizes) {
         server_work: Box::new(move || {
             Some(Work {
                 cpu_seconds: worked.metric_sum("process_cpu_seconds_total"),
-                events: worked.metric_sum("etcd_debugging_mvcc_events_total"),
+                events: Some(worked.metric_sum("etcd_debugging_mvcc_events_total")),
             })
         }),
         most_open: None,
@@ -294,7 +294,10 @@ fn pg(sizes: &Sizes) {
                 raw_fanout::pg(&fanout_url, n, session_most, r)
             })),
             requests: Box::new(|| None),
-            server_work: Box::new(|| None),
+            server_work: {
+                let server = server.clone();
+                Box::new(move || pg_raw::server_cpu(&server))
+            },
             statements: Some({
                 let server = server.clone();
                 Box::new(move |run| pg_raw::counted(&server, run))

@@ -57,7 +57,8 @@ pub struct Store<C> {
     /// The server's count of requests served so far, where it keeps one.
     pub requests: Box<dyn Fn() -> Option<u64>>,
     /// The server's CPU seconds and the watch events it sent so far, where
-    /// it says (etcd's metrics): M6 readers' cost a cycle beside the raw's.
+    /// it says (etcd's metrics; PostgreSQL's processes, no events): M6
+    /// readers' cost a cycle beside the raw's.
     pub server_work: Box<dyn Fn() -> Option<Work>>,
     /// Where the server counts statements only on demand (PostgreSQL):
     /// how many ran while the closure ran.
@@ -121,7 +122,7 @@ fn raw_figures<C>(store: &Store<C>, seconds: Duration) -> Option<Figures> {
 #[derive(Clone, Copy, Default)]
 pub struct Work {
     pub cpu_seconds: f64,
-    pub events: f64,
+    pub events: Option<f64>,
 }
 
 /// This process's CPU seconds so far (user and system, every thread).
@@ -164,7 +165,10 @@ impl<'a, C> Meter<'a, C> {
         let (server, events) = match ((self.store.server_work)(), self.server) {
             (Some(now), Some(then)) => (
                 V::N(((now.cpu_seconds - then.cpu_seconds) * 1e6 / n).round()),
-                V::N(((now.events - then.events) / n * 10.0).round() / 10.0),
+                match (now.events, then.events) {
+                    (Some(now), Some(then)) => V::N(((now - then) / n * 10.0).round() / 10.0),
+                    _ => V::Null,
+                },
             ),
             _ => (V::Null, V::Null),
         };
