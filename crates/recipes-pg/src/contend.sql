@@ -1,6 +1,7 @@
--- Layouts 4 and 5: a queue's look and enter, each one statement (one
+-- Layouts 4 to 6: a queue's look and enter, each one statement (one
 -- implicit transaction: pooler-safe); layout 5 gave the read-write lock
--- its gate, its own confirm and its fenced check. Read by schema.rs; see
+-- its gate, its own confirm and its fenced check, layout 6 a reader's
+-- fast enter and its release without the trigger. Read by schema.rs; see
 -- contend.rs for the verbs they serve and docs/notes/pg-driver.md for why
 -- each step is there.
 --
@@ -170,6 +171,22 @@ END $$;
 -- look's follow. No row: nothing was inserted (the entry exists: an enter
 -- sent again; the name is another recipe's; or it is inside the semaphore
 -- p_outside).
+--
+-- A reader's fast path (layout 6): through the gate (shared), one
+-- statement inserts our row when the name's row exists with our kind,
+-- and on the same fresh snapshot reads the name's writers (all of them:
+-- a writer enters behind the gate held exclusive, so every writer this
+-- snapshot shows drew its seq before ours and none enters until we
+-- commit), their sessions locked in share mode and judged on their
+-- newest versions as recipes.rw_confirm does, and our session's
+-- liveness. No live writer and ours live: ours holds, and its token is
+-- its seq, drawn behind the gate after every earlier writer's token was
+-- committed (so above each) and before any later writer's (so below
+-- each), as recipes.rw_confirm's would be. Our own session is not
+-- locked in share mode: the insert's foreign-key check holds it FOR KEY
+-- SHARE, and a renewal only extends it. Anything else (the name's first
+-- entry, another kind, an entry sent again, a live writer, our session
+-- expired) goes the general way below, or looks.
 CREATE OR REPLACE FUNCTION recipes.enter(p_name text, p_entry uuid, p_session bigint,
     p_kind text, p_value bytea, p_outside text, p_role text, p_most bigint)
 RETURNS TABLE (r_seq bigint, r_role text, r_fence bigint)
@@ -177,7 +194,43 @@ LANGUAGE plpgsql VOLATILE AS $$
 DECLARE
     v_seq bigint;
     v_kind text;
+    v_live boolean;
+    v_clear boolean;
 BEGIN
+    IF p_role = 'read' AND p_outside IS NULL THEN
+        -- The gate by assignment: a plain expression, no statement.
+        v_live := pg_advisory_xact_lock_shared(1919247223, hashtext(p_name)) IS NULL;
+        WITH ins AS (
+            INSERT INTO recipes.queue AS q (name, seq, entry, session, value, role)
+            SELECT p_name, nextval('recipes.rw_order'), p_entry, p_session, p_value, 'read'
+            WHERE EXISTS (SELECT 1 FROM recipes.names n
+                          WHERE n.name = p_name AND n.kind = p_kind)
+            ON CONFLICT (entry) DO NOTHING RETURNING q.seq),
+        writers AS (
+            SELECT s.expires_at > clock_timestamp() AS live
+            FROM recipes.queue q JOIN recipes.sessions s ON s.id = q.session
+            WHERE q.name = p_name AND q.role = 'write'
+            FOR SHARE OF s)
+        SELECT ins.seq,
+               (SELECT s.expires_at > clock_timestamp() FROM recipes.sessions s
+                WHERE s.id = p_session),
+               NOT EXISTS (SELECT 1 FROM writers WHERE writers.live)
+        INTO v_seq, v_live, v_clear
+        FROM ins;
+        IF v_seq IS NOT NULL THEN
+            r_seq := v_seq;
+            r_role := p_role;
+            r_fence := NULL;
+            RETURN NEXT;
+            IF v_live AND v_clear THEN
+                r_fence := v_seq;
+                RETURN NEXT;
+                RETURN;
+            END IF;
+            RETURN QUERY SELECT * FROM recipes.look(p_name, v_seq, p_role, p_most);
+            RETURN;
+        END IF;
+    END IF;
     IF p_role IS NOT NULL THEN
         -- A read-write lock's entry: through the gate, then (fresh
         -- snapshots) the name's row made if need be, and our row with the
@@ -221,47 +274,47 @@ END $$;
 
 -- Delete the entry p_entry as its holder's release (or the clean-up of
 -- an entry that did not win): the queue's trigger is told so
--- (recipes.releasing, for this transaction only).
-CREATE OR REPLACE FUNCTION recipes.release(p_entry uuid) RETURNS void
-LANGUAGE plpgsql VOLATILE AS $$
-BEGIN
-    PERFORM set_config('recipes.releasing', 'on', true);
-    DELETE FROM recipes.queue WHERE entry = p_entry;
-    PERFORM set_config('recipes.releasing', 'off', true);
-END $$;
-
--- The queue's trigger (recipes.queue_notify, made with the schema): every
--- insert, update and delete tells the name's channel the entry's seq, so
--- a waiter hears of the entry it waits on and a holder of its own row's
--- deletion. Two exceptions (layout 5), each a read-write lock's: a new
--- entry tells no one (a waiter waits on an entry ahead of its own and a
--- holder on its own row, never on a later insert), and a reader's own
--- release (recipes.release) tells only when a writer is queued behind it
+-- (recipes.releasing, for this transaction only), and does not fire for a
+-- reader's row (its WHEN condition, schema.rs). A reader's release tells
+-- the name's channel itself, only when a writer is queued behind it
 -- (readers never wait on a reader; a writer may). That check passes the
 -- name's gate first (shared), so a writer's enter either committed before
 -- it (seen: notified) or passes the gate after this delete committed (its
--- look sees the reader gone and never waits on it). A deletion behind the
--- holder's back (a session's end, by hand) always tells. Why it matters:
--- a NOTIFY makes its transaction's commit take one database-wide lock
--- held across the commit's flush (PostgreSQL keeps the notification queue
--- in commit order so), so readers that notified would commit one at a
--- time again.
-CREATE OR REPLACE FUNCTION recipes.notify_queue() RETURNS trigger LANGUAGE plpgsql AS $$
+-- look sees the reader gone and never waits on it). Why it matters: a
+-- NOTIFY makes its transaction's commit take one database-wide lock held
+-- across the commit's flush (PostgreSQL keeps the notification queue in
+-- commit order so), so readers that notified would commit one at a time
+-- again. The settings and the gate are taken by assignment (plain
+-- expressions, no statement).
+CREATE OR REPLACE FUNCTION recipes.release(p_entry uuid) RETURNS void
+LANGUAGE plpgsql VOLATILE AS $$
+DECLARE
+    v_name text;
+    v_seq bigint;
+    v_role text;
+    v_done boolean;
 BEGIN
-    IF TG_OP = 'INSERT' THEN
-        IF NEW.role IS NOT NULL THEN
-            RETURN NULL;
-        END IF;
-    ELSIF TG_OP = 'DELETE' THEN
-        IF OLD.role = 'read' AND current_setting('recipes.releasing', true) = 'on' THEN
-            PERFORM recipes.rw_gate(OLD.name, true);
-            IF NOT EXISTS (SELECT 1 FROM recipes.queue q
-                           WHERE q.name = OLD.name AND q.seq > OLD.seq
-                             AND q.role IS DISTINCT FROM 'read') THEN
-                RETURN NULL;
-            END IF;
+    v_done := set_config('recipes.releasing', 'on', true) IS NULL;
+    DELETE FROM recipes.queue WHERE entry = p_entry
+    RETURNING name, seq, role INTO v_name, v_seq, v_role;
+    v_done := set_config('recipes.releasing', 'off', true) IS NULL;
+    IF v_role = 'read' THEN
+        v_done := pg_advisory_xact_lock_shared(1919247223, hashtext(v_name)) IS NULL;
+        IF EXISTS (SELECT 1 FROM recipes.queue q
+                   WHERE q.name = v_name AND q.seq > v_seq AND q.role = 'write') THEN
+            v_done := pg_notify('recipes_' || md5(v_name), v_seq::text) IS NULL;
         END IF;
     END IF;
+END $$;
+
+-- What the queue's triggers run (layout 6: queue_notify on every update
+-- and delete but a reader's own release, queue_notify_insert on every
+-- insert but a read-write lock entry's; their WHEN conditions decide, in
+-- schema.rs): tell the name's channel the row's seq, so a waiter hears of
+-- the entry it waits on and a holder of its own row's deletion, whoever
+-- deleted it (a session's end, by hand).
+CREATE OR REPLACE FUNCTION recipes.notify_queue() RETURNS trigger LANGUAGE plpgsql AS $$
+BEGIN
     PERFORM pg_notify('recipes_' || md5(COALESCE(OLD.name, NEW.name)),
                       COALESCE(OLD.seq, NEW.seq)::text);
     RETURN NULL;

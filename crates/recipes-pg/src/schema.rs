@@ -7,9 +7,11 @@
 //! recipes.names     (name, kind, next_seq,       one row per recipe name: its queue
 //!                    fence, permits)             counter, its fence, a semaphore's size
 //! recipes.queue     (name, seq, entry, session,  one row per contender, gone with its
-//!                    value, role)                session (ON DELETE CASCADE); role is a
+//!                    value, role, name_ref)      session (ON DELETE CASCADE); role is a
 //!                                                read-write lock entry's side ('read',
-//!                                                'write'), NULL for other recipes
+//!                                                'write'), NULL for other recipes;
+//!                                                name_ref (generated: the name when role
+//!                                                is NULL) references the name's row
 //! recipes.kv        (key, value)                 what fenced puts and deletes write
 //! recipes.advisory  (key, beat_at, ttl)          session mode: the last heartbeat of an
 //!                                                advisory key's holder (NULL once released)
@@ -27,19 +29,25 @@
 //! (`contend.sql`: a queue's enter and look, each with the fence bump
 //! when ours holds, in one statement), layout 5 the sequence
 //! `recipes.rw_order` and the read-write lock's gate (readers enter and
-//! confirm together; see `contend.sql`); an older schema is upgraded in place, in one transaction, by
+//! confirm together; see `contend.sql`), layout 6 the queue's reader fast
+//! path: the foreign key to `recipes.names` moved to the generated column
+//! `name_ref`, NULL on a read-write lock's rows (readers no longer lock the
+//! name's row, which made a MultiXact per reader), the partial index
+//! `queue_writers`, and the trigger split by event with `WHEN` conditions
+//! ([`NOTIFY_BY_EVENT`]); an older schema is upgraded in place, in one transaction, by
 //! the first client of this version that connects (which needs to own the
 //! tables, as their creator does). A client of an older release then
 //! refuses the schema (it knows only its own layout), so upgrade every
 //! client of a database before the read-write lock is used there.
 //!
-//! A trigger on `recipes.queue` sends `pg_notify('recipes_' || md5(name),
+//! Triggers on `recipes.queue` send `pg_notify('recipes_' || md5(name),
 //! seq)` for every insert, update and delete (a cascade from a session's
 //! end included), so that a waiter hears of the one entry it waits for,
 //! whoever removed it — but not for a read-write lock entry's insert, nor
-//! for a reader's own release (`recipes.release`) with no writer queued
-//! behind it (layout 5: no one waits on those, and a NOTIFY serializes
-//! commits; see `contend.sql`).
+//! for a reader's own release (`recipes.release`, which notifies itself
+//! only when a writer is queued behind it) (layout 5: no one waits on
+//! those, and a NOTIFY serializes commits; see `contend.sql`; layout 6
+//! decides it in the triggers' `WHEN` conditions, without a call).
 
 use recipes_core::{Error, Result};
 use tokio_postgres::Client;
@@ -47,7 +55,7 @@ use tokio_postgres::Client;
 use crate::sql::from_pg;
 
 /// The layout this crate reads and writes.
-pub(crate) const LAYOUT_VERSION: i32 = 5;
+pub(crate) const LAYOUT_VERSION: i32 = 6;
 
 /// What layout 2 added: session mode's heartbeats, in database time, so
 /// that a waiter granted a key whose holder ended without releasing it
@@ -74,6 +82,44 @@ SELECT setval('recipes.rw_order', greatest(
     (extract(epoch FROM clock_timestamp()) * 1000000)::int8,
     (SELECT max(fence) FROM recipes.names),
     (SELECT max(seq) FROM recipes.queue)))";
+
+/// What layout 6 changed, so that a read-write lock's reader enters,
+/// confirms and releases with no row lock but its own session's and no
+/// trigger call (see `contend.sql`):
+///
+/// - The queue's foreign key to the name's row (`queue_name_fkey`, the
+///   name kept) moves to `name_ref`, a stored generated column: the name
+///   for every recipe's row but a read-write lock's (NULL: no check, so
+///   no `FOR KEY SHARE` on the name's row, which several readers at once
+///   turned into a new MultiXact per reader). What it guards stays guarded
+///   for the recipes that delete their name's row (groups, barriers,
+///   counters): none deletes a read-write lock's. Adding it rewrites the
+///   queue (a moment, under the upgrade's lock); its rows stay.
+/// - `queue_writers`: a read-write lock's writers by name and seq, which
+///   a reader's enter and release look for (the primary key's range of
+///   the name also walks every reader's row, live or dead).
+/// - The trigger split by event, each with a `WHEN` condition evaluated
+///   without calling the function ([`NOTIFY_BY_EVENT`]).
+const NAME_REF: &str = "ALTER TABLE recipes.queue ADD COLUMN name_ref text
+    GENERATED ALWAYS AS (CASE WHEN role IS NULL THEN name END) STORED;
+ALTER TABLE recipes.queue DROP CONSTRAINT queue_name_fkey;
+ALTER TABLE recipes.queue ADD CONSTRAINT queue_name_fkey
+    FOREIGN KEY (name_ref) REFERENCES recipes.names (name);
+CREATE INDEX queue_writers ON recipes.queue (name, seq) WHERE role = 'write'";
+
+/// Layout 6's triggers on `recipes.queue`, both `recipes.notify_queue`
+/// (which tells the name's channel the row's seq): `queue_notify` on every
+/// update and delete but a reader's own release (`recipes.release`, which
+/// tells a writer behind it itself), `queue_notify_insert` on the insert
+/// of every entry but a read-write lock's (a waiter waits on an entry
+/// ahead of its own, a holder on its own row: never on a later insert).
+const NOTIFY_BY_EVENT: &str = "DROP TRIGGER queue_notify ON recipes.queue;
+CREATE TRIGGER queue_notify AFTER UPDATE OR DELETE ON recipes.queue FOR EACH ROW
+    WHEN (OLD.role IS DISTINCT FROM 'read'
+          OR current_setting('recipes.releasing', true) IS DISTINCT FROM 'on')
+    EXECUTE FUNCTION recipes.notify_queue();
+CREATE TRIGGER queue_notify_insert AFTER INSERT ON recipes.queue FOR EACH ROW
+    WHEN (NEW.role IS NULL) EXECUTE FUNCTION recipes.notify_queue()";
 
 /// What layout 4 added: the functions that enter a queue and look at it
 /// ([`crate::contend`]), so that an uncontended acquisition is one
@@ -212,8 +258,9 @@ pub(crate) async fn recreate(db: &Client, shown: &str) -> Result<()> {
 }
 
 /// Bring a layout of version `found` (created as 1, or found older) up to
-/// [`LAYOUT_VERSION`], inside the caller's transaction: each step only
-/// adds, so the rows already there stay valid.
+/// [`LAYOUT_VERSION`], inside the caller's transaction: each step adds,
+/// or (layout 6) moves a constraint to a column computed from the row and
+/// remakes the triggers, so the rows already there stay valid.
 async fn upgrade(db: &Client, found: i32) -> std::result::Result<(), tokio_postgres::Error> {
     if found < 2 {
         db.batch_execute(ADVISORY).await?;
@@ -222,8 +269,12 @@ async fn upgrade(db: &Client, found: i32) -> std::result::Result<(), tokio_postg
         db.batch_execute(ROLE).await?;
     }
     if found < 5 {
-        // Layout 5 replaced layout 4's functions and added its own.
         db.batch_execute(RW_ORDER).await?;
+    }
+    if found < 6 {
+        db.batch_execute(NAME_REF).await?;
+        db.batch_execute(NOTIFY_BY_EVENT).await?;
+        // Each layout from 4 on replaced the functions and added its own.
         db.batch_execute(FUNCTIONS).await?;
     }
     if found < LAYOUT_VERSION {

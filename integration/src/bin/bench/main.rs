@@ -325,7 +325,10 @@ fn pg(sizes: &Sizes) {
                 raw_fanout::pg(&fanout_url, n, session_most, r)
             })),
             requests: Box::new(|| None),
-            server_work: Box::new(|| None),
+            server_work: {
+                let server = server.clone();
+                Box::new(move || pg_raw::server_cpu(&server))
+            },
             statements: Some({
                 let server = server.clone();
                 Box::new(move |run| pg_raw::counted(&server, run))

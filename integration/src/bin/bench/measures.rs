@@ -57,7 +57,8 @@ pub struct Store<C> {
     /// The server's count of requests served so far, where it keeps one.
     pub requests: Box<dyn Fn() -> Option<u64>>,
     /// The server's CPU seconds and the watch events it sent so far, where
-    /// it says (etcd's metrics): M6 readers' cost a cycle beside the raw's.
+    /// it says (etcd's metrics; PostgreSQL's processes, no events): M6
+    /// readers' cost a cycle beside the raw's.
     pub server_work: Box<dyn Fn() -> Option<Work>>,
     /// Where the server counts statements only on demand (PostgreSQL):
     /// how many ran while the closure ran.
@@ -113,9 +114,6 @@ fn raw_figures<C>(store: &Store<C>, seconds: Duration) -> Option<Figures> {
     Some(rate_and_latency(&mut samples, elapsed))
 }
 
-/// The server's requests since `served` per cycle of `cycles`, where the
-/// store counts them (heartbeats and keep-alives included: a little above
-/// the true count).
 /// CPU seconds and watch events so far: the server's, or this process's
 /// CPU (the clients', [`own_cpu`]).
 #[derive(Clone, Copy, Default)]
@@ -180,6 +178,9 @@ impl<'a, C> Meter<'a, C> {
     }
 }
 
+/// The server's requests since `served` per cycle of `cycles`, where the
+/// store counts them (heartbeats and keep-alives included: a little above
+/// the true count).
 pub fn requests_per_cycle<C>(store: &Store<C>, served: Option<u64>, cycles: usize) -> V {
     match ((store.requests)(), served) {
         (Some(after), Some(before)) => V::N(after.saturating_sub(before) as f64 / cycles as f64),

@@ -112,6 +112,35 @@ pub fn statements(
     line("M1", backend, figures, Some(raw), 0);
 }
 
+/// The server's CPU so far: the postmaster's and its ended children's
+/// (reaped: counted in its own), and every live child's (backends, the
+/// WAL writer, autovacuum), from `/proc`.
+pub fn server_cpu(server: &PgServer) -> Option<crate::measures::Work> {
+    let pid = std::fs::read_to_string(server.dir().join("data/postmaster.pid")).ok()?;
+    let pid = pid.lines().next()?.trim().to_owned();
+    // utime, stime, cutime, cstime: the 14th to 17th fields.
+    let ticks = |pid: &str, fields: usize| -> Option<f64> {
+        let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+        let rest = stat.rsplit_once(')').map(|(_, r)| r)?;
+        // After the command: the state, then numbers; utime is the 12th.
+        let values: Vec<&str> = rest.split_whitespace().collect();
+        let counted = values.get(11..11 + fields)?.iter();
+        counted.map(|v| v.parse::<f64>().ok()).sum()
+    };
+    let mut total = ticks(&pid, 4)?;
+    let children = std::fs::read_to_string(format!("/proc/{pid}/task/{pid}/children")).ok()?;
+    total += children
+        .split_whitespace()
+        .filter_map(|c| ticks(c, 2))
+        .sum::<f64>();
+    // SAFETY: sysconf has no preconditions.
+    let hz = unsafe { libc::sysconf(libc::_SC_CLK_TCK) } as f64;
+    Some(crate::measures::Work {
+        cpu_seconds: total / hz,
+        events: None,
+    })
+}
+
 fn runtime() -> tokio::runtime::Runtime {
     tokio::runtime::Builder::new_current_thread()
         .enable_all()
