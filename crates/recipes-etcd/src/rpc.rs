@@ -148,6 +148,26 @@ pub(crate) fn read_at(resp: &TxnResponse, index: usize) -> Result<GetResponse> {
     }
 }
 
+/// The `index`th of a transaction's replies (`op_responses`, copied out
+/// once), which must be a range read.
+pub(crate) fn read_in(ops: &[TxnOpResponse], index: usize) -> Result<&GetResponse> {
+    match ops.get(index) {
+        Some(TxnOpResponse::Get(get)) => Ok(get),
+        _ => Err(unexpected("a transaction reply without its reads")),
+    }
+}
+
+/// The `index`th reply of a transaction, which must be a nested
+/// transaction's.
+pub(crate) fn nested_at(resp: &TxnResponse, index: usize) -> Result<TxnResponse> {
+    match resp.op_responses().into_iter().nth(index) {
+        Some(TxnOpResponse::Txn(txn)) => Ok(txn),
+        _ => Err(unexpected(
+            "a transaction reply without its nested transaction",
+        )),
+    }
+}
+
 /// A reply etcd should never give.
 pub(crate) fn unexpected(what: &str) -> Error {
     Error::Backend {
