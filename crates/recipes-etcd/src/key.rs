@@ -137,8 +137,8 @@ pub(crate) async fn delete_key(
         return session.revoke(LossReason::Released).await;
     }
     let txn = if_ours(key, create_revision, [TxnOp::delete(key, None)]);
-    let (etcd, what) = (session.store()?, format!("delete {key}"));
-    retrying_txn(&etcd, &what, session.rpc_timeout(), &txn).await?;
+    let (etcd, what) = (session.store_ref()?, format!("delete {key}"));
+    retrying_txn(etcd, &what, session.rpc_timeout(), &txn).await?;
     Ok(())
 }
 

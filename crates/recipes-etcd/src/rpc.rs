@@ -112,9 +112,11 @@ pub(crate) async fn retrying_get(
     key: &str,
     options: Option<GetOptions>,
 ) -> Result<GetResponse> {
+    let mut first = Some(etcd.kv_client());
     retrying(&format!("read {key}"), timeout, || {
-        let (mut etcd, options) = (etcd.clone(), options.clone());
-        async move { etcd.get(key, options).await }
+        let mut kv = first.take().unwrap_or_else(|| etcd.kv_client());
+        let options = options.clone();
+        async move { kv.get(key, options).await }
     })
     .await
 }
@@ -126,9 +128,13 @@ pub(crate) async fn retrying_txn(
     timeout: Duration,
     txn: &Txn,
 ) -> Result<TxnResponse> {
+    // The KV service's client alone: a clone of the whole client copies
+    // every service's.
+    let mut first = Some(etcd.kv_client());
     retrying(what, timeout, || {
-        let (mut etcd, txn) = (etcd.clone(), txn.clone());
-        async move { etcd.txn(txn).await }
+        let mut kv = first.take().unwrap_or_else(|| etcd.kv_client());
+        let txn = txn.clone();
+        async move { kv.txn(txn).await }
     })
     .await
 }

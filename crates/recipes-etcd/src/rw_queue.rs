@@ -179,7 +179,7 @@ impl RwQueue {
         prefix: &str,
         key: &str,
     ) -> Result<(i64, Listing<Key>)> {
-        let (etcd, timeout) = (session.store()?, session.rpc_timeout());
+        let (etcd, timeout) = (session.store_ref()?, session.rpc_timeout());
         let size = size_key(prefix);
         let lease = PutOptions::new().with_lease(session.id());
         let absent = Compare::create_revision(key, CompareOp::Equal, 0);
@@ -208,7 +208,7 @@ impl RwQueue {
             }
         };
         // Safe to send twice: a second run finds our key and reads it.
-        let resp = retrying_txn(&etcd, &format!("enter {prefix}"), timeout, &txn).await?;
+        let resp = retrying_txn(etcd, &format!("enter {prefix}"), timeout, &txn).await?;
         let header = header_revision(&resp)?;
         if !self.write && resp.succeeded() {
             self.downgraded.lock().clear();
