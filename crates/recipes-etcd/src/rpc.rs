@@ -139,6 +139,22 @@ pub(crate) async fn retrying_txn(
     .await
 }
 
+/// [`retrying`] for a plain delete of `key`.
+pub(crate) async fn retrying_delete(
+    etcd: &etcd_client::Client,
+    what: &str,
+    timeout: Duration,
+    key: &str,
+) -> Result<()> {
+    let mut first = Some(etcd.kv_client());
+    retrying(what, timeout, || {
+        let mut kv = first.take().unwrap_or_else(|| etcd.kv_client());
+        async move { kv.delete(key, None).await }
+    })
+    .await
+    .map(drop)
+}
+
 /// The revision of a transaction's reply.
 pub(crate) fn header_revision(resp: &TxnResponse) -> Result<i64> {
     resp.header()
