@@ -153,6 +153,13 @@ impl<S: LeaseStore> LeaseSession<S> {
         self.store.clone().ok_or(Error::Closed)
     }
 
+    /// The store's handle, borrowed: for a request that needs no handle
+    /// of its own (a clone of a store's client can cost more than the
+    /// request's encoding).
+    pub fn store_ref(&self) -> Result<&S> {
+        self.store.as_ref().ok_or(Error::Closed)
+    }
+
     /// The lease's id in the store.
     pub fn id(&self) -> i64 {
         self.id

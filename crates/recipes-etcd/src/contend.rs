@@ -108,7 +108,6 @@ pub(crate) type KeyEpoch = LeaseEpoch<Etcd>;
 
 /// Our key while it contends.
 pub(crate) struct KeyEntry {
-    pub(crate) etcd: Etcd,
     pub(crate) key: String,
     id: Key,
     pub(crate) create_revision: i64,
@@ -153,7 +152,7 @@ impl KeyContender<'_> {
         ticket: &mut Ticket,
         claim: Claim<'_>,
     ) -> Result<(i64, Option<Listing<Key>>)> {
-        let (etcd, timeout) = (session.store()?, session.rpc_timeout());
+        let (etcd, timeout) = (session.store_ref()?, session.rpc_timeout());
         let key = ticket.key.clone();
         let oldest = oldest_first();
         let size = size_key(self.prefix);
@@ -201,7 +200,7 @@ impl KeyContender<'_> {
             .or_else(otherwise);
         let what = format!("enter {}", self.prefix);
         // Safe to send twice: a second run finds our key and reads it.
-        let resp = retrying_txn(&etcd, &what, timeout, &txn).await?;
+        let resp = retrying_txn(etcd, &what, timeout, &txn).await?;
         let header = header_revision(&resp)?;
         let first = |rev| {
             Ok(listing(
@@ -240,7 +239,7 @@ impl KeyContender<'_> {
         let rev = kv.create_revision();
         ticket.create_revision = Some(rev);
         let put = self.put(&key, session.id(), claim);
-        if kv.value() != claim.value() && guarded(&etcd, timeout, &key, rev, put).await?.is_none() {
+        if kv.value() != claim.value() && guarded(etcd, timeout, &key, rev, put).await?.is_none() {
             // Gone since: a listing without ours starts over.
             return Ok((rev, Some(first(0)?)));
         }
@@ -338,7 +337,7 @@ impl ContendDriver for KeyContender<'_> {
 
     async fn enter(&self, epoch: &KeyEpoch, ticket: &mut Ticket) -> Result<Entered<Self>> {
         let session = &epoch.session;
-        let (etcd, key) = (session.store()?, ticket.key.clone());
+        let key = ticket.key.clone();
         // Before the create: every deletion after its reply is heard.
         let (interest, heard_on) = self.interest(session.id());
         let (create_revision, first) = match self.layout {
@@ -357,7 +356,6 @@ impl ContendDriver for KeyContender<'_> {
             session.label()
         );
         let mut entry = KeyEntry {
-            etcd,
             id: Key(key.clone().into_bytes()),
             key,
             create_revision,
@@ -388,13 +386,13 @@ impl ContendDriver for KeyContender<'_> {
             },
             None => {
                 let (key, rev) = (&entry.key, entry.create_revision);
-                let timeout = epoch.session.rpc_timeout();
+                let (etcd, timeout) = (epoch.session.store_ref()?, epoch.session.rpc_timeout());
                 match self.layout {
                     Layout::ReadWrite(queue) => {
                         let ours = (self.prefix, key.as_str(), rev);
-                        queue.list(&entry.etcd, timeout, ours).await?
+                        queue.list(etcd, timeout, ours).await?
                     }
-                    _ => list(&entry.etcd, timeout, self.prefix, key, rev).await?,
+                    _ => list(etcd, timeout, self.prefix, key, rev).await?,
                 }
             }
         };
@@ -441,7 +439,8 @@ impl ContendDriver for KeyContender<'_> {
         };
         // A reader waits on a writer: its downgrade lets us in too.
         let (writer, rev) = (ahead.unwrap_or_default(), entry.read_at);
-        let downgraded = downgrade_of(&entry.etcd, self.prefix, writer, rev, timeout);
+        let etcd = epoch.session.store_ref()?;
+        let downgraded = downgrade_of(etcd, self.prefix, writer, rev, timeout);
         entry.first_at = tokio::select! {
             first_at = deleted => first_at?,
             () = downgraded => None,

@@ -8,7 +8,8 @@ use recipes_core::store::{until_done, Backoff, Turn, Turns};
 use recipes_core::{LossReason, Result};
 
 use crate::hub::{Interest, WatchHub};
-use crate::rpc::{header_revision, retrying_txn};
+use crate::names::named_once;
+use crate::rpc::{header_revision, retrying_delete, retrying_txn};
 use crate::session::Session;
 
 /// Names our key before it exists (the engine's ticket): enough to delete
@@ -126,8 +127,11 @@ pub(crate) async fn guarded(
 }
 
 /// Delete our key: guarded by its create revision when we know it, so a
-/// late retry never deletes a newer key. A single-use session's lease is
-/// revoked instead, which takes the key along.
+/// late retry never deletes a newer key of the same name; a key named
+/// once ([`named_once`]) has no newer key, and is deleted as is (what a
+/// late resend finds is nothing, or this very key put by a late create).
+/// A single-use session's lease is revoked instead, which takes the key
+/// along.
 pub(crate) async fn delete_key(
     session: &Session,
     key: &str,
@@ -136,10 +140,15 @@ pub(crate) async fn delete_key(
     if session.is_single_use() {
         return session.revoke(LossReason::Released).await;
     }
-    let txn = if_ours(key, create_revision, [TxnOp::delete(key, None)]);
-    let (etcd, what) = (session.store()?, format!("delete {key}"));
-    retrying_txn(&etcd, &what, session.rpc_timeout(), &txn).await?;
-    Ok(())
+    let (etcd, what) = (session.store_ref()?, format!("delete {key}"));
+    let timeout = session.rpc_timeout();
+    match create_revision.filter(|_| !named_once(key)) {
+        None => retrying_delete(etcd, &what, timeout, key).await,
+        guard => {
+            let txn = if_ours(key, guard, [TxnOp::delete(key, None)]);
+            retrying_txn(etcd, &what, timeout, &txn).await.map(drop)
+        }
+    }
 }
 
 /// `ops` in one transaction, guarded by `create_revision(key) == rev` when

@@ -100,6 +100,16 @@ pub(crate) fn permit_key(prefix: &str, lease: i64) -> String {
     format!("{prefix}{lease:x}-{seq}")
 }
 
+/// Whether `key` is one this process names once: a permit's or a
+/// read-write lock's, whose last part is `<lease hex>-<n>` ([`permit_key`],
+/// [`rw_key`]). No later key of any process takes its name (the lease is
+/// ours while the key lives, the counter never repeats); a mutex's or a
+/// candidate's key (`<lease hex>`) is made again by each acquisition.
+pub(crate) fn named_once(key: &str) -> bool {
+    let last = key.rsplit('/').next().unwrap_or(key);
+    last.contains('-') && is_contender("", last.as_bytes())
+}
+
 /// Where a read-write lock at `prefix` keeps its readers' keys, as Go's
 /// `recipe.RWMutex` does: `<prefix>read/`.
 pub(crate) fn read_prefix(prefix: &str) -> String {
@@ -161,6 +171,17 @@ mod tests {
         assert_ne!(rw_key(&prefix, true, 1), rw_key(&prefix, true, 1));
         assert_eq!(read_prefix(&prefix), "/rw/x/read/");
         assert_eq!(write_prefix(&prefix), "/rw/x/write/");
+    }
+
+    #[test]
+    fn only_permit_and_read_write_keys_are_named_once() {
+        let prefix = key_prefix("/a-b/x");
+        assert!(named_once(&rw_key(&prefix, false, 0xab)));
+        assert!(named_once(&rw_key(&prefix, true, 0xab)));
+        assert!(named_once(&permit_key(&prefix, 0xab)));
+        assert!(!named_once(&contender_key(&prefix, 0xab)));
+        assert!(!named_once("/a/read/1700000000000000000"), "Go's");
+        assert!(!named_once("/a/ab-"));
     }
 
     #[test]

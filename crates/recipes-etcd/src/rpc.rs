@@ -112,9 +112,11 @@ pub(crate) async fn retrying_get(
     key: &str,
     options: Option<GetOptions>,
 ) -> Result<GetResponse> {
+    let mut first = Some(etcd.kv_client());
     retrying(&format!("read {key}"), timeout, || {
-        let (mut etcd, options) = (etcd.clone(), options.clone());
-        async move { etcd.get(key, options).await }
+        let mut kv = first.take().unwrap_or_else(|| etcd.kv_client());
+        let options = options.clone();
+        async move { kv.get(key, options).await }
     })
     .await
 }
@@ -126,11 +128,31 @@ pub(crate) async fn retrying_txn(
     timeout: Duration,
     txn: &Txn,
 ) -> Result<TxnResponse> {
+    // The KV service's client alone: a clone of the whole client copies
+    // every service's.
+    let mut first = Some(etcd.kv_client());
     retrying(what, timeout, || {
-        let (mut etcd, txn) = (etcd.clone(), txn.clone());
-        async move { etcd.txn(txn).await }
+        let mut kv = first.take().unwrap_or_else(|| etcd.kv_client());
+        let txn = txn.clone();
+        async move { kv.txn(txn).await }
     })
     .await
+}
+
+/// [`retrying`] for a plain delete of `key`.
+pub(crate) async fn retrying_delete(
+    etcd: &etcd_client::Client,
+    what: &str,
+    timeout: Duration,
+    key: &str,
+) -> Result<()> {
+    let mut first = Some(etcd.kv_client());
+    retrying(what, timeout, || {
+        let mut kv = first.take().unwrap_or_else(|| etcd.kv_client());
+        async move { kv.delete(key, None).await }
+    })
+    .await
+    .map(drop)
 }
 
 /// The revision of a transaction's reply.
@@ -145,6 +167,26 @@ pub(crate) fn read_at(resp: &TxnResponse, index: usize) -> Result<GetResponse> {
     match resp.op_responses().into_iter().nth(index) {
         Some(TxnOpResponse::Get(get)) => Ok(get),
         _ => Err(unexpected("a transaction reply without its reads")),
+    }
+}
+
+/// The `index`th of a transaction's replies (`op_responses`, copied out
+/// once), which must be a range read.
+pub(crate) fn read_in(ops: &[TxnOpResponse], index: usize) -> Result<&GetResponse> {
+    match ops.get(index) {
+        Some(TxnOpResponse::Get(get)) => Ok(get),
+        _ => Err(unexpected("a transaction reply without its reads")),
+    }
+}
+
+/// The `index`th reply of a transaction, which must be a nested
+/// transaction's.
+pub(crate) fn nested_at(resp: &TxnResponse, index: usize) -> Result<TxnResponse> {
+    match resp.op_responses().into_iter().nth(index) {
+        Some(TxnOpResponse::Txn(txn)) => Ok(txn),
+        _ => Err(unexpected(
+            "a transaction reply without its nested transaction",
+        )),
     }
 }
 

@@ -35,7 +35,7 @@ use recipes_core::{Contender, Result};
 
 use crate::key::delete_key;
 use crate::names::{is_contender, other_layout, read_prefix, size_key, write_prefix, Key};
-use crate::rpc::{header_revision, read_at, retrying_get, retrying_txn, unexpected};
+use crate::rpc::{header_revision, nested_at, read_in, retrying_get, retrying_txn, unexpected};
 use crate::session::Session;
 use crate::watch::Watch;
 
@@ -70,6 +70,40 @@ fn reads(prefix: &str, key: &[u8], downgraded: &HashSet<Vec<u8>>) -> bool {
 /// A compare that holds while no key lies under `prefix`.
 pub(crate) fn none_under(prefix: &str) -> Compare {
     Compare::create_revision(prefix, CompareOp::Equal, 0).with_prefix()
+}
+
+/// The first key after every key that starts with `prefix` (etcd's
+/// prefix range end).
+fn prefix_end(prefix: &str) -> Vec<u8> {
+    let mut end = prefix.as_bytes().to_vec();
+    while let Some(last) = end.pop() {
+        if last < u8::MAX {
+            end.push(last + 1);
+            return end;
+        }
+    }
+    vec![0]
+}
+
+/// The two ranges of keys under `prefix` that are no reader's: before
+/// and after `<prefix>read/…` — every write key of ours or Go's (a
+/// downgraded one included), every key that Go's reader or writer counts
+/// as a writer (`<prefix>writeX`, any other key under the name), every
+/// other recipe's.
+fn outside_readers(prefix: &str) -> [(Vec<u8>, Vec<u8>); 2] {
+    let readers = read_prefix(prefix);
+    [
+        (prefix.into(), readers.clone().into_bytes()),
+        (prefix_end(&readers), prefix_end(prefix)),
+    ]
+}
+
+/// Compares that hold while every key under `prefix` is a reader's: both
+/// ranges of [`outside_readers`] are empty. In the common case each
+/// costs the server a lookup, not a read.
+fn only_readers(prefix: &str) -> [Compare; 2] {
+    outside_readers(prefix)
+        .map(|(from, to)| Compare::create_revision(from, CompareOp::Equal, 0).with_range(to))
 }
 
 /// Read one key under `prefix` (keys only), to name it in a refusal.
@@ -131,22 +165,31 @@ impl RwQueue {
     /// semaphore's size key, or a lock's or an election's key one level
     /// below `prefix`, is [`Error::InvalidArgument`](recipes_core::Error)
     /// with nothing left behind.
+    ///
+    /// A reader first tries the common case in the same transaction: no
+    /// key under `prefix` but readers' ([`only_readers`]). Its put then
+    /// holds at once — every other key is a reader's, and every writer
+    /// that comes later queues behind it — and the listing is ours alone,
+    /// with nothing read. Otherwise the queue is read whole, as a
+    /// writer's is, to find the writer ahead (and tell a downgraded one
+    /// by its marker) or another recipe's key.
     pub(crate) async fn create(
         &self,
         session: &Session,
         prefix: &str,
         key: &str,
     ) -> Result<(i64, Listing<Key>)> {
-        let (etcd, timeout) = (session.store()?, session.rpc_timeout());
+        let (etcd, timeout) = (session.store_ref()?, session.rpc_timeout());
         let size = size_key(prefix);
         let lease = PutOptions::new().with_lease(session.id());
-        let txn = Txn::new()
+        let absent = Compare::create_revision(key, CompareOp::Equal, 0);
+        let queue = Txn::new()
             .when([
-                Compare::create_revision(key, CompareOp::Equal, 0),
+                absent.clone(),
                 Compare::create_revision(size.as_str(), CompareOp::Equal, 0),
             ])
             .and_then([
-                TxnOp::put(key, "", Some(lease)),
+                TxnOp::put(key, "", Some(lease.clone())),
                 TxnOp::get(prefix, Some(everything())),
             ])
             .or_else([
@@ -154,25 +197,47 @@ impl RwQueue {
                 TxnOp::get(prefix, Some(everything())),
                 TxnOp::get(size.as_str(), Some(GetOptions::new().with_keys_only())),
             ]);
+        let txn = match self.write {
+            true => queue,
+            false => {
+                let [before, after] = only_readers(prefix);
+                Txn::new()
+                    .when([absent, before, after])
+                    .and_then([TxnOp::put(key, "", Some(lease))])
+                    .or_else([TxnOp::txn(queue)])
+            }
+        };
         // Safe to send twice: a second run finds our key and reads it.
-        let resp = retrying_txn(&etcd, &format!("enter {prefix}"), timeout, &txn).await?;
+        let resp = retrying_txn(etcd, &format!("enter {prefix}"), timeout, &txn).await?;
         let header = header_revision(&resp)?;
+        if !self.write && resp.succeeded() {
+            self.downgraded.lock().clear();
+            let ours = Listing {
+                contenders: vec![Key(key.as_bytes().to_vec())],
+                revision: header,
+            };
+            return Ok((header, ours));
+        }
+        let resp = match self.write {
+            true => resp,
+            false => nested_at(&resp, 0)?,
+        };
+        let ops = resp.op_responses();
         let rev = match resp.succeeded() {
             true => header,
             false => {
-                if let Some(kv) = read_at(&resp, 2)?.kvs().first() {
+                if let Some(kv) = read_in(&ops, 2)?.kvs().first() {
                     let theirs = "a semaphore";
                     return Err(other_layout(prefix, "a read-write lock", theirs, kv.key()));
                 }
-                let ours = read_at(&resp, 0)?
+                let ours = read_in(&ops, 0)?
                     .kvs()
                     .first()
                     .map(KeyValue::create_revision);
                 ours.ok_or_else(|| unexpected("our new key vanished inside a transaction"))?
             }
         };
-        let read = read_at(&resp, 1)?;
-        let kvs = read.kvs();
+        let kvs = read_in(&ops, 1)?.kvs();
         if let Some(kv) = kvs.iter().find(|kv| is_contender(prefix, kv.key())) {
             delete_key(session, key, Some(rev)).await?;
             let theirs = "a lock or election";
@@ -269,4 +334,48 @@ pub(crate) fn rw_contenders(kvs: &[KeyValue], prefix: &str) -> Option<Vec<Conten
             })
             .collect(),
     )
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_ranges_outside_the_readers_hold_every_other_key_under_the_name() {
+        let prefix = "/rw/x/";
+        let ranges = outside_readers(prefix);
+        let outside = |key: &str| {
+            let key = key.as_bytes();
+            ranges
+                .iter()
+                .any(|(from, to)| key >= from.as_slice() && key < to.as_slice())
+        };
+        for key in [
+            "/rw/x/",
+            "/rw/x/a",
+            "/rw/x/read",
+            "/rw/x/read0",
+            "/rw/x/readx",
+            "/rw/x/write",
+            "/rw/x/write/1",
+            "/rw/x/write0",
+            "/rw/x/config",
+            "/rw/x/zzz",
+            "/rw/x/\u{ff}",
+        ] {
+            assert!(outside(key), "{key}");
+        }
+        for key in [
+            "/rw/x/read/",
+            "/rw/x/read/1-2",
+            "/rw/x/read/~",
+            "/rw/x0",
+            "/rw/x",
+            "/rw/",
+        ] {
+            assert!(!outside(key), "{key}");
+        }
+        assert_eq!(prefix_end("/a/"), b"/a0");
+        assert_eq!(prefix_end("a\u{7f}"), b"a\x80");
+    }
 }

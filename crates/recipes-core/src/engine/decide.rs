@@ -66,9 +66,11 @@ impl Rule {
     /// `queue` may be a window that ends at ours, as long as it holds every
     /// entry the rule looks at: the `n` nearest ahead for
     /// [`Leases(n)`](Rule::Leases), the one just ahead for a mutex or a
-    /// latch, and for [`ReadWrite`](Rule::ReadWrite) the one just ahead and
-    /// every writer ahead (at least the nearest). The verdict is then the
-    /// same as over the whole queue.
+    /// latch, and for [`ReadWrite`](Rule::ReadWrite) a writer's one just
+    /// ahead, a reader's nearest writer ahead (and every reader between:
+    /// they may be listed or not) — so a reader that knows no writer is
+    /// ahead may list ours alone, and holds. The verdict is then the same
+    /// as over the whole queue.
     ///
     /// # Examples
     ///
