@@ -236,3 +236,38 @@ fn a_lock_on_a_set_barriers_name_is_refused_naming_the_barrier() {
     g.release().unwrap();
     client.close().unwrap();
 }
+
+/// A lock, a read-write lock or an election on the name of a plain
+/// barrier that is set, or of a shared counter, is refused naming it, and
+/// writes nothing: their names hold no queue, only their one key.
+#[test]
+fn a_lock_on_a_plain_barriers_or_a_counters_name_is_refused_naming_it() {
+    let lab = Lab::new();
+    let client = RedisClient::builder(lab.server.url())
+        .ttl(Duration::from_secs(10))
+        .connect()
+        .expect("connect");
+    let (plain, counted) = ("/qf/plain", "/qf/counted");
+    let barrier = client.barrier(plain).unwrap();
+    barrier.set().unwrap();
+    client.counter(counted).unwrap().add(1).unwrap();
+    for (name, theirs) in [(plain, "a barrier"), (counted, "a shared counter")] {
+        let before = lab.keys_of(name);
+        let refused = |what: &str, got: recipes_core::Result<bool>| match got {
+            Err(recipes_core::Error::InvalidArgument(why)) => {
+                assert!(why.contains(theirs), "{what} on {name}: {why}")
+            }
+            other => panic!("{what} on {name}: {other:?}"),
+        };
+        let rw = client.rw_lock(name).unwrap();
+        refused("a writer", rw.try_write().map(|g| g.is_some()));
+        refused("a reader", rw.try_read().map(|g| g.is_some()));
+        let m = client.mutex(name).unwrap();
+        refused("a mutex", m.try_lock().map(|g| g.is_some()));
+        assert_eq!(lab.keys_of(name), before, "the refusals wrote nothing");
+    }
+    barrier.remove().unwrap();
+    let g = client.mutex(plain).unwrap().try_lock().unwrap();
+    g.expect("the name is free again").release().unwrap();
+    client.close().unwrap();
+}

@@ -124,7 +124,8 @@ end
 // name is a semaphore's own queue); {-4, {what}} the queue has live
 // members of another recipe, `what` (a lock's or an election's, a
 // barrier's, a double barrier's for a read-write lock; a read-write
-// lock's or a barrier's for a lock). Into an empty queue (the uncontended path) it runs no read of
+// lock's or a barrier's for a lock), or the name holds a plain barrier's
+// or a shared counter's key. Into an empty queue (the uncontended path) it runs no read of
 // the queue beyond its last member; a reader into a queue of readers only
 // reads their roles, not each member (their liveness does not matter: no
 // writer is among them), and is shown alone.
@@ -141,6 +142,13 @@ local probe = {}
 if ARGV[8] ~= '' then probe[#probe + 1] = ARGV[8] end
 if ARGV[9] ~= '' then probe[#probe + 1] = ARGV[9] end
 if mode == 'rw' then probe[#probe + 1] = qk elseif mode == 'lock' then probe[#probe + 1] = rk end
+-- The keys of the recipes whose names hold no queue of their own: a
+-- plain barrier's, a shared counter's (same probe, no command more).
+local marks = {}
+if mode ~= 'permit' then
+  marks = {{ns .. 'barrier:' .. q, 'a barrier'}, {ns .. 'count:' .. q, 'a shared counter'}}
+  for _, m in ipairs(marks) do probe[#probe + 1] = m[1] end
+end
 local found = 0
 if #probe > 0 then found = redis.call('EXISTS', unpack(probe)) end
 if found > 0 then
@@ -150,6 +158,9 @@ if found > 0 then
   if queued > 0 then found = found - 1 end
   if found > 0 and ARGV[8] ~= '' and redis.call('EXISTS', ARGV[8]) == 1 then return {-2} end
   if found > 0 and ARGV[9] ~= '' and redis.call('EXISTS', ARGV[9]) == 1 then return {-3} end
+  for _, m in ipairs(marks) do
+    if found > 0 and redis.call('EXISTS', m[1]) == 1 then return {-4, {m[2]}} end
+  end
   if mode == 'rw' then
     local roles = redis.call('HVALS', rk)
     readers = #roles == queued
