@@ -271,3 +271,66 @@ fn a_lock_on_a_plain_barriers_or_a_counters_name_is_refused_naming_it() {
     g.expect("the name is free again").release().unwrap();
     client.close().unwrap();
 }
+
+/// A read-write lock or a mutex on the name of a double barrier with a
+/// member inside is refused naming the double barrier, and writes
+/// nothing; once the members leave, the name is free.
+#[test]
+fn a_lock_on_a_double_barriers_name_is_refused_naming_it() {
+    let lab = Lab::new();
+    let connect = || {
+        RedisClient::builder(lab.server.url())
+            .ttl(Duration::from_secs(10))
+            .connect()
+            .expect("connect")
+    };
+    let (first, second) = (connect(), connect());
+    let name = "/qf/double";
+    let queue = format!("{NS}q:{name}");
+    std::thread::scope(|s| {
+        let entering = s.spawn(|| {
+            first
+                .double_barrier(name, 2)
+                .unwrap()
+                .enter_timeout(scale(Duration::from_secs(30)))
+                .unwrap()
+                .expect("the second member comes")
+        });
+        integration::wait_until(
+            "the first member inside",
+            scale(Duration::from_secs(10)),
+            || lab.server.cmd::<i64>(&["ZCARD", &queue]) == 1,
+        );
+        let before = lab.keys_of(name);
+        let refused = |what: &str, got: recipes_core::Result<bool>| match got {
+            Err(recipes_core::Error::InvalidArgument(why)) => {
+                assert!(why.contains("a double barrier"), "{what}: {why}")
+            }
+            other => panic!("{what} on a double barrier's name: {other:?}"),
+        };
+        let rw = second.rw_lock(name).unwrap();
+        refused("a writer", rw.try_write().map(|g| g.is_some()));
+        refused("a reader", rw.try_read().map(|g| g.is_some()));
+        let m = second.mutex(name).unwrap();
+        refused("a mutex", m.try_lock().map(|g| g.is_some()));
+        assert_eq!(lab.keys_of(name), before, "the refusals wrote nothing");
+        let other = second
+            .double_barrier(name, 2)
+            .unwrap()
+            .enter_timeout(scale(Duration::from_secs(30)))
+            .unwrap()
+            .expect("both inside");
+        let member = entering.join().unwrap();
+        s.spawn(|| member.leave().unwrap());
+        other.leave().unwrap();
+    });
+    integration::wait_until(
+        "the double barrier gone",
+        scale(Duration::from_secs(10)),
+        || lab.server.cmd::<i64>(&["ZCARD", &queue]) == 0,
+    );
+    let g = second.rw_lock(name).unwrap().try_write().unwrap();
+    g.expect("the name is free again").release().unwrap();
+    first.close().unwrap();
+    second.close().unwrap();
+}
