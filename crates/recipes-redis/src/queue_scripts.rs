@@ -247,21 +247,22 @@ pub(crate) static REMOVE: Func = Func {
     name: "remove",
     flags: "allow-oom",
     body: r#"
-local k, held = holdkey(member), 'gone'
--- A lock's one hold key is whoever's holds; a permit's or a reader's
--- or writer's is the member's own (only its `take` writes it).
-if mode == 'lock' then held = redis.call('GET', k) == member
-elseif redis.call('DEL', k) == 0 then held = false end
-local own = 'v'
-if mode == 'rw' then own = 'r' end
-drop(q, k, member, held, own)
+-- A lock's one hold key is whoever's holds (read, then deleted by
+-- `drop` if ours); a permit's or a reader's or writer's is the member's
+-- own (only its `take` writes it): deleted here, its count the answer.
+local k, lock = holdkey(member), mode == 'lock'
+local held
+if lock then held = redis.call('GET', k) == member
+else held = redis.call('DEL', k) == 1 end
+drop(q, k, member, lock and held, mode == 'rw' and 'r' or 'v')
 if held then return 1 end
 return 0
 "#,
 };
 
 // ARGV: ns, queue, hold, mode (rw), member → 1 the holding writer is a
-// reader now, in its place, and the readers waiting on it are woken; 0 it
+// reader now, in its place, and the readers waiting on it are woken (on
+// its `gone:`, where they listen); 0 it
 // no longer holds (nothing changed). Only overwrites a value: allowed at
 // `maxmemory`.
 pub(crate) static DOWNGRADE: Func = Func {
@@ -272,7 +273,6 @@ if redis.call('GET', holdkey(member)) ~= member or not alive(member) then return
 if not redis.call('ZSCORE', qk, member) then return 0 end
 redis.call('HSET', rk, member, 'read')
 redis.call('PUBLISH', ns .. 'gone:' .. member, q)
-redis.call('PUBLISH', ns .. 'wake:' .. q, member)
 return 1
 "#,
 };

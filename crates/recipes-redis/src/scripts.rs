@@ -93,17 +93,17 @@ local ns = ARGV[1]
 local function sid_of(m) return string.match(m, '^(%d+)-') or '0' end
 local function sess(m) return ns .. 's:' .. sid_of(m) end
 -- Remove member `m` of queue `q` whose hold key is `k`. `held`: whether
--- `k` is m's (nil: read it; 'gone': it was, and it is deleted already).
--- `own` (optional): m is the caller's own member, so only its hash of
--- `own` ('v' or 'r') can have its field, and the queue's `wake` channel
--- has no listener when `own` is 'r' (a read-write lock has no observers).
+-- `k` is m's and is to be deleted (nil: read it). `own` (optional): m is
+-- the caller's own member, so only its hash of `own` ('v' or 'r') can
+-- have its field, and the queue's `wake` channel has no listener when
+-- `own` is 'r' (a read-write lock has no observers).
 local function drop(q, k, m, held, own)
   local qk = ns .. 'q:' .. q
   redis.call('ZREM', qk, m)
   local left = redis.call('ZCARD', qk)
   redis.call('HDEL', ns .. 'h:' .. sid_of(m), m)
   if held == nil then held = redis.call('GET', k) == m end
-  if held == true then redis.call('DEL', k) end
+  if held then redis.call('DEL', k) end
   if left > 0 then
     if own ~= 'r' then redis.call('HDEL', ns .. 'v:' .. q, m) end
     if own ~= 'v' then redis.call('HDEL', ns .. 'r:' .. q, m) end
