@@ -16,9 +16,9 @@ use recipes_core::Error;
 /// at once, and its fence is its put's revision.
 #[test]
 fn a_reader_among_readers_holds_at_its_put() {
-    let server = EtcdServer::start();
+    let server = EtcdServer::shared();
     let facts = server.facts();
-    let (a, b) = (connect(&server), connect(&server));
+    let (a, b) = (connect(server), connect(server));
     let name = lock_name("rw-enter-readers");
     let first = a.rw_lock(&name).unwrap().read().unwrap();
     let go_reader = format!("{name}/read/1700000000000000000");
@@ -43,9 +43,9 @@ fn a_reader_among_readers_holds_at_its_put() {
 /// holds once it is gone. A key of a lock's layout is refused.
 #[test]
 fn any_key_but_a_readers_keeps_a_reader_out() {
-    let server = EtcdServer::start();
+    let server = EtcdServer::shared();
     let facts = server.facts();
-    let a = connect(&server);
+    let a = connect(server);
     let name = lock_name("rw-enter-writers");
     let rw = a.rw_lock(&name).unwrap();
     let edges = [
@@ -75,9 +75,9 @@ fn any_key_but_a_readers_keeps_a_reader_out() {
 /// queue), and a new writer still waits.
 #[test]
 fn a_new_reader_enters_beside_a_downgraded_writer_only() {
-    let server = EtcdServer::start();
+    let server = EtcdServer::shared();
     let facts = server.facts();
-    let clients: Vec<_> = (0..3).map(|_| connect(&server)).collect();
+    let clients: Vec<_> = (0..3).map(|_| connect(server)).collect();
     let name = lock_name("rw-enter-downgraded");
     let w = clients[0].rw_lock(&name).unwrap().write().unwrap();
     let write_token = w.token();

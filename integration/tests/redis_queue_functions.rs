@@ -11,22 +11,22 @@ use recipes_core::Client;
 use recipes_redis::RedisClient;
 
 const NS: &str = "{recipes}:";
+/// The session of the tests that call the functions by hand, one a test
+/// (the server is the binary's shared one): its key holds [`TOKEN`].
 const SID: &str = "77";
+const SID_WAKE: &str = "78";
 const TOKEN: &str = "t0ken";
 
-/// A server with the queue library loaded and a session `SID` of ours.
+/// The binary's shared server with the queue library loaded.
 struct Lab {
-    server: RedisServer,
+    server: &'static RedisServer,
     library: String,
 }
 
 impl Lab {
     fn new() -> Lab {
-        let server = RedisServer::start();
-        let client = RedisClient::builder(server.url())
-            .ttl(Duration::from_secs(10))
-            .connect()
-            .expect("connect");
+        let server = RedisServer::shared();
+        let client = connect(server);
         let g = client
             .mutex("/qf/loader")
             .unwrap()
@@ -37,8 +37,12 @@ impl Lab {
         client.close().unwrap();
         let listed: redis::Value = server.cmd(&["FUNCTION", "LIST", "LIBRARYNAME", "recipes_q*"]);
         let library = library_name(&listed).expect("the queue library is loaded");
-        let _: String = server.cmd(&["SET", &format!("{NS}s:{SID}"), TOKEN]);
         Lab { server, library }
+    }
+
+    /// A session `sid` of ours, as a client's session script makes one.
+    fn session(&self, sid: &str) {
+        let _: String = self.server.cmd(&["SET", &format!("{NS}s:{sid}"), TOKEN]);
     }
 
     /// `FCALL <library>_<f>` with `args` after the numkeys (0).
@@ -78,6 +82,23 @@ impl Lab {
     }
 }
 
+fn connect(server: &RedisServer) -> RedisClient {
+    RedisClient::builder(server.url())
+        .ttl(Duration::from_secs(10))
+        .connect()
+        .expect("connect")
+}
+
+/// `got` is a refusal that names `theirs`.
+fn refused(what: &str, theirs: &str, got: recipes_core::Result<bool>) {
+    match got {
+        Err(recipes_core::Error::InvalidArgument(why)) => {
+            assert!(why.contains(theirs), "{what}: {why}")
+        }
+        other => panic!("{what} on the name of {theirs}: {other:?}"),
+    }
+}
+
 /// The library's name in a `FUNCTION LIST` reply.
 fn library_name(listed: &redis::Value) -> Option<String> {
     let redis::Value::Array(libraries) = listed else {
@@ -113,6 +134,7 @@ fn fence_of(reply: &redis::Value) -> Option<i64> {
 #[test]
 fn an_enter_sent_again_changes_nothing_and_answers_the_same() {
     let lab = Lab::new();
+    lab.session(SID);
     let name = "/qf/again";
     let (r1, r2, w) = (format!("{SID}-r1"), format!("{SID}-r2"), format!("{SID}-w"));
     let first =
@@ -163,10 +185,11 @@ fn an_enter_sent_again_changes_nothing_and_answers_the_same() {
 #[test]
 fn a_read_write_lock_wakes_only_the_member_behind_and_a_mutex_its_observers() {
     let lab = Lab::new();
+    lab.session(SID_WAKE);
     let client = redis::Client::open(lab.server.url()).unwrap();
     let mut conn = client.get_connection().unwrap();
     let (rw, lock) = ("/qf/rw", "/qf/lock");
-    let (r, w) = (format!("{SID}-r"), format!("{SID}-w"));
+    let (r, w) = (format!("{SID_WAKE}-r"), format!("{SID_WAKE}-w"));
     let mut pubsub = conn.as_pubsub();
     let wake_rw = format!("{NS}wake:{rw}");
     let (wake_lock, gone_r) = (format!("{NS}wake:{lock}"), format!("{NS}gone:{r}"));
@@ -179,7 +202,7 @@ fn a_read_write_lock_wakes_only_the_member_behind_and_a_mutex_its_observers() {
     fence_of(&lab.enter_rw(rw, &w, "write"));
     assert_eq!(lab.remove_rw(rw, &r), 1);
     // A mutex's enter and remove, for its observers (an election's).
-    let m = format!("{SID}-m");
+    let m = format!("{SID_WAKE}-m");
     let (hold, size, fence) = (
         format!("{NS}lock:{lock}"),
         format!("{NS}size:{lock}"),
@@ -205,35 +228,32 @@ fn a_read_write_lock_wakes_only_the_member_behind_and_a_mutex_its_observers() {
     assert_eq!(lab.remove_rw(rw, &w), 0);
 }
 
+/// A writer, a reader and a mutex on `name`, which holds `theirs`: each
+/// refused naming it, with nothing written.
+fn refuses_locks(lab: &Lab, client: &RedisClient, name: &str, theirs: &str) {
+    let before = lab.keys_of(name);
+    let rw = client.rw_lock(name).unwrap();
+    refused("a writer", theirs, rw.try_write().map(|g| g.is_some()));
+    refused("a reader", theirs, rw.try_read().map(|g| g.is_some()));
+    let m = client.mutex(name).unwrap();
+    refused("a mutex", theirs, m.try_lock().map(|g| g.is_some()));
+    assert_eq!(lab.keys_of(name), before, "the refusals wrote nothing");
+}
+
 /// A read-write lock or a mutex on the name of a tied barrier that is set
 /// (a live member of role `barrier` in the name's queue) is refused naming
 /// the barrier, and writes nothing; the barrier, removed, frees the name.
 #[test]
 fn a_lock_on_a_set_barriers_name_is_refused_naming_the_barrier() {
     let lab = Lab::new();
-    let client = RedisClient::builder(lab.server.url())
-        .ttl(Duration::from_secs(10))
-        .connect()
-        .expect("connect");
+    let client = connect(lab.server);
     let name = "/qf/barrier";
     let barrier = client.barrier(name).unwrap().tied_to_session();
     barrier.set().unwrap();
-    let before = lab.keys_of(name);
-    let refused = |what: &str, got: recipes_core::Result<bool>| match got {
-        Err(recipes_core::Error::InvalidArgument(why)) => {
-            assert!(why.contains("a barrier"), "{what}: {why}")
-        }
-        other => panic!("{what} on a barrier's name: {other:?}"),
-    };
-    let rw = client.rw_lock(name).unwrap();
-    refused("a writer", rw.try_write().map(|g| g.is_some()));
-    refused("a reader", rw.try_read().map(|g| g.is_some()));
-    let m = client.mutex(name).unwrap();
-    refused("a mutex", m.try_lock().map(|g| g.is_some()));
-    assert_eq!(lab.keys_of(name), before, "the refusals wrote nothing");
+    refuses_locks(&lab, &client, name, "a barrier");
     barrier.remove().unwrap();
-    let g = rw.try_write().unwrap().expect("the name is free again");
-    g.release().unwrap();
+    let g = client.rw_lock(name).unwrap().try_write().unwrap();
+    g.expect("the name is free again").release().unwrap();
     client.close().unwrap();
 }
 
@@ -243,29 +263,13 @@ fn a_lock_on_a_set_barriers_name_is_refused_naming_the_barrier() {
 #[test]
 fn a_lock_on_a_plain_barriers_or_a_counters_name_is_refused_naming_it() {
     let lab = Lab::new();
-    let client = RedisClient::builder(lab.server.url())
-        .ttl(Duration::from_secs(10))
-        .connect()
-        .expect("connect");
+    let client = connect(lab.server);
     let (plain, counted) = ("/qf/plain", "/qf/counted");
     let barrier = client.barrier(plain).unwrap();
     barrier.set().unwrap();
     client.counter(counted).unwrap().add(1).unwrap();
-    for (name, theirs) in [(plain, "a barrier"), (counted, "a shared counter")] {
-        let before = lab.keys_of(name);
-        let refused = |what: &str, got: recipes_core::Result<bool>| match got {
-            Err(recipes_core::Error::InvalidArgument(why)) => {
-                assert!(why.contains(theirs), "{what} on {name}: {why}")
-            }
-            other => panic!("{what} on {name}: {other:?}"),
-        };
-        let rw = client.rw_lock(name).unwrap();
-        refused("a writer", rw.try_write().map(|g| g.is_some()));
-        refused("a reader", rw.try_read().map(|g| g.is_some()));
-        let m = client.mutex(name).unwrap();
-        refused("a mutex", m.try_lock().map(|g| g.is_some()));
-        assert_eq!(lab.keys_of(name), before, "the refusals wrote nothing");
-    }
+    refuses_locks(&lab, &client, plain, "a barrier");
+    refuses_locks(&lab, &client, counted, "a shared counter");
     barrier.remove().unwrap();
     let g = client.mutex(plain).unwrap().try_lock().unwrap();
     g.expect("the name is free again").release().unwrap();
@@ -278,57 +282,30 @@ fn a_lock_on_a_plain_barriers_or_a_counters_name_is_refused_naming_it() {
 #[test]
 fn a_lock_on_a_double_barriers_name_is_refused_naming_it() {
     let lab = Lab::new();
-    let connect = || {
-        RedisClient::builder(lab.server.url())
-            .ttl(Duration::from_secs(10))
-            .connect()
-            .expect("connect")
-    };
-    let (first, second) = (connect(), connect());
+    let (first, second) = (connect(lab.server), connect(lab.server));
     let name = "/qf/double";
     let queue = format!("{NS}q:{name}");
+    let inside = || lab.server.cmd::<i64>(&["ZCARD", &queue]);
+    let within = scale(Duration::from_secs(30));
     std::thread::scope(|s| {
         let entering = s.spawn(|| {
-            first
-                .double_barrier(name, 2)
-                .unwrap()
-                .enter_timeout(scale(Duration::from_secs(30)))
+            let barrier = first.double_barrier(name, 2).unwrap();
+            barrier
+                .enter_timeout(within)
                 .unwrap()
                 .expect("the second member comes")
         });
-        integration::wait_until(
-            "the first member inside",
-            scale(Duration::from_secs(10)),
-            || lab.server.cmd::<i64>(&["ZCARD", &queue]) == 1,
-        );
-        let before = lab.keys_of(name);
-        let refused = |what: &str, got: recipes_core::Result<bool>| match got {
-            Err(recipes_core::Error::InvalidArgument(why)) => {
-                assert!(why.contains("a double barrier"), "{what}: {why}")
-            }
-            other => panic!("{what} on a double barrier's name: {other:?}"),
-        };
-        let rw = second.rw_lock(name).unwrap();
-        refused("a writer", rw.try_write().map(|g| g.is_some()));
-        refused("a reader", rw.try_read().map(|g| g.is_some()));
-        let m = second.mutex(name).unwrap();
-        refused("a mutex", m.try_lock().map(|g| g.is_some()));
-        assert_eq!(lab.keys_of(name), before, "the refusals wrote nothing");
-        let other = second
-            .double_barrier(name, 2)
-            .unwrap()
-            .enter_timeout(scale(Duration::from_secs(30)))
-            .unwrap()
-            .expect("both inside");
+        let bound = scale(Duration::from_secs(10));
+        integration::wait_until("the first member inside", bound, || inside() == 1);
+        refuses_locks(&lab, &second, name, "a double barrier");
+        let barrier = second.double_barrier(name, 2).unwrap();
+        let other = barrier.enter_timeout(within).unwrap().expect("both inside");
         let member = entering.join().unwrap();
         s.spawn(|| member.leave().unwrap());
         other.leave().unwrap();
     });
-    integration::wait_until(
-        "the double barrier gone",
-        scale(Duration::from_secs(10)),
-        || lab.server.cmd::<i64>(&["ZCARD", &queue]) == 0,
-    );
+    let bound = scale(Duration::from_secs(10));
+    integration::wait_until("the double barrier gone", bound, || inside() == 0);
     let g = second.rw_lock(name).unwrap().try_write().unwrap();
     g.expect("the name is free again").release().unwrap();
     first.close().unwrap();
