@@ -50,6 +50,11 @@ impl Handoffs {
         self.last.lock().0 = Some(Instant::now());
     }
 
+    /// Acquisitions so far.
+    pub fn count(&self) -> usize {
+        self.samples.lock().len() + 1
+    }
+
     pub fn violations(&self) -> u64 {
         self.violations.load(Ordering::SeqCst)
     }

@@ -246,6 +246,7 @@ pub fn m2<C: Client>(store: &Store<C>, sizes: &Sizes) {
             .map(|_| (store.connect)(Duration::from_secs(10)))
             .collect();
         let started = Instant::now();
+        let (meter, served) = (Meter::start(store), (store.requests)());
         std::thread::scope(|s| {
             for c in &clients {
                 let mutex = c.mutex(&name).unwrap();
@@ -263,12 +264,20 @@ pub fn m2<C: Client>(store: &Store<C>, sizes: &Sizes) {
         let elapsed = started.elapsed();
         let mut figures = vec![("processes", V::N(n as f64))];
         figures.extend(handoffs.figures(elapsed));
+        figures.extend(meter.per_cycle(handoffs.count()));
+        let requests = requests_per_cycle(store, served, handoffs.count());
+        figures.push(("requests_per_cycle", requests));
         let mut violations = handoffs.violations();
         let raw = match &store.raw_handoff {
             Some(raw) => {
+                let (meter, served) = (Meter::start(store), (store.requests)());
                 let (raw, elapsed) = raw(n, sizes.seconds);
                 violations += raw.violations();
-                Some(raw.figures(elapsed))
+                let mut figures = raw.figures(elapsed);
+                figures.extend(meter.per_cycle(raw.count()));
+                let requests = requests_per_cycle(store, served, raw.count());
+                figures.push(("requests_per_cycle", requests));
+                Some(figures)
             }
             None => raw_figures(store, sizes.seconds),
         };
