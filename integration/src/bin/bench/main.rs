@@ -32,6 +32,9 @@
 //!   loop, interleaved round by round, each counted by the server:
 //!   commands (those scripts run included), requests sent and scripts a
 //!   cycle, and redis-py's `Lock` beside them (`redis_cycle.rs`).
+//! - **M1g**, **M2g** (etcd; run with M1 and M2 too) etcd's Go `Mutex`
+//!   beside ours and the raw, rounds interleaved (`go_peer.rs`; the Go
+//!   program is built by `scripts/go-etcd-peer`, skipped when missing).
 //! - **M6** the read-write lock and the multi-lock (`rw.rs`): 8 readers
 //!   at once beside 8 raw clients' uncontended cycles at once; a writer's
 //!   wait among 4 churning readers (violations = a writer beside a
@@ -62,6 +65,7 @@
 mod barrier;
 mod counter;
 mod failover;
+mod go_peer;
 mod handoff;
 mod load;
 mod measures;
@@ -175,6 +179,7 @@ fn etcd(sizes: &Sizes) {
     let endpoints = server.endpoints();
     let server = std::sync::Arc::new(server);
     let worked = server.clone();
+    let alive = server.clone(); // M1g and M2g run after `all` drops the store
     let (e, e2, e3, e4, e5, e6, e7) = (
         endpoints.clone(),
         endpoints.clone(),
@@ -215,6 +220,8 @@ fn etcd(sizes: &Sizes) {
         kill_is: "renewals stopped (crash)",
     };
     all(store, sizes);
+    go_peer::run(&endpoints, sizes, wanted);
+    drop(alive);
 }
 
 fn redis(sizes: &Sizes) {
