@@ -32,6 +32,8 @@
 //!   loop, interleaved round by round, each counted by the server:
 //!   commands (those scripts run included), requests sent and scripts a
 //!   cycle, and redis-py's `Lock` beside them (`redis_cycle.rs`).
+//! - **M1p** (PostgreSQL; run with M1 too) each mode's cycle beside the
+//!   psycopg2 loop a user writes by hand, rounds interleaved (`pg_cycle.rs`).
 //! - **M6** the read-write lock and the multi-lock (`rw.rs`): 8 readers
 //!   at once beside 8 raw clients' uncontended cycles at once; a writer's
 //!   wait among 4 churning readers (violations = a writer beside a
@@ -66,6 +68,7 @@ mod handoff;
 mod load;
 mod measures;
 mod out;
+mod pg_cycle;
 mod pg_raw;
 mod raw;
 mod raw_fanout;
@@ -347,6 +350,9 @@ fn pg(sizes: &Sizes) {
         };
         all(store, sizes);
         pg_extra(&server, (name, mode), sizes);
+    }
+    if wanted("M1") || wanted("M1p") {
+        pg_cycle::m1p(&server, sizes.seconds, sizes.rounds);
     }
 }
 

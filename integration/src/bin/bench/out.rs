@@ -11,6 +11,8 @@ pub static VIOLATIONS: AtomicU64 = AtomicU64::new(0);
 pub enum V {
     /// A number, printed with at most one decimal.
     N(f64),
+    /// A ratio, printed with two decimals.
+    R(f64),
     /// A string.
     S(String),
     /// No figure (a measurement this store cannot take).
@@ -22,6 +24,8 @@ impl V {
         match self {
             V::N(x) if x.fract() == 0.0 && x.abs() < 1e15 => format!("{x:.0}"),
             V::N(x) => format!("{x:.1}"),
+            V::R(x) if x.is_finite() => format!("{x:.2}"),
+            V::R(_) => "null".into(),
             V::S(s) => format!("{s:?}"),
             V::Null => "null".into(),
         }
