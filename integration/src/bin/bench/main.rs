@@ -35,6 +35,8 @@
 //! - **M1g**, **M2g** (etcd; run with M1 and M2 too) etcd's Go `Mutex`
 //!   beside ours and the raw, rounds interleaved (`go_peer.rs`; the Go
 //!   program is built by `scripts/go-etcd-peer`, skipped when missing).
+//! - **M1p** (PostgreSQL; run with M1 too) each mode's cycle beside the
+//!   psycopg2 loop a user writes by hand, rounds interleaved (`pg_cycle.rs`).
 //! - **M6** the read-write lock and the multi-lock (`rw.rs`): 8 readers
 //!   at once beside 8 raw clients' uncontended cycles at once; a writer's
 //!   wait among 4 churning readers (violations = a writer beside a
@@ -70,6 +72,7 @@ mod handoff;
 mod load;
 mod measures;
 mod out;
+mod pg_cycle;
 mod pg_raw;
 mod raw;
 mod raw_fanout;
@@ -354,6 +357,9 @@ fn pg(sizes: &Sizes) {
         };
         all(store, sizes);
         pg_extra(&server, (name, mode), sizes);
+    }
+    if wanted("M1") || wanted("M1p") {
+        pg_cycle::m1p(&server, sizes.seconds, sizes.rounds);
     }
 }
 
