@@ -131,27 +131,28 @@ pub fn pg_lease(url: &str, seconds: Duration, client: usize) -> Samples {
            fence bigint NOT NULL DEFAULT 0, expires_at timestamptz NOT NULL)",
     ))
     .unwrap();
-    rt.block_on(samples(seconds, || async {
-        let row = c
-            .query_one(
-                "INSERT INTO bench_leases AS l (name, holder, fence, expires_at) \
-                 VALUES ($1, '00000000-0000-0000-0000-000000000001', 1, \
-                         clock_timestamp() + interval '10 s') \
-                 ON CONFLICT (name) DO UPDATE SET holder = EXCLUDED.holder, \
-                   fence = l.fence + 1, expires_at = EXCLUDED.expires_at \
-                 WHERE l.expires_at <= clock_timestamp() RETURNING l.fence",
-                &[&name],
-            )
-            .await
-            .unwrap();
-        assert!(row.get::<_, i64>(0) > 0);
-        c.execute(
+    // Prepared once, as a driver's statement cache does (a text query is
+    // parsed and described again each time: a round trip more).
+    let take = rt
+        .block_on(c.prepare(
+            "INSERT INTO bench_leases AS l (name, holder, fence, expires_at) \
+             VALUES ($1, '00000000-0000-0000-0000-000000000001', 1, \
+                     clock_timestamp() + interval '10 s') \
+             ON CONFLICT (name) DO UPDATE SET holder = EXCLUDED.holder, \
+               fence = l.fence + 1, expires_at = EXCLUDED.expires_at \
+             WHERE l.expires_at <= clock_timestamp() RETURNING l.fence",
+        ))
+        .unwrap();
+    let release = rt
+        .block_on(c.prepare(
             "UPDATE bench_leases SET expires_at = clock_timestamp() \
              WHERE name = $1 AND holder = '00000000-0000-0000-0000-000000000001'",
-            &[&name],
-        )
-        .await
+        ))
         .unwrap();
+    rt.block_on(samples(seconds, || async {
+        let row = c.query_one(&take, &[&name]).await.unwrap();
+        assert!(row.get::<_, i64>(0) > 0);
+        c.execute(&release, &[&name]).await.unwrap();
     }))
 }
 
@@ -170,21 +171,19 @@ pub fn pg_session(url: &str, seconds: Duration, client: usize) -> Samples {
         &[&name],
     ))
     .unwrap();
-    rt.block_on(samples(seconds, || async {
-        let got: bool = c
-            .query_one("SELECT pg_try_advisory_lock(1, $1)", &[&key])
-            .await
-            .unwrap()
-            .get(0);
-        assert!(got, "the raw advisory lock is free between cycles");
-        c.query_one(
-            "UPDATE bench_fences SET fence = fence + 1 WHERE name = $1 RETURNING fence",
-            &[&name],
+    let (take, mint, release) = rt.block_on(async {
+        (
+            c.prepare("SELECT pg_try_advisory_lock(1, $1)").await.unwrap(),
+            c.prepare("UPDATE bench_fences SET fence = fence + 1 WHERE name = $1 RETURNING fence")
+                .await
+                .unwrap(),
+            c.prepare("SELECT pg_advisory_unlock(1, $1)").await.unwrap(),
         )
-        .await
-        .unwrap();
-        c.query_one("SELECT pg_advisory_unlock(1, $1)", &[&key])
-            .await
-            .unwrap();
+    });
+    rt.block_on(samples(seconds, || async {
+        let got: bool = c.query_one(&take, &[&key]).await.unwrap().get(0);
+        assert!(got, "the raw advisory lock is free between cycles");
+        c.query_one(&mint, &[&name]).await.unwrap();
+        c.query_one(&release, &[&key]).await.unwrap();
     }))
 }

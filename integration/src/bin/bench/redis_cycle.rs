@@ -103,7 +103,17 @@ pub fn m1c(server: &RedisServer, url: &str, seconds: Duration, rounds: usize) {
 /// redis-py's `Lock` for `seconds`, in Python (`redis_py_lock.py`):
 /// cycles and elapsed; `None` when Python or redis-py is missing.
 fn redis_py(url: &str, seconds: Duration) -> Option<(usize, Duration)> {
-    let out = std::process::Command::new("python3")
+    // Debian's Python, where `python3-redis` installs redis-py, else the
+    // one on the `PATH`.
+    let python = ["/usr/bin/python3", "python3"].into_iter().find(|p| {
+        std::process::Command::new(p)
+            .args(["-c", "import redis"])
+            .stdout(std::process::Stdio::null())
+            .stderr(std::process::Stdio::null())
+            .status()
+            .is_ok_and(|s| s.success())
+    })?;
+    let out = std::process::Command::new(python)
         .arg("-c")
         .arg(include_str!("redis_py_lock.py"))
         .arg(url)
