@@ -2,11 +2,10 @@
 //! deadline passes, and the loss policy.
 
 use std::fmt;
-use std::sync::Arc;
-use std::thread::JoinHandle;
+use std::sync::{Arc, OnceLock};
 use std::time::Duration;
 
-use parking_lot::{Condvar, Mutex};
+use parking_lot::{Condvar, Mutex, MutexGuard};
 
 use crate::clock::{BootInstant, SharedClock};
 use crate::deadline::DeadlineTracker;
@@ -27,12 +26,11 @@ pub enum LossPolicy {
     OnDisconnect,
 }
 
-/// Internal state shared by a [`SessionLease`], its deadline thread and every
+/// Internal state shared by a [`SessionLease`], the deadline thread and every
 /// loss signal derived from it.
 pub(crate) struct LeaseClock {
     clock: SharedClock,
     state: Mutex<LeaseState>,
-    wake: Condvar,
 }
 
 struct LeaseState {
@@ -63,14 +61,110 @@ const MAX_NAP: Duration = Duration::from_millis(100);
 /// One epoch of a session's validity: fed acknowledgements, it keeps the
 /// local lease deadline and fires its loss signal when the deadline passes.
 ///
-/// A small dedicated thread does the firing, never the runtime worker: a
-/// busy or stalled runtime must not delay a loss. Once fired, an epoch stays
-/// lost; a backend that carries on starts a new `SessionLease` (and new lock
-/// nodes or keys) — it never regains a lease on old ones.
+/// A small dedicated thread does the firing, never a runtime: a busy or
+/// stalled runtime must not delay a loss. It is the process's one deadline
+/// thread ([`Watcher`]), which watches every epoch: an epoch costs no thread
+/// of its own to start or to end (session mode on PostgreSQL starts one per
+/// acquisition). Once fired, an epoch stays lost; a backend that carries on
+/// starts a new `SessionLease` (and new lock nodes or keys) — it never
+/// regains a lease on old ones.
 pub struct SessionLease {
     shared: Arc<LeaseClock>,
     trigger: LossTrigger,
-    thread: Option<JoinHandle<()>>,
+    watcher: &'static Watcher,
+}
+
+/// The process's deadline thread and the epochs it watches: it sleeps until
+/// the nearest deadline (at most [`MAX_NAP`]), fires every epoch whose
+/// deadline passed, and forgets the ended ones. Whoever changes what it
+/// must see (a new epoch, an acknowledgement, a clock to re-read, an end)
+/// takes `epochs`' lock before waking it, so no wake-up falls between its
+/// look and its sleep.
+struct Watcher {
+    epochs: Mutex<Vec<Watched>>,
+    wake: Condvar,
+}
+
+struct Watched {
+    lease: Arc<LeaseClock>,
+    trigger: LossTrigger,
+}
+
+impl Watcher {
+    /// The process's watcher, its thread started on first use.
+    fn get() -> Result<&'static Watcher> {
+        static WATCHER: OnceLock<std::result::Result<&'static Watcher, String>> = OnceLock::new();
+        let watcher = WATCHER.get_or_init(|| {
+            let watcher: &'static Watcher = Box::leak(Box::new(Watcher {
+                epochs: Mutex::new(Vec::new()),
+                wake: Condvar::new(),
+            }));
+            std::thread::Builder::new()
+                .name("recipes-deadline".into())
+                .spawn(move || watcher.run())
+                .map(|_| watcher)
+                .map_err(|e| e.to_string())
+        });
+        watcher.clone().map_err(|e| {
+            let e = std::io::Error::other(e);
+            Error::backend("cannot spawn the lease deadline thread", false, e)
+        })
+    }
+
+    /// Wake the thread to look again (see [`Watcher`]).
+    fn look_again(&self) {
+        drop(self.epochs.lock());
+        self.wake.notify_all();
+    }
+
+    fn run(&self) {
+        log::trace!("lease deadline thread started");
+        let mut epochs = self.epochs.lock();
+        loop {
+            let (nap, due) = Self::look(&mut epochs);
+            if due.is_empty() {
+                // With no epoch to watch, asleep until one starts.
+                if epochs.is_empty() {
+                    self.wake.wait(&mut epochs);
+                } else {
+                    self.wake.wait_for(&mut epochs, nap);
+                }
+                continue;
+            }
+            // Fired unlocked: a trigger's hooks and children run here.
+            MutexGuard::unlocked(&mut epochs, || {
+                for trigger in due {
+                    trigger.fire(LossReason::DeadlineExpired);
+                }
+            });
+        }
+    }
+
+    /// Drop the ended epochs and take out those past their deadline (to
+    /// fire); how long to sleep until the nearest other deadline.
+    fn look(epochs: &mut Vec<Watched>) -> (Duration, Vec<LossTrigger>) {
+        let mut nap = MAX_NAP;
+        let mut due = Vec::new();
+        epochs.retain(|w| {
+            let st = w.lease.state.lock();
+            if st.stopped || w.trigger.is_fired() {
+                return false;
+            }
+            let now = w.lease.clock.now();
+            match st.tracker.valid_until() {
+                Some(v) if now >= v => {
+                    due.push(w.trigger.clone());
+                    false
+                }
+                Some(v) => {
+                    nap = nap.min(v - now);
+                    true
+                }
+                None => true,
+            }
+        });
+        (nap, due)
+    }
 }
 
 impl SessionLease {
@@ -87,26 +181,25 @@ impl SessionLease {
         clock: SharedClock,
         slack: Duration,
     ) -> Result<SessionLease> {
+        let watcher = Watcher::get()?;
         let shared = Arc::new(LeaseClock {
             clock,
             state: Mutex::new(LeaseState {
                 tracker: DeadlineTracker::new(slack),
                 stopped: false,
             }),
-            wake: Condvar::new(),
         });
         let trigger = LossTrigger::with_lease(parent, shared.clone());
-        let thread = {
-            let (shared, trigger) = (shared.clone(), trigger.clone());
-            std::thread::Builder::new()
-                .name(format!("recipes-deadline-{name}"))
-                .spawn(move || deadline_thread(&shared, &trigger))
-                .map_err(|e| Error::backend("cannot spawn the lease deadline thread", false, e))?
-        };
+        log::trace!("[{name}] lease epoch started");
+        watcher.epochs.lock().push(Watched {
+            lease: shared.clone(),
+            trigger: trigger.clone(),
+        });
+        watcher.wake.notify_all();
         Ok(SessionLease {
             shared,
             trigger,
-            thread: Some(thread),
+            watcher,
         })
     }
 
@@ -123,7 +216,9 @@ impl SessionLease {
             .lock()
             .tracker
             .acknowledged(sent_at, granted);
-        self.shared.wake.notify_all();
+        // A later deadline needs no look; an earlier one (a shorter grant)
+        // does. Acknowledgements come at renewals: always look.
+        self.watcher.look_again();
         if let Some(until) = self.shared.valid_until() {
             let margin = until.saturating_duration_since(self.shared.now());
             crate::metrics::lease_margin(self.trigger.store(), margin);
@@ -175,44 +270,15 @@ impl SessionLease {
     /// Make the deadline thread read the clock now (for clocks that jump,
     /// such as [`ManualClock`](crate::store::ManualClock)).
     pub fn recheck(&self) {
-        self.shared.wake.notify_all();
+        self.watcher.look_again();
     }
-}
-
-fn deadline_thread(shared: &LeaseClock, trigger: &LossTrigger) {
-    log::trace!("lease deadline thread started");
-    let mut st = shared.state.lock();
-    loop {
-        if st.stopped || trigger.is_fired() {
-            break;
-        }
-        let now = shared.clock.now();
-        match st.tracker.valid_until() {
-            Some(v) if now >= v => {
-                drop(st);
-                trigger.fire(LossReason::DeadlineExpired);
-                break;
-            }
-            Some(v) => {
-                let nap = (v - now).min(MAX_NAP);
-                shared.wake.wait_for(&mut st, nap);
-            }
-            None => {
-                shared.wake.wait_for(&mut st, MAX_NAP);
-            }
-        }
-    }
-    log::trace!("lease deadline thread stopped");
 }
 
 impl Drop for SessionLease {
     fn drop(&mut self) {
         self.shared.state.lock().stopped = true;
-        self.shared.wake.notify_all();
         self.trigger.fire(LossReason::Closed);
-        if let Some(t) = self.thread.take() {
-            let _ = t.join();
-        }
+        // Forgotten at the thread's next look: no wake-up needed.
     }
 }
 
@@ -287,7 +353,6 @@ mod tests {
                 tracker: DeadlineTracker::new(Duration::ZERO),
                 stopped: false,
             }),
-            wake: Condvar::new(),
         });
         let session = LossTrigger::with_lease(&LossTrigger::root(), shared.clone());
         shared
@@ -352,8 +417,70 @@ mod tests {
         assert!(guard.valid_until().unwrap() <= BootInstant::now());
     }
 
+    /// Threads of this process (0 where `/proc` does not say).
+    fn threads() -> usize {
+        std::fs::read_dir("/proc/self/task").map_or(0, Iterator::count)
+    }
+
     #[test]
-    fn dropping_the_lease_stops_its_thread_and_fires_closed() {
+    fn many_epochs_share_one_deadline_thread_and_each_fires_at_its_own_deadline() {
+        let root = LossTrigger::root();
+        let (started, threads_before) = (BootInstant::now(), threads());
+        let leases: Vec<_> = (0..40u64)
+            .map(|i| {
+                let lease = SessionLease::start("t", &root, system_clock(), Duration::ZERO);
+                let lease = lease.unwrap();
+                // Every fourth one far off: it must not fire.
+                let ttl = if i % 4 == 3 { 600_000 } else { 50 + 10 * i };
+                lease.acknowledged(started, Duration::from_millis(ttl));
+                (lease, ttl)
+            })
+            .collect();
+        // One thread for them all (the first epoch of this process starts
+        // it), not one each.
+        assert!(threads() <= threads_before + 1, "{} threads", threads());
+        for (lease, ttl) in &leases {
+            if *ttl > 60_000 {
+                continue;
+            }
+            let fired = lease
+                .signal()
+                .receiver()
+                .recv_timeout(Duration::from_secs(10));
+            assert!(fired.is_err(), "disconnected = fired");
+            let lost_at = BootInstant::now();
+            assert_eq!(lease.signal().reason(), Some(LossReason::DeadlineExpired));
+            // Never before its own deadline (a lower bound: not scaled).
+            let deadline = lease.valid_until().unwrap();
+            assert!(lost_at >= deadline, "{lost_at:?} before {deadline:?}");
+        }
+        for (lease, ttl) in &leases {
+            assert_eq!(lease.is_lost(), *ttl < 60_000);
+        }
+    }
+
+    #[test]
+    fn a_shorter_grant_brings_the_deadline_in_and_the_thread_hears_it() {
+        let lease =
+            SessionLease::start("t", &LossTrigger::root(), system_clock(), Duration::ZERO).unwrap();
+        lease.acknowledged(BootInstant::now(), Duration::from_secs(600));
+        let sig = lease.signal();
+        // Let the thread go to sleep on the far deadline first.
+        let asleep = sig.receiver().recv_timeout(Duration::from_millis(50));
+        assert!(matches!(
+            asleep,
+            Err(crossbeam_channel::RecvTimeoutError::Timeout)
+        ));
+        lease.acknowledged(BootInstant::now(), Duration::from_millis(100));
+        // Fired by the thread (the channel disconnects), long before the
+        // far deadline: at the nearer one, within its nap.
+        let fired = sig.receiver().recv_timeout(Duration::from_secs(60));
+        assert!(fired.is_err(), "disconnected = fired");
+        assert_eq!(sig.reason(), Some(LossReason::DeadlineExpired));
+    }
+
+    #[test]
+    fn dropping_the_lease_fires_closed() {
         let lease =
             SessionLease::start("t", &LossTrigger::root(), system_clock(), Duration::ZERO).unwrap();
         let sig = lease.signal();

@@ -40,8 +40,8 @@
 //! calls hand a future to that thread and wait on a crossbeam channel with a
 //! deadline; one made while no other call is in progress, from a thread with
 //! the stack for it, drives the runtime on its own thread instead. Drop of a guard never blocks: the release is handed to the
-//! runtime. Loss is fired by a small per-session deadline thread, never by
-//! the runtime worker.
+//! runtime. Loss is fired by the process's one deadline thread, which watches
+//! every session's lease deadline, never by a runtime.
 //!
 //! ## Blocking calls and async code
 //!

@@ -35,7 +35,7 @@
 //! keep-alive or a watch event waits at most [`LOOK`] + [`GRACE`], a task
 //! spawned from another thread at most [`GRACE`] (tokio's timers are
 //! themselves rounded up to the millisecond). The loss deadline never depends on it: it is fired by
-//! each session's own deadline thread.
+//! the process's deadline thread (`lease.rs`).
 
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicU8, AtomicUsize, Ordering};
 use std::sync::{Arc, OnceLock};

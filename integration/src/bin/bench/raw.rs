@@ -173,7 +173,9 @@ pub fn pg_session(url: &str, seconds: Duration, client: usize) -> Samples {
     .unwrap();
     let (take, mint, release) = rt.block_on(async {
         (
-            c.prepare("SELECT pg_try_advisory_lock(1, $1)").await.unwrap(),
+            c.prepare("SELECT pg_try_advisory_lock(1, $1)")
+                .await
+                .unwrap(),
             c.prepare("UPDATE bench_fences SET fence = fence + 1 WHERE name = $1 RETURNING fence")
                 .await
                 .unwrap(),
