@@ -63,7 +63,7 @@ const MAX_NAP: Duration = Duration::from_millis(100);
 ///
 /// A small dedicated thread does the firing, never a runtime: a busy or
 /// stalled runtime must not delay a loss. It is the process's one deadline
-/// thread ([`Watcher`]), which watches every epoch: an epoch costs no thread
+/// thread (`Watcher`), which watches every epoch: an epoch costs no thread
 /// of its own to start or to end (session mode on PostgreSQL starts one per
 /// acquisition). Once fired, an epoch stays lost; a backend that carries on
 /// starts a new `SessionLease` (and new lock nodes or keys) — it never
