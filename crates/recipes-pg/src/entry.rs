@@ -278,7 +278,7 @@ impl StoreEntry for PgEntry {
     }
 
     async fn delete(self) -> Result<()> {
-        let sql = "SELECT FROM recipes.release($1)";
+        let sql = crate::contend::release_sql(self.rw.is_none());
         let what = format!("release {}", self.holder);
         let db = self.client.db();
         db.query(&what, sql, &[(&self.entry, Type::UUID)])
@@ -287,7 +287,7 @@ impl StoreEntry for PgEntry {
     }
 
     async fn delete_until_done(self) {
-        remove_entry(&self.client, &self.session, self.entry).await
+        remove_entry(&self.client, &self.session, self.entry, self.rw.is_none()).await
     }
 
     async fn write(self, what: &'static str, write: FencedWrite) -> Result<()> {
