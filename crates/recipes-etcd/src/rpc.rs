@@ -112,11 +112,29 @@ pub(crate) async fn retrying_get(
     key: &str,
     options: Option<GetOptions>,
 ) -> Result<GetResponse> {
-    let mut first = Some(etcd.kv_client());
-    retrying(&format!("read {key}"), timeout, || {
-        let mut kv = first.take().unwrap_or_else(|| etcd.kv_client());
+    retrying_kv(etcd, &format!("read {key}"), timeout, |mut kv| {
         let options = options.clone();
         async move { kv.get(key, options).await }
+    })
+    .await
+}
+
+/// [`retrying`] for a request of the KV service, each send on that
+/// service's client alone (a clone of the whole client copies every
+/// service's); the first send takes the one made here.
+async fn retrying_kv<T, F, Fut>(
+    etcd: &etcd_client::Client,
+    what: &str,
+    timeout: Duration,
+    mut request: F,
+) -> Result<T>
+where
+    F: FnMut(etcd_client::KvClient) -> Fut,
+    Fut: Future<Output = std::result::Result<T, etcd_client::Error>>,
+{
+    let mut first = Some(etcd.kv_client());
+    retrying(what, timeout, || {
+        request(first.take().unwrap_or_else(|| etcd.kv_client()))
     })
     .await
 }
@@ -128,11 +146,7 @@ pub(crate) async fn retrying_txn(
     timeout: Duration,
     txn: &Txn,
 ) -> Result<TxnResponse> {
-    // The KV service's client alone: a clone of the whole client copies
-    // every service's.
-    let mut first = Some(etcd.kv_client());
-    retrying(what, timeout, || {
-        let mut kv = first.take().unwrap_or_else(|| etcd.kv_client());
+    retrying_kv(etcd, what, timeout, |mut kv| {
         let txn = txn.clone();
         async move { kv.txn(txn).await }
     })
@@ -146,10 +160,8 @@ pub(crate) async fn retrying_delete(
     timeout: Duration,
     key: &str,
 ) -> Result<()> {
-    let mut first = Some(etcd.kv_client());
-    retrying(what, timeout, || {
-        let mut kv = first.take().unwrap_or_else(|| etcd.kv_client());
-        async move { kv.delete(key, None).await }
+    retrying_kv(etcd, what, timeout, |mut kv| async move {
+        kv.delete(key, None).await
     })
     .await
     .map(drop)
