@@ -30,12 +30,7 @@ pub enum LossPolicy {
 /// loss signal derived from it.
 pub(crate) struct LeaseClock {
     clock: SharedClock,
-    state: Mutex<LeaseState>,
-}
-
-struct LeaseState {
-    tracker: DeadlineTracker,
-    stopped: bool,
+    tracker: Mutex<DeadlineTracker>,
 }
 
 impl LeaseClock {
@@ -44,12 +39,12 @@ impl LeaseClock {
     }
 
     pub(crate) fn valid_until(&self) -> Option<BootInstant> {
-        self.state.lock().tracker.valid_until()
+        self.tracker.lock().valid_until()
     }
 
     pub(crate) fn expired(&self) -> bool {
         let now = self.clock.now();
-        self.state.lock().tracker.expired_at(now)
+        self.tracker.lock().expired_at(now)
     }
 }
 
@@ -146,12 +141,13 @@ impl Watcher {
         let mut nap = MAX_NAP;
         let mut due = Vec::new();
         epochs.retain(|w| {
-            let st = w.lease.state.lock();
-            if st.stopped || w.trigger.is_fired() {
+            // An ended epoch's trigger has fired (`Closed`, on drop).
+            if w.trigger.is_fired() {
                 return false;
             }
+            let tracker = w.lease.tracker.lock();
             let now = w.lease.clock.now();
-            match st.tracker.valid_until() {
+            match tracker.valid_until() {
                 Some(v) if now >= v => {
                     due.push(w.trigger.clone());
                     false
@@ -184,10 +180,7 @@ impl SessionLease {
         let watcher = Watcher::get()?;
         let shared = Arc::new(LeaseClock {
             clock,
-            state: Mutex::new(LeaseState {
-                tracker: DeadlineTracker::new(slack),
-                stopped: false,
-            }),
+            tracker: Mutex::new(DeadlineTracker::new(slack)),
         });
         let trigger = LossTrigger::with_lease(parent, shared.clone());
         log::trace!("[{name}] lease epoch started");
@@ -210,12 +203,7 @@ impl SessionLease {
         if self.trigger.is_fired() || self.shared.expired() {
             return false;
         }
-        let updated = self
-            .shared
-            .state
-            .lock()
-            .tracker
-            .acknowledged(sent_at, granted);
+        let updated = self.shared.tracker.lock().acknowledged(sent_at, granted);
         // A later deadline needs no look; an earlier one (a shorter grant)
         // does. Acknowledgements come at renewals: always look.
         self.watcher.look_again();
@@ -233,12 +221,12 @@ impl SessionLease {
 
     /// The lease length granted by the newest acknowledgement.
     pub fn granted(&self) -> Option<Duration> {
-        self.shared.state.lock().tracker.granted()
+        self.shared.tracker.lock().granted()
     }
 
     /// Send time of the newest acknowledged request.
     pub fn last_acknowledged_send(&self) -> Option<BootInstant> {
-        self.shared.state.lock().tracker.last_acknowledged_send()
+        self.shared.tracker.lock().last_acknowledged_send()
     }
 
     /// The clock this lease reads.
@@ -276,7 +264,6 @@ impl SessionLease {
 
 impl Drop for SessionLease {
     fn drop(&mut self) {
-        self.shared.state.lock().stopped = true;
         self.trigger.fire(LossReason::Closed);
         // Forgotten at the thread's next look: no wake-up needed.
     }
@@ -349,16 +336,12 @@ mod tests {
         let clock = ManualClock::new(at(0));
         let shared = Arc::new(LeaseClock {
             clock: clock.clone(),
-            state: Mutex::new(LeaseState {
-                tracker: DeadlineTracker::new(Duration::ZERO),
-                stopped: false,
-            }),
+            tracker: Mutex::new(DeadlineTracker::new(Duration::ZERO)),
         });
         let session = LossTrigger::with_lease(&LossTrigger::root(), shared.clone());
         shared
-            .state
-            .lock()
             .tracker
+            .lock()
             .acknowledged(at(0), Duration::from_secs(10));
         let guard = session.child().signal();
         assert!(!guard.is_lost());
@@ -460,7 +443,7 @@ mod tests {
     }
 
     #[test]
-    fn a_shorter_grant_brings_the_deadline_in_and_the_thread_hears_it() {
+    fn a_shorter_grant_brings_the_deadline_in_and_it_fires_there() {
         let lease =
             SessionLease::start("t", &LossTrigger::root(), system_clock(), Duration::ZERO).unwrap();
         lease.acknowledged(BootInstant::now(), Duration::from_secs(600));
@@ -473,7 +456,9 @@ mod tests {
         ));
         lease.acknowledged(BootInstant::now(), Duration::from_millis(100));
         // Fired by the thread (the channel disconnects), long before the
-        // far deadline: at the nearer one, within its nap.
+        // far deadline: at the nearer one. (The wake-up the acknowledgement
+        // sends only makes it prompt: the thread's own look, every
+        // `MAX_NAP`, would find it too; no bound here tells the two apart.)
         let fired = sig.receiver().recv_timeout(Duration::from_secs(60));
         assert!(fired.is_err(), "disconnected = fired");
         assert_eq!(sig.reason(), Some(LossReason::DeadlineExpired));

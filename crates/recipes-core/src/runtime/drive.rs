@@ -128,15 +128,15 @@ impl Baton {
         }
     }
 
-    /// Set by the runtime thread once its runtime is built. What a caller
-    /// needs is the stack the runtime thread was given, at most what it
-    /// asked for: the C library may hand a new thread a larger stack than
-    /// asked (glibc reuses an exited thread's cached stack of up to four
-    /// times the size), and a default-sized caller would then never
-    /// drive.
-    pub(super) fn started(&self, rt: Arc<tokio::runtime::Runtime>) {
+    /// Set by the runtime thread once its runtime is built, on a stack of
+    /// `asked` bytes. What a caller needs is the stack the runtime thread
+    /// was given, at most what it asked for: the C library may hand a new
+    /// thread a larger stack than asked (glibc reuses an exited thread's
+    /// cached stack of up to four times the size), and a default-sized
+    /// caller would then never drive.
+    pub(super) fn started(&self, rt: Arc<tokio::runtime::Runtime>, asked: usize) {
         let _ = self.runtime_thread.set(std::thread::current());
-        let needed = stack_left().map(|left| left.min(runtime_stack_size()));
+        let needed = stack_left().map(|left| left.min(asked));
         let _ = self.runtime_stack.set(needed);
         *self.rt.lock() = Some(rt);
     }

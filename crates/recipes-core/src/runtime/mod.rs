@@ -165,9 +165,10 @@ impl Runtime {
             };
             let background = background.clone();
             let baton = baton.clone();
+            let stack = drive::runtime_stack_size();
             std::thread::Builder::new()
                 .name(name.to_owned())
-                .stack_size(drive::runtime_stack_size())
+                .stack_size(stack)
                 .spawn(move || {
                     let _watch = watch;
                     let rt = match tokio::runtime::Builder::new_current_thread()
@@ -180,7 +181,7 @@ impl Runtime {
                             return;
                         }
                     };
-                    baton.started(rt.clone());
+                    baton.started(rt.clone(), stack);
                     let _ = ready_tx.send(Ok((rt.handle().clone(), std::thread::current().id())));
                     let grace = match baton.run(&rt, &mut control_rx) {
                         #[cfg(any(test, feature = "test-hooks"))]
