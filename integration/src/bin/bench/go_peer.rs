@@ -151,14 +151,10 @@ fn m1g(endpoints: &[String], sizes: &Sizes) {
 
 /// Our uncontended `lock` + `release` for `seconds`: rate, p50, p99.
 fn ours_cycles(mutex: &recipes_etcd::Mutex, seconds: Duration) -> Figures {
-    let started = Instant::now();
-    let mut samples = Vec::new();
-    while started.elapsed() < seconds {
-        let t = Instant::now();
+    let (mut samples, elapsed) = crate::measures::timed(seconds, || {
         mutex.lock().unwrap().release().unwrap();
-        samples.push(t.elapsed());
-    }
-    rate_and_latency(&mut samples, started.elapsed())
+    });
+    rate_and_latency(&mut samples, elapsed)
 }
 
 /// Contended, at each of `sizes.contenders`: ours, the raw handoff, Go's.
@@ -168,20 +164,7 @@ fn m2g(endpoints: &[String], sizes: &Sizes) {
         let clients: Vec<EtcdClient> = (0..n).map(|_| connect(endpoints)).collect();
         let stop_at = Instant::now() + sizes.seconds;
         let started = Instant::now();
-        std::thread::scope(|s| {
-            for c in &clients {
-                let mutex = c.mutex("/bench/etcd/m2g").unwrap();
-                let handoffs = &handoffs;
-                s.spawn(move || {
-                    while Instant::now() < stop_at {
-                        let g = mutex.lock().unwrap();
-                        handoffs.acquired(g.token().get());
-                        handoffs.releasing();
-                        g.release().unwrap();
-                    }
-                });
-            }
-        });
+        crate::measures::hand_on(&clients, "/bench/etcd/m2g", &handoffs, stop_at);
         let ours = handoffs.figures(started.elapsed());
         for c in clients {
             let _ = c.close();

@@ -189,18 +189,43 @@ pub fn requests_per_cycle<C>(store: &Store<C>, served: Option<u64>, cycles: usiz
 }
 
 /// M1: `lock` then `release` of a free lock, one client.
+/// `cycle` run for `seconds`: each run's time, and how long they all took.
+pub fn timed(seconds: Duration, mut cycle: impl FnMut()) -> (Vec<Duration>, Duration) {
+    let started = Instant::now();
+    let mut samples = Vec::new();
+    while started.elapsed() < seconds {
+        let t = Instant::now();
+        cycle();
+        samples.push(t.elapsed());
+    }
+    (samples, started.elapsed())
+}
+
+/// `clients` handing the mutex `name` on among them until `stop_at`, one
+/// thread each: M2's loop.
+pub fn hand_on<C: Client>(clients: &[C], name: &str, handoffs: &Handoffs, stop_at: Instant) {
+    std::thread::scope(|s| {
+        for c in clients {
+            let mutex = c.mutex(name).unwrap();
+            s.spawn(move || {
+                while Instant::now() < stop_at {
+                    let g = mutex.lock().unwrap();
+                    handoffs.acquired(g.token().get());
+                    handoffs.releasing();
+                    g.release().unwrap();
+                }
+            });
+        }
+    });
+}
+
 pub fn m1<C: Client>(store: &Store<C>, sizes: &Sizes) {
     let client = (store.connect)(Duration::from_secs(10));
     let mutex = client.mutex(&store.lock_name("m1")).unwrap();
     let served = (store.requests)();
-    let started = Instant::now();
-    let mut samples = Vec::new();
-    while started.elapsed() < sizes.seconds {
-        let t = Instant::now();
+    let (mut samples, elapsed) = timed(sizes.seconds, || {
         mutex.lock().unwrap().release().unwrap();
-        samples.push(t.elapsed());
-    }
-    let elapsed = started.elapsed();
+    });
     let per_cycle = requests_per_cycle(store, served, samples.len());
     let mut figures = rate_and_latency(&mut samples, elapsed);
     figures.push(("server_requests_per_cycle", per_cycle));
@@ -247,20 +272,7 @@ pub fn m2<C: Client>(store: &Store<C>, sizes: &Sizes) {
             .collect();
         let started = Instant::now();
         let (meter, served) = (Meter::start(store), (store.requests)());
-        std::thread::scope(|s| {
-            for c in &clients {
-                let mutex = c.mutex(&name).unwrap();
-                let handoffs = &handoffs;
-                s.spawn(move || {
-                    while Instant::now() < stop_at {
-                        let g = mutex.lock().unwrap();
-                        handoffs.acquired(g.token().get());
-                        handoffs.releasing();
-                        g.release().unwrap();
-                    }
-                });
-            }
-        });
+        hand_on(&clients, &name, &handoffs, stop_at);
         let elapsed = started.elapsed();
         let mut figures = vec![("processes", V::N(n as f64))];
         figures.extend(handoffs.figures(elapsed));

@@ -28,7 +28,7 @@
 //! `python3-psycopg2`).
 
 use std::process::{Command, Stdio};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use integration::PgServer;
 use recipes_core::Client;
@@ -64,14 +64,9 @@ fn server_cpu(server: &PgServer) -> f64 {
 fn ours(server: &PgServer, client: &PgClient, name: &str, seconds: Duration) -> Figures {
     let mutex = client.mutex(name).unwrap();
     let (cpu, served) = (own_cpu(), server_cpu(server));
-    let started = Instant::now();
-    let mut samples = Vec::new();
-    while started.elapsed() < seconds {
-        let t = Instant::now();
+    let (mut samples, elapsed) = crate::measures::timed(seconds, || {
         mutex.lock().unwrap().release().unwrap();
-        samples.push(t.elapsed());
-    }
-    let elapsed = started.elapsed();
+    });
     let (cpu, served) = (own_cpu() - cpu, server_cpu(server) - served);
     let mut figures = rate_and_latency(&mut samples, elapsed);
     figures.push(("client_cpu_us_per_cycle", per_cycle_us(cpu, samples.len())));
