@@ -37,7 +37,7 @@
 //!   each other's commits.
 //! - **remove**: delete our row by its uuid (the trigger notifies): a
 //!   plain `DELETE` for a row whose `role` is NULL, `recipes.release` for a
-//!   read-write lock's ([`RELEASE`]).
+//!   read-write lock's ([`release_sql`]).
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -84,7 +84,7 @@ pub(crate) struct Ticket {
     pub(crate) session: Arc<Session>,
     pub(crate) entry: Uuid,
     /// Whether our row's `role` is NULL (every recipe's but a read-write
-    /// lock's): see [`RELEASE`].
+    /// lock's): see [`release_sql`].
     pub(crate) plain: bool,
 }
 
@@ -95,27 +95,24 @@ impl Ticket {
     }
 }
 
-/// The release of an entry: `[role NULL, read-write lock's]`. A row whose
-/// `role` is NULL (a mutex's, an election's, a permit's: it never becomes
-/// a reader's) is deleted by a plain statement: `recipes.release` would
+/// The statement that releases an entry, `plain` when its `role` is NULL
+/// (a mutex's, an election's, a permit's: it never becomes a reader's).
+/// Such a row is deleted by a plain statement: `recipes.release` would
 /// only add its `recipes.releasing` setting, which the trigger's `WHEN`
 /// reads for a reader's row alone (`OLD.role IS DISTINCT FROM 'read'` is
 /// already true), and its reader's notify; the same delete and the same
 /// trigger, without a PL/pgSQL call (measured: 39-44 against 66-93 µs of
 /// server time). A read-write lock's entry goes through `recipes.release`.
-pub(crate) const RELEASE: [&str; 2] = [
-    "DELETE FROM recipes.queue WHERE entry = $1",
-    "SELECT FROM recipes.release($1)",
-];
-
-/// The statement that releases an entry whose `role` is NULL when
-/// `plain`.
 pub(crate) fn release_sql(plain: bool) -> &'static str {
-    RELEASE[usize::from(!plain)]
+    if plain {
+        "DELETE FROM recipes.queue WHERE entry = $1"
+    } else {
+        "SELECT FROM recipes.release($1)"
+    }
 }
 
 /// Delete the row of `entry` (`plain`: its `role` is NULL, see
-/// [`RELEASE`]) until done or `session` is lost (its renewals then stop
+/// [`release_sql`]) until done or `session` is lost (its renewals then stop
 /// and its end deletes the row, or the row stops counting when it
 /// expires).
 pub(crate) async fn remove_entry(client: &PgClient, session: &Session, entry: Uuid, plain: bool) {
