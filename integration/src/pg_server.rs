@@ -129,7 +129,8 @@ impl PgConfig {
 /// One PostgreSQL server with its own folder and loopback port.
 ///
 /// Dropping it kills (SIGKILL) every process of the server, reaps the
-/// postmaster and removes its folder (kept when the thread panics).
+/// postmaster, removes the shared memory segment the kill left and removes
+/// its folder (kept when the thread panics).
 #[derive(Debug)]
 pub struct PgServer {
     addr: SocketAddr,
@@ -350,6 +351,15 @@ impl PgServer {
             .stdout(Stdio::null())
             .stderr(Stdio::null());
         probe.status().is_ok_and(|status| status.success())
+    }
+}
+
+/// Kills the server (as the fields' drops would) while its folder still
+/// names the System V segment a SIGKILL leaves behind, and removes it.
+impl Drop for PgServer {
+    fn drop(&mut self) {
+        self.process.kill();
+        run::remove_killed_segment(&self.dir.path().join("data"));
     }
 }
 

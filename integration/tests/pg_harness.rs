@@ -171,6 +171,51 @@ fn fault_restart_after_kill_keeps_committed_rows() {
     assert_eq!(server.sql("SELECT x FROM kept"), "42");
 }
 
+/// Whether System V segment `shmid` exists (marked for removal or not).
+fn segment_exists(shmid: i32) -> bool {
+    // SAFETY: IPC_STAT writes into the zeroed shmid_ds we own.
+    unsafe {
+        let mut stat: libc::shmid_ds = std::mem::zeroed();
+        libc::shmctl(shmid, libc::IPC_STAT, &mut stat) == 0
+    }
+}
+
+/// A SIGKILLed postmaster leaves its System V segment in the kernel and,
+/// with `posix` dynamic shared memory, its segments in /dev/shm: thousands
+/// of killed test servers exhausted `kernel.shmmni` and no server started.
+/// The harness keeps the dynamic segments in the folder and removes the
+/// System V one when the handle drops.
+#[test]
+fn fault_a_killed_server_leaves_no_shared_memory_behind() {
+    let server = PgServer::start();
+    assert_eq!(
+        server.sql("SELECT current_setting('dynamic_shared_memory_type')"),
+        "mmap"
+    );
+    let data = server.dir().join("data");
+    let in_folder = std::fs::read_dir(data.join("pg_dynshmem"))
+        .expect("pg_dynshmem")
+        .count();
+    assert!(in_folder > 0, "the dynamic segments are in the data folder");
+    let pid_file = std::fs::read_to_string(data.join("postmaster.pid")).expect("postmaster.pid");
+    let shmid: i32 = pid_file
+        .lines()
+        .nth(6)
+        .and_then(|l| l.split_whitespace().nth(1))
+        .and_then(|id| id.parse().ok())
+        .unwrap_or_else(|| panic!("a segment id on line 7 of postmaster.pid:\n{pid_file}"));
+    server.kill();
+    assert!(
+        segment_exists(shmid),
+        "the kill itself leaves the segment (what the harness must clean)"
+    );
+    drop(server);
+    assert!(
+        !segment_exists(shmid),
+        "segment {shmid} outlived its server"
+    );
+}
+
 #[test]
 fn fault_paused_server_answers_nothing_until_resumed() {
     let server = PgServer::start();

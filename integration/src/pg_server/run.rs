@@ -32,7 +32,45 @@ pub(super) fn server_args(
         format!("max_connections={}", config.max_connections),
         "-c".to_owned(),
         "log_line_prefix=%m [%p] %q%u@%d ".to_owned(),
+        // Dynamic shared memory as files in the data folder (pg_dynshmem),
+        // not in /dev/shm: a killed server's segments go with its folder.
+        // With `posix` every SIGKILLed server left two files in /dev/shm.
+        "-c".to_owned(),
+        "dynamic_shared_memory_type=mmap".to_owned(),
     ]
+}
+
+/// Removes the System V segment the postmaster of `data` created, when
+/// that postmaster was killed: PostgreSQL removes it on a clean shutdown or
+/// a restart in the same folder, never after a SIGKILL, and the kernel
+/// keeps it until removed. Thousands of killed servers exhaust
+/// `kernel.shmmni` (4,096), after which no server starts ("could not create
+/// shared memory segment: No space left on device"). The segment removed is
+/// the one `postmaster.pid` names, and only when the pid it records created
+/// it; a marked segment still attached goes when its last process detaches.
+pub(super) fn remove_killed_segment(data: &Path) {
+    let Ok(text) = std::fs::read_to_string(data.join("postmaster.pid")) else {
+        return; // a clean shutdown removed it, or no server ran
+    };
+    let lines: Vec<&str> = text.lines().collect();
+    let postmaster = lines
+        .first()
+        .and_then(|l| l.trim().parse::<libc::pid_t>().ok());
+    let shmid = lines
+        .get(6)
+        .and_then(|l| l.split_whitespace().nth(1))
+        .and_then(|id| id.parse::<libc::c_int>().ok());
+    let (Some(postmaster), Some(shmid)) = (postmaster, shmid) else {
+        return;
+    };
+    // SAFETY: shmctl with IPC_STAT writes into the zeroed shmid_ds we own;
+    // IPC_RMID reads no buffer.
+    unsafe {
+        let mut stat: libc::shmid_ds = std::mem::zeroed();
+        if libc::shmctl(shmid, libc::IPC_STAT, &mut stat) == 0 && stat.shm_cpid == postmaster {
+            libc::shmctl(shmid, libc::IPC_RMID, std::ptr::null_mut());
+        }
+    }
 }
 
 impl PgServer {
