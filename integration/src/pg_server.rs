@@ -129,8 +129,8 @@ impl PgConfig {
 /// One PostgreSQL server with its own folder and loopback port.
 ///
 /// Dropping it kills (SIGKILL) every process of the server, reaps the
-/// postmaster, removes the shared memory segment the kill left and removes
-/// its folder (kept when the thread panics).
+/// postmaster and removes its folder (kept when the thread panics); the
+/// kernel frees its shared memory with its last process.
 #[derive(Debug)]
 pub struct PgServer {
     addr: SocketAddr,
@@ -354,12 +354,12 @@ impl PgServer {
     }
 }
 
-/// Kills the server (as the fields' drops would) while its folder still
-/// names the System V segment a SIGKILL leaves behind, and removes it.
+/// A server that restarted after a backend crash made a new segment; it
+/// goes when the server does (see `run::remove_segment_at_exit`).
 impl Drop for PgServer {
     fn drop(&mut self) {
         self.process.kill();
-        run::remove_killed_segment(&self.dir.path().join("data"));
+        run::remove_segment_at_exit(&self.dir.path().join("data"));
     }
 }
 
@@ -386,6 +386,12 @@ impl ServerProcess for PgServer {
     /// its role there).
     fn is_ready(&self) -> bool {
         self.is_accepting() && self.answers_as_ours()
+    }
+
+    /// Its System V segment is freed when its last process ends, however
+    /// it ends (see `run::remove_segment_at_exit`).
+    fn on_ready(&self) {
+        run::remove_segment_at_exit(&self.dir.path().join("data"));
     }
 }
 

@@ -188,9 +188,7 @@ impl Run {
 }
 
 /// Waits until the nextest process is gone, kills every recorded server
-/// (with its process group: PostgreSQL's backends), removes the System V
-/// segment each killed PostgreSQL left (see `pg_server/run.rs`
-/// `remove_killed_segment`), moves the folders a
+/// (with its process group: PostgreSQL's backends), moves the folders a
 /// failed test kept to the harness's usual root (swept after a day, see
 /// `test_dir.rs`) and removes the run's folder. Arguments: the nextest pid, the run's folder.
 const KEEPER: &str = r#"
@@ -207,13 +205,6 @@ while [ "$i" -lt 100 ]; do
   done
   [ -z "$alive" ] && break
   sleep 0.1; i=$((i + 1))
-done
-for pidfile in $(find "$dir" -name postmaster.pid 2>/dev/null); do
-  pm=$(sed -n 1p "$pidfile"); id=$(sed -n 7p "$pidfile" | awk '{print $2}')
-  [ -n "$id" ] || continue
-  if ipcs -m -p | awk -v id="$id" -v pm="$pm" '$1 == id && $3 == pm {f = 1} END {exit !f}'; then
-    ipcrm -m "$id" 2>/dev/null
-  fi
 done
 for kept in "$dir"/*/*/KEPT-AFTER-PANIC; do
   [ -e "$kept" ] || continue

@@ -31,6 +31,9 @@ pub(crate) trait ServerProcess {
     /// Whether the started server answers as it should (one short probe).
     fn is_ready(&self) -> bool;
 
+    /// What the server type does once a start or restart is ready.
+    fn on_ready(&self) {}
+
     /// Starts the process.
     ///
     /// # Panics
@@ -64,6 +67,7 @@ pub(crate) trait ServerProcess {
                 ));
             }
             if self.is_ready() {
+                self.on_ready();
                 return Ok(());
             }
             if start.elapsed() > limit {

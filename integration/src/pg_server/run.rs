@@ -40,15 +40,18 @@ pub(super) fn server_args(
     ]
 }
 
-/// Removes the System V segment the postmaster of `data` created, when
-/// that postmaster was killed: PostgreSQL removes it on a clean shutdown or
-/// a restart in the same folder, never after a SIGKILL, and the kernel
-/// keeps it until removed. Thousands of killed servers exhaust
-/// `kernel.shmmni` (4,096), after which no server starts ("could not create
-/// shared memory segment: No space left on device"). The segment removed is
-/// the one `postmaster.pid` names, and only when the pid it records created
-/// it; a marked segment still attached goes when its last process detaches.
-pub(super) fn remove_killed_segment(data: &Path) {
+/// Marks the System V segment of the postmaster of `data` for removal, so
+/// the kernel frees it when the server's last process ends, however it
+/// ends. PostgreSQL removes it itself only on a clean shutdown or a
+/// restart in the same folder: every SIGKILLed test server (a fault test,
+/// a test process that ended with its servers, the shared servers' keeper)
+/// left one, and once `kernel.shmmni` (4,096) were left no server started
+/// ("could not create shared memory segment: No space left on device").
+/// A running server never looks its segment up again (its processes are
+/// forks, attached already; a restart finds the segment gone or, still
+/// attached, in use, as before). The segment is the one `postmaster.pid`
+/// names, and only when the pid it records created it.
+pub(super) fn remove_segment_at_exit(data: &Path) {
     let Ok(text) = std::fs::read_to_string(data.join("postmaster.pid")) else {
         return; // a clean shutdown removed it, or no server ran
     };
