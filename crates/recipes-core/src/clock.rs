@@ -38,11 +38,16 @@ impl BootInstant {
     }
 
     /// The std `Instant` at which this point is reached, assuming the host
-    /// does not sleep in between. For waiting with std and crossbeam APIs.
+    /// does not sleep in between. For waiting with std and crossbeam APIs;
+    /// a point too far ahead for `Instant` (a grant of `Duration::MAX`)
+    /// maps to a year from now.
     pub fn to_instant(self) -> Instant {
         let (now_boot, now_instant) = (BootInstant::now(), Instant::now());
         if self >= now_boot {
-            now_instant + self.saturating_duration_since(now_boot)
+            let ahead = self.saturating_duration_since(now_boot);
+            now_instant
+                .checked_add(ahead)
+                .unwrap_or_else(|| now_instant + Duration::from_secs(365 * 24 * 3600))
         } else {
             now_instant
                 .checked_sub(now_boot.saturating_duration_since(self))
@@ -175,6 +180,14 @@ mod tests {
             a - Duration::from_secs(5),
             BootInstant::from_since_boot(Duration::ZERO)
         );
+    }
+
+    #[test]
+    fn to_instant_of_a_point_past_what_instant_holds_is_a_year_ahead() {
+        let far = BootInstant::now() + Duration::MAX;
+        let year = Duration::from_secs(365 * 24 * 3600);
+        let mapped = far.to_instant();
+        assert!(mapped > Instant::now() + year - Duration::from_secs(60));
     }
 
     #[test]

@@ -64,6 +64,20 @@ impl fmt::Display for LossReason {
     }
 }
 
+/// What runs when a signal fires (see [`LossSignal::on_fire`]).
+type Hook = Box<dyn FnOnce(LossReason) + Send>;
+
+/// Run the hooks of signals that fired: one that panics is logged and
+/// passed over.
+fn run_hooks(hooks: Vec<Hook>, reason: LossReason, store: &str) {
+    for hook in hooks {
+        let run = std::panic::AssertUnwindSafe(|| hook(reason));
+        if std::panic::catch_unwind(run).is_err() {
+            log::error!("[{store}] a hook of a loss signal panicked; the signal fired regardless");
+        }
+    }
+}
+
 struct SignalState {
     reason: Option<LossReason>,
     fired_at: Option<BootInstant>,
@@ -71,7 +85,7 @@ struct SignalState {
     tx: Option<Sender<()>>,
     children: Vec<Weak<SignalInner>>,
     // Run once, when the signal fires (metrics).
-    hooks: Vec<Box<dyn FnOnce(LossReason) + Send>>,
+    hooks: Vec<Hook>,
 }
 
 struct SignalInner {
@@ -125,22 +139,44 @@ impl SignalInner {
         }
     }
 
+    /// Fire this signal and every live child: all of them are marked
+    /// (their receivers disconnect, their waiters wake) before any hook
+    /// runs, and a hook that panics is logged and passed over, so that no
+    /// hook — a logger, a metrics recorder, a caller's callback — can keep
+    /// a signal from firing or delay another one's (the process's one
+    /// deadline thread fires every lease's).
     fn fire(&self, reason: LossReason) -> bool {
-        let (tx, children, hooks) = {
+        let mut hooks = Vec::new();
+        if !self.mark(reason, &mut hooks) {
+            return false;
+        }
+        run_hooks(hooks, reason, &self.store);
+        true
+    }
+
+    /// Mark this signal and its live children fired, oldest first, and
+    /// collect their hooks (in that order) into `hooks`; false if this one
+    /// had fired already.
+    fn mark(&self, reason: LossReason, hooks: &mut Vec<Hook>) -> bool {
+        // Read first: a clock that panics (a caller's) must not leave the
+        // signal half marked. Without a time it fired at the earliest.
+        let read = std::panic::AssertUnwindSafe(|| self.now());
+        let at = std::panic::catch_unwind(read)
+            .unwrap_or_else(|_| BootInstant::from_since_boot(Duration::ZERO));
+        let (tx, children) = {
             let mut st = self.state.lock();
             if st.reason.is_some() {
                 return false;
             }
             st.reason = Some(reason);
-            st.fired_at = Some(self.now());
-            let hooks = std::mem::take(&mut st.hooks);
-            (st.tx.take(), std::mem::take(&mut st.children), hooks)
+            st.fired_at = Some(at);
+            hooks.append(&mut st.hooks);
+            (st.tx.take(), std::mem::take(&mut st.children))
         };
         drop(tx);
         self.notify.notify_waiters();
-        hooks.into_iter().for_each(|hook| hook(reason));
         for child in children.iter().filter_map(Weak::upgrade) {
-            child.fire(reason);
+            child.mark(reason, hooks);
         }
         true
     }
@@ -395,6 +431,20 @@ impl LossTrigger {
             log::debug!("loss signal fired: {reason}");
         }
         fired
+    }
+
+    /// Fire every one of `triggers`: all are marked fired before any hook
+    /// of theirs runs, so a slow hook of one (a blocked logger) delays no
+    /// other's signal. The deadline thread fires the epochs due together
+    /// so.
+    pub(crate) fn fire_all(triggers: &[LossTrigger], reason: LossReason) {
+        let mut hooks = Vec::new();
+        for t in triggers {
+            if t.inner.mark(reason, &mut hooks) {
+                log::debug!("loss signal fired: {reason}");
+            }
+        }
+        run_hooks(hooks, reason, "deadline");
     }
 
     /// Whether the signal has been fired explicitly (the clock is not read).

@@ -93,3 +93,28 @@ fn dropped_children_are_pruned() {
     }
     assert!(root.inner.state.lock().children.len() <= 1);
 }
+
+#[test]
+fn a_panicking_hook_neither_stops_the_firing_nor_the_other_hooks() {
+    let root = LossTrigger::root();
+    let child = root.child();
+    let heard = Arc::new(parking_lot::Mutex::new(Vec::new()));
+    root.signal().on_fire(|_| panic!("a hook that panics"));
+    let h = heard.clone();
+    root.signal().on_fire(move |r| h.lock().push(("root", r)));
+    let h = heard.clone();
+    child.signal().on_fire(move |r| h.lock().push(("child", r)));
+    assert!(root.fire(LossReason::Revoked));
+    assert_eq!(
+        child.signal().receiver().try_recv(),
+        Err(crossbeam_channel::TryRecvError::Disconnected)
+    );
+    assert_eq!(child.signal().reason(), Some(LossReason::Revoked));
+    assert_eq!(
+        *heard.lock(),
+        [
+            ("root", LossReason::Revoked),
+            ("child", LossReason::Revoked)
+        ]
+    );
+}

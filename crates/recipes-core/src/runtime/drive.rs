@@ -91,6 +91,12 @@ pub(super) struct Baton {
     epoch: Instant,
     /// When the last driving caller left, in nanoseconds since `epoch`.
     left_at: AtomicU64,
+    /// When tokio's scheduler last had a turn (ran the queued tasks and
+    /// polled the IO driver and timers), as far as we know: the runtime
+    /// thread left `block_on`, or a driven call waited. A call whose
+    /// future answers on its first poll gives it none (see
+    /// [`Driving::run`]).
+    turned_at: AtomicU64,
     /// Calls spawned onto the runtime and not yet answered: while any is,
     /// the core is never left free.
     hops: AtomicUsize,
@@ -117,6 +123,7 @@ impl Baton {
             state: AtomicU8::new(RUNTIME),
             epoch: Instant::now(),
             left_at: AtomicU64::new(0),
+            turned_at: AtomicU64::new(0),
             hops: AtomicUsize::new(0),
             untimed: AtomicBool::new(false),
             wanted: Notify::new(),
@@ -239,6 +246,7 @@ impl Baton {
                     () = self.wanted.notified() => None,
                 }
             });
+            self.turned_at.store(self.now_ns(), Ordering::SeqCst);
             if let Some(c) = message {
                 return c;
             }
@@ -315,17 +323,43 @@ impl Driving<'_> {
         // reply channel disconnected): `Closed`, not a panic in the caller.
         let driven = std::panic::AssertUnwindSafe(|| {
             self.rt.block_on(async {
+                // tokio's `block_on` polls our future first and returns as
+                // soon as it answers: a call that answers on its first poll
+                // gives the scheduler no turn, and a tight loop of such
+                // calls (gaps under the grace) would starve every timer and
+                // task. So such a call yields when no turn came for a whole
+                // look: at the first yield the scheduler runs the queued
+                // tasks and polls the driver without blocking, at the
+                // second it runs the tasks that poll woke (a timer's).
+                let waited = std::cell::Cell::new(false);
+                let mut fut = fut;
+                let tracked = std::future::poll_fn(|cx| {
+                    let poll = fut.as_mut().poll(cx);
+                    waited.set(waited.get() || poll.is_pending());
+                    poll
+                });
                 let answer = async {
                     match deadline {
-                        Some(d) => tokio::time::timeout_at(d.into(), fut).await.ok(),
-                        None => Some(fut.await),
+                        Some(d) => tokio::time::timeout_at(d.into(), tracked).await.ok(),
+                        None => Some(tracked.await),
                     }
                 };
-                tokio::select! {
+                let answer = tokio::select! {
                     biased;
                     () = self.baton.closed() => Some(Err(Error::Closed)),
                     a = answer => a,
+                };
+                let b = self.baton;
+                let now = b.now_ns();
+                let last = b.turned_at.load(Ordering::SeqCst);
+                if waited.get() {
+                    b.turned_at.store(now, Ordering::SeqCst);
+                } else if now.saturating_sub(last) >= LOOK.as_nanos() as u64 {
+                    tokio::task::yield_now().await;
+                    tokio::task::yield_now().await;
+                    b.turned_at.store(b.now_ns(), Ordering::SeqCst);
                 }
+                answer
             })
         });
         std::panic::catch_unwind(driven).unwrap_or(Some(Err(Error::Closed)))
@@ -368,23 +402,25 @@ impl Drop for Hop<'_> {
 }
 
 /// The stack this thread has left below the current frame, where the
-/// platform says (Linux); `None` elsewhere. The stack's low end is read
-/// once per thread (for the main thread glibc reads `/proc/self/maps`).
+/// platform says (Linux); `None` elsewhere, or when the frame is not on
+/// the thread's stack (a coroutine's, an alternate signal stack). The
+/// stack's ends are read once per thread (for the main thread glibc reads
+/// `/proc/self/maps`).
 pub(super) fn stack_left() -> Option<usize> {
     #[cfg(target_os = "linux")]
     {
         use std::cell::Cell;
         thread_local! {
-            static LOW_END: Cell<Option<Option<usize>>> = const { Cell::new(None) };
+            static ENDS: Cell<Option<Option<(usize, usize)>>> = const { Cell::new(None) };
         }
-        let low = LOW_END.with(|c| {
+        let (low, high) = ENDS.with(|c| {
             if c.get().is_none() {
-                c.set(Some(stack_low_end()));
+                c.set(Some(stack_ends()));
             }
             c.get().flatten()
         })?;
         let here = 0u8;
-        (std::ptr::from_ref(&here) as usize).checked_sub(low)
+        left_from(std::ptr::from_ref(&here) as usize, low, high)
     }
     #[cfg(not(target_os = "linux"))]
     {
@@ -392,8 +428,15 @@ pub(super) fn stack_left() -> Option<usize> {
     }
 }
 
+/// The room below `here` on a stack from `low` to `high`; `None` when
+/// `here` is not on it.
+pub(super) fn left_from(here: usize, low: usize, high: usize) -> Option<usize> {
+    (low..=high).contains(&here).then(|| here - low)
+}
+
+/// The thread's stack: its low and high ends.
 #[cfg(target_os = "linux")]
-fn stack_low_end() -> Option<usize> {
+fn stack_ends() -> Option<(usize, usize)> {
     let mut attr = std::mem::MaybeUninit::<libc::pthread_attr_t>::uninit();
     let mut addr: *mut libc::c_void = std::ptr::null_mut();
     let mut size: libc::size_t = 0;
@@ -407,5 +450,6 @@ fn stack_low_end() -> Option<usize> {
         libc::pthread_attr_destroy(attr.as_mut_ptr());
         rc
     };
-    (rc == 0 && size > 0).then_some(addr as usize)
+    let low = addr as usize;
+    (rc == 0 && size > 0).then(|| (low, low.saturating_add(size)))
 }

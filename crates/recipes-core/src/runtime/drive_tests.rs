@@ -234,6 +234,49 @@ fn background_work_never_starves_while_threads_call_in_a_tight_loop() {
     assert!(calls.load(Ordering::SeqCst) > 100);
 }
 
+/// Calls whose futures answer on their first poll never give tokio's
+/// scheduler a turn (its `block_on` polls the caller's future first and
+/// returns at once): a thread calling them in a tight loop, with gaps
+/// shorter than the grace, must still not starve the runtime's timers and
+/// tasks (keep-alives, watches).
+#[test]
+fn background_work_never_starves_while_a_thread_calls_what_answers_at_once() {
+    let rt = Runtime::new("recipes-test-drive").unwrap();
+    let ticker = Ticker::start(&rt);
+    ticker.wait_ticks(5);
+    ticker.longest_gap_us.store(0, Ordering::SeqCst);
+    let stop = Arc::new(AtomicBool::new(false));
+    let caller = {
+        let (rt, stop) = (rt.clone(), stop.clone());
+        on_big_stack("at-once", move || {
+            let mut calls = 0_u64;
+            while !stop.load(Ordering::SeqCst) {
+                rt.call("at once", Duration::from_secs(30), async { Ok(()) })
+                    .unwrap();
+                calls += 1;
+            }
+            calls
+        })
+    };
+    // Each tick's timer waits for the scheduler's next turn, which such
+    // calls give it once a look (`LOOK`, 16 ms): 100 ticks in ~1.7 s.
+    let started = Instant::now();
+    ticker.wait_ticks(100);
+    stop.store(true, Ordering::SeqCst);
+    let calls = caller.join().unwrap();
+    let took = started.elapsed();
+    let gap = Duration::from_micros(ticker.longest_gap_us.load(Ordering::SeqCst));
+    let slow = slow_factor();
+    assert!(
+        took < Duration::from_secs(5).mul_f64(slow),
+        "100 ticks took {took:?}"
+    );
+    assert!(
+        gap < Duration::from_millis(100).mul_f64(slow),
+        "a tick waited {gap:?} ({calls} calls)"
+    );
+}
+
 #[test]
 fn shutdown_ends_a_driving_callers_call_with_closed() {
     let rt = Runtime::new("recipes-test-drive").unwrap();
@@ -372,4 +415,15 @@ fn a_driven_future_that_panics_ends_its_call_with_closed_as_a_spawned_one_did() 
     assert!(matches!(r, Err(Error::Closed)), "{r:?}");
     rt.call("after", Duration::from_secs(5), async { Ok(()) })
         .unwrap();
+}
+
+#[test]
+fn a_frame_off_the_threads_stack_has_no_room_to_drive() {
+    use super::drive::left_from;
+    assert_eq!(left_from(1_500, 1_000, 2_000), Some(500));
+    assert_eq!(left_from(1_000, 1_000, 2_000), Some(0));
+    assert_eq!(left_from(2_000, 1_000, 2_000), Some(1_000));
+    // Above the stack (another stack mapped higher) or below it.
+    assert_eq!(left_from(5_000, 1_000, 2_000), None);
+    assert_eq!(left_from(500, 1_000, 2_000), None);
 }
