@@ -74,6 +74,25 @@ impl Ticker {
         self.ticks.load(Ordering::SeqCst)
     }
 
+    /// `n` more ticks within 5 s, none more than 100 ms after the last
+    /// (both scaled: the machine may be shared); `stop` ends the load.
+    fn ticks_unstarved(&self, n: usize, stop: impl FnOnce()) {
+        let started = Instant::now();
+        self.wait_ticks(n);
+        stop();
+        let took = started.elapsed();
+        let gap = Duration::from_micros(self.longest_gap_us.load(Ordering::SeqCst));
+        let slow = slow_factor();
+        assert!(
+            took < Duration::from_secs(5).mul_f64(slow),
+            "{n} ticks took {took:?}"
+        );
+        assert!(
+            gap < Duration::from_millis(100).mul_f64(slow),
+            "a tick waited {gap:?}"
+        );
+    }
+
     fn wait_ticks(&self, n: usize) {
         let until = self.ticks() + n;
         super::tests::wait_for("ticks", Duration::from_secs(10), || self.ticks() >= until);
@@ -212,25 +231,13 @@ fn background_work_never_starves_while_threads_call_in_a_tight_loop() {
                 .unwrap()
         })
         .collect();
-    let started = Instant::now();
-    ticker.wait_ticks(500);
-    stop.store(true, Ordering::SeqCst);
-    for t in threads {
-        t.join().unwrap();
-    }
-    let took = started.elapsed();
-    let gap = Duration::from_micros(ticker.longest_gap_us.load(Ordering::SeqCst));
-    // 500 one-millisecond ticks; each may be a timer tick late, and the
-    // machine is shared: bounded by the environment factor.
-    let slow = slow_factor();
-    assert!(
-        took < Duration::from_secs(5).mul_f64(slow),
-        "500 ticks took {took:?}"
-    );
-    assert!(
-        gap < Duration::from_millis(100).mul_f64(slow),
-        "a tick waited {gap:?}"
-    );
+    // 500 one-millisecond ticks; each may be a timer tick late.
+    ticker.ticks_unstarved(500, || {
+        stop.store(true, Ordering::SeqCst);
+        for t in threads {
+            t.join().unwrap();
+        }
+    });
     assert!(calls.load(Ordering::SeqCst) > 100);
 }
 
@@ -260,21 +267,10 @@ fn background_work_never_starves_while_a_thread_calls_what_answers_at_once() {
     };
     // Each tick's timer waits for the scheduler's next turn, which such
     // calls give it once a look (`LOOK`, 16 ms): 100 ticks in ~1.7 s.
-    let started = Instant::now();
-    ticker.wait_ticks(100);
-    stop.store(true, Ordering::SeqCst);
-    let calls = caller.join().unwrap();
-    let took = started.elapsed();
-    let gap = Duration::from_micros(ticker.longest_gap_us.load(Ordering::SeqCst));
-    let slow = slow_factor();
-    assert!(
-        took < Duration::from_secs(5).mul_f64(slow),
-        "100 ticks took {took:?}"
-    );
-    assert!(
-        gap < Duration::from_millis(100).mul_f64(slow),
-        "a tick waited {gap:?} ({calls} calls)"
-    );
+    ticker.ticks_unstarved(100, || {
+        stop.store(true, Ordering::SeqCst);
+        assert!(caller.join().unwrap() > 100, "calls made");
+    });
 }
 
 #[test]
