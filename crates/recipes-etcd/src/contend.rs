@@ -123,6 +123,8 @@ pub(crate) struct KeyEntry {
     /// The revision at which a wait heard every key ahead deleted: ours is
     /// first there (the next listing is that, with no read).
     first_at: Option<i64>,
+    /// The last listing was that one, not a read.
+    concluded: bool,
 }
 
 impl KeyEntry {
@@ -364,6 +366,7 @@ impl ContendDriver for KeyContender<'_> {
             read_at,
             ahead: Vec::new(),
             first_at: None,
+            concluded: false,
         };
         if let Some(first) = &first {
             entry.listed(first);
@@ -379,6 +382,7 @@ impl ContendDriver for KeyContender<'_> {
     /// key ahead of ours deleted: the listing at that deletion's revision
     /// is ours alone.
     async fn list(&self, epoch: &KeyEpoch, entry: &mut KeyEntry) -> Result<Listing<Key>> {
+        entry.concluded = entry.first_at.is_some();
         let read = match entry.first_at.take() {
             Some(revision) => Listing {
                 contenders: vec![entry.id.clone()],
@@ -463,7 +467,7 @@ impl ContendDriver for KeyContender<'_> {
 
     fn won(&self, _epoch: KeyEpoch, ticket: Ticket, entry: KeyEntry, fence: i64) -> Acquired {
         let mut interest = entry.interest;
-        interest.ours(&entry.key, fence);
+        interest.won(&entry.key, fence, !entry.concluded);
         interest.hold();
         let watches = self.client.watches().clone();
         let (rev, heard) = (

@@ -42,7 +42,16 @@ impl Interest {
     /// for etcd's 100 ms unsynced loop), and it vouches for `rev` and later
     /// without waiting for the server.
     pub(crate) fn ours(&self, key: &str, rev: i64) {
-        self.slot.state.lock().ours = Some((key.as_bytes().to_vec(), rev));
+        self.won(key, rev, true);
+    }
+
+    /// Ours holds at `rev`: `read` when a listing at `rev` showed our key,
+    /// else concluded from deletions heard (see [`Listening::won`]); the
+    /// watches as [`ours`](Self::ours) asks for them.
+    ///
+    /// [`Listening::won`]: super::slot::Listening::won
+    pub(crate) fn won(&self, key: &str, rev: i64, read: bool) {
+        self.slot.state.lock().won(key.as_bytes(), rev, read);
         let mut st = self.hub.shared.state.lock();
         let mut asked = false;
         for prefix in &self.names {

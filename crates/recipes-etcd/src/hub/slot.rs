@@ -101,9 +101,63 @@ impl Listening {
     }
 }
 
+impl Listening {
+    /// Ours holds at `rev`; from now on its deletion after the mark is
+    /// loss. `read`: a listing at `rev` showed our key, so `rev` is the
+    /// mark. Else the hold was concluded from deletions heard, with no
+    /// read: a deletion of our key at or before `rev` may still be on its
+    /// way (later in the same reply, or on another watch), so the mark
+    /// stays the last read that showed our key.
+    ///
+    /// A deletion of our key after the mark, heard before (kept while no
+    /// wait ran), is loss too.
+    pub(super) fn won(&mut self, key: &[u8], rev: i64, read: bool) {
+        match &mut self.ours {
+            Some((ours, _)) if !read && ours == key => {}
+            ours => *ours = Some((key.to_vec(), rev)),
+        }
+        if let Some((ours, after)) = &self.ours {
+            if self.heard.iter().any(|(k, r)| k == ours && r > after) {
+                self.ours_gone = true;
+            }
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// A wait concludes from deletions heard that ours is first at 12;
+    /// our own key, deleted at 12 (one transaction with the key ahead) or
+    /// earlier (heard on another watch, later), is still loss once ours
+    /// holds. After a read at 12 that showed our key, only later
+    /// deletions are.
+    #[test]
+    fn a_hold_concluded_without_a_read_keeps_the_last_reads_mark() {
+        for gone_at in [12, 9] {
+            let mut l = waiting_for(b"a", &[]);
+            assert!(l.hear(b"a", 12));
+            assert_eq!(concluded(&l), Some(12));
+            l.won(b"ours", 12, false);
+            l.target = Target::Held;
+            assert!(l.hear(b"ours", gone_at));
+            assert!(l.ours_gone, "ours deleted at {gone_at}");
+        }
+        // Heard before ours was known (kept for the next wait): loss as
+        // soon as ours holds.
+        let mut l = Listening::default();
+        assert!(!l.hear(b"ours", 12));
+        l.won(b"ours", 10, true);
+        assert!(l.ours_gone, "deleted at 12, after the read at 10");
+        let mut l = waiting_for(b"a", &[]);
+        l.won(b"ours", 12, true);
+        l.target = Target::Held;
+        l.hear(b"ours", 12);
+        assert!(!l.ours_gone, "deleted at the read that showed it: not ours");
+        l.hear(b"ours", 13);
+        assert!(l.ours_gone);
+    }
 
     fn waiting_for(key: &[u8], others: &[&[u8]]) -> Listening {
         Listening {
