@@ -166,3 +166,51 @@ fn fault_an_acquisition_no_replica_acknowledged_fails_and_is_undone() {
     assert_eq!(lock, None);
     a.close().unwrap();
 }
+
+/// `WAIT` counts the writes of its own connection: an acquisition whose
+/// reply was lost on a dropped connection goes on on a new one, and must
+/// still wait for the replica — with the replica cut off, it fails typed,
+/// and nothing is left. (This run also passed before `replicated` wrote
+/// on the connection it waits on: the acquisition wrote again on the new
+/// connection, so the narrower case — a resent enter that writes nothing
+/// — is argued in `rpc.rs`, not reproduced here.)
+#[test]
+fn fault_an_acquisition_resent_on_a_new_connection_still_waits_for_the_replica() {
+    let pair = Pair::start();
+    let front = Proxy::start(pair.primary.addr());
+    // A TTL long enough that no renewal (a write) falls in the window.
+    let a = RedisClient::builder(format!("redis://{}", front.addr()))
+        .ttl(Duration::from_secs(60))
+        .rpc_timeout(Duration::from_secs(2))
+        .wait_for_replicas(1, Duration::from_millis(500))
+        .connect()
+        .expect("connect");
+    let name = "/failover/resent";
+    // The session and the functions first: the enter is then the first
+    // request of the acquisition.
+    let warm = a.mutex("/failover/warm").unwrap().try_lock().unwrap();
+    warm.expect("free").release().unwrap();
+    pair.lag();
+    front.freeze_replies();
+    let taking = {
+        let a = a.clone();
+        std::thread::spawn(move || a.mutex(name).unwrap().try_lock().map(|g| g.is_some()))
+    };
+    wait_until(
+        "the enter is on the primary",
+        scale(Duration::from_secs(10)),
+        || {
+            let lock: Option<String> = pair
+                .primary
+                .cmd(&["GET", "{recipes}:lock:/failover/resent"]);
+            lock.is_some()
+        },
+    );
+    front.drop_connections();
+    front.restore();
+    let r = taking.join().unwrap();
+    assert!(matches!(r, Err(Error::Indeterminate { .. })), "{r:?}");
+    pair.link.restore();
+    assert!(a.contenders(name).unwrap().is_empty(), "undone");
+    a.close().unwrap();
+}

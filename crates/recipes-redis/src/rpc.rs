@@ -141,7 +141,17 @@ impl Redis {
     }
 
     /// Wait until the configured number of replicas acknowledged every
-    /// write sent on the connection so far, if a number is configured.
+    /// write the primary took so far, if a number is configured.
+    ///
+    /// `WAIT` counts the writes of the connection it is sent on, and a
+    /// connection made since (a reconnect after a lost reply, whose resent
+    /// enter found its write done and wrote nothing) has none: its `WAIT`
+    /// would answer at once with every replica still listed online,
+    /// however far behind. So one write of our own goes first, in the same
+    /// request on the same connection (a pipeline): a counter of its own,
+    /// `INCR`ed by a script allowed to run when the server is out of
+    /// memory. The primary's replication offset only grows, so the
+    /// replicas that acknowledge it have every earlier write too.
     ///
     /// # Errors
     ///
@@ -149,14 +159,20 @@ impl Redis {
     /// configured timeout: the writes are on the primary and may be lost
     /// with it.
     pub(crate) async fn replicated(&self, what: &str, rpc_timeout: Duration) -> Result<()> {
+        const MARK: &str = "#!lua flags=allow-oom\nreturn redis.call('INCR', KEYS[1])";
         let Some((replicas, wait)) = self.replicas else {
             return Ok(());
         };
         let mut conn = self.conn.clone();
-        let mut cmd = redis::cmd("WAIT");
-        cmd.arg(replicas).arg(wait.as_millis() as u64);
+        let mut pipe = redis::pipe();
+        pipe.cmd("EVAL")
+            .arg(MARK)
+            .arg(1)
+            .arg(format!("{}replicated", crate::names::NS))
+            .ignore();
+        pipe.cmd("WAIT").arg(replicas).arg(wait.as_millis() as u64);
         let waited = async move {
-            let acked: u32 = cmd
+            let (acked,): (u32,) = pipe
                 .query_async(&mut conn)
                 .await
                 .map_err(|e| from_redis(what, e))?;
