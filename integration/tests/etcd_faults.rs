@@ -274,3 +274,39 @@ fn a_waiter_behind_a_broken_watch_stream_acquires_fault() {
 fn a_waiter_behind_a_broken_watch_stream_over_compacted_history_acquires_fault() {
     a_waiter_behind_a_broken_stream_acquires(true);
 }
+
+/// etcd 3.4.23 (etcd-io/etcd#18089): a watch resumed at the revision a
+/// compaction named is neither sent a deletion at exactly that revision
+/// nor told that history was compacted. A holder whose key was deleted
+/// then, while its watch stream was down, must still learn it lost.
+#[test]
+fn a_holder_whose_key_goes_at_the_compacted_revision_while_its_stream_is_down_loses_fault() {
+    let server = EtcdServer::start();
+    let facts = server.facts();
+    let proxy = integration::Proxy::start(server.client_addr());
+    let name = lock_name("compacted-at");
+    let a = EtcdClient::builder([proxy.addr().to_string()])
+        .ttl(Duration::from_secs(30))
+        .connect()
+        .unwrap();
+    let held = a.mutex(&name).unwrap().lock().unwrap();
+    let key = key_of(&a, &name);
+    wait_until("the holder watches its key", scale(SOON), || {
+        server.metric("etcd_debugging_mvcc_watcher_total") >= 1.0
+    });
+    let before = store_revision(&facts);
+    proxy.blackhole();
+    proxy.drop_connections();
+    facts.delete(&key);
+    let deleted_at = store_revision(&facts);
+    assert_eq!(deleted_at, before + 1, "the deletion is the next revision");
+    let mut raw = facts.client();
+    block_on(async move { raw.compact(deleted_at, None).await }).expect("compact");
+    assert!(held.lost().reason().is_none(), "not heard yet");
+    proxy.restore();
+    wait_until("the holder hears it lost", scale(SOON), || {
+        held.lost().reason().is_some()
+    });
+    drop(held);
+    a.close().unwrap();
+}

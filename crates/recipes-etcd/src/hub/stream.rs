@@ -106,13 +106,22 @@ impl State {
     /// next one, each resumed where it stopped (cancels are moot). A name
     /// no interest has asked a watch for yet waits for its first
     /// [`ours`](super::Interest::ours).
+    ///
+    /// A resumed watch vouches only for deletions *after* the revision it
+    /// resumes at: etcd 3.4.23 (etcd-io/etcd#18089) does not send a
+    /// watch started at the revision a compaction named the deletion at
+    /// exactly that revision, nor says it compacted anything. So every
+    /// interest whose last read is older reads again (a held key: one
+    /// read per stream break).
     fn restart(&mut self) {
         self.to_cancel.clear();
         self.to_create.clear();
         for (prefix, name) in &mut self.names {
             name.sent_on = None;
             if name.covered_after != i64::MAX {
+                name.covered_after = name.covered_after.max(name.next_rev);
                 self.to_create.push(prefix.clone());
+                recheck(name);
             }
         }
     }
@@ -131,10 +140,12 @@ impl State {
             let name = self.names.get_mut(&prefix).expect("ids name names");
             name.id = id;
             if compacted > 0 {
-                // Deletions before `compacted` are lost: no interest that
-                // read before it may trust the watch; resume from there.
+                // Deletions up to `compacted` may be lost (before it:
+                // compacted; at it: etcd#18089, see `restart`): no
+                // interest that read before it may trust the watch; resume
+                // from there.
                 log::debug!("watch on {prefix}: history compacted up to {compacted}");
-                name.covered_after = name.covered_after.max(compacted - 1);
+                name.covered_after = name.covered_after.max(compacted);
                 name.next_rev = name.next_rev.max(compacted);
                 name.sent_on = None;
                 self.to_create.push(prefix.clone());
