@@ -67,15 +67,31 @@ impl fmt::Display for LossReason {
 /// What runs when a signal fires (see [`LossSignal::on_fire`]).
 type Hook = Box<dyn FnOnce(LossReason) + Send>;
 
-/// Run the hooks of signals that fired: one that panics is logged and
-/// passed over.
-fn run_hooks(hooks: Vec<Hook>, reason: LossReason, store: &str) {
+/// Fire `signals` and their live children together: all of them are
+/// marked (their receivers disconnect, their waiters wake) before any hook
+/// runs, and a hook that panics is logged and passed over, so that no
+/// hook — a logger, a metrics recorder, a caller's callback — can keep a
+/// signal from firing or delay another one's (the process's one deadline
+/// thread fires every lease's). How many of `signals` this fired.
+fn fire_together<'a>(
+    signals: impl IntoIterator<Item = &'a SignalInner>,
+    reason: LossReason,
+) -> usize {
+    let mut hooks = Vec::new();
+    let fired = signals
+        .into_iter()
+        .filter(|s| s.mark(reason, &mut hooks))
+        .count();
+    if fired > 0 {
+        log::debug!("loss signal fired: {reason} ({fired})");
+    }
     for hook in hooks {
         let run = std::panic::AssertUnwindSafe(|| hook(reason));
         if std::panic::catch_unwind(run).is_err() {
-            log::error!("[{store}] a hook of a loss signal panicked; the signal fired regardless");
+            log::error!("a hook of a loss signal panicked; the signal fired regardless");
         }
     }
+    fired
 }
 
 struct SignalState {
@@ -139,19 +155,9 @@ impl SignalInner {
         }
     }
 
-    /// Fire this signal and every live child: all of them are marked
-    /// (their receivers disconnect, their waiters wake) before any hook
-    /// runs, and a hook that panics is logged and passed over, so that no
-    /// hook — a logger, a metrics recorder, a caller's callback — can keep
-    /// a signal from firing or delay another one's (the process's one
-    /// deadline thread fires every lease's).
+    /// Fire this signal and every live child (see [`fire_together`]).
     fn fire(&self, reason: LossReason) -> bool {
-        let mut hooks = Vec::new();
-        if !self.mark(reason, &mut hooks) {
-            return false;
-        }
-        run_hooks(hooks, reason, &self.store);
-        true
+        fire_together([self], reason) == 1
     }
 
     /// Mark this signal and its live children fired, oldest first, and
@@ -426,25 +432,14 @@ impl LossTrigger {
     /// Fire the signal (and every child) with `reason`. Only the first call
     /// counts; returns whether this call fired it.
     pub fn fire(&self, reason: LossReason) -> bool {
-        let fired = self.inner.fire(reason);
-        if fired {
-            log::debug!("loss signal fired: {reason}");
-        }
-        fired
+        self.inner.fire(reason)
     }
 
-    /// Fire every one of `triggers`: all are marked fired before any hook
-    /// of theirs runs, so a slow hook of one (a blocked logger) delays no
-    /// other's signal. The deadline thread fires the epochs due together
-    /// so.
+    /// Fire every one of `triggers` together (see [`fire_together`]): a
+    /// slow hook of one (a blocked logger) delays no other's signal. The
+    /// deadline thread fires the epochs due together so.
     pub(crate) fn fire_all(triggers: &[LossTrigger], reason: LossReason) {
-        let mut hooks = Vec::new();
-        for t in triggers {
-            if t.inner.mark(reason, &mut hooks) {
-                log::debug!("loss signal fired: {reason}");
-            }
-        }
-        run_hooks(hooks, reason, "deadline");
+        fire_together(triggers.iter().map(|t| &*t.inner), reason);
     }
 
     /// Whether the signal has been fired explicitly (the clock is not read).
