@@ -323,6 +323,12 @@ impl PgServer {
         self.respawn();
     }
 
+    /// The id of the System V segment the running postmaster made, from
+    /// `postmaster.pid`; `None` when no server runs.
+    pub fn shared_memory_segment(&self) -> Option<i32> {
+        run::postmaster_segment(&self.dir().join("data")).map(|(_, id)| id)
+    }
+
     /// Whether the server at our address is this one: its data directory
     /// is ours.
     fn answers_as_ours(&self) -> bool {
@@ -355,10 +361,10 @@ impl PgServer {
 }
 
 /// A server that restarted after a backend crash made a new segment; it
-/// goes when the server does (see `run::remove_segment_at_exit`).
+/// goes with the server's processes, which the fields' drops kill next
+/// (see `run::remove_segment_at_exit`).
 impl Drop for PgServer {
     fn drop(&mut self) {
-        self.process.kill();
         run::remove_segment_at_exit(&self.dir.path().join("data"));
     }
 }

@@ -198,18 +198,10 @@ fn fault_a_killed_server_leaves_no_shared_memory_behind() {
         .expect("pg_dynshmem")
         .count();
     assert!(in_folder > 0, "the dynamic segments are in the data folder");
-    let segment = || {
-        let pid_file =
-            std::fs::read_to_string(data.join("postmaster.pid")).expect("postmaster.pid");
-        pid_file
-            .lines()
-            .nth(6)
-            .and_then(|l| l.split_whitespace().nth(1))
-            .and_then(|id| id.parse::<i32>().ok())
-            .unwrap_or_else(|| panic!("a segment id on line 7 of postmaster.pid:\n{pid_file}"))
-    };
     for _ in 0..2 {
-        let shmid = segment();
+        let shmid = server
+            .shared_memory_segment()
+            .expect("a segment id on line 7 of postmaster.pid");
         assert!(segment_exists(shmid), "the running server's segment");
         server.kill();
         assert!(

@@ -52,19 +52,8 @@ pub(super) fn server_args(
 /// attached, in use, as before). The segment is the one `postmaster.pid`
 /// names, and only when the pid it records created it.
 pub(super) fn remove_segment_at_exit(data: &Path) {
-    let Ok(text) = std::fs::read_to_string(data.join("postmaster.pid")) else {
-        return; // a clean shutdown removed it, or no server ran
-    };
-    let lines: Vec<&str> = text.lines().collect();
-    let postmaster = lines
-        .first()
-        .and_then(|l| l.trim().parse::<libc::pid_t>().ok());
-    let shmid = lines
-        .get(6)
-        .and_then(|l| l.split_whitespace().nth(1))
-        .and_then(|id| id.parse::<libc::c_int>().ok());
-    let (Some(postmaster), Some(shmid)) = (postmaster, shmid) else {
-        return;
+    let Some((postmaster, shmid)) = postmaster_segment(data) else {
+        return; // a clean shutdown removed postmaster.pid, or no server ran
     };
     // SAFETY: shmctl with IPC_STAT writes into the zeroed shmid_ds we own;
     // IPC_RMID reads no buffer.
@@ -74,6 +63,16 @@ pub(super) fn remove_segment_at_exit(data: &Path) {
             libc::shmctl(shmid, libc::IPC_RMID, std::ptr::null_mut());
         }
     }
+}
+
+/// The postmaster's pid and its System V segment's id, as `postmaster.pid`
+/// in `data` records them (lines 1 and 7).
+pub(super) fn postmaster_segment(data: &Path) -> Option<(libc::pid_t, libc::c_int)> {
+    let text = std::fs::read_to_string(data.join("postmaster.pid")).ok()?;
+    let lines: Vec<&str> = text.lines().collect();
+    let postmaster = lines.first()?.trim().parse().ok()?;
+    let shmid = lines.get(6)?.split_whitespace().nth(1)?.parse().ok()?;
+    Some((postmaster, shmid))
 }
 
 impl PgServer {
