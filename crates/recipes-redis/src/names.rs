@@ -7,6 +7,9 @@ use recipes_core::{Error, Result};
 /// The prefix of every key of ours, one hash tag.
 pub(crate) const NS: &str = "{recipes}:";
 
+/// The counter `replicated()` (`rpc.rs`) increments before each `WAIT`.
+pub(crate) const REPLICATED: &str = "{recipes}:replicated";
+
 /// Check the name of a lock, election or semaphore (`what`).
 pub(crate) fn validate_name(what: &str, name: &str) -> Result<()> {
     let limit = "a name is sent in every request of the recipe";
@@ -224,6 +227,7 @@ mod tests {
         assert_eq!(lock.name, "/s/locks");
         assert!(lock.conflict.is_empty());
         assert!(lock.inside.is_empty());
+        assert!(REPLICATED.starts_with(NS));
         assert_eq!(Queue::lock("/s/locks").inside, "{recipes}:size:/s");
         assert_eq!(Queue::lock("/s/leases").inside, "{recipes}:size:/s");
         assert!(Queue::lock("/s/other").inside.is_empty());

@@ -168,7 +168,7 @@ impl Redis {
         pipe.cmd("EVAL")
             .arg(MARK)
             .arg(1)
-            .arg(format!("{}replicated", crate::names::NS))
+            .arg(crate::names::REPLICATED)
             .ignore();
         pipe.cmd("WAIT").arg(replicas).arg(wait.as_millis() as u64);
         let waited = async move {
