@@ -99,9 +99,7 @@ impl Listening {
             Target::Any(after) => rev > *after,
         }
     }
-}
 
-impl Listening {
     /// Ours holds at `rev`; from now on its deletion after the mark is
     /// loss. `read`: a listing at `rev` showed our key, so `rev` is the
     /// mark. Else the hold was concluded from deletions heard, with no
