@@ -167,15 +167,15 @@ fn fault_an_acquisition_no_replica_acknowledged_fails_and_is_undone() {
     a.close().unwrap();
 }
 
-/// `WAIT` counts the writes of its own connection: an acquisition whose
-/// reply was lost on a dropped connection goes on on a new one, and must
-/// still wait for the replica — with the replica cut off, it fails typed,
-/// and nothing is left. (This run also passed before `replicated` wrote
-/// on the connection it waits on: the acquisition wrote again on the new
-/// connection, so the narrower case — a resent enter that writes nothing
-/// — is argued in `rpc.rs`, not reproduced here.)
+/// An acquisition whose reply was lost on a dropped connection goes on on
+/// a new one, with the replica cut off: it fails typed, and nothing is
+/// left. (`WAIT` counts the writes of its own connection; this run also
+/// passed before `replicated` wrote on the connection it waits on — the
+/// acquisition wrote again on its new connection — so the narrower case,
+/// a resent enter that writes nothing, is argued in `rpc.rs`, not
+/// reproduced here.)
 #[test]
-fn fault_an_acquisition_resent_on_a_new_connection_still_waits_for_the_replica() {
+fn fault_an_acquisition_whose_reply_is_lost_with_the_replica_cut_off_fails_and_is_undone() {
     let pair = Pair::start();
     let front = Proxy::start(pair.primary.addr());
     // A TTL long enough that no renewal (a write) falls in the window.

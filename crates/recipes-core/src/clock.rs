@@ -16,6 +16,10 @@ use parking_lot::Mutex;
 #[derive(Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
 pub struct BootInstant(Duration);
 
+/// Where [`BootInstant::to_instant`] puts a point too far ahead for
+/// `Instant`: a year from now.
+const BEYOND_INSTANT: Duration = Duration::from_secs(365 * 24 * 3600);
+
 impl BootInstant {
     /// The current reading of the system's boot-time clock.
     pub fn now() -> BootInstant {
@@ -47,7 +51,7 @@ impl BootInstant {
             let ahead = self.saturating_duration_since(now_boot);
             now_instant
                 .checked_add(ahead)
-                .unwrap_or_else(|| now_instant + Duration::from_secs(365 * 24 * 3600))
+                .unwrap_or_else(|| now_instant + BEYOND_INSTANT)
         } else {
             now_instant
                 .checked_sub(now_boot.saturating_duration_since(self))
@@ -185,9 +189,8 @@ mod tests {
     #[test]
     fn to_instant_of_a_point_past_what_instant_holds_is_a_year_ahead() {
         let far = BootInstant::now() + Duration::MAX;
-        let year = Duration::from_secs(365 * 24 * 3600);
         let mapped = far.to_instant();
-        assert!(mapped > Instant::now() + year - Duration::from_secs(60));
+        assert!(mapped > Instant::now() + BEYOND_INSTANT - Duration::from_secs(60));
     }
 
     #[test]

@@ -70,6 +70,14 @@ impl Ticker {
         ticker
     }
 
+    /// Started, five ticks in, the longest gap so far forgotten.
+    fn settled(rt: &Runtime) -> Ticker {
+        let ticker = Ticker::start(rt);
+        ticker.wait_ticks(5);
+        ticker.longest_gap_us.store(0, Ordering::SeqCst);
+        ticker
+    }
+
     fn ticks(&self) -> usize {
         self.ticks.load(Ordering::SeqCst)
     }
@@ -200,9 +208,7 @@ fn a_call_waiting_on_a_driver_that_leaves_is_answered_at_once() {
 #[test]
 fn background_work_never_starves_while_threads_call_in_a_tight_loop() {
     let rt = Runtime::new("recipes-test-drive").unwrap();
-    let ticker = Ticker::start(&rt);
-    ticker.wait_ticks(5);
-    ticker.longest_gap_us.store(0, Ordering::SeqCst);
+    let ticker = Ticker::settled(&rt);
     let stop = Arc::new(AtomicBool::new(false));
     let calls = Arc::new(AtomicUsize::new(0));
     let threads: Vec<_> = (0..4)
@@ -216,7 +222,9 @@ fn background_work_never_starves_while_threads_call_in_a_tight_loop() {
                 .spawn(move || {
                     while !stop.load(Ordering::SeqCst) {
                         let r = rt.call("tight", Duration::from_secs(30), async move {
-                            // Some calls answer at once, some wait on a timer.
+                            // Some calls yield once, some wait on a timer
+                            // (neither answers on its first poll: see the
+                            // next test for those).
                             if i % 2 == 0 {
                                 tokio::task::yield_now().await;
                             } else {
@@ -249,9 +257,7 @@ fn background_work_never_starves_while_threads_call_in_a_tight_loop() {
 #[test]
 fn background_work_never_starves_while_a_thread_calls_what_answers_at_once() {
     let rt = Runtime::new("recipes-test-drive").unwrap();
-    let ticker = Ticker::start(&rt);
-    ticker.wait_ticks(5);
-    ticker.longest_gap_us.store(0, Ordering::SeqCst);
+    let ticker = Ticker::settled(&rt);
     let stop = Arc::new(AtomicBool::new(false));
     let caller = {
         let (rt, stop) = (rt.clone(), stop.clone());
