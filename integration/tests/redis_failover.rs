@@ -7,7 +7,7 @@ use std::time::Duration;
 
 use integration::{scale, wait_until, Proxy, RedisConfig, RedisSentinel, RedisServer};
 use recipes_core::{Client, Error, FenceGate};
-use recipes_redis::RedisClient;
+use recipes_redis::{RedisClient, RedisLock};
 
 /// A primary, a replica of it through a proxy (which can hold back and
 /// then drop what the primary sends), and a sentinel that knows both.
@@ -26,12 +26,16 @@ impl Pair {
             replica_of: Some(link.addr()),
             ..RedisConfig::default()
         });
+        // Both sides: the replica says its link is up before the primary
+        // counts it online (after the replica's first acknowledgement),
+        // and a `WAIT` in between counts no replica.
         wait_until(
             "the replica is in sync",
             scale(Duration::from_secs(20)),
             || {
                 let info: String = replica.cmd(&["INFO", "replication"]);
-                info.contains("master_link_status:up")
+                let primary_info: String = primary.cmd(&["INFO", "replication"]);
+                info.contains("master_link_status:up") && primary_info.contains("state=online")
             },
         );
         let sentinel = RedisSentinel::start(&primary, 1);
@@ -65,6 +69,20 @@ impl Pair {
     }
 }
 
+/// After the failover: a client of the promoted replica (no replica left
+/// to wait for) and the lock `name` it took at once (`why` it is free).
+fn taken_after_the_failover(
+    pair: &Pair,
+    name: &str,
+    ttl: Duration,
+    why: &str,
+) -> (RedisClient, recipes_core::MutexGuard<RedisLock>) {
+    pair.fail_over();
+    let b = client(&pair.replica, ttl, 0);
+    let second = b.mutex(name).unwrap().try_lock().unwrap().expect(why);
+    (b, second)
+}
+
 fn client(server: &RedisServer, ttl: Duration, replicas: u32) -> RedisClient {
     RedisClient::builder(server.url())
         .ttl(ttl)
@@ -90,14 +108,8 @@ fn fault_a_promotion_without_wait_loses_the_lock_but_the_fence_still_rises() {
     pair.lag();
     let held = a.mutex(name).unwrap().lock().unwrap();
     gate.admit(held.token()).expect("the first holder writes");
-    pair.fail_over();
-    let b = client(&pair.replica, ttl, 0);
-    let second = b
-        .mutex(name)
-        .unwrap()
-        .try_lock()
-        .unwrap()
-        .expect("the promoted replica never heard of the lock");
+    let why = "the promoted replica never heard of the lock";
+    let (b, second) = taken_after_the_failover(&pair, name, ttl, why);
     assert!(second.token() > held.token(), "the fence never repeats");
     gate.admit(second.token())
         .expect("the second holder writes");
@@ -212,5 +224,117 @@ fn fault_an_acquisition_whose_reply_is_lost_with_the_replica_cut_off_fails_and_i
     assert!(matches!(r, Err(Error::Indeterminate { .. })), "{r:?}");
     pair.link.restore();
     assert!(a.contenders(name).unwrap().is_empty(), "undone");
+    a.close().unwrap();
+}
+
+/// With `WAIT 1`, a renewal counts only once the replica has it: a holder
+/// whose replica stops acknowledging loses by its own deadline, which
+/// falls before the replica's copy of the session expires — so when the
+/// promoted replica gives the lock to another client, the first holder
+/// already knows it lost. (While renewals were not waited for, the
+/// primary kept extending a session whose replica copy was expiring: the
+/// second holder got in while the first still believed it held.)
+#[test]
+fn fault_a_holder_whose_renewals_no_replica_acknowledges_has_lost_before_a_promotion_frees_it() {
+    let pair = Pair::start();
+    let ttl = Duration::from_secs(3);
+    let name = "/failover/renewals";
+    let a = client(&pair.primary, ttl, 1);
+    let held = a.mutex(name).unwrap().lock().unwrap();
+    let sessions = || pair.replica.keys("{recipes}:s:*");
+    let live = |keys: &[String]| {
+        keys.iter()
+            .filter(|k| pair.replica.cmd::<i64>(&["EXISTS", k.as_str()]) == 1)
+            .count()
+    };
+    assert_eq!(live(&sessions()), 1, "the replica has the holder's session");
+    pair.lag();
+    wait_until(
+        "the replica's copy of the session expired",
+        scale(ttl + Duration::from_secs(10)),
+        || live(&sessions()) == 0,
+    );
+    let why = "the session expired on the promoted replica";
+    let (b, second) = taken_after_the_failover(&pair, name, ttl, why);
+    assert!(
+        held.lost().is_lost(),
+        "the first holder knew it lost before the second got in"
+    );
+    assert!(second.token() > held.token(), "the fence never repeats");
+    second.release().unwrap();
+    b.close().unwrap();
+    drop(held);
+    drop(a);
+}
+
+/// How many `WAIT`s `server` ran.
+fn waits(server: &RedisServer) -> u64 {
+    let stats: String = server.cmd(&["INFO", "commandstats"]);
+    stats
+        .lines()
+        .find_map(|l| l.strip_prefix("cmdstat_wait:calls="))
+        .and_then(|rest| rest.split(',').next()?.parse().ok())
+        .unwrap_or(0)
+}
+
+/// `WAIT`s run on a connection of their own, one round for every caller
+/// queued: while four acquisitions wait on a replica that does not
+/// answer, the client's other requests (a read here; a renewal or a
+/// release the same) do not queue behind them, and callers waiting at
+/// once share rounds (fewer `WAIT`s than calls).
+#[test]
+fn fault_nothing_queues_behind_the_waits_for_a_lagging_replica() {
+    let pair = Pair::start();
+    let wait = Duration::from_millis(900);
+    let a = RedisClient::builder(pair.primary.url())
+        .ttl(Duration::from_secs(30))
+        .rpc_timeout(Duration::from_secs(2))
+        .wait_for_replicas(1, wait)
+        .connect()
+        .expect("connect");
+    // The session and the functions first.
+    let warm = a.mutex("/failover/queue-warm").unwrap().try_lock().unwrap();
+    warm.expect("free").release().unwrap();
+    pair.lag();
+    let names: Vec<String> = (0..4).map(|i| format!("/failover/queue-{i}")).collect();
+    let before = waits(&pair.primary);
+    let takers: Vec<_> = names
+        .iter()
+        .map(|name| {
+            let (a, name) = (a.clone(), name.clone());
+            std::thread::spawn(move || a.mutex(&name).unwrap().try_lock().map(|g| g.is_some()))
+        })
+        .collect();
+    wait_until(
+        "every acquisition is on the primary, waiting for the replica",
+        scale(Duration::from_secs(10)),
+        || {
+            names.iter().all(|n| {
+                let lock: Option<String> =
+                    pair.primary.cmd(&["GET", &format!("{{recipes}}:lock:{n}")]);
+                lock.is_some()
+            })
+        },
+    );
+    for _ in 0..5 {
+        let asked = std::time::Instant::now();
+        a.contenders("/failover/queue-0").unwrap();
+        let took = asked.elapsed();
+        assert!(
+            took < scale(Duration::from_millis(300)),
+            "a read waited {took:?} behind the waits"
+        );
+    }
+    for taker in takers {
+        let r = taker.join().unwrap();
+        assert!(matches!(r, Err(Error::Indeterminate { .. })), "{r:?}");
+    }
+    // Four acquisitions and their four undos: eight calls.
+    let rounds = waits(&pair.primary) - before;
+    assert!(rounds < 8, "{rounds} WAITs for eight calls: one a call");
+    pair.link.restore();
+    for name in &names {
+        assert!(a.contenders(name).unwrap().is_empty(), "undone");
+    }
     a.close().unwrap();
 }

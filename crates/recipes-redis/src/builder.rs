@@ -10,6 +10,7 @@ use recipes_core::{Error, LossPolicy, Result, Tls, TlsFiles};
 use redis::aio::{ConnectionManager, ConnectionManagerConfig};
 
 use crate::client::RedisClient;
+use crate::replication::{Opening, Replication};
 use crate::rpc::{from_redis, Redis};
 
 /// Settings for a [`RedisClient`]; see [`RedisClient::builder`].
@@ -63,9 +64,14 @@ impl RedisClientBuilder {
     /// holder, and a fence that repeats (see the guide, "Choosing a
     /// backend: Redis"). Zero replicas turns it off.
     ///
-    /// `WAIT` holds the client's one connection until it returns, so the
-    /// session's renewals queue behind it: `timeout` must be below a third
-    /// of the TTL (checked at connect).
+    /// The session's renewals wait for the replicas too: a renewal they
+    /// did not acknowledge moves no deadline, so a holder whose replicas
+    /// stopped acknowledging loses its locks by its deadline, before a
+    /// replica promoted with the older expiry could free them. The waits
+    /// run on a connection of their own, one `WAIT` at a time for every
+    /// caller queued (a call waits for at most two), so nothing else
+    /// queues behind them: `timeout` must be below a third of the TTL
+    /// (checked at connect).
     pub fn wait_for_replicas(mut self, replicas: u32, timeout: Duration) -> Self {
         self.replicas = (replicas > 0).then_some((replicas, timeout));
         self
@@ -173,8 +179,8 @@ impl RedisClientBuilder {
             if wait >= self.settings.ttl / 3 {
                 return Err(Error::invalid(format!(
                     "the replica wait timeout {wait:?} is not below a third of the TTL {:?}: \
-                     renewals queue behind WAIT on the client's connection; shorten the wait \
-                     or lengthen the TTL",
+                     a renewal counts once replicas acknowledged it, after at most two \
+                     waits; shorten the wait or lengthen the TTL",
                     self.settings.ttl
                 )));
             }
@@ -211,7 +217,7 @@ impl RedisClientBuilder {
         // A plain port waits on a ClientHello, and answers a PING.
         let ping = Prelude::PlainAnswers(b"PING\r\n");
         let probe = Probe::new(&self.url, format!("Redis at {shown}"), files, ping);
-        let opening = open(client, config, probe, what.clone(), timeout);
+        let opening = open(client, config.clone(), probe, what.clone(), timeout);
         let connected = rt.call(&what, timeout, opening);
         let hint = "the URL names a Redis server (port 6379 by default), not a sentinel \
                     (26379), another store or a TLS-only port";
@@ -237,10 +243,18 @@ impl RedisClientBuilder {
             Err(e) => return Err(e),
         };
         log::debug!("[url={shown}] connected to Redis");
+        let replication = self.replicas.map(|asked| {
+            let opening = Opening {
+                client: pubsub.clone(),
+                config: config.clone(),
+            };
+            let rpc_timeout = self.settings.rpc_timeout;
+            Replication::start(rt.handle(), opening, asked, rpc_timeout)
+        });
         let redis = Redis {
             conn,
             client: pubsub,
-            replicas: self.replicas,
+            replication,
             dropped: Arc::default(),
         };
         RedisClient::start(self, redis, rt)

@@ -95,7 +95,7 @@ impl Ticket {
         let held: i64 = redis
             .idempotent(&what, timeout, &queue_scripts::REMOVE, &args)
             .await?;
-        redis.replicated(&what, timeout).await.ok();
+        redis.replicated(&what).await.ok();
         Ok(held == 1)
     }
 

@@ -175,6 +175,7 @@ mod mutex;
 mod names;
 mod policy;
 mod queue_scripts;
+mod replication;
 mod rpc;
 mod rw_lock;
 mod scripts;

@@ -89,7 +89,7 @@ impl RedisEntry {
         let session = a.ticket.session.clone();
         let redis = session.store()?.redis;
         let holder = a.ticket.queue.holder(&a.ticket.member);
-        if let Err(e) = redis.replicated(&holder, session.rpc_timeout()).await {
+        if let Err(e) = redis.replicated(&holder).await {
             a.ticket.remove().await;
             return Err(e);
         }
@@ -173,7 +173,7 @@ impl RedisEntry {
                     Err(e) if e.code() == Some("FENCED") => return Err(this.rejected(what)),
                     other => other.map_err(|e| from_redis(what, e))?,
                 };
-                redis.replicated(what, this.client.rpc_timeout()).await?;
+                redis.replicated(what).await?;
                 Ok(value)
             })
             .map_err(Error::unconfirmed)
@@ -297,7 +297,7 @@ impl StoreEntry for RedisEntry {
             if written != 1 {
                 return Err(self.rejected(what));
             }
-            redis.replicated(what, timeout).await
+            redis.replicated(what).await
         }
     }
 }

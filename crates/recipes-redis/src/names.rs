@@ -7,7 +7,7 @@ use recipes_core::{Error, Result};
 /// The prefix of every key of ours, one hash tag.
 pub(crate) const NS: &str = "{recipes}:";
 
-/// The counter `replicated()` (`rpc.rs`) increments before each `WAIT`.
+/// The counter each round of `WAIT`s increments first (`replication.rs`).
 pub(crate) const REPLICATED: &str = "{recipes}:replicated";
 
 /// Check the name of a lock, election or semaphore (`what`).

@@ -13,6 +13,7 @@ use tokio::sync::Notify;
 
 use crate::names::Queue;
 use crate::queue_scripts::{self, Func, LIBRARY};
+use crate::replication::Replication;
 
 /// The connection, cheap to clone: every request of the client goes on it
 /// (pub/sub opens connections of its own from `client`).
@@ -20,8 +21,9 @@ use crate::queue_scripts::{self, Func, LIBRARY};
 pub(crate) struct Redis {
     pub(crate) conn: ConnectionManager,
     pub(crate) client: redis::Client,
-    /// `WAIT numreplicas timeout` after every acquisition and fenced write.
-    pub(crate) replicas: Option<(u32, Duration)>,
+    /// `WAIT numreplicas timeout` after every acquisition, fenced write
+    /// and renewal, on a connection of its own.
+    pub(crate) replication: Option<Arc<Replication>>,
     /// Notified when a request finds the connection lost (or the server
     /// silent past the request's timeout): what
     /// [`LossPolicy::OnDisconnect`](recipes_core::LossPolicy) listens to.
@@ -141,55 +143,20 @@ impl Redis {
     }
 
     /// Wait until the configured number of replicas acknowledged every
-    /// write the primary took so far, if a number is configured.
-    ///
-    /// `WAIT` counts the writes of the connection it is sent on, and a
-    /// connection made since (a reconnect after a lost reply, whose resent
-    /// enter found its write done and wrote nothing) has none: its `WAIT`
-    /// would answer at once with every replica still listed online,
-    /// however far behind. So one write of our own goes first, in the same
-    /// request on the same connection (a pipeline): a counter of its own,
-    /// `INCR`ed by a script allowed to run when the server is out of
-    /// memory. The primary's replication offset only grows, so the
-    /// replicas that acknowledge it have every earlier write too.
+    /// write the primary took so far, if a number is configured: on a
+    /// connection of its own, one round for every caller queued
+    /// ([`Replication`]).
     ///
     /// # Errors
     ///
     /// [`Error::Indeterminate`] when fewer acknowledged within the
     /// configured timeout: the writes are on the primary and may be lost
     /// with it.
-    pub(crate) async fn replicated(&self, what: &str, rpc_timeout: Duration) -> Result<()> {
-        const MARK: &str = "#!lua flags=allow-oom\nreturn redis.call('INCR', KEYS[1])";
-        let Some((replicas, wait)) = self.replicas else {
-            return Ok(());
-        };
-        let mut conn = self.conn.clone();
-        let mut pipe = redis::pipe();
-        pipe.cmd("EVAL")
-            .arg(MARK)
-            .arg(1)
-            .arg(crate::names::REPLICATED)
-            .ignore();
-        pipe.cmd("WAIT").arg(replicas).arg(wait.as_millis() as u64);
-        let waited = async move {
-            let (acked,): (u32,) = pipe
-                .query_async(&mut conn)
-                .await
-                .map_err(|e| from_redis(what, e))?;
-            Ok(acked)
-        };
-        let acked = within(what, wait + rpc_timeout, waited)
-            .await
-            .map_err(Error::unconfirmed)?;
-        if acked < replicas {
-            return Err(Error::Indeterminate {
-                what: format!(
-                    "{what}: {acked} of {replicas} replicas acknowledged within {wait:?}; \
-                     the write is on the primary only and a failover may lose it"
-                ),
-            });
+    pub(crate) async fn replicated(&self, what: &str) -> Result<()> {
+        match &self.replication {
+            Some(r) => r.replicated(what).await,
+            None => Ok(()),
         }
-        Ok(())
     }
 }
 

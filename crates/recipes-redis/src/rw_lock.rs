@@ -41,7 +41,7 @@ async fn downgrade_once(client: &RedisClient, queue: &Queue, entry: &RedisEntry)
         .redis
         .idempotent(&what, timeout, &queue_scripts::DOWNGRADE, &args)
         .await?;
-    store.redis.replicated(&what, timeout).await?;
+    store.redis.replicated(&what).await?;
     Ok(done == 1)
 }
 

@@ -123,7 +123,9 @@ impl LeaseStore for Sessions {
     }
 }
 
-/// Renewals in flight, answered in the order sent (one connection).
+/// Renewals in flight, answered in the order sent (one connection; with
+/// `WAIT`, each answered once replicas acknowledged it, or as an error
+/// that ends the stream and counts nothing).
 pub(crate) struct Renewals {
     redis: Redis,
     args: Arc<[String]>,
@@ -150,7 +152,13 @@ impl RenewalStream for Renewals {
         self.pending.push_back(tokio::spawn(async move {
             let renewed: i64 = redis.once("renew", timeout, &scripts::RENEW, &args).await?;
             match renewed {
-                1 => Ok(Renewal::Granted(ttl)),
+                // With `WAIT`, a renewal counts once replicas have it: a
+                // replica promoted with an older expiry would free the
+                // session's holds before the deadline this renewal moves.
+                1 => redis
+                    .replicated("renew the session")
+                    .await
+                    .map(|()| Renewal::Granted(ttl)),
                 0 => Ok(Renewal::Gone),
                 other => Err(unexpected("renew", other)),
             }
