@@ -214,6 +214,45 @@ fn a_fenced_transaction_commits_only_while_the_lock_is_ours() {
     b.close().unwrap();
 }
 
+/// A statement that failed aborts the transaction at the server even when
+/// the closure ignores its error and returns `Ok`: PostgreSQL then rolls
+/// back at the `COMMIT` (and says so only in the command's tag), so the
+/// call must fail, not report a commit. A failure recovered with a
+/// savepoint commits the rest.
+#[test]
+fn a_fenced_transaction_whose_statement_failed_never_reports_a_commit() {
+    let server = PgServer::shared();
+    let t = table(server, "tx_aborted");
+    let c = connect(&server.url(), TTL).unwrap();
+    let held = c.mutex(&name("tx-aborted")).unwrap().lock().unwrap();
+    let fence = held.token().get() as i64;
+    let insert = format!("INSERT INTO {t} (fence) VALUES ($1)");
+    let ignored = held.transaction(|tx| {
+        tx.execute(&insert, &[(&fence, Type::INT8)])?;
+        let failed = tx.execute("INSERT INTO recipes_no_such_table VALUES (1)", &[]);
+        assert!(failed.is_err(), "{failed:?}");
+        Ok(())
+    });
+    match &ignored {
+        Err(Error::Backend { message, .. }) => {
+            assert!(message.contains("nothing was committed"), "{message}")
+        }
+        other => panic!("an aborted transaction reported {other:?}"),
+    }
+    assert!(fences(server, &t).is_empty(), "nothing committed");
+    held.transaction(|tx| {
+        tx.execute(&insert, &[(&fence, Type::INT8)])?;
+        tx.batch_execute("SAVEPOINT s")?;
+        let failed = tx.execute("INSERT INTO recipes_no_such_table VALUES (1)", &[]);
+        assert!(failed.is_err(), "{failed:?}");
+        tx.batch_execute("ROLLBACK TO SAVEPOINT s")
+    })
+    .expect("a transaction recovered by its savepoint commits");
+    assert_eq!(fences(server, &t), vec![fence.to_string()]);
+    held.release().unwrap();
+    c.close().unwrap();
+}
+
 #[test]
 fn a_semaphore_admits_at_most_its_permits() {
     let server = PgServer::shared();

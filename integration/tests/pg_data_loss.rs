@@ -212,3 +212,31 @@ fn fault_an_older_backup_restored_leaves_fences_above_every_earlier_one() {
     assert_eq!(fences.len(), 10);
     assert!(strictly_increasing(&fences), "{fences:?}");
 }
+
+/// Session mode: a permit's fenced write after the schema was dropped is
+/// refused at once, as a lock's is. (Its check read no table before: the
+/// write made the schema again and landed in the new one.)
+#[test]
+fn fault_session_mode_schema_dropped_refuses_a_permits_fenced_write() {
+    let server = PgServer::start();
+    let c = client(&server, true);
+    let sem = c.semaphore("/data-loss/permits", 2).unwrap();
+    let permit = sem.acquire().unwrap();
+    permit
+        .put("/data-loss/permits-resource", b"before")
+        .expect("the permit writes while it holds");
+    server.sql("DROP SCHEMA recipes CASCADE");
+    let refused = permit.put("/data-loss/permits-resource", b"after");
+    assert!(
+        matches!(refused, Err(Error::FenceRejected { .. })),
+        "{refused:?}"
+    );
+    let kv = server.sql(
+        "SELECT count(*) FROM pg_catalog.pg_tables WHERE schemaname = 'recipes' AND tablename = 'kv'",
+    );
+    if kv.trim() == "1" {
+        assert_eq!(server.sql("SELECT count(*) FROM recipes.kv").trim(), "0");
+    }
+    drop(permit);
+    c.close().unwrap();
+}

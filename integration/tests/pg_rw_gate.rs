@@ -291,3 +291,92 @@ fn fenced_transactions_hold_the_gate_for_their_side() {
         client.close().unwrap();
     }
 }
+
+/// Session mode: a writer whose lock backend is terminated inside its
+/// fenced transaction may still commit it (its check passed while it
+/// held), so no reader may hold before that commit: the writer's check
+/// took the name's gate exclusive, and a reader's mint waits for it
+/// shared. Before, the reader minted at once and held while the lost
+/// writer's statements still ran and then committed.
+#[test]
+fn session_a_lost_writers_open_fenced_transaction_commits_before_a_reader_holds() {
+    let server = PgServer::shared();
+    let facts = PgFacts::new(server.addr());
+    let t = table(server, "rw_lost_writer");
+    let n = name("rw-lost-writer");
+    let session = || {
+        PgClient::builder(server.url().as_str())
+            .ttl(TTL)
+            .mode(PgMode::Session)
+            .connect()
+            .unwrap()
+    };
+    let (a, b) = (session(), session());
+    let w = a.rw_lock(&n).unwrap().write().unwrap();
+    let (holder, fence) = (w.holder().to_owned(), w.token().get() as i64);
+    let insert = format!("INSERT INTO {t} (fence) VALUES ($1)");
+    let (inside_tx, inside) = crossbeam_channel::bounded(1);
+    let (go_tx, go) = crossbeam_channel::bounded::<()>(1);
+    let writer = thread::spawn(move || {
+        let done = w.lease().transaction(|tx| {
+            tx.execute(&insert, &[(&fence, Type::INT8)])?;
+            inside_tx.send(()).unwrap();
+            go.recv().unwrap();
+            tx.execute(&insert, &[(&(fence + 1), Type::INT8)])
+        });
+        (done, w)
+    });
+    inside
+        .recv_timeout(scale(Duration::from_secs(10)))
+        .expect("the writer's transaction began");
+    facts.terminate(&holder);
+    let (held_tx, held) = crossbeam_channel::bounded(1);
+    let (rw, seen_server, seen_table) = (
+        b.rw_lock(&n).unwrap(),
+        PgFacts::new(server.addr()),
+        t.clone(),
+    );
+    let reader = thread::spawn(move || {
+        let r = rw.read();
+        // What had committed when the reader began to hold.
+        let rows = seen_server.sql(&format!("SELECT count(*) FROM {seen_table}"));
+        held_tx.send(rows.trim().to_owned()).unwrap();
+        r
+    });
+    let gate_waits = format!(
+        "SELECT count(*) FROM pg_locks WHERE locktype = 'advisory' AND NOT granted \
+         AND classid::int8 = 1919247223 AND objid::int8 = hashtext('{n}')::int8 & 4294967295"
+    );
+    let early = integration::wait_for(
+        "the reader holds or waits at the gate",
+        scale(Duration::from_secs(20)),
+        || match held.try_recv() {
+            Ok(rows) => Some(Some(rows)),
+            Err(_) if facts.sql(&gate_waits).trim() != "0" => Some(None),
+            Err(_) => None,
+        },
+    );
+    assert_eq!(
+        early, None,
+        "a reader held while the lost writer's fenced transaction was open"
+    );
+    go_tx.send(()).unwrap();
+    let (done, w) = writer.join().unwrap();
+    done.expect("the transaction, checked while the writer held, commits");
+    let rows = held
+        .recv_timeout(scale(Duration::from_secs(20)))
+        .expect("the reader holds");
+    assert_eq!(
+        rows, "2",
+        "the writer's transaction committed before the reader held"
+    );
+    let r = reader.join().unwrap().expect("the reader holds");
+    assert!(
+        r.token() > w.token(),
+        "a reader's token is above the writer's"
+    );
+    r.release().unwrap();
+    drop(w);
+    a.close().unwrap();
+    b.close().unwrap();
+}

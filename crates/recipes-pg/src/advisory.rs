@@ -76,6 +76,10 @@ pub(crate) struct LockConn {
     /// wait while it says it begins: no heartbeat sent here queues behind
     /// a wait.
     gate: tokio::sync::Mutex<()>,
+    /// A cancel of an abandoned wait was sent for this backend (on
+    /// another connection, so it may arrive late): the connection is never
+    /// used for another acquisition, whose statement the cancel could hit.
+    cancelled: std::sync::atomic::AtomicBool,
 }
 
 impl std::fmt::Debug for LockConn {
@@ -121,6 +125,11 @@ impl LockConn {
             conn: self.clone(),
             cancel: Some(client.clone()),
         }
+    }
+
+    /// Whether a cancel was sent for this backend ([`LongWait`]).
+    fn was_cancelled(&self) -> bool {
+        self.cancelled.load(std::sync::atomic::Ordering::SeqCst)
     }
 
     /// A key taken on this connection.
@@ -197,7 +206,7 @@ impl LockConns {
     async fn open(&self, ttl: Duration) -> Result<Arc<LockConn>> {
         let idle = {
             let mut idle = self.idle.lock();
-            idle.retain(|c| !c.is_ended());
+            idle.retain(|c| !c.is_ended() && !c.was_cancelled());
             idle.pop()
         };
         if let Some(c) = idle {
@@ -205,7 +214,11 @@ impl LockConns {
         }
         let (client, ended) = self.db.open_watched().await?;
         let what = "open a lock connection";
-        let sql = "SELECT set_config('idle_session_timeout', $1, false), pg_backend_pid()";
+        // No statement timeout of the role's or the server's on these
+        // connections: a wait for a lock runs as long as the caller asked
+        // (each call is bounded on our side).
+        let sql = "SELECT set_config('idle_session_timeout', $1, false), \
+                   set_config('statement_timeout', '0', false), pg_backend_pid()";
         let timeout = format!("{}ms", ttl.as_millis());
         let row = within(what, self.db.rpc_timeout(), async {
             client
@@ -224,7 +237,7 @@ impl LockConns {
         let pid = row
             .first()
             .ok_or_else(|| unexpected("a select returned no row"))?
-            .get(1);
+            .get(2);
         Ok(Arc::new(LockConn {
             client,
             prepared: Prepared::default(),
@@ -235,6 +248,7 @@ impl LockConns {
             holdings: Mutex::default(),
             waiting: Default::default(),
             gate: Default::default(),
+            cancelled: Default::default(),
         }))
     }
 }
@@ -296,8 +310,10 @@ impl LeaseStore for LockConns {
         .await?;
         conn.held.lock().clear();
         conn.fences.lock().clear();
+        // A connection a cancel may still reach is not used again (it
+        // closes once the last holder of it is gone).
         let mut idle = self.idle.lock();
-        if idle.len() < IDLE_LOCK_CONNECTIONS {
+        if idle.len() < IDLE_LOCK_CONNECTIONS && !conn.was_cancelled() {
             idle.push(conn);
         }
         Ok(())
@@ -327,6 +343,9 @@ impl Drop for LongWait {
         let Some(client) = self.cancel.take() else {
             return;
         };
+        self.conn
+            .cancelled
+            .store(true, std::sync::atomic::Ordering::SeqCst);
         let (pid, on) = (self.conn.pid, client.clone());
         let cancel = async move {
             let sql = "SELECT pg_cancel_backend($1)";

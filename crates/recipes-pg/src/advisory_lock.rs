@@ -18,6 +18,12 @@ use crate::held::{PgHeld, PgLock};
 use crate::slots::Won;
 use crate::sql::{from_pg, Encoded};
 
+/// A read-write lock's gate over `$1` (the name), held exclusive to the
+/// end of the transaction: the class lease mode's gate uses
+/// (`recipes.rw_gate`), which a session-mode reader's mint takes shared
+/// (`mint.rs`).
+pub(crate) const GATE: &str = "pg_advisory_xact_lock(1919247223, hashtext($1))";
+
 /// The PostgreSQL side of a session-mode [`PgLock`]: an advisory lock
 /// held by a backend of its own. Its holder reads
 /// `<key name>/backend-<pid>`.
@@ -34,9 +40,13 @@ pub struct AdvisoryLock {
     /// Our heartbeat row in `recipes.advisory`: the key's name, or a
     /// read-write lock reader's own (`slots::reader_row`).
     beat_row: String,
-    /// A read-write lock's reader: readers after it bump the name's fence
-    /// too, so its writes need the fence at or above ours.
+    /// A read-write lock's reader: its writes need the name's fence (the
+    /// last writer's token) at or below ours.
     reading: bool,
+    /// A read-write lock's writer: its checks take the name's gate
+    /// exclusive first ([`GATE`]), which a reader's mint takes shared, so
+    /// no reader holds before a write fenced by a writer's check commits.
+    gated: bool,
     /// `None` for a permit, whose fences are not ordered against other
     /// permits'.
     fence: Option<i64>,
@@ -67,6 +77,7 @@ impl AdvisoryLock {
             key_name: won.key_name,
             beat_row: won.beat_row,
             reading: won.shared,
+            gated: won.writer,
             session: won.session,
             conn: won.conn,
             name: name.to_owned(),
@@ -139,11 +150,26 @@ impl AdvisoryLock {
         // keeps its own).
         let at = if self.reading { "<=" } else { "=" };
         let sql = match self.fence {
+            // The gate first (an uncorrelated subquery runs when the CASE
+            // first needs it), then the checks: a reader granted once our
+            // backend lost the key mints behind the gate, after our write
+            // committed; ours, once the gate is ours, sees that loss in
+            // `pg_locks`, which is read live, and a writer's fence bump
+            // since our snapshot through the row lock's recheck.
+            Some(_) if self.gated => format!(
+                "SELECT 1 FROM recipes.names n WHERE n.name = $1 AND CASE \
+                 WHEN (SELECT count(*) FROM (SELECT {GATE}) g) = 1 \
+                 THEN n.fence = $2 AND {ours} END FOR SHARE OF n"
+            ),
             Some(_) => format!(
                 "SELECT 1 FROM recipes.names n WHERE n.name = $1 AND n.fence {at} $2 \
                  AND {ours} FOR SHARE OF n"
             ),
-            None => format!("SELECT 1 WHERE $1::text IS NOT NULL AND $2::int8 IS NULL AND {ours}"),
+            // A permit's: its semaphore's row still there (a schema
+            // dropped and made again has none: the permit is gone with it).
+            None => format!(
+                "SELECT 1 FROM recipes.names n WHERE n.name = $1 AND $2::int8 IS NULL AND {ours}"
+            ),
         };
         Ok(FenceCheck {
             sql,
@@ -282,6 +308,7 @@ impl AdvisoryLock {
         Ok(AdvisoryLock {
             beat_row: row,
             reading: true,
+            gated: false,
             ..self
         })
     }

@@ -152,7 +152,8 @@ impl PgClientBuilder {
     /// [`DEFAULT_NAMESPACE`](crate::DEFAULT_NAMESPACE)), so they never
     /// meet an application's own advisory locks: pick another if the
     /// application uses this one. Every client of one database must use
-    /// the same. Not 0.
+    /// the same. Not 0, nor 1919247223 (`'recw'`, lease mode's read-write
+    /// lock gate).
     pub fn advisory_namespace(mut self, namespace: u32) -> Self {
         self.namespace = namespace;
         self
@@ -193,6 +194,13 @@ impl PgClientBuilder {
                 "the advisory namespace 0 is what applications that do not think about \
                  namespaces use; pick another (the default is recipes_pg::DEFAULT_NAMESPACE)",
             ));
+        }
+        if self.namespace == RW_GATE_CLASS {
+            return Err(Error::invalid(format!(
+                "the advisory namespace {RW_GATE_CLASS} ('recw') is the one lease mode's \
+                 read-write locks take their gate in (contend.sql); pick another (the default \
+                 is recipes_pg::DEFAULT_NAMESPACE)"
+            )));
         }
         self.settings.validate("the session TTL")?;
         Ok([main, listen])
@@ -274,6 +282,7 @@ impl PgClientBuilder {
         let checked = rt.call(&what.clone(), budget.saturating_add(rpc), async move {
             let conn = probe.conn().await?;
             crate::schema::ensure(&conn, &what).await?;
+            crate::schema::check_isolation(&conn, &what).await?;
             if session {
                 crate::pooler::refuse_transaction_pooling(&probe).await?;
             }
@@ -288,6 +297,11 @@ impl PgClientBuilder {
         Ok((db, listener, rt))
     }
 }
+
+/// The class of the two-int advisory locks lease mode's read-write locks
+/// take as their gate (`recipes.rw_gate` in `contend.sql`): not a
+/// namespace session mode may use.
+const RW_GATE_CLASS: u32 = 1_919_247_223;
 
 /// What to check when no server answered.
 const UNANSWERED: &str = "the host and port are PostgreSQL's (5432 by default, pgbouncer's \

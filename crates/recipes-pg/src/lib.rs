@@ -224,7 +224,12 @@
 //! refused at once; a client whose schema vanished creates it again
 //! (logging a warning) before its next acquisition. What this cannot
 //! cover: the database clock stepping back past the last fence *and* the
-//! data lost before the clock catches up again. Nothing here is
+//! data lost before the clock catches up again. A read-write lock's
+//! tokens are the next of the sequence `recipes.rw_order` instead (made at
+//! the clock when the schema is created, so a dropped schema or a
+//! truncation is covered), which an older backup restores with the rest:
+//! after such a restore its next tokens repeat those issued since the
+//! dump. Nothing here is
 //! replicated by us: after a failover to a replica that missed the newest
 //! commits (or whose clock is behind the old primary's), a lock may be
 //! held twice and a fence repeated — synchronous replication narrows it;

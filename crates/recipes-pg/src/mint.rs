@@ -51,9 +51,14 @@ const MINT_WRITE: &str = concat!(
 /// the name's row only made if missing (its fence then this token, so a
 /// writer's token is above it and ours is not below it), never locked:
 /// readers mint together instead of one commit after another on the row.
+/// Behind the name's gate, shared (`advisory_lock.rs`, `GATE`): a writer
+/// whose backend lost the key may still be inside a fenced write or
+/// transaction, which holds the gate exclusive, and no reader holds
+/// before that commits.
 const MINT_READ: &str = concat!(
     mint_head!(),
-    ", token AS MATERIALIZED (SELECT nextval('recipes.rw_order') AS t), \
+    ", token AS MATERIALIZED (SELECT nextval('recipes.rw_order') AS t \
+       FROM (SELECT pg_advisory_xact_lock_shared(1919247223, hashtext($1))) g), \
      made AS (INSERT INTO recipes.names (name, kind, fence) \
        SELECT $1, $2, t FROM token ON CONFLICT (name) DO NOTHING RETURNING kind) \
      SELECT (SELECT t FROM token), (SELECT remaining FROM old) \

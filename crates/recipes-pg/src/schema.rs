@@ -284,6 +284,34 @@ async fn upgrade(db: &Client, found: i32) -> std::result::Result<(), tokio_postg
     Ok(())
 }
 
+/// Refuse a database or role whose transactions default to an isolation
+/// above READ COMMITTED: the queue's functions and the mints judge the
+/// queue and the fences on the snapshot of each statement, taken after the
+/// row lock it waited for (`contend.sql`); one snapshot for the whole
+/// transaction would judge on what it saw before the wait, or fail with
+/// serialization errors under contention.
+///
+/// # Errors
+///
+/// [`Error::InvalidArgument`] naming the setting and how to set it back.
+pub(crate) async fn check_isolation(db: &Client, what: &str) -> Result<()> {
+    let sql = "SELECT current_setting('default_transaction_isolation'), current_user::text";
+    let row = db
+        .query_typed_one(sql, &[])
+        .await
+        .map_err(|e| from_pg(&format!("{what}: read default_transaction_isolation"), e))?;
+    let (isolation, user): (String, String) = (row.get(0), row.get(1));
+    if isolation == "read committed" {
+        return Ok(());
+    }
+    Err(Error::invalid(format!(
+        "{what}: transactions here default to {isolation} (default_transaction_isolation), \
+         and the recipes' statements need read committed, each seeing what committed \
+         before it after the row lock it waited for; set it back for the client's role: \
+         ALTER ROLE {user} SET default_transaction_isolation = 'read committed'"
+    )))
+}
+
 /// Whether `recipes.layout` exists, read from the catalog with a fresh
 /// snapshot: `to_regclass` reads the backend's catalog cache, which an
 /// advisory lock does not refresh, so a client that waited for another's

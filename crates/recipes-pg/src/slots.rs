@@ -163,6 +163,8 @@ pub(crate) struct Won {
     pub(crate) fence: i64,
     /// A read-write lock's reader.
     pub(crate) shared: bool,
+    /// A read-write lock's writer.
+    pub(crate) writer: bool,
 }
 
 impl AdvisorySlots<'_> {
@@ -282,19 +284,28 @@ impl SlotDriver for AdvisorySlots<'_> {
         } else {
             // Zero would wait forever.
             let bound = format!("{}ms", within.as_millis().max(1));
+            // The bound is the statement's own (`set_config(…, true)`
+            // lasts to the end of its transaction, the statement): left
+            // on the connection it would bound every later row lock
+            // wait there too, a mint's included, and a reused
+            // connection's. Evaluated before the wait, left to right.
             let sql = format!(
-                "SELECT hashtext($2), pg_advisory_lock{}($1, hashtext($2))::text{KIND_FITS}",
+                "SELECT hashtext($2), set_config('lock_timeout', $5, true), \
+                 pg_advisory_lock{}($1, hashtext($2))::text{KIND_FITS}",
                 self.mode()
             );
+            let params: crate::db::Params<'_> = &[
+                (&t.namespace, Type::INT4),
+                (&t.key_name, Type::TEXT),
+                (&self.name, Type::TEXT),
+                (&self.kind, Type::TEXT),
+                (&bound, Type::TEXT),
+            ];
             let long = match self.kind == ADVISORY_RW {
                 true => Some(t.conn.long_wait(self.client).await),
                 false => None,
             };
             let waited = recipes_core::store::within(&what, t.rpc_timeout + within, async {
-                let set = "SELECT set_config('lock_timeout', $1, false)";
-                if let Err(e) = c.query_typed(set, &[(&bound, Type::TEXT)]).await {
-                    return Ok(Err(e));
-                }
                 Ok(c.query_typed(&sql, params).await)
             })
             .await;
@@ -373,6 +384,7 @@ impl SlotDriver for AdvisorySlots<'_> {
             key: t.key.unwrap_or_default(),
             fence,
             shared: self.shared,
+            writer: self.kind == ADVISORY_RW && !self.shared,
         }
     }
 }

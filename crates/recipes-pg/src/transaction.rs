@@ -8,6 +8,7 @@ use std::sync::Arc;
 
 use recipes_core::store::within;
 use recipes_core::{Error, Leadership, MutexGuard, Result, SemaphorePermit};
+use tokio_postgres::error::SqlState;
 use tokio_postgres::types::{ToSql, Type};
 use tokio_postgres::Row;
 
@@ -98,15 +99,39 @@ impl Transaction<'_> {
         } else {
             "roll back a fenced transaction"
         };
-        let sql = if commit { "COMMIT" } else { "ROLLBACK" };
+        // PostgreSQL answers a `COMMIT` of a transaction that a failed
+        // statement aborted with a `ROLLBACK` tag, not an error: a
+        // statement first, in the same request, says which it is (it
+        // fails in an aborted transaction, and the `COMMIT` after it is
+        // then not run).
+        let sql = if commit {
+            "SELECT 1; COMMIT"
+        } else {
+            "ROLLBACK"
+        };
         self.client.call(what, async move {
-            conn.batch_execute(sql)
-                .await
-                .map_err(|err| from_pg(what, err))?;
+            let ended = match conn.batch_execute(sql).await {
+                Err(err) if commit && err.code() == Some(&SqlState::IN_FAILED_SQL_TRANSACTION) => {
+                    conn.batch_execute("ROLLBACK")
+                        .await
+                        .map_err(|err| from_pg(what, err))?;
+                    Err(Error::Backend {
+                        message: format!(
+                            "{what}: a statement in it failed, so PostgreSQL rolled the \
+                             whole transaction back and nothing was committed; return \
+                             that statement's error from the closure, or run it after a \
+                             SAVEPOINT and roll back to that"
+                        ),
+                        retryable: false,
+                        source: None,
+                    })
+                }
+                other => other.map_err(|err| from_pg(what, err)),
+            };
             if let Ok(c) = Arc::try_unwrap(conn) {
                 client.db().checkin(c);
             }
-            Ok(())
+            ended
         })
     }
 }
@@ -162,8 +187,12 @@ pub trait FencedTransaction {
     /// # Errors
     ///
     /// [`Error::FenceRejected`] when the holding is gone or stale (nothing
-    /// ran); `work`'s error (rolled back); a commit that got no reply is
-    /// [`Error::Indeterminate`].
+    /// ran); `work`'s error (rolled back); [`Error::Backend`] when `work`
+    /// returned `Ok` after a statement of it failed (PostgreSQL rolled
+    /// the transaction back: nothing was committed); a commit that got no
+    /// reply is [`Error::Indeterminate`]. `work` must not end the
+    /// transaction itself (`COMMIT`, `ROLLBACK`): what runs after that is
+    /// not fenced.
     fn transaction<T>(&self, work: impl FnOnce(&mut Transaction<'_>) -> Result<T>) -> Result<T>;
 }
 
@@ -178,8 +207,10 @@ impl FencedTransaction for PgLock {
                 let conn = client.db().checkout().await?;
                 let what = "begin a fenced transaction";
                 let ttl_ms = e.ttl().as_millis();
-                let begin =
-                    format!("BEGIN; SET LOCAL idle_in_transaction_session_timeout = '{ttl_ms}ms'");
+                let begin = format!(
+                    "BEGIN ISOLATION LEVEL READ COMMITTED; \
+                         SET LOCAL idle_in_transaction_session_timeout = '{ttl_ms}ms'"
+                );
                 let checked = within(what, client.rpc_timeout(), async {
                     let begun = async {
                         conn.batch_execute(&begin).await?;

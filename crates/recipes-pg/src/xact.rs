@@ -119,7 +119,10 @@ async fn try_once(
         ms => Duration::from_millis(ms as u64),
     };
     let ttl_ms = client.leases().settings().ttl.as_millis();
-    let mut begin = format!("BEGIN; SET LOCAL idle_in_transaction_session_timeout = '{ttl_ms}ms'");
+    let mut begin = format!(
+        "BEGIN ISOLATION LEVEL READ COMMITTED; \
+                         SET LOCAL idle_in_transaction_session_timeout = '{ttl_ms}ms'"
+    );
     if !slice.is_zero() {
         begin.push_str(&format!(
             "; SET LOCAL lock_timeout = '{}ms'",
