@@ -180,7 +180,7 @@ impl RedisClientBuilder {
                 return Err(Error::invalid(format!(
                     "the replica wait timeout {wait:?} is not below a third of the TTL {:?}: \
                      a renewal counts once replicas acknowledged it, after at most two \
-                     waits; shorten the wait or lengthen the TTL",
+                     WAITs; shorten the wait or lengthen the TTL",
                     self.settings.ttl
                 )));
             }
