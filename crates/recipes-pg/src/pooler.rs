@@ -12,6 +12,11 @@
 //! default `server_round_robin = 0`), a direct connection or a session
 //! pool never does; then A reads its PID again, which a pooler that
 //! handed A's backend to B must change.
+//!
+//! The probe can still pass (a pool that hands out backends in another
+//! order, other traffic through it), so every take of a lock also runs
+//! only on the backend its connection opened on (`slots.rs`): a take that
+//! the pooler moved takes nothing and is refused the same way.
 
 use recipes_core::store::within;
 use recipes_core::{Error, Result};
@@ -55,13 +60,17 @@ pub(crate) async fn refuse_transaction_pooling(db: &Db) -> Result<()> {
          another connection's on {other}",
         db.shown
     );
-    Err(Error::invalid(format!(
-        "session mode cannot work through {}: a transaction-mode pooler (such as pgbouncer \
-         with pool_mode = transaction) is in the path, and it hands each transaction to \
-         whichever server connection is free, so a lock taken for one client would be left \
-         on a connection that other clients then use. Use lease mode (the default: \
-         PgMode::Lease, --pg-mode lease), or connect to the PostgreSQL server itself or \
-         to a session-mode pool",
-        db.shown
-    )))
+    Err(pooled(&db.shown))
+}
+
+/// The refusal of session mode behind a transaction-mode pooler at `shown`.
+pub(crate) fn pooled(shown: &str) -> Error {
+    Error::invalid(format!(
+        "session mode cannot work through {shown}: a transaction-mode pooler (such as \
+         pgbouncer with pool_mode = transaction) is in the path, and it hands each \
+         transaction to whichever server connection is free, so a lock taken for one client \
+         would be left on a connection that other clients then use. Use lease mode (the \
+         default: PgMode::Lease, --pg-mode lease), or connect to the PostgreSQL server itself \
+         or to a session-mode pool"
+    ))
 }

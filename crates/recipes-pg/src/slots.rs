@@ -261,10 +261,16 @@ impl SlotDriver for AdvisorySlots<'_> {
             (&t.key_name, Type::TEXT),
             (&self.name, Type::TEXT),
             (&self.kind, Type::TEXT),
+            (&t.conn.pid, Type::INT4),
         ];
+        // Each take runs on the backend the connection opened on, or
+        // takes nothing (NULL): a pooler that moved the statement to
+        // another backend would leave the lock there (`pooler.rs`).
+        let moved = || crate::pooler::pooled(&self.client.db().shown);
         let taken = if within.is_zero() {
             let sql = format!(
-                "SELECT pg_try_advisory_lock{}($1, hashtext($2)), hashtext($2){KIND_FITS}",
+                "SELECT CASE WHEN pg_backend_pid() = $5 \
+                 THEN pg_try_advisory_lock{}($1, hashtext($2)) END, hashtext($2){KIND_FITS}",
                 self.mode()
             );
             let rows = recipes_core::store::within(&what, t.rpc_timeout, async {
@@ -280,7 +286,10 @@ impl SlotDriver for AdvisorySlots<'_> {
             let Some(row) = rows.first() else {
                 return Err(refusal(self.client, self.name, self.kind, &what).await);
             };
-            row.get::<_, bool>(0).then(|| row.get::<_, i32>(1))
+            let Some(got) = row.get::<_, Option<bool>>(0) else {
+                return Err(moved());
+            };
+            got.then(|| row.get::<_, i32>(1))
         } else {
             // Zero would wait forever.
             let bound = format!("{}ms", within.as_millis().max(1));
@@ -290,8 +299,9 @@ impl SlotDriver for AdvisorySlots<'_> {
             // wait there too, a mint's included, and a reused
             // connection's. Evaluated before the wait, left to right.
             let sql = format!(
-                "SELECT hashtext($2), set_config('lock_timeout', $5, true), \
-                 pg_advisory_lock{}($1, hashtext($2))::text{KIND_FITS}",
+                "SELECT hashtext($2), set_config('lock_timeout', $6, true), \
+                 CASE WHEN pg_backend_pid() = $5 \
+                 THEN pg_advisory_lock{}($1, hashtext($2))::text END{KIND_FITS}",
                 self.mode()
             );
             let params: crate::db::Params<'_> = &[
@@ -299,6 +309,7 @@ impl SlotDriver for AdvisorySlots<'_> {
                 (&t.key_name, Type::TEXT),
                 (&self.name, Type::TEXT),
                 (&self.kind, Type::TEXT),
+                (&t.conn.pid, Type::INT4),
                 (&bound, Type::TEXT),
             ];
             let long = match self.kind == ADVISORY_RW {
@@ -314,6 +325,7 @@ impl SlotDriver for AdvisorySlots<'_> {
             }
             match waited {
                 Ok(Ok(rows)) => match rows.first() {
+                    Some(row) if row.get::<_, Option<&str>>(2).is_none() => return Err(moved()),
                     Some(row) => Some(row.get::<_, i32>(0)),
                     None => return Err(refusal(self.client, self.name, self.kind, &what).await),
                 },
