@@ -1,0 +1,162 @@
+//! CMD's tree in the corners a review found (each test failed before its
+//! fix): a process whose main thread ended while its other threads run
+//! (`/proc` says zombie), a keeper SIGKILLed while `recipes` stops what CMD
+//! left running, CMD's exit and the loss of the lease seen at once, and a
+//! stderr nobody reads.
+
+mod common;
+
+use std::fs;
+use std::path::{Path, PathBuf};
+use std::process::Command;
+
+use common::*;
+use integration::wait_until;
+
+/// A program whose main thread calls `pthread_exit` while a second thread
+/// appends a line to the file `argv[1]` every 20 ms; with a second
+/// argument it ignores SIGTERM. `/proc` shows it as a zombie (state `Z`)
+/// with two threads, and it runs on.
+const HEADLESS_C: &str = r#"
+#include <pthread.h>
+#include <signal.h>
+#include <stdio.h>
+#include <unistd.h>
+
+static const char *path;
+
+static void *beat(void *unused) {
+    (void)unused;
+    for (;;) {
+        FILE *f = fopen(path, "a");
+        if (f) {
+            fputs("beat\n", f);
+            fclose(f);
+        }
+        usleep(20000);
+    }
+    return NULL;
+}
+
+int main(int argc, char **argv) {
+    path = argv[1];
+    if (argc > 2) {
+        signal(SIGTERM, SIG_IGN);
+    }
+    pthread_t t;
+    pthread_create(&t, NULL, beat, NULL);
+    pthread_exit(NULL);
+}
+"#;
+
+/// [`HEADLESS_C`] compiled into `scene` with the machine's `cc`.
+fn headless(scene: &Scene) -> PathBuf {
+    let src = scene.file("headless.c");
+    let bin = scene.file("headless");
+    fs::write(&src, HEADLESS_C).unwrap();
+    let out = Command::new("cc")
+        .arg("-pthread")
+        .arg("-o")
+        .arg(&bin)
+        .arg(&src)
+        .output()
+        .expect("these tests need a C compiler: cc");
+    assert!(
+        out.status.success(),
+        "cc: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    bin
+}
+
+/// Field 3 (state) and 20 (threads) of `/proc/PID/stat`.
+fn state_and_threads(pid: u32) -> Option<(char, u64)> {
+    let stat = fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+    let fields: Vec<&str> = stat.rsplit_once(')')?.1.split_whitespace().collect();
+    Some((
+        fields.first()?.chars().next()?,
+        fields.get(17)?.parse().ok()?,
+    ))
+}
+
+/// `recipes lock` (with `extra`) under `RECIPES_CGROUP=off` running
+/// [`headless`] (ignoring SIGTERM if `deaf`), once its main thread has
+/// ended and its other thread writes: the holder, the ready line's words
+/// and the headless program's pid (with a guard that kills it and the
+/// holder if the test fails).
+fn holder_of_headless(
+    scene: &Scene,
+    extra: &[&str],
+    deaf: bool,
+) -> (std::process::Child, Vec<String>, u32, KillOnPanic) {
+    let bin = headless(scene);
+    let beats = scene.file("beats");
+    let mut base = with_store(Store::Zk, "5s");
+    base.env("RECIPES_CGROUP", "off");
+    let mut sub = vec!["lock", scene.name.as_str()];
+    sub.extend_from_slice(extra);
+    let (holder, info) = start_holder(
+        base,
+        &sub,
+        scene,
+        &format!(
+            "exec {} {}{}",
+            bin.display(),
+            beats.display(),
+            if deaf { " deaf" } else { "" }
+        ),
+    );
+    let pid: u32 = info[0].parse().unwrap();
+    // The program first, so its keeper can reap it and go.
+    let guard = KillOnPanic(vec![pid, holder.id()]);
+    wait_until("the headless program beats", RUN_BOUND, || {
+        fs::read_to_string(&beats).is_ok_and(|s| s.contains('\n'))
+    });
+    wait_until(
+        "the program's main thread ended, its other thread runs",
+        RUN_BOUND,
+        || state_and_threads(pid).is_some_and(|(state, threads)| state == 'Z' && threads > 1),
+    );
+    (holder, info, pid, guard)
+}
+
+/// Once `recipes` exited, its keeper has reaped the whole tree: no
+/// `/proc` entry is left for `pid`.
+fn assert_reaped(pid: u32) {
+    assert!(
+        !Path::new(&format!("/proc/{pid}")).exists(),
+        "the headless program (pid {pid}) outlived recipes: {:?}",
+        state_and_threads(pid)
+    );
+}
+
+/// SIGTERM to `recipes` (subreaper mode) reaches a CMD whose main thread
+/// ended: it dies, and `recipes` exits 143. Before the fix the `/proc`
+/// walk took it for a zombie and never signalled it; `recipes` waited for
+/// ever while it wrote on.
+#[test]
+fn fault_forwarded_sigterm_reaches_a_process_whose_main_thread_ended_subreaper_zk() {
+    let scene = Scene::new("headless-term");
+    let (mut holder, _, pid, _guard) = holder_of_headless(&scene, &[], false);
+    signal(&holder, libc::SIGTERM);
+    let status = wait_exit(&mut holder);
+    assert_reaped(pid);
+    let stderr = stderr_of(&mut holder);
+    assert_eq!(status.code(), Some(128 + libc::SIGTERM), "{stderr}");
+}
+
+/// The lease is lost (the holder's node deleted) while CMD, whose main
+/// thread ended, ignores SIGTERM: the keeper's SIGKILL reaches it,
+/// `recipes` exits 76 with nothing left. Before the fix the keeper never
+/// signalled it and waited for it for ever.
+#[test]
+fn fault_a_loss_kills_a_process_whose_main_thread_ended_subreaper_zk() {
+    let scene = Scene::new("headless-loss");
+    let (mut holder, info, pid, _guard) = holder_of_headless(&scene, &["--grace", "1s"], true);
+    Store::Zk.delete(&info[1]);
+    let status = wait_exit(&mut holder);
+    assert_reaped(pid);
+    let stderr = stderr_of(&mut holder);
+    assert_eq!(status.code(), Some(76), "{stderr}");
+    assert!(stderr.contains("sending SIGKILL"), "{stderr}");
+}
