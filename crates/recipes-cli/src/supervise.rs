@@ -124,7 +124,9 @@ pub fn run(job: &Job<'_>, held: &Held, forwarded: &Receiver<libc::c_int>) -> Out
                             "CMD exited ({code}) and left processes running; \
                              they must not outlive the lease"
                         );
-                        stop(job, &held.lost, &cmd, &why);
+                        if let Stopped::KeeperDied = stop(job, &held.lost, &cmd, &why) {
+                            break Outcome::Exited(exit::OS_ERROR);
+                        }
                     }
                     break Outcome::Exited(code);
                 }
@@ -139,6 +141,8 @@ pub fn run(job: &Job<'_>, held: &Held, forwarded: &Receiver<libc::c_int>) -> Out
                 }
             },
             recv(held.lost.receiver()) -> _ => {
+                // Even if the keeper died meanwhile (what it left is
+                // killed): the loss is what happened to the lock, 76.
                 stop(job, &held.lost, &cmd, &loss(&held.lost));
                 break Outcome::Lost;
             }
@@ -194,10 +198,20 @@ fn loss(lost: &LossSignal) -> String {
     }
 }
 
+/// How [`stop`] ended.
+#[derive(Debug)]
+enum Stopped {
+    /// The keeper reaped the last process of CMD's tree.
+    Gone,
+    /// The keeper died meanwhile (it was SIGKILLed); what it left was
+    /// killed by `recipes` ([`RunningCmd::contain_without_keeper`]).
+    KeeperDied,
+}
+
 /// SIGTERM to CMD's whole tree (CMD and every process it started, in any
 /// process group or session); SIGKILL to it once the lease is lost or the
 /// grace ends, whichever comes first; returns once none of it is left.
-fn stop(job: &Job<'_>, lost: &LossSignal, cmd: &RunningCmd, why: &str) {
+fn stop(job: &Job<'_>, lost: &LossSignal, cmd: &RunningCmd, why: &str) -> Stopped {
     let kill = if lost.is_lost() {
         "at once: the store may give the lease away any moment".to_owned()
     } else {
@@ -222,8 +236,10 @@ fn stop(job: &Job<'_>, lost: &LossSignal, cmd: &RunningCmd, why: &str) {
             (lost.receiver().clone(), after(RECHECK))
         };
         select! {
-            recv(cmd.reports) -> report => if tree_gone(report) {
-                return;
+            recv(cmd.reports) -> report => match report {
+                Ok(report) if tree_gone(&report) => return Stopped::Gone,
+                Ok(_) => {}
+                Err(_) => return keeper_died(job, cmd),
             },
             recv(grace_ends) -> _ => break,
             recv(lost_rx) -> _ => {}
@@ -240,16 +256,31 @@ fn stop(job: &Job<'_>, lost: &LossSignal, cmd: &RunningCmd, why: &str) {
         signals::name(libc::SIGKILL)
     );
     cmd.kill_tree();
-    while !tree_gone(cmd.reports.recv()) {}
+    loop {
+        match cmd.reports.recv() {
+            Ok(report) if tree_gone(&report) => return Stopped::Gone,
+            Ok(_) => {}
+            Err(_) => return keeper_died(job, cmd),
+        }
+    }
 }
 
-/// Whether `report` says nothing of CMD's tree is left (or the keeper,
-/// which kills it as it goes, is gone).
-fn tree_gone(report: Result<Report, crossbeam_channel::RecvError>) -> bool {
-    matches!(
-        report,
-        Ok(Report::Empty | Report::Exited { alone: true, .. }) | Err(_)
-    )
+/// Whether `report` says nothing of CMD's tree is left.
+fn tree_gone(report: &Report) -> bool {
+    matches!(report, Report::Empty | Report::Exited { alone: true, .. })
+}
+
+/// The keeper died while CMD's tree was being stopped: a keeper that
+/// exits on its own kills the tree first, but a SIGKILLed one leaves it to
+/// us; nothing of it may outlive the lease.
+fn keeper_died(job: &Job<'_>, cmd: &RunningCmd) -> Stopped {
+    eprintln!(
+        "recipes: {}: CMD's keeper process died while CMD's processes were being stopped; \
+         killing what is left",
+        job.name
+    );
+    cmd.contain_without_keeper();
+    Stopped::KeeperDied
 }
 
 #[cfg(test)]

@@ -8,10 +8,28 @@ mod common;
 
 use std::fs;
 use std::path::{Path, PathBuf};
-use std::process::Command;
+use std::process::{Child, Command, Stdio};
 
 use common::*;
 use integration::wait_until;
+
+/// How CMD's tree is contained.
+#[derive(Clone, Copy, Debug)]
+enum Tree {
+    /// The default: a cgroup v2 of CMD's own.
+    Cgroup,
+    /// `RECIPES_CGROUP=off`: the keeper process as subreaper.
+    Subreaper,
+}
+
+/// `recipes` on ZooKeeper, TTL 5 s, containing CMD's tree as `tree` says.
+fn with_tree(tree: Tree) -> Command {
+    let mut cmd = with_store(Store::Zk, "5s");
+    if let Tree::Subreaper = tree {
+        cmd.env("RECIPES_CGROUP", "off");
+    }
+    cmd
+}
 
 /// A program whose main thread calls `pthread_exit` while a second thread
 /// appends a line to the file `argv[1]` every 20 ms; with a second
@@ -91,8 +109,7 @@ fn holder_of_headless(
 ) -> (std::process::Child, Vec<String>, u32, KillOnPanic) {
     let bin = headless(scene);
     let beats = scene.file("beats");
-    let mut base = with_store(Store::Zk, "5s");
-    base.env("RECIPES_CGROUP", "off");
+    let base = with_tree(Tree::Subreaper);
     let mut sub = vec!["lock", scene.name.as_str()];
     sub.extend_from_slice(extra);
     let (holder, info) = start_holder(
@@ -159,4 +176,84 @@ fn fault_a_loss_kills_a_process_whose_main_thread_ended_subreaper_zk() {
     let stderr = stderr_of(&mut holder);
     assert_eq!(status.code(), Some(76), "{stderr}");
     assert!(stderr.contains("sending SIGKILL"), "{stderr}");
+}
+
+/// `base` with the subcommand `sub` running the shell code `script` as
+/// CMD, its stderr written to the file `stderr` of `scene` (read while it
+/// runs).
+fn spawn_logged(mut base: Command, sub: &[&str], scene: &Scene, script: &str) -> Child {
+    let log = fs::File::create(scene.file("stderr")).unwrap();
+    base.args(sub)
+        .args(["--", "sh", "-c", script])
+        .stdout(Stdio::null())
+        .stderr(log)
+        .spawn()
+        .unwrap()
+}
+
+/// The keeper: the child of `recipes` (pid `parent`) whose first argument
+/// is `--recipes-internal-keeper`.
+fn keeper_of(parent: u32) -> Option<u32> {
+    fs::read_dir("/proc")
+        .ok()?
+        .flatten()
+        .filter_map(|e| e.file_name().to_str()?.parse::<u32>().ok())
+        .find(|&pid| {
+            integration::process_tree::parent_of(pid) == Some(parent)
+                && fs::read(format!("/proc/{pid}/cmdline")).is_ok_and(|c| {
+                    c.split(|&b| b == 0).nth(1) == Some(b"--recipes-internal-keeper")
+                })
+        })
+}
+
+/// CMD starts a writer that calls `setsid` and ignores SIGTERM, then (once
+/// the writer's trap is set) exits 0; `recipes` (grace 300 s) stops what CMD left running, and meanwhile
+/// CMD's keeper alone is SIGKILLed. `recipes` kills the writer itself,
+/// exits 71, and the writer is gone by then. Before the fix it took the
+/// keeper's death for the tree's end: it released and exited 0 while the
+/// writer ran on.
+fn fault_a_keeper_killed_while_stopping_leaves_nothing(tree: Tree) {
+    let scene = Scene::new("keeper-killed-stopping");
+    let writer_pid = scene.file("writer");
+    let script = format!(
+        "setsid sh -c 'trap \"\" TERM; echo $$ > {p}.tmp && mv {p}.tmp {p}; \
+         while :; do date +%s.%N >> {w}; sleep 0.05; done' & \
+         while [ ! -e {p} ]; do sleep 0.01; done; exit 0",
+        p = writer_pid.display(),
+        w = scene.file("w").display()
+    );
+    let mut holder = spawn_logged(
+        with_tree(tree),
+        &["lock", &scene.name, "--grace", "300s"],
+        &scene,
+        &script,
+    );
+    let writer: u32 = read_when_written(&writer_pid).trim().parse().unwrap();
+    let _guard = KillOnPanic(vec![writer, holder.id()]);
+    let stderr = scene.file("stderr");
+    wait_until("recipes stops what CMD left running", RUN_BOUND, || {
+        fs::read_to_string(&stderr).is_ok_and(|s| s.contains("left processes running"))
+    });
+    let keeper = keeper_of(holder.id()).expect("the keeper runs while the writer does");
+    // SAFETY: kill has no memory preconditions.
+    unsafe {
+        libc::kill(keeper as libc::pid_t, libc::SIGKILL);
+    }
+    let status = wait_exit(&mut holder);
+    assert!(
+        process_gone(writer),
+        "CMD's writer (pid {writer}) outlived its killed keeper and recipes"
+    );
+    let stderr = fs::read_to_string(&stderr).unwrap();
+    assert_eq!(status.code(), Some(71), "{stderr}");
+}
+
+#[test]
+fn fault_a_keeper_killed_while_stopping_leaves_nothing_zk() {
+    fault_a_keeper_killed_while_stopping_leaves_nothing(Tree::Cgroup);
+}
+
+#[test]
+fn fault_a_keeper_killed_while_stopping_leaves_nothing_subreaper_zk() {
+    fault_a_keeper_killed_while_stopping_leaves_nothing(Tree::Subreaper);
 }
