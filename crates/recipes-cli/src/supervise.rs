@@ -128,7 +128,7 @@ pub fn run(job: &Job<'_>, held: &Held, forwarded: &Receiver<libc::c_int>) -> Out
                             break Outcome::Exited(exit::OS_ERROR);
                         }
                     }
-                    break Outcome::Exited(code);
+                    break exited(job, &held.lost, code);
                 }
                 Ok(_) => {}
                 Err(_) => {
@@ -162,6 +162,24 @@ pub fn run(job: &Job<'_>, held: &Held, forwarded: &Receiver<libc::c_int>) -> Out
     cmd.restore_terminal();
     cmd.finish();
     outcome
+}
+
+/// CMD's exit with status `code`, once its tree is gone: CMD's status only
+/// if the lease still holds; CMD's end and the loss can come together
+/// (after a pause of `recipes`), and a loss is never reported as a run
+/// that ended under the lock.
+fn exited(job: &Job<'_>, lost: &LossSignal, code: i32) -> Outcome {
+    match lost.reason() {
+        None => Outcome::Exited(code),
+        Some(reason) => {
+            eprintln!(
+                "recipes: {}: CMD exited ({code}), but the lease was lost ({reason}); \
+                 exiting as for a loss",
+                job.name
+            );
+            Outcome::Lost
+        }
+    }
 }
 
 /// How long until the lease is at risk (its deadline `warning` away), as

@@ -257,3 +257,45 @@ fn fault_a_keeper_killed_while_stopping_leaves_nothing_zk() {
 fn fault_a_keeper_killed_while_stopping_leaves_nothing_subreaper_zk() {
     fault_a_keeper_killed_while_stopping_leaves_nothing(Tree::Subreaper);
 }
+
+/// CMD's exit and the loss of the lease, seen at once: `recipes` is
+/// stopped (SIGSTOP) while CMD runs; CMD exits 0 meanwhile, the store
+/// expires the session and drops the holder; `recipes` is continued. Its
+/// exit is 76, never CMD's 0 (which says CMD ran to its end under the
+/// lock). Before the fix `recipes` picked either event: 0 about as often
+/// as 76.
+fn fault_cmds_exit_and_the_loss_seen_together_exit_76(store: Store) {
+    let scene = Scene::new("exit-and-loss");
+    let go = scene.file("go");
+    let (mut holder, info) = start_holder(
+        with_store(store, "3s"),
+        &["lock", &scene.name],
+        &scene,
+        &format!(
+            "while [ ! -e {} ]; do sleep 0.02; done; exit 0",
+            go.display()
+        ),
+    );
+    let cmd: u32 = info[0].parse().unwrap();
+    let _guard = KillOnPanic(vec![cmd, holder.id()]);
+    signal(&holder, libc::SIGSTOP);
+    fs::write(&go, "").unwrap();
+    wait_until("CMD exited (the keeper reaped it)", RUN_BOUND, || {
+        !Path::new(&format!("/proc/{cmd}")).exists()
+    });
+    store.wait_gone(&info[1]);
+    signal(&holder, libc::SIGCONT);
+    let status = wait_exit(&mut holder);
+    let stderr = stderr_of(&mut holder);
+    assert_eq!(status.code(), Some(76), "{stderr}");
+}
+
+#[test]
+fn fault_cmds_exit_and_the_loss_seen_together_exit_76_zk() {
+    fault_cmds_exit_and_the_loss_seen_together_exit_76(Store::Zk);
+}
+
+#[test]
+fn fault_cmds_exit_and_the_loss_seen_together_exit_76_etcd() {
+    fault_cmds_exit_and_the_loss_seen_together_exit_76(Store::Etcd);
+}
