@@ -98,7 +98,7 @@ pub enum Outcome {
 /// release `held`.
 pub fn run(job: &Job<'_>, held: &Held, forwarded: &Receiver<libc::c_int>) -> Outcome {
     if let Some(reason) = held.lost.reason() {
-        eprintln!(
+        say!(
             "recipes: {}: lost between acquiring and starting CMD ({reason}); not starting it",
             job.name
         );
@@ -108,7 +108,7 @@ pub fn run(job: &Job<'_>, held: &Held, forwarded: &Receiver<libc::c_int>) -> Out
     let cmd = match child::spawn(job.argv, &env, &removed) {
         Ok(cmd) => cmd,
         Err(e) => {
-            eprintln!("recipes: cannot run {}: {e}", job.argv[0].to_string_lossy());
+            say!("recipes: cannot run {}: {e}", job.argv[0].to_string_lossy());
             return Outcome::NotStarted(child::spawn_failure_code(&e));
         }
     };
@@ -132,7 +132,7 @@ pub fn run(job: &Job<'_>, held: &Held, forwarded: &Receiver<libc::c_int>) -> Out
                 }
                 Ok(_) => {}
                 Err(_) => {
-                    eprintln!(
+                    say!(
                         "recipes: {}: CMD's keeper process died; CMD is killed with it",
                         job.name
                     );
@@ -172,7 +172,7 @@ fn exited(job: &Job<'_>, lost: &LossSignal, code: i32) -> Outcome {
     match lost.reason() {
         None => Outcome::Exited(code),
         Some(reason) => {
-            eprintln!(
+            say!(
                 "recipes: {}: CMD exited ({code}), but the lease was lost ({reason}); \
                  exiting as for a loss",
                 job.name
@@ -238,7 +238,7 @@ fn stop(job: &Job<'_>, lost: &LossSignal, cmd: &RunningCmd, why: &str) -> Stoppe
             job.grace
         )
     };
-    eprintln!(
+    say!(
         "recipes: {}: {why}; sending SIGTERM to CMD (pid {}) and every process it started, \
          SIGKILL {kill}",
         job.name,
@@ -268,7 +268,7 @@ fn stop(job: &Job<'_>, lost: &LossSignal, cmd: &RunningCmd, why: &str) -> Stoppe
             }
         }
     }
-    eprintln!(
+    say!(
         "recipes: {}: CMD still running; sending {} to it and every process it started",
         job.name,
         signals::name(libc::SIGKILL)
@@ -292,7 +292,7 @@ fn tree_gone(report: &Report) -> bool {
 /// exits on its own kills the tree first, but a SIGKILLed one leaves it to
 /// us; nothing of it may outlive the lease.
 fn keeper_died(job: &Job<'_>, cmd: &RunningCmd) -> Stopped {
-    eprintln!(
+    say!(
         "recipes: {}: CMD's keeper process died while CMD's processes were being stopped; \
          killing what is left",
         job.name

@@ -299,3 +299,60 @@ fn fault_cmds_exit_and_the_loss_seen_together_exit_76_zk() {
 fn fault_cmds_exit_and_the_loss_seen_together_exit_76_etcd() {
     fault_cmds_exit_and_the_loss_seen_together_exit_76(Store::Etcd);
 }
+
+/// A pipe whose read end is closed: a write to the other end fails with
+/// EPIPE (the test harness, like Rust, ignores SIGPIPE).
+fn unread_pipe() -> Stdio {
+    let mut fds = [0; 2];
+    // SAFETY: pipe2 writes two fds into the array.
+    assert_eq!(unsafe { libc::pipe2(fds.as_mut_ptr(), libc::O_CLOEXEC) }, 0);
+    // SAFETY: both fds were just made and are ours alone.
+    let (read, write) = unsafe {
+        use std::os::fd::FromRawFd as _;
+        (
+            std::os::fd::OwnedFd::from_raw_fd(fds[0]),
+            std::os::fd::OwnedFd::from_raw_fd(fds[1]),
+        )
+    };
+    drop(read);
+    Stdio::from(write)
+}
+
+/// `recipes` whose stderr nobody reads (`2>&1 | true` after `true` has
+/// gone): CMD exits 0 leaving a child that ignores SIGTERM, and the
+/// message saying it is stopped cannot be written. `recipes` still stops
+/// the child (grace 1 s, then SIGKILL) and exits 0, CMD's status. Before
+/// the fix the message panicked: exit 101, the lock's guard dropped as it
+/// unwound, before the keeper had killed the child.
+#[test]
+fn fault_an_unwritable_stderr_does_not_stop_recipes_zk() {
+    let scene = Scene::new("stderr-gone");
+    let child_pid = scene.file("child");
+    let script = format!(
+        "(trap '' TERM; exec sleep 30) & echo $! > {p}.tmp && mv {p}.tmp {p}; exit 0",
+        p = child_pid.display()
+    );
+    let mut holder = with_store(Store::Zk, "5s")
+        .args([
+            "lock",
+            &scene.name,
+            "--grace",
+            "1s",
+            "--",
+            "sh",
+            "-c",
+            &script,
+        ])
+        .stdout(Stdio::null())
+        .stderr(unread_pipe())
+        .spawn()
+        .unwrap();
+    let child: u32 = read_when_written(&child_pid).trim().parse().unwrap();
+    let _guard = KillOnPanic(vec![child, holder.id()]);
+    let status = wait_exit(&mut holder);
+    assert!(
+        process_gone(child),
+        "CMD's child (pid {child}) outlived recipes"
+    );
+    assert_eq!(status.code(), Some(0), "recipes: {status:?}");
+}
