@@ -67,17 +67,17 @@ pub fn run<C: Client>(client: C, op: &BarrierOp) -> i32 {
     let status = match done {
         Ok(true) => 0,
         Ok(false) => {
-            eprintln!("recipes: the barrier {} is still up", op.name());
+            say!("recipes: the barrier {} is still up", op.name());
             exit::CONFLICT
         }
         Err(e) => {
-            eprintln!("recipes: {e}");
+            say!("recipes: {e}");
             exit::for_error(&e)
         }
     };
     // Nothing is held: the session only needs to end.
     if let Err(e) = client.close_within(Duration::from_secs(2)) {
-        eprintln!("recipes: warning: the session did not close in time ({e})");
+        say!("recipes: warning: the session did not close in time ({e})");
     }
     status
 }

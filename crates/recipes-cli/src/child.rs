@@ -191,7 +191,7 @@ impl RunningCmd {
                 return;
             }
             if std::time::Instant::now() > until {
-                eprintln!(
+                say!(
                     "recipes: {} process(es) CMD started survive SIGKILL: {left:?}",
                     left.len()
                 );

@@ -389,7 +389,7 @@ pub fn parse<I: IntoIterator<Item = OsString>>(args: I) -> Result<(Cli, BackendC
     })?;
     if let (Command::Lock(a), Some(("lock", m))) = (&mut cli.command, matches.subcommand()) {
         a.parts = lock_parts(m).map_err(|msg| {
-            eprintln!("recipes: {msg}");
+            say!("recipes: {msg}");
             exit::USAGE
         })?;
     }
@@ -397,13 +397,13 @@ pub fn parse<I: IntoIterator<Item = OsString>>(args: I) -> Result<(Cli, BackendC
         return Err(match print_generated(&cli.command) {
             Ok(()) => 0,
             Err(e) => {
-                eprintln!("recipes: cannot print: {e}");
+                say!("recipes: cannot print: {e}");
                 exit::UNAVAILABLE
             }
         });
     }
     let backend = choose_backend(&cli, &matches).map_err(|msg| {
-        eprintln!("recipes: {msg}");
+        say!("recipes: {msg}");
         exit::USAGE
     })?;
     Ok((cli, backend))

@@ -83,13 +83,13 @@ pub fn run<C: Client>(client: C, op: &CountOp) -> i32 {
     let status = match done {
         Ok(()) => 0,
         Err(e) => {
-            eprintln!("recipes: {e}");
+            say!("recipes: {e}");
             exit::for_error(&e)
         }
     };
     // Nothing is held: the session only needs to end.
     if let Err(e) = client.close_within(std::time::Duration::from_secs(2)) {
-        eprintln!("recipes: warning: the session did not close in time ({e})");
+        say!("recipes: warning: the session did not close in time ({e})");
     }
     status
 }

@@ -61,6 +61,9 @@
 #![warn(missing_docs)]
 #![deny(missing_debug_implementations)]
 
+#[macro_use]
+mod say;
+
 mod backend;
 mod barrier;
 mod cgroup;
@@ -104,7 +107,7 @@ const NAME_LIMIT: &str = "names are sent in every request";
 fn real_main() -> i32 {
     // Before any thread exists, so every thread inherits the mask.
     if let Err(e) = signals::block() {
-        eprintln!("recipes: cannot block signals: {e}");
+        say!("recipes: cannot block signals: {e}");
         return exit::UNAVAILABLE;
     }
     let (cli, choice) = match cli::parse(std::env::args_os()) {
@@ -114,7 +117,7 @@ fn real_main() -> i32 {
     let forwarded = match signals::listen() {
         Ok(rx) => rx,
         Err(e) => {
-            eprintln!("recipes: cannot start the signal thread: {e}");
+            say!("recipes: cannot start the signal thread: {e}");
             return exit::UNAVAILABLE;
         }
     };
@@ -124,7 +127,7 @@ fn real_main() -> i32 {
         if let Err(e) =
             recipes_core::store::check_name("the name", name, NAME_LIMIT, char::is_control)
         {
-            eprintln!("recipes: {e}");
+            say!("recipes: {e}");
             return exit::for_error(&e);
         }
     }
@@ -133,7 +136,7 @@ fn real_main() -> i32 {
             .with_http_listener(addr)
             .install();
         if let Err(e) = exporter {
-            eprintln!("recipes: cannot serve metrics on {addr}: {e}; give a free address");
+            say!("recipes: cannot serve metrics on {addr}: {e}; give a free address");
             return exit::USAGE;
         }
     }
@@ -141,14 +144,14 @@ fn real_main() -> i32 {
     let credentials = match credentials {
         Ok(c) => c,
         Err(msg) => {
-            eprintln!("recipes: {msg}");
+            say!("recipes: {msg}");
             return exit::USAGE;
         }
     };
     let tls = match cli.tls() {
         Ok(tls) => tls,
         Err(msg) => {
-            eprintln!("recipes: {msg}");
+            say!("recipes: {msg}");
             return exit::USAGE;
         }
     };
@@ -170,7 +173,7 @@ fn real_main() -> i32 {
     ) {
         Ok(c) => c,
         Err(e) => {
-            eprintln!("recipes: cannot connect to {store}: {e}");
+            say!("recipes: cannot connect to {store}: {e}");
             return exit::for_error(&e);
         }
     };

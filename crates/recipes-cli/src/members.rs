@@ -91,7 +91,7 @@ pub fn run<C: Client>(client: C, args: &MembersArgs, signals: &Receiver<libc::c_
     match done {
         Ok(()) => 0,
         Err(e) => {
-            eprintln!(
+            say!(
                 "recipes: members of {}: {e}",
                 recipes_core::store::quote(&args.name)
             );

@@ -47,9 +47,7 @@ fn redis_shown(url: &str) -> String {
 /// Close the session: what it still holds goes at once, not after the TTL.
 fn close<C: Client>(client: &C) {
     if let Err(e) = client.close_within(CLOSE_GRACE) {
-        eprintln!(
-            "recipes: warning: the session did not close in time ({e}); it ends within the TTL"
-        );
+        say!("recipes: warning: the session did not close in time ({e}); it ends within the TTL");
     }
 }
 
@@ -79,7 +77,7 @@ pub fn run_under<C: Client>(
                 let _ = tx.send(acquire(&client, &recipe, &name, wait));
             });
         if let Err(e) = started {
-            eprintln!("recipes: cannot start a thread: {e}");
+            say!("recipes: cannot start a thread: {e}");
             close(&backend);
             return exit::UNAVAILABLE;
         }
@@ -88,7 +86,7 @@ pub fn run_under<C: Client>(
         recv(acquired) -> result => match result {
             Ok(Ok(Some(held))) => held,
             Ok(Ok(None)) => {
-                eprintln!("recipes: {shown}: not acquired{}", match wait {
+                say!("recipes: {shown}: not acquired{}", match wait {
                     Wait::AtOnce => " (held elsewhere, --no-wait)".to_owned(),
                     _ => format!(" within {:?}", opts.wait.unwrap_or_default()),
                 });
@@ -96,19 +94,19 @@ pub fn run_under<C: Client>(
                 return i32::from(opts.conflict_exit_code);
             }
             Ok(Err(e)) => {
-                eprintln!("recipes: {shown}: {e}");
+                say!("recipes: {shown}: {e}");
                 close(&backend);
                 return exit::for_error(&e);
             }
             Err(_) => {
-                eprintln!("recipes: {shown}: the acquiring thread died");
+                say!("recipes: {shown}: the acquiring thread died");
                 close(&backend);
                 return exit::UNAVAILABLE;
             }
         },
         recv(forwarded) -> sig => {
             let sig = sig.unwrap_or(libc::SIGTERM);
-            eprintln!("recipes: {shown}: {} while waiting; giving up", signals::name(sig));
+            say!("recipes: {shown}: {} while waiting; giving up", signals::name(sig));
             // Closing the session removes a half-made acquisition at once.
             close(&backend);
             return exit::for_signal(sig);
@@ -134,7 +132,7 @@ pub fn run_under<C: Client>(
                 // A double barrier's leave that did not see every member
                 // go within --wait: CMD's own failure wins.
                 Err(e) if crate::double_barrier::leave_timed_out(&e) => {
-                    eprintln!("recipes: {shown}: not every member left within the wait");
+                    say!("recipes: {shown}: not every member left within the wait");
                     if code == 0 {
                         i32::from(opts.conflict_exit_code)
                     } else {
@@ -142,7 +140,7 @@ pub fn run_under<C: Client>(
                     }
                 }
                 Err(e) => {
-                    eprintln!(
+                    say!(
                         "recipes: {name}: warning: release failed ({e}); \
                          the lease ends by itself within the TTL"
                     );
@@ -168,15 +166,15 @@ fn hold_until(held: &Held, until: Instant, forwarded: &Receiver<libc::c_int>, sh
     let Some(left) = until.checked_duration_since(Instant::now()) else {
         return;
     };
-    eprintln!("recipes: {shown}: CMD ended; holding on for {left:?} (--hold-at-least)");
+    say!("recipes: {shown}: CMD ended; holding on for {left:?} (--hold-at-least)");
     select! {
         recv(held.lost.receiver()) -> _ => {
             let reason = held.lost.reason().map_or("lost".into(), |r| r.to_string());
-            eprintln!("recipes: {shown}: warning: lost while holding on ({reason})");
+            say!("recipes: {shown}: warning: lost while holding on ({reason})");
         }
         recv(forwarded) -> sig => {
             let sig = sig.unwrap_or(libc::SIGTERM);
-            eprintln!("recipes: {shown}: {} while holding on; releasing", signals::name(sig));
+            say!("recipes: {shown}: {} while holding on; releasing", signals::name(sig));
         }
         default(left) => {}
     }
@@ -196,7 +194,7 @@ pub fn status<C: Client>(
         return match watched {
             Ok(()) => 0,
             Err(e) => {
-                eprintln!("recipes: status of {} on {store}: {e}", shown(name));
+                say!("recipes: status of {} on {store}: {e}", shown(name));
                 exit::for_error(&e)
             }
         };
@@ -209,7 +207,7 @@ pub fn status<C: Client>(
             0
         }
         Err(e) => {
-            eprintln!("recipes: status of {} on {store}: {e}", shown(name));
+            say!("recipes: status of {} on {store}: {e}", shown(name));
             exit::for_error(&e)
         }
     }

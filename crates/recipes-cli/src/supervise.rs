@@ -98,7 +98,7 @@ pub enum Outcome {
 /// release `held`.
 pub fn run(job: &Job<'_>, held: &Held, forwarded: &Receiver<libc::c_int>) -> Outcome {
     if let Some(reason) = held.lost.reason() {
-        eprintln!(
+        say!(
             "recipes: {}: lost between acquiring and starting CMD ({reason}); not starting it",
             job.name
         );
@@ -108,7 +108,7 @@ pub fn run(job: &Job<'_>, held: &Held, forwarded: &Receiver<libc::c_int>) -> Out
     let cmd = match child::spawn(job.argv, &env, &removed) {
         Ok(cmd) => cmd,
         Err(e) => {
-            eprintln!("recipes: cannot run {}: {e}", job.argv[0].to_string_lossy());
+            say!("recipes: cannot run {}: {e}", job.argv[0].to_string_lossy());
             return Outcome::NotStarted(child::spawn_failure_code(&e));
         }
     };
@@ -124,13 +124,15 @@ pub fn run(job: &Job<'_>, held: &Held, forwarded: &Receiver<libc::c_int>) -> Out
                             "CMD exited ({code}) and left processes running; \
                              they must not outlive the lease"
                         );
-                        stop(job, &held.lost, &cmd, &why);
+                        if let Stopped::KeeperDied = stop(job, &held.lost, &cmd, &why) {
+                            break Outcome::Exited(exit::OS_ERROR);
+                        }
                     }
-                    break Outcome::Exited(code);
+                    break exited(job, &held.lost, code);
                 }
                 Ok(_) => {}
                 Err(_) => {
-                    eprintln!(
+                    say!(
                         "recipes: {}: CMD's keeper process died; CMD is killed with it",
                         job.name
                     );
@@ -139,6 +141,8 @@ pub fn run(job: &Job<'_>, held: &Held, forwarded: &Receiver<libc::c_int>) -> Out
                 }
             },
             recv(held.lost.receiver()) -> _ => {
+                // Even if the keeper died meanwhile (what it left is
+                // killed): the loss is what happened to the lock, 76.
                 stop(job, &held.lost, &cmd, &loss(&held.lost));
                 break Outcome::Lost;
             }
@@ -158,6 +162,24 @@ pub fn run(job: &Job<'_>, held: &Held, forwarded: &Receiver<libc::c_int>) -> Out
     cmd.restore_terminal();
     cmd.finish();
     outcome
+}
+
+/// CMD's exit with status `code`, once its tree is gone: CMD's status only
+/// if the lease still holds; CMD's end and the loss can come together
+/// (after a pause of `recipes`), and a loss is never reported as a run
+/// that ended under the lock.
+fn exited(job: &Job<'_>, lost: &LossSignal, code: i32) -> Outcome {
+    match lost.reason() {
+        None => Outcome::Exited(code),
+        Some(reason) => {
+            say!(
+                "recipes: {}: CMD exited ({code}), but the lease was lost ({reason}); \
+                 exiting as for a loss",
+                job.name
+            );
+            Outcome::Lost
+        }
+    }
 }
 
 /// How long until the lease is at risk (its deadline `warning` away), as
@@ -194,10 +216,20 @@ fn loss(lost: &LossSignal) -> String {
     }
 }
 
+/// How [`stop`] ended.
+#[derive(Debug)]
+enum Stopped {
+    /// The keeper reaped the last process of CMD's tree.
+    Gone,
+    /// The keeper died meanwhile (it was SIGKILLed); what it left was
+    /// killed by `recipes` ([`RunningCmd::contain_without_keeper`]).
+    KeeperDied,
+}
+
 /// SIGTERM to CMD's whole tree (CMD and every process it started, in any
 /// process group or session); SIGKILL to it once the lease is lost or the
 /// grace ends, whichever comes first; returns once none of it is left.
-fn stop(job: &Job<'_>, lost: &LossSignal, cmd: &RunningCmd, why: &str) {
+fn stop(job: &Job<'_>, lost: &LossSignal, cmd: &RunningCmd, why: &str) -> Stopped {
     let kill = if lost.is_lost() {
         "at once: the store may give the lease away any moment".to_owned()
     } else {
@@ -206,7 +238,7 @@ fn stop(job: &Job<'_>, lost: &LossSignal, cmd: &RunningCmd, why: &str) {
             job.grace
         )
     };
-    eprintln!(
+    say!(
         "recipes: {}: {why}; sending SIGTERM to CMD (pid {}) and every process it started, \
          SIGKILL {kill}",
         job.name,
@@ -222,8 +254,10 @@ fn stop(job: &Job<'_>, lost: &LossSignal, cmd: &RunningCmd, why: &str) {
             (lost.receiver().clone(), after(RECHECK))
         };
         select! {
-            recv(cmd.reports) -> report => if tree_gone(report) {
-                return;
+            recv(cmd.reports) -> report => match report {
+                Ok(report) if tree_gone(&report) => return Stopped::Gone,
+                Ok(_) => {}
+                Err(_) => return keeper_died(job, cmd),
             },
             recv(grace_ends) -> _ => break,
             recv(lost_rx) -> _ => {}
@@ -234,22 +268,37 @@ fn stop(job: &Job<'_>, lost: &LossSignal, cmd: &RunningCmd, why: &str) {
             }
         }
     }
-    eprintln!(
+    say!(
         "recipes: {}: CMD still running; sending {} to it and every process it started",
         job.name,
         signals::name(libc::SIGKILL)
     );
     cmd.kill_tree();
-    while !tree_gone(cmd.reports.recv()) {}
+    loop {
+        match cmd.reports.recv() {
+            Ok(report) if tree_gone(&report) => return Stopped::Gone,
+            Ok(_) => {}
+            Err(_) => return keeper_died(job, cmd),
+        }
+    }
 }
 
-/// Whether `report` says nothing of CMD's tree is left (or the keeper,
-/// which kills it as it goes, is gone).
-fn tree_gone(report: Result<Report, crossbeam_channel::RecvError>) -> bool {
-    matches!(
-        report,
-        Ok(Report::Empty | Report::Exited { alone: true, .. }) | Err(_)
-    )
+/// Whether `report` says nothing of CMD's tree is left.
+fn tree_gone(report: &Report) -> bool {
+    matches!(report, Report::Empty | Report::Exited { alone: true, .. })
+}
+
+/// The keeper died while CMD's tree was being stopped: a keeper that
+/// exits on its own kills the tree first, but a SIGKILLed one leaves it to
+/// us; nothing of it may outlive the lease.
+fn keeper_died(job: &Job<'_>, cmd: &RunningCmd) -> Stopped {
+    say!(
+        "recipes: {}: CMD's keeper process died while CMD's processes were being stopped; \
+         killing what is left",
+        job.name
+    );
+    cmd.contain_without_keeper();
+    Stopped::KeeperDied
 }
 
 #[cfg(test)]

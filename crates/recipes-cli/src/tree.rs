@@ -6,8 +6,10 @@
 use std::collections::HashMap;
 use std::fs;
 
-/// The live (not zombie) processes below `root`, parents before their
-/// children.
+/// The live processes below `root`, parents before their children. A
+/// zombie is left out unless threads of it still run: a process whose main
+/// thread ended (`pthread_exit`) reads `Z` while its other threads go on,
+/// and must still be signalled (its pid is not reused until it is reaped).
 pub fn descendants(root: libc::pid_t) -> Vec<libc::pid_t> {
     let mut children: HashMap<libc::pid_t, Vec<libc::pid_t>> = HashMap::new();
     let mut zombies = Vec::new();
@@ -22,9 +24,9 @@ pub fn descendants(root: libc::pid_t) -> Vec<libc::pid_t> {
         else {
             continue;
         };
-        if let Some((state, ppid)) = state_and_parent(pid) {
+        if let Some((state, ppid, threads)) = stat_fields(pid) {
             children.entry(ppid).or_default().push(pid);
-            if state == 'Z' {
+            if state == 'Z' && threads <= 1 {
                 zombies.push(pid);
             }
         }
@@ -41,14 +43,17 @@ pub fn descendants(root: libc::pid_t) -> Vec<libc::pid_t> {
     found
 }
 
-/// Field 3 (state) and 4 (parent) of `/proc/PID/stat`; the command name
-/// before them is in parentheses and may hold anything.
-fn state_and_parent(pid: libc::pid_t) -> Option<(char, libc::pid_t)> {
+/// Field 3 (state), 4 (parent) and 20 (number of threads) of
+/// `/proc/PID/stat`; the command name before them is in parentheses and
+/// may hold anything.
+fn stat_fields(pid: libc::pid_t) -> Option<(char, libc::pid_t, u64)> {
     let stat = fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
     let mut rest = stat.rsplit_once(')')?.1.split_whitespace();
     let state = rest.next()?.chars().next()?;
     let ppid = rest.next()?.parse().ok()?;
-    Some((state, ppid))
+    // Fields 5 to 19 lie between; field 20 is the 16th after the parent.
+    let threads = rest.nth(15)?.parse().ok()?;
+    Some((state, ppid, threads))
 }
 
 /// Send `sig` to each of `pids`.

@@ -86,7 +86,7 @@ pub fn watch<C: Client>(
             }
             Err(e) => {
                 if !failing {
-                    eprintln!("recipes: status of {name}: {e}; looking again");
+                    say!("recipes: status of {name}: {e}; looking again");
                 }
                 failing = true;
             }

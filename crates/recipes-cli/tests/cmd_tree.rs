@@ -69,23 +69,6 @@ fn pid_in(path: &std::path::Path) -> u32 {
     read_when_written(path).trim().parse().unwrap()
 }
 
-/// Kills what a failed test left running (a writer that would run on for
-/// ever); does nothing when the test passed.
-struct KillOnPanic(Vec<u32>);
-
-impl Drop for KillOnPanic {
-    fn drop(&mut self) {
-        if std::thread::panicking() {
-            for &pid in &self.0 {
-                // SAFETY: kill has no memory preconditions.
-                unsafe {
-                    libc::kill(pid as libc::pid_t, libc::SIGKILL);
-                }
-            }
-        }
-    }
-}
-
 /// Shell code that starts a shell in the background which runs `setup`
 /// (its traps: in place before anyone can read its pid), writes its pid to
 /// `pid_file` and runs `body`.

@@ -288,3 +288,20 @@ pub fn stdout_ok(store: Store, args: &[&str]) -> String {
     );
     String::from_utf8(out.stdout).unwrap().trim().to_owned()
 }
+
+/// Kills what a failed test left running (a writer that would run on for
+/// ever); does nothing when the test passed.
+pub struct KillOnPanic(pub Vec<u32>);
+
+impl Drop for KillOnPanic {
+    fn drop(&mut self) {
+        if std::thread::panicking() {
+            for &pid in &self.0 {
+                // SAFETY: kill has no memory preconditions.
+                unsafe {
+                    libc::kill(pid as libc::pid_t, libc::SIGKILL);
+                }
+            }
+        }
+    }
+}
