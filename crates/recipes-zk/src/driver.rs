@@ -15,8 +15,9 @@
 //!   no node is ever created ahead of ours (sequence order), so ours is
 //!   first. Not for a read-write lock: its downgrade creates a reader in
 //!   the deleted writer's place, so its waiters always list again.
-//! - **wait**: a one-shot watch on the node ahead (a mutex, a latch) or on
-//!   the folder's children (semaphore permits: any release may admit us).
+//! - **wait**: a one-shot watch on the node ahead (a mutex, a latch) or,
+//!   for semaphore permits (any release may admit us), the children watch
+//!   of the listing the decision was made on.
 //! - **confirm**: nothing to ask; the fence is our node's czxid.
 //! - **remove**: list the children on the same session — the server answers
 //!   it after a create still queued in the client — and delete the one with
@@ -284,11 +285,13 @@ impl ContendDriver for NodeDriver {
         // The watch fires when the node changes or goes, and on session
         // expiry; the engine also wakes at the deadline and on epoch loss.
         let watcher = if self.contender.rule.holders().is_some_and(|n| n > 1) {
-            // Any permit's release may admit us, not only the one ahead.
-            match session.zk().get_and_watch_children(dir).await {
-                Ok((children, _, watcher)) if children.contains(ahead) => watcher,
-                Ok(_) => return Ok(()),
-                Err(e) => return Err(read_error(&format!("watch {dir}"), e)),
+            // Any permit's release may admit us, not only the one ahead: the
+            // watch is the one the listing we decided on set, so a release
+            // since that listing has fired it. A fresh watch would miss it
+            // (the holder we wait on still there, another one gone).
+            match entry.children.take() {
+                Some(watcher) => watcher,
+                None => return Ok(()),
             }
         } else {
             let watched = format!("{dir}/{ahead}");
