@@ -1,6 +1,7 @@
 //! ZooKeeper waits that a change between two requests must not strand: a
-//! permit released between a semaphore waiter's listing and its wait. The
-//! race is opened on purpose with a proxy that delays the waiter's replies,
+//! permit released between a semaphore waiter's listing and its wait, a
+//! folder made between an observer's listing and its exists-watch. The
+//! races are opened on purpose with a proxy that delays the waiter's replies,
 //! and closed by what the server reports, never by a sleep. Tests with
 //! `fault` in their name run on servers of their own.
 
@@ -8,7 +9,7 @@ use recipes_core::Client as _;
 use std::thread;
 use std::time::Duration;
 
-use integration::{wait_until, Proxy, ZkServer};
+use integration::{scale, wait_for, wait_until, Proxy, ZkServer};
 use recipes_zk::ZkClient;
 
 /// The reply delay that holds a request's answer while the test changes
@@ -20,6 +21,24 @@ fn client(hosts: String) -> ZkClient {
         .session_timeout(Duration::from_secs(10))
         .connect()
         .expect("connect")
+}
+
+/// Whether the server lists a watch of `session` on `path`.
+fn watches(server: &ZkServer, session: i64, path: &str) -> bool {
+    server
+        .watches_by_session()
+        .get(&session)
+        .is_some_and(|paths| paths.iter().any(|p| p == path))
+}
+
+/// The last operation the server answered on `session`'s connection
+/// (`cons`'s `lop`: `GETC` for a listing, `EXIS` for an exists).
+fn last_op(server: &ZkServer, session: i64) -> Option<String> {
+    let sid = format!("sid=0x{:x},", session as u64);
+    let cons = server.four_letter("cons");
+    let line = cons.lines().find(|l| l.contains(&sid))?;
+    let lop = line.split(',').find_map(|f| f.strip_prefix("lop="))?;
+    Some(lop.to_owned())
 }
 
 #[test]
@@ -59,4 +78,60 @@ fn fault_semaphore_waiter_sees_a_release_between_its_listing_and_its_wait() {
         "C was let in by B's release: {outcome:?}"
     );
     held_a.release().unwrap();
+}
+
+#[test]
+fn fault_observer_sees_a_leader_in_a_folder_made_between_its_listing_and_its_watch() {
+    // The observer's listing finds no folder; the folder is made before its
+    // exists-watch is served. The exists answers "there" with a data watch
+    // that no candidate's arrival fires: the observer must list again.
+    let server = ZkServer::start();
+    let proxy = Proxy::start(server.client_addr());
+    let facts = server.facts();
+    let observing = client(proxy.addr().to_string());
+    let session = observing.session_id().expect("a session");
+    proxy.set_delay(REPLY_DELAY);
+    let mut attempt = 0;
+    let (path, observer) = loop {
+        attempt += 1;
+        assert!(attempt <= 5, "the listing's window was never caught");
+        let path = format!("/gaps/observed-{attempt}");
+        let election = observing.election(&path).unwrap();
+        let started = thread::spawn(move || election.observe());
+        // `cons` shows the listing answered (its reply held) until the next
+        // request; a heartbeat answered in between hides it, and the
+        // exists-watch then shows it passed: try again on a fresh path.
+        let caught = wait_for("the observer's listing", Duration::from_secs(20), || {
+            if last_op(&server, session).as_deref() == Some("GETC") {
+                Some(true)
+            } else if watches(&server, session, &path) {
+                Some(false)
+            } else {
+                None
+            }
+        });
+        if caught {
+            facts.create(&path, b"");
+        }
+        let observer = started.join().expect("observe returned").expect("observe");
+        if caught {
+            break (path, observer);
+        }
+    };
+    assert!(
+        observer.recv_timeout(Duration::ZERO).is_err(),
+        "no leader yet"
+    );
+    let candidate = client(server.connect_string());
+    let leadership = candidate
+        .election(&path)
+        .unwrap()
+        .campaign(b"here")
+        .unwrap();
+    let seen = observer
+        .recv_timeout(scale(Duration::from_secs(10)))
+        .expect("the observer reports the leader");
+    assert_eq!(seen.holder, leadership.holder());
+    assert_eq!(seen.value, b"here");
+    leadership.resign().unwrap();
 }

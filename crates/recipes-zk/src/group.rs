@@ -98,11 +98,16 @@ impl GroupStore for ZkWaits {
                 Err(zk::Error::NoNode) => {
                     // Not there: no member; watch its creation.
                     let watch = if arm {
-                        let (_, w) = zk
+                        let watched = zk
                             .check_and_watch_stat(&self.path)
                             .await
                             .map_err(|e| read_error(&format!("watch {}", self.path), e))?;
-                        Some(Watches(w, None))
+                        match watched {
+                            (None, w) => Some(Watches(w, None)),
+                            // Made since the listing: this watch is on its
+                            // data, and a member's join would not fire it.
+                            (Some(_), _) => continue,
+                        }
                     } else {
                         None
                     };
