@@ -1,16 +1,19 @@
 //! ZooKeeper waits that a change between two requests must not strand: a
 //! permit released between a semaphore waiter's listing and its wait, a
-//! folder made between an observer's listing and its exists-watch. The
-//! races are opened on purpose with a proxy that delays the waiter's replies,
-//! and closed by what the server reports, never by a sleep. Tests with
-//! `fault` in their name run on servers of their own.
+//! folder made between an observer's listing and its exists-watch, a lock
+//! folder deleted under its waiters. The races are opened on purpose with a
+//! proxy that delays the waiter's replies, and closed by what the server
+//! reports, never by a sleep. Tests with `fault` in their name run on
+//! servers of their own.
 
 use recipes_core::Client as _;
+use std::sync::mpsc;
 use std::thread;
 use std::time::Duration;
 
 use integration::{scale, wait_for, wait_until, Proxy, ZkServer};
 use recipes_zk::ZkClient;
+use zookeeper_client as zk;
 
 /// The reply delay that holds a request's answer while the test changes
 /// the store: far longer than a loopback request of the test's own.
@@ -134,4 +137,68 @@ fn fault_observer_sees_a_leader_in_a_folder_made_between_its_listing_and_its_wat
     assert_eq!(seen.holder, leadership.holder());
     assert_eq!(seen.value, b"here");
     leadership.resign().unwrap();
+}
+
+/// Sorts nodes by their sequence suffix (the last ten characters).
+fn in_queue_order(mut nodes: Vec<String>) -> Vec<String> {
+    nodes.sort_by(|a, b| a[a.len() - 10..].cmp(&b[b.len() - 10..]));
+    nodes
+}
+
+#[test]
+fn waiters_queue_again_after_an_operator_deletes_the_lock_folder() {
+    // An operator clears a stuck lock with `deleteall`: every node and the
+    // folder go at once. A waiter whose next listing finds no folder lost
+    // its node: it queues again and holds, rather than failing.
+    let server = ZkServer::shared();
+    let facts = server.facts();
+    let dir = format!("/gaps/deleted-{}", std::process::id());
+    let (h, w1, w2) = (
+        client(server.connect_string()),
+        client(server.connect_string()),
+        client(server.connect_string()),
+    );
+    let held = h.mutex(&dir).unwrap().lock().unwrap();
+    let m1 = w1.mutex(&dir).unwrap();
+    let first = thread::spawn(move || m1.lock().map(drop));
+    wait_until("W1 queued", Duration::from_secs(10), || {
+        facts.children(&dir).len() == 2
+    });
+    let m2 = w2.mutex(&dir).unwrap();
+    let (tx, rx) = mpsc::channel();
+    let second = thread::spawn(move || {
+        let outcome = m2.lock().and_then(|guard| {
+            guard.check()?;
+            guard.release()
+        });
+        let _ = tx.send(());
+        outcome
+    });
+    // W2 waits on W1's node: the second in queue order is watched.
+    let (w2_session, w1_node) = (w2.session_id().unwrap(), |nodes: Vec<String>| {
+        in_queue_order(nodes).get(1).cloned()
+    });
+    wait_until("W2 waits on W1", Duration::from_secs(10), || {
+        let nodes = facts.children(&dir);
+        nodes.len() == 3
+            && w1_node(nodes).is_some_and(|n| watches(server, w2_session, &format!("{dir}/{n}")))
+    });
+    let raw = integration::runtime::block_on(
+        zk::Client::connector()
+            .with_session_timeout(Duration::from_secs(10))
+            .connect(&server.connect_string()),
+    )
+    .expect("a raw client");
+    let mut wipe = raw.new_multi_writer();
+    for child in facts.children(&dir) {
+        wipe.add_delete(&format!("{dir}/{child}"), None).unwrap();
+    }
+    wipe.add_delete(&dir, None).unwrap();
+    integration::runtime::block_on(wipe.commit()).expect("the folder deleted at once");
+    rx.recv_timeout(scale(Duration::from_secs(20)))
+        .expect("W2's lock returned");
+    let outcome = second.join().expect("W2's thread");
+    assert!(outcome.is_ok(), "W2 queued again and held: {outcome:?}");
+    let _ = first.join().expect("W1's thread");
+    assert!(held.lost().is_lost(), "the holder's node was deleted");
 }

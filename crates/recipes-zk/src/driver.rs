@@ -255,6 +255,15 @@ impl ContendDriver for NodeDriver {
                 entry.children = Some(watcher);
                 children
             }
+            // The folder was deleted, and ours with it (an operator's
+            // `deleteall` of a stuck lock): the engine sees ours gone and
+            // queues again, making the folder anew.
+            Err(zk::Error::NoNode) => {
+                return Ok(Listing {
+                    contenders: Vec::new(),
+                    revision: 0,
+                })
+            }
             // A session that ended has fired the epoch's loss first: the
             // engine starts over on this error.
             Err(e) => return Err(read_error(&format!("list {dir}"), e)),
