@@ -1,10 +1,11 @@
 //! ZooKeeper waits that a change between two requests must not strand: a
 //! permit released between a semaphore waiter's listing and its wait, a
 //! folder made between an observer's listing and its exists-watch, a lock
-//! folder deleted under its waiters. The races are opened on purpose with a
-//! proxy that delays the waiter's replies, and closed by what the server
-//! reports, never by a sleep. Tests with `fault` in their name run on
-//! servers of their own.
+//! folder deleted under its waiters; and timed calls that must keep their
+//! deadline while the server is unreachable. The races are opened on
+//! purpose with a proxy that delays the waiter's replies, and closed by
+//! what the server reports, never by a sleep. Tests with `fault` in their
+//! name run on servers of their own.
 
 use recipes_core::Client as _;
 use std::sync::mpsc;
@@ -12,6 +13,7 @@ use std::thread;
 use std::time::Duration;
 
 use integration::{scale, wait_for, wait_until, Proxy, ZkServer};
+use recipes_core::LossPolicy;
 use recipes_zk::ZkClient;
 use zookeeper_client as zk;
 
@@ -201,4 +203,56 @@ fn waiters_queue_again_after_an_operator_deletes_the_lock_folder() {
     assert!(outcome.is_ok(), "W2 queued again and held: {outcome:?}");
     let _ = first.join().expect("W1's thread");
     assert!(held.lost().is_lost(), "the holder's node was deleted");
+}
+
+#[test]
+fn fault_timed_acquisitions_while_disconnected_keep_their_deadline() {
+    // Under OnDisconnect a disconnect ends the lease epoch; a new one needs
+    // a round trip, which waits for the reconnect. A try-lock must not.
+    let server = ZkServer::start();
+    let rpc_timeout = Duration::from_secs(1);
+    let c = ZkClient::builder(server.connect_string())
+        .session_timeout(Duration::from_secs(4))
+        .rpc_timeout(rpc_timeout)
+        .loss_policy(LossPolicy::OnDisconnect)
+        .connect()
+        .expect("connect");
+    let (mutex, sem) = (
+        c.mutex("/gaps/offline").unwrap(),
+        c.semaphore("/gaps/offline-sem", 2).unwrap(),
+    );
+    mutex.lock().unwrap().release().unwrap();
+    sem.acquire().unwrap().release().unwrap();
+    server.pause();
+    wait_until(
+        "the client saw the disconnect",
+        Duration::from_secs(20),
+        || c.session_state() == recipes_zk::SessionState::Disconnected,
+    );
+    let (tx, rx) = mpsc::channel();
+    let tries = thread::spawn(move || {
+        let locked = mutex.try_lock().map(|g| g.is_some());
+        let _ = tx.send("try_lock");
+        let admitted = sem.try_acquire().map(|p| p.is_some());
+        let _ = tx.send("try_acquire");
+        (locked, admitted)
+    });
+    let bound = scale(rpc_timeout + Duration::from_secs(2));
+    let late = ["try_lock", "try_acquire"]
+        .into_iter()
+        .find(|call| rx.recv_timeout(bound).as_ref() != Ok(call));
+    server.resume();
+    let (locked, admitted) = tries.join().expect("the tries returned");
+    assert_eq!(
+        late, None,
+        "each try returned within {bound:?}: {locked:?} {admitted:?}"
+    );
+    assert!(
+        !matches!(locked, Ok(true)),
+        "no lock while cut off: {locked:?}"
+    );
+    assert!(
+        !matches!(admitted, Ok(true)),
+        "no permit while cut off: {admitted:?}"
+    );
 }

@@ -164,19 +164,30 @@ impl ContendDriver for NodeDriver {
     /// A live session's epoch; a session that ended (zookeeper-client also
     /// gives one up on its own after an outage longer than its timeout) is
     /// replaced. Connection errors go back to the engine, which retries
-    /// them until the deadline.
-    async fn epoch(&self, _deadline: Option<Instant>) -> Result<Option<Epoch>> {
-        loop {
-            let tried = match self.client.live_session().await {
-                Ok(session) => session.live_epoch().await.map(|e| (session, e)),
-                Err(e) => Err(e),
-            };
-            match tried {
-                Ok(epoch) => return Ok(Some(epoch)),
-                // Ended since `live_session`: the next one is new.
-                Err(Error::SessionExpired) => {}
-                Err(e) => return Err(e),
+    /// them until the deadline. A lost epoch is renewed with a round trip,
+    /// which zookeeper-client holds while disconnected: a timed call gives
+    /// up `rpc_timeout` after its deadline (`None`), as the engine cuts off
+    /// an attempt stuck in a request.
+    async fn epoch(&self, deadline: Option<Instant>) -> Result<Option<Epoch>> {
+        let live = async {
+            loop {
+                let tried = match self.client.live_session().await {
+                    Ok(session) => session.live_epoch().await.map(|e| (session, e)),
+                    Err(e) => Err(e),
+                };
+                match tried {
+                    Ok(epoch) => return Ok(Some(epoch)),
+                    // Ended since `live_session`: the next one is new.
+                    Err(Error::SessionExpired) => {}
+                    Err(e) => return Err(e),
+                }
             }
+        };
+        match deadline.and_then(|d| d.checked_add(self.rpc_timeout())) {
+            Some(hard) => tokio::time::timeout_at(hard, live)
+                .await
+                .unwrap_or(Ok(None)),
+            None => live.await,
         }
     }
 
