@@ -332,6 +332,17 @@ fn bad_input_is_a_typed_error() {
 }
 
 #[test]
+fn a_member_id_named_like_a_lock_node_is_refused_and_the_group_stays_readable() {
+    let p = path("group-id");
+    let group = client().group(&p).unwrap();
+    let member = group.join("web", b"").unwrap();
+    let msg = invalid(group.join("web-lock-0000000001", b"").map(drop));
+    assert!(msg.contains("named like another recipe's node"), "{msg}");
+    assert_eq!(group.members().unwrap().members.len(), 1, "still readable");
+    member.release().unwrap();
+}
+
+#[test]
 fn digest_auth_protects_our_nodes_and_chroot_moves_them() {
     let server = ZkServer::shared();
     let authed = || {
