@@ -37,8 +37,9 @@ use crate::client::ZkClient;
 use crate::create::create_protected;
 use crate::error::{from_zk, read_error};
 use crate::names::{
-    enclosing_semaphore, fresh_uuid, in_layout, inside_semaphore, is_contender_of, is_ours,
-    own_layout, queue_order, semaphore_size, sequence_of, READ,
+    enclosing_semaphore, fresh_uuid, has_semaphore_folders, in_layout, inside_semaphore,
+    is_contender_of, is_ours, own_layout, queue_order, semaphore_layout, semaphore_size,
+    sequence_of, READ,
 };
 use crate::node_lease::delete_node;
 use crate::session::Session;
@@ -100,6 +101,9 @@ pub(crate) struct Entry {
     /// A wait saw that one deleted: ours is first (no node is ever
     /// created ahead of ours), and the next listing is ours alone.
     first: bool,
+    /// The folder was read and stores no semaphore size: its `locks` or
+    /// `leases` children are other locks' folders.
+    not_a_semaphore: bool,
 }
 
 /// The engine's epoch: the session and its lease epoch.
@@ -235,6 +239,7 @@ impl ContendDriver for NodeDriver {
             listed: created.listed,
             alone_behind: false,
             first: false,
+            not_a_semaphore: false,
         };
         Ok((entry, None))
     }
@@ -279,7 +284,16 @@ impl ContendDriver for NodeDriver {
             // engine starts over on this error.
             Err(e) => return Err(read_error(&format!("list {dir}"), e)),
         };
-        if let Err(refused) = own_layout(dir, &children, Some(lock_name)) {
+        let mut layout = own_layout(dir, &children, Some(lock_name));
+        if layout.is_ok() && !entry.not_a_semaphore && has_semaphore_folders(&children) {
+            // A child named `locks` or `leases`: a semaphore's folder only
+            // if the folder stores a size (one read per entry).
+            match semaphore_size_at(session, dir).await? {
+                Some(_) => layout = Err(semaphore_layout(dir)),
+                None => entry.not_a_semaphore = true,
+            }
+        }
+        if let Err(refused) = layout {
             // Our node goes now, not after the refusal (the engine's removal
             // retries if this fails).
             let _ = delete_node(session, &entry.node).await;
@@ -403,12 +417,17 @@ async fn refuse_inside_semaphore(session: &Session, dir: &str) -> Result<()> {
     let Some(semaphore) = enclosing_semaphore(dir) else {
         return Ok(());
     };
-    match session.zk().get_data(semaphore).await {
-        Ok((data, _)) => match semaphore_size(&data) {
-            Some(size) => Err(inside_semaphore(dir, semaphore, size)),
-            None => Ok(()),
-        },
-        Err(zk::Error::NoNode) => Ok(()),
-        Err(e) => Err(read_error(&format!("read {semaphore}"), e)),
+    match semaphore_size_at(session, semaphore).await? {
+        Some(size) => Err(inside_semaphore(dir, semaphore, size)),
+        None => Ok(()),
+    }
+}
+
+/// The semaphore size `path` stores, if it exists and stores one.
+async fn semaphore_size_at(session: &Session, path: &str) -> Result<Option<u32>> {
+    match session.zk().get_data(path).await {
+        Ok((data, _)) => Ok(semaphore_size(&data)),
+        Err(zk::Error::NoNode) => Ok(None),
+        Err(e) => Err(read_error(&format!("read {path}"), e)),
     }
 }
