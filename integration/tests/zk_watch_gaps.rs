@@ -1,11 +1,11 @@
 //! ZooKeeper waits that a change between two requests must not strand: a
 //! permit released between a semaphore waiter's listing and its wait, a
-//! folder made between an observer's listing and its exists-watch, a lock
-//! folder deleted under its waiters; and timed calls that must keep their
-//! deadline while the server is unreachable. The races are opened on
-//! purpose with a proxy that delays the waiter's replies, and closed by
-//! what the server reports, never by a sleep. Tests with `fault` in their
-//! name run on servers of their own.
+//! folder made between an observer's (or a group watch's) listing and its
+//! exists-watch, a lock folder deleted under its waiters; and timed calls
+//! that must keep their deadline while the server is unreachable. The races
+//! are opened on purpose with a proxy that delays the waiter's replies, and
+//! closed by what the server reports, never by a sleep. Tests with `fault`
+//! in their name run on servers of their own.
 
 use recipes_core::Client as _;
 use std::sync::mpsc;
@@ -36,14 +36,23 @@ fn watches(server: &ZkServer, session: i64, path: &str) -> bool {
         .is_some_and(|paths| paths.iter().any(|p| p == path))
 }
 
-/// The last operation the server answered on `session`'s connection
-/// (`cons`'s `lop`: `GETC` for a listing, `EXIS` for an exists).
-fn last_op(server: &ZkServer, session: i64) -> Option<String> {
+/// A field of `session`'s connection as the server's `cons` shows it:
+/// `lop`, the last operation answered (`GETC` for a listing, `EXIS` for an
+/// exists), or `recved`, the packets received.
+fn connection(server: &ZkServer, session: i64, field: &str) -> Option<String> {
     let sid = format!("sid=0x{:x},", session as u64);
     let cons = server.four_letter("cons");
     let line = cons.lines().find(|l| l.contains(&sid))?;
-    let lop = line.split(',').find_map(|f| f.strip_prefix("lop="))?;
-    Some(lop.to_owned())
+    let prefix = format!("{field}=");
+    let value = line
+        .split([',', '(', ')'])
+        .find_map(|f| f.strip_prefix(prefix.as_str()))?;
+    Some(value.to_owned())
+}
+
+/// The last operation the server answered on `session`'s connection.
+fn last_op(server: &ZkServer, session: i64) -> Option<String> {
+    connection(server, session, "lop")
 }
 
 #[test]
@@ -139,6 +148,44 @@ fn fault_observer_sees_a_leader_in_a_folder_made_between_its_listing_and_its_wat
     assert_eq!(seen.holder, leadership.holder());
     assert_eq!(seen.value, b"here");
     leadership.resign().unwrap();
+}
+
+#[test]
+fn fault_group_watch_sees_a_member_in_a_folder_made_between_its_listing_and_its_watch() {
+    // As for the observer: a group watch's listing finds no folder, the
+    // folder is made before its exists-watch; a member's join must wake it.
+    let server = ZkServer::start();
+    let proxy = Proxy::start(server.client_addr());
+    let facts = server.facts();
+    let watching = client(proxy.addr().to_string());
+    let session = watching.session_id().expect("a session");
+    let path = "/gaps/members";
+    let mut watch = watching.group(path).unwrap().watch().unwrap();
+    // The watch's first read (a listing, `GETC`, unarmed) is answered.
+    let received = || connection(&server, session, "recved").and_then(|n| n.parse::<u64>().ok());
+    let before = received().expect("our connection in cons");
+    proxy.set_delay(REPLY_DELAY);
+    let waiting = thread::spawn(move || watch.next_timeout(Duration::from_secs(10)));
+    // The armed listing answered, its reply held; if a heartbeat hid it
+    // and the exists-watch is already set, the folder comes too late to
+    // open the gap, and the test only shows the ordinary path.
+    wait_until("the watch's listing", Duration::from_secs(20), || {
+        let listed = last_op(&server, session).as_deref() == Some("GETC")
+            && received().is_some_and(|n| n > before);
+        listed || watches(&server, session, path)
+    });
+    facts.create(path, b"");
+    let member = client(server.connect_string())
+        .group(path)
+        .unwrap()
+        .join("m1", b"")
+        .unwrap();
+    let change = waiting.join().expect("the watch returned");
+    match &change {
+        Ok(Some(change)) => assert_eq!(change.joined, ["m1"], "{change:?}"),
+        other => panic!("the watch saw the member join: {other:?}"),
+    }
+    member.release().unwrap();
 }
 
 /// Sorts nodes by their sequence suffix (the last ten characters).
