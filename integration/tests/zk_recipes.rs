@@ -332,6 +332,37 @@ fn bad_input_is_a_typed_error() {
 }
 
 #[test]
+fn a_member_id_named_like_a_lock_node_is_refused_and_the_group_stays_readable() {
+    let p = path("group-id");
+    let group = client().group(&p).unwrap();
+    let member = group.join("web", b"").unwrap();
+    let msg = invalid(group.join("web-lock-0000000001", b"").map(drop));
+    assert!(msg.contains("named like another recipe's node"), "{msg}");
+    assert_eq!(group.members().unwrap().members.len(), 1, "still readable");
+    member.release().unwrap();
+}
+
+#[test]
+fn a_lock_named_locks_leaves_its_parent_free_for_a_mutex() {
+    // `<p>/locks` is a semaphore's folder only when `<p>` stores a size.
+    let p = path("parent-of-locks");
+    let c = client();
+    let inner = c.mutex(&format!("{p}/locks")).unwrap().lock().unwrap();
+    let outer = c.mutex(&p).unwrap().try_lock().unwrap();
+    assert!(outer.is_some(), "the parent is a lock of its own");
+    let sem = path("a-semaphore");
+    let permit = c.semaphore(&sem, 2).unwrap().acquire().unwrap();
+    let msg = invalid(c.mutex(&sem).unwrap().try_lock().map(|g| g.is_some()));
+    assert!(
+        msg.contains("a semaphore's locks and leases folders"),
+        "{msg}"
+    );
+    permit.release().unwrap();
+    drop(outer);
+    inner.release().unwrap();
+}
+
+#[test]
 fn digest_auth_protects_our_nodes_and_chroot_moves_them() {
     let server = ZkServer::shared();
     let authed = || {

@@ -15,8 +15,9 @@
 //!   no node is ever created ahead of ours (sequence order), so ours is
 //!   first. Not for a read-write lock: its downgrade creates a reader in
 //!   the deleted writer's place, so its waiters always list again.
-//! - **wait**: a one-shot watch on the node ahead (a mutex, a latch) or on
-//!   the folder's children (semaphore permits: any release may admit us).
+//! - **wait**: a one-shot watch on the node ahead (a mutex, a latch) or,
+//!   for semaphore permits (any release may admit us), the children watch
+//!   of the listing the decision was made on.
 //! - **confirm**: nothing to ask; the fence is our node's czxid.
 //! - **remove**: list the children on the same session — the server answers
 //!   it after a create still queued in the client — and delete the one with
@@ -36,8 +37,9 @@ use crate::client::ZkClient;
 use crate::create::create_protected;
 use crate::error::{from_zk, read_error};
 use crate::names::{
-    enclosing_semaphore, fresh_uuid, in_layout, inside_semaphore, is_contender_of, is_ours,
-    own_layout, queue_order, semaphore_size, sequence_of, READ,
+    enclosing_semaphore, fresh_uuid, has_semaphore_folders, in_layout, inside_semaphore,
+    is_contender_of, is_ours, own_layout, queue_order, semaphore_layout, semaphore_size,
+    sequence_of, READ,
 };
 use crate::node_lease::delete_node;
 use crate::session::Session;
@@ -99,6 +101,9 @@ pub(crate) struct Entry {
     /// A wait saw that one deleted: ours is first (no node is ever
     /// created ahead of ours), and the next listing is ours alone.
     first: bool,
+    /// The folder was read and stores no semaphore size: its `locks` or
+    /// `leases` children are other locks' folders.
+    not_a_semaphore: bool,
 }
 
 /// The engine's epoch: the session and its lease epoch.
@@ -163,19 +168,30 @@ impl ContendDriver for NodeDriver {
     /// A live session's epoch; a session that ended (zookeeper-client also
     /// gives one up on its own after an outage longer than its timeout) is
     /// replaced. Connection errors go back to the engine, which retries
-    /// them until the deadline.
-    async fn epoch(&self, _deadline: Option<Instant>) -> Result<Option<Epoch>> {
-        loop {
-            let tried = match self.client.live_session().await {
-                Ok(session) => session.live_epoch().await.map(|e| (session, e)),
-                Err(e) => Err(e),
-            };
-            match tried {
-                Ok(epoch) => return Ok(Some(epoch)),
-                // Ended since `live_session`: the next one is new.
-                Err(Error::SessionExpired) => {}
-                Err(e) => return Err(e),
+    /// them until the deadline. A lost epoch is renewed with a round trip,
+    /// which zookeeper-client holds while disconnected: a timed call gives
+    /// up `rpc_timeout` after its deadline (`None`), as the engine cuts off
+    /// an attempt stuck in a request.
+    async fn epoch(&self, deadline: Option<Instant>) -> Result<Option<Epoch>> {
+        let live = async {
+            loop {
+                let tried = match self.client.live_session().await {
+                    Ok(session) => session.live_epoch().await.map(|e| (session, e)),
+                    Err(e) => Err(e),
+                };
+                match tried {
+                    Ok(epoch) => return Ok(Some(epoch)),
+                    // Ended since `live_session`: the next one is new.
+                    Err(Error::SessionExpired) => {}
+                    Err(e) => return Err(e),
+                }
             }
+        };
+        match deadline.and_then(|d| d.checked_add(self.rpc_timeout())) {
+            Some(hard) => tokio::time::timeout_at(hard, live)
+                .await
+                .unwrap_or(Ok(None)),
+            None => live.await,
         }
     }
 
@@ -223,6 +239,7 @@ impl ContendDriver for NodeDriver {
             listed: created.listed,
             alone_behind: false,
             first: false,
+            not_a_semaphore: false,
         };
         Ok((entry, None))
     }
@@ -254,11 +271,29 @@ impl ContendDriver for NodeDriver {
                 entry.children = Some(watcher);
                 children
             }
+            // The folder was deleted, and ours with it (an operator's
+            // `deleteall` of a stuck lock): the engine sees ours gone and
+            // queues again, making the folder anew.
+            Err(zk::Error::NoNode) => {
+                return Ok(Listing {
+                    contenders: Vec::new(),
+                    revision: 0,
+                })
+            }
             // A session that ended has fired the epoch's loss first: the
             // engine starts over on this error.
             Err(e) => return Err(read_error(&format!("list {dir}"), e)),
         };
-        if let Err(refused) = own_layout(dir, &children, Some(lock_name)) {
+        let mut layout = own_layout(dir, &children, Some(lock_name));
+        if layout.is_ok() && !entry.not_a_semaphore && has_semaphore_folders(&children) {
+            // A child named `locks` or `leases`: a semaphore's folder only
+            // if the folder stores a size (one read per entry).
+            match semaphore_size_at(session, dir).await? {
+                Some(_) => layout = Err(semaphore_layout(dir)),
+                None => entry.not_a_semaphore = true,
+            }
+        }
+        if let Err(refused) = layout {
             // Our node goes now, not after the refusal (the engine's removal
             // retries if this fails).
             let _ = delete_node(session, &entry.node).await;
@@ -284,11 +319,13 @@ impl ContendDriver for NodeDriver {
         // The watch fires when the node changes or goes, and on session
         // expiry; the engine also wakes at the deadline and on epoch loss.
         let watcher = if self.contender.rule.holders().is_some_and(|n| n > 1) {
-            // Any permit's release may admit us, not only the one ahead.
-            match session.zk().get_and_watch_children(dir).await {
-                Ok((children, _, watcher)) if children.contains(ahead) => watcher,
-                Ok(_) => return Ok(()),
-                Err(e) => return Err(read_error(&format!("watch {dir}"), e)),
+            // Any permit's release may admit us, not only the one ahead: the
+            // watch is the one the listing we decided on set, so a release
+            // since that listing has fired it. A fresh watch would miss it
+            // (the holder we wait on still there, another one gone).
+            match entry.children.take() {
+                Some(watcher) => watcher,
+                None => return Ok(()),
             }
         } else {
             let watched = format!("{dir}/{ahead}");
@@ -380,12 +417,17 @@ async fn refuse_inside_semaphore(session: &Session, dir: &str) -> Result<()> {
     let Some(semaphore) = enclosing_semaphore(dir) else {
         return Ok(());
     };
-    match session.zk().get_data(semaphore).await {
-        Ok((data, _)) => match semaphore_size(&data) {
-            Some(size) => Err(inside_semaphore(dir, semaphore, size)),
-            None => Ok(()),
-        },
-        Err(zk::Error::NoNode) => Ok(()),
-        Err(e) => Err(read_error(&format!("read {semaphore}"), e)),
+    match semaphore_size_at(session, semaphore).await? {
+        Some(size) => Err(inside_semaphore(dir, semaphore, size)),
+        None => Ok(()),
+    }
+}
+
+/// The semaphore size `path` stores, if it exists and stores one.
+async fn semaphore_size_at(session: &Session, path: &str) -> Result<Option<u32>> {
+    match session.zk().get_data(path).await {
+        Ok((data, _)) => Ok(semaphore_size(&data)),
+        Err(zk::Error::NoNode) => Ok(None),
+        Err(e) => Err(read_error(&format!("read {path}"), e)),
     }
 }

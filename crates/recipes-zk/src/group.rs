@@ -12,7 +12,7 @@
 //! session expires: within the session timeout of a crash.
 
 use recipes_core::store::engine::group::{GroupStore, GroupView, Member};
-use recipes_core::store::{id_taken, until_done, Backoff};
+use recipes_core::store::{id_taken, quote, until_done, Backoff};
 use recipes_core::{Error, Result};
 use zookeeper_client as zk;
 
@@ -67,6 +67,18 @@ impl GroupStore for ZkWaits {
 
     async fn join(&self, epoch: &Epoch, ticket: &Ticket, data: &[u8]) -> Result<bool> {
         let session = &epoch.0;
+        let id = id_of(&ticket.node);
+        // Every read of the group refuses another recipe's nodes: a member
+        // named like one would make the group unreadable.
+        if own_layout(&self.path, &[id.to_owned()], None).is_err() {
+            return Err(Error::invalid(format!(
+                "the member id {} of the group {} is named like another recipe's node \
+                 (…-lock-N, …-latch-N, …-lease-N, …-__READ__N, …-__WRIT__N), which every \
+                 read of the group would refuse: choose another id",
+                quote(id),
+                quote(&self.path)
+            )));
+        }
         self.children(session).await?;
         match self.create_member(session, &ticket.node, data).await? {
             Made::New(_) => Ok(true),
@@ -98,11 +110,16 @@ impl GroupStore for ZkWaits {
                 Err(zk::Error::NoNode) => {
                     // Not there: no member; watch its creation.
                     let watch = if arm {
-                        let (_, w) = zk
+                        let watched = zk
                             .check_and_watch_stat(&self.path)
                             .await
                             .map_err(|e| read_error(&format!("watch {}", self.path), e))?;
-                        Some(Watches(w, None))
+                        match watched {
+                            (None, w) => Some(Watches(w, None)),
+                            // Made since the listing: this watch is on its
+                            // data, and a member's join would not fire it.
+                            (Some(_), _) => continue,
+                        }
                     } else {
                         None
                     };

@@ -162,8 +162,9 @@ pub(crate) fn is_contender_of(child: &str, lock_name: &str) -> bool {
 /// Refuse `dir` if its `children` hold another recipe's layout than that
 /// of a recipe whose nodes are named `…<lock_name><seq>` (`None`: the
 /// semaphore's own `<path>`, whose `locks` and `leases` are its own):
-/// another recipe's nodes, or a semaphore's folders. Unrelated children
-/// never count.
+/// another recipe's nodes. Unrelated children never count; nor do `locks`
+/// and `leases` here: they are a semaphore's only when the folder stores a
+/// size ([`has_semaphore_folders`], checked by the driver).
 pub(crate) fn own_layout(
     dir: &str,
     children: &[String],
@@ -179,9 +180,6 @@ pub(crate) fn own_layout(
         ),
     ];
     let theirs = children.iter().find_map(|c| {
-        if lock_name.is_some() && (c == "locks" || c == "leases") {
-            return Some("a semaphore's locks and leases folders");
-        }
         layouts
             .iter()
             .find(|(l, _)| {
@@ -189,13 +187,27 @@ pub(crate) fn own_layout(
             })
             .map(|(_, what)| *what)
     });
-    theirs.map_or(Ok(()), |theirs| {
-        Err(Error::invalid(format!(
-            "{} holds another recipe's layout ({theirs}): open it with that recipe, or \
-             choose another name",
-            recipes_core::store::quote(dir)
-        )))
-    })
+    theirs.map_or(Ok(()), |theirs| Err(layout_refused(dir, theirs)))
+}
+
+fn layout_refused(dir: &str, theirs: &str) -> Error {
+    Error::invalid(format!(
+        "{} holds another recipe's layout ({theirs}): open it with that recipe, or choose \
+         another name",
+        recipes_core::store::quote(dir)
+    ))
+}
+
+/// Whether `children` hold a folder named as a semaphore's own: `dir` is
+/// then a semaphore's node if it stores a size ([`semaphore_size`]) — and
+/// merely a parent of a lock named `locks` or `leases` if not.
+pub(crate) fn has_semaphore_folders(children: &[String]) -> bool {
+    children.iter().any(|c| c == "locks" || c == "leases")
+}
+
+/// `dir` is a semaphore's node: a lock or election there is refused.
+pub(crate) fn semaphore_layout(dir: &str) -> Error {
+    layout_refused(dir, "a semaphore's locks and leases folders")
 }
 
 /// The semaphore whose own folders (`<sem>/locks`: its internal mutex,
@@ -336,8 +348,10 @@ mod tests {
         let mutex = vec!["_c_c-lock-0000000003".to_owned()];
         assert!(own_layout("/m", &mutex, Some(WRITE)).is_err());
         assert!(own_layout("/m", &mutex, Some(READ)).is_err());
+        // A semaphore's folders are told by its node's size (driver.rs).
         let semaphore = vec!["locks".to_owned(), "leases".to_owned()];
-        assert!(own_layout("/s", &semaphore, Some(READ)).is_err());
+        assert!(has_semaphore_folders(&semaphore));
+        assert!(!has_semaphore_folders(&mutex));
         assert!(in_layout("_c_a-__READ__0000000001", WRITE));
         assert!(!in_layout("_c_a-__READ__0000000001", LOCK));
     }

@@ -64,13 +64,19 @@ impl LeaderWatch for Watch {
     async fn look(&mut self) -> Result<Option<(LeaderInfo, i64)>> {
         let session = self.client.live_session().await?;
         let dir = self.dir.as_str();
-        let folder = match session.zk().get_and_watch_children(dir).await {
-            Ok((_, _, watcher)) => watcher,
-            Err(zk::Error::NoNode) => match session.zk().check_and_watch_stat(dir).await {
-                Ok((_, watcher)) => watcher,
+        let folder = loop {
+            match session.zk().get_and_watch_children(dir).await {
+                Ok((_, _, watcher)) => break watcher,
+                Err(zk::Error::NoNode) => match session.zk().check_and_watch_stat(dir).await {
+                    // Still absent: its creation fires the watch.
+                    Ok((None, watcher)) => break watcher,
+                    // Made since the listing: this watch is on its data,
+                    // and a candidate's arrival would not fire it.
+                    Ok((Some(_), _)) => continue,
+                    Err(e) => return Err(from_zk(&format!("watch {dir}"), e)),
+                },
                 Err(e) => return Err(from_zk(&format!("watch {dir}"), e)),
-            },
-            Err(e) => return Err(from_zk(&format!("watch {dir}"), e)),
+            }
         };
         self.folder = Some(folder);
         let leader = read_leader(&session, dir, self.lock_name).await?;

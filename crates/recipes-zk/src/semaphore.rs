@@ -12,7 +12,7 @@
 //! Each has its own loss signal and in-store fenced writes
 //! ([`ZkNodeLease`]).
 
-use recipes_core::store::engine::{admit, Admission, Rule, SizeCheck, Unlock};
+use recipes_core::store::engine::{admit, Admission, Rule, Unlock};
 use recipes_core::store::Backoff;
 use recipes_core::{Error, Result};
 use tokio::time::Instant as TokioInstant;
@@ -71,10 +71,23 @@ impl SemaphoreFolders {
     ) -> impl std::future::Future<Output = Result<Option<ZkNodeLease>>> + Send + 'static {
         let this = self.0.clone();
         async move {
+            // Checked here, not as the admission's `SizeCheck`, so that a
+            // timed call gives up `rpc_timeout` after its deadline (`None`)
+            // as the engine's attempts do: zookeeper-client holds requests
+            // while disconnected.
+            let sized = this.ensure_size();
+            let sized = match deadline.and_then(|d| d.checked_add(this.client.rpc_timeout())) {
+                Some(hard) => tokio::time::timeout_at(hard, sized).await,
+                None => Ok(sized.await),
+            };
+            let Ok(sized) = sized else {
+                return Ok(None);
+            };
+            sized?;
             let admission = Admission {
                 lock: this.lock.clone(),
                 permits: this.leases.clone(),
-                size: &this,
+                size: (),
             };
             let acquired = admit(&admission, deadline).await?;
             Ok(acquired.map(|a| ZkNode::held(this.client.clone(), a)))
@@ -92,7 +105,7 @@ struct Drivers {
     leases: NodeDriver,
 }
 
-impl SizeCheck for Drivers {
+impl Drivers {
     /// Make sure `<path>` stores our size, creating it if needed.
     async fn ensure_size(&self) -> Result<()> {
         let (path, permits) = (self.path.as_str(), self.permits);
