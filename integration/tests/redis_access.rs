@@ -94,6 +94,72 @@ fn the_grant_the_refusal_names_is_enough_and_an_unreadable_policy_is_not_fatal()
     assert_eq!(left, Vec::<String>::new());
 }
 
+/// The same grant is enough for the barriers and groups: a double
+/// barrier's leave, a tied barrier's set and its setter's crash, a group's
+/// join and leave. (Their members have no hold key, and removing one read
+/// the key `''`, which the grant does not cover: every leave failed and was
+/// retried until the session ended, and the sweep of a crashed setter's
+/// session failed every other client's renewal and connect.) A crashed
+/// double barrier member's flag (`ready:`) goes with it.
+#[test]
+fn the_named_grant_is_enough_for_barriers_and_groups_and_a_crashed_member() {
+    let server = RedisServer::start();
+    let named = [
+        "~{recipes}:*",
+        "&{recipes}:*",
+        "+@read",
+        "+@write",
+        "+@scripting",
+        "+@pubsub",
+        "+@connection",
+        "-@dangerous",
+        "+time",
+        "+info",
+    ];
+    acl_user(&server, "granted", &named);
+    let c = as_user(&server, "granted").unwrap();
+    let member = c.double_barrier("/access/db", 1).unwrap().enter().unwrap();
+    assert!(
+        member.leave_timeout(scale(Duration::from_secs(5))).unwrap(),
+        "the double barrier's member left"
+    );
+    let joined = c.group("/access/group").unwrap().join("m1", b"").unwrap();
+    joined.release().unwrap();
+    // A tied setter that crashes: its session expires and is swept by the
+    // next renewal or connect of any client.
+    let setter = RedisClient::builder(format!("redis://{}", server.addr()))
+        .user("granted", "pw")
+        .ttl(Duration::from_secs(1))
+        .connect()
+        .unwrap();
+    let b = setter.barrier("/access/tied").unwrap().tied_to_session();
+    b.set().unwrap();
+    // And a double barrier's member, whose flag is up (it is the one
+    // awaited): the flag goes with the last member, crashed or not.
+    let crashed = setter.double_barrier("/access/db-crash", 1).unwrap();
+    std::mem::forget(crashed.enter().unwrap());
+    setter.orphan();
+    integration::wait_until(
+        "the crashed setter's session expired",
+        scale(Duration::from_secs(10)),
+        || server.keys(&format!("{NS}s:*")).len() == 1,
+    );
+    let other = as_user(&server, "granted").expect("a connect sweeps the crashed session");
+    c.barrier("/access/tied")
+        .unwrap()
+        .wait()
+        .expect("the crashed setter's barrier is down");
+    other.close().unwrap();
+    c.close().unwrap();
+    let mut left = our_keys(&server);
+    left.retain(|k| {
+        !k.starts_with(&format!("{NS}fence:"))
+            && !k.starts_with(&format!("{NS}size:"))
+            && !k.starts_with(&format!("{NS}gv"))
+    });
+    assert_eq!(left, Vec::<String>::new());
+}
+
 #[test]
 fn a_database_index_the_server_lacks_is_invalid_within_the_connect_timeout() {
     let server = RedisServer::start();

@@ -56,14 +56,22 @@ end
 
 macro_rules! waits_script {
     ($name:ident, $body:literal) => {
-        pub(crate) static $name: LazyLock<Script> =
-            LazyLock::new(|| Script::new(&format!("#!lua\n{COMMON}\n{PARTY}\n{}", $body)));
+        waits_script!($name, "", $body);
+    };
+    // `flags`: the shebang's, as " flags=allow-oom" for what only reads or
+    // removes (a read drops dead members): run at `maxmemory` too, as
+    // releases are.
+    ($name:ident, $flags:literal, $body:literal) => {
+        pub(crate) static $name: LazyLock<Script> = LazyLock::new(|| {
+            Script::new(&format!("#!lua{}\n{COMMON}\n{PARTY}\n{}", $flags, $body))
+        });
     };
 }
 
 // ARGV: ns, name → up (1) or down (0).
 waits_script!(
     IS_SET,
+    " flags=allow-oom",
     r#"
 local ms, least = party('barrier')
 if not ms then return reply(-1, -1, {}, least) end
@@ -92,6 +100,7 @@ return reply(1, least, ms, '')
 // ARGV: ns, name → 0: down, every waiter told.
 waits_script!(
     REMOVE,
+    " flags=allow-oom",
     r#"
 local ms, least = party('barrier')
 if not ms then return reply(-1, -1, {}, least) end
@@ -127,6 +136,7 @@ return reply(1, place, ms, '')
 // ARGV: ns, name → the flag and the live members.
 waits_script!(
     READ,
+    " flags=allow-oom",
     r#"
 local ms, least = party('double')
 if not ms then return reply(-1, -1, {}, least) end
@@ -150,6 +160,7 @@ return reply(1, -1, {}, '')
 // nobody is in.
 waits_script!(
     UNMARK,
+    " flags=allow-oom",
     r#"
 local ms, least = party('double')
 if not ms then return reply(-1, -1, {}, least) end
@@ -163,6 +174,7 @@ return reply(0, -1, {}, '')
 // ARGV: ns, name, member → our member gone, its going published.
 waits_script!(
     LEAVE,
+    " flags=allow-oom",
     r#"
 drop(name, '', ARGV[3])
 return reply(0, -1, {}, '')

@@ -99,7 +99,7 @@ static READ: LazyLock<Script> = LazyLock::new(|| {
 // ARGV: ns, name, id, session → 'ok' (removed, or not ours).
 static LEAVE: LazyLock<Script> = LazyLock::new(|| {
     Script::new(&format!(
-        "#!lua\n{COMMON}\n{KEYS}\nif redis.call('HGET', o, ARGV[3]) == ARGV[4] then\n\
+        "#!lua flags=allow-oom\n{COMMON}\n{KEYS}\nif redis.call('HGET', o, ARGV[3]) == ARGV[4] then\n\
            redis.call('HDEL', m, ARGV[3])\nredis.call('HDEL', o, ARGV[3])\n\
            redis.call('HDEL', indexed(ARGV[3], ARGV[4]))\nchanged()\n\
          end\nreturn 'ok'\n"

@@ -102,14 +102,19 @@ local function drop(q, k, m, held, own)
   redis.call('ZREM', qk, m)
   local left = redis.call('ZCARD', qk)
   redis.call('HDEL', ns .. 'h:' .. sid_of(m), m)
-  if held == nil then held = redis.call('GET', k) == m end
+  -- A barrier's member has no hold key (''): nothing to read, and an ACL
+  -- user's grant (our keys only) refuses a read of ''.
+  if held == nil then held = k ~= '' and redis.call('GET', k) == m end
   if held then redis.call('DEL', k) end
   if left > 0 then
     if own ~= 'r' then redis.call('HDEL', ns .. 'v:' .. q, m) end
     if own ~= 'v' then redis.call('HDEL', ns .. 'r:' .. q, m) end
     redis.call('PUBLISH', ns .. 'gone:' .. m, q)
   else
-    redis.call('DEL', ns .. 'v:' .. q, ns .. 'r:' .. q, ns .. 'n:' .. q)
+    -- A double barrier's flag too (`ready:`): a member joins above an old
+    -- one, and one left by members that all died would refuse a plain
+    -- barrier of the name for good.
+    redis.call('DEL', ns .. 'v:' .. q, ns .. 'r:' .. q, ns .. 'n:' .. q, ns .. 'ready:' .. q)
   end
   if own ~= 'r' then redis.call('PUBLISH', ns .. 'wake:' .. q, m) end
 end
