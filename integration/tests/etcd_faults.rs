@@ -310,3 +310,25 @@ fn a_holder_whose_key_goes_at_the_compacted_revision_while_its_stream_is_down_lo
     drop(held);
     a.close().unwrap();
 }
+
+/// The raw fenced transaction of a held key, sent to a server that does
+/// not answer, is `Indeterminate` (it may be applied once the server
+/// answers again), not a retryable `Timeout` a caller would send again.
+#[test]
+fn a_raw_fenced_transaction_without_a_reply_is_indeterminate_fault() {
+    let server = EtcdServer::start();
+    let a = EtcdClient::builder(server.endpoints())
+        .ttl(Duration::from_secs(30))
+        .rpc_timeout(Duration::from_secs(1))
+        .connect()
+        .unwrap();
+    let name = lock_name("raw-txn");
+    let g = a.mutex(&name).unwrap().lock().unwrap();
+    server.pause();
+    let put = etcd_client::TxnOp::put(format!("{name}-x"), "1", None);
+    let r = g.lease().entry().txn(vec![put]);
+    server.resume();
+    assert!(matches!(r, Err(Error::Indeterminate { .. })), "{r:?}");
+    g.release().unwrap();
+    a.close().unwrap();
+}

@@ -110,7 +110,10 @@ impl EtcdKey {
     /// applied); other backend errors.
     pub fn txn(&self, ops: Vec<TxnOp>) -> Result<TxnResponse> {
         let what = "fenced transaction";
-        self.client.call(what, self.clone().fenced(what, ops))
+        // The call's own deadline ends first: its timeout is as unconfirmed.
+        self.client
+            .call(what, self.clone().fenced(what, ops))
+            .map_err(Error::unconfirmed)
     }
 
     async fn fenced(self, what: &'static str, ops: Vec<TxnOp>) -> Result<TxnResponse> {
