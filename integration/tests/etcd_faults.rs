@@ -332,3 +332,29 @@ fn a_raw_fenced_transaction_without_a_reply_is_indeterminate_fault() {
     g.release().unwrap();
     a.close().unwrap();
 }
+
+/// A lease revoked by hand (`etcdctl lease revoke`) before the keep-alive
+/// says so: the next acquisition's put with it fails "requested lease not
+/// found"; the session is then lost, and the acquisition starts over on a
+/// new lease instead of failing with the server's raw text.
+#[test]
+fn an_acquisition_on_a_lease_revoked_by_hand_starts_over_on_a_new_one_fault() {
+    let server = EtcdServer::start();
+    let a = connect_with_ttl(&server, Duration::from_secs(30));
+    let name = lock_name("revoked");
+    let first = a.mutex(&name).unwrap().lock().unwrap();
+    let lease = a.session_id().unwrap();
+    first.release().unwrap();
+    let mut etcd = server.facts().client();
+    block_on(etcd.lease_revoke(lease)).expect("revoked");
+    let g = a
+        .mutex(&name)
+        .unwrap()
+        .try_lock_for(scale(Duration::from_secs(5)))
+        .expect("no error: the acquisition starts over")
+        .expect("free");
+    let now = a.session_id().unwrap();
+    assert_ne!(now, lease, "a new lease");
+    g.release().unwrap();
+    a.close().unwrap();
+}

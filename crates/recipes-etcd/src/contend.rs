@@ -45,7 +45,7 @@ use crate::names::{
 use crate::rpc::{header_revision, read_at, retrying_txn, unexpected};
 use crate::rw_queue::{downgrade_of, none_under, one_under, RwQueue};
 use crate::semaphore::SemaphoreKeys;
-use crate::session::{Etcd, Session};
+use crate::session::{lease_gone, Etcd, Session};
 
 /// How an acquisition keeps clear of this process's other acquisitions of
 /// the name (see the `session` module).
@@ -202,7 +202,9 @@ impl KeyContender<'_> {
             .or_else(otherwise);
         let what = format!("enter {}", self.prefix);
         // Safe to send twice: a second run finds our key and reads it.
-        let resp = retrying_txn(etcd, &what, timeout, &txn).await?;
+        let resp = retrying_txn(etcd, &what, timeout, &txn)
+            .await
+            .map_err(|e| lease_gone(session, e))?;
         let header = header_revision(&resp)?;
         let first = |rev| {
             Ok(listing(

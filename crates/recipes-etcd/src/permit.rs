@@ -18,7 +18,7 @@ use crate::listing::{listing, oldest_first};
 use crate::names::Key;
 use crate::rpc::{header_revision, read_at, retrying_txn};
 use crate::semaphore::SemaphoreKeys;
-use crate::session::Session;
+use crate::session::{lease_gone, Session};
 
 impl SemaphoreKeys {
     /// Create our permit key if the stored size is ours, and list the
@@ -50,7 +50,9 @@ impl SemaphoreKeys {
         let what = format!("create a permit key of {}", self.name);
         loop {
             // Safe to send twice: a second run finds our key and reads it.
-            let resp = retrying_txn(&etcd, &what, session.rpc_timeout(), &txn).await?;
+            let resp = retrying_txn(&etcd, &what, session.rpc_timeout(), &txn)
+                .await
+                .map_err(|e| lease_gone(session, e))?;
             let header = header_revision(&resp)?;
             if resp.succeeded() {
                 let queue = listing(read_at(&resp, 1)?.kvs(), prefix, key, header, header);

@@ -57,6 +57,13 @@ pub(crate) fn from_etcd(what: &str, e: etcd_client::Error) -> Error {
                 what: format!("{}: the user's roles do not allow it", quote(what)),
             }
         }
+        // A put with our lease after the server dropped it (revoked by
+        // hand, expired while we were cut off) before the keep-alive said
+        // so: the session is gone ([`lease_gone`](crate::session::lease_gone)).
+        E::GRpcStatus(ref status) if status.message().contains("requested lease not found") => {
+            log::debug!("{what}: {e}");
+            Error::SessionExpired
+        }
         E::GRpcStatus(ref status) if i32::from(status.code()) == INVALID_ARGUMENT => {
             let refusal = quote(status.message());
             Error::invalid(format!("{}: etcd refused it: {refusal}", quote(what)))

@@ -36,7 +36,7 @@ use recipes_core::{Contender, Result};
 use crate::key::delete_key;
 use crate::names::{is_contender, other_layout, read_prefix, size_key, write_prefix, Key};
 use crate::rpc::{header_revision, nested_at, read_in, retrying_get, retrying_txn, unexpected};
-use crate::session::Session;
+use crate::session::{lease_gone, Session};
 use crate::watch::Watch;
 
 /// One acquisition's view of a read-write lock's queue.
@@ -208,7 +208,9 @@ impl RwQueue {
             }
         };
         // Safe to send twice: a second run finds our key and reads it.
-        let resp = retrying_txn(etcd, &format!("enter {prefix}"), timeout, &txn).await?;
+        let resp = retrying_txn(etcd, &format!("enter {prefix}"), timeout, &txn)
+            .await
+            .map_err(|e| lease_gone(session, e))?;
         let header = header_revision(&resp)?;
         if !self.write && resp.succeeded() {
             self.downgraded.lock().clear();

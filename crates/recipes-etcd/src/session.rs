@@ -107,6 +107,17 @@ impl RenewalStream for KeepAlive {
     }
 }
 
+/// `e`, after firing `session`'s loss when it says the session's lease is
+/// gone on the server ([`Error::SessionExpired`](recipes_core::Error)): a
+/// put with our lease found it dropped before the keep-alive did, and the
+/// engine then starts over on a new lease, not on the dead one.
+pub(crate) fn lease_gone(session: &Session, e: recipes_core::Error) -> recipes_core::Error {
+    if matches!(e, recipes_core::Error::SessionExpired) {
+        session.epoch().fire(recipes_core::LossReason::Revoked);
+    }
+    e
+}
+
 /// The server's "requested lease not found", as a gRPC status or as
 /// etcd-client's keep-alive error.
 fn is_lease_not_found(e: &etcd_client::Error) -> bool {
