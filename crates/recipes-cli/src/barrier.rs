@@ -5,10 +5,11 @@
 use std::time::Duration;
 
 use clap::{Args, Subcommand};
+use crossbeam_channel::Receiver;
 use recipes_core::Client;
 
 use crate::duration::parse_duration;
-use crate::exit;
+use crate::{exit, signals};
 
 /// `recipes barrier`.
 #[derive(Debug, Args)]
@@ -19,7 +20,7 @@ pub struct BarrierArgs {
 }
 
 /// The barrier operations.
-#[derive(Debug, Subcommand)]
+#[derive(Debug, Clone, Subcommand)]
 pub enum BarrierOp {
     /// Raise the barrier: `wait` blocks until it is removed. It stays when
     /// this command ends.
@@ -54,26 +55,31 @@ impl BarrierOp {
     }
 }
 
-/// Run `op` on `client`: the exit status.
-pub fn run<C: Client>(client: C, op: &BarrierOp) -> i32 {
-    let done = client.barrier(op.name()).and_then(|b| match op {
-        BarrierOp::Set { .. } => b.set().map(|()| true),
-        BarrierOp::Remove { .. } => b.remove().map(|()| true),
-        BarrierOp::Wait { wait: None, .. } => b.wait().map(|()| true),
-        BarrierOp::Wait {
-            wait: Some(limit), ..
-        } => b.wait_timeout(*limit),
+/// Run `op` on `client`: the exit status. A forwarded signal (Ctrl-C,
+/// `systemctl stop`) ends it, a wait above all.
+pub fn run<C: Client>(client: C, op: &BarrierOp, forwarded: &Receiver<libc::c_int>) -> i32 {
+    let (c, todo) = (client.clone(), op.clone());
+    let done = signals::unless_signalled(forwarded, move || {
+        c.barrier(todo.name()).and_then(|b| match &todo {
+            BarrierOp::Set { .. } => b.set().map(|()| true),
+            BarrierOp::Remove { .. } => b.remove().map(|()| true),
+            BarrierOp::Wait { wait: None, .. } => b.wait().map(|()| true),
+            BarrierOp::Wait {
+                wait: Some(limit), ..
+            } => b.wait_timeout(*limit),
+        })
     });
     let status = match done {
-        Ok(true) => 0,
-        Ok(false) => {
+        Ok(Ok(true)) => 0,
+        Ok(Ok(false)) => {
             say!("recipes: the barrier {} is still up", op.name());
             exit::CONFLICT
         }
-        Err(e) => {
+        Ok(Err(e)) => {
             say!("recipes: {e}");
             exit::for_error(&e)
         }
+        Err(stopped) => signals::stopped(op.name(), stopped),
     };
     // Nothing is held: the session only needs to end.
     if let Err(e) = client.close_within(Duration::from_secs(2)) {

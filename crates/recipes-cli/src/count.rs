@@ -2,9 +2,10 @@
 //! on ZooKeeper Curator's `SharedCount`), one call and the session closed.
 
 use clap::{Args, Subcommand};
+use crossbeam_channel::Receiver;
 use recipes_core::{Client, Versioned};
 
-use crate::exit;
+use crate::{exit, signals};
 
 /// `recipes count`.
 #[derive(Debug, Args)]
@@ -15,7 +16,7 @@ pub struct CountArgs {
 }
 
 /// The counter operations.
-#[derive(Debug, Subcommand)]
+#[derive(Debug, Clone, Subcommand)]
 pub enum CountOp {
     /// Print the value (with --json: `{"value":N,"version":V}`).
     Get {
@@ -69,23 +70,28 @@ fn print(now: Versioned, json: bool, text: i64) {
     }
 }
 
-/// Run `op` on `client`: the exit status.
-pub fn run<C: Client>(client: C, op: &CountOp) -> i32 {
-    let done = client.counter(op.name()).and_then(|c| match op {
-        CountOp::Get { json, .. } => c.get().map(|now| print(now, *json, now.value)),
-        CountOp::Set { value, json, .. } => c
-            .set(*value)
-            .map(|now| print(now, *json, now.version as i64)),
-        CountOp::Add { delta, json, .. } => c
-            .add_counted(*delta)
-            .map(|a| print(a.now, *json, a.now.value)),
+/// Run `op` on `client`: the exit status. A forwarded signal ends it (a
+/// store that does not answer keeps a call going until its timeout).
+pub fn run<C: Client>(client: C, op: &CountOp, forwarded: &Receiver<libc::c_int>) -> i32 {
+    let (counter, todo) = (client.clone(), op.clone());
+    let done = signals::unless_signalled(forwarded, move || {
+        counter.counter(todo.name()).and_then(|c| match &todo {
+            CountOp::Get { json, .. } => c.get().map(|now| print(now, *json, now.value)),
+            CountOp::Set { value, json, .. } => c
+                .set(*value)
+                .map(|now| print(now, *json, now.version as i64)),
+            CountOp::Add { delta, json, .. } => c
+                .add_counted(*delta)
+                .map(|a| print(a.now, *json, a.now.value)),
+        })
     });
     let status = match done {
-        Ok(()) => 0,
-        Err(e) => {
+        Ok(Ok(())) => 0,
+        Ok(Err(e)) => {
             say!("recipes: {e}");
             exit::for_error(&e)
         }
+        Err(stopped) => signals::stopped(op.name(), stopped),
     };
     // Nothing is held: the session only needs to end.
     if let Err(e) = client.close_within(std::time::Duration::from_secs(2)) {

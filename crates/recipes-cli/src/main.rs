@@ -191,8 +191,8 @@ fn real_main() -> i32 {
             run::run_under(client, Recipe::Elect(id), &a.name, &a.run, &forwarded)
         }
         Command::Status(a) => run::status(client, &store, a, &forwarded),
-        Command::Count(a) => count::run(client, &a.op),
-        Command::Barrier(a) => barrier::run(client, &a.op),
+        Command::Count(a) => count::run(client, &a.op, &forwarded),
+        Command::Barrier(a) => barrier::run(client, &a.op, &forwarded),
         Command::DoubleBarrier(a) => {
             let recipe = Recipe::DoubleBarrier(a.count, a.run.wait);
             run::run_under(client, recipe, &a.name, &a.run, &forwarded)

@@ -100,6 +100,45 @@ pub fn listen() -> io::Result<Receiver<libc::c_int>> {
     Ok(rx)
 }
 
+/// Run `call` on a thread of its own and return what it returns, unless a
+/// forwarded signal comes first: then `Err(Some(signal))` (the call goes
+/// on until the caller closes its session, which ends it). `Err(None)`:
+/// no thread could be started, or it died.
+pub fn unless_signalled<T: Send + 'static>(
+    forwarded: &Receiver<libc::c_int>,
+    call: impl FnOnce() -> T + Send + 'static,
+) -> Result<T, Option<libc::c_int>> {
+    let (tx, done) = crossbeam_channel::bounded(1);
+    std::thread::Builder::new()
+        .name("recipes-call".into())
+        .spawn(move || {
+            let _ = tx.send(call());
+        })
+        .map_err(|_| None)?;
+    crossbeam_channel::select! {
+        recv(done) -> result => result.map_err(|_| None),
+        recv(forwarded) -> sig => Err(Some(sig.unwrap_or(libc::SIGTERM))),
+    }
+}
+
+/// The exit status of a call on `name` that [`unless_signalled`] cut
+/// short, said on stderr.
+pub fn stopped(name: &str, stopped: Option<libc::c_int>) -> i32 {
+    match stopped {
+        Some(sig) => {
+            say!(
+                "recipes: {name}: {} while waiting; giving up",
+                self::name(sig)
+            );
+            crate::exit::for_signal(sig)
+        }
+        None => {
+            say!("recipes: {name}: the calling thread could not run");
+            crate::exit::UNAVAILABLE
+        }
+    }
+}
+
 /// The name of a signal, for messages.
 pub fn name(sig: libc::c_int) -> &'static str {
     match sig {

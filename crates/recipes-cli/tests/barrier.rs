@@ -64,3 +64,48 @@ fn barrier_commands_pg() {
 fn barrier_commands_redis() {
     barrier_commands(Store::Redis);
 }
+
+/// A wait on a raised barrier ends at a forwarded signal (Ctrl-C,
+/// `timeout`, `systemctl stop`) with 128 + the signal, its session
+/// closed. (Signals are blocked for the command's signal thread, whose
+/// channel the barrier never read: only SIGKILL ended the wait.)
+fn a_barrier_wait_ends_at_sigint(store: Store) {
+    let scene = Scene::new("barrier-sigint");
+    let name = scene.name.as_str();
+    let (status, stderr) = barrier(store, &["set", name]);
+    assert_eq!(status.code(), Some(0), "{stderr}");
+    let mut waiter = recipes()
+        .args(store.flag())
+        .args(["barrier", "wait", name])
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let guard = KillOnPanic(vec![waiter.id()]);
+    // Once the command blocks SIGINT for its signal thread (at start), the
+    // signal is its to take, not the default action's.
+    let status = format!("/proc/{}/status", waiter.id());
+    integration::wait_until("recipes blocks SIGINT", RUN_BOUND, || {
+        std::fs::read_to_string(&status).is_ok_and(|s| {
+            s.lines()
+                .find_map(|l| l.strip_prefix("SigBlk:"))
+                .and_then(|m| u64::from_str_radix(m.trim(), 16).ok())
+                .is_some_and(|m| m & (1 << (libc::SIGINT - 1)) != 0)
+        })
+    });
+    signal(&waiter, libc::SIGINT);
+    assert_eq!(wait_exit(&mut waiter).code(), Some(130));
+    drop(guard);
+    let (status, stderr) = barrier(store, &["remove", name]);
+    assert_eq!(status.code(), Some(0), "{stderr}");
+}
+
+#[test]
+fn a_barrier_wait_ends_at_sigint_zk() {
+    a_barrier_wait_ends_at_sigint(Store::Zk);
+}
+
+#[test]
+fn a_barrier_wait_ends_at_sigint_redis() {
+    a_barrier_wait_ends_at_sigint(Store::Redis);
+}
