@@ -43,15 +43,28 @@ pub struct Job<'a> {
     pub lost_exit_code: i32,
 }
 
-/// What CMD gets in its environment, and what it must not inherit.
-fn cmd_env(job: &Job<'_>, held: &Held) -> (Vec<(String, String)>, Vec<&'static str>) {
+/// Whether `var` is one name's variable of a multi-lock
+/// (`RECIPES_NAME_<n>`, `RECIPES_FENCE_<n>`, `RECIPES_HOLDER_<n>`).
+fn numbered(var: &str) -> bool {
+    ["RECIPES_NAME_", "RECIPES_FENCE_", "RECIPES_HOLDER_"]
+        .iter()
+        .filter_map(|p| var.strip_prefix(p))
+        .any(|n| !n.is_empty() && n.bytes().all(|b| b.is_ascii_digit()))
+}
+
+/// What CMD gets in its environment, and what it must not inherit: an
+/// outer `recipes`' multi-lock variables among them (`RECIPES_FENCE_1`
+/// would be another lock's fence; ours are set again).
+fn cmd_env(job: &Job<'_>, held: &Held) -> (Vec<(String, String)>, Vec<String>) {
     let mut env = vec![
         ("RECIPES_NAME".to_owned(), job.name.to_owned()),
         ("RECIPES_HOLDER".to_owned(), held.holder.clone()),
     ];
-    let mut removed = vec!["RECIPES_LOCKS"];
+    let inherited = std::env::vars_os().filter_map(|(k, _)| k.into_string().ok());
+    let mut removed: Vec<String> = inherited.filter(|k| numbered(k)).collect();
+    removed.push("RECIPES_LOCKS".to_owned());
     if !held.parts.is_empty() {
-        removed.clear();
+        removed.retain(|k| k != "RECIPES_LOCKS");
         env.push(("RECIPES_LOCKS".to_owned(), held.parts.len().to_string()));
     }
     for (i, part) in held.parts.iter().enumerate() {
@@ -62,12 +75,12 @@ fn cmd_env(job: &Job<'_>, held: &Held) -> (Vec<(String, String)>, Vec<&'static s
     }
     if job.permit {
         env.push(("RECIPES_PERMIT".to_owned(), held.holder.clone()));
-        removed.push("RECIPES_FENCE");
+        removed.push("RECIPES_FENCE".to_owned());
     } else if let Some(fence) = held.fence {
         env.push(("RECIPES_FENCE".to_owned(), fence.to_string()));
-        removed.push("RECIPES_PERMIT");
+        removed.push("RECIPES_PERMIT".to_owned());
     } else {
-        removed.extend(["RECIPES_FENCE", "RECIPES_PERMIT"]);
+        removed.extend(["RECIPES_FENCE".to_owned(), "RECIPES_PERMIT".to_owned()]);
     }
     (env, removed)
 }
@@ -105,6 +118,7 @@ pub fn run(job: &Job<'_>, held: &Held, forwarded: &Receiver<libc::c_int>) -> Out
         return Outcome::Lost;
     }
     let (env, removed) = cmd_env(job, held);
+    let removed: Vec<&str> = removed.iter().map(String::as_str).collect();
     let cmd = match child::spawn(job.argv, &env, &removed) {
         Ok(cmd) => cmd,
         Err(e) => {

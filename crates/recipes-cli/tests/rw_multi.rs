@@ -193,3 +193,33 @@ fn bad_lock_lists_are_usage_errors() {
         assert!(!stderr.is_empty(), "{args:?}: no message");
     }
 }
+
+/// A `recipes lock` run by another's CMD gets its own lock's variables,
+/// none of the outer multi-lock's (`RECIPES_FENCE_1` would be another
+/// lock's fence, and `RECIPES_LOCKS` another count).
+#[test]
+fn a_nested_lock_inherits_no_outer_multi_lock_variables_zk() {
+    let store = Store::Zk;
+    let scene = Scene::new("nested");
+    let (outer_a, outer_b, inner) = (
+        format!("{}-a", scene.name),
+        format!("{}-b", scene.name),
+        format!("{}-inner", scene.name),
+    );
+    let out = scene.file("env");
+    let inner_cmd = format!(
+        "echo \"${{RECIPES_LOCKS:-none}} ${{RECIPES_FENCE_1:-none}} ${{RECIPES_NAME_2:-none}} \
+         $RECIPES_NAME\" > {}",
+        out.display()
+    );
+    let flag = store.flag();
+    let nested = format!(
+        "{BIN} {} {} --ttl 5s lock {inner} -- sh -c '{inner_cmd}'",
+        flag[0], flag[1]
+    );
+    let (status, stderr) =
+        run(with_store(store, "5s").args(["lock", &outer_a, &outer_b, "--", "sh", "-c", &nested]));
+    assert_eq!(status.code(), Some(0), "{stderr}");
+    let text = read_when_written(&out);
+    assert_eq!(text.trim(), format!("none none none {inner}"), "{text}");
+}
