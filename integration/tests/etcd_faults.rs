@@ -358,3 +358,22 @@ fn an_acquisition_on_a_lease_revoked_by_hand_starts_over_on_a_new_one_fault() {
     g.release().unwrap();
     a.close().unwrap();
 }
+
+/// A key of our lease's name put by someone else without the lease (by
+/// hand, `etcdctl put <name>/<lease hex> ""`) is taken over on our lease
+/// when we lock: it goes with our session, not never.
+#[test]
+fn a_key_of_our_name_put_without_our_lease_goes_with_our_session_fault() {
+    let server = EtcdServer::start();
+    let a = connect_with_ttl(&server, Duration::from_secs(2));
+    let name = lock_name("stray");
+    let lease = a.session_id().unwrap();
+    let key = format!("{name}/{lease:x}");
+    server.facts().put(&key, b"");
+    let g = a.mutex(&name).unwrap().lock().unwrap();
+    a.orphan();
+    server
+        .facts()
+        .wait_gone(&key, scale(Duration::from_secs(10)));
+    drop(g);
+}

@@ -235,7 +235,9 @@ impl KeyContender<'_> {
         }
         // Our key existed (a leftover of this lease, held by no guard of
         // ours: this process's turns see to that). Go on with it as Go
-        // does, with our value.
+        // does, with our value — and on our lease: a key of our name put
+        // by someone else without it would outlive our session, the lock
+        // stuck for everyone.
         let existing = read_at(&resp, 0)?;
         let Some(kv) = existing.kvs().first() else {
             return Err(unexpected("our key vanished inside a transaction"));
@@ -243,7 +245,8 @@ impl KeyContender<'_> {
         let rev = kv.create_revision();
         ticket.create_revision = Some(rev);
         let put = self.put(&key, session.id(), claim);
-        if kv.value() != claim.value() && guarded(etcd, timeout, &key, rev, put).await?.is_none() {
+        let stray = kv.value() != claim.value() || kv.lease() != session.id();
+        if stray && guarded(etcd, timeout, &key, rev, put).await?.is_none() {
             // Gone since: a listing without ours starts over.
             return Ok((rev, Some(first(0)?)));
         }
