@@ -12,6 +12,20 @@ use recipes_redis::RedisClient;
 
 const NS: &str = "{recipes}:";
 
+/// The grant the refusal names (`ACL_HINT` in recipes-redis's `rpc.rs`).
+const GRANT: [&str; 10] = [
+    "~{recipes}:*",
+    "&{recipes}:*",
+    "+@read",
+    "+@write",
+    "+@scripting",
+    "+@pubsub",
+    "+@connection",
+    "-@dangerous",
+    "+time",
+    "+info",
+];
+
 /// An ACL user `name` with password `pw` and the rules `rules`.
 fn acl_user(server: &RedisServer, name: &str, rules: &[&str]) {
     let mut args = vec!["ACL", "SETUSER", name, "reset", "on", ">pw"];
@@ -55,19 +69,8 @@ fn an_acl_user_without_our_keys_or_channels_is_permission_denied_saying_what_to_
 #[test]
 fn the_grant_the_refusal_names_is_enough_and_an_unreadable_policy_is_not_fatal() {
     let server = RedisServer::start();
-    let named = [
-        "~{recipes}:*",
-        "&{recipes}:*",
-        "+@read",
-        "+@write",
-        "+@scripting",
-        "+@pubsub",
-        "+@connection",
-        "-@dangerous",
-        "+time",
-        "+info",
-        "~/app/*",
-    ];
+    let mut named = GRANT.to_vec();
+    named.push("~/app/*");
     acl_user(&server, "granted", &named);
     let mut blind = named.to_vec();
     blind.retain(|r| *r != "+info");
@@ -104,19 +107,7 @@ fn the_grant_the_refusal_names_is_enough_and_an_unreadable_policy_is_not_fatal()
 #[test]
 fn the_named_grant_is_enough_for_barriers_and_groups_and_a_crashed_member() {
     let server = RedisServer::start();
-    let named = [
-        "~{recipes}:*",
-        "&{recipes}:*",
-        "+@read",
-        "+@write",
-        "+@scripting",
-        "+@pubsub",
-        "+@connection",
-        "-@dangerous",
-        "+time",
-        "+info",
-    ];
-    acl_user(&server, "granted", &named);
+    acl_user(&server, "granted", &GRANT);
     let c = as_user(&server, "granted").unwrap();
     let member = c.double_barrier("/access/db", 1).unwrap().enter().unwrap();
     assert!(

@@ -68,48 +68,33 @@ pub fn run_under<C: Client>(
         (false, None) => Wait::Forever,
     };
     // The acquisition blocks; it runs aside so a signal can end the wait.
-    let (tx, acquired) = crossbeam_channel::bounded(1);
-    {
-        let (client, recipe, name) = (backend.clone(), recipe.clone(), name.to_owned());
-        let started = std::thread::Builder::new()
-            .name("recipes-acquire".into())
-            .spawn(move || {
-                let _ = tx.send(acquire(&client, &recipe, &name, wait));
-            });
-        if let Err(e) = started {
-            say!("recipes: cannot start a thread: {e}");
-            close(&backend);
-            return exit::UNAVAILABLE;
-        }
-    }
-    let held = select! {
-        recv(acquired) -> result => match result {
-            Ok(Ok(Some(held))) => held,
-            Ok(Ok(None)) => {
-                say!("recipes: {shown}: not acquired{}", match wait {
+    let (client, todo, named) = (backend.clone(), recipe.clone(), name.to_owned());
+    let acquired =
+        signals::unless_signalled(forwarded, move || acquire(&client, &todo, &named, wait));
+    let held = match acquired {
+        Ok(Ok(Some(held))) => held,
+        Ok(Ok(None)) => {
+            say!(
+                "recipes: {shown}: not acquired{}",
+                match wait {
                     Wait::AtOnce => " (held elsewhere, --no-wait)".to_owned(),
                     _ => format!(" within {:?}", opts.wait.unwrap_or_default()),
-                });
-                close(&backend);
-                return i32::from(opts.conflict_exit_code);
-            }
-            Ok(Err(e)) => {
-                say!("recipes: {shown}: {e}");
-                close(&backend);
-                return exit::for_error(&e);
-            }
-            Err(_) => {
-                say!("recipes: {shown}: the acquiring thread died");
-                close(&backend);
-                return exit::UNAVAILABLE;
-            }
-        },
-        recv(forwarded) -> sig => {
-            let sig = sig.unwrap_or(libc::SIGTERM);
-            say!("recipes: {shown}: {} while waiting; giving up", signals::name(sig));
-            // Closing the session removes a half-made acquisition at once.
+                }
+            );
             close(&backend);
-            return exit::for_signal(sig);
+            return i32::from(opts.conflict_exit_code);
+        }
+        Ok(Err(e)) => {
+            say!("recipes: {shown}: {e}");
+            close(&backend);
+            return exit::for_error(&e);
+        }
+        // A signal (or no thread to acquire on): closing the session
+        // removes a half-made acquisition at once.
+        Err(stopped) => {
+            let status = signals::stopped(&shown, stopped);
+            close(&backend);
+            return status;
         }
     };
     let acquired_at = Instant::now();

@@ -43,7 +43,7 @@ use recipes_core::store::engine::SlotDriver;
 use recipes_core::{LossReason, LossSignal, Result};
 use tokio::time::Instant;
 use tokio_postgres::error::SqlState;
-use tokio_postgres::types::Type;
+use tokio_postgres::types::{ToSql, Type};
 
 use crate::advisory::{LockConn, LockConns, LockSession};
 use crate::client::PgClient;
@@ -256,12 +256,15 @@ impl SlotDriver for AdvisorySlots<'_> {
     async fn take(&self, _epoch: &Epoch, t: &mut Ticket, within: Duration) -> Result<bool> {
         let what = format!("take the advisory lock of {}", t.key_name);
         let (c, on) = (&t.conn.client, t.conn.on());
-        let params: crate::db::Params<'_> = &[
+        // Zero would wait forever: a wait's bound, for its `$6`.
+        let bound = (!within.is_zero()).then(|| format!("{}ms", within.as_millis().max(1)));
+        let all: [(&(dyn ToSql + Sync), Type); 6] = [
             (&t.namespace, Type::INT4),
             (&t.key_name, Type::TEXT),
             (&self.name, Type::TEXT),
             (&self.kind, Type::TEXT),
             (&t.conn.pid, Type::INT4),
+            (&bound, Type::TEXT),
         ];
         // Each take runs on the backend the connection opened on, or
         // takes nothing (NULL): a pooler that moved the statement to
@@ -274,7 +277,9 @@ impl SlotDriver for AdvisorySlots<'_> {
                 self.mode()
             );
             let rows = recipes_core::store::within(&what, t.rpc_timeout, async {
-                on.query(&sql, params).await.map_err(|e| from_pg(&what, e))
+                on.query(&sql, &all[..5])
+                    .await
+                    .map_err(|e| from_pg(&what, e))
             })
             .await;
             let rows = match rows {
@@ -291,8 +296,6 @@ impl SlotDriver for AdvisorySlots<'_> {
             };
             got.then(|| row.get::<_, i32>(1))
         } else {
-            // Zero would wait forever.
-            let bound = format!("{}ms", within.as_millis().max(1));
             // The bound is the statement's own (`set_config(…, true)`
             // lasts to the end of its transaction, the statement): left
             // on the connection it would bound every later row lock
@@ -304,20 +307,12 @@ impl SlotDriver for AdvisorySlots<'_> {
                  THEN pg_advisory_lock{}($1, hashtext($2))::text END{KIND_FITS}",
                 self.mode()
             );
-            let params: crate::db::Params<'_> = &[
-                (&t.namespace, Type::INT4),
-                (&t.key_name, Type::TEXT),
-                (&self.name, Type::TEXT),
-                (&self.kind, Type::TEXT),
-                (&t.conn.pid, Type::INT4),
-                (&bound, Type::TEXT),
-            ];
             let long = match self.kind == ADVISORY_RW {
                 true => Some(t.conn.long_wait(self.client).await),
                 false => None,
             };
             let waited = recipes_core::store::within(&what, t.rpc_timeout + within, async {
-                Ok(c.query_typed(&sql, params).await)
+                Ok(c.query_typed(&sql, &all).await)
             })
             .await;
             if let (Some(long), Ok(_)) = (long, &waited) {
