@@ -330,11 +330,18 @@ impl RedisSentinel {
         let dir = TestDir::new("sentinel");
         let conf = dir.path().join("sentinel.conf");
         let m = Self::MASTER;
+        // `failover-timeout` also bounds how long a sentinel leaves a
+        // replica that replicates from an address other than the
+        // primary's: after it, the sentinel points the replica at the
+        // primary itself (`+fix-slave-config`, at its next `INFO` of the
+        // replica, 10 s after it started with 5 s). A replica behind a
+        // test's proxy is such a replica, and once rewired no longer
+        // lags when the proxy holds back: long enough for any test.
         let text = format!(
             "port {}\nbind 127.0.0.1\ndir {}\nlogfile \"\"\n\
              sentinel monitor {m} 127.0.0.1 {} 1\n\
              sentinel down-after-milliseconds {m} 500\n\
-             sentinel failover-timeout {m} 5000\n\
+             sentinel failover-timeout {m} 600000\n\
              sentinel parallel-syncs {m} 1\n",
             port.port(),
             dir.path().display(),

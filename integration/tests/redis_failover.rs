@@ -38,6 +38,16 @@ impl Pair {
                 info.contains("master_link_status:up") && primary_info.contains("state=online")
             },
         );
+        // And the whole path of an acknowledgement, proxy included: the
+        // primary hears the replica acknowledge a write (`WAIT` counts a
+        // connection's own writes only).
+        let acked = acknowledged(&primary, scale(Duration::from_secs(10)));
+        assert_eq!(
+            acked,
+            1,
+            "the replica acknowledges a write\n{}",
+            replication(&primary, &replica)
+        );
         let sentinel = RedisSentinel::start(&primary, 1);
         Pair {
             primary,
@@ -67,6 +77,37 @@ impl Pair {
             },
         );
     }
+}
+
+/// How many replicas acknowledged a write of the harness within `wait`.
+fn acknowledged(primary: &RedisServer, wait: Duration) -> i64 {
+    let client = redis::Client::open(primary.url()).expect("the primary's URL");
+    let mut conn = client.get_connection().expect("connect to the primary");
+    let millis = u64::try_from(wait.as_millis()).unwrap_or(u64::MAX);
+    let (acked,): (i64,) = redis::pipe()
+        .cmd("INCR")
+        .arg("harness:acknowledged")
+        .ignore()
+        .cmd("WAIT")
+        .arg(1)
+        .arg(millis)
+        .query(&mut conn)
+        .expect("a write and WAIT");
+    acked
+}
+
+/// What both servers say of their replication, and their logs' tails:
+/// for a failure's message.
+fn replication(primary: &RedisServer, replica: &RedisServer) -> String {
+    let info =
+        |s: &RedisServer| s.try_cmd::<String>(&redis::cmd("INFO").arg("replication").clone());
+    format!(
+        "primary: {:?}\nreplica: {:?}\nprimary's log: {}\nreplica's log: {}",
+        info(primary),
+        info(replica),
+        primary.log_tail(),
+        replica.log_tail()
+    )
 }
 
 /// After the failover: a client of the promoted replica (no replica left
@@ -200,7 +241,9 @@ fn fault_an_acquisition_whose_reply_is_lost_with_the_replica_cut_off_fails_and_i
     let name = "/failover/resent";
     // The session and the functions first: the enter is then the first
     // request of the acquisition.
-    let warm = a.mutex("/failover/warm").unwrap().try_lock().unwrap();
+    let warm = a.mutex("/failover/warm").unwrap().try_lock();
+    let warm =
+        warm.unwrap_or_else(|e| panic!("{e}\n{}", replication(&pair.primary, &pair.replica)));
     warm.expect("free").release().unwrap();
     pair.lag();
     front.freeze_replies();
