@@ -375,12 +375,24 @@ impl ContendDriver for NodeDriver {
 
 /// The paths of the children of `dir` created with `uuid` (none when `dir`
 /// is missing).
+///
+/// It is asked after a create whose outcome we do not know (its reply was
+/// lost, or the acquisition is being undone), maybe of another server of
+/// the ensemble than the one that took the create: a follower may not have
+/// applied it yet, and would list no node of ours while one exists (then
+/// left to stand, ahead of us, until the session ends). A `sync` first has
+/// the server catch up with the leader; the listing is sent right behind
+/// it on the same session, so it is answered after the sync, in the same
+/// round trip.
 pub(crate) async fn ours(
     session: &Session,
     dir: &str,
     uuid: &str,
 ) -> std::result::Result<Vec<String>, zk::Error> {
-    match session.zk().list_children(dir).await {
+    let synced = session.zk().sync(dir);
+    let listed = session.zk().list_children(dir);
+    synced.await?;
+    match listed.await {
         Ok(children) => Ok(children
             .iter()
             .filter(|c| is_ours(c, uuid))

@@ -174,8 +174,19 @@ fn id_of(node: &str) -> &str {
 
 /// Delete `node` if it is ours (an ephemeral node of `session`): another
 /// session's member of the same id is never touched.
+///
+/// Asked when a join's outcome is unknown, maybe of a follower behind the
+/// leader: a `sync` first (see [`crate::driver::ours`]), so a member we
+/// made is not missed and left standing until the session ends.
 async fn delete_ours(session: &Session, node: &str) -> Result<()> {
-    let stat = match session.zk().check_stat(node).await {
+    let synced = session.zk().sync(node);
+    let stat = session.zk().check_stat(node);
+    let synced = match synced.await {
+        Ok(()) => Ok(()),
+        Err(zk::Error::SessionExpired | zk::Error::ClientClosed) => return Ok(()),
+        Err(e) => Err(e),
+    };
+    let stat = match synced.and(stat.await) {
         Ok(Some(stat)) if stat.ephemeral_owner == session.id() => stat,
         Ok(_) => return Ok(()),
         // The session is gone, and its ephemeral node with it.
