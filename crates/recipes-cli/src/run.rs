@@ -10,6 +10,7 @@ use recipes_core::Client;
 use crate::backend::{acquire, Held, Recipe, Wait};
 use crate::cli::{BackendChoice, RunOptions, StatusArgs};
 use crate::exit;
+use crate::out::{self, Failure};
 use crate::signals;
 use crate::status;
 use crate::supervise::{self, Job, Outcome};
@@ -178,7 +179,8 @@ pub fn status<C: Client>(
         let _ = client.close_within(CLOSE_GRACE);
         return match watched {
             Ok(()) => 0,
-            Err(e) => {
+            Err(Failure::Stdout(e)) => out::failed(&e),
+            Err(Failure::Store(e)) => {
                 say!("recipes: status of {} on {store}: {e}", shown(name));
                 exit::for_error(&e)
             }
@@ -187,10 +189,10 @@ pub fn status<C: Client>(
     let read = status::read(&client, name);
     let _ = client.close_within(CLOSE_GRACE);
     match read {
-        Ok(s) => {
-            print!("{}", status::render(&s, name, client.store(), json, None));
-            0
-        }
+        Ok(s) => match out::print(&status::render(&s, name, client.store(), json, None)) {
+            Ok(()) => 0,
+            Err(e) => out::failed(&e),
+        },
         Err(e) => {
             say!("recipes: status of {} on {store}: {e}", shown(name));
             exit::for_error(&e)
