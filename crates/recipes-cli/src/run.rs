@@ -113,11 +113,14 @@ pub fn run_under<C: Client>(
             if let (Outcome::Exited(_), Some(d)) = (&outcome, opts.hold_at_least) {
                 hold_until(&held, acquired_at + d, forwarded, &shown);
             }
-            match held.release() {
-                Ok(()) => code,
+            // Aside, so that a signal ends it: a double barrier's leave
+            // waits for every other member. Cut short, the close below
+            // removes what the session still has.
+            match signals::unless_signalled(forwarded, move || held.release()) {
+                Ok(Ok(())) => code,
                 // A double barrier's leave that did not see every member
                 // go within --wait: CMD's own failure wins.
-                Err(e) if crate::double_barrier::leave_timed_out(&e) => {
+                Ok(Err(e)) if crate::double_barrier::leave_timed_out(&e) => {
                     say!("recipes: {shown}: not every member left within the wait");
                     if code == 0 {
                         i32::from(opts.conflict_exit_code)
@@ -125,13 +128,14 @@ pub fn run_under<C: Client>(
                         code
                     }
                 }
-                Err(e) => {
+                Ok(Err(e)) => {
                     say!(
                         "recipes: {name}: warning: release failed ({e}); \
                          the lease ends by itself within the TTL"
                     );
                     code
                 }
+                Err(stopped) => signals::stopped(&shown, stopped),
             }
         }
         Outcome::Lost => {
