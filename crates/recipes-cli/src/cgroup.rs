@@ -11,6 +11,8 @@ use std::io;
 use std::os::unix::ffi::OsStrExt as _;
 use std::path::{Path, PathBuf};
 
+use crate::tree::{self, Found};
+
 /// The environment variable that turns the cgroup off (`off`).
 pub const SWITCH: &str = "RECIPES_CGROUP";
 
@@ -67,21 +69,28 @@ impl OwnCgroup {
             .unwrap_or_default()
     }
 
-    /// Send `sig` to every process in it.
-    pub fn signal(&self, sig: libc::c_int) {
+    /// Send `sig` to every process in it but those of `done` (signalled
+    /// already), each only while it is still in it: a pid listed may be
+    /// reaped and given to another process before the signal.
+    pub fn signal_except(&self, done: &[Found], sig: libc::c_int) {
         for pid in self.procs() {
-            // SAFETY: kill has no memory preconditions.
-            unsafe {
-                libc::kill(pid, sig);
+            if !done.iter().any(|f| f.pid == pid) {
+                tree::signal_checked(pid, sig, || self.holds(pid));
             }
         }
+    }
+
+    /// Whether `pid` is in it now. A process given a pid reaped meanwhile
+    /// is not in it, unless one of ours started it (then it is ours too).
+    fn holds(&self, pid: libc::pid_t) -> bool {
+        self.procs().contains(&pid)
     }
 
     /// SIGKILL everything in it: `cgroup.kill` (Linux 5.14 and later), else
     /// each process listed (the caller repeats until the tree is empty).
     pub fn kill(&self) {
         if fs::write(self.dir.join("cgroup.kill"), "1").is_err() {
-            self.signal(libc::SIGKILL);
+            self.signal_except(&[], libc::SIGKILL);
         }
     }
 

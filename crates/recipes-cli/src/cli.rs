@@ -10,13 +10,13 @@ use recipes_core::LockKind;
 use crate::choose::choose_backend;
 pub use crate::choose::BackendChoice;
 use crate::duration::parse_duration;
-use crate::exit;
 use crate::generated::print_generated;
 use crate::generated::CompletionsArgs;
 use crate::help::{
     DOCTOR_EXAMPLES, ELECT_EXAMPLES, LOCK_EXAMPLES, MAIN_EXAMPLES, SEMAPHORE_EXAMPLES,
     STATUS_EXAMPLES,
 };
+use crate::{exit, out};
 
 /// Run a command under a distributed lock, semaphore permit or leadership,
 /// over ZooKeeper, etcd, PostgreSQL or Redis — like flock(1), across machines, with fencing.
@@ -378,9 +378,16 @@ pub struct DoctorArgs {
 pub fn parse<I: IntoIterator<Item = OsString>>(args: I) -> Result<(Cli, BackendChoice), i32> {
     let matches = match Cli::command().try_get_matches_from(args) {
         Ok(m) => m,
-        Err(e) => {
+        // A usage error goes to stderr (nobody to tell if that fails);
+        // help and version are the output asked for.
+        Err(e) if e.use_stderr() => {
             let _ = e.print();
-            return Err(if e.use_stderr() { exit::USAGE } else { 0 });
+            return Err(exit::USAGE);
+        }
+        Err(e) => {
+            use std::io::Write as _;
+            let printed = e.print().and_then(|()| std::io::stdout().flush());
+            return Err(printed.map_or_else(|e| out::failed(&e), |()| 0));
         }
     };
     let mut cli = Cli::from_arg_matches(&matches).map_err(|e| {
@@ -396,10 +403,7 @@ pub fn parse<I: IntoIterator<Item = OsString>>(args: I) -> Result<(Cli, BackendC
     if matches!(cli.command, Command::Completions(_) | Command::Man) {
         return Err(match print_generated(&cli.command) {
             Ok(()) => 0,
-            Err(e) => {
-                say!("recipes: cannot print: {e}");
-                exit::UNAVAILABLE
-            }
+            Err(e) => out::failed(&e),
         });
     }
     let backend = choose_backend(&cli, &matches).map_err(|msg| {

@@ -5,7 +5,7 @@ use clap::{Args, Subcommand};
 use crossbeam_channel::Receiver;
 use recipes_core::{Client, Versioned};
 
-use crate::{exit, signals};
+use crate::{exit, out, signals};
 
 /// `recipes count`.
 #[derive(Debug, Args)]
@@ -62,11 +62,12 @@ impl CountOp {
     }
 }
 
-fn print(now: Versioned, json: bool, text: i64) {
+/// What `op` prints for `now`: JSON, or the value (the version for a set).
+fn shown(now: Versioned, json: bool, text: i64) -> String {
     if json {
-        println!("{{\"value\":{},\"version\":{}}}", now.value, now.version);
+        format!("{{\"value\":{},\"version\":{}}}\n", now.value, now.version)
     } else {
-        println!("{text}");
+        format!("{text}\n")
     }
 }
 
@@ -76,17 +77,17 @@ pub fn run<C: Client>(client: C, op: &CountOp, forwarded: &Receiver<libc::c_int>
     let (counter, todo) = (client.clone(), op.clone());
     let done = signals::unless_signalled(forwarded, move || {
         counter.counter(todo.name()).and_then(|c| match &todo {
-            CountOp::Get { json, .. } => c.get().map(|now| print(now, *json, now.value)),
+            CountOp::Get { json, .. } => c.get().map(|now| shown(now, *json, now.value)),
             CountOp::Set { value, json, .. } => c
                 .set(*value)
-                .map(|now| print(now, *json, now.version as i64)),
+                .map(|now| shown(now, *json, now.version as i64)),
             CountOp::Add { delta, json, .. } => c
                 .add_counted(*delta)
-                .map(|a| print(a.now, *json, a.now.value)),
+                .map(|a| shown(a.now, *json, a.now.value)),
         })
     });
     let status = match done {
-        Ok(Ok(())) => 0,
+        Ok(Ok(text)) => out::print(&text).map_or_else(|e| out::failed(&e), |()| 0),
         Ok(Err(e)) => {
             say!("recipes: {e}");
             exit::for_error(&e)

@@ -3,7 +3,8 @@
 //! when the membership is lost, as under `recipes lock`), then leave
 //! (wait until every member left). `--wait` bounds the enter and the
 //! leave each; either passing exits 75 (`--conflict-exit-code`), unless
-//! CMD itself failed, whose status wins.
+//! CMD itself failed, whose status wins. A forwarded signal ends either
+//! wait (128 + n; the run's release goes through `unless_signalled`).
 
 use std::time::{Duration, Instant};
 

@@ -17,6 +17,9 @@ pub const NO_PERMISSION: i32 = 77;
 /// TLS does not fit the server: a plain client on a TLS port, an unknown
 /// CA, a refused or missing client certificate (`EX_CONFIG`).
 pub const CONFIG: i32 = 78;
+/// stdout could not be written: a closed pipe, a full disk
+/// (`EX_IOERR`).
+pub const IO_ERROR: i32 = 74;
 /// CMD's keeper process could not be started (`EX_OSERR`).
 pub const OS_ERROR: i32 = 71;
 /// CMD could not be executed (as `env(1)`): found but not runnable.

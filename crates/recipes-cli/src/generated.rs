@@ -25,10 +25,15 @@ pub enum CompletionShell {
 }
 
 /// Print what `recipes completions` and `recipes man` print: generated
-/// from [`Cli`]'s definition, so never out of date.
+/// from [`Cli`]'s definition, so never out of date. Generated in memory
+/// first: clap_complete panics on a failed write.
+///
+/// # Errors
+///
+/// When stdout cannot be written.
 pub fn print_generated(command: &Command) -> std::io::Result<()> {
     let mut cmd = Cli::command();
-    let mut out = std::io::stdout().lock();
+    let mut text = Vec::new();
     match command {
         Command::Completions(a) => {
             use clap_complete::{generate, Shell};
@@ -37,9 +42,9 @@ pub fn print_generated(command: &Command) -> std::io::Result<()> {
                 CompletionShell::Zsh => Shell::Zsh,
                 CompletionShell::Fish => Shell::Fish,
             };
-            generate(shell, &mut cmd, "recipes", &mut out);
-            Ok(())
+            generate(shell, &mut cmd, "recipes", &mut text);
         }
-        _ => clap_mangen::Man::new(cmd).render(&mut out),
+        _ => clap_mangen::Man::new(cmd).render(&mut text)?,
     }
+    crate::out::print_bytes(&text)
 }

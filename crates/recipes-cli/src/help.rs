@@ -13,6 +13,7 @@ Exit status:
   64          usage: a bad option, name, duration or CMD; fix the command line
   69          the store could not be reached or failed; check the address
   71          CMD's keeper process could not be started
+  74          stdout could not be written (a closed pipe, a full disk)
   75          not acquired within --wait / at once (--conflict-exit-code)
   76          the lease was lost before or while CMD ran (--lost-exit-code)
   77          the store refused the credentials or the operation
@@ -99,4 +100,4 @@ waiter was left (the store keeps the name's fence counter, by design). A check i
 
 Exit status: 0 when nothing fails, 2 when a check fails, 1 when one warns
 and --strict is given; as the other commands when the options are unusable
-(64).";
+(64) or stdout cannot be written (74).";

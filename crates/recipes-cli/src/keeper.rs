@@ -301,16 +301,11 @@ impl Keeper {
 
     /// Send `sig` to every process of the tree.
     fn signal(&self, sig: libc::c_int) {
-        let mut pids = tree::descendants(self.me);
+        let found = tree::descendants(self.me);
+        tree::signal(&found, sig);
         if let Some(cgroup) = &self.cgroup {
-            let more: Vec<_> = cgroup
-                .procs()
-                .into_iter()
-                .filter(|p| !pids.contains(p))
-                .collect();
-            pids.extend(more);
+            cgroup.signal_except(&found, sig);
         }
-        tree::signal(&pids, sig);
     }
 
     /// SIGKILL the tree until the keeper has no child left: every process

@@ -83,6 +83,7 @@ mod keeper;
 mod keeper_protocol;
 mod locks;
 mod members;
+mod out;
 mod run;
 mod signals;
 mod status;

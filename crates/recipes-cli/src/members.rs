@@ -3,14 +3,14 @@
 //! signal; `{"members":[{"id":…,"data":…}],"version":N}` with --json.
 
 use std::fmt::Write as _;
-use std::io::Write as _;
 use std::time::Duration;
 
 use clap::Args;
 use crossbeam_channel::Receiver;
-use recipes_core::{Client, GroupView, Result};
+use recipes_core::{Client, GroupView};
 
 use crate::exit;
+use crate::out::{self, Failure};
 use crate::status::json_string;
 
 /// How long one wait for a change lasts before signals are looked at.
@@ -57,28 +57,24 @@ pub fn render(view: &GroupView, json: bool) -> String {
     out
 }
 
-fn print(text: &str) {
-    let mut out = std::io::stdout().lock();
-    let _ = out.write_all(text.as_bytes());
-    let _ = out.flush();
-}
-
+/// Print the members once, or on every change until a signal; a failed
+/// write to stdout ends it.
 fn members<C: Client>(
     client: &C,
     args: &MembersArgs,
     signals: &Receiver<libc::c_int>,
-) -> Result<()> {
+) -> Result<(), Failure> {
     let group = client.group(&args.name)?;
     if !args.watch {
-        print(&render(&group.members()?, args.json));
+        out::print(&render(&group.members()?, args.json))?;
         return Ok(());
     }
     let mut watch = group.watch()?;
-    print(&render(watch.last(), args.json));
+    out::print(&render(watch.last(), args.json))?;
     while signals.try_recv().is_err() {
         if let Some(change) = watch.next_timeout(SLICE)? {
             let gap = if args.json { "" } else { "\n" };
-            print(&format!("{gap}{}", render(&change.view, args.json)));
+            out::print(&format!("{gap}{}", render(&change.view, args.json)))?;
         }
     }
     Ok(())
@@ -90,7 +86,8 @@ pub fn run<C: Client>(client: C, args: &MembersArgs, signals: &Receiver<libc::c_
     let _ = client.close_within(Duration::from_secs(2));
     match done {
         Ok(()) => 0,
-        Err(e) => {
+        Err(Failure::Stdout(e)) => out::failed(&e),
+        Err(Failure::Store(e)) => {
             say!(
                 "recipes: members of {}: {e}",
                 recipes_core::store::quote(&args.name)

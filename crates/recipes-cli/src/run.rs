@@ -10,6 +10,7 @@ use recipes_core::Client;
 use crate::backend::{acquire, Held, Recipe, Wait};
 use crate::cli::{BackendChoice, RunOptions, StatusArgs};
 use crate::exit;
+use crate::out::{self, Failure};
 use crate::signals;
 use crate::status;
 use crate::supervise::{self, Job, Outcome};
@@ -112,11 +113,14 @@ pub fn run_under<C: Client>(
             if let (Outcome::Exited(_), Some(d)) = (&outcome, opts.hold_at_least) {
                 hold_until(&held, acquired_at + d, forwarded, &shown);
             }
-            match held.release() {
-                Ok(()) => code,
+            // Aside, so that a signal ends it: a double barrier's leave
+            // waits for every other member. Cut short, the close below
+            // removes what the session still has.
+            match signals::unless_signalled(forwarded, move || held.release()) {
+                Ok(Ok(())) => code,
                 // A double barrier's leave that did not see every member
                 // go within --wait: CMD's own failure wins.
-                Err(e) if crate::double_barrier::leave_timed_out(&e) => {
+                Ok(Err(e)) if crate::double_barrier::leave_timed_out(&e) => {
                     say!("recipes: {shown}: not every member left within the wait");
                     if code == 0 {
                         i32::from(opts.conflict_exit_code)
@@ -124,13 +128,14 @@ pub fn run_under<C: Client>(
                         code
                     }
                 }
-                Err(e) => {
+                Ok(Err(e)) => {
                     say!(
                         "recipes: {name}: warning: release failed ({e}); \
                          the lease ends by itself within the TTL"
                     );
                     code
                 }
+                Err(stopped) => signals::stopped(&shown, stopped),
             }
         }
         Outcome::Lost => {
@@ -178,7 +183,8 @@ pub fn status<C: Client>(
         let _ = client.close_within(CLOSE_GRACE);
         return match watched {
             Ok(()) => 0,
-            Err(e) => {
+            Err(Failure::Stdout(e)) => out::failed(&e),
+            Err(Failure::Store(e)) => {
                 say!("recipes: status of {} on {store}: {e}", shown(name));
                 exit::for_error(&e)
             }
@@ -187,10 +193,10 @@ pub fn status<C: Client>(
     let read = status::read(&client, name);
     let _ = client.close_within(CLOSE_GRACE);
     match read {
-        Ok(s) => {
-            print!("{}", status::render(&s, name, client.store(), json, None));
-            0
-        }
+        Ok(s) => match out::print(&status::render(&s, name, client.store(), json, None)) {
+            Ok(()) => 0,
+            Err(e) => out::failed(&e),
+        },
         Err(e) => {
             say!("recipes: status of {} on {store}: {e}", shown(name));
             exit::for_error(&e)

@@ -8,12 +8,13 @@
 //! holder; otherwise each change is printed once (`--json`: one object per
 //! line).
 
-use std::io::{IsTerminal, Write};
+use std::io::IsTerminal;
 use std::time::{Duration, Instant};
 
 use crossbeam_channel::{never, select, tick, Receiver};
-use recipes_core::{Client, Result};
+use recipes_core::Client;
 
+use crate::out::{self, Failure};
 use crate::status::{self, Status, Vacancy};
 
 /// How often the clock of a terminal view moves while NAME has no holder,
@@ -29,13 +30,14 @@ const REDRAW: &str = "\x1b[H\x1b[2J";
 /// # Errors
 ///
 /// The first read's and the observers' errors (a name the store refuses,
-/// no connection); later read errors are shown and retried.
+/// no connection); later read errors are shown and retried. A failed write
+/// to stdout ends the watch.
 pub fn watch<C: Client>(
     client: &C,
     name: &str,
     json: bool,
     signals: &Receiver<libc::c_int>,
-) -> Result<()> {
+) -> Result<(), Failure> {
     let own = client.election(name)?.observe()?;
     // A name whose `/leases` child the store refuses is no semaphore.
     let permits = client
@@ -54,15 +56,13 @@ pub fn watch<C: Client>(
         let vacancy = view.vacancy(&status);
         if terminal || view.shown.as_ref() != Some(&status) {
             let text = status::render(&status, name, client.store(), json, Some(vacancy));
-            let mut out = std::io::stdout().lock();
             let redraw = if terminal { REDRAW } else { "" };
             let gap = if view.shown.is_some() && !terminal && !json {
                 "\n"
             } else {
                 ""
             };
-            let _ = write!(out, "{redraw}{gap}{text}");
-            let _ = out.flush();
+            out::print(&format!("{redraw}{gap}{text}"))?;
             view.shown = Some(status.clone());
         }
         // The clock moves only on a terminal, and only while it shows one.

@@ -210,8 +210,10 @@ pub fn run(
             check_connected(connected, asked, &prefix, &mut report);
         }
     }
-    print!("{}", report.render(&store, args.json, args.strict));
-    report.exit_code(args.strict)
+    match crate::out::print(&report.render(&store, args.json, args.strict)) {
+        Ok(()) => report.exit_code(args.strict),
+        Err(e) => crate::out::failed(&e),
+    }
 }
 
 fn check_connected(connected: Connected, asked: &Asked<'_>, prefix: &str, report: &mut Report) {
