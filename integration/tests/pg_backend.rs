@@ -288,6 +288,52 @@ fn a_semaphore_admits_at_most_its_permits() {
     assert!(PgFacts::new(server.addr()).entries_under(&sem).is_empty());
 }
 
+/// A permit's waiter is let in by any holder's release, not only by the
+/// holder `n` places ahead of it (which the queue's rule names): with
+/// polling out of the way (every 120 s, TTL 120 s), the waiter of a
+/// two-permit semaphore gets the permit the second holder gives back
+/// while the first still holds, within the bound only through its
+/// notification.
+#[test]
+fn a_permit_waiter_is_let_in_by_any_holders_release() {
+    let server = PgServer::shared();
+    let facts = PgFacts::new(server.addr());
+    let sem = name("any-release");
+    let deaf = || {
+        PgClient::builder(server.url())
+            .ttl(Duration::from_secs(120))
+            .poll_interval(Duration::from_secs(120))
+            .connect_timeout(Duration::from_secs(2))
+            .connect()
+            .unwrap()
+    };
+    let (a, b, c) = (deaf(), deaf(), deaf());
+    let first = a.semaphore(&sem, 2).unwrap().acquire().unwrap();
+    let second = b.semaphore(&sem, 2).unwrap().acquire().unwrap();
+    let waiter = {
+        let s = c.semaphore(&sem, 2).unwrap();
+        std::thread::spawn(move || s.acquire().unwrap())
+    };
+    let leases = format!("{sem}/leases/");
+    let bound = scale(Duration::from_secs(10));
+    integration::wait_until("c waits for a permit", bound, || {
+        let entries = facts.entries_under(&sem);
+        entries.iter().filter(|e| e.starts_with(&leases)).count() == 3
+    });
+    second.release().unwrap();
+    integration::wait_until("c hears the second permit released", bound, || {
+        waiter.is_finished()
+    });
+    let third = waiter.join().unwrap();
+    assert!(!first.is_lost() && !third.is_lost());
+    third.release().unwrap();
+    first.release().unwrap();
+    for client in [a, b, c] {
+        client.close().unwrap();
+    }
+    assert!(facts.entries_under(&sem).is_empty());
+}
+
 /// A client that went through more names than it keeps listening to
 /// unlistens the idle ones, never a name that a waiter or a holder of its
 /// still listens on. Polling is out of the way (every 120 s, TTL 120 s):

@@ -194,6 +194,13 @@ impl RowContender<'_> {
         }
     }
 
+    /// Whether any entry ahead of ours going may let ours hold: a
+    /// semaphore's permits, released in any order (the rule names only the
+    /// one `n` places ahead, which may be the last to go).
+    fn any_ahead_admits(&self) -> bool {
+        self.rule.holders().is_some_and(|n| n > 1)
+    }
+
     /// Whether the entry `seq` of our queue is live, and if so how long its
     /// session has left. A reader waits on a writer only while it is one: a
     /// writer that downgraded no longer counts.
@@ -380,6 +387,11 @@ impl ContendDriver for RowContender<'_> {
                         Heard::Entry(seq) if seq == ahead => return Ok(()),
                         // Ours changed (deleted, say): read the queue.
                         Heard::Entry(seq) if seq == ours => return Ok(()),
+                        // A permit: any holder ahead going may admit ours,
+                        // not only the one `n` places ahead that we look at.
+                        Heard::Entry(seq) if self.any_ahead_admits() && seq < ours => {
+                            return Ok(())
+                        }
                         Heard::Entry(_) => {}
                         Heard::Missed => break,
                     },

@@ -27,7 +27,10 @@ pub enum Rule {
     /// The first candidate leads; each waits on the one just ahead.
     Latch,
     /// The first `n` hold; each waits on the one `n` places ahead (Curator's
-    /// `InterProcessSemaphoreV2` permits). `0` holds nothing.
+    /// `InterProcessSemaphoreV2` permits). `0` holds nothing. Permits go in
+    /// any order, so that entry may be the last of the `n` to go: with
+    /// `n > 1` a driver's [`wait`](super::ContendDriver::wait) also
+    /// resolves when any entry ahead of ours goes.
     Leases(usize),
     /// Many readers or one writer, fair: a reader holds when no writer is
     /// ahead of it and waits on the nearest writer ahead; a writer holds

@@ -127,8 +127,10 @@ pub trait ContendDriver: Send + Sync + Sized {
     ) -> impl Future<Output = Result<Listing<Self::Id>>> + Send;
 
     /// Resolve when `ahead` may be gone (or anything else that calls for a
-    /// new read, such as a watch that was just set). The engine drops this
-    /// future only when it gives up the attempt.
+    /// new read, such as a watch that was just set); under
+    /// [`Rule::Leases`] with more than one holder, also when any entry
+    /// ahead of ours may be gone. The engine drops this future only when
+    /// it gives up the attempt.
     fn wait(
         &self,
         epoch: &Self::Epoch,
