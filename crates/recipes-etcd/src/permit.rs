@@ -12,7 +12,8 @@
 
 use etcd_client::{Compare, CompareOp, GetOptions, PutOptions, Txn, TxnOp};
 use recipes_core::store::engine::Listing;
-use recipes_core::Result;
+use recipes_core::{Error, Result};
+use tokio::time::Instant;
 
 use crate::listing::{listing, oldest_first};
 use crate::names::Key;
@@ -48,9 +49,16 @@ impl SemaphoreKeys {
                 TxnOp::get(prefix, Some(all)),
             ]);
         let what = format!("create a permit key of {}", self.name);
+        // A turn that neither created nor found our key, nor failed, found
+        // the size key deleted and stored it again: only someone deleting
+        // it again and again makes turn after turn. Bounded all the same:
+        // past the RPC timeout a retryable `Timeout`, and the engine starts
+        // over with its backoff until the call's deadline.
+        let timeout = session.rpc_timeout();
+        let until = Instant::now() + timeout;
         loop {
             // Safe to send twice: a second run finds our key and reads it.
-            let resp = retrying_txn(&etcd, &what, session.rpc_timeout(), &txn)
+            let resp = retrying_txn(&etcd, &what, timeout, &txn)
                 .await
                 .map_err(|e| lease_gone(session, e))?;
             let header = header_revision(&resp)?;
@@ -67,7 +75,13 @@ impl SemaphoreKeys {
             match read_at(&resp, 1)?.kvs().first() {
                 Some(kv) => self.check_stored(kv.value())?,
                 // Deleted by hand since: store it again and retry.
-                None => self.ensure_size(&etcd, session.rpc_timeout()).await?,
+                None => self.ensure_size(&etcd, timeout).await?,
+            }
+            if Instant::now() >= until {
+                return Err(Error::Timeout {
+                    what: format!("{what}: {config} was deleted again after each try to store it"),
+                    after: timeout,
+                });
             }
         }
     }

@@ -23,6 +23,11 @@ const AUTH_REFUSALS: [&str; 3] = [
     "invalid auth token",
 ];
 
+/// What etcd says (as `RESOURCE_EXHAUSTED`) to a write that would add
+/// data while its NOSPACE alarm is raised: its database reached
+/// `--quota-backend-bytes`. Only an operator clears it.
+const NO_SPACE: &str = "database space exceeded";
+
 /// The pause between sendings of an idempotent request.
 const RESEND: Backoff = Backoff::new(Duration::from_millis(10), Duration::from_millis(200));
 
@@ -34,7 +39,10 @@ const RESEND: Backoff = Backoff::new(Duration::from_millis(10), Duration::from_m
 /// breaks HTTP/2, which shows as code `Unknown` or `Internal` with the
 /// transport error as its source), etcd-client's transport and I/O errors,
 /// and a watch or keep-alive stream that closed under us. A refusal by the
-/// server (gRPC `INVALID_ARGUMENT`) is [`Error::InvalidArgument`].
+/// server (gRPC `INVALID_ARGUMENT`) is [`Error::InvalidArgument`]. An etcd
+/// out of space is a [`Error::Backend`] that is not retryable, as Redis's
+/// out of memory is: it stays so until an operator acts, and the message
+/// says how.
 pub(crate) fn from_etcd(what: &str, e: etcd_client::Error) -> Error {
     use etcd_client::Error as E;
     if connection_broke(&e) {
@@ -63,6 +71,15 @@ pub(crate) fn from_etcd(what: &str, e: etcd_client::Error) -> Error {
         E::GRpcStatus(ref status) if status.message().contains("requested lease not found") => {
             log::debug!("{what}: {e}");
             Error::SessionExpired
+        }
+        E::GRpcStatus(ref status) if status.message().contains(NO_SPACE) => {
+            let message = format!(
+                "{what}: etcd is out of space (alarm NOSPACE: its database reached \
+                 --quota-backend-bytes) and wrote nothing; compact and defragment it \
+                 (etcdctl compact, etcdctl defrag), then `etcdctl alarm disarm`, or raise \
+                 --quota-backend-bytes"
+            );
+            Error::backend(message, false, e)
         }
         E::GRpcStatus(ref status) if i32::from(status.code()) == INVALID_ARGUMENT => {
             let refusal = quote(status.message());
