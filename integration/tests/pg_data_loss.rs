@@ -240,3 +240,69 @@ fn fault_session_mode_schema_dropped_refuses_a_permits_fenced_write() {
     drop(permit);
     c.close().unwrap();
 }
+
+/// A waiter whose entry was truncated away, whose seq a later entry drew
+/// again (the name's row made anew: `next_seq` starts over), never takes
+/// that entry for its own: when the entry ahead of it goes, the waiter
+/// queues again, behind the entry at its old seq. (When a look judged
+/// ours by seq alone, the waiter held on that entry, beside its owner.)
+/// The later entries are written by hand, in one transaction, as two
+/// clients would have entered before the waiter looked again; polling is
+/// out of the way (every 30 s).
+#[test]
+fn fault_lease_mode_a_waiter_never_holds_anothers_entry_at_its_seq_after_a_truncate() {
+    let server = PgServer::start();
+    let deaf = || {
+        PgClient::builder(server.url())
+            .ttl(Duration::from_secs(30))
+            .poll_interval(Duration::from_secs(30))
+            .connect_timeout(Duration::from_secs(2))
+            .connect()
+            .unwrap()
+    };
+    let (a, w) = (deaf(), deaf());
+    let lock = "/data-loss/seq-again";
+    let facts = integration::PgFacts::new(server.addr());
+    let bound = scale(Duration::from_secs(10));
+    let queued = |n: usize| facts.entries_under(lock).len() == n;
+    let first = a.mutex(lock).unwrap().lock().unwrap();
+    let waiter = {
+        let m = w.mutex(lock).unwrap();
+        std::thread::spawn(move || m.lock().unwrap())
+    };
+    integration::wait_until("w waits at seq 1", bound, || queued(2));
+    server.sql("TRUNCATE recipes.names CASCADE");
+    // Two entries of a live session of someone else's, at seqs 0 and 1.
+    server.sql(&format!(
+        "BEGIN; \
+         INSERT INTO recipes.sessions (ttl, expires_at) \
+           VALUES (interval '60 s', clock_timestamp() + interval '60 s'); \
+         INSERT INTO recipes.names (name, kind, next_seq) VALUES ('{lock}', 'lock', 1); \
+         INSERT INTO recipes.queue (name, seq, entry, session) \
+           SELECT '{lock}', s, gen_random_uuid(), currval(pg_get_serial_sequence('recipes.sessions', 'id')) \
+           FROM generate_series(0, 1) AS s; \
+         COMMIT"
+    ));
+    // The waiter may hear the entry at seq 0 come and queue again
+    // already: then the entries are 0, 1 and the waiter's new one.
+    server.sql(&format!(
+        "DELETE FROM recipes.queue WHERE name = '{lock}' AND seq = 0"
+    ));
+    // Before the waiter is in again, the entry at seq 1 is alone.
+    integration::wait_until("w holds, or queued again", bound, || {
+        waiter.is_finished() || queued(2)
+    });
+    assert!(
+        !waiter.is_finished(),
+        "w holds on another's entry at its old seq"
+    );
+    server.sql(&format!(
+        "DELETE FROM recipes.queue WHERE name = '{lock}' AND seq = 1"
+    ));
+    integration::wait_until("w holds", bound, || waiter.is_finished());
+    waiter.join().unwrap().release().unwrap();
+    drop(first);
+    for c in [a, w] {
+        c.close().unwrap();
+    }
+}

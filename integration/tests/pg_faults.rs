@@ -365,3 +365,63 @@ fn fault_one_of_a_names_held_entries_deleted_loses_that_one_only() {
     }
     c.close().unwrap();
 }
+
+/// A permit's fenced transaction begun while it held commits before the
+/// next permit is admitted in its place, even when its session expires
+/// while it runs (here: its client stops renewing, and the transaction
+/// runs past the TTL): the next permit's confirm waits for it. (While a
+/// permit's check locked nothing, the next permit was admitted at the
+/// expiry and wrote while the first one's transaction was still open: two
+/// permits of one writing at once.)
+#[test]
+fn fault_a_permits_open_fenced_transaction_commits_before_the_next_permit_is_admitted() {
+    let server = PgServer::shared();
+    let table = format!("app_permit_order_{}", std::process::id());
+    server.sql(&format!(
+        "CREATE TABLE {table} (who text NOT NULL, at timestamptz NOT NULL DEFAULT clock_timestamp())"
+    ));
+    let sem = format!("/pg-faults/permit-order-{}", std::process::id());
+    let short = |ttl: u64| {
+        PgClient::builder(server.url())
+            .ttl(Duration::from_secs(ttl))
+            .connect_timeout(Duration::from_secs(2))
+            .connect()
+            .unwrap()
+    };
+    let (a, b) = (short(2), short(30));
+    let permit = a.semaphore(&sem, 1).unwrap().acquire().unwrap();
+    let (begun, started) = crossbeam_channel::bounded(1);
+    let writing = {
+        let (a, table) = (a.clone(), table.clone());
+        std::thread::spawn(move || {
+            permit.transaction(|tx| {
+                tx.execute(&format!("INSERT INTO {table} (who) VALUES ('a1')"), &[])?;
+                a.orphan();
+                begun.send(()).unwrap();
+                // Past the TTL: the session expires meanwhile.
+                tx.execute("SELECT pg_sleep(6)", &[])?;
+                tx.execute(&format!("INSERT INTO {table} (who) VALUES ('a2')"), &[])?;
+                Ok(())
+            })
+        })
+    };
+    started.recv().unwrap();
+    let next = b.semaphore(&sem, 1).unwrap().acquire().unwrap();
+    next.transaction(|tx| {
+        tx.execute(&format!("INSERT INTO {table} (who) VALUES ('b')"), &[])
+            .map(drop)
+    })
+    .expect("the next permit writes");
+    let first = writing.join().unwrap();
+    let order = server.sql(&format!(
+        "SELECT string_agg(who, ',' ORDER BY at) FROM {table}"
+    ));
+    assert_eq!(
+        order.trim(),
+        "a1,a2,b",
+        "the next permit wrote before the first's transaction ended ({first:?})"
+    );
+    next.release().unwrap();
+    b.close().unwrap();
+    drop(a);
+}

@@ -10,7 +10,8 @@ use integration::{scale, PgFacts, PgServer};
 use pg_common::*;
 use recipes_core::{Client, Error};
 
-/// What turns this release's layout (6) back into layout 5: the queue's
+/// What turns this release's layout (7) back into layout 5 (but for the
+/// functions, which the upgrade replaces whole): the queue's
 /// foreign key on `name` again (no `name_ref`), no `queue_writers`, one
 /// trigger for every event, which notified and decided in its function.
 const LAYOUT_5: &str = "DROP TRIGGER queue_notify ON recipes.queue; \
@@ -28,16 +29,16 @@ const LAYOUT_5: &str = "DROP TRIGGER queue_notify ON recipes.queue; \
 fn a_layout_of_another_version_is_refused() {
     let server = PgServer::start();
     connect(&server.url(), TTL).unwrap().close().unwrap();
-    server.sql("UPDATE recipes.layout SET version = 7");
+    server.sql("UPDATE recipes.layout SET version = 8");
     match connect(&server.url(), TTL) {
-        Err(Error::InvalidArgument(m)) => assert!(m.contains("layout version 7"), "{m}"),
+        Err(Error::InvalidArgument(m)) => assert!(m.contains("layout version 8"), "{m}"),
         other => panic!("a newer layout: {other:?}"),
     }
     assert!(PgFacts::new(server.addr()).sessions().is_empty());
 }
 
 /// Layout 1 (before session mode's heartbeat table, the entries' role and
-/// the queue's functions) is upgraded to 6 by the first client that
+/// the queue's functions) is upgraded to 7 by the first client that
 /// connects; its rows stay.
 #[test]
 fn a_layout_1_schema_is_upgraded() {
@@ -49,13 +50,14 @@ fn a_layout_1_schema_is_upgraded() {
     server.sql(LAYOUT_5);
     server.sql(
         "DROP TABLE recipes.advisory; ALTER TABLE recipes.queue DROP COLUMN role; \
-         DROP FUNCTION recipes.enter, recipes.look, recipes.rw_gate, recipes.rw_confirm, \
+         DROP FUNCTION recipes.enter, recipes.look(text, bigint, text, bigint), \
+         recipes.look(text, bigint, text, bigint, uuid), recipes.rw_gate, recipes.rw_confirm, \
          recipes.rw_held; DROP SEQUENCE recipes.rw_order; UPDATE recipes.layout SET version = 1",
     );
     let c = connect(&server.url(), TTL).expect("a layout 1 schema is upgraded");
     assert_eq!(
         server.sql("SELECT max(version) FROM recipes.layout").trim(),
-        "6"
+        "7"
     );
     assert_eq!(
         server
@@ -65,8 +67,8 @@ fn a_layout_1_schema_is_upgraded() {
                   AND p.proname IN ('enter', 'look', 'rw_gate', 'rw_confirm', 'rw_held')"
             )
             .trim(),
-        "5",
-        "layout 6's functions"
+        "6",
+        "layout 7's functions (the look twice: layout 6's call of it kept)"
     );
     assert_eq!(
         server
@@ -142,12 +144,13 @@ fn a_layout_2_schema_is_upgraded_in_place_and_its_rows_stay_valid() {
     // What layout 2 was: no role column, no functions.
     on_db(LAYOUT_5);
     on_db(
-        "ALTER TABLE recipes.queue DROP COLUMN role; DROP FUNCTION recipes.enter, recipes.look, \
+        "ALTER TABLE recipes.queue DROP COLUMN role; DROP FUNCTION recipes.enter, recipes.look(text, bigint, text, bigint), \
+         recipes.look(text, bigint, text, bigint, uuid), \
          recipes.rw_gate, recipes.rw_confirm, recipes.rw_held; DROP SEQUENCE recipes.rw_order; \
          UPDATE recipes.layout SET version = 2",
     );
     let new = connect(&url, TTL).unwrap();
-    assert_eq!(on_db("SELECT max(version) FROM recipes.layout").trim(), "6");
+    assert_eq!(on_db("SELECT max(version) FROM recipes.layout").trim(), "7");
     let column = "SELECT count(*) FROM information_schema.columns \
                   WHERE table_schema = 'recipes' AND table_name = 'queue' AND column_name = 'role'";
     assert_eq!(on_db(column).trim(), "1");
@@ -166,7 +169,7 @@ fn a_layout_2_schema_is_upgraded_in_place_and_its_rows_stay_valid() {
     server.sql(&format!("DROP DATABASE {db}"));
 }
 
-/// A layout 5 schema is upgraded to 6 in place while a reader holds and
+/// A layout 5 schema is upgraded to 7 in place while a reader holds and
 /// a writer waits behind it (rows of layout 5, which still referenced the
 /// name's row): the reader keeps holding, a new reader queues behind the
 /// writer (still fair), the writer gets in once the reader released, with
@@ -193,7 +196,7 @@ fn a_layout_5_schema_is_upgraded_while_a_reader_holds_and_a_writer_waits() {
     let new = connect(&server.url(), TTL).expect("a layout 5 schema is upgraded");
     assert_eq!(
         server.sql("SELECT max(version) FROM recipes.layout").trim(),
-        "6"
+        "7"
     );
     let later = new.rw_lock(&n).unwrap();
     assert!(
@@ -236,4 +239,55 @@ fn a_layout_5_schema_is_upgraded_while_a_reader_holds_and_a_writer_waits() {
     old.close().unwrap();
     new.close().unwrap();
     assert!(facts.entries_under(&n).is_empty());
+}
+
+/// A layout 6 schema's look and read-write confirm, whose signatures
+/// layout 7 changed (our entry's uuid added), are replaced by the
+/// upgrade: the old confirm goes, the old look stays as a call of the new
+/// one (for a client of the last release still connected), and a client
+/// of the last release that calls it still takes and waits for a lock.
+#[test]
+fn a_layout_6_schema_keeps_one_look_and_one_confirm() {
+    let server = PgServer::start();
+    connect(&server.url(), TTL).unwrap().close().unwrap();
+    server.sql(
+        "DROP FUNCTION recipes.look(text, bigint, text, bigint), \
+           recipes.look(text, bigint, text, bigint, uuid), recipes.rw_confirm; \
+         CREATE FUNCTION recipes.look(p_name text, p_seq bigint, p_role text, p_most bigint) \
+           RETURNS TABLE (r_seq bigint, r_role text, r_fence bigint) LANGUAGE sql \
+           AS 'SELECT NULL::bigint, NULL::text, NULL::bigint WHERE false'; \
+         CREATE FUNCTION recipes.rw_confirm(p_name text, p_seq bigint, p_role text) \
+           RETURNS bigint LANGUAGE sql AS 'SELECT NULL::bigint'; \
+         UPDATE recipes.layout SET version = 6",
+    );
+    let c = connect(&server.url(), TTL).expect("a layout 6 schema is upgraded");
+    let signatures = server.sql(
+        "SELECT string_agg(p.oid::regprocedure::text, ';' ORDER BY p.proname) \
+         FROM pg_proc p JOIN pg_namespace n ON n.oid = p.pronamespace \
+         WHERE n.nspname = 'recipes' AND p.proname IN ('look', 'rw_confirm')",
+    );
+    assert_eq!(
+        signatures.trim(),
+        "recipes.look(text,bigint,text,bigint);recipes.look(text,bigint,text,bigint,uuid);\
+         recipes.rw_confirm(text,bigint,text,uuid)"
+    );
+    // The old look as the last release called it, for its entry's seq.
+    let n = name("layout-6-old-call");
+    let held = c.mutex(&n).unwrap().lock().unwrap();
+    let seq = server.sql(&format!("SELECT seq FROM recipes.queue WHERE name = '{n}'"));
+    let looked = server.sql(&format!(
+        "SELECT r_fence IS NOT NULL FROM recipes.look('{n}', {}, NULL, 1)",
+        seq.trim()
+    ));
+    assert_eq!(
+        looked.trim(),
+        "t",
+        "the holder's entry holds, by the old call"
+    );
+    held.release().unwrap();
+    let n = name("layout-6");
+    c.mutex(&n).unwrap().lock().unwrap().release().unwrap();
+    let rw = c.rw_lock(&n.replace("layout-6", "layout-6-rw")).unwrap();
+    rw.write().unwrap().release().unwrap();
+    c.close().unwrap();
 }

@@ -155,6 +155,9 @@ pub(crate) fn role_of(column: Option<&str>, default: Role) -> Role {
 /// Our entry while it contends.
 pub(crate) struct RowEntry {
     spot: Spot,
+    /// Our row's uuid: ours is the row at our seq *with* it (a seq may be
+    /// drawn again after the name's row was lost; `contend.sql`).
+    entry: Uuid,
     heard: Option<Subscription>,
     /// The fence the last look minted: it found ours holding and
     /// confirmed it in the same statement.
@@ -335,6 +338,7 @@ impl ContendDriver for RowContender<'_> {
         };
         let mut entry = RowEntry {
             spot,
+            entry: ticket.entry,
             heard: None,
             fence: None,
         };
@@ -347,7 +351,7 @@ impl ContendDriver for RowContender<'_> {
     }
 
     async fn list(&self, _epoch: &Arc<Session>, entry: &mut RowEntry) -> Result<Listing<Spot>> {
-        let sql = "SELECT r_seq, r_role, r_fence FROM recipes.look($1, $2, $3, $4)";
+        let sql = "SELECT r_seq, r_role, r_fence FROM recipes.look($1, $2, $3, $4, $5)";
         let what = format!("read the queue of {}", self.name);
         let (role, most) = (role_column(self.role), self.most());
         let params: crate::db::Params<'_> = &[
@@ -355,6 +359,7 @@ impl ContendDriver for RowContender<'_> {
             (&entry.spot.seq, Type::INT8),
             (&role, Type::TEXT),
             (&most, Type::INT8),
+            (&entry.entry, Type::UUID),
         ];
         let rows = self.client.db().query(&what, sql, params).await?;
         Ok(self.looked(entry, &rows))
@@ -366,6 +371,12 @@ impl ContendDriver for RowContender<'_> {
             match self.client.listener().subscribe(self.name).await {
                 Ok(s) => entry.heard = Some(s),
                 Err(e) => log::debug!("[{}] not listening ({e}); polling", self.name),
+            }
+            // A permit: any entry ahead may have gone since the listing,
+            // and the look below sees only the one `n` places ahead: read
+            // the queue again, heard from now on.
+            if entry.heard.is_some() && self.any_ahead_admits() {
+                return Ok(());
             }
         }
         let poll = self.client.poll_interval();
@@ -379,7 +390,14 @@ impl ContendDriver for RowContender<'_> {
             tokio::pin!(nap);
             loop {
                 tokio::select! {
-                    () = &mut nap => break,
+                    () = &mut nap => {
+                        // A permit polls the whole queue, for the same
+                        // reason.
+                        if self.any_ahead_admits() {
+                            return Ok(());
+                        }
+                        break;
+                    }
                     heard = next(&mut entry.heard) => match heard {
                         // Gone, most likely (or changed: a writer that
                         // downgraded): the engine's next look says, and
@@ -393,6 +411,7 @@ impl ContendDriver for RowContender<'_> {
                             return Ok(())
                         }
                         Heard::Entry(_) => {}
+                        Heard::Missed if self.any_ahead_admits() => return Ok(()),
                         Heard::Missed => break,
                     },
                 }
@@ -415,7 +434,7 @@ impl ContendDriver for RowContender<'_> {
         // this runs only when it did not (a look that found ours holding
         // after its confirm failed, a race with an entry ahead that went
         // in between): confirm again, as that look would have.
-        let sql = "SELECT r_fence FROM recipes.look($1, $2, $3, $4) WHERE r_fence IS NOT NULL";
+        let sql = "SELECT r_fence FROM recipes.look($1, $2, $3, $4, $5) WHERE r_fence IS NOT NULL";
         let what = format!("confirm the hold of {}", self.name);
         let (role, most) = (role_column(self.role), self.most());
         let params: crate::db::Params<'_> = &[
@@ -423,6 +442,7 @@ impl ContendDriver for RowContender<'_> {
             (&entry.spot.seq, Type::INT8),
             (&role, Type::TEXT),
             (&most, Type::INT8),
+            (&entry.entry, Type::UUID),
         ];
         let row = self.client.db().query_opt(&what, sql, params).await?;
         Ok(row.map(|r| r.get(0)))

@@ -1,7 +1,15 @@
--- Layouts 4 to 6: a queue's look and enter, each one statement (one
+-- Layouts 4 to 7: a queue's look and enter, each one statement (one
 -- implicit transaction: pooler-safe); layout 5 gave the read-write lock
 -- its gate, its own confirm and its fenced check, layout 6 a reader's
--- fast enter and its release without the trigger. Read by schema.rs; see
+-- fast enter and its release without the trigger, layout 7 the look and
+-- the confirm our entry's uuid beside its seq, and the confirm's wait for
+-- the open fenced transactions of expired holders ahead.
+--
+-- Ours is our seq *and* our entry (p_entry): a seq is drawn again after
+-- the name's row was lost (truncated, the schema dropped, an older backup
+-- restored: next_seq starts over), so another's row may stand at our seq
+-- while ours is gone; judged by seq alone, its look would confirm that
+-- row as ours, and mint a fence beside its owner's. Read by schema.rs; see
 -- contend.rs for the verbs they serve and docs/notes/pg-driver.md for why
 -- each step is there.
 --
@@ -65,7 +73,8 @@ END $$;
 -- name's fence, which the gate orders against every reader's: a writer
 -- mints after every earlier reader committed, a reader after every
 -- earlier writer. NULL when ours does not hold.
-CREATE OR REPLACE FUNCTION recipes.rw_confirm(p_name text, p_seq bigint, p_role text)
+CREATE OR REPLACE FUNCTION recipes.rw_confirm(p_name text, p_seq bigint, p_role text,
+    p_entry uuid)
 RETURNS bigint LANGUAGE plpgsql VOLATILE AS $$
 DECLARE
     v_holds boolean;
@@ -73,12 +82,13 @@ DECLARE
 BEGIN
     PERFORM recipes.rw_gate(p_name, p_role = 'read');
     WITH ahead AS (
-        SELECT q.seq, s.expires_at > clock_timestamp() AS live
+        SELECT q.seq, q.entry, s.expires_at > clock_timestamp() AS live
         FROM recipes.queue q JOIN recipes.sessions s ON s.id = q.session
         WHERE q.name = p_name AND q.seq <= p_seq
           AND (q.seq = p_seq OR p_role = 'write' OR q.role IS DISTINCT FROM 'read')
         FOR SHARE OF s)
-    SELECT EXISTS (SELECT 1 FROM ahead WHERE ahead.seq = p_seq AND ahead.live)
+    SELECT EXISTS (SELECT 1 FROM ahead
+                   WHERE ahead.seq = p_seq AND ahead.entry = p_entry AND ahead.live)
        AND NOT EXISTS (SELECT 1 FROM ahead WHERE ahead.seq < p_seq AND ahead.live)
     INTO v_holds;
     IF NOT v_holds THEN
@@ -100,11 +110,13 @@ END $$;
 -- window of the live queue up to ours that the rule looks at, newest
 -- first, fence NULL: ours and the p_most ahead, or, for a read-write
 -- lock, ours, the one just ahead and the nearest writer ahead.
-CREATE OR REPLACE FUNCTION recipes.look(p_name text, p_seq bigint, p_role text, p_most bigint)
+CREATE OR REPLACE FUNCTION recipes.look(p_name text, p_seq bigint, p_role text, p_most bigint,
+    p_entry uuid)
 RETURNS TABLE (r_seq bigint, r_role text, r_fence bigint)
 LANGUAGE plpgsql VOLATILE AS $$
 DECLARE
     v_fence bigint;
+    v_now timestamptz;
 BEGIN
     -- Looked at first without a lock: most looks of a waiting entry end
     -- here, and lock nothing.
@@ -121,17 +133,32 @@ BEGIN
         -- later ones until this commits) and judged on their newest
         -- versions. The fence never goes back, even after the schema was
         -- dropped or truncated: at least the database clock in µs.
+        --
+        -- A permit's fenced write or transaction locks its own row in
+        -- share mode (entry.rs, STILL_PERMITTED), not the name's row: so
+        -- an entry ahead judged expired is locked here (`gone`), which
+        -- waits for such a transaction begun while its session was live
+        -- to end, and no permit is admitted beside one still writing. Both
+        -- judge on one instant (v_now), so no entry is counted gone that
+        -- was not locked.
         IF p_role IS NOT NULL THEN
-            v_fence := recipes.rw_confirm(p_name, p_seq, p_role);
+            v_fence := recipes.rw_confirm(p_name, p_seq, p_role, p_entry);
         ELSE
+            v_now := clock_timestamp();
             WITH ahead AS (
-                SELECT q.seq, q.role, s.expires_at > clock_timestamp() AS live
+                SELECT q.seq, q.entry, q.role, s.expires_at > v_now AS live
                 FROM recipes.queue q JOIN recipes.sessions s ON s.id = q.session
-                WHERE q.name = p_name AND q.seq <= p_seq FOR SHARE OF s)
+                WHERE q.name = p_name AND q.seq <= p_seq FOR SHARE OF s),
+            gone AS (
+                SELECT 1 FROM recipes.queue q JOIN recipes.sessions s ON s.id = q.session
+                WHERE q.name = p_name AND q.seq < p_seq AND s.expires_at <= v_now
+                FOR NO KEY UPDATE OF q)
             UPDATE recipes.names n
             SET fence = greatest(n.fence + 1, (extract(epoch FROM clock_timestamp()) * 1000000)::int8)
             WHERE n.name = p_name
-              AND EXISTS (SELECT 1 FROM ahead WHERE ahead.seq = p_seq AND ahead.live)
+              AND (SELECT count(*) FROM gone) >= 0
+              AND EXISTS (SELECT 1 FROM ahead
+                          WHERE ahead.seq = p_seq AND ahead.entry = p_entry AND ahead.live)
               AND (SELECT count(*) FROM ahead WHERE ahead.seq < p_seq AND ahead.live
                    AND (p_role IS DISTINCT FROM 'read' OR ahead.role IS DISTINCT FROM 'read'))
                   < p_most
@@ -146,14 +173,16 @@ BEGIN
         RETURN QUERY
             SELECT q.seq, q.role, NULL::bigint
             FROM recipes.queue q JOIN recipes.sessions s ON s.id = q.session
-            WHERE q.name = p_name AND q.seq <= p_seq AND s.expires_at > clock_timestamp()
+            WHERE q.name = p_name AND (q.seq < p_seq OR q.entry = p_entry)
+              AND s.expires_at > clock_timestamp()
             ORDER BY q.seq DESC LIMIT p_most + 1;
     ELSE
         RETURN QUERY
             WITH live AS (
                 SELECT q.seq, q.role FROM recipes.queue q
                 JOIN recipes.sessions s ON s.id = q.session
-                WHERE q.name = p_name AND q.seq <= p_seq AND s.expires_at > clock_timestamp())
+                WHERE q.name = p_name AND (q.seq < p_seq OR q.entry = p_entry)
+                  AND s.expires_at > clock_timestamp())
             SELECT live.seq, live.role, NULL::bigint FROM live
             WHERE live.seq = p_seq
                OR live.seq = (SELECT max(l.seq) FROM live l WHERE l.seq < p_seq)
@@ -162,6 +191,17 @@ BEGIN
             ORDER BY live.seq DESC;
     END IF;
 END $$;
+
+-- Layout 6's look, for a client of that release still connected when
+-- the schema was upgraded (it calls the look with four arguments): as the
+-- look of the entry now at its seq, which is what it judged by before.
+-- A client of this release never calls it.
+CREATE OR REPLACE FUNCTION recipes.look(p_name text, p_seq bigint, p_role text, p_most bigint)
+RETURNS TABLE (r_seq bigint, r_role text, r_fence bigint)
+LANGUAGE sql VOLATILE AS $$
+    SELECT * FROM recipes.look(p_name, p_seq, p_role, p_most,
+        (SELECT q.entry FROM recipes.queue q WHERE q.name = p_name AND q.seq = p_seq))
+$$;
 
 -- Enter the queue of p_name (kind p_kind) with the entry p_entry of the
 -- session p_session: take the next seq from the name's row (locked until
@@ -227,7 +267,7 @@ BEGIN
                 RETURN NEXT;
                 RETURN;
             END IF;
-            RETURN QUERY SELECT * FROM recipes.look(p_name, v_seq, p_role, p_most);
+            RETURN QUERY SELECT * FROM recipes.look(p_name, v_seq, p_role, p_most, p_entry);
             RETURN;
         END IF;
     END IF;
@@ -269,7 +309,7 @@ BEGIN
         RETURN;
     END IF;
     RETURN QUERY SELECT v_seq, p_role, NULL::bigint;
-    RETURN QUERY SELECT * FROM recipes.look(p_name, v_seq, p_role, p_most);
+    RETURN QUERY SELECT * FROM recipes.look(p_name, v_seq, p_role, p_most, p_entry);
 END $$;
 
 -- Delete the entry p_entry as its holder's release (or the clean-up of

@@ -153,14 +153,19 @@ const STILL_WRITING: &str = "SELECT 1 WHERE recipes.rw_held($1, $2, $3, false)";
 /// (readers mint without writing the name's row) and our row is live.
 const STILL_READING: &str = "SELECT 1 WHERE recipes.rw_held($1, $2, $3, true)";
 
-/// The same for a permit (`$2` is NULL): our row is live. Permits are not
-/// ordered against each other, so the name's row is not locked: a waiting
-/// permit's confirm, which holds the live permits' sessions in share mode
-/// while it waits for that row, never waits for a permit's write.
+/// The same for a permit (`$2` is NULL): our row is live, and locked in
+/// share mode to the commit. Permits are not ordered against each other,
+/// so the name's row is not locked: a waiting permit's confirm, which
+/// holds the live permits' sessions in share mode while it waits for that
+/// row, never waits for a live permit's write. It waits for ours only
+/// once our session expired (`contend.sql`: it locks the rows of the
+/// expired entries ahead): a write begun while we held commits before
+/// another permit is admitted in our place.
 const STILL_PERMITTED: &str = "SELECT 1 FROM recipes.queue q \
      JOIN recipes.sessions s ON s.id = q.session \
      WHERE q.entry = $3 AND $1::text IS NOT NULL AND $2::int8 IS NULL \
-       AND s.expires_at > clock_timestamp()";
+       AND s.expires_at > clock_timestamp() \
+     FOR SHARE OF q";
 
 impl PgEntry {
     /// What a write fenced by this holding checks first.

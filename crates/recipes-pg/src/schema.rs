@@ -34,7 +34,11 @@
 //! `name_ref`, NULL on a read-write lock's rows (readers no longer lock the
 //! name's row, which made a MultiXact per reader), the partial index
 //! `queue_writers`, and the trigger split by event with `WHEN` conditions
-//! ([`NOTIFY_BY_EVENT`]); an older schema is upgraded in place, in one transaction, by
+//! ([`NOTIFY_BY_EVENT`]), layout 7 the look's and the read-write
+//! confirm's argument of our entry's uuid (a seq drawn again after the
+//! name's row was lost is not ours) and a permit's confirm that waits for
+//! the fenced transactions of expired permits ahead ([`OLD_SIGNATURES`],
+//! `contend.sql`); an older schema is upgraded in place, in one transaction, by
 //! the first client of this version that connects (which needs to own the
 //! tables, as their creator does). A client of an older release then
 //! refuses the schema (it knows only its own layout), so upgrade every
@@ -55,7 +59,7 @@ use tokio_postgres::Client;
 use crate::sql::from_pg;
 
 /// The layout this crate reads and writes.
-pub(crate) const LAYOUT_VERSION: i32 = 6;
+pub(crate) const LAYOUT_VERSION: i32 = 7;
 
 /// What layout 2 added: session mode's heartbeats, in database time, so
 /// that a waiter granted a key whose holder ended without releasing it
@@ -120,6 +124,14 @@ CREATE TRIGGER queue_notify AFTER UPDATE OR DELETE ON recipes.queue FOR EACH ROW
     EXECUTE FUNCTION recipes.notify_queue();
 CREATE TRIGGER queue_notify_insert AFTER INSERT ON recipes.queue FOR EACH ROW
     WHEN (NEW.role IS NULL) EXECUTE FUNCTION recipes.notify_queue()";
+
+/// What layout 7 changed: the look and the read-write confirm take our
+/// entry's uuid beside its seq (`contend.sql`). `CREATE OR REPLACE` of a
+/// new signature adds a function beside the old one: the old confirm goes
+/// (only the old look called it); the old look stays, for clients of the
+/// last release still connected, as a call of the new one
+/// (`contend.sql`).
+const OLD_SIGNATURES: &str = "DROP FUNCTION IF EXISTS recipes.rw_confirm(text, bigint, text);";
 
 /// What layout 4 added: the functions that enter a queue and look at it
 /// ([`crate::contend`]), so that an uncontended acquisition is one
@@ -274,10 +286,13 @@ async fn upgrade(db: &Client, found: i32) -> std::result::Result<(), tokio_postg
     if found < 6 {
         db.batch_execute(NAME_REF).await?;
         db.batch_execute(NOTIFY_BY_EVENT).await?;
-        // Each layout from 4 on replaced the functions and added its own.
-        db.batch_execute(FUNCTIONS).await?;
+    }
+    if found < 7 {
+        db.batch_execute(OLD_SIGNATURES).await?;
     }
     if found < LAYOUT_VERSION {
+        // Each layout from 4 on replaced the functions and added its own.
+        db.batch_execute(FUNCTIONS).await?;
         let set = format!("UPDATE recipes.layout SET version = {LAYOUT_VERSION}");
         db.batch_execute(&set).await?;
     }
