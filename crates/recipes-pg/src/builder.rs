@@ -164,8 +164,8 @@ impl PgClientBuilder {
     /// for less than the session's deadline — the client reconnects and
     /// renews, and its locks live on; [`LossPolicy::OnDisconnect`] fires
     /// the loss of every guard of the session whose connection is lost:
-    /// the statement connection, which renews the session row, in either
-    /// mode. (A session-mode lock's own connection is its lease: losing it
+    /// the lease connection, which renews the session row, or the
+    /// statement connection, in either mode. (A session-mode lock's own connection is its lease: losing it
     /// is loss under either policy.)
     pub fn loss_policy(mut self, policy: LossPolicy) -> Self {
         self.loss_policy = policy;

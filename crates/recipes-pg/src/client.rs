@@ -1,5 +1,6 @@
-//! The PostgreSQL client: one connection for statements, one that
-//! listens, and one session row, on its own runtime thread.
+//! The PostgreSQL client: one connection for statements, one for its
+//! session's renewals and the poll of its rows, one that listens, and one
+//! session row, on its own runtime thread.
 
 use std::fmt;
 use std::sync::Arc;
@@ -137,7 +138,7 @@ impl PgClient {
         &self.inner.leases
     }
 
-    /// The statement connection.
+    /// The statement and lease connections.
     pub(crate) fn db(&self) -> &Db {
         &self.inner.db
     }

@@ -1,7 +1,7 @@
-//! The client's connection: made on first use and again once broken, each
-//! statement timed on its own and sent unnamed (`query_typed`: parse, bind
-//! and execute in one round trip), so a transaction-mode pooler can run it
-//! on any backend.
+//! The client's two shared connections (see [`Lane`]): each made on first
+//! use and again once broken, each statement timed on its own and sent
+//! unnamed (`query_typed`: parse, bind and execute in one round trip), so
+//! a transaction-mode pooler can run it on any backend.
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -19,7 +19,27 @@ use crate::sql::{from_pg, is_schema_gone};
 /// A statement's parameters with their types.
 pub(crate) type Params<'a> = &'a [(&'a (dyn ToSql + Sync), Type)];
 
-/// How to reach the database, and the connection in use.
+/// Which of the client's two shared (pipelined) connections a statement
+/// goes on. A connection answers in the order sent, so a statement that
+/// waits at the server holds up every one sent after it on the same
+/// connection until it ends or the RPC timeout breaks the connection.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Lane {
+    /// Enters, looks, releases, fenced checks, a session's revoke and the
+    /// sweep of expired ones: statements that may wait at the server for
+    /// a row lock another transaction holds (a fenced transaction holds
+    /// its name's row in share mode to its commit).
+    Statements,
+    /// What keeps the session alive or decides its loss — its grant, its
+    /// renewals, the poll of the rows the client holds: a statement
+    /// waiting on the other lane cannot make them late (a late renewal
+    /// loses every lock of the client at the local deadline). None takes
+    /// a name's row; a renewal waits only for a confirm that holds the
+    /// session's row in share mode (`contend.sql`) to commit.
+    Leases,
+}
+
+/// How to reach the database, and the connections in use.
 pub(crate) struct Db {
     config: Config,
     /// The TLS connector, when the client uses TLS.
@@ -30,19 +50,20 @@ pub(crate) struct Db {
     pub(crate) shown: String,
     rpc_timeout: Duration,
     connect_timeout: Duration,
-    current: tokio::sync::Mutex<Option<Arc<Client>>>,
+    /// The connection in use of each [`Lane`] (indexed by it).
+    current: [tokio::sync::Mutex<Option<Arc<Client>>>; 2],
     /// Connections of finished fenced transactions, for the next one.
     idle: parking_lot::Mutex<Vec<Client>>,
     /// Held while the schema is made sure of again (see
     /// [`schema_gone`](Db::schema_gone)), so the client's statements that
     /// all found it gone create it once.
     recreating: tokio::sync::Mutex<()>,
-    /// Called when the statement connection in use ends (see
+    /// Called when a lane's connection in use ends (see
     /// [`on_disconnect`](Db::on_disconnect)).
     disconnected: Arc<parking_lot::Mutex<Option<Disconnected>>>,
 }
 
-/// What runs when the statement connection drops.
+/// What runs when a lane's connection drops.
 type Disconnected = Box<dyn Fn() + Send + Sync>;
 
 /// How many idle transaction connections a client keeps.
@@ -68,7 +89,7 @@ impl Db {
             shown,
             rpc_timeout,
             connect_timeout,
-            current: tokio::sync::Mutex::new(None),
+            current: Default::default(),
             idle: parking_lot::Mutex::new(Vec::new()),
             recreating: tokio::sync::Mutex::new(()),
             disconnected: Arc::default(),
@@ -172,15 +193,20 @@ impl Db {
         recipes_core::store::no_server_answered(who, self.connect_timeout, check)
     }
 
-    /// Run `f` whenever the statement connection in use drops (the loss
+    /// Run `f` whenever either lane's connection in use drops (the loss
     /// policy `OnDisconnect`).
     pub(crate) fn on_disconnect(&self, f: Disconnected) {
         *self.disconnected.lock() = Some(f);
     }
 
-    /// The connection in use, or a new one when it is broken.
+    /// The statement connection in use, or a new one when it is broken.
     pub(crate) async fn conn(&self) -> Result<Arc<Client>> {
-        let mut current = self.current.lock().await;
+        self.conn_of(Lane::Statements).await
+    }
+
+    /// `lane`'s connection in use, or a new one when it is broken.
+    async fn conn_of(&self, lane: Lane) -> Result<Arc<Client>> {
+        let mut current = self.current[lane as usize].lock().await;
         if let Some(c) = current.as_ref().filter(|c| !c.is_closed()) {
             return Ok(c.clone());
         }
@@ -200,39 +226,58 @@ impl Db {
 
     /// Forget `c` if it is still the connection in use: its reply did not
     /// come, so what is queued behind it on the wire may never come either.
-    async fn broken(&self, c: &Arc<Client>) {
-        let mut current = self.current.lock().await;
+    async fn broken(&self, lane: Lane, c: &Arc<Client>) {
+        let mut current = self.current[lane as usize].lock().await;
         if current.as_ref().is_some_and(|k| Arc::ptr_eq(k, c)) {
             *current = None;
         }
     }
 
-    /// Run one statement within the RPC timeout; a timeout or a broken
-    /// connection drops the connection, so the next statement opens
-    /// another. A statement that finds the schema gone creates it again
-    /// ([`schema_gone`](Db::schema_gone)) and runs once more, on the new
-    /// schema: a renewal then finds no row (the lease is gone), a look at
-    /// a held row none (the row is gone).
+    /// Run one statement on the statement connection ([`Lane::Statements`]);
+    /// see [`query_on`](Db::query_on).
     pub(crate) async fn query(
         &self,
         what: &str,
         sql: &str,
         params: Params<'_>,
     ) -> Result<Vec<Row>> {
-        match self.query_once(what, sql, params).await {
+        self.query_on(Lane::Statements, what, sql, params).await
+    }
+
+    /// Run one statement on `lane`'s connection within the RPC timeout; a
+    /// timeout or a broken
+    /// connection drops the connection, so the next statement opens
+    /// another. A statement that finds the schema gone creates it again
+    /// ([`schema_gone`](Db::schema_gone)) and runs once more, on the new
+    /// schema: a renewal then finds no row (the lease is gone), a look at
+    /// a held row none (the row is gone).
+    pub(crate) async fn query_on(
+        &self,
+        lane: Lane,
+        what: &str,
+        sql: &str,
+        params: Params<'_>,
+    ) -> Result<Vec<Row>> {
+        match self.query_once(lane, what, sql, params).await {
             Err(e) if is_schema_gone(&e) => {
                 let e = self.schema_gone(e).await;
                 if !(e.is_retryable() && is_schema_gone(&e)) {
                     return Err(e);
                 }
-                self.query_once(what, sql, params).await
+                self.query_once(lane, what, sql, params).await
             }
             sent => sent,
         }
     }
 
-    async fn query_once(&self, what: &str, sql: &str, params: Params<'_>) -> Result<Vec<Row>> {
-        let c = self.conn().await?;
+    async fn query_once(
+        &self,
+        lane: Lane,
+        what: &str,
+        sql: &str,
+        params: Params<'_>,
+    ) -> Result<Vec<Row>> {
+        let c = self.conn_of(lane).await?;
         let sent = within(what, self.rpc_timeout, async {
             c.query_typed(sql, params)
                 .await
@@ -240,7 +285,7 @@ impl Db {
         })
         .await;
         if let Err(Error::Timeout { .. } | Error::ConnectionLoss) = &sent {
-            self.broken(&c).await;
+            self.broken(lane, &c).await;
         }
         sent
     }
@@ -299,6 +344,21 @@ impl Db {
         }
     }
 
+    /// [`query_on`](Db::query_on) for at most one row.
+    pub(crate) async fn query_opt_on(
+        &self,
+        lane: Lane,
+        what: &str,
+        sql: &str,
+        params: Params<'_>,
+    ) -> Result<Option<Row>> {
+        Ok(self
+            .query_on(lane, what, sql, params)
+            .await?
+            .into_iter()
+            .next())
+    }
+
     /// [`query`](Db::query) for at most one row.
     pub(crate) async fn query_opt(
         &self,
@@ -306,16 +366,17 @@ impl Db {
         sql: &str,
         params: Params<'_>,
     ) -> Result<Option<Row>> {
-        Ok(self.query(what, sql, params).await?.into_iter().next())
+        self.query_opt_on(Lane::Statements, what, sql, params).await
     }
 
     /// Which of the queue `entries` still have their rows, in order: one
-    /// statement. None has when the schema is gone.
+    /// statement, on [`Lane::Leases`] (a plain read waits for no lock, and
+    /// a row found gone is a loss). None has when the schema is gone.
     pub(crate) async fn rows_present(&self, entries: Vec<uuid::Uuid>) -> Result<Vec<bool>> {
         let sql = "SELECT entry FROM recipes.queue WHERE entry = ANY($1)";
         let what = format!("look at {} held rows", entries.len());
         let rows = match self
-            .query(&what, sql, &[(&entries, Type::UUID_ARRAY)])
+            .query_on(Lane::Leases, &what, sql, &[(&entries, Type::UUID_ARRAY)])
             .await
         {
             Ok(rows) => rows,

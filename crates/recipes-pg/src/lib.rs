@@ -189,6 +189,26 @@
 //! A role without them gets [`Error::PermissionDenied`] at connect; a
 //! refused password [`Error::Unauthenticated`].
 //!
+//! ## Connections
+//!
+//! A client keeps two connections of its own to the URL, each shared
+//! (pipelined) by its tasks: the *statement connection* — enters, looks,
+//! releases, fenced checks, a session's revoke, the sweep of expired
+//! sessions, session mode's heartbeats — and the *lease connection* — the
+//! session's grant and renewals and the poll of the rows the client
+//! holds, statements that never wait for another transaction's lock. A
+//! statement that waits at the server (an enter of a name whose row a
+//! fenced transaction holds in share mode, until that commits) holds up
+//! only the statements behind it on its own connection, never the
+//! renewals, so it cannot make the client lose its locks. (The two were
+//! one connection before: count one more per client against
+//! `max_connections` and a pooler's pool size.) Besides these: the
+//! listening connection (to [`PgClientBuilder::listen_url`] when given),
+//! opened at the first wait that listens; one connection per open
+//! transaction (a fenced one, [`PgClient::with_xact_lock`]'s), up to four
+//! kept idle for the next; in session mode one connection per held lock,
+//! up to four kept idle.
+//!
 //! ## Poolers
 //!
 //! Every statement is unnamed (`query_typed`: parse, bind and execute in

@@ -10,6 +10,15 @@
 //!
 //! Entries are named by a fresh uuid each, so acquisitions of one name
 //! share the client's session: no turn at a name is ever taken.
+//!
+//! The grant and the renewals go on the client's lease connection
+//! ([`Lane::Leases`]), never behind a statement that waits at the server
+//! for a row lock (an enter of a name whose row a fenced transaction
+//! holds): such a wait held up every renewal pipelined behind it until
+//! the RPC timeout broke the connection, past the local deadline, and
+//! every lock of the client was reported lost. The revoke and the sweep
+//! delete rows (and, by cascade, entries), which may wait for a lock: they
+//! stay on the statement connection.
 
 use std::collections::VecDeque;
 use std::sync::Arc;
@@ -20,7 +29,7 @@ use recipes_core::{Error, Result};
 use tokio::task::JoinHandle;
 use tokio_postgres::types::Type;
 
-use crate::db::Db;
+use crate::db::{Db, Lane};
 use crate::sql::{is_schema_gone, unexpected};
 
 /// A session: one row of `recipes.sessions`, kept alive.
@@ -31,7 +40,7 @@ pub(crate) type Session = LeaseSession<PgLeases>;
 /// count as contenders anyway.
 const SWEEP_AFTER: &str = "1 minute";
 
-/// The database's session rows, reached through the client's connection.
+/// The database's session rows, reached through the client's connections.
 #[derive(Clone)]
 pub(crate) struct PgLeases(pub(crate) Arc<Db>);
 
@@ -53,7 +62,7 @@ impl LeaseStore for PgLeases {
                    RETURNING id";
         let row = self
             .0
-            .query_opt("open a session", sql, &[(&ms, Type::INT8)])
+            .query_opt_on(Lane::Leases, "open a session", sql, &[(&ms, Type::INT8)])
             .await?
             .ok_or_else(|| unexpected("an insert returned no row"))?;
         let db = self.0.clone();
@@ -86,8 +95,8 @@ impl LeaseStore for PgLeases {
     }
 }
 
-/// Renewals of one session on the client's connection: each one an update
-/// of its own, answered in the order sent.
+/// Renewals of one session on the client's lease connection: each one an
+/// update of its own, answered in the order sent.
 pub(crate) struct PgRenewals {
     db: Arc<Db>,
     id: i64,
@@ -101,8 +110,9 @@ impl RenewalStream for PgRenewals {
             let sql = "UPDATE recipes.sessions SET expires_at = clock_timestamp() + ttl \
                        WHERE id = $1 AND expires_at > clock_timestamp() \
                        RETURNING (extract(epoch FROM ttl) * 1000)::int8";
+            let params: crate::db::Params<'_> = &[(&id, Type::INT8)];
             let row = match db
-                .query_opt("renew the session", sql, &[(&id, Type::INT8)])
+                .query_opt_on(Lane::Leases, "renew the session", sql, params)
                 .await
             {
                 Ok(row) => row,

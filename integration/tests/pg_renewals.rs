@@ -1,0 +1,135 @@
+//! A statement that waits at the server must not hold up the session's
+//! renewals (lease mode): an enter of a name whose row an open
+//! transaction holds in share mode (as a holder's fenced transaction
+//! does) waits there until that transaction ends or the RPC timeout
+//! breaks its connection. Renewals pipelined behind it on one shared
+//! connection were late past the local deadline, and every lock of the
+//! client was reported lost (seen: lost about one TTL after the enter
+//! began to wait). Each test has its own server and runs one at a time
+//! (`fault` in the name).
+
+mod pg_common;
+
+use std::time::Duration;
+
+use integration::runtime::{block_on_timeout, runtime};
+use integration::{scale, wait_until, PgBouncer, PgFacts, PgServer, PoolMode};
+use pg_common::*;
+use recipes_core::{BootInstant, Client};
+use recipes_pg::PgClient;
+
+/// The RPC timeout: well above the time watched (two TTLs), so the
+/// waiting enter is still waiting while the renewals are watched.
+const RPC: Duration = Duration::from_secs(10);
+
+/// How long the renewals are watched while the enter waits.
+const WATCHED: Duration = Duration::from_secs(4);
+
+#[test]
+fn fault_an_enter_waiting_on_a_row_lock_holds_up_no_renewal() {
+    let server = PgServer::start();
+    renewals_go_on_while_an_enter_waits(&server, &server.url());
+}
+
+/// The same through pgbouncer in transaction mode: the lease connection
+/// is one more client connection of the pool, its statements unnamed.
+#[test]
+fn fault_bouncer_an_enter_waiting_on_a_row_lock_holds_up_no_renewal() {
+    let server = PgServer::start();
+    let bouncer = PgBouncer::start(&server, PoolMode::Transaction);
+    renewals_go_on_while_an_enter_waits(&server, &bouncer.url());
+}
+
+/// Client C, connected by `url`, holds X; an open transaction holds Y's
+/// row in share mode; C's `try_lock` of Y waits at the server. For two
+/// TTLs (well within the RPC timeout) C's session goes on being renewed
+/// (locally acknowledged and in the database) and X is not lost; once
+/// the transaction ends, the enter goes through and X still holds.
+fn renewals_go_on_while_an_enter_waits(server: &PgServer, url: &str) {
+    let facts = PgFacts::new(server.addr());
+    let (x, y) = (name("renewed-x"), name("renewed-y"));
+    let c = PgClient::builder(url)
+        .ttl(TTL)
+        .rpc_timeout(RPC)
+        .connect_timeout(Duration::from_secs(2))
+        .connect()
+        .unwrap();
+    let held = c.mutex(&x).unwrap().lock().unwrap();
+    let my = c.mutex(&y).unwrap();
+    // Y's row exists from now on.
+    my.try_lock()
+        .unwrap()
+        .expect("Y is free")
+        .release()
+        .unwrap();
+    let session = facts.sessions();
+    assert_eq!(session.len(), 1, "one session: C's");
+    let session = &session[0];
+
+    // The blocker: Y's row in share mode, as a fenced transaction holds it.
+    let limit = scale(Duration::from_secs(5));
+    let (blocker, connection) = block_on_timeout(
+        limit,
+        tokio_postgres::connect(&server.url(), tokio_postgres::NoTls),
+    )
+    .expect("connect in time")
+    .expect("connect");
+    runtime().spawn(connection);
+    let shared = format!("SELECT 1 FROM recipes.names WHERE name = '{y}' FOR SHARE");
+    block_on_timeout(limit, async {
+        blocker.batch_execute("BEGIN").await?;
+        blocker.batch_execute(&shared).await
+    })
+    .expect("the share lock in time")
+    .expect("the share lock");
+
+    let (tx, rx) = crossbeam_channel::bounded(1);
+    std::thread::spawn(move || tx.send(my.try_lock().map(|g| g.map(|g| g.release()))));
+    let waiting = "SELECT count(*) FROM pg_stat_activity \
+                   WHERE application_name = 'recipes' AND wait_event_type = 'Lock'";
+    wait_until(
+        "C's enter waits on Y's row",
+        scale(Duration::from_secs(10)),
+        || facts.sql(waiting).trim() != "0",
+    );
+    let (blocked_at, db_blocked) = (BootInstant::now(), facts.sql("SELECT clock_timestamp()"));
+
+    wait_until(
+        "renewals acknowledged two TTLs on, or X lost",
+        scale(WATCHED + Duration::from_secs(10)),
+        || {
+            held.lost().is_lost()
+                || c.last_acknowledged()
+                    .is_some_and(|t| t > blocked_at + WATCHED)
+        },
+    );
+    assert_eq!(
+        held.lost().reason(),
+        None,
+        "X was lost while C's enter of Y waited ({:?} after it began)",
+        BootInstant::now().saturating_duration_since(blocked_at)
+    );
+    assert!(
+        rx.try_recv().is_err(),
+        "the enter still waits (else the case did not run)"
+    );
+    let renewed = facts.sql(&format!(
+        "SELECT expires_at > '{}'::timestamptz + interval '{} ms' \
+         FROM recipes.sessions WHERE id = {session}",
+        db_blocked.trim(),
+        WATCHED.as_millis()
+    ));
+    assert_eq!(renewed.trim(), "t", "C's row renewed in the database");
+
+    block_on_timeout(limit, blocker.batch_execute("COMMIT"))
+        .expect("commit in time")
+        .expect("commit");
+    rx.recv_timeout(scale(Duration::from_secs(10)))
+        .expect("the enter returns once the transaction ended")
+        .expect("the enter")
+        .expect("Y is free")
+        .expect("Y released");
+    held.check().expect("X still held");
+    held.release().unwrap();
+    c.close().unwrap();
+}
