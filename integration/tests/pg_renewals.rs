@@ -133,3 +133,159 @@ fn renewals_go_on_while_an_enter_waits(server: &PgServer, url: &str) {
     held.release().unwrap();
     c.close().unwrap();
 }
+
+/// An enter that waited at the server past the call's timeout, given up
+/// by the client and undone while its entry was not there yet, never
+/// commits that entry later: the server ends the wait first (the enter's
+/// `lock_timeout`, within the RPC timeout). (Before, the enter committed
+/// once the blocking transaction ended, under the client's live session:
+/// an entry no guard owned, first in the queue, so nobody took the name
+/// until that client ended.)
+#[test]
+fn fault_an_enter_given_up_while_it_waits_leaves_no_entry_behind() {
+    let server = PgServer::start();
+    let facts = PgFacts::new(server.addr());
+    let m = name("given-up");
+    let client = |rpc: Duration| {
+        PgClient::builder(server.url())
+            .ttl(Duration::from_secs(30))
+            .rpc_timeout(rpc)
+            .connect_timeout(Duration::from_secs(2))
+            .connect()
+            .unwrap()
+    };
+    let (q, r) = (
+        client(Duration::from_secs(1)),
+        client(Duration::from_secs(10)),
+    );
+    // M's row exists from now on.
+    r.mutex(&m).unwrap().lock().unwrap().release().unwrap();
+    let limit = scale(Duration::from_secs(5));
+    let (blocker, connection) = block_on_timeout(
+        limit,
+        tokio_postgres::connect(&server.url(), tokio_postgres::NoTls),
+    )
+    .expect("connect in time")
+    .expect("connect");
+    runtime().spawn(connection);
+    let shared = format!("SELECT 1 FROM recipes.names WHERE name = '{m}' FOR SHARE");
+    block_on_timeout(limit, async {
+        blocker.batch_execute("BEGIN").await?;
+        blocker.batch_execute(&shared).await
+    })
+    .expect("the share lock in time")
+    .expect("the share lock");
+    // Given up: nothing taken, whether as a timeout or an error.
+    let taken = q
+        .mutex(&m)
+        .unwrap()
+        .try_lock_for(Duration::from_secs(2))
+        .map(|g| g.is_some());
+    assert!(!matches!(taken, Ok(true)), "{taken:?}");
+    block_on_timeout(limit, blocker.batch_execute("COMMIT"))
+        .expect("commit in time")
+        .expect("commit");
+    let next = r
+        .mutex(&m)
+        .unwrap()
+        .try_lock_for(scale(Duration::from_secs(3)))
+        .unwrap();
+    assert!(
+        next.is_some(),
+        "an entry of the given-up enter holds M: {:?}",
+        facts.entries_under(&m)
+    );
+    next.unwrap().release().unwrap();
+    wait_until("nothing of M is left", limit, || {
+        facts.entries_under(&m).is_empty()
+    });
+    q.close().unwrap();
+    r.close().unwrap();
+}
+
+/// A confirm that waits for the name's row (held in share mode, as a
+/// holder's fenced transaction holds it) holds no session meanwhile: the
+/// waiting client's renewals go on, and it loses nothing it holds. (The
+/// confirm locked the sessions of its queue, its own among them, in share
+/// mode before it waited: its renewals waited behind it, and the client
+/// lost every lock about a TTL later.) The entry ahead is another
+/// session's, written by hand, which expires while the row is held.
+#[test]
+fn fault_a_confirm_waiting_for_the_names_row_holds_up_no_renewal() {
+    let server = PgServer::start();
+    let facts = PgFacts::new(server.addr());
+    let (x, y) = (name("confirm-x"), name("confirm-y"));
+    let c = PgClient::builder(server.url())
+        .ttl(TTL)
+        .rpc_timeout(RPC)
+        .connect_timeout(Duration::from_secs(2))
+        .connect()
+        .unwrap();
+    let held = c.mutex(&x).unwrap().lock().unwrap();
+    let ahead = server.sql(
+        "INSERT INTO recipes.sessions (ttl, expires_at) \
+         VALUES (interval '1 s', clock_timestamp() + interval '1 s') RETURNING id",
+    );
+    server.sql(&format!(
+        "INSERT INTO recipes.names (name, kind, next_seq) VALUES ('{y}', 'lock', 0); \
+         INSERT INTO recipes.queue (name, seq, entry, session) \
+         VALUES ('{y}', 0, gen_random_uuid(), {})",
+        ahead.trim()
+    ));
+    let my = c.mutex(&y).unwrap();
+    let (tx, rx) = crossbeam_channel::bounded(1);
+    std::thread::spawn(move || {
+        let taken = my.try_lock_for(scale(Duration::from_secs(30)));
+        tx.send(taken.map(|g| g.map(|g| g.release()))).unwrap();
+    });
+    let limit = scale(Duration::from_secs(10));
+    wait_until("C queues behind the entry ahead", limit, || {
+        facts.entries_under(&y).len() == 2
+    });
+    let (blocker, connection) = block_on_timeout(
+        limit,
+        tokio_postgres::connect(&server.url(), tokio_postgres::NoTls),
+    )
+    .expect("connect in time")
+    .expect("connect");
+    runtime().spawn(connection);
+    let shared = format!("SELECT 1 FROM recipes.names WHERE name = '{y}' FOR SHARE");
+    block_on_timeout(limit, async {
+        blocker.batch_execute("BEGIN").await?;
+        blocker.batch_execute(&shared).await
+    })
+    .expect("the share lock in time")
+    .expect("the share lock");
+    // The entry ahead expires; C's confirm then waits for Y's row.
+    let waiting = "SELECT count(*) FROM pg_stat_activity \
+                   WHERE application_name = 'recipes' AND wait_event_type = 'Lock'";
+    wait_until("C's confirm waits for Y's row", limit, || {
+        facts.sql(waiting).trim() != "0"
+    });
+    let blocked_at = BootInstant::now();
+    wait_until(
+        "renewals acknowledged two TTLs on, or X lost",
+        scale(WATCHED + Duration::from_secs(10)),
+        || {
+            held.lost().is_lost()
+                || c.last_acknowledged()
+                    .is_some_and(|t| t > blocked_at + WATCHED)
+        },
+    );
+    assert_eq!(
+        held.lost().reason(),
+        None,
+        "X was lost while C's confirm of Y waited"
+    );
+    assert!(rx.try_recv().is_err(), "the confirm still waits");
+    block_on_timeout(limit, blocker.batch_execute("COMMIT"))
+        .expect("commit in time")
+        .expect("commit");
+    rx.recv_timeout(limit)
+        .expect("the confirm returns once the transaction ended")
+        .expect("the acquisition")
+        .expect("Y is C's")
+        .expect("Y released");
+    held.release().unwrap();
+    c.close().unwrap();
+}

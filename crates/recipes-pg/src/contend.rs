@@ -298,12 +298,23 @@ impl ContendDriver for RowContender<'_> {
     }
 
     async fn enter(&self, epoch: &Arc<Session>, ticket: &mut Ticket) -> Result<Entered<Self>> {
-        let sql =
-            "SELECT r_seq, r_role, r_fence FROM recipes.enter($1, $2, $3, $4, $5, $6, $7, $8)";
+        // The enter's waits for locks (the name's row, a read-write lock's
+        // gate) end at the server before the call's timeout ends here:
+        // an enter given up here and undone (its entry not there yet)
+        // must not commit its entry later, under our live session, where
+        // no guard owns it. Set first (`t`, which the call reads), for
+        // this statement's transaction only.
+        let sql = "SELECT r.r_seq, r.r_role, r.r_fence \
+                   FROM (SELECT $1::text AS name, set_config('lock_timeout', $9, true)) AS t, \
+                   LATERAL recipes.enter(t.name, $2, $3, $4, $5, $6, $7, $8) AS r";
         let db = self.client.db();
         let what = format!("enter the queue of {}", self.name);
         let (name, entry, session) = (&self.name, &ticket.entry, epoch.id());
         let (kind, role, most) = (&self.kind, role_column(self.role), self.most());
+        let bound = format!(
+            "{}ms",
+            (self.client.rpc_timeout() * 3 / 4).as_millis().max(1)
+        );
         let params: crate::db::Params<'_> = &[
             (name, Type::TEXT),
             (entry, Type::UUID),
@@ -313,6 +324,7 @@ impl ContendDriver for RowContender<'_> {
             (&self.outside, Type::TEXT),
             (&role, Type::TEXT),
             (&most, Type::INT8),
+            (&bound, Type::TEXT),
         ];
         let rows = match db.query(&what, sql, params).await {
             Err(e) if violated(&e).as_deref() == Some("queue_session_fkey") => {

@@ -144,6 +144,13 @@ BEGIN
         IF p_role IS NOT NULL THEN
             v_fence := recipes.rw_confirm(p_name, p_seq, p_role, p_entry);
         ELSE
+            -- The name's row first, alone: a confirm that waited for it
+            -- (behind a holder's fenced transaction) while it held the
+            -- sessions in share mode would hold up their renewals — ours
+            -- and the other contenders' — for as long, and they would
+            -- lose their leases meanwhile. Judged after, on a fresh
+            -- snapshot.
+            PERFORM 1 FROM recipes.names n WHERE n.name = p_name FOR NO KEY UPDATE;
             v_now := clock_timestamp();
             WITH ahead AS (
                 SELECT q.seq, q.entry, q.role, s.expires_at > v_now AS live
