@@ -3,7 +3,7 @@
 //! `print!` panics when stdout cannot be written: a closed pipe
 //! (`recipes status NAME | head -0`; Rust ignores SIGPIPE, so the write
 //! fails with EPIPE), a full disk (`> /dev/full`: ENOSPC), a gone terminal
-//! (EIO). A command that prints writes through [`print`] instead and, when
+//! (EIO). A command that prints writes through [`print()`] instead and, when
 //! it fails, says so on stderr and exits [`exit::IO_ERROR`] (74) through
 //! [`failed`]: the output is what was asked for, so losing it is no
 //! success.
@@ -22,11 +22,11 @@ pub fn print(text: &str) -> io::Result<()> {
     print_bytes(text.as_bytes())
 }
 
-/// [`print`] for bytes.
+/// [`print()`] for bytes.
 ///
 /// # Errors
 ///
-/// As for [`print`].
+/// As for [`print()`].
 pub fn print_bytes(bytes: &[u8]) -> io::Result<()> {
     let mut out = io::stdout().lock();
     out.write_all(bytes)?;
