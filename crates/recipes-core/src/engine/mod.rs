@@ -41,6 +41,8 @@ pub mod group;
 mod nudge;
 mod semaphore;
 #[cfg(test)]
+mod semaphore_tests;
+#[cfg(test)]
 mod sim;
 #[cfg(test)]
 mod sim_store;

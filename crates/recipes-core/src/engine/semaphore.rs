@@ -3,6 +3,7 @@
 //! one waiter at a time in, and permit entries of which the first N hold.
 
 use std::future::Future;
+use std::time::Duration;
 
 use tokio::time::Instant;
 
@@ -121,10 +122,22 @@ struct Unlocking<'s, S: SemaphoreDriver> {
 }
 
 impl<S: SemaphoreDriver> Unlocking<'_, S> {
-    async fn now(mut self) {
-        if let Some(held) = self.held.take() {
-            S::unlock(held).await;
-        }
+    /// Give the mutex back now, waiting at most `bound` for the store to
+    /// confirm: a store that does not answer must not hold the caller past
+    /// its deadline by more than that (the give-back goes on meanwhile,
+    /// until confirmed or the session is gone). Waited for at all so that
+    /// the next admission rarely finds our entry still there.
+    async fn within(mut self, bound: Duration) {
+        let Some(held) = self.held.take() else {
+            return;
+        };
+        let (done, given_back) = tokio::sync::oneshot::channel::<()>();
+        let give_back = S::unlock(held);
+        self.semaphore.lock().spawn(async move {
+            give_back.await;
+            let _ = done.send(());
+        });
+        let _ = tokio::time::timeout(bound, given_back).await;
     }
 }
 
@@ -157,6 +170,6 @@ pub async fn admit<S: SemaphoreDriver>(
         held: Some(lock),
     };
     let admitted = contend(semaphore.permits(), deadline).await;
-    unlock.now().await;
+    unlock.within(semaphore.lock().rpc_timeout()).await;
     admitted
 }
