@@ -10,7 +10,7 @@ mod etcd_common;
 use etcd_common::*;
 use recipes_core::Client as _;
 
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -324,4 +324,30 @@ fn a_paused_server_stops_the_selector_closure_and_fences_it_out_fault() {
     assert!(t2 > t1);
     assert_ne!(a.session_id(), Some(lease), "a new lease after the loss");
     selector.close();
+}
+
+/// A panic in the leader's closure ends that term, not the selector:
+/// leadership is given up and, with requeue, taken again, and the closure
+/// runs again (it ended the selector's thread for good, and `start`
+/// refused to start it again).
+#[test]
+fn a_panic_in_the_leaders_closure_gives_up_and_contends_again() {
+    let server = EtcdServer::shared();
+    let a = connect(server);
+    let name = election_name("selector-panic");
+    let selector = a.leader_selector(&name, "s").unwrap();
+    let runs = Arc::new(AtomicUsize::new(0));
+    let counted = runs.clone();
+    selector
+        .start(true, move |_: &Leadership| {
+            if counted.fetch_add(1, Ordering::SeqCst) == 0 {
+                panic!("the first term's work failed");
+            }
+        })
+        .unwrap();
+    wait_until("the closure ran again", scale(SOON), || {
+        runs.load(Ordering::SeqCst) >= 2
+    });
+    selector.close();
+    a.close().unwrap();
 }

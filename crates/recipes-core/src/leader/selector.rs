@@ -150,7 +150,15 @@ impl<E: ElectionBackend> LeaderSelector<E> {
                     trigger.fire(LossReason::Closed);
                 }
                 log::info!("{label} running as leader (fence {})", guard.token());
-                leader(&guard);
+                // A panic ends this term, not the selector: leadership is
+                // given up as after a return, and contended for again with
+                // `requeue` (as Curator requeues after an exception).
+                let ran = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+                    leader(&guard);
+                }));
+                if ran.is_err() {
+                    log::error!("{label} the leader's closure panicked; giving leadership up");
+                }
                 *term.lock() = None;
                 log::info!("{label} giving leadership up");
                 if let Err(e) = guard.resign() {
