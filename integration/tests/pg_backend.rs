@@ -299,14 +299,7 @@ fn a_permit_waiter_is_let_in_by_any_holders_release() {
     let server = PgServer::shared();
     let facts = PgFacts::new(server.addr());
     let sem = name("any-release");
-    let deaf = || {
-        PgClient::builder(server.url())
-            .ttl(Duration::from_secs(120))
-            .poll_interval(Duration::from_secs(120))
-            .connect_timeout(Duration::from_secs(2))
-            .connect()
-            .unwrap()
-    };
+    let deaf = || deaf(&server.url(), Duration::from_secs(120));
     let (a, b, c) = (deaf(), deaf(), deaf());
     let first = a.semaphore(&sem, 2).unwrap().acquire().unwrap();
     let second = b.semaphore(&sem, 2).unwrap().acquire().unwrap();
@@ -345,14 +338,7 @@ fn a_client_that_used_many_names_still_hears_the_names_it_waits_on_and_holds() {
     let facts = PgFacts::new(server.addr());
     let base = name("many-names");
     let (waited, held_name) = (format!("{base}/waited"), format!("{base}/held"));
-    let deaf = || {
-        PgClient::builder(server.url())
-            .ttl(Duration::from_secs(120))
-            .poll_interval(Duration::from_secs(120))
-            .connect_timeout(Duration::from_secs(2))
-            .connect()
-            .unwrap()
-    };
+    let deaf = || deaf(&server.url(), Duration::from_secs(120));
     let (a, b) = (deaf(), deaf());
     let bound = scale(Duration::from_secs(10));
     let queued = |n: &str| b.contenders(n).unwrap().len() == 2;

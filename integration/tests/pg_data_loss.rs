@@ -252,14 +252,7 @@ fn fault_session_mode_schema_dropped_refuses_a_permits_fenced_write() {
 #[test]
 fn fault_lease_mode_a_waiter_never_holds_anothers_entry_at_its_seq_after_a_truncate() {
     let server = PgServer::start();
-    let deaf = || {
-        PgClient::builder(server.url())
-            .ttl(Duration::from_secs(30))
-            .poll_interval(Duration::from_secs(30))
-            .connect_timeout(Duration::from_secs(2))
-            .connect()
-            .unwrap()
-    };
+    let deaf = || deaf(&server.url(), Duration::from_secs(30));
     let (a, w) = (deaf(), deaf());
     let lock = "/data-loss/seq-again";
     let facts = integration::PgFacts::new(server.addr());

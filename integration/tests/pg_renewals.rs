@@ -25,6 +25,44 @@ const RPC: Duration = Duration::from_secs(10);
 /// How long the renewals are watched while the enter waits.
 const WATCHED: Duration = Duration::from_secs(4);
 
+/// An open transaction that holds `name`'s row in share mode, as a
+/// holder's fenced transaction holds it, until [`commit`].
+fn share_lock(server: &PgServer, name: &str) -> tokio_postgres::Client {
+    let limit = scale(Duration::from_secs(5));
+    let (blocker, connection) = block_on_timeout(
+        limit,
+        tokio_postgres::connect(&server.url(), tokio_postgres::NoTls),
+    )
+    .expect("connect in time")
+    .expect("connect");
+    runtime().spawn(connection);
+    let shared = format!("SELECT 1 FROM recipes.names WHERE name = '{name}' FOR SHARE");
+    block_on_timeout(limit, async {
+        blocker.batch_execute("BEGIN").await?;
+        blocker.batch_execute(&shared).await
+    })
+    .expect("the share lock in time")
+    .expect("the share lock");
+    blocker
+}
+
+/// End [`share_lock`]'s transaction.
+fn commit(blocker: &tokio_postgres::Client) {
+    block_on_timeout(
+        scale(Duration::from_secs(5)),
+        blocker.batch_execute("COMMIT"),
+    )
+    .expect("commit in time")
+    .expect("commit");
+}
+
+/// Whether a statement of a client of ours waits for a lock at the server.
+fn waits_for_a_lock(facts: &PgFacts) -> bool {
+    let waiting = "SELECT count(*) FROM pg_stat_activity \
+                   WHERE application_name = 'recipes' AND wait_event_type = 'Lock'";
+    facts.sql(waiting).trim() != "0"
+}
+
 #[test]
 fn fault_an_enter_waiting_on_a_row_lock_holds_up_no_renewal() {
     let server = PgServer::start();
@@ -67,30 +105,14 @@ fn renewals_go_on_while_an_enter_waits(server: &PgServer, url: &str) {
     let session = &session[0];
 
     // The blocker: Y's row in share mode, as a fenced transaction holds it.
-    let limit = scale(Duration::from_secs(5));
-    let (blocker, connection) = block_on_timeout(
-        limit,
-        tokio_postgres::connect(&server.url(), tokio_postgres::NoTls),
-    )
-    .expect("connect in time")
-    .expect("connect");
-    runtime().spawn(connection);
-    let shared = format!("SELECT 1 FROM recipes.names WHERE name = '{y}' FOR SHARE");
-    block_on_timeout(limit, async {
-        blocker.batch_execute("BEGIN").await?;
-        blocker.batch_execute(&shared).await
-    })
-    .expect("the share lock in time")
-    .expect("the share lock");
+    let blocker = share_lock(server, &y);
 
     let (tx, rx) = crossbeam_channel::bounded(1);
     std::thread::spawn(move || tx.send(my.try_lock().map(|g| g.map(|g| g.release()))));
-    let waiting = "SELECT count(*) FROM pg_stat_activity \
-                   WHERE application_name = 'recipes' AND wait_event_type = 'Lock'";
     wait_until(
         "C's enter waits on Y's row",
         scale(Duration::from_secs(10)),
-        || facts.sql(waiting).trim() != "0",
+        || waits_for_a_lock(&facts),
     );
     let (blocked_at, db_blocked) = (BootInstant::now(), facts.sql("SELECT clock_timestamp()"));
 
@@ -121,9 +143,7 @@ fn renewals_go_on_while_an_enter_waits(server: &PgServer, url: &str) {
     ));
     assert_eq!(renewed.trim(), "t", "C's row renewed in the database");
 
-    block_on_timeout(limit, blocker.batch_execute("COMMIT"))
-        .expect("commit in time")
-        .expect("commit");
+    commit(&blocker);
     rx.recv_timeout(scale(Duration::from_secs(10)))
         .expect("the enter returns once the transaction ended")
         .expect("the enter")
@@ -161,20 +181,7 @@ fn fault_an_enter_given_up_while_it_waits_leaves_no_entry_behind() {
     // M's row exists from now on.
     r.mutex(&m).unwrap().lock().unwrap().release().unwrap();
     let limit = scale(Duration::from_secs(5));
-    let (blocker, connection) = block_on_timeout(
-        limit,
-        tokio_postgres::connect(&server.url(), tokio_postgres::NoTls),
-    )
-    .expect("connect in time")
-    .expect("connect");
-    runtime().spawn(connection);
-    let shared = format!("SELECT 1 FROM recipes.names WHERE name = '{m}' FOR SHARE");
-    block_on_timeout(limit, async {
-        blocker.batch_execute("BEGIN").await?;
-        blocker.batch_execute(&shared).await
-    })
-    .expect("the share lock in time")
-    .expect("the share lock");
+    let blocker = share_lock(&server, &m);
     // Given up: nothing taken, whether as a timeout or an error.
     let taken = q
         .mutex(&m)
@@ -182,9 +189,7 @@ fn fault_an_enter_given_up_while_it_waits_leaves_no_entry_behind() {
         .try_lock_for(Duration::from_secs(2))
         .map(|g| g.is_some());
     assert!(!matches!(taken, Ok(true)), "{taken:?}");
-    block_on_timeout(limit, blocker.batch_execute("COMMIT"))
-        .expect("commit in time")
-        .expect("commit");
+    commit(&blocker);
     let next = r
         .mutex(&m)
         .unwrap()
@@ -242,25 +247,10 @@ fn fault_a_confirm_waiting_for_the_names_row_holds_up_no_renewal() {
     wait_until("C queues behind the entry ahead", limit, || {
         facts.entries_under(&y).len() == 2
     });
-    let (blocker, connection) = block_on_timeout(
-        limit,
-        tokio_postgres::connect(&server.url(), tokio_postgres::NoTls),
-    )
-    .expect("connect in time")
-    .expect("connect");
-    runtime().spawn(connection);
-    let shared = format!("SELECT 1 FROM recipes.names WHERE name = '{y}' FOR SHARE");
-    block_on_timeout(limit, async {
-        blocker.batch_execute("BEGIN").await?;
-        blocker.batch_execute(&shared).await
-    })
-    .expect("the share lock in time")
-    .expect("the share lock");
+    let blocker = share_lock(&server, &y);
     // The entry ahead expires; C's confirm then waits for Y's row.
-    let waiting = "SELECT count(*) FROM pg_stat_activity \
-                   WHERE application_name = 'recipes' AND wait_event_type = 'Lock'";
     wait_until("C's confirm waits for Y's row", limit, || {
-        facts.sql(waiting).trim() != "0"
+        waits_for_a_lock(&facts)
     });
     let blocked_at = BootInstant::now();
     wait_until(
@@ -278,9 +268,7 @@ fn fault_a_confirm_waiting_for_the_names_row_holds_up_no_renewal() {
         "X was lost while C's confirm of Y waited"
     );
     assert!(rx.try_recv().is_err(), "the confirm still waits");
-    block_on_timeout(limit, blocker.batch_execute("COMMIT"))
-        .expect("commit in time")
-        .expect("commit");
+    commit(&blocker);
     rx.recv_timeout(limit)
         .expect("the confirm returns once the transaction ended")
         .expect("the acquisition")

@@ -38,6 +38,18 @@ pub fn connect(url: &str, ttl: Duration) -> recipes_core::Result<PgClient> {
         .connect()
 }
 
+/// A client whose TTL and poll are both `every`: with a long one, polling
+/// is out of the way, and a test's bound is met only through the
+/// notifications it is about.
+pub fn deaf(url: &str, every: Duration) -> PgClient {
+    PgClient::builder(url)
+        .ttl(every)
+        .poll_interval(every)
+        .connect_timeout(Duration::from_secs(2))
+        .connect()
+        .expect("connect")
+}
+
 pub fn grant(server: &PgServer, role: &str) {
     server.sql(&format!(
         "GRANT USAGE ON SCHEMA recipes TO {role}; \
