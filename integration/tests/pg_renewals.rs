@@ -56,13 +56,6 @@ fn commit(blocker: &tokio_postgres::Client) {
     .expect("commit");
 }
 
-/// Whether a statement of a client of ours waits for a lock at the server.
-fn waits_for_a_lock(facts: &PgFacts) -> bool {
-    let waiting = "SELECT count(*) FROM pg_stat_activity \
-                   WHERE application_name = 'recipes' AND wait_event_type = 'Lock'";
-    facts.sql(waiting).trim() != "0"
-}
-
 #[test]
 fn fault_an_enter_waiting_on_a_row_lock_holds_up_no_renewal() {
     let server = PgServer::start();

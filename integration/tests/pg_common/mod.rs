@@ -50,6 +50,13 @@ pub fn deaf(url: &str, every: Duration) -> PgClient {
         .expect("connect")
 }
 
+/// Whether a statement of a client of ours waits for a lock at the server.
+pub fn waits_for_a_lock(facts: &integration::PgFacts) -> bool {
+    let waiting = "SELECT count(*) FROM pg_stat_activity \
+                   WHERE application_name = 'recipes' AND wait_event_type = 'Lock'";
+    facts.sql(waiting).trim() != "0"
+}
+
 pub fn grant(server: &PgServer, role: &str) {
     server.sql(&format!(
         "GRANT USAGE ON SCHEMA recipes TO {role}; \
