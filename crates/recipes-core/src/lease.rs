@@ -216,10 +216,19 @@ impl SessionLease {
     /// lease of `granted`; see [`DeadlineTracker::acknowledged`]. Ignored
     /// once the epoch is lost.
     pub fn acknowledged(&self, sent_at: BootInstant, granted: Duration) -> bool {
-        if self.trigger.is_fired() || self.shared.expired() {
+        if self.trigger.is_fired() {
             return false;
         }
-        let updated = self.shared.tracker.lock().acknowledged(sent_at, granted);
+        let updated = {
+            // The clock is read under the tracker's lock: a reader that saw
+            // the deadline pass read it before we did, so we see it passed
+            // too, and a lost epoch never comes back.
+            let mut tracker = self.shared.tracker.lock();
+            if tracker.expired_at(self.shared.now()) {
+                return false;
+            }
+            tracker.acknowledged(sent_at, granted)
+        };
         // A later deadline needs no look; an earlier one (a shorter grant)
         // does. Acknowledgements come at renewals: always look.
         self.watcher.look_again();

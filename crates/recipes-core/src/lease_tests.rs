@@ -258,3 +258,67 @@ fn a_blocked_loss_hook_delays_no_other_lease_due_with_it() {
     }
     drop(go);
 }
+
+/// A clock whose next read runs a hook once, after reading: for a test
+/// that needs time to pass, and another thread to look, at the instant the
+/// code under test reads the clock.
+struct HookClock {
+    inner: Arc<ManualClock>,
+    hook: Mutex<Option<Box<dyn FnOnce() + Send>>>,
+}
+
+impl fmt::Debug for HookClock {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("HookClock")
+            .field("now", &self.inner.now())
+            .finish()
+    }
+}
+
+impl Clock for HookClock {
+    fn now(&self) -> BootInstant {
+        let now = self.inner.now();
+        let hook = self.hook.lock().take();
+        if let Some(hook) = hook {
+            hook();
+        }
+        now
+    }
+}
+
+#[test]
+fn an_acknowledgement_racing_the_deadline_never_revives_a_lost_epoch() {
+    let manual = ManualClock::new(at(0));
+    let clock = Arc::new(HookClock {
+        inner: manual.clone(),
+        hook: Mutex::new(None),
+    });
+    let lease =
+        SessionLease::start("t", &LossTrigger::root(), clock.clone(), Duration::ZERO).unwrap();
+    lease.acknowledged(at(0), Duration::from_secs(1));
+    let until = lease.valid_until().unwrap();
+    manual.advance(until - at(0) - Duration::from_millis(1));
+    // The acknowledgement of a renewal sent at 500 ms reads the clock 1 ms
+    // before the deadline; right after that read the deadline passes and
+    // another thread looks at the signal.
+    let (seen_tx, seen) = crossbeam_channel::bounded(1);
+    let (looked_tx, looked) = crossbeam_channel::bounded::<()>(1);
+    let signal = lease.signal();
+    let passes = manual.clone();
+    *clock.hook.lock() = Some(Box::new(move || {
+        passes.advance(Duration::from_millis(2));
+        std::thread::spawn(move || {
+            let _ = seen_tx.send(signal.is_lost());
+            let _ = looked_tx.send(());
+        });
+        // The look may wait for the acknowledgement to finish: a bound,
+        // not a synchronization.
+        let _ = looked.recv_timeout(Duration::from_millis(200));
+    }));
+    lease.acknowledged(at(500), Duration::from_secs(1));
+    let seen_lost = seen.recv_timeout(Duration::from_secs(10)).unwrap();
+    assert!(
+        !seen_lost || lease.is_lost(),
+        "a thread saw the epoch lost, and a late acknowledgement revived it"
+    );
+}
