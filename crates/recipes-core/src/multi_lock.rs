@@ -145,6 +145,22 @@ impl<C: Client> MultiLock<C> {
     }
 
     fn acquire(&self, deadline: Option<Instant>) -> Result<Option<MultiLockGuard<C>>> {
+        loop {
+            match self.take_all(deadline)? {
+                Taken::All(guard) => return Ok(Some(guard)),
+                Taken::TimedOut => return Ok(None),
+                Taken::Lost(_) if deadline.is_some_and(|d| Instant::now() >= d) => return Ok(None),
+                Taken::Lost(name) => {
+                    log::info!("multi-lock: {name} was lost while the rest was taken; again")
+                }
+            }
+        }
+    }
+
+    /// One pass over the names. A lease taken earlier may be lost while a
+    /// later name is waited for: then everything is given back, and the
+    /// guard is never handed out with a part already gone.
+    fn take_all(&self, deadline: Option<Instant>) -> Result<Taken<C>> {
         let mut held: Vec<(String, Held<C>)> = Vec::with_capacity(self.parts.len());
         for (name, lock) in &self.parts {
             let got = match lock {
@@ -156,15 +172,20 @@ impl<C: Client> MultiLock<C> {
                 Ok(Some(h)) => held.push((name.clone(), h)),
                 Ok(None) => {
                     give_back(held);
-                    return Ok(None);
+                    return Ok(Taken::TimedOut);
                 }
                 Err(e) => {
                     give_back(held);
                     return Err(e);
                 }
             }
+            if let Some((lost, _)) = held.iter().find(|(_, h)| h.lost().is_lost()) {
+                let lost = lost.clone();
+                give_back(held);
+                return Ok(Taken::Lost(lost));
+            }
         }
-        Ok(Some(MultiLockGuard::over(held)))
+        Ok(Taken::All(MultiLockGuard::over(held)))
     }
 
     /// Take every lock, waiting as long as it takes.
@@ -213,6 +234,14 @@ impl<C: Client> fmt::Debug for MultiLock<C> {
             .field("names", &self.names().collect::<Vec<_>>())
             .finish()
     }
+}
+
+/// How one pass over the names ended.
+enum Taken<C: Client> {
+    All(MultiLockGuard<C>),
+    TimedOut,
+    /// This name's lease was lost before the last name was taken.
+    Lost(String),
 }
 
 fn take<G, H>(got: Result<Option<G>>, wrap: impl FnOnce(G) -> H) -> Result<Option<H>> {

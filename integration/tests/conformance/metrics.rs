@@ -21,12 +21,12 @@ use super::Kit;
 
 /// Every value recorded so far: a snapshot drains histograms, so they are
 /// kept here across snapshots.
-struct Recorded {
+pub(super) struct Recorded {
     snapshotter: Snapshotter,
     histograms: PlMutex<HashMap<String, Vec<f64>>>,
 }
 
-fn recorded() -> &'static Recorded {
+pub(super) fn recorded() -> &'static Recorded {
     static RECORDED: OnceLock<Recorded> = OnceLock::new();
     RECORDED.get_or_init(|| {
         let recorder = DebuggingRecorder::new();
@@ -74,11 +74,11 @@ fn read() -> (HashMap<String, f64>, HashMap<String, Vec<f64>>) {
 /// a process of its own and says so in `NEXTEST_EXECUTION_MODE`; `cargo
 /// test` runs a binary's tests as threads of one), so that series labelled
 /// only by store are its own.
-fn alone_in_this_process() -> bool {
+pub(super) fn alone_in_this_process() -> bool {
     std::env::var("NEXTEST_EXECUTION_MODE").is_ok_and(|m| m == "process-per-test")
 }
 
-fn scalar(name: &str, labels: &[(&str, &str)]) -> f64 {
+pub(super) fn scalar(name: &str, labels: &[(&str, &str)]) -> f64 {
     read().0.get(&series(name, labels)).copied().unwrap_or(0.0)
 }
 

@@ -261,6 +261,11 @@ macro_rules! conformance_suite {
         }
 
         #[test]
+        fn multi_a_part_lost_while_waiting_is_taken_again() {
+            conformance::multi::a_part_lost_while_waiting_is_taken_again(&<$kit as conformance::Kit>::shared());
+        }
+
+        #[test]
         fn multi_bad_lists_are_refused_and_leave_nothing() {
             conformance::multi::bad_lists_are_refused_and_leave_nothing(&<$kit as conformance::Kit>::shared());
         }

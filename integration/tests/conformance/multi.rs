@@ -8,8 +8,10 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use integration::{scale, wait_until};
+use recipes_core::metrics::LOSSES;
 use recipes_core::{Client, Error, LockKind, MAX_MULTI_LOCK_NAMES};
 
+use super::metrics::{alone_in_this_process, recorded, scalar};
 use super::{name, Kit};
 
 const TTL: Duration = Duration::from_secs(10);
@@ -139,6 +141,67 @@ where
     wait_until("nothing left", scale(Duration::from_secs(10)), || {
         left(&me, &[&m, &r, &w]) == 0
     });
+}
+
+/// A lease taken first and lost while a later name is waited for is never
+/// handed out: the multi-lock gives back what it holds and takes every
+/// name again, behind whoever took the lost name meanwhile.
+pub fn a_part_lost_while_waiting_is_taken_again<K: Kit>(kit: &K)
+where
+    K::Client: recipes_core::Client,
+{
+    // The loss is seen in the metrics, which count every mutex of the
+    // process: only a test alone in its process can read them so.
+    if !alone_in_this_process() {
+        eprintln!("SKIP: needs a process of its own (cargo nextest)");
+        return;
+    }
+    recorded();
+    let (a, b) = (name("multi-lost-a"), name("multi-lost-b"));
+    // Short leases: session mode waits out a lost holder's before the next.
+    let short = || kit.connect(Duration::from_secs(2)).expect("connect");
+    let (me, other, third) = (short(), short(), short());
+    let store = me.store();
+    let deleted = || {
+        let labels = [("store", store), ("recipe", "mutex"), ("reason", "deleted")];
+        scalar(LOSSES, &labels)
+    };
+    let holds_b = other.mutex(&b).unwrap().lock().unwrap();
+    let multi = me.multi_lock(&[&b, &a]).unwrap();
+    let waiter = std::thread::spawn(move || multi.lock());
+    let queued = |n: &str| me.contenders(n).expect("contenders").len();
+    wait_until(
+        "a held and b waited on",
+        scale(Duration::from_secs(10)),
+        || queued(&a) == 1 && queued(&b) == 2,
+    );
+    let before = deleted();
+    kit.delete_entry(&me.contenders(&a).unwrap()[0].holder);
+    wait_until("a's loss seen", scale(Duration::from_secs(10)), || {
+        deleted() > before
+    });
+    let holds_a = third.mutex(&a).unwrap().lock().unwrap();
+    holds_b.release().unwrap();
+    wait_until(
+        "the multi-lock returned, or gave b back and queued for a",
+        scale(Duration::from_secs(10)),
+        || waiter.is_finished() || (queued(&a) == 2 && queued(&b) == 0),
+    );
+    assert!(
+        !waiter.is_finished(),
+        "a multi-lock was handed out with a part lost: {:?}",
+        waiter.join()
+    );
+    let third_token = holds_a.token();
+    holds_a.release().unwrap();
+    let g = waiter.join().unwrap().expect("every lock, once a is free");
+    assert!(!g.is_lost(), "{:?}", g.lost_name());
+    assert!(
+        g.token(&a).unwrap() > third_token,
+        "a taken again after the third"
+    );
+    g.release().unwrap();
+    assert_eq!(left(&me, &[&a, &b]), 0, "entries left behind");
 }
 
 /// Bad lists are refused before anything is written.
