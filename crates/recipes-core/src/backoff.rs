@@ -51,6 +51,13 @@ impl Backoff {
     pub async fn pause(&mut self) {
         tokio::time::sleep(self.next_pause()).await;
     }
+
+    /// As [`pause`](Backoff::pause), but wake by `deadline` at the latest:
+    /// a timed wait never sleeps past its end between retries.
+    pub async fn pause_within(&mut self, deadline: Option<tokio::time::Instant>) {
+        let wake = tokio::time::Instant::now() + self.next_pause();
+        tokio::time::sleep_until(deadline.map_or(wake, |d| wake.min(d))).await;
+    }
 }
 
 #[cfg(test)]
@@ -64,6 +71,21 @@ mod tests {
         assert_eq!(got, [10, 20, 35, 35]);
         b.reset();
         assert_eq!(b.next_pause(), Duration::from_millis(10));
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_pause_within_a_deadline_ends_by_it() {
+        let mut b = Backoff::new(Duration::from_secs(1), Duration::from_secs(1));
+        let started = tokio::time::Instant::now();
+        let deadline = started + Duration::from_millis(100);
+        b.pause_within(Some(deadline)).await;
+        assert!(
+            started.elapsed() < Duration::from_millis(500),
+            "{:?}",
+            started.elapsed()
+        );
+        b.pause_within(None).await;
+        assert!(started.elapsed() >= Duration::from_secs(1));
     }
 
     #[test]

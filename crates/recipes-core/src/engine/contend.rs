@@ -60,7 +60,7 @@ pub(super) async fn run<C: Contest>(c: C, deadline: Option<Instant>) -> Result<O
             // try again until the deadline.
             Err(e) if e.is_retryable() && !passed(deadline) => {
                 log::debug!("contend: no epoch: {e}; retrying");
-                backoff.pause().await;
+                backoff.pause_within(deadline).await;
                 continue;
             }
             Err(e) => return Err(e),
@@ -81,7 +81,7 @@ pub(super) async fn run<C: Contest>(c: C, deadline: Option<Instant>) -> Result<O
             Attempt::Restart if passed(deadline) => return Ok(None),
             Attempt::Restart => {
                 log::debug!("contend: starting over");
-                backoff.pause().await;
+                backoff.pause_within(deadline).await;
             }
         }
     }
@@ -225,7 +225,7 @@ async fn attempt<D: ContendDriver>(
                 Ok(read) => read,
                 Err(e) if e.is_retryable() && !passed(deadline) => {
                     log::debug!("contend: reading the queue failed: {e}; retrying");
-                    backoff.pause().await;
+                    backoff.pause_within(deadline).await;
                     continue;
                 }
                 // The loop's top starts over on a new epoch.
@@ -272,7 +272,7 @@ async fn attempt<D: ContendDriver>(
                 Ok(()) => backoff.reset(),
                 Err(e) if e.is_retryable() => {
                     log::debug!("contend: waiting for {ahead:?} failed: {e}; reading again");
-                    backoff.pause().await;
+                    backoff.pause_within(deadline).await;
                 }
                 Err(_) if lost.is_lost() => {}
                 Err(e) => return Err(e),

@@ -113,7 +113,7 @@ pub async fn wait_until<S: WaitStore, C: Condition<S>>(
                 Ok(epoch) => epoch,
                 Err(e) if e.is_retryable() && !passed(deadline) => {
                     log::debug!("wait {}: no epoch: {e}; retrying", store.name());
-                    backoff.pause().await;
+                    backoff.pause_within(deadline).await;
                     continue;
                 }
                 Err(_) if passed(deadline) => return Ok(None),
@@ -125,7 +125,7 @@ pub async fn wait_until<S: WaitStore, C: Condition<S>>(
                 None if passed(deadline) => return Ok(None),
                 None => {
                     log::debug!("wait {}: checking again under a new epoch", store.name());
-                    backoff.pause().await;
+                    backoff.pause_within(deadline).await;
                 }
             }
         }
@@ -158,7 +158,7 @@ async fn under_epoch<S: WaitStore, C: Condition<S>>(
             Ok(Check::Wait(watch)) => watch,
             Err(e) if e.is_retryable() && !passed(deadline) => {
                 log::debug!("wait {}: check failed: {e}; retrying", store.name());
-                backoff.pause().await;
+                backoff.pause_within(deadline).await;
                 continue;
             }
             Err(_) if lost.is_lost() => return Ok(None),
@@ -180,7 +180,7 @@ async fn under_epoch<S: WaitStore, C: Condition<S>>(
                 Ok(()) => backoff.reset(),
                 Err(e) if e.is_retryable() => {
                     log::debug!("wait {}: notification failed: {e}; reading again", store.name());
-                    backoff.pause().await;
+                    backoff.pause_within(deadline).await;
                 }
                 Err(_) if lost.is_lost() => return Ok(None),
                 Err(e) => return Err(e),

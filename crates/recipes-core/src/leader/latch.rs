@@ -261,9 +261,12 @@ async fn run<E: ElectionBackend>(inner: Arc<LatchInner<E>>) {
             break;
         }
         let started = std::time::Instant::now();
+        // Biased, here and below: a close seen at the same time as a win
+        // or a pause's end wins, so a closed latch never gains again.
         let won = tokio::select! {
-            r = inner.election.campaign_async(inner.id.as_bytes().to_vec(), None) => r,
+            biased;
             _ = closing.fired() => break,
+            r = inner.election.campaign_async(inner.id.as_bytes().to_vec(), None) => r,
         };
         inner.labels.acquisition(started, &won);
         let term = match won {
@@ -273,8 +276,9 @@ async fn run<E: ElectionBackend>(inner: Arc<LatchInner<E>>) {
             Err(e) => {
                 log::warn!("{label} latch: {e}; campaigning again");
                 tokio::select! {
-                    () = backoff.pause() => {}
+                    biased;
                     _ = closing.fired() => break,
+                    () = backoff.pause() => {}
                 }
                 continue;
             }
@@ -290,7 +294,9 @@ async fn run<E: ElectionBackend>(inner: Arc<LatchInner<E>>) {
             token,
             lost: lost.clone(),
         });
+        // A loss seen at the same time as a close is reported as the loss.
         let ended = tokio::select! {
+            biased;
             reason = lost.fired() => Some(reason),
             _ = closing.fired() => None,
         };
