@@ -103,7 +103,9 @@ impl<C: Client> Held<C> {
 /// They are always taken in one canonical order (by name), so two
 /// multi-locks over the same names, listed in any order, never deadlock
 /// each other. An acquisition that fails or whose deadline passes gives
-/// back everything it took before it returns. The guard holds one fencing
+/// back everything it took before it returns; one whose earlier lease is
+/// lost while it waits for a later name gives everything back and starts
+/// over, so no guard is handed out with a part already lost. The guard holds one fencing
 /// token per name; its loss signal fires when any one of the leases may be
 /// gone, and says which.
 ///
