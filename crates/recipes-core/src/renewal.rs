@@ -73,40 +73,38 @@ impl StopFlag {
     }
 }
 
-/// Send a renewal on `stream` every `interval` and feed the replies to
-/// `lease`, until the stream breaks, is stuck (its oldest renewal went
-/// unanswered for `stuck_after`: its server may be cut off, another may
-/// answer), `stop` is set, or the lease is lost (a [`Renewal::Gone`]
-/// fires it with [`LossReason::Revoked`]).
+/// Send a renewal on `stream` every `interval`, the first `first` from
+/// now, and feed the replies to `lease`, until the stream breaks, is stuck
+/// (its oldest renewal went unanswered for `stuck_after`: its server may
+/// be cut off, another may answer), `stop` is set, or the lease is lost (a
+/// [`Renewal::Gone`] fires it with [`LossReason::Revoked`]).
 pub async fn renew_on<R: RenewalStream>(
     lease: &SessionLease,
     label: &str,
     stream: &mut R,
-    interval: Duration,
+    (first, interval): (Duration, Duration),
     stuck_after: Duration,
     stop: &StopFlag,
 ) -> StreamEnd {
     let mut sent: VecDeque<BootInstant> = VecDeque::new();
-    let mut tick = tokio::time::interval_at(Instant::now() + interval, interval);
+    let mut tick = tokio::time::interval_at(Instant::now() + first, interval);
     tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     loop {
-        tokio::select! {
-            () = stop.stopped() => return StreamEnd::Over,
-            _ = tick.tick() => {
-                if stop.is_stopped() || lease.is_lost() {
-                    return StreamEnd::Over;
-                }
-                let now = lease.now();
-                if sent.front().is_some_and(|&oldest| now - oldest > stuck_after) {
-                    log::debug!("[{label}] renewal unanswered for {stuck_after:?}; re-opening");
-                    return StreamEnd::Broken;
-                }
-                sent.push_back(now);
-                if let Err(e) = stream.send().await {
-                    log::debug!("[{label}] renewal send failed: {e}");
-                    return StreamEnd::Broken;
-                }
+        // When the oldest renewal unanswered becomes stuck.
+        let stuck_in = sent
+            .front()
+            .map(|&oldest| (oldest + stuck_after).saturating_duration_since(lease.now()));
+        let stuck = async move {
+            match stuck_in {
+                Some(d) => tokio::time::sleep(d).await,
+                None => std::future::pending().await,
             }
+        };
+        // Biased: a reply that came is counted before the stream is
+        // judged stuck.
+        tokio::select! {
+            biased;
+            () = stop.stopped() => return StreamEnd::Over,
             reply = stream.reply() => match reply {
                 Ok(Renewal::Gone) => {
                     log::info!("[{label}] renewal reply says the lease is gone");
@@ -121,6 +119,20 @@ pub async fn renew_on<R: RenewalStream>(
                 },
                 Err(e) => {
                     log::debug!("[{label}] renewal stream ended: {e}");
+                    return StreamEnd::Broken;
+                }
+            },
+            () = stuck => {
+                log::debug!("[{label}] renewal unanswered for {stuck_after:?}; re-opening");
+                return StreamEnd::Broken;
+            }
+            _ = tick.tick() => {
+                if stop.is_stopped() || lease.is_lost() {
+                    return StreamEnd::Over;
+                }
+                sent.push_back(lease.now());
+                if let Err(e) = stream.send().await {
+                    log::debug!("[{label}] renewal send failed: {e}");
                     return StreamEnd::Broken;
                 }
             }

@@ -18,11 +18,22 @@ const MIN_INTERVAL: Duration = Duration::from_millis(100);
 const FIRST_RETRY_PAUSE: Duration = Duration::from_millis(20);
 
 /// Renews the lease until the session is stopped or lost.
+///
+/// A stream that broke is opened again after a short pause, and renews at
+/// once if opening it renewed nothing: a store that fails a renewal or two
+/// in a row (a restart, a reset connection) costs no lease while it comes
+/// back before the deadline. A renewal unanswered for an interval (a third
+/// of the TTL) makes the stream stuck (its server may be cut off; another
+/// may answer), with a third of the TTL left to renew on another.
 pub(super) async fn renew<S: LeaseStore>(s: Arc<LeaseSession<S>>) {
     let interval = (s.ttl / 3).max(MIN_INTERVAL);
+    let stuck_after = s.rpc_timeout.min(interval);
     // Never wait longer than a fraction of the TTL to re-open a stream.
     let max_pause = (s.ttl / 6).max(FIRST_RETRY_PAUSE);
     let mut backoff = Backoff::new(FIRST_RETRY_PAUSE, max_pause);
+    // The lease was just granted (or acknowledged): the first renewal is
+    // due an interval from now.
+    let mut broke = false;
     loop {
         if s.stop.is_stopped() {
             return;
@@ -32,21 +43,23 @@ pub(super) async fn renew<S: LeaseStore>(s: Arc<LeaseSession<S>>) {
         }
         let Ok(store) = s.store() else { return };
         let sent_at = s.epoch.now();
+        let open_for = s.rpc_timeout.min(interval * 2);
         let opening = within(
             "open renewals",
-            s.rpc_timeout,
+            open_for,
             store.renewals(s.id, s.rpc_timeout),
         );
         let opened = tokio::select! {
             r = opening => r,
             () = s.stop.stopped() => return,
         };
-        let mut stream = match opened {
+        let (mut stream, first) = match opened {
             Ok(Opened::Renewed(stream)) => {
                 s.epoch.acknowledged(sent_at, s.ttl);
-                stream
+                (stream, interval)
             }
-            Ok(Opened::Ready(stream)) => stream,
+            Ok(Opened::Ready(stream)) if broke => (stream, backoff.next_pause()),
+            Ok(Opened::Ready(stream)) => (stream, interval),
             Ok(Opened::Gone) => {
                 log::info!("[{}] the lease is gone in the store", s.label);
                 s.epoch.fire(LossReason::Revoked);
@@ -64,22 +77,26 @@ pub(super) async fn renew<S: LeaseStore>(s: Arc<LeaseSession<S>>) {
                 continue;
             }
         };
-        backoff.reset();
-        // A stream whose oldest renewal went unanswered for an RPC timeout
-        // is stuck (its server may be cut off): another may reach another.
+        let acknowledged = s.epoch.last_acknowledged_send();
         let end = renew_on(
             &s.epoch,
             &s.label,
             &mut stream,
-            interval,
-            s.rpc_timeout,
+            (first, interval),
+            stuck_after,
             &s.stop,
         );
-        match end.await {
+        let end = end.await;
+        // Pauses grow while renewals keep failing, and start small again
+        // once one was acknowledged.
+        if s.epoch.last_acknowledged_send() != acknowledged {
+            backoff.reset();
+        }
+        match end {
             StreamEnd::Broken if s.policy == LossPolicy::OnDisconnect => {
                 return disconnected(&s).await
             }
-            StreamEnd::Broken => {}
+            StreamEnd::Broken => broke = true,
             StreamEnd::Over if s.epoch.is_lost() => return after_loss(&s).await,
             StreamEnd::Over => return,
         }
@@ -108,3 +125,7 @@ async fn after_loss<S: LeaseStore>(s: &LeaseSession<S>) {
     log::info!("[{}] session lost; revoking its lease", s.label);
     s.end(LossReason::DeadlineExpired).await;
 }
+
+#[cfg(test)]
+#[path = "renew_tests.rs"]
+mod tests;

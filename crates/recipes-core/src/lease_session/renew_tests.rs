@@ -1,0 +1,125 @@
+//! The renewal loop against a scripted store: renewals that fail fast or
+//! go unanswered cost no lease while the store answers again in time.
+
+use std::collections::VecDeque;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use parking_lot::Mutex;
+
+use crate::error::{Error, Result};
+use crate::lease_session::{LeaseSession, LeaseStore, Opened};
+use crate::limits::Settings;
+use crate::renewal::{Renewal, RenewalStream};
+use crate::runtime::Runtime;
+
+/// What the store does with a renewal: in the order sent.
+#[derive(Debug, Clone, Copy)]
+enum Step {
+    /// Answers at once with an error (a reset connection, a restart).
+    Fail,
+    /// Never answers (a server cut off).
+    Hang,
+    /// Renews.
+    Grant,
+}
+
+#[derive(Clone)]
+struct Scripted {
+    ttl: Duration,
+    script: Arc<Mutex<VecDeque<Step>>>,
+    granted: Arc<AtomicUsize>,
+}
+
+struct Stream {
+    store: Scripted,
+    sent: VecDeque<Step>,
+}
+
+impl RenewalStream for Stream {
+    async fn send(&mut self) -> Result<()> {
+        let step = self.store.script.lock().pop_front().unwrap_or(Step::Grant);
+        self.sent.push_back(step);
+        Ok(())
+    }
+
+    async fn reply(&mut self) -> Result<Renewal> {
+        match self.sent.front() {
+            None | Some(Step::Hang) => std::future::pending().await,
+            Some(Step::Fail) => {
+                self.sent.pop_front();
+                Err(Error::ConnectionLoss)
+            }
+            Some(Step::Grant) => {
+                self.sent.pop_front();
+                self.store.granted.fetch_add(1, Ordering::SeqCst);
+                Ok(Renewal::Granted(self.store.ttl))
+            }
+        }
+    }
+}
+
+impl LeaseStore for Scripted {
+    type Renewals = Stream;
+
+    fn label(&self, id: i64) -> String {
+        format!("scripted={id}")
+    }
+
+    async fn grant(&self, _ttl: Duration, _timeout: Duration) -> Result<(i64, Duration)> {
+        Ok((1, self.ttl))
+    }
+
+    async fn renewals(&self, _id: i64, _timeout: Duration) -> Result<Opened<Stream>> {
+        Ok(Opened::Ready(Stream {
+            store: self.clone(),
+            sent: VecDeque::new(),
+        }))
+    }
+
+    async fn revoke(&self, _id: i64, _timeout: Duration) -> Result<()> {
+        Ok(())
+    }
+}
+
+/// A session of a 3 s TTL (a renewal every second; the deadline 2.9 s
+/// after the last renewal acknowledged) over a store that does `steps` to
+/// the first renewals, then renews: it must still hold once the store
+/// renewed again.
+fn holds_across(steps: &[Step]) {
+    let ttl = Duration::from_secs(3);
+    let store = Scripted {
+        ttl,
+        script: Arc::new(Mutex::new(steps.iter().copied().collect())),
+        granted: Arc::new(AtomicUsize::new(0)),
+    };
+    let rt = Runtime::new("renew-test").unwrap();
+    let settings = Settings {
+        ttl,
+        ..Settings::default()
+    };
+    let (on, scripted) = (rt.clone(), store.clone());
+    let granted = async move { LeaseSession::grant(scripted, &settings, &on, false).await };
+    let session = rt.call("grant", Duration::from_secs(10), granted).unwrap();
+    let until = Instant::now() + Duration::from_secs(20);
+    while store.granted.load(Ordering::SeqCst) == 0 {
+        assert!(
+            !session.epoch().is_lost(),
+            "{steps:?}: the lease was lost before the store renewed again"
+        );
+        assert!(Instant::now() < until, "{steps:?}: no renewal in 20 s");
+        std::thread::sleep(Duration::from_millis(5));
+    }
+    assert!(!session.epoch().is_lost(), "{steps:?}: lost");
+}
+
+#[test]
+fn two_renewals_failing_at_once_cost_no_lease() {
+    holds_across(&[Step::Fail, Step::Fail]);
+}
+
+#[test]
+fn a_renewal_never_answered_is_sent_again_before_the_deadline() {
+    holds_across(&[Step::Hang]);
+}
