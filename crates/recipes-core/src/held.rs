@@ -133,13 +133,19 @@ impl<E: StoreEntry> HeldEntry<E> {
 
     /// One fenced write: its value checked against the stores' limit
     /// before anything is sent, and a write that got no confirmation is
-    /// [`Error::Indeterminate`] (it may have landed).
+    /// [`Error::Indeterminate`] (it may have landed). A write the store
+    /// refused says our entry is gone: the loss signal fires at once, not
+    /// when the store's watch or poll tells.
     fn call(&self, what: &'static str, write: FencedWrite) -> Result<()> {
         if let FencedWrite::Put { value, .. } | FencedWrite::Proclaim { value } = &write {
             crate::limits::check_value(&format!("{what}'s value"), value)?;
         }
         let e = &self.entry;
-        within_rpc(e, what, Box::pin(e.clone().write(what, write))).map_err(Error::unconfirmed)
+        let done = within_rpc(e, what, Box::pin(e.clone().write(what, write)));
+        if let Err(Error::FenceRejected { .. }) = &done {
+            self.trigger.fire(LossReason::Deleted);
+        }
+        done.map_err(Error::unconfirmed)
     }
 
     fn outside_layout(&self, key: &str) -> Result<String> {
@@ -217,12 +223,9 @@ impl<E: StoreEntry> LeadershipLease for HeldEntry<E> {
     fn proclaim(&self, value: &[u8]) -> Result<()> {
         let value = value.to_vec();
         match self.call("proclaim", FencedWrite::Proclaim { value }) {
-            Err(Error::FenceRejected { what }) => {
-                self.trigger.fire(LossReason::Deleted);
-                Err(Error::NotHeld {
-                    what: format!("leadership of {}: {what}", self.entry.holder()),
-                })
-            }
+            Err(Error::FenceRejected { what }) => Err(Error::NotHeld {
+                what: format!("leadership of {}: {what}", self.entry.holder()),
+            }),
             other => other,
         }
     }

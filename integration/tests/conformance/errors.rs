@@ -80,6 +80,32 @@ pub fn a_mismatched_semaphore_size_is_invalid_argument<K: Kit>(kit: &K) {
     let _ = client.close();
 }
 
+/// A fenced write the store refuses (our entry was deleted behind our
+/// back) fires the guard's loss signal at once: the holder learns it from
+/// the refusal, whatever the store's watch or poll has yet to tell.
+pub fn a_refused_fenced_write_fires_the_loss_signal<K: Kit>(kit: &K) {
+    let client = kit.connect(Duration::from_secs(10)).expect("connect");
+    let lock = name("errors-refused");
+    let resource = format!("{lock}-resource");
+    let guard = client.mutex(&lock).unwrap().lock().unwrap();
+    guard
+        .put(&resource, b"first")
+        .expect("a holder's write lands");
+    kit.delete_entry(guard.holder());
+    match guard.put(&resource, b"late") {
+        Err(Error::FenceRejected { .. }) => {}
+        other => panic!("a fenced write after our entry went: {other:?}"),
+    }
+    assert!(
+        guard.is_lost(),
+        "refused, and the guard still says it holds"
+    );
+    assert!(matches!(guard.check(), Err(Error::LeaseLost { .. })));
+    assert_eq!(kit.value(&resource).as_deref(), Some("first"));
+    drop(guard);
+    let _ = client.close();
+}
+
 /// A held lock: a try-lock elsewhere is `Ok(None)` and leaves no entry;
 /// once the holder's entry is deleted its loss fires with `Deleted`, its
 /// `check` is `LeaseLost`, its fenced write is `FenceRejected`; a call on a

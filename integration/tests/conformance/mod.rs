@@ -300,6 +300,13 @@ macro_rules! conformance_suite {
         }
 
         #[test]
+        fn errors_a_refused_fenced_write_fires_the_loss_signal() {
+            conformance::errors::a_refused_fenced_write_fires_the_loss_signal(
+                &<$kit as conformance::Kit>::shared(),
+            );
+        }
+
+        #[test]
         fn errors_bad_input_is_invalid_argument() {
             conformance::errors::bad_input_is_invalid_argument(
                 &<$kit as conformance::Kit>::shared(),
