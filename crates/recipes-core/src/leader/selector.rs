@@ -30,9 +30,11 @@ fn contend<E: ElectionBackend>(
     );
     let won = labels.timed(|| {
         let queued = async move {
+            // Biased: a close seen with a win ends the campaign.
             tokio::select! {
-                r = campaign => r,
+                biased;
                 _ = closing.fired() => Ok(None),
+                r = campaign => r,
             }
         };
         election
@@ -145,9 +147,18 @@ impl<E: ElectionBackend> LeaderSelector<E> {
                 let trigger = guard.lease().trigger().clone();
                 *term.lock() = Some(trigger.clone());
                 // After publishing the trigger: a close from now on fires
-                // it; one before is seen here.
+                // it; one before is seen here, and the closure never runs
+                // for a term won as the selector closed.
+                let give_up = |guard: Leadership<E::Leadership>| {
+                    *term.lock() = None;
+                    log::info!("{label} giving leadership up");
+                    if let Err(e) = guard.resign() {
+                        log::warn!("{label} release failed: {e}; retrying in the background");
+                    }
+                };
                 if closing.is_lost() {
                     trigger.fire(LossReason::Closed);
+                    return give_up(guard);
                 }
                 log::info!("{label} running as leader (fence {})", guard.token());
                 // A panic ends this term, not the selector: leadership is
@@ -159,11 +170,7 @@ impl<E: ElectionBackend> LeaderSelector<E> {
                 if ran.is_err() {
                     log::error!("{label} the leader's closure panicked; giving leadership up");
                 }
-                *term.lock() = None;
-                log::info!("{label} giving leadership up");
-                if let Err(e) = guard.resign() {
-                    log::warn!("{label} release failed: {e}; retrying in the background");
-                }
+                give_up(guard);
                 if !requeue || closing.is_lost() {
                     return;
                 }
