@@ -183,9 +183,18 @@ impl<S: PooledSession> Sessions<S> {
         if let Some(s) = self.usable()? {
             return Ok(s);
         }
-        let session = self.unless_closed(open().await?).await?;
-        *self.current.lock() = Some(session.clone());
-        Ok(session)
+        let session = open().await?;
+        {
+            let mut current = self.current.lock();
+            // Under `current`'s lock, as `close` takes it after setting
+            // `closed`: a session installed here is one `close` returns.
+            if !self.closed.load(Ordering::SeqCst) {
+                *current = Some(session.clone());
+                return Ok(session);
+            }
+        }
+        session.discard().await;
+        Err(Error::Closed)
     }
 
     /// A session for an acquisition of `name`, with its turn at the name:
