@@ -226,21 +226,37 @@ impl<B: GroupStore + OnRuntime> Membership<B> {
     }
 
     /// Leave the group, waiting until the store confirmed (or our session
-    /// is gone, which removes the member too).
+    /// is gone, which removes the member too), at most the RPC timeout.
     ///
     /// # Errors
     ///
-    /// [`Error::Closed`] when the client is closed (its session's end
-    /// removes the member).
+    /// [`Error::Indeterminate`] when the store did not confirm within the
+    /// RPC timeout: the removal goes on in the background, and the end of
+    /// our session removes the member in any case. [`Error::Closed`] when
+    /// the client is closed (its session's end removes the member).
     pub fn release(mut self) -> Result<()> {
         let joined = self
             .joined
             .take()
             .expect("the member is present until released or dropped");
-        let what = "group leave";
-        blocking(&self.backend, what, None, async move {
+        let (removed, done) = tokio::sync::oneshot::channel();
+        remove_in_background(&self.backend, async move {
             B::remove(joined.ticket).await;
-            Ok(())
+            let _ = removed.send(());
+        });
+        let timeout = self.backend.rpc_timeout();
+        blocking(&self.backend, "group leave", None, async move {
+            match tokio::time::timeout(timeout, done).await {
+                Ok(Ok(())) => Ok(()),
+                Ok(Err(_)) => Err(Error::Closed),
+                Err(_) => Err(Error::Indeterminate {
+                    what: format!(
+                        "leaving the group: the store did not confirm within {timeout:?}; the \
+                         removal goes on in the background, and the session's end removes \
+                         the member in any case"
+                    ),
+                }),
+            }
         })
     }
 }

@@ -80,6 +80,41 @@ pub fn join_members_and_leave<K: Kit>(kit: &K) {
     assert!(kit.entries_under(&name).is_empty(), "nothing left");
 }
 
+/// A leave the store cannot confirm (the member's client cut off) ends
+/// within the RPC timeout as `Indeterminate`, and the member still goes
+/// once its session ends.
+pub fn an_unconfirmed_leave_is_indeterminate_within_the_rpc_timeout<K: Kit>(kit: &K) {
+    let reader = client(kit);
+    if !has_groups(&reader) {
+        return;
+    }
+    let name = name("group-cut-off");
+    let (ttl, rpc) = (Duration::from_secs(2), Duration::from_secs(1));
+    let proxy = integration::Proxy::start(kit.server_addr());
+    let cut = kit.connect_via(proxy.addr(), ttl, rpc).expect("connect");
+    let member = cut.group(&name).unwrap().join("cut", b"").unwrap();
+    let group = reader.group(&name).unwrap();
+    assert_eq!(ids(&group.members().unwrap()), ["cut"]);
+    proxy.blackhole();
+    let started = std::time::Instant::now();
+    let left = member.release();
+    assert!(
+        matches!(left, Err(Error::Indeterminate { .. })),
+        "an unconfirmed leave: {left:?}"
+    );
+    assert!(
+        started.elapsed() < scale(rpc * 3),
+        "the leave took {:?}",
+        started.elapsed()
+    );
+    wait_until(
+        "the cut-off member's session ended",
+        scale(Duration::from_secs(15)),
+        || group.members().unwrap().members.is_empty(),
+    );
+    drop(cut);
+}
+
 /// A second join with an id already present is a typed error: the first
 /// member and its data stay, and nothing else is written.
 pub fn a_taken_id_is_refused_and_changes_nothing<K: Kit>(kit: &K) {

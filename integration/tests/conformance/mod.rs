@@ -466,6 +466,13 @@ macro_rules! conformance_suite {
         }
 
         #[test]
+        fn group_an_unconfirmed_leave_is_indeterminate_within_the_rpc_timeout() {
+            conformance::group::an_unconfirmed_leave_is_indeterminate_within_the_rpc_timeout(
+                &<$kit as conformance::Kit>::shared(),
+            );
+        }
+
+        #[test]
         fn group_a_taken_id_is_refused_and_changes_nothing() {
             conformance::group::a_taken_id_is_refused_and_changes_nothing(
                 &<$kit as conformance::Kit>::shared(),
