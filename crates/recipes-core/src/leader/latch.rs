@@ -174,8 +174,12 @@ impl<E: ElectionBackend> LeaderLatch<E> {
     }
 
     /// Leave the election: end the term (its loss signal fires with
-    /// [`LossReason::Released`]), delete our entry and stop. Returns once
-    /// the entry is deleted — or the session is lost, which takes it.
+    /// [`LossReason::Released`]), delete our entry and stop. While leading,
+    /// returns once the entry is deleted — or the session is lost, which
+    /// takes it. An entry still waiting in line is abandoned: it is removed
+    /// in the background (for a moment after `close` returns,
+    /// [`participants`](LeaderLatch::participants) and other processes may
+    /// still list it, never as a leader that acts: it holds no term).
     ///
     /// # Errors
     ///
