@@ -90,28 +90,55 @@ local function other(m)
   if r then return 'a read-write lock' end
   return 'a lock or election'
 end
+-- Set ours' hold key `k` and mint the fence: a lock's names our member
+-- (the name's last fence is ours while it holds: no one else mints); a
+-- permit's or a read-write lock member's, `<member> <fence>`, keeps the
+-- fence minted for it, which holders sharing the name's counter cannot
+-- change, for a resent enter or confirm to answer. `nx`: only if `k` is
+-- free. → the fence; or false and the value `k` holds (`nx`, `k` set).
+-- The counter moves after the write (from the clock read before it), so
+-- a refused `SET` mints nothing.
+local function hold(k, fkey, nx)
+  local v, now = member, nil
+  if mode ~= 'lock' then
+    now = micros()
+    v = member .. ' ' .. string.format('%.0f', now)
+  end
+  local found
+  if nx then found = redis.call('SET', k, v, 'NX', 'GET') else redis.call('SET', k, v) end
+  if found then return false, found end
+  local fence = mint(fkey, now)
+  if now and fence ~= now then
+    redis.call('SET', k, member .. ' ' .. string.format('%.0f', fence))
+  end
+  return fence
+end
 -- Ours holds if the rule says so over `live` (the live members up to
 -- ours): set the hold key and mint the fence. `fresh`: ours holds by
 -- the rule (the queue was empty, or held readers only and ours is a
 -- reader), so its hold key is free unless someone tampered with the
 -- queue or this is a resent enter (then the checks below run). A hold of a
--- member whose session expired is free. → the fence; -1 ours is gone;
--- -2 not ours yet.
+-- member whose session expired is free. → the fence (a resent call's:
+-- the one minted for it); -1 ours is gone; -2 not ours yet.
 local function take(live, max, fkey, fresh)
   if live[#live] ~= member then return -1 end
   local k = holdkey(member)
-  if fresh and redis.call('SET', k, member, 'NX') then return mint(fkey) end
-  local cur = redis.call('GET', k)
+  local fence, cur
+  if fresh then
+    fence, cur = hold(k, fkey, true)
+    if fence then return fence end
+  else cur = redis.call('GET', k) end
   if cur == member then return tonumber(redis.call('GET', fkey)) end
-  if cur and alive(cur) then return -2 end
+  local m, f = named(cur)
+  if m == member then return tonumber(f) end
+  if m and alive(m) then return -2 end
   if mode == 'rw' then
     local reader = role(member) == 'read'
     for i = 1, #live - 1 do
       if not reader or role(live[i]) ~= 'read' then return -2 end
     end
   elseif #live > tonumber(max) then return -2 end
-  redis.call('SET', k, member)
-  return mint(fkey)
+  return (hold(k, fkey, false))
 end
 "#;
 
@@ -228,7 +255,9 @@ return 1
 
 // ARGV: ns, queue, hold, mode, member, token, max, fence key → the fence
 // (`SET hold member`: free, or a hold of an expired session; then `mint`, only on a new
-// acquisition; a resent confirm of a holder gets the name's last fence);
+// acquisition; a resent confirm of a holder gets the fence minted for it:
+// a lock's, the name's last; a permit's or a read-write lock member's,
+// the one its hold key keeps);
 // -1 our session or entry is gone; -2 not ours yet: more than `max` live
 // members ahead, or for a read-write lock (`max` unused) a writer ahead
 // of a reader, anyone ahead of a writer.
@@ -269,7 +298,7 @@ pub(crate) static DOWNGRADE: Func = Func {
     name: "downgrade",
     flags: "allow-oom",
     body: r#"
-if redis.call('GET', holdkey(member)) ~= member or not alive(member) then return 0 end
+if named(redis.call('GET', holdkey(member))) ~= member or not alive(member) then return 0 end
 if not redis.call('ZSCORE', qk, member) then return 0 end
 redis.call('HSET', rk, member, 'read')
 redis.call('PUBLISH', ns .. 'gone:' .. member, q)

@@ -17,8 +17,8 @@
 //! | `ns v:<queue>` | the members' values (a candidate's) |
 //! | `ns r:<name>` | a read-write lock's roles: member → `read` \| `write` |
 //! | `ns lock:<name>` | the lock: the holder's member, no TTL: live while its session key is |
-//! | `ns rw:<name>:<member>` | a held read or write side, as the lock |
-//! | `ns permit:<sem>/leases:<member>` | a held permit, as the lock |
+//! | `ns rw:<name>:<member>` | a held read or write side: `<member> <fence>`, the fence minted for it; otherwise as the lock |
+//! | `ns permit:<sem>/leases:<member>` | a held permit, as a side |
 //! | `ns fence:<queue>` | the queue's last fence, never deleted |
 //! | `ns size:<sem>` | a semaphore's size |
 //!
@@ -92,6 +92,15 @@ macro_rules! common {
 local ns = ARGV[1]
 local function sid_of(m) return string.match(m, '^(%d+)-') or '0' end
 local function sess(m) return ns .. 's:' .. sid_of(m) end
+-- The member a hold key's value `v` names, and the fence it keeps: a
+-- lock's value is its holder's member; a permit's or a read-write lock
+-- member's, `<member> <fence>` (a member has no space). nil: no value.
+local function named(v)
+  if not v then return nil end
+  local m, f = string.match(v, '^(%S*) (%d+)$')
+  if m then return m, f end
+  return v
+end
 -- Remove member `m` of queue `q` whose hold key is `k`. `held`: whether
 -- `k` is m's and is to be deleted (nil: read it). `own` (optional): m is
 -- the caller's own member, so only its hash of `own` ('v' or 'r') can
@@ -104,7 +113,7 @@ local function drop(q, k, m, held, own)
   redis.call('HDEL', ns .. 'h:' .. sid_of(m), m)
   -- A barrier's member has no hold key (''): nothing to read, and an ACL
   -- user's grant (our keys only) refuses a read of ''.
-  if held == nil then held = k ~= '' and redis.call('GET', k) == m end
+  if held == nil then held = k ~= '' and named(redis.call('GET', k)) == m end
   if held then redis.call('DEL', k) end
   if left > 0 then
     if own ~= 'r' then redis.call('HDEL', ns .. 'v:' .. q, m) end
@@ -260,7 +269,7 @@ script!(
     "",
     common!(),
     r#"
-if redis.call('GET', ARGV[2]) ~= ARGV[3] or redis.call('EXISTS', sess(ARGV[3])) == 0 then
+if named(redis.call('GET', ARGV[2])) ~= ARGV[3] or redis.call('EXISTS', sess(ARGV[3])) == 0 then
   return 0
 end
 if ARGV[4] == 'set' then redis.call('SET', ARGV[5], ARGV[6])
@@ -295,7 +304,9 @@ pub(crate) fn fenced_body(body: &str) -> Script {
     Script::new(&format!(
         "#!lua\nlocal hk, m = KEYS[#KEYS], ARGV[#ARGV]\n\
          local s = '{NS}s:' .. (string.match(m, '^(%d+)-') or '0')\n\
-         if redis.call('GET', hk) ~= m or redis.call('EXISTS', s) == 0 then \
+         local v = redis.call('GET', hk)\n\
+         if v ~= m and not (v and string.sub(v, 1, #m + 1) == m .. ' ') \
+         or redis.call('EXISTS', s) == 0 then \
          return redis.error_reply('FENCED the lock is not held by this guard') end\n\
          KEYS[#KEYS] = nil\nARGV[#ARGV] = nil\nreturn (function()\n{body}\nend)()\n"
     ))
