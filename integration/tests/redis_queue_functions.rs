@@ -286,7 +286,7 @@ fn a_resent_confirm_of_a_permit_or_a_reader_answers_its_own_fence() {
 }
 
 #[test]
-fn a_read_write_lock_wakes_only_the_member_behind_and_a_mutex_its_observers() {
+fn a_read_write_lock_wakes_only_the_member_behind_and_a_lock_its_observers() {
     let lab = Lab::new();
     lab.session(SID_WAKE);
     let client = redis::Client::open(lab.server.url()).unwrap();
@@ -304,29 +304,45 @@ fn a_read_write_lock_wakes_only_the_member_behind_and_a_mutex_its_observers() {
     fence_of(&lab.enter_rw(rw, &r, "read")).expect("holds");
     fence_of(&lab.enter_rw(rw, &w, "write"));
     assert_eq!(lab.remove_rw(rw, &r), 1);
-    // A mutex's enter and remove, for its observers (an election's).
-    let m = format!("{SID_WAKE}-m");
+    // A mutex's enter and remove, then an election candidate's (it has a
+    // value): its observers hear the new leader.
+    let (m, e) = (format!("{SID_WAKE}-m"), format!("{SID_WAKE}-e"));
     let (hold, size, fence) = (
         format!("{NS}lock:{lock}"),
         format!("{NS}size:{lock}"),
         format!("{NS}fence:{lock}"),
     );
-    lab.call(
-        "enter",
-        &[
-            NS, lock, &hold, "lock", &m, TOKEN, "", &size, "", "1", &fence,
-        ],
-    );
-    lab.call("remove", &[NS, lock, &hold, "lock", &m]);
+    for (member, value) in [(&m, ""), (&e, "v")] {
+        lab.call(
+            "enter",
+            &[
+                NS, lock, &hold, "lock", member, TOKEN, value, &size, "", "1", &fence,
+            ],
+        );
+        lab.call("remove", &[NS, lock, &hold, "lock", member]);
+    }
 
-    let heard: Vec<String> = (0..3)
-        .map(|_| pubsub.get_message().unwrap().get_channel_name().to_owned())
+    let heard: Vec<(String, String)> = (0..4)
+        .map(|_| {
+            let msg = pubsub.get_message().unwrap();
+            (
+                msg.get_channel_name().to_owned(),
+                msg.get_payload().unwrap(),
+            )
+        })
         .collect();
+    let wake = |member: &String| (wake_lock.clone(), member.clone());
     assert_eq!(
         heard,
-        vec![gone_r.clone(), wake_lock.clone(), wake_lock.clone()],
+        vec![
+            (gone_r.clone(), rw.to_owned()),
+            wake(&m),
+            wake(&e),
+            wake(&e)
+        ],
         "the writer behind the reader hears its going; nothing on the \
-         read-write lock's wake channel; the mutex's enter and remove on its own"
+         read-write lock's wake channel; the mutex's remove on its own, not \
+         its enter; the candidate's enter and remove"
     );
     assert_eq!(lab.remove_rw(rw, &w), 0);
 }

@@ -152,8 +152,9 @@ end
 // members of another recipe, `what` (a lock's or an election's, a
 // barrier's, a double barrier's for a read-write lock; a read-write
 // lock's or a barrier's for a lock), or the name holds a plain barrier's
-// or a shared counter's key. Into an empty queue (the uncontended path) it runs no read of
-// the queue beyond its last member; a reader into a queue of readers only
+// or a shared counter's key. Into an empty queue (the uncontended path) it
+// reads nothing of the queue but the one probe of the name's keys (a
+// permit: its last member); a reader into a queue of readers only
 // reads their roles, not each member (their liveness does not matter: no
 // writer is among them), and is shown alone.
 pub(crate) static ENTER: Func = Func {
@@ -168,7 +169,7 @@ local readers = false
 local probe = {}
 if ARGV[8] ~= '' then probe[#probe + 1] = ARGV[8] end
 if ARGV[9] ~= '' then probe[#probe + 1] = ARGV[9] end
-if mode == 'rw' then probe[#probe + 1] = qk elseif mode == 'lock' then probe[#probe + 1] = rk end
+if mode == 'lock' then probe[#probe + 1] = rk end
 -- The keys of the recipes whose names hold no queue of their own: a
 -- plain barrier's, a shared counter's (same probe, no command more).
 local marks = {}
@@ -176,22 +177,29 @@ if mode ~= 'permit' then
   marks = {{ns .. 'barrier:' .. q, 'a barrier'}, {ns .. 'count:' .. q, 'a shared counter'}}
   for _, m in ipairs(marks) do probe[#probe + 1] = m[1] end
 end
-local found = 0
-if #probe > 0 then found = redis.call('EXISTS', unpack(probe)) end
-if found > 0 then
-  -- A read-write lock's queue found is not a conflict: count it out.
-  local queued = 0
-  if mode == 'rw' then queued = redis.call('ZCARD', qk) end
-  if queued > 0 then found = found - 1 end
-  if found > 0 and ARGV[8] ~= '' and redis.call('EXISTS', ARGV[8]) == 1 then return {-2} end
-  if found > 0 and ARGV[9] ~= '' and redis.call('EXISTS', ARGV[9]) == 1 then return {-3} end
+-- The queue joins a probe made anyway: nothing found is an empty queue
+-- too, with no read of it (the uncontended path). What is found but the
+-- queue is another recipe's key.
+local found, last = 0, nil
+if #probe > 0 then
+  probe[#probe + 1] = qk
+  found = redis.call('EXISTS', unpack(probe))
+  if found == 0 then last = {} end
+end
+if not last then last = redis.call('ZRANGE', qk, -1, -1, 'WITHSCORES') end
+local foreign = found
+if last[1] and #probe > 0 then foreign = found - 1 end
+if foreign > 0 or (mode == 'rw' and last[1]) then
+  if foreign > 0 and ARGV[8] ~= '' and redis.call('EXISTS', ARGV[8]) == 1 then return {-2} end
+  if foreign > 0 and ARGV[9] ~= '' and redis.call('EXISTS', ARGV[9]) == 1 then return {-3} end
   for _, m in ipairs(marks) do
-    if found > 0 and redis.call('EXISTS', m[1]) == 1 then return {-4, {m[2]}} end
+    if foreign > 0 and redis.call('EXISTS', m[1]) == 1 then return {-4, {m[2]}} end
   end
   if mode == 'rw' then
     local roles = redis.call('HVALS', rk)
-    readers = #roles == queued
+    readers = true
     for _, r in ipairs(roles) do if r ~= 'read' then readers = false break end end
+    if readers then readers = #roles == redis.call('ZCARD', qk) end
   end
   if not readers then
     local others = {}
@@ -203,7 +211,6 @@ if found > 0 then
     end
   end
 end
-local last = redis.call('ZRANGE', qk, -1, -1, 'WITHSCORES')
 local fresh = last[1] == nil
 local place = 1
 if not fresh then place = tonumber(last[2]) + 1 end
@@ -215,9 +222,11 @@ if last[1] ~= member and redis.call('ZADD', qk, 'NX', place, member) == 1 then
   elseif ARGV[7] ~= '' then redis.call('HSET', ns .. 'v:' .. q, member, ARGV[7]) end
   local h = ns .. 'h:' .. sid_of(member)
   redis.call('HSET', h, member, q .. '\n' .. holdkey(member))
-  -- Observers (an election's) and permit waiters listen here; nobody
-  -- listens on a read-write lock's (its waiters listen on `gone:`).
-  if mode ~= 'rw' then redis.call('PUBLISH', ns .. 'wake:' .. q, member) end
+  -- An election's observers listen here for a new leader: published
+  -- for a candidate (it has a value). A mutex's enter, a permit's or a
+  -- read-write lock member's lets no waiter in (they wait for a going),
+  -- and shows at an observer's next poll.
+  if mode == 'lock' and ARGV[7] ~= '' then redis.call('PUBLISH', ns .. 'wake:' .. q, member) end
 end
 -- Ours holds by the rule without a listing: alone in the queue, or a
 -- reader among readers only.

@@ -29,7 +29,10 @@
 //! are swept by the next listing (their hold keys with them). Going
 //! entries are published on `ns gone:<member>` (the waiter behind a lock
 //! entry listens there; not when the queue is left empty) and
-//! `ns wake:<queue>` (a permit waiter, an observer).
+//! `ns wake:<queue>` (a permit waiter, an observer); an entry's coming
+//! only on `wake:` and only for an election's candidate (a new leader for
+//! its observers: nobody waits for a coming, and the rest show at an
+//! observer's next poll).
 //!
 //! **The sweep.** No key of a session has a TTL but its session key:
 //! every one is listed in the session's index `h:<id>`, and the index
@@ -44,9 +47,11 @@
 //! from that expiry on); with none, at the next connect.
 //!
 //! `ENTER` takes too when ours holds at once (`take`, as `CONFIRM`
-//! does): into an empty queue it reads only the queue's last member, sets
-//! the hold key and mints the fence, so an uncontended lock is one script
-//! and its release another.
+//! does): into an empty queue (which the probe of the name's other
+//! recipes' keys shows, the queue's key among them) it reads nothing
+//! more, sets the hold key and mints the fence, so an uncontended lock is
+//! one script and its release another: 15 commands in all, the two
+//! `FCALL`s counted (`redis_keepalive.rs`).
 //!
 //! A read-write lock is the mutex's queue `ns q:<name>` with each
 //! member's role beside it (`ns r:<name>`, which exists while it has
@@ -114,8 +119,8 @@ local function drop(q, k, m, held, own)
   -- A barrier's member has no hold key (''): nothing to read, and an ACL
   -- user's grant (our keys only) refuses a read of ''.
   if held == nil then held = k ~= '' and named(redis.call('GET', k)) == m end
-  if held then redis.call('DEL', k) end
   if left > 0 then
+    if held then redis.call('DEL', k) end
     if own ~= 'r' then redis.call('HDEL', ns .. 'v:' .. q, m) end
     if own ~= 'v' then redis.call('HDEL', ns .. 'r:' .. q, m) end
     redis.call('PUBLISH', ns .. 'gone:' .. m, q)
@@ -123,7 +128,10 @@ local function drop(q, k, m, held, own)
     -- A double barrier's flag too (`ready:`): a member joins above an old
     -- one, and one left by members that all died would refuse a plain
     -- barrier of the name for good.
-    redis.call('DEL', ns .. 'v:' .. q, ns .. 'r:' .. q, ns .. 'n:' .. q, ns .. 'ready:' .. q)
+    -- The hold key (when held) in the same DEL.
+    local gone = {ns .. 'v:' .. q, ns .. 'r:' .. q, ns .. 'n:' .. q, ns .. 'ready:' .. q}
+    if held then gone[#gone + 1] = k end
+    redis.call('DEL', unpack(gone))
   end
   if own ~= 'r' then redis.call('PUBLISH', ns .. 'wake:' .. q, m) end
 end
