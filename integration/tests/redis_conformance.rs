@@ -179,8 +179,9 @@ impl<const TLS: bool> Kit for RedisKit<TLS> {
             .server
             .cmd(&["ZREM", &format!("{NS}q:{queue}"), member]);
         let key = Self::hold_key(queue, member);
+        // A permit's key holds `<member> <fence>`.
         let held: Option<String> = self.server.cmd(&["GET", &key]);
-        if held.as_deref() == Some(member) {
+        if held.is_some_and(|v| v == member || v.starts_with(&format!("{member} "))) {
             let _: i64 = self.server.cmd(&["DEL", &key]);
         }
     }

@@ -136,6 +136,21 @@ fn uncontended_lock_and_release_is_two_scripts_counted_by_the_server() {
         (2 * cycles..=2 * cycles + 1).contains(&scripts),
         "{scripts} scripts for {cycles} cycles: the raw count is two a cycle"
     );
+    // Inside them (each FCALL counted as one): the enter checks the session
+    // (GET), probes the name's other recipes and its queue in one EXISTS,
+    // queues and indexes the member (ZADD, HSET), takes (SET NX GET) and
+    // mints (TIME, SET GET); the release checks the holder (GET), leaves
+    // (ZREM, ZCARD, HDEL), deletes the lock with the empty queue's keys
+    // (one DEL) and publishes it for observers. The poll of held entries
+    // (MGET) aside, a renewal's commands (at most 10) if one fell in, and
+    // a few of the client's own (its connection's).
+    let polls = calls(&server, "mget");
+    let renewals = scripts - 2 * cycles;
+    assert!(
+        all - polls <= 15 * cycles + 10 * renewals + 5,
+        "{} commands for {cycles} cycles: at most 15 a cycle",
+        all - polls
+    );
     c.close().unwrap();
 }
 

@@ -15,6 +15,8 @@ const NS: &str = "{recipes}:";
 /// (the server is the binary's shared one): its key holds [`TOKEN`].
 const SID: &str = "77";
 const SID_WAKE: &str = "78";
+const SID_RESENT: &str = "79";
+const SID_OLD: &str = "80";
 const TOKEN: &str = "t0ken";
 
 /// The binary's shared server with the queue library loaded.
@@ -65,6 +67,28 @@ impl Lab {
             &[
                 NS, name, &hold, "rw", member, TOKEN, role, &size, "", "0", &fence,
             ],
+        )
+    }
+
+    /// A semaphore `sem`'s permit `member` entered (taking if fewer than
+    /// `max` live members are ahead) or confirmed again: `f` is `enter` or
+    /// `confirm`.
+    fn permit(&self, f: &str, sem: &str, member: &str, max: &str) -> redis::Value {
+        let queue = format!("{sem}/leases");
+        let (hold, fence) = (format!("{NS}permit:{queue}:"), format!("{NS}fence:{queue}"));
+        let head = [NS, &queue, &hold, "permit", member, TOKEN];
+        match f {
+            "enter" => self.call(f, &[&head[..], &["", "", "", max, &fence]].concat()),
+            _ => self.call(f, &[&head[..], &[max, &fence]].concat()),
+        }
+    }
+
+    /// A read-write lock's member `member` confirmed (again).
+    fn confirm_rw(&self, name: &str, member: &str) -> redis::Value {
+        let (hold, fence) = (format!("{NS}rw:{name}:"), format!("{NS}fence:{name}"));
+        self.call(
+            "confirm",
+            &[NS, name, &hold, "rw", member, TOKEN, "0", &fence],
         )
     }
 
@@ -182,8 +206,87 @@ fn an_enter_sent_again_changes_nothing_and_answers_the_same() {
     assert_eq!(index, 0, "the session's index is empty");
 }
 
+/// A confirm's reply is a fence.
+fn int(reply: redis::Value) -> i64 {
+    match reply {
+        redis::Value::Int(n) => n,
+        other => panic!("a fence: {other:?}"),
+    }
+}
+
+/// Holders that share a name's fence counter (a semaphore's permits, a
+/// read-write lock's readers): an enter or a confirm sent again after
+/// another holder took (its reply lost) answers the fence minted for
+/// that holder, never the other's.
 #[test]
-fn a_read_write_lock_wakes_only_the_member_behind_and_a_mutex_its_observers() {
+fn a_resent_confirm_of_a_permit_or_a_reader_answers_its_own_fence() {
+    let lab = Lab::new();
+    lab.session(SID_RESENT);
+    let (sem, rw) = ("/qf/resent-sem", "/qf/resent-rw");
+    let m = |x: &str| format!("{SID_RESENT}-{x}");
+    let (a, b, c) = (m("a"), m("b"), m("c"));
+    let fa = fence_of(&lab.permit("enter", sem, &a, "2")).expect("the first permit holds");
+    let fb = fence_of(&lab.permit("enter", sem, &b, "2")).expect("the second permit holds");
+    assert!(fb > fa);
+    assert_eq!(fence_of(&lab.permit("enter", sem, &c, "2")), None, "full");
+    assert_eq!(
+        int(lab.permit("confirm", sem, &a, "2")),
+        fa,
+        "a's confirm again"
+    );
+    assert_eq!(
+        fence_of(&lab.permit("enter", sem, &a, "2")),
+        Some(fa),
+        "a's enter again"
+    );
+    let queue = format!("{sem}/leases");
+    let hold = format!("{NS}permit:{queue}:");
+    let removed = lab.call("remove", &[NS, &queue, &hold, "permit", &a]);
+    assert_eq!(removed, redis::Value::Int(1), "a held");
+    let fc = int(lab.permit("confirm", sem, &c, "2"));
+    assert!(fc > fb);
+    assert_eq!(
+        int(lab.permit("confirm", sem, &b, "2")),
+        fb,
+        "b's confirm again"
+    );
+    assert_eq!(
+        int(lab.permit("confirm", sem, &c, "2")),
+        fc,
+        "c's confirm again"
+    );
+    // A permit held by a client of the previous version (its hold key
+    // holds the member alone), whose session expired: swept as ever.
+    lab.session(SID_OLD);
+    let d = format!("{SID_OLD}-d");
+    fence_of(&lab.permit("enter", sem, &d, "3")).expect("a third permit of three holds");
+    let _: String = lab.server.cmd(&["SET", &format!("{hold}{d}"), &d]);
+    let _: i64 = lab.server.cmd(&["DEL", &format!("{NS}s:{SID_OLD}")]);
+    for x in [&b, &c] {
+        lab.call("remove", &[NS, &queue, &hold, "permit", x]);
+    }
+    lab.call("list", &[NS, &queue, &hold, "permit", &d]);
+
+    let (r1, r2) = (m("r1"), m("r2"));
+    let f1 = fence_of(&lab.enter_rw(rw, &r1, "read")).expect("a reader holds");
+    let f2 = fence_of(&lab.enter_rw(rw, &r2, "read")).expect("a reader among readers holds");
+    assert!(f2 > f1);
+    assert_eq!(
+        fence_of(&lab.enter_rw(rw, &r1, "read")),
+        Some(f1),
+        "r1's enter again"
+    );
+    assert_eq!(int(lab.confirm_rw(rw, &r1)), f1, "r1's confirm again");
+    assert_eq!(int(lab.confirm_rw(rw, &r2)), f2, "r2's confirm again");
+    assert_eq!((lab.remove_rw(rw, &r1), lab.remove_rw(rw, &r2)), (1, 1));
+    for name in [&queue[..], rw] {
+        let left = vec![format!("{NS}fence:{name}")];
+        assert_eq!(lab.keys_of(name), left, "only the fence outlives the queue");
+    }
+}
+
+#[test]
+fn a_read_write_lock_wakes_only_the_member_behind_and_a_lock_its_observers() {
     let lab = Lab::new();
     lab.session(SID_WAKE);
     let client = redis::Client::open(lab.server.url()).unwrap();
@@ -201,29 +304,45 @@ fn a_read_write_lock_wakes_only_the_member_behind_and_a_mutex_its_observers() {
     fence_of(&lab.enter_rw(rw, &r, "read")).expect("holds");
     fence_of(&lab.enter_rw(rw, &w, "write"));
     assert_eq!(lab.remove_rw(rw, &r), 1);
-    // A mutex's enter and remove, for its observers (an election's).
-    let m = format!("{SID_WAKE}-m");
+    // A mutex's enter and remove, then an election candidate's (it has a
+    // value): its observers hear the new leader.
+    let (m, e) = (format!("{SID_WAKE}-m"), format!("{SID_WAKE}-e"));
     let (hold, size, fence) = (
         format!("{NS}lock:{lock}"),
         format!("{NS}size:{lock}"),
         format!("{NS}fence:{lock}"),
     );
-    lab.call(
-        "enter",
-        &[
-            NS, lock, &hold, "lock", &m, TOKEN, "", &size, "", "1", &fence,
-        ],
-    );
-    lab.call("remove", &[NS, lock, &hold, "lock", &m]);
+    for (member, value) in [(&m, ""), (&e, "v")] {
+        lab.call(
+            "enter",
+            &[
+                NS, lock, &hold, "lock", member, TOKEN, value, &size, "", "1", &fence,
+            ],
+        );
+        lab.call("remove", &[NS, lock, &hold, "lock", member]);
+    }
 
-    let heard: Vec<String> = (0..3)
-        .map(|_| pubsub.get_message().unwrap().get_channel_name().to_owned())
+    let heard: Vec<(String, String)> = (0..4)
+        .map(|_| {
+            let msg = pubsub.get_message().unwrap();
+            (
+                msg.get_channel_name().to_owned(),
+                msg.get_payload().unwrap(),
+            )
+        })
         .collect();
+    let wake = |member: &String| (wake_lock.clone(), member.clone());
     assert_eq!(
         heard,
-        vec![gone_r.clone(), wake_lock.clone(), wake_lock.clone()],
+        vec![
+            (gone_r.clone(), rw.to_owned()),
+            wake(&m),
+            wake(&e),
+            wake(&e)
+        ],
         "the writer behind the reader hears its going; nothing on the \
-         read-write lock's wake channel; the mutex's enter and remove on its own"
+         read-write lock's wake channel; the mutex's remove on its own, not \
+         its enter; the candidate's enter and remove"
     );
     assert_eq!(lab.remove_rw(rw, &w), 0);
 }

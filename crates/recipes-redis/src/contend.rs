@@ -17,7 +17,8 @@
 //!   missed) and wait for a message, checking again every [`POLL`]: a lost
 //!   message costs one poll, never a TTL.
 //! - **confirm**: `SET <lock> <member>` (free, or held by a member whose
-//!   session key expired) and, only on
+//!   session key expired; a permit's or a read-write lock member's own
+//!   key holds `<member> <fence>`, what a resent confirm answers) and, only on
 //!   a new acquisition, the queue's next fence: the larger of its last
 //!   fence + 1 and the server's clock in µs (`scripts.rs`). The script
 //!   decides the recipe's rule itself, over the same live members: the

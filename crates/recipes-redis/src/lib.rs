@@ -69,7 +69,8 @@
 //! member's role (`read` or `write`) in a hash beside it
 //! (`{recipes}:r:<name>`). Several readers hold at once, so each holder
 //! has its own hold key, `{recipes}:rw:<name>:<member>`, live while its
-//! session is (as a semaphore's permits are); fenced
+//! session is (as a semaphore's permits are), holding the member and the
+//! fence minted for it (what a resent acquisition answers); fenced
 //! writes and the loss poll check that key. The confirming script decides
 //! core's [`Rule::ReadWrite`](recipes_core::store::engine::Rule::ReadWrite)
 //! itself over the live members (the mutex's liveness): a reader holds

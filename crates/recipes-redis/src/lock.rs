@@ -15,7 +15,7 @@ use redis::FromRedisValue;
 
 use crate::client::RedisClient;
 use crate::contend::{Acquired, Ticket};
-use crate::names::{validate_key, NS};
+use crate::names::{holds, validate_key, NS};
 use crate::rpc::{from_redis, Redis};
 use crate::scripts;
 
@@ -56,7 +56,7 @@ impl Holding {
             .redis
             .read("poll a held entry", self.timeout, get)
             .await?;
-        Ok(value.as_deref() == Some(self.member.as_str()))
+        Ok(holds(value.as_deref(), &self.member))
     }
 }
 

@@ -28,6 +28,16 @@ pub(crate) fn member(session: i64) -> String {
     format!("{session}-{}", uuid::Uuid::new_v4().simple())
 }
 
+/// Whether a hold key's `value` says `member` holds: a lock key holds
+/// the member; a permit's or a read-write lock member's own key
+/// `<member> <fence>`, the fence minted for it (`scripts.rs`).
+pub(crate) fn holds(value: Option<&str>, member: &str) -> bool {
+    value.is_some_and(|v| {
+        v.strip_prefix(member)
+            .is_some_and(|rest| rest.is_empty() || rest.starts_with(' '))
+    })
+}
+
 /// Whether a queue's entries hold one lock key, or a key each.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) enum Mode {
@@ -219,6 +229,13 @@ mod tests {
         let (a, b) = (member(42), member(42));
         assert!(a.starts_with("42-"));
         assert_ne!(a, b);
+    }
+
+    #[test]
+    fn a_hold_value_names_its_member_alone_or_with_its_fence() {
+        assert!(holds(Some("1-x"), "1-x") && holds(Some("1-x 17"), "1-x"));
+        assert!(!holds(Some("1-xy"), "1-x") && !holds(Some("1-xy 17"), "1-x"));
+        assert!(!holds(None, "1-x") && !holds(Some("2-x 17"), "1-x"));
     }
 
     #[test]

@@ -90,28 +90,55 @@ local function other(m)
   if r then return 'a read-write lock' end
   return 'a lock or election'
 end
+-- Set ours' hold key `k` and mint the fence: a lock's names our member
+-- (the name's last fence is ours while it holds: no one else mints); a
+-- permit's or a read-write lock member's, `<member> <fence>`, keeps the
+-- fence minted for it, which holders sharing the name's counter cannot
+-- change, for a resent enter or confirm to answer. `nx`: only if `k` is
+-- free. → the fence; or false and the value `k` holds (`nx`, `k` set).
+-- The counter moves after the write (from the clock read before it), so
+-- a refused `SET` mints nothing.
+local function hold(k, fkey, nx)
+  local v, now = member, nil
+  if mode ~= 'lock' then
+    now = micros()
+    v = member .. ' ' .. string.format('%.0f', now)
+  end
+  local found
+  if nx then found = redis.call('SET', k, v, 'NX', 'GET') else redis.call('SET', k, v) end
+  if found then return false, found end
+  local fence = mint(fkey, now)
+  if now and fence ~= now then
+    redis.call('SET', k, member .. ' ' .. string.format('%.0f', fence))
+  end
+  return fence
+end
 -- Ours holds if the rule says so over `live` (the live members up to
 -- ours): set the hold key and mint the fence. `fresh`: ours holds by
 -- the rule (the queue was empty, or held readers only and ours is a
 -- reader), so its hold key is free unless someone tampered with the
 -- queue or this is a resent enter (then the checks below run). A hold of a
--- member whose session expired is free. → the fence; -1 ours is gone;
--- -2 not ours yet.
+-- member whose session expired is free. → the fence (a resent call's:
+-- the one minted for it); -1 ours is gone; -2 not ours yet.
 local function take(live, max, fkey, fresh)
   if live[#live] ~= member then return -1 end
   local k = holdkey(member)
-  if fresh and redis.call('SET', k, member, 'NX') then return mint(fkey) end
-  local cur = redis.call('GET', k)
+  local fence, cur
+  if fresh then
+    fence, cur = hold(k, fkey, true)
+    if fence then return fence end
+  else cur = redis.call('GET', k) end
   if cur == member then return tonumber(redis.call('GET', fkey)) end
-  if cur and alive(cur) then return -2 end
+  local m, f = named(cur)
+  if m == member then return tonumber(f) end
+  if m and alive(m) then return -2 end
   if mode == 'rw' then
     local reader = role(member) == 'read'
     for i = 1, #live - 1 do
       if not reader or role(live[i]) ~= 'read' then return -2 end
     end
   elseif #live > tonumber(max) then return -2 end
-  redis.call('SET', k, member)
-  return mint(fkey)
+  return (hold(k, fkey, false))
 end
 "#;
 
@@ -125,8 +152,9 @@ end
 // members of another recipe, `what` (a lock's or an election's, a
 // barrier's, a double barrier's for a read-write lock; a read-write
 // lock's or a barrier's for a lock), or the name holds a plain barrier's
-// or a shared counter's key. Into an empty queue (the uncontended path) it runs no read of
-// the queue beyond its last member; a reader into a queue of readers only
+// or a shared counter's key. Into an empty queue (the uncontended path) it
+// reads nothing of the queue but the one probe of the name's keys (a
+// permit: its last member); a reader into a queue of readers only
 // reads their roles, not each member (their liveness does not matter: no
 // writer is among them), and is shown alone.
 pub(crate) static ENTER: Func = Func {
@@ -141,7 +169,7 @@ local readers = false
 local probe = {}
 if ARGV[8] ~= '' then probe[#probe + 1] = ARGV[8] end
 if ARGV[9] ~= '' then probe[#probe + 1] = ARGV[9] end
-if mode == 'rw' then probe[#probe + 1] = qk elseif mode == 'lock' then probe[#probe + 1] = rk end
+if mode == 'lock' then probe[#probe + 1] = rk end
 -- The keys of the recipes whose names hold no queue of their own: a
 -- plain barrier's, a shared counter's (same probe, no command more).
 local marks = {}
@@ -149,22 +177,29 @@ if mode ~= 'permit' then
   marks = {{ns .. 'barrier:' .. q, 'a barrier'}, {ns .. 'count:' .. q, 'a shared counter'}}
   for _, m in ipairs(marks) do probe[#probe + 1] = m[1] end
 end
-local found = 0
-if #probe > 0 then found = redis.call('EXISTS', unpack(probe)) end
-if found > 0 then
-  -- A read-write lock's queue found is not a conflict: count it out.
-  local queued = 0
-  if mode == 'rw' then queued = redis.call('ZCARD', qk) end
-  if queued > 0 then found = found - 1 end
-  if found > 0 and ARGV[8] ~= '' and redis.call('EXISTS', ARGV[8]) == 1 then return {-2} end
-  if found > 0 and ARGV[9] ~= '' and redis.call('EXISTS', ARGV[9]) == 1 then return {-3} end
+-- The queue joins a probe made anyway: nothing found is an empty queue
+-- too, with no read of it (the uncontended path). What is found but the
+-- queue is another recipe's key.
+local found, last = 0, nil
+if #probe > 0 then
+  probe[#probe + 1] = qk
+  found = redis.call('EXISTS', unpack(probe))
+  if found == 0 then last = {} end
+end
+if not last then last = redis.call('ZRANGE', qk, -1, -1, 'WITHSCORES') end
+local foreign = found
+if last[1] and #probe > 0 then foreign = found - 1 end
+if foreign > 0 or (mode == 'rw' and last[1]) then
+  if foreign > 0 and ARGV[8] ~= '' and redis.call('EXISTS', ARGV[8]) == 1 then return {-2} end
+  if foreign > 0 and ARGV[9] ~= '' and redis.call('EXISTS', ARGV[9]) == 1 then return {-3} end
   for _, m in ipairs(marks) do
-    if found > 0 and redis.call('EXISTS', m[1]) == 1 then return {-4, {m[2]}} end
+    if foreign > 0 and redis.call('EXISTS', m[1]) == 1 then return {-4, {m[2]}} end
   end
   if mode == 'rw' then
     local roles = redis.call('HVALS', rk)
-    readers = #roles == queued
+    readers = true
     for _, r in ipairs(roles) do if r ~= 'read' then readers = false break end end
+    if readers then readers = #roles == redis.call('ZCARD', qk) end
   end
   if not readers then
     local others = {}
@@ -176,7 +211,6 @@ if found > 0 then
     end
   end
 end
-local last = redis.call('ZRANGE', qk, -1, -1, 'WITHSCORES')
 local fresh = last[1] == nil
 local place = 1
 if not fresh then place = tonumber(last[2]) + 1 end
@@ -188,9 +222,11 @@ if last[1] ~= member and redis.call('ZADD', qk, 'NX', place, member) == 1 then
   elseif ARGV[7] ~= '' then redis.call('HSET', ns .. 'v:' .. q, member, ARGV[7]) end
   local h = ns .. 'h:' .. sid_of(member)
   redis.call('HSET', h, member, q .. '\n' .. holdkey(member))
-  -- Observers (an election's) and permit waiters listen here; nobody
-  -- listens on a read-write lock's (its waiters listen on `gone:`).
-  if mode ~= 'rw' then redis.call('PUBLISH', ns .. 'wake:' .. q, member) end
+  -- An election's observers listen here for a new leader: published
+  -- for a candidate (it has a value). A mutex's enter, a permit's or a
+  -- read-write lock member's lets no waiter in (they wait for a going),
+  -- and shows at an observer's next poll.
+  if mode == 'lock' and ARGV[7] ~= '' then redis.call('PUBLISH', ns .. 'wake:' .. q, member) end
 end
 -- Ours holds by the rule without a listing: alone in the queue, or a
 -- reader among readers only.
@@ -228,7 +264,9 @@ return 1
 
 // ARGV: ns, queue, hold, mode, member, token, max, fence key → the fence
 // (`SET hold member`: free, or a hold of an expired session; then `mint`, only on a new
-// acquisition; a resent confirm of a holder gets the name's last fence);
+// acquisition; a resent confirm of a holder gets the fence minted for it:
+// a lock's, the name's last; a permit's or a read-write lock member's,
+// the one its hold key keeps);
 // -1 our session or entry is gone; -2 not ours yet: more than `max` live
 // members ahead, or for a read-write lock (`max` unused) a writer ahead
 // of a reader, anyone ahead of a writer.
@@ -269,7 +307,7 @@ pub(crate) static DOWNGRADE: Func = Func {
     name: "downgrade",
     flags: "allow-oom",
     body: r#"
-if redis.call('GET', holdkey(member)) ~= member or not alive(member) then return 0 end
+if named(redis.call('GET', holdkey(member))) ~= member or not alive(member) then return 0 end
 if not redis.call('ZSCORE', qk, member) then return 0 end
 redis.call('HSET', rk, member, 'read')
 redis.call('PUBLISH', ns .. 'gone:' .. member, q)

@@ -11,7 +11,7 @@ use redis::aio::ConnectionManager;
 use redis::{FromRedisValue, RedisError, Script};
 use tokio::sync::Notify;
 
-use crate::names::Queue;
+use crate::names::{holds, Queue};
 use crate::queue_scripts::{self, Func, LIBRARY};
 use crate::replication::Replication;
 
@@ -46,7 +46,7 @@ impl Redis {
         Ok(held
             .iter()
             .zip(values)
-            .map(|((_, member), value)| value.as_deref() == Some(member.as_str()))
+            .map(|((_, member), value)| holds(value.as_deref(), member))
             .collect())
     }
 

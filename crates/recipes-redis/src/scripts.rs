@@ -17,8 +17,8 @@
 //! | `ns v:<queue>` | the members' values (a candidate's) |
 //! | `ns r:<name>` | a read-write lock's roles: member → `read` \| `write` |
 //! | `ns lock:<name>` | the lock: the holder's member, no TTL: live while its session key is |
-//! | `ns rw:<name>:<member>` | a held read or write side, as the lock |
-//! | `ns permit:<sem>/leases:<member>` | a held permit, as the lock |
+//! | `ns rw:<name>:<member>` | a held read or write side: `<member> <fence>`, the fence minted for it; otherwise as the lock |
+//! | `ns permit:<sem>/leases:<member>` | a held permit, as a side |
 //! | `ns fence:<queue>` | the queue's last fence, never deleted |
 //! | `ns size:<sem>` | a semaphore's size |
 //!
@@ -29,7 +29,10 @@
 //! are swept by the next listing (their hold keys with them). Going
 //! entries are published on `ns gone:<member>` (the waiter behind a lock
 //! entry listens there; not when the queue is left empty) and
-//! `ns wake:<queue>` (a permit waiter, an observer).
+//! `ns wake:<queue>` (a permit waiter, an observer); an entry's coming
+//! only on `wake:` and only for an election's candidate (a new leader for
+//! its observers: nobody waits for a coming, and the rest show at an
+//! observer's next poll).
 //!
 //! **The sweep.** No key of a session has a TTL but its session key:
 //! every one is listed in the session's index `h:<id>`, and the index
@@ -44,9 +47,11 @@
 //! from that expiry on); with none, at the next connect.
 //!
 //! `ENTER` takes too when ours holds at once (`take`, as `CONFIRM`
-//! does): into an empty queue it reads only the queue's last member, sets
-//! the hold key and mints the fence, so an uncontended lock is one script
-//! and its release another.
+//! does): into an empty queue (which the probe of the name's other
+//! recipes' keys shows, the queue's key among them) it reads nothing
+//! more, sets the hold key and mints the fence, so an uncontended lock is
+//! one script and its release another: 15 commands in all, the two
+//! `FCALL`s counted (`redis_keepalive.rs`).
 //!
 //! A read-write lock is the mutex's queue `ns q:<name>` with each
 //! member's role beside it (`ns r:<name>`, which exists while it has
@@ -92,6 +97,15 @@ macro_rules! common {
 local ns = ARGV[1]
 local function sid_of(m) return string.match(m, '^(%d+)-') or '0' end
 local function sess(m) return ns .. 's:' .. sid_of(m) end
+-- The member a hold key's value `v` names, and the fence it keeps: a
+-- lock's value is its holder's member; a permit's or a read-write lock
+-- member's, `<member> <fence>` (a member has no space). nil: no value.
+local function named(v)
+  if not v then return nil end
+  local m, f = string.match(v, '^(%S*) (%d+)$')
+  if m then return m, f end
+  return v
+end
 -- Remove member `m` of queue `q` whose hold key is `k`. `held`: whether
 -- `k` is m's and is to be deleted (nil: read it). `own` (optional): m is
 -- the caller's own member, so only its hash of `own` ('v' or 'r') can
@@ -104,9 +118,9 @@ local function drop(q, k, m, held, own)
   redis.call('HDEL', ns .. 'h:' .. sid_of(m), m)
   -- A barrier's member has no hold key (''): nothing to read, and an ACL
   -- user's grant (our keys only) refuses a read of ''.
-  if held == nil then held = k ~= '' and redis.call('GET', k) == m end
-  if held then redis.call('DEL', k) end
+  if held == nil then held = k ~= '' and named(redis.call('GET', k)) == m end
   if left > 0 then
+    if held then redis.call('DEL', k) end
     if own ~= 'r' then redis.call('HDEL', ns .. 'v:' .. q, m) end
     if own ~= 'v' then redis.call('HDEL', ns .. 'r:' .. q, m) end
     redis.call('PUBLISH', ns .. 'gone:' .. m, q)
@@ -114,7 +128,10 @@ local function drop(q, k, m, held, own)
     -- A double barrier's flag too (`ready:`): a member joins above an old
     -- one, and one left by members that all died would refuse a plain
     -- barrier of the name for good.
-    redis.call('DEL', ns .. 'v:' .. q, ns .. 'r:' .. q, ns .. 'n:' .. q, ns .. 'ready:' .. q)
+    -- The hold key (when held) in the same DEL.
+    local gone = {ns .. 'v:' .. q, ns .. 'r:' .. q, ns .. 'n:' .. q, ns .. 'ready:' .. q}
+    if held then gone[#gone + 1] = k end
+    redis.call('DEL', unpack(gone))
   end
   if own ~= 'r' then redis.call('PUBLISH', ns .. 'wake:' .. q, m) end
 end
@@ -260,7 +277,7 @@ script!(
     "",
     common!(),
     r#"
-if redis.call('GET', ARGV[2]) ~= ARGV[3] or redis.call('EXISTS', sess(ARGV[3])) == 0 then
+if named(redis.call('GET', ARGV[2])) ~= ARGV[3] or redis.call('EXISTS', sess(ARGV[3])) == 0 then
   return 0
 end
 if ARGV[4] == 'set' then redis.call('SET', ARGV[5], ARGV[6])
@@ -295,7 +312,9 @@ pub(crate) fn fenced_body(body: &str) -> Script {
     Script::new(&format!(
         "#!lua\nlocal hk, m = KEYS[#KEYS], ARGV[#ARGV]\n\
          local s = '{NS}s:' .. (string.match(m, '^(%d+)-') or '0')\n\
-         if redis.call('GET', hk) ~= m or redis.call('EXISTS', s) == 0 then \
+         local v = redis.call('GET', hk)\n\
+         if v ~= m and not (v and string.sub(v, 1, #m + 1) == m .. ' ') \
+         or redis.call('EXISTS', s) == 0 then \
          return redis.error_reply('FENCED the lock is not held by this guard') end\n\
          KEYS[#KEYS] = nil\nARGV[#ARGV] = nil\nreturn (function()\n{body}\nend)()\n"
     ))
