@@ -44,7 +44,12 @@ pub enum Access {
 /// at once would each wait for the other forever (Curator's upgrade never
 /// returns). [`RwLockReadGuard::upgrade`], and a `write` on a handle
 /// through which the calling thread holds a read guard, are an
-/// [`Error::InvalidArgument`] at once: release the read guard first.
+/// [`Error::InvalidArgument`] at once: release the read guard first. The
+/// check follows the thread that took the read guard: a read guard moved
+/// to another thread still counts for the thread that took it, and a
+/// `write` from the thread it moved to waits for it like any other
+/// reader's (a timed `try_write_for` then returns `Ok(None)`; an untimed
+/// `write` waits until the guard goes).
 ///
 /// Generic over an [`RwLockBackend`]; backends export it under their own
 /// name with their layout on the store.
