@@ -100,3 +100,35 @@ pub fn a_deleted_leader_cannot_proclaim<K: Kit>(kit: &K, ttl: Duration) {
         "nothing was re-created"
     );
 }
+
+/// A latch on a name that holds another recipe (a semaphore) cannot
+/// campaign however often it retries: its events say so once, with the
+/// typed refusal, and it leads nothing.
+pub fn a_latch_that_cannot_campaign_says_so_once<K: Kit>(kit: &K)
+where
+    K::Client: recipes_core::Client,
+{
+    use recipes_core::{Client, Error, LatchEvent};
+    let client = kit.connect(Duration::from_secs(10)).expect("connect");
+    let taken = name("latch-on-a-semaphore");
+    let permit = client.semaphore(&taken, 2).unwrap().acquire().unwrap();
+    let latch = client.leader_latch(&taken, "refused").unwrap();
+    latch.start();
+    let event = latch
+        .events()
+        .recv_timeout(scale(Duration::from_secs(10)))
+        .expect("an event");
+    match event {
+        LatchEvent::Failed {
+            error: Error::InvalidArgument(why),
+        } => assert!(why.contains("semaphore"), "{why}"),
+        other => panic!("a latch on a semaphore's name: {other:?}"),
+    }
+    // It retries meanwhile (from 50 ms apart), and says nothing more.
+    let more = latch.events().recv_timeout(Duration::from_millis(500));
+    assert!(more.is_err(), "a second event: {more:?}");
+    assert!(!latch.has_leadership());
+    latch.close().unwrap();
+    permit.release().unwrap();
+    let _ = client.close();
+}

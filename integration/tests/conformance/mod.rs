@@ -307,6 +307,13 @@ macro_rules! conformance_suite {
         }
 
         #[test]
+        fn election_a_latch_that_cannot_campaign_says_so_once() {
+            conformance::election::a_latch_that_cannot_campaign_says_so_once(
+                &<$kit as conformance::Kit>::shared(),
+            );
+        }
+
+        #[test]
         fn errors_bad_input_is_invalid_argument() {
             conformance::errors::bad_input_is_invalid_argument(
                 &<$kit as conformance::Kit>::shared(),

@@ -260,6 +260,8 @@ async fn run<E: ElectionBackend>(inner: Arc<LatchInner<E>>) {
     let closing = inner.closing.signal();
     let label = inner.label();
     let mut backoff = Backoff::RECOVER;
+    // In a stretch of errors retrying does not mend: told once.
+    let mut failing = false;
     loop {
         if closing.is_lost() {
             break;
@@ -279,6 +281,9 @@ async fn run<E: ElectionBackend>(inner: Arc<LatchInner<E>>) {
             Err(Error::Closed) => break,
             Err(e) => {
                 log::warn!("{label} latch: {e}; campaigning again");
+                if !e.is_retryable() && !std::mem::replace(&mut failing, true) {
+                    inner.emit(LatchEvent::Failed { error: e });
+                }
                 tokio::select! {
                     biased;
                     _ = closing.fired() => break,
@@ -288,6 +293,7 @@ async fn run<E: ElectionBackend>(inner: Arc<LatchInner<E>>) {
             }
         };
         backoff.reset();
+        failing = false;
         let token = term.token();
         let lost = term.loss_signal().clone();
         log::info!("{label} leadership gained (fence {token})");

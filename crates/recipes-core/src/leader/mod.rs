@@ -36,6 +36,15 @@ pub enum LatchEvent {
         /// Why.
         reason: LossReason,
     },
+    /// Campaigning failed with an error that retrying will not mend by
+    /// itself (the name holds another recipe, the credentials or the TLS
+    /// setup were refused, the store is out of space). The latch goes on
+    /// campaigning, every few seconds, in case an operator mends it; this
+    /// event comes once per such stretch of failures.
+    Failed {
+        /// The first error of the stretch.
+        error: Error,
+    },
 }
 
 /// A participant of a latch or selector as the store shows it at the moment
