@@ -2,8 +2,9 @@
 //! group, counter) when they wait at the server for a row lock, as a
 //! queue's enter does in `pg_renewals`: one given up by the client never
 //! commits later, under the client's live session, where no call of ours
-//! owns what it wrote. Each test has its own server and runs one at a
-//! time (`fault` in the name).
+//! owns what it wrote; a barrier's removal that waited for a set's row
+//! lock still removes what that set wrote. Each test has its own server
+//! and runs one at a time (`fault` in the name).
 
 mod pg_common;
 
@@ -170,5 +171,76 @@ fn fault_a_counter_write_given_up_while_it_waits_never_lands_later() {
         (1, 1),
         "the given-up write landed"
     );
+    t.close();
+}
+
+/// A barrier's removal that waited for its row while a tied set held it
+/// removes that set's row too, and the reverse order leaves the barrier
+/// up under the set's session: each call's outcome is typed, nothing is
+/// left behind. (Before, a removal that took the row after the set
+/// committed missed the set's row, whose insert it had not seen, and
+/// failed with PostgreSQL's raw foreign key violation, 23503.)
+#[test]
+fn fault_a_barrier_removal_racing_a_tied_set_removes_it_or_leaves_it_up() {
+    let server = PgServer::start();
+    let facts = PgFacts::new(server.addr());
+    let n = name("barrier-race");
+    let (r, s) = (
+        with_rpc(&server.url(), PATIENT),
+        with_rpc(&server.url(), PATIENT),
+    );
+    let limit = scale(Duration::from_secs(5));
+    for set_first in [true, false] {
+        // Up under r: the name's row exists.
+        r.barrier(&n).unwrap().tied_to_session().set().unwrap();
+        let blocker = share_lock(&server, &n);
+        let mut calls = Vec::new();
+        for set_now in [set_first, !set_first] {
+            let (set, remove) = (
+                s.barrier(&n).unwrap().tied_to_session(),
+                r.barrier(&n).unwrap(),
+            );
+            calls.push(std::thread::spawn(move || match set_now {
+                true => set.set(),
+                false => remove.remove(),
+            }));
+            let queued = calls.len();
+            wait_until("the call waits behind the blocker", limit, || {
+                lock_waits(&facts) == queued
+            });
+        }
+        commit(&blocker);
+        for call in calls {
+            call.join().unwrap().expect("the set and the removal");
+        }
+        // Taken down last, or set last (under s).
+        let rows = usize::from(!set_first);
+        assert_eq!(
+            facts.entries_under(&n).len(),
+            rows,
+            "set first: {set_first}"
+        );
+        let down = r.barrier(&n).unwrap().wait_timeout(Duration::ZERO).unwrap();
+        assert_eq!(down, set_first);
+    }
+    s.close().unwrap();
+    assert!(r.barrier(&n).unwrap().wait_timeout(limit).unwrap());
+    r.close().unwrap();
+}
+
+/// A tied set after the client's session row went (truncated behind its
+/// back) puts the barrier up under a new session, as a double barrier's
+/// or a group's join does. (Before, it failed with PostgreSQL's raw
+/// foreign key violation, 23503, until the next renewal saw the row gone.)
+#[test]
+fn fault_a_tied_barrier_set_after_the_sessions_row_went_sets_it_under_a_new_session() {
+    let t = GivenUp::new("barrier-session-gone");
+    let (n, c) = (&t.n, &t.r);
+    let before = c.session_id().expect("c's session");
+    t.server.sql("TRUNCATE recipes.sessions CASCADE");
+    c.barrier(n).unwrap().tied_to_session().set().expect("set");
+    assert_ne!(c.session_id(), Some(before), "a new session");
+    assert_eq!(t.facts.entries_under(n).len(), 1, "up under a live session");
+    c.barrier(n).unwrap().remove().unwrap();
     t.close();
 }

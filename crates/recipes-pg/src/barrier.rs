@@ -9,7 +9,7 @@ use std::time::Duration;
 use recipes_core::store::engine::gather::BarrierStore;
 use recipes_core::store::engine::{Nudge, WaitStore};
 use recipes_core::store::{check_count, OnRuntime};
-use recipes_core::{Error, LossSignal, Result};
+use recipes_core::{Error, LossReason, LossSignal, Result};
 use tokio_postgres::types::Type;
 use uuid::Uuid;
 
@@ -17,6 +17,7 @@ use crate::client::PgClient;
 use crate::listen::Subscription;
 use crate::names::{kind_shown, validate_name};
 use crate::session::Session;
+use crate::sql::violated;
 
 /// The kind of a barrier's row in `recipes.names`.
 pub(crate) const BARRIER: &str = "barrier";
@@ -253,7 +254,11 @@ impl BarrierStore for PgWaits {
                 (&session, Type::INT8),
                 (&bound, Type::TEXT),
             ];
-            self.client.db().query(&what, sql, params).await?
+            match self.client.db().query(&what, sql, params).await {
+                // `once` sends it again, under the session that follows.
+                Err(e) if session_row_gone(&epoch.0, &e) => return Err(again(&what, e)),
+                rows => rows?,
+            }
         } else {
             // Nothing if it is up, tied to a live session.
             let sql = concat!(
@@ -278,7 +283,10 @@ impl BarrierStore for PgWaits {
 
     async fn remove(&self, _epoch: &Epoch) -> Result<()> {
         // The name's row is locked first, so no tied set adds a row
-        // between the two deletes.
+        // between the two deletes. A set that held it while we waited
+        // committed a row our snapshot (older) does not show: the name's
+        // row is then still referenced, and the statement fails as a
+        // whole; sent again, its new snapshot shows that row.
         let sql = concat!(
             "WITH ",
             bounded!(2),
@@ -292,10 +300,36 @@ impl BarrierStore for PgWaits {
         let what = format!("remove the barrier {}", self.name);
         let bound = self.lock_bound();
         let params: crate::db::Params<'_> = &[(&self.name, Type::TEXT), (&bound, Type::TEXT)];
-        let rows = self.client.db().query(&what, sql, params).await?;
+        let rows = match self.client.db().query(&what, sql, params).await {
+            Err(e) if violated(&e).as_deref() == Some("queue_name_fkey") => {
+                return Err(again(&what, e))
+            }
+            rows => rows?,
+        };
         if rows.is_empty() {
             self.check_kind(BARRIER).await?;
         }
         Ok(())
+    }
+}
+
+/// Whether `e` says our `session`'s row is gone (truncated, or the schema
+/// made again) as a row of it was written: so is every row of it. The
+/// session is then lost (revoked), and what is done next takes a new one.
+pub(crate) fn session_row_gone(session: &Session, e: &Error) -> bool {
+    if violated(e).as_deref() != Some("queue_session_fkey") {
+        return false;
+    }
+    log::info!("[{}] the session's row is gone: {e}", session.label());
+    session.epoch().fire(LossReason::Revoked);
+    true
+}
+
+/// `e`, which the same call, sent again, gets past: retryable.
+fn again(what: &str, e: Error) -> Error {
+    Error::Backend {
+        message: format!("{what}: {e}; sending it again"),
+        retryable: true,
+        source: None,
     }
 }

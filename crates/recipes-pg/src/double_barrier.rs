@@ -5,14 +5,13 @@ use std::sync::Arc;
 
 use recipes_core::store::engine::gather::{DoubleBarrierStore, Flag, Gathering};
 use recipes_core::store::Backoff;
-use recipes_core::{LossReason, Result};
+use recipes_core::Result;
 use tokio_postgres::types::Type;
 use uuid::Uuid;
 
-use crate::barrier::{bounded, Changes, Epoch, PgWaits, DOUBLE_BARRIER};
+use crate::barrier::{bounded, session_row_gone, Changes, Epoch, PgWaits, DOUBLE_BARRIER};
 use crate::client::PgClient;
 use crate::session::Session;
-use crate::sql::violated;
 
 /// Names our member's row before it exists.
 #[derive(Debug)]
@@ -63,14 +62,10 @@ impl DoubleBarrierStore for PgWaits {
             (&session, Type::INT8),
             (&bound, Type::TEXT),
         ];
-        let rows = match self.client.db().query(&what, sql, params).await {
-            Err(e) if violated(&e).as_deref() == Some("queue_session_fkey") => {
-                // Our session's row is gone (truncated, or the schema made
-                // again): so is every member of it.
-                log::info!("[{}] the session's row is gone: {e}", epoch.0.label());
-                epoch.0.epoch().fire(LossReason::Revoked);
-                return Err(e);
-            }
+        // Our session's row gone: the engine enters again under the next.
+        let rows = self.client.db().query(&what, sql, params).await;
+        let rows = match rows {
+            Err(e) if session_row_gone(&epoch.0, &e) => return Err(e),
             rows => rows?,
         };
         if let Some(row) = rows.first() {

@@ -28,10 +28,10 @@ use std::sync::Arc;
 
 use recipes_core::store::engine::group::{GroupStore, GroupView, Member};
 use recipes_core::store::{id_taken, Backoff};
-use recipes_core::{Error, LossReason, Result};
+use recipes_core::{Error, Result};
 use tokio_postgres::types::Type;
 
-use crate::barrier::{bounded, Changes, Epoch, PgWaits};
+use crate::barrier::{bounded, session_row_gone, Changes, Epoch, PgWaits};
 use crate::client::PgClient;
 use crate::names::validate_name;
 use crate::session::Session;
@@ -237,13 +237,12 @@ impl GroupStore for PgWaits {
             (&bound, Type::TEXT),
         ];
         match self.client.db().query(&what, sql, params).await {
-            Err(e) if violated(&e).as_deref() == Some("queue_session_fkey") => {
-                // Our session's row is gone, and every member of it.
-                log::info!("[{}] the session's row is gone: {e}", epoch.0.label());
-                epoch.0.epoch().fire(LossReason::Revoked);
+            // Our session's row is gone, and every member of it: the
+            // engine joins again under the next.
+            Err(e) => {
+                session_row_gone(&epoch.0, &e);
                 Err(e)
             }
-            Err(e) => Err(e),
             Ok(rows) if rows.is_empty() => self.not_joined(epoch, &ticket.id).await,
             Ok(_) => Ok(true),
         }
