@@ -154,7 +154,7 @@ impl WaitStore for PgWaits {
 /// The first CTE of a writing statement that may wait at the server for
 /// a row lock: it sets that statement's `lock_timeout` (its own
 /// transaction only) to the parameter `$n`, [`PgWaits::lock_bound`]. The
-/// statement's first row lock is taken on a row read from `b`, so the
+/// statement's rows to lock or write are built from `b`'s row, so the
 /// setting is in force before any wait (as a queue's enter sets it first).
 /// Without it, a statement that waited past the call's timeout was given
 /// up here (and what it would write undone while not there yet), then
