@@ -12,7 +12,6 @@ mod pg_common;
 
 use std::time::Duration;
 
-use integration::runtime::{block_on_timeout, runtime};
 use integration::{scale, wait_until, PgBouncer, PgFacts, PgServer, PoolMode};
 use pg_common::*;
 use recipes_core::{BootInstant, Client};
@@ -24,37 +23,6 @@ const RPC: Duration = Duration::from_secs(10);
 
 /// How long the renewals are watched while the enter waits.
 const WATCHED: Duration = Duration::from_secs(4);
-
-/// An open transaction that holds `name`'s row in share mode, as a
-/// holder's fenced transaction holds it, until [`commit`].
-fn share_lock(server: &PgServer, name: &str) -> tokio_postgres::Client {
-    let limit = scale(Duration::from_secs(5));
-    let (blocker, connection) = block_on_timeout(
-        limit,
-        tokio_postgres::connect(&server.url(), tokio_postgres::NoTls),
-    )
-    .expect("connect in time")
-    .expect("connect");
-    runtime().spawn(connection);
-    let shared = format!("SELECT 1 FROM recipes.names WHERE name = '{name}' FOR SHARE");
-    block_on_timeout(limit, async {
-        blocker.batch_execute("BEGIN").await?;
-        blocker.batch_execute(&shared).await
-    })
-    .expect("the share lock in time")
-    .expect("the share lock");
-    blocker
-}
-
-/// End [`share_lock`]'s transaction.
-fn commit(blocker: &tokio_postgres::Client) {
-    block_on_timeout(
-        scale(Duration::from_secs(5)),
-        blocker.batch_execute("COMMIT"),
-    )
-    .expect("commit in time")
-    .expect("commit");
-}
 
 #[test]
 fn fault_an_enter_waiting_on_a_row_lock_holds_up_no_renewal() {
@@ -159,14 +127,7 @@ fn fault_an_enter_given_up_while_it_waits_leaves_no_entry_behind() {
     let server = PgServer::start();
     let facts = PgFacts::new(server.addr());
     let m = name("given-up");
-    let client = |rpc: Duration| {
-        PgClient::builder(server.url())
-            .ttl(Duration::from_secs(30))
-            .rpc_timeout(rpc)
-            .connect_timeout(Duration::from_secs(2))
-            .connect()
-            .unwrap()
-    };
+    let client = |rpc: Duration| with_rpc(&server.url(), rpc);
     let (q, r) = (
         client(Duration::from_secs(1)),
         client(Duration::from_secs(10)),

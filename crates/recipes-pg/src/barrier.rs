@@ -9,7 +9,7 @@ use std::time::Duration;
 use recipes_core::store::engine::gather::BarrierStore;
 use recipes_core::store::engine::{Nudge, WaitStore};
 use recipes_core::store::{check_count, OnRuntime};
-use recipes_core::{Error, LossSignal, Result};
+use recipes_core::{Error, LossReason, LossSignal, Result};
 use tokio_postgres::types::Type;
 use uuid::Uuid;
 
@@ -17,6 +17,7 @@ use crate::client::PgClient;
 use crate::listen::Subscription;
 use crate::names::{kind_shown, validate_name};
 use crate::session::Session;
+use crate::sql::violated;
 
 /// The kind of a barrier's row in `recipes.names`.
 pub(crate) const BARRIER: &str = "barrier";
@@ -150,6 +151,26 @@ impl WaitStore for PgWaits {
     }
 }
 
+/// The first CTE of a writing statement that may wait at the server for
+/// a row lock: it sets that statement's `lock_timeout` (its own
+/// transaction only) to the parameter `$n`, [`PgWaits::lock_bound`]. The
+/// statement's rows to lock or write are built from `b`'s row, so the
+/// setting is in force before any wait (as a queue's enter sets it first).
+/// Without it, a statement that waited past the call's timeout was given
+/// up here (and what it would write undone while not there yet), then
+/// committed once the lock was free: a member or a barrier's row under
+/// our live session that no call of ours owned.
+macro_rules! bounded {
+    ($n:literal) => {
+        concat!(
+            "b AS MATERIALIZED (SELECT set_config('lock_timeout', $",
+            $n,
+            ", true) AS bound)"
+        )
+    };
+}
+pub(crate) use bounded;
+
 /// Live rows of the name's queue: their count, and how long the earliest
 /// of their sessions has left, in seconds (the same in both recipes).
 const LIVE: &str = "(SELECT count(*) FROM recipes.queue q JOIN recipes.sessions s \
@@ -159,6 +180,14 @@ const LIVE: &str = "(SELECT count(*) FROM recipes.queue q JOIN recipes.sessions 
                       WHERE q.name = $1 AND s.expires_at > clock_timestamp())";
 
 impl PgWaits {
+    /// How long a writing statement may wait at the server for a row lock
+    /// ([`bounded`]): 3/4 of the RPC timeout, so the server ends the wait
+    /// (SQLSTATE 55P03, retryable) before the client gives the statement up.
+    pub(crate) fn lock_bound(&self) -> String {
+        let bound = self.client.rpc_timeout() * 3 / 4;
+        format!("{}ms", bound.as_millis().max(1))
+    }
+
     /// Run `sql`, whose one parameter is the name.
     pub(crate) async fn on_name(&self, what: &str, sql: &str) -> Result<Vec<tokio_postgres::Row>> {
         let params: crate::db::Params<'_> = &[(&self.name, Type::TEXT)];
@@ -201,10 +230,14 @@ impl BarrierStore for PgWaits {
 
     async fn set(&self, epoch: &Epoch, tied: bool) -> Result<()> {
         let what = format!("set the barrier {}", self.name);
+        let bound = self.lock_bound();
         let rows = if tied {
             // A row of our session (one is enough), unless it is up plainly.
-            let sql = "WITH n AS (
-                    INSERT INTO recipes.names (name, kind, next_seq) VALUES ($1, 'barrier', 1)
+            let sql = concat!(
+                "WITH ",
+                bounded!(4),
+                ", n AS (
+                    INSERT INTO recipes.names (name, kind, next_seq) SELECT $1, 'barrier', 1 FROM b
                     ON CONFLICT (name) DO UPDATE SET next_seq = recipes.names.next_seq + 1
                     WHERE recipes.names.kind = 'barrier' AND recipes.names.fence = 0
                     RETURNING next_seq - 1 AS seq)
@@ -212,26 +245,34 @@ impl BarrierStore for PgWaits {
                 SELECT $1, n.seq, $2, $3 FROM n
                 WHERE NOT EXISTS (SELECT 1 FROM recipes.queue
                                   WHERE name = $1 AND session = $3)
-                RETURNING 1";
+                RETURNING 1"
+            );
             let (entry, session) = (Uuid::new_v4(), epoch.0.id());
             let params: crate::db::Params<'_> = &[
                 (&self.name, Type::TEXT),
                 (&entry, Type::UUID),
                 (&session, Type::INT8),
+                (&bound, Type::TEXT),
             ];
-            self.client.db().query(&what, sql, params).await?
+            match self.client.db().query(&what, sql, params).await {
+                // `once` sends it again, under the session that follows.
+                Err(e) if session_row_gone(&epoch.0, &e) => return Err(again(&what, e)),
+                rows => rows?,
+            }
         } else {
             // Nothing if it is up, tied to a live session.
-            let sql = String::from(
-                "INSERT INTO recipes.names (name, kind, fence) VALUES ($1, 'barrier', 1) \
+            let sql = concat!(
+                "WITH ",
+                bounded!(2),
+                " INSERT INTO recipes.names (name, kind, fence) SELECT $1, 'barrier', 1 FROM b \
                  ON CONFLICT (name) DO UPDATE SET fence = 1 \
                  WHERE recipes.names.kind = 'barrier' AND recipes.names.fence = 0 \
                    AND NOT EXISTS (SELECT 1 FROM recipes.queue q JOIN recipes.sessions s \
                      ON s.id = q.session WHERE q.name = $1 AND s.expires_at > clock_timestamp()) \
-                 RETURNING 1",
+                 RETURNING 1"
             );
-            let params: crate::db::Params<'_> = &[(&self.name, Type::TEXT)];
-            self.client.db().query(&what, &sql, params).await?
+            let params: crate::db::Params<'_> = &[(&self.name, Type::TEXT), (&bound, Type::TEXT)];
+            self.client.db().query(&what, sql, params).await?
         };
         if rows.is_empty() {
             // Up already, or the name is another recipe's.
@@ -242,18 +283,53 @@ impl BarrierStore for PgWaits {
 
     async fn remove(&self, _epoch: &Epoch) -> Result<()> {
         // The name's row is locked first, so no tied set adds a row
-        // between the two deletes.
-        let sql = "WITH n AS (SELECT name FROM recipes.names
-                              WHERE name = $1 AND kind = 'barrier' FOR UPDATE),
-                   q AS (DELETE FROM recipes.queue q USING n WHERE q.name = n.name),
-                   d AS (DELETE FROM recipes.names r USING n WHERE r.name = n.name
-                         RETURNING r.name)
-                   SELECT pg_notify('recipes_' || md5(name), '0') FROM d";
+        // between the two deletes. A set that held it while we waited
+        // committed a row our snapshot (older) does not show: the name's
+        // row is then still referenced, and the statement fails as a
+        // whole; sent again, its new snapshot shows that row.
+        let sql = concat!(
+            "WITH ",
+            bounded!(2),
+            ", n AS (SELECT r.name FROM b, recipes.names r
+                     WHERE r.name = $1 AND r.kind = 'barrier' FOR UPDATE OF r),
+               q AS (DELETE FROM recipes.queue q USING n WHERE q.name = n.name),
+               d AS (DELETE FROM recipes.names r USING n WHERE r.name = n.name
+                     RETURNING r.name)
+               SELECT pg_notify('recipes_' || md5(name), '0') FROM d"
+        );
         let what = format!("remove the barrier {}", self.name);
-        let rows = self.on_name(&what, sql).await?;
+        let bound = self.lock_bound();
+        let params: crate::db::Params<'_> = &[(&self.name, Type::TEXT), (&bound, Type::TEXT)];
+        let rows = match self.client.db().query(&what, sql, params).await {
+            Err(e) if violated(&e).as_deref() == Some("queue_name_fkey") => {
+                return Err(again(&what, e))
+            }
+            rows => rows?,
+        };
         if rows.is_empty() {
             self.check_kind(BARRIER).await?;
         }
         Ok(())
+    }
+}
+
+/// Whether `e` says our `session`'s row is gone (truncated, or the schema
+/// made again) as a row of it was written: so is every row of it. The
+/// session is then lost (revoked), and what is done next takes a new one.
+pub(crate) fn session_row_gone(session: &Session, e: &Error) -> bool {
+    if violated(e).as_deref() != Some("queue_session_fkey") {
+        return false;
+    }
+    log::info!("[{}] the session's row is gone: {e}", session.label());
+    session.epoch().fire(LossReason::Revoked);
+    true
+}
+
+/// `e`, which the same call, sent again, gets past: retryable.
+fn again(what: &str, e: Error) -> Error {
+    Error::Backend {
+        message: format!("{what}: {e}; sending it again"),
+        retryable: true,
+        source: None,
     }
 }

@@ -12,18 +12,21 @@ use recipes_core::store::CounterBackend;
 use recipes_core::{CounterKind, Error, Result, Versioned};
 use tokio_postgres::types::Type;
 
-use crate::barrier::{Changes, Epoch, PgWaits};
+use crate::barrier::{bounded, Changes, Epoch, PgWaits};
 use crate::client::PgClient;
 use crate::names::{other_layout, validate_name};
 
 /// `write` (a statement returning the name of the row it wrote), then a
 /// notification of the name's channel for each row written, in the same
 /// statement: a waiter that listened before its read hears every write
-/// after it.
+/// after it. The write reads `b` ([`bounded`]) before it locks the row, so
+/// a write given up while it waited for the row never lands later.
 macro_rules! notified {
     ($write:literal) => {
         concat!(
-            "WITH w AS (",
+            "WITH ",
+            bounded!(4),
+            ", w AS (",
             $write,
             ") SELECT pg_notify('recipes_' || md5(name), '0') FROM w"
         )
@@ -90,8 +93,9 @@ impl PgCounter {
         })
     }
 
-    /// Run `sql` (parameters: name, value, version); whether it changed a
-    /// row. When not, a read refuses another recipe's row.
+    /// Run `sql` (parameters: name, value, version, the lock bound);
+    /// whether it changed a row. When not, a read refuses another
+    /// recipe's row.
     fn write(
         &self,
         what: &'static str,
@@ -102,11 +106,12 @@ impl PgCounter {
         let me = self.clone();
         let version = i64::try_from(version).unwrap_or(i64::MAX);
         self.client.call(what, async move {
-            let shown = format!("{what} {}", me.name);
+            let (shown, bound) = (format!("{what} {}", me.name), me.waits.lock_bound());
             let params: crate::db::Params<'_> = &[
                 (&me.name, Type::TEXT),
                 (&value, Type::INT8),
                 (&version, Type::INT8),
+                (&bound, Type::TEXT),
             ];
             let rows = me.client.db().query(&shown, sql, params).await?;
             if !rows.is_empty() {
@@ -138,13 +143,13 @@ impl CounterBackend for PgCounter {
         let sql = if version == 0 {
             notified!(
                 "INSERT INTO recipes.names (name, kind, next_seq, fence) \
-                 SELECT $1, 'counter', 1, $2 WHERE $3::int8 = 0 \
+                 SELECT $1, 'counter', 1, $2 FROM b WHERE $3::int8 = 0 \
                  ON CONFLICT (name) DO NOTHING RETURNING name"
             )
         } else {
             notified!(
-                "UPDATE recipes.names SET fence = $2, next_seq = next_seq + 1 \
-                 WHERE name = $1 AND kind = 'counter' AND next_seq = $3 RETURNING name"
+                "UPDATE recipes.names r SET fence = $2, next_seq = r.next_seq + 1 FROM b \
+                 WHERE r.name = $1 AND r.kind = 'counter' AND r.next_seq = $3 RETURNING r.name"
             )
         };
         self.write("write the counter", sql, version, value)
@@ -152,8 +157,8 @@ impl CounterBackend for PgCounter {
 
     fn delete_if(&self, version: u64) -> Result<bool> {
         let sql = notified!(
-            "DELETE FROM recipes.names \
-             WHERE name = $1 AND kind = 'counter' AND next_seq = $3 RETURNING name"
+            "DELETE FROM recipes.names r USING b \
+             WHERE r.name = $1 AND r.kind = 'counter' AND r.next_seq = $3 RETURNING r.name"
         );
         self.write("delete the counter", sql, version, 0)
     }

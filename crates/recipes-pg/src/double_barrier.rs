@@ -5,14 +5,13 @@ use std::sync::Arc;
 
 use recipes_core::store::engine::gather::{DoubleBarrierStore, Flag, Gathering};
 use recipes_core::store::Backoff;
-use recipes_core::{LossReason, Result};
+use recipes_core::Result;
 use tokio_postgres::types::Type;
 use uuid::Uuid;
 
-use crate::barrier::{Changes, Epoch, PgWaits, DOUBLE_BARRIER};
+use crate::barrier::{bounded, session_row_gone, Changes, Epoch, PgWaits, DOUBLE_BARRIER};
 use crate::client::PgClient;
 use crate::session::Session;
-use crate::sql::violated;
 
 /// Names our member's row before it exists.
 #[derive(Debug)]
@@ -41,31 +40,32 @@ impl DoubleBarrierStore for PgWaits {
     /// locked until the insert commits (places are commit order). Sent
     /// again after a lost reply, it finds our row and its place.
     async fn join(&self, epoch: &Epoch, ticket: &mut Ticket) -> Result<i64> {
-        let sql = "WITH n AS (
+        let sql = concat!(
+            "WITH ",
+            bounded!(4),
+            ", n AS (
                 INSERT INTO recipes.names (name, kind, next_seq)
-                VALUES ($1, 'double-barrier', 1)
+                SELECT $1, 'double-barrier', 1 FROM b
                 ON CONFLICT (name) DO UPDATE SET next_seq = recipes.names.next_seq + 1
                 WHERE recipes.names.kind = 'double-barrier'
                 RETURNING next_seq - 1 AS seq)
             INSERT INTO recipes.queue (name, seq, entry, session)
             SELECT $1, n.seq, $2, $3 FROM n
             ON CONFLICT DO NOTHING
-            RETURNING seq";
+            RETURNING seq"
+        );
         let what = format!("enter the double barrier {}", self.name);
-        let session = epoch.0.id();
+        let (session, bound) = (epoch.0.id(), self.lock_bound());
         let params: crate::db::Params<'_> = &[
             (&self.name, Type::TEXT),
             (&ticket.entry, Type::UUID),
             (&session, Type::INT8),
+            (&bound, Type::TEXT),
         ];
-        let rows = match self.client.db().query(&what, sql, params).await {
-            Err(e) if violated(&e).as_deref() == Some("queue_session_fkey") => {
-                // Our session's row is gone (truncated, or the schema made
-                // again): so is every member of it.
-                log::info!("[{}] the session's row is gone: {e}", epoch.0.label());
-                epoch.0.epoch().fire(LossReason::Revoked);
-                return Err(e);
-            }
+        // Our session's row gone: the engine enters again under the next.
+        let rows = self.client.db().query(&what, sql, params).await;
+        let rows = match rows {
+            Err(e) if session_row_gone(&epoch.0, &e) => return Err(e),
             rows => rows?,
         };
         if let Some(row) = rows.first() {
@@ -131,26 +131,42 @@ impl DoubleBarrierStore for PgWaits {
     /// The flag takes the next place: above every member who entered
     /// before it, below every one after.
     async fn mark(&self, _epoch: &Epoch, stale: Option<Flag>) -> Result<()> {
-        let sql = "WITH f AS (
-                UPDATE recipes.names SET fence = next_seq, next_seq = next_seq + 1
-                WHERE name = $1 AND kind = 'double-barrier' AND fence = $2
-                RETURNING name)
-            SELECT pg_notify('recipes_' || md5(name), '0') FROM f";
+        let sql = concat!(
+            "WITH ",
+            bounded!(3),
+            ", f AS (
+                UPDATE recipes.names r SET fence = r.next_seq, next_seq = r.next_seq + 1
+                FROM b WHERE r.name = $1 AND r.kind = 'double-barrier' AND r.fence = $2
+                RETURNING r.name)
+            SELECT pg_notify('recipes_' || md5(name), '0') FROM f"
+        );
         let what = format!("set the flag of the double barrier {}", self.name);
-        let seen = stale.map_or(0, |f| f.version);
-        let params: crate::db::Params<'_> = &[(&self.name, Type::TEXT), (&seen, Type::INT8)];
+        let (seen, bound) = (stale.map_or(0, |f| f.version), self.lock_bound());
+        let params: crate::db::Params<'_> = &[
+            (&self.name, Type::TEXT),
+            (&seen, Type::INT8),
+            (&bound, Type::TEXT),
+        ];
         // Not applied: someone else set it since our read; we read again.
         self.client.db().query(&what, sql, params).await.map(drop)
     }
 
     /// The last one out deletes the name's row (flag and places).
     async fn unmark(&self, _epoch: &Epoch, flag: Flag) -> Result<()> {
-        let sql = "DELETE FROM recipes.names n \
-                   WHERE n.name = $1 AND n.kind = 'double-barrier' AND n.fence = $2 \
-                     AND NOT EXISTS (SELECT 1 FROM recipes.queue q WHERE q.name = $1)";
+        let sql = concat!(
+            "WITH ",
+            bounded!(3),
+            " DELETE FROM recipes.names n USING b \
+              WHERE n.name = $1 AND n.kind = 'double-barrier' AND n.fence = $2 \
+                AND NOT EXISTS (SELECT 1 FROM recipes.queue q WHERE q.name = $1)"
+        );
         let what = format!("clear the flag of the double barrier {}", self.name);
-        let params: crate::db::Params<'_> =
-            &[(&self.name, Type::TEXT), (&flag.version, Type::INT8)];
+        let bound = self.lock_bound();
+        let params: crate::db::Params<'_> = &[
+            (&self.name, Type::TEXT),
+            (&flag.version, Type::INT8),
+            (&bound, Type::TEXT),
+        ];
         self.client.db().query(&what, sql, params).await.map(drop)
     }
 

@@ -28,10 +28,10 @@ use std::sync::Arc;
 
 use recipes_core::store::engine::group::{GroupStore, GroupView, Member};
 use recipes_core::store::{id_taken, Backoff};
-use recipes_core::{Error, LossReason, Result};
+use recipes_core::{Error, Result};
 use tokio_postgres::types::Type;
 
-use crate::barrier::{Changes, Epoch, PgWaits};
+use crate::barrier::{bounded, session_row_gone, Changes, Epoch, PgWaits};
 use crate::client::PgClient;
 use crate::names::validate_name;
 use crate::session::Session;
@@ -193,14 +193,16 @@ impl GroupStore for PgWaits {
     /// which).
     async fn join(&self, epoch: &Epoch, ticket: &Ticket, data: &[u8]) -> Result<bool> {
         let sql = concat!(
-            "WITH e AS MATERIALIZED (SELECT ",
+            "WITH ",
+            bounded!(5),
+            ", e AS MATERIALIZED (SELECT ",
             entry!(),
-            " AS entry),
+            " AS entry FROM b),
             n AS (
                 INSERT INTO recipes.names (name, kind, next_seq, permits)
-                VALUES ($1, 'group', ",
+                SELECT $1, 'group', ",
             fence_floor!(),
-            ", 1)
+            ", 1 FROM e
                 ON CONFLICT (name) DO UPDATE
                 SET next_seq = greatest(recipes.names.next_seq + 1, ",
             fence_floor!(),
@@ -222,7 +224,7 @@ impl GroupStore for PgWaits {
             RETURNING seq"
         );
         let what = format!("join the group {}", self.name);
-        let session = epoch.0.id();
+        let (session, bound) = (epoch.0.id(), self.lock_bound());
         let mut value = Vec::with_capacity(ticket.id.len() + 1 + data.len());
         value.extend_from_slice(ticket.id.as_bytes());
         value.push(0);
@@ -232,15 +234,15 @@ impl GroupStore for PgWaits {
             (&ticket.id, Type::TEXT),
             (&session, Type::INT8),
             (&value, Type::BYTEA),
+            (&bound, Type::TEXT),
         ];
         match self.client.db().query(&what, sql, params).await {
-            Err(e) if violated(&e).as_deref() == Some("queue_session_fkey") => {
-                // Our session's row is gone, and every member of it.
-                log::info!("[{}] the session's row is gone: {e}", epoch.0.label());
-                epoch.0.epoch().fire(LossReason::Revoked);
+            // Our session's row is gone, and every member of it: the
+            // engine joins again under the next.
+            Err(e) => {
+                session_row_gone(&epoch.0, &e);
                 Err(e)
             }
-            Err(e) => Err(e),
             Ok(rows) if rows.is_empty() => self.not_joined(epoch, &ticket.id).await,
             Ok(_) => Ok(true),
         }

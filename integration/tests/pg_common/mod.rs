@@ -50,11 +50,27 @@ pub fn deaf(url: &str, every: Duration) -> PgClient {
         .expect("connect")
 }
 
+/// A client whose calls give up after `rpc`, with a session (30 s) that
+/// outlives its test.
+pub fn with_rpc(url: &str, rpc: Duration) -> PgClient {
+    PgClient::builder(url)
+        .ttl(Duration::from_secs(30))
+        .rpc_timeout(rpc)
+        .connect_timeout(Duration::from_secs(2))
+        .connect()
+        .expect("connect")
+}
+
 /// Whether a statement of a client of ours waits for a lock at the server.
 pub fn waits_for_a_lock(facts: &integration::PgFacts) -> bool {
+    lock_waits(facts) > 0
+}
+
+/// How many statements of clients of ours wait for a lock at the server.
+pub fn lock_waits(facts: &integration::PgFacts) -> usize {
     let waiting = "SELECT count(*) FROM pg_stat_activity \
                    WHERE application_name = 'recipes' AND wait_event_type = 'Lock'";
-    facts.sql(waiting).trim() != "0"
+    facts.sql(waiting).trim().parse().expect("a count")
 }
 
 pub fn grant(server: &PgServer, role: &str) {
@@ -132,4 +148,37 @@ pub fn the_next_holder_commits_and_the_paused_one_is_refused(
         vec![old_token.to_owned(), new_token.to_string()]
     );
     new.release().unwrap();
+}
+
+/// An open transaction that holds `name`'s row of `recipes.names` in
+/// share mode, as a holder's fenced transaction holds it, until
+/// [`commit`]: every statement that writes or locks that row waits.
+pub fn share_lock(server: &PgServer, name: &str) -> tokio_postgres::Client {
+    use integration::runtime::{block_on_timeout, runtime};
+    let limit = integration::scale(Duration::from_secs(5));
+    let (blocker, connection) = block_on_timeout(
+        limit,
+        tokio_postgres::connect(&server.url(), tokio_postgres::NoTls),
+    )
+    .expect("connect in time")
+    .expect("connect");
+    runtime().spawn(connection);
+    let shared = format!("SELECT 1 FROM recipes.names WHERE name = '{name}' FOR SHARE");
+    block_on_timeout(limit, async {
+        blocker.batch_execute("BEGIN").await?;
+        blocker.batch_execute(&shared).await
+    })
+    .expect("the share lock in time")
+    .expect("the share lock");
+    blocker
+}
+
+/// End [`share_lock`]'s transaction.
+pub fn commit(blocker: &tokio_postgres::Client) {
+    integration::runtime::block_on_timeout(
+        integration::scale(Duration::from_secs(5)),
+        blocker.batch_execute("COMMIT"),
+    )
+    .expect("commit in time")
+    .expect("commit");
 }
