@@ -160,10 +160,12 @@ impl PgFacts {
     }
 
     /// Session mode: end the holder's backend, as an administrator would
-    /// (`pg_terminate_backend`); its lock goes with it.
+    /// (`pg_terminate_backend`); its lock goes with it. Returns once the
+    /// backend is gone (the server waits for it, up to 30 s): a backend
+    /// only signalled still holds its lock while it exits.
     pub fn terminate(&self, holder: &str) {
         if let Some((_, pid)) = advisory_holder(holder) {
-            self.sql(&format!("SELECT pg_terminate_backend({pid})"));
+            self.sql(&format!("SELECT pg_terminate_backend({pid}, 30000)"));
         }
     }
 
