@@ -246,11 +246,14 @@ impl<B: CounterBackend> Counter<B> {
     ///
     /// # Errors
     ///
-    /// [`Error::InvalidArgument`] when `value` does not fit the kind; as for
-    /// [`get`](Counter::get).
+    /// [`Error::InvalidArgument`] when `value` does not fit the kind;
+    /// [`Error::Indeterminate`] when no reply came (it may have landed:
+    /// read before trying again); as for [`get`](Counter::get).
     pub fn set_if(&self, version: u64, value: i64) -> Result<bool> {
         self.check_fits(value, || format!("{value}"))?;
-        self.backend.set_if(version, value)
+        self.backend
+            .set_if(version, value)
+            .map_err(Error::unconfirmed)
     }
 
     /// Set `value` whatever the counter holds; returns the new version.
@@ -302,7 +305,8 @@ impl<B: CounterBackend> Counter<B> {
                 });
             };
             self.check_fits(value, || format!("{value} (from {})", seen.value))?;
-            let now = match self.backend.set_if_seen(seen.version, value)? {
+            let set = self.backend.set_if_seen(seen.version, value);
+            let now = match set.map_err(Error::unconfirmed)? {
                 SetIf::Set => {
                     let now = Versioned {
                         value,
@@ -338,7 +342,11 @@ impl<B: CounterBackend> Counter<B> {
             if seen.version == 0 {
                 return Ok(false);
             }
-            if self.backend.delete_if(seen.version)? {
+            if self
+                .backend
+                .delete_if(seen.version)
+                .map_err(Error::unconfirmed)?
+            {
                 return Ok(true);
             }
         }

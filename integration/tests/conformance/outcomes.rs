@@ -37,6 +37,7 @@ pub fn an_unanswered_read_is_timeout_and_an_unanswered_write_is_indeterminate<K:
     let lock = name("outcomes-unanswered");
     let guard = client.mutex(&lock).unwrap().lock().unwrap();
     let resource = format!("{lock}-resource");
+    let counter = client.counter(&format!("{lock}-count")).unwrap();
 
     proxy.freeze_replies();
     let started = Instant::now();
@@ -63,6 +64,12 @@ pub fn an_unanswered_read_is_timeout_and_an_unanswered_write_is_indeterminate<K:
         other => panic!("a fenced delete without a reply: expected Indeterminate, got {other:?}"),
     }
     within_rpc("the fenced delete", started);
+    let started = Instant::now();
+    match counter.set_if(0, 5) {
+        Err(Error::Indeterminate { .. }) => {}
+        other => panic!("a compare-and-set without a reply: expected Indeterminate, got {other:?}"),
+    }
+    within_rpc("the compare-and-set", started);
     proxy.restore();
 
     // The client serves again once the replies flow, and gives its lock
