@@ -181,11 +181,9 @@ const LIVE: &str = "(SELECT count(*) FROM recipes.queue q JOIN recipes.sessions 
 
 impl PgWaits {
     /// How long a writing statement may wait at the server for a row lock
-    /// ([`bounded`]): 3/4 of the RPC timeout, so the server ends the wait
-    /// (SQLSTATE 55P03, retryable) before the client gives the statement up.
+    /// ([`bounded`]): the client's [`lock_wait_bound`](PgClient::lock_wait_bound).
     pub(crate) fn lock_bound(&self) -> String {
-        let bound = self.client.rpc_timeout() * 3 / 4;
-        format!("{}ms", bound.as_millis().max(1))
+        self.client.lock_wait_bound()
     }
 
     /// Run `sql`, whose one parameter is the name.

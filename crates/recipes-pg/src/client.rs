@@ -158,6 +158,14 @@ impl PgClient {
         self.inner.leases.settings().rpc_timeout
     }
 
+    /// How long a writing statement may wait at the server for a row lock
+    /// (`lock_timeout`, this transaction only): 3/4 of the RPC timeout, so
+    /// the server ends the wait (SQLSTATE 55P03, retryable) before the
+    /// client gives the statement up and it commits later behind its back.
+    pub(crate) fn lock_wait_bound(&self) -> String {
+        format!("{}ms", (self.rpc_timeout() * 3 / 4).as_millis().max(1))
+    }
+
     /// How often waits look when no notification came.
     pub(crate) fn poll_interval(&self) -> Duration {
         self.inner.poll_interval

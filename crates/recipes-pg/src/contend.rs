@@ -311,10 +311,7 @@ impl ContendDriver for RowContender<'_> {
         let what = format!("enter the queue of {}", self.name);
         let (name, entry, session) = (&self.name, &ticket.entry, epoch.id());
         let (kind, role, most) = (&self.kind, role_column(self.role), self.most());
-        let bound = format!(
-            "{}ms",
-            (self.client.rpc_timeout() * 3 / 4).as_millis().max(1)
-        );
+        let bound = self.client.lock_wait_bound();
         let params: crate::db::Params<'_> = &[
             (name, Type::TEXT),
             (entry, Type::UUID),
