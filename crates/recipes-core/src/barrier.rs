@@ -94,7 +94,8 @@ impl<B: BarrierStore + OnRuntime> Barrier<B> {
     /// # Errors
     ///
     /// Backend errors within the request timeout; a name that holds another
-    /// recipe's layout.
+    /// recipe's layout; [`Error::Indeterminate`] when no reply came (it may
+    /// have landed: setting again changes nothing).
     pub fn set(&self) -> Result<()> {
         let (b, tied) = (self.backend.clone(), self.tied);
         blocking(&self.backend, "barrier set", None, async move {
@@ -104,6 +105,7 @@ impl<B: BarrierStore + OnRuntime> Barrier<B> {
             })
             .await
         })
+        .map_err(Error::unconfirmed)
     }
 
     /// Take the barrier down: every waiter goes through (nothing if it is
@@ -121,6 +123,7 @@ impl<B: BarrierStore + OnRuntime> Barrier<B> {
             })
             .await
         })
+        .map_err(Error::unconfirmed)
     }
 
     /// Wait until the barrier is down; at once if it was never set.

@@ -38,6 +38,7 @@ pub fn an_unanswered_read_is_timeout_and_an_unanswered_write_is_indeterminate<K:
     let guard = client.mutex(&lock).unwrap().lock().unwrap();
     let resource = format!("{lock}-resource");
     let counter = client.counter(&format!("{lock}-count")).unwrap();
+    let barrier = client.barrier(&format!("{lock}-barrier")).unwrap();
 
     proxy.freeze_replies();
     let started = Instant::now();
@@ -70,6 +71,12 @@ pub fn an_unanswered_read_is_timeout_and_an_unanswered_write_is_indeterminate<K:
         other => panic!("a compare-and-set without a reply: expected Indeterminate, got {other:?}"),
     }
     within_rpc("the compare-and-set", started);
+    let started = Instant::now();
+    match barrier.set() {
+        Err(Error::Indeterminate { .. }) => {}
+        other => panic!("a barrier set without a reply: expected Indeterminate, got {other:?}"),
+    }
+    within_rpc("the barrier set", started);
     proxy.restore();
 
     // The client serves again once the replies flow, and gives its lock
@@ -79,6 +86,9 @@ pub fn an_unanswered_read_is_timeout_and_an_unanswered_write_is_indeterminate<K:
         scale(Duration::from_secs(10)),
         || client.read(&resource).is_ok(),
     );
+    // What the unanswered writes may have left goes too.
+    barrier.remove().expect("the barrier's removal");
+    let _ = counter.delete().expect("the counter's removal");
     drop(guard);
     wait_until(
         "the lock is released",
