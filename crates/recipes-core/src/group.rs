@@ -239,24 +239,18 @@ impl<B: GroupStore + OnRuntime> Membership<B> {
             .joined
             .take()
             .expect("the member is present until released or dropped");
-        let (removed, done) = tokio::sync::oneshot::channel();
-        remove_in_background(&self.backend, async move {
-            B::remove(joined.ticket).await;
-            let _ = removed.send(());
-        });
-        let timeout = self.backend.rpc_timeout();
+        let (b, timeout) = (self.backend.clone(), self.backend.rpc_timeout());
         blocking(&self.backend, "group leave", None, async move {
-            match tokio::time::timeout(timeout, done).await {
-                Ok(Ok(())) => Ok(()),
-                Ok(Err(_)) => Err(Error::Closed),
-                Err(_) => Err(Error::Indeterminate {
-                    what: format!(
-                        "leaving the group: the store did not confirm within {timeout:?}; the \
-                         removal goes on in the background, and the session's end removes \
-                         the member in any case"
-                    ),
-                }),
+            if group::leave(&b, joined, timeout).await {
+                return Ok(());
             }
+            Err(Error::Indeterminate {
+                what: format!(
+                    "leaving the group: the store did not confirm within {timeout:?}; the \
+                     removal goes on in the background, and the session's end removes the \
+                     member in any case"
+                ),
+            })
         })
     }
 }

@@ -16,6 +16,7 @@
 //!   store's count of changes.
 
 use std::future::Future;
+use std::time::Duration;
 
 use tokio::time::Instant;
 
@@ -192,6 +193,15 @@ impl<S: GroupStore> Condition<S> for Joining<'_, '_, S> {
             Err(e) => Err(e),
         }
     }
+}
+
+/// Leave: remove our member `joined`, waiting at most `bound` for the
+/// store to confirm (the removal goes on after it, until done or the
+/// session is gone). Whether it was confirmed in time.
+pub async fn leave<S: GroupStore>(store: &S, joined: Joined<S>, bound: Duration) -> bool {
+    Undo::new(Ours(store), joined.ticket)
+        .run_within(Some(bound))
+        .await
 }
 
 /// Join the group as `id` with `data` until `deadline`: `None` (nothing

@@ -3,12 +3,12 @@
 //! one waiter at a time in, and permit entries of which the first N hold.
 
 use std::future::Future;
-use std::time::Duration;
 
 use tokio::time::Instant;
 
 use super::contend::contend;
 use super::driver::ContendDriver;
+use super::undo::{Undo, Undoer};
 use crate::error::Result;
 
 /// A store's side of a semaphore: two contend drivers and the stored size.
@@ -41,12 +41,6 @@ pub trait SemaphoreDriver: Send + Sync {
     fn unlock(
         held: <Self::Lock as ContendDriver>::Won,
     ) -> impl Future<Output = ()> + Send + 'static;
-
-    /// The same, handed to the client's runtime without blocking (the
-    /// admission's future was dropped while it held the mutex).
-    fn unlock_in_background(&self, held: <Self::Lock as ContendDriver>::Won) {
-        self.lock().spawn(Self::unlock(held));
-    }
 }
 
 /// A win of a semaphore's internal mutex: how the store gives it back.
@@ -114,38 +108,22 @@ where
     }
 }
 
-/// Gives the internal mutex back however the admission ends, the
-/// admission's future being dropped included (then from a task).
-struct Unlocking<'s, S: SemaphoreDriver> {
-    semaphore: &'s S,
-    held: Option<<S::Lock as ContendDriver>::Won>,
-}
+/// The internal mutex's give-back, as an [`Undo`]: however the admission
+/// ends, its future being dropped included (then from a task).
+struct GiveBack<'s, S>(&'s S);
 
-impl<S: SemaphoreDriver> Unlocking<'_, S> {
-    /// Give the mutex back now, waiting at most `bound` for the store to
-    /// confirm: a store that does not answer must not hold the caller past
-    /// its deadline by more than that (the give-back goes on meanwhile,
-    /// until confirmed or the session is gone). Waited for at all so that
-    /// the next admission rarely finds our entry still there.
-    async fn within(mut self, bound: Duration) {
-        let Some(held) = self.held.take() else {
-            return;
-        };
-        let (done, given_back) = tokio::sync::oneshot::channel::<()>();
-        let give_back = S::unlock(held);
-        self.semaphore.lock().spawn(async move {
-            give_back.await;
-            let _ = done.send(());
-        });
-        let _ = tokio::time::timeout(bound, given_back).await;
+impl<S: SemaphoreDriver> Undoer for GiveBack<'_, S>
+where
+    <S::Lock as ContendDriver>::Won: 'static,
+{
+    type Ticket = <S::Lock as ContendDriver>::Won;
+
+    fn spawn(&self, task: impl Future<Output = ()> + Send + 'static) {
+        self.0.lock().spawn(task);
     }
-}
 
-impl<S: SemaphoreDriver> Drop for Unlocking<'_, S> {
-    fn drop(&mut self) {
-        if let Some(held) = self.held.take() {
-            self.semaphore.unlock_in_background(held);
-        }
+    fn undo(held: Self::Ticket) -> impl Future<Output = ()> + Send + 'static {
+        S::unlock(held)
     }
 }
 
@@ -160,16 +138,20 @@ impl<S: SemaphoreDriver> Drop for Unlocking<'_, S> {
 pub async fn admit<S: SemaphoreDriver>(
     semaphore: &S,
     deadline: Option<Instant>,
-) -> Result<Option<<S::Permit as ContendDriver>::Won>> {
+) -> Result<Option<<S::Permit as ContendDriver>::Won>>
+where
+    <S::Lock as ContendDriver>::Won: 'static,
+{
     semaphore.ensure_size().await?;
     let Some(lock) = contend(semaphore.lock(), deadline).await? else {
         return Ok(None);
     };
-    let unlock = Unlocking {
-        semaphore,
-        held: Some(lock),
-    };
+    let mut give_back = Undo::new(GiveBack(semaphore), lock);
     let admitted = contend(semaphore.permits(), deadline).await;
-    unlock.within(semaphore.lock().rpc_timeout()).await;
+    // At most the RPC timeout: a store that does not answer must not hold
+    // the caller past its deadline by more (the give-back goes on); waited
+    // for at all so that the next admission rarely finds our entry there.
+    let bound = semaphore.lock().rpc_timeout();
+    give_back.run_within(Some(bound)).await;
     admitted
 }

@@ -4,6 +4,7 @@
 //! ([`take`](super::take)).
 
 use std::future::Future;
+use std::time::Duration;
 
 /// Where the undo runs and what it is: a driver, seen by one shape.
 pub(super) trait Undoer {
@@ -42,15 +43,28 @@ impl<U: Undoer> Undo<U> {
     }
 
     pub(super) async fn run(&mut self) {
-        if let Some(t) = self.ticket.take() {
-            let (done, undone) = tokio::sync::oneshot::channel();
-            self.by.spawn(async move {
-                U::undo(t).await;
-                let _ = done.send(());
-            });
-            // An error: the runtime is gone, and the session's end undoes
-            // it.
-            let _ = undone.await;
+        self.run_within(None).await;
+    }
+
+    /// As [`run`](Undo::run), waiting at most `bound` (`None`: until it is
+    /// done): a store that does not answer holds the caller no longer than
+    /// that, and the undo goes on meanwhile. Whether it was done in time
+    /// (also when the runtime is gone: the session's end undoes it).
+    pub(super) async fn run_within(&mut self, bound: Option<Duration>) -> bool {
+        let Some(t) = self.ticket.take() else {
+            return true;
+        };
+        let (done, undone) = tokio::sync::oneshot::channel();
+        self.by.spawn(async move {
+            U::undo(t).await;
+            let _ = done.send(());
+        });
+        match bound {
+            None => {
+                let _ = undone.await;
+                true
+            }
+            Some(bound) => tokio::time::timeout(bound, undone).await.is_ok(),
         }
     }
 
