@@ -105,9 +105,9 @@ impl<C: Client> Held<C> {
 /// each other. An acquisition that fails or whose deadline passes gives
 /// back everything it took before it returns; one whose earlier lease is
 /// lost while it waits for a later name gives everything back and starts
-/// over, so no guard is handed out with a part already lost. The guard holds one fencing
-/// token per name; its loss signal fires when any one of the leases may be
-/// gone, and says which.
+/// over, so no guard is handed out with a part already lost. The guard
+/// holds one fencing token per name; its loss signal fires when any one of
+/// the leases may be gone, and says which.
 ///
 /// Made by [`Client::multi_lock`] or
 /// [`multi_lock_of`](Client::multi_lock_of).
@@ -159,9 +159,9 @@ impl<C: Client> MultiLock<C> {
         }
     }
 
-    /// One pass over the names. A lease taken earlier may be lost while a
-    /// later name is waited for: then everything is given back, and the
-    /// guard is never handed out with a part already gone.
+    /// One pass over the names; on every way out but a win, everything
+    /// taken is given back (a lease taken earlier may be lost while a later
+    /// name is waited for).
     fn take_all(&self, deadline: Option<Instant>) -> Result<Taken<C>> {
         let mut held: Vec<(String, Held<C>)> = Vec::with_capacity(self.parts.len());
         for (name, lock) in &self.parts {
@@ -170,22 +170,19 @@ impl<C: Client> MultiLock<C> {
                 PartLock::Rw(rw, Access::Read) => take(rw.acquire_read(deadline), Held::Read),
                 PartLock::Rw(rw, Access::Write) => take(rw.acquire_write(deadline), Held::Write),
             };
-            match got {
-                Ok(Some(h)) => held.push((name.clone(), h)),
-                Ok(None) => {
-                    give_back(held);
-                    return Ok(Taken::TimedOut);
+            let ended = match got {
+                Ok(Some(h)) => {
+                    held.push((name.clone(), h));
+                    match held.iter().find(|(_, h)| h.lost().is_lost()) {
+                        Some((lost, _)) => Ok(Taken::Lost(lost.clone())),
+                        None => continue,
+                    }
                 }
-                Err(e) => {
-                    give_back(held);
-                    return Err(e);
-                }
-            }
-            if let Some((lost, _)) = held.iter().find(|(_, h)| h.lost().is_lost()) {
-                let lost = lost.clone();
-                give_back(held);
-                return Ok(Taken::Lost(lost));
-            }
+                Ok(None) => Ok(Taken::TimedOut),
+                Err(e) => Err(e),
+            };
+            give_back(held);
+            return ended;
         }
         Ok(Taken::All(MultiLockGuard::over(held)))
     }
