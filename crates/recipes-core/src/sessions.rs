@@ -184,12 +184,24 @@ impl<S: PooledSession> Sessions<S> {
             return Ok(s);
         }
         let session = open().await?;
+        self.keep(&self.current, session, |current, s| *current = Some(s))
+            .await
+    }
+
+    /// Keep `session` in `slot` with `put`, under `slot`'s lock, unless the
+    /// client closed: `close` sets `closed` before it takes each slot's
+    /// lock, so a session kept here is one `close` returns. A session not
+    /// kept is discarded.
+    async fn keep<T>(
+        &self,
+        slot: &Mutex<T>,
+        session: Arc<S>,
+        put: impl FnOnce(&mut T, Arc<S>),
+    ) -> Result<Arc<S>> {
         {
-            let mut current = self.current.lock();
-            // Under `current`'s lock, as `close` takes it after setting
-            // `closed`: a session installed here is one `close` returns.
+            let mut kept = slot.lock();
             if !self.closed.load(Ordering::SeqCst) {
-                *current = Some(session.clone());
+                put(&mut kept, session.clone());
                 return Ok(session);
             }
         }
@@ -225,18 +237,8 @@ impl<S: PooledSession> Sessions<S> {
                 retryable: true,
                 source: None,
             })?;
-        {
-            let mut pool = self.pool.lock();
-            // `close` sets `closed` before it empties the pool: a session
-            // added after that is discarded here.
-            if !self.closed.load(Ordering::SeqCst) {
-                pool.push(session.clone());
-                return Ok((session, turn));
-            }
-        }
-        drop(turn);
-        session.discard().await;
-        Err(Error::Closed)
+        let session = self.keep(&self.pool, session, |pool, s| pool.push(s));
+        Ok((session.await?, turn))
     }
 
     /// Every session still kept, without taking them out.
