@@ -2,9 +2,8 @@
 //! go unanswered cost no lease while the store answers again in time.
 
 use std::collections::VecDeque;
-use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use parking_lot::Mutex;
 
@@ -29,7 +28,8 @@ enum Step {
 struct Scripted {
     ttl: Duration,
     script: Arc<Mutex<VecDeque<Step>>>,
-    granted: Arc<AtomicUsize>,
+    /// Told of every renewal granted.
+    granted: crossbeam_channel::Sender<()>,
 }
 
 struct Stream {
@@ -53,7 +53,7 @@ impl RenewalStream for Stream {
             }
             Some(Step::Grant) => {
                 self.sent.pop_front();
-                self.store.granted.fetch_add(1, Ordering::SeqCst);
+                let _ = self.store.granted.send(());
                 Ok(Renewal::Granted(self.store.ttl))
             }
         }
@@ -89,27 +89,25 @@ impl LeaseStore for Scripted {
 /// renewed again.
 fn holds_across(steps: &[Step]) {
     let ttl = Duration::from_secs(3);
+    let (granted, renewed) = crossbeam_channel::unbounded();
     let store = Scripted {
         ttl,
         script: Arc::new(Mutex::new(steps.iter().copied().collect())),
-        granted: Arc::new(AtomicUsize::new(0)),
+        granted,
     };
     let rt = Runtime::new("renew-test").unwrap();
     let settings = Settings {
         ttl,
         ..Settings::default()
     };
-    let (on, scripted) = (rt.clone(), store.clone());
-    let granted = async move { LeaseSession::grant(scripted, &settings, &on, false).await };
+    let on = rt.clone();
+    let granted = async move { LeaseSession::grant(store, &settings, &on, false).await };
     let session = rt.call("grant", Duration::from_secs(10), granted).unwrap();
-    let until = Instant::now() + Duration::from_secs(20);
-    while store.granted.load(Ordering::SeqCst) == 0 {
-        assert!(
-            !session.epoch().is_lost(),
-            "{steps:?}: the lease was lost before the store renewed again"
-        );
-        assert!(Instant::now() < until, "{steps:?}: no renewal in 20 s");
-        std::thread::sleep(Duration::from_millis(5));
+    let lost = session.epoch().signal();
+    crossbeam_channel::select! {
+        recv(renewed) -> _ => {}
+        recv(lost.receiver()) -> _ => panic!("{steps:?}: the lease was lost before the store renewed again"),
+        default(Duration::from_secs(20)) => panic!("{steps:?}: no renewal in 20 s"),
     }
     assert!(!session.epoch().is_lost(), "{steps:?}: lost");
 }
