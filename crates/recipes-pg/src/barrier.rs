@@ -9,14 +9,14 @@ use std::time::Duration;
 use recipes_core::store::engine::gather::BarrierStore;
 use recipes_core::store::engine::{Nudge, WaitStore};
 use recipes_core::store::{check_count, OnRuntime};
-use recipes_core::{Error, LossReason, LossSignal, Result};
+use recipes_core::{Error, LossSignal, Result};
 use tokio_postgres::types::Type;
 use uuid::Uuid;
 
 use crate::client::PgClient;
 use crate::listen::Subscription;
 use crate::names::{kind_shown, validate_name};
-use crate::session::Session;
+use crate::session::{session_row_gone, Session};
 use crate::sql::violated;
 
 /// The kind of a barrier's row in `recipes.names`.
@@ -153,7 +153,7 @@ impl WaitStore for PgWaits {
 
 /// The first CTE of a writing statement that may wait at the server for
 /// a row lock: it sets that statement's `lock_timeout` (its own
-/// transaction only) to the parameter `$n`, [`PgWaits::lock_bound`]. The
+/// transaction only) to the parameter `$n`, [`PgClient::lock_wait_bound`]. The
 /// statement's rows to lock or write are built from `b`'s row, so the
 /// setting is in force before any wait (as a queue's enter sets it first).
 /// Without it, a statement that waited past the call's timeout was given
@@ -180,12 +180,6 @@ const LIVE: &str = "(SELECT count(*) FROM recipes.queue q JOIN recipes.sessions 
                       WHERE q.name = $1 AND s.expires_at > clock_timestamp())";
 
 impl PgWaits {
-    /// How long a writing statement may wait at the server for a row lock
-    /// ([`bounded`]): the client's [`lock_wait_bound`](PgClient::lock_wait_bound).
-    pub(crate) fn lock_bound(&self) -> String {
-        self.client.lock_wait_bound()
-    }
-
     /// Run `sql`, whose one parameter is the name.
     pub(crate) async fn on_name(&self, what: &str, sql: &str) -> Result<Vec<tokio_postgres::Row>> {
         let params: crate::db::Params<'_> = &[(&self.name, Type::TEXT)];
@@ -228,7 +222,7 @@ impl BarrierStore for PgWaits {
 
     async fn set(&self, epoch: &Epoch, tied: bool) -> Result<()> {
         let what = format!("set the barrier {}", self.name);
-        let bound = self.lock_bound();
+        let bound = self.client.lock_wait_bound();
         let rows = if tied {
             // A row of our session (one is enough), unless it is up plainly.
             let sql = concat!(
@@ -296,7 +290,7 @@ impl BarrierStore for PgWaits {
                SELECT pg_notify('recipes_' || md5(name), '0') FROM d"
         );
         let what = format!("remove the barrier {}", self.name);
-        let bound = self.lock_bound();
+        let bound = self.client.lock_wait_bound();
         let params: crate::db::Params<'_> = &[(&self.name, Type::TEXT), (&bound, Type::TEXT)];
         let rows = match self.client.db().query(&what, sql, params).await {
             Err(e) if violated(&e).as_deref() == Some("queue_name_fkey") => {
@@ -309,18 +303,6 @@ impl BarrierStore for PgWaits {
         }
         Ok(())
     }
-}
-
-/// Whether `e` says our `session`'s row is gone (truncated, or the schema
-/// made again) as a row of it was written: so is every row of it. The
-/// session is then lost (revoked), and what is done next takes a new one.
-pub(crate) fn session_row_gone(session: &Session, e: &Error) -> bool {
-    if violated(e).as_deref() != Some("queue_session_fkey") {
-        return false;
-    }
-    log::info!("[{}] the session's row is gone: {e}", session.label());
-    session.epoch().fire(LossReason::Revoked);
-    true
 }
 
 /// `e`, which the same call, sent again, gets past: retryable.

@@ -44,7 +44,7 @@ use std::time::Duration;
 
 use recipes_core::store::engine::{ContendDriver, Entered, Listing, Role, Rule};
 use recipes_core::store::Backoff;
-use recipes_core::{LossReason, LossSignal, Result};
+use recipes_core::{LossSignal, Result};
 use tokio::time::Instant;
 use tokio_postgres::types::Type;
 use uuid::Uuid;
@@ -52,8 +52,7 @@ use uuid::Uuid;
 use crate::client::PgClient;
 use crate::listen::{next, Heard, Subscription};
 use crate::names::{inside_semaphore, other_layout};
-use crate::session::Session;
-use crate::sql::violated;
+use crate::session::{session_row_gone, Session};
 
 /// One acquisition's driver: the queue of `name`, entries of `kind`.
 pub(crate) struct RowContender<'a> {
@@ -324,13 +323,9 @@ impl ContendDriver for RowContender<'_> {
             (&bound, Type::TEXT),
         ];
         let rows = match db.query(&what, sql, params).await {
-            Err(e) if violated(&e).as_deref() == Some("queue_session_fkey") => {
-                // Our session's row is gone (truncated, or the schema made
-                // again): so is every lock of it.
-                log::info!("[{}] the session's row is gone: {e}", epoch.label());
-                epoch.epoch().fire(LossReason::Revoked);
-                return Err(e);
-            }
+            // Our session's row is gone (truncated, or the schema made
+            // again): so is every lock of it.
+            Err(e) if session_row_gone(epoch, &e) => return Err(e),
             rows => rows?,
         };
         let (seq, looked) = match rows.split_first() {

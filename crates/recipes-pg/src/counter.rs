@@ -106,7 +106,7 @@ impl PgCounter {
         let me = self.clone();
         let version = i64::try_from(version).unwrap_or(i64::MAX);
         self.client.call(what, async move {
-            let (shown, bound) = (format!("{what} {}", me.name), me.waits.lock_bound());
+            let (shown, bound) = (format!("{what} {}", me.name), me.client.lock_wait_bound());
             let params: crate::db::Params<'_> = &[
                 (&me.name, Type::TEXT),
                 (&value, Type::INT8),

@@ -9,9 +9,9 @@ use recipes_core::Result;
 use tokio_postgres::types::Type;
 use uuid::Uuid;
 
-use crate::barrier::{bounded, session_row_gone, Changes, Epoch, PgWaits, DOUBLE_BARRIER};
+use crate::barrier::{bounded, Changes, Epoch, PgWaits, DOUBLE_BARRIER};
 use crate::client::PgClient;
-use crate::session::Session;
+use crate::session::{session_row_gone, Session};
 
 /// Names our member's row before it exists.
 #[derive(Debug)]
@@ -55,7 +55,7 @@ impl DoubleBarrierStore for PgWaits {
             RETURNING seq"
         );
         let what = format!("enter the double barrier {}", self.name);
-        let (session, bound) = (epoch.0.id(), self.lock_bound());
+        let (session, bound) = (epoch.0.id(), self.client.lock_wait_bound());
         let params: crate::db::Params<'_> = &[
             (&self.name, Type::TEXT),
             (&ticket.entry, Type::UUID),
@@ -141,7 +141,10 @@ impl DoubleBarrierStore for PgWaits {
             SELECT pg_notify('recipes_' || md5(name), '0') FROM f"
         );
         let what = format!("set the flag of the double barrier {}", self.name);
-        let (seen, bound) = (stale.map_or(0, |f| f.version), self.lock_bound());
+        let (seen, bound) = (
+            stale.map_or(0, |f| f.version),
+            self.client.lock_wait_bound(),
+        );
         let params: crate::db::Params<'_> = &[
             (&self.name, Type::TEXT),
             (&seen, Type::INT8),
@@ -161,7 +164,7 @@ impl DoubleBarrierStore for PgWaits {
                 AND NOT EXISTS (SELECT 1 FROM recipes.queue q WHERE q.name = $1)"
         );
         let what = format!("clear the flag of the double barrier {}", self.name);
-        let bound = self.lock_bound();
+        let bound = self.client.lock_wait_bound();
         let params: crate::db::Params<'_> = &[
             (&self.name, Type::TEXT),
             (&flag.version, Type::INT8),

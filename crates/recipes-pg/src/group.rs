@@ -31,10 +31,10 @@ use recipes_core::store::{id_taken, Backoff};
 use recipes_core::{Error, Result};
 use tokio_postgres::types::Type;
 
-use crate::barrier::{bounded, session_row_gone, Changes, Epoch, PgWaits};
+use crate::barrier::{bounded, Changes, Epoch, PgWaits};
 use crate::client::PgClient;
 use crate::names::validate_name;
-use crate::session::Session;
+use crate::session::{session_row_gone, Session};
 use crate::sql::{fence_floor, violated};
 
 /// The kind of a group's row in `recipes.names`.
@@ -224,7 +224,7 @@ impl GroupStore for PgWaits {
             RETURNING seq"
         );
         let what = format!("join the group {}", self.name);
-        let (session, bound) = (epoch.0.id(), self.lock_bound());
+        let (session, bound) = (epoch.0.id(), self.client.lock_wait_bound());
         let mut value = Vec::with_capacity(ticket.id.len() + 1 + data.len());
         value.extend_from_slice(ticket.id.as_bytes());
         value.push(0);

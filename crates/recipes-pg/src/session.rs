@@ -25,15 +25,27 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use recipes_core::store::{LeaseSession, LeaseStore, Opened, Renewal, RenewalStream};
-use recipes_core::{Error, Result};
+use recipes_core::{Error, LossReason, Result};
 use tokio::task::JoinHandle;
 use tokio_postgres::types::Type;
 
 use crate::db::{Db, Lane};
-use crate::sql::{is_schema_gone, unexpected};
+use crate::sql::{is_schema_gone, unexpected, violated};
 
 /// A session: one row of `recipes.sessions`, kept alive.
 pub(crate) type Session = LeaseSession<PgLeases>;
+
+/// Whether `e` says our `session`'s row is gone (truncated, or the schema
+/// made again) as a row of it was written: so is every row of it. The
+/// session is then lost (revoked), and what is done next takes a new one.
+pub(crate) fn session_row_gone(session: &Session, e: &Error) -> bool {
+    if violated(e).as_deref() != Some("queue_session_fkey") {
+        return false;
+    }
+    log::info!("[{}] the session's row is gone: {e}", session.label());
+    session.epoch().fire(LossReason::Revoked);
+    true
+}
 
 /// Sessions expired this long ago are deleted by the next grant of any
 /// client (their entries go with them); an expired session's entries never
