@@ -99,18 +99,17 @@ end
 -- The counter moves after the write (from the clock read before it), so
 -- a refused `SET` mints nothing.
 local function hold(k, fkey, nx)
+  local function keeping(f) return member .. ' ' .. string.format('%.0f', f) end
   local v, now = member, nil
   if mode ~= 'lock' then
     now = micros()
-    v = member .. ' ' .. string.format('%.0f', now)
+    v = keeping(now)
   end
   local found
   if nx then found = redis.call('SET', k, v, 'NX', 'GET') else redis.call('SET', k, v) end
   if found then return false, found end
   local fence = mint(fkey, now)
-  if now and fence ~= now then
-    redis.call('SET', k, member .. ' ' .. string.format('%.0f', fence))
-  end
+  if now and fence ~= now then redis.call('SET', k, keeping(fence)) end
   return fence
 end
 -- Ours holds if the rule says so over `live` (the live members up to
@@ -128,9 +127,10 @@ local function take(live, max, fkey, fresh)
     fence, cur = hold(k, fkey, true)
     if fence then return fence end
   else cur = redis.call('GET', k) end
-  if cur == member then return tonumber(redis.call('GET', fkey)) end
+  -- A resend: a lock's fence is the name's last (no one else mints while
+  -- it holds), a side's or a permit's the one its key keeps.
   local m, f = named(cur)
-  if m == member then return tonumber(f) end
+  if m == member then return tonumber(f or redis.call('GET', fkey)) end
   if m and alive(m) then return -2 end
   if mode == 'rw' then
     local reader = role(member) == 'read'

@@ -90,13 +90,12 @@ use redis::Script;
 
 use crate::names::NS;
 
-/// What every script shares: removing an entry and saying so.
-macro_rules! common {
+/// Lua's one reading of a hold key's value, for every script and the
+/// fenced scripts of callers ([`fenced_body`]); Rust's is
+/// [`holds`](crate::names::holds).
+macro_rules! named {
     () => {
         r#"
-local ns = ARGV[1]
-local function sid_of(m) return string.match(m, '^(%d+)-') or '0' end
-local function sess(m) return ns .. 's:' .. sid_of(m) end
 -- The member a hold key's value `v` names, and the fence it keeps: a
 -- lock's value is its holder's member; a permit's or a read-write lock
 -- member's, `<member> <fence>` (a member has no space). nil: no value.
@@ -106,7 +105,21 @@ local function named(v)
   if m then return m, f end
   return v
 end
--- Remove member `m` of queue `q` whose hold key is `k`. `held`: whether
+"#
+    };
+}
+
+/// What every script shares: removing an entry and saying so.
+macro_rules! common {
+    () => {
+        concat!(
+            r#"
+local ns = ARGV[1]
+local function sid_of(m) return string.match(m, '^(%d+)-') or '0' end
+local function sess(m) return ns .. 's:' .. sid_of(m) end
+"#,
+            $crate::scripts::named!(),
+            r#"-- Remove member `m` of queue `q` whose hold key is `k`. `held`: whether
 -- `k` is m's and is to be deleted (nil: read it). `own` (optional): m is
 -- the caller's own member, so only its hash of `own` ('v' or 'r') can
 -- have its field, and the queue's `wake` channel has no listener when
@@ -202,6 +215,7 @@ local function live_until(id, now, ttl)
   sweep(now)
 end
 "#
+        )
     };
 }
 
@@ -216,7 +230,7 @@ macro_rules! script {
     };
 }
 
-pub(crate) use common;
+pub(crate) use {common, named};
 
 // ARGV: ns, token, ttl ms → the new session's id. The first PUBLISH
 // (no one listens) proves that an ACL lets us use our channels before
@@ -309,12 +323,11 @@ return {1, stored}
 /// A caller's script run only while `hold` holds `member`: the two are
 /// the last key and argument, taken off before the caller's `body` runs.
 pub(crate) fn fenced_body(body: &str) -> Script {
+    let named = named!();
     Script::new(&format!(
         "#!lua\nlocal hk, m = KEYS[#KEYS], ARGV[#ARGV]\n\
-         local s = '{NS}s:' .. (string.match(m, '^(%d+)-') or '0')\n\
-         local v = redis.call('GET', hk)\n\
-         if v ~= m and not (v and string.sub(v, 1, #m + 1) == m .. ' ') \
-         or redis.call('EXISTS', s) == 0 then \
+         local s = '{NS}s:' .. (string.match(m, '^(%d+)-') or '0')\n{named}\
+         if named(redis.call('GET', hk)) ~= m or redis.call('EXISTS', s) == 0 then \
          return redis.error_reply('FENCED the lock is not held by this guard') end\n\
          KEYS[#KEYS] = nil\nARGV[#ARGV] = nil\nreturn (function()\n{body}\nend)()\n"
     ))
