@@ -15,7 +15,6 @@ use std::time::Duration;
 use integration::{scale, wait_until, PgBouncer, PgFacts, PgServer, PoolMode};
 use pg_common::*;
 use recipes_core::{BootInstant, Client};
-use recipes_pg::PgClient;
 
 /// The RPC timeout: well above the time watched (two TTLs), so the
 /// waiting enter is still waiting while the renewals are watched.
@@ -47,12 +46,7 @@ fn fault_bouncer_an_enter_waiting_on_a_row_lock_holds_up_no_renewal() {
 fn renewals_go_on_while_an_enter_waits(server: &PgServer, url: &str) {
     let facts = PgFacts::new(server.addr());
     let (x, y) = (name("renewed-x"), name("renewed-y"));
-    let c = PgClient::builder(url)
-        .ttl(TTL)
-        .rpc_timeout(RPC)
-        .connect_timeout(Duration::from_secs(2))
-        .connect()
-        .unwrap();
+    let c = with_ttl_and_rpc(url, TTL, RPC);
     let held = c.mutex(&x).unwrap().lock().unwrap();
     let my = c.mutex(&y).unwrap();
     // Y's row exists from now on.
@@ -174,12 +168,7 @@ fn fault_a_confirm_waiting_for_the_names_row_holds_up_no_renewal() {
     let server = PgServer::start();
     let facts = PgFacts::new(server.addr());
     let (x, y) = (name("confirm-x"), name("confirm-y"));
-    let c = PgClient::builder(server.url())
-        .ttl(TTL)
-        .rpc_timeout(RPC)
-        .connect_timeout(Duration::from_secs(2))
-        .connect()
-        .unwrap();
+    let c = with_ttl_and_rpc(&server.url(), TTL, RPC);
     let held = c.mutex(&x).unwrap().lock().unwrap();
     let ahead = server.sql(
         "INSERT INTO recipes.sessions (ttl, expires_at) \

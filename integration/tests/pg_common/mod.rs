@@ -53,8 +53,13 @@ pub fn deaf(url: &str, every: Duration) -> PgClient {
 /// A client whose calls give up after `rpc`, with a session (30 s) that
 /// outlives its test.
 pub fn with_rpc(url: &str, rpc: Duration) -> PgClient {
+    with_ttl_and_rpc(url, Duration::from_secs(30), rpc)
+}
+
+/// A client of session TTL `ttl` whose calls give up after `rpc`.
+pub fn with_ttl_and_rpc(url: &str, ttl: Duration, rpc: Duration) -> PgClient {
     PgClient::builder(url)
-        .ttl(Duration::from_secs(30))
+        .ttl(ttl)
         .rpc_timeout(rpc)
         .connect_timeout(Duration::from_secs(2))
         .connect()
