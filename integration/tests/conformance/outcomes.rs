@@ -20,8 +20,22 @@ use super::{name, Kit};
 const RPC: Duration = Duration::from_millis(500);
 const TTL: Duration = Duration::from_secs(10);
 
-/// How long a call may take past its RPC timeout before it counts as hung.
-fn within_rpc(what: &str, started: Instant) {
+/// `call`, made while the store does not answer: it ends within the RPC
+/// timeout (plus slack, before it counts as hung) with the error `expected`
+/// names, `Timeout` for a read, `Indeterminate` for a write.
+fn unanswered<T: std::fmt::Debug>(
+    what: &str,
+    expected: &str,
+    call: impl FnOnce() -> recipes_core::Result<T>,
+) {
+    let started = Instant::now();
+    let got = call();
+    let named = match &got {
+        Err(Error::Timeout { .. }) => "Timeout",
+        Err(Error::Indeterminate { .. }) => "Indeterminate",
+        _ => "",
+    };
+    assert_eq!(named, expected, "{what} without a reply: {got:?}");
     let bound = scale(RPC + Duration::from_secs(2));
     assert!(
         started.elapsed() < bound,
@@ -30,7 +44,8 @@ fn within_rpc(what: &str, started: Instant) {
     );
 }
 
-/// A read, a ping and two fenced writes while the store holds its replies.
+/// Reads, a ping and writes (fenced, a compare-and-set, a barrier's set)
+/// while the store holds its replies.
 pub fn an_unanswered_read_is_timeout_and_an_unanswered_write_is_indeterminate<K: Kit>(kit: &K) {
     let proxy = Proxy::start(kit.server_addr());
     let client = kit.connect_via(proxy.addr(), TTL, RPC).expect("connect");
@@ -41,42 +56,18 @@ pub fn an_unanswered_read_is_timeout_and_an_unanswered_write_is_indeterminate<K:
     let barrier = client.barrier(&format!("{lock}-barrier")).unwrap();
 
     proxy.freeze_replies();
-    let started = Instant::now();
-    match client.read(&resource) {
-        Err(Error::Timeout { .. }) => {}
-        other => panic!("a read without a reply: expected Timeout, got {other:?}"),
-    }
-    within_rpc("the read", started);
-    let started = Instant::now();
-    match client.ping() {
-        Err(Error::Timeout { .. }) => {}
-        other => panic!("a ping without a reply: expected Timeout, got {other:?}"),
-    }
-    within_rpc("the ping", started);
-    let started = Instant::now();
-    match guard.put(&resource, b"x") {
-        Err(Error::Indeterminate { .. }) => {}
-        other => panic!("a fenced put without a reply: expected Indeterminate, got {other:?}"),
-    }
-    within_rpc("the fenced put", started);
-    let started = Instant::now();
-    match guard.delete(&resource) {
-        Err(Error::Indeterminate { .. }) => {}
-        other => panic!("a fenced delete without a reply: expected Indeterminate, got {other:?}"),
-    }
-    within_rpc("the fenced delete", started);
-    let started = Instant::now();
-    match counter.set_if(0, 5) {
-        Err(Error::Indeterminate { .. }) => {}
-        other => panic!("a compare-and-set without a reply: expected Indeterminate, got {other:?}"),
-    }
-    within_rpc("the compare-and-set", started);
-    let started = Instant::now();
-    match barrier.set() {
-        Err(Error::Indeterminate { .. }) => {}
-        other => panic!("a barrier set without a reply: expected Indeterminate, got {other:?}"),
-    }
-    within_rpc("the barrier set", started);
+    unanswered("a read", "Timeout", || client.read(&resource));
+    unanswered("a ping", "Timeout", || client.ping());
+    unanswered("a fenced put", "Indeterminate", || {
+        guard.put(&resource, b"x")
+    });
+    unanswered("a fenced delete", "Indeterminate", || {
+        guard.delete(&resource)
+    });
+    unanswered("a compare-and-set", "Indeterminate", || {
+        counter.set_if(0, 5)
+    });
+    unanswered("a barrier set", "Indeterminate", || barrier.set());
     proxy.restore();
 
     // The client serves again once the replies flow, and gives its lock
@@ -134,12 +125,9 @@ pub fn an_unconfirmed_release_is_indeterminate_and_still_frees_the_lock<K: Kit>(
     let holder = guard.holder().to_owned();
 
     proxy.blackhole();
-    let started = Instant::now();
-    match guard.release() {
-        Err(Error::Indeterminate { .. }) => {}
-        other => panic!("a release that reached nobody: expected Indeterminate, got {other:?}"),
-    }
-    within_rpc("the release", started);
+    unanswered("a release that reached nobody", "Indeterminate", || {
+        guard.release()
+    });
     assert!(kit.exists(&holder), "nothing reached the store yet");
     // The connection the delete was sent on dies with it: what stays
     // undone must be done again on the next one.
