@@ -130,6 +130,14 @@ fn missing_privileges_are_permission_denied_until_granted() {
     let g = user.mutex(&lock).unwrap().lock().unwrap();
     g.put(&format!("{lock}-resource"), b"x").unwrap();
     g.release().unwrap();
+    // A read-write lock's draw that finds its sequence behind the clock
+    // (set back here) sets it to the clock, which takes UPDATE on it: the
+    // floor runs as the schema's owner.
+    server.sql("SELECT setval('recipes.rw_order', 1)");
+    let rw = user.rw_lock(&format!("{lock}-rw")).unwrap();
+    let w = rw.write().unwrap();
+    assert!(w.token().get() > 1_000_000, "{}", w.token().get());
+    w.release().unwrap();
     user.close().unwrap();
     admin.close().unwrap();
     assert!(

@@ -299,3 +299,102 @@ fn fault_lease_mode_a_waiter_never_holds_anothers_entry_at_its_seq_after_a_trunc
         c.close().unwrap();
     }
 }
+
+/// The database clock in µs since the Unix epoch, as the tokens use it.
+fn clock_us(server: &PgServer) -> i64 {
+    let now = server.sql("SELECT (extract(epoch FROM clock_timestamp()) * 1000000)::int8");
+    now.trim().parse().unwrap()
+}
+
+/// An older backup restored sets `recipes.rw_order` back to where it
+/// stood at the dump (here: `setval` to the value read then, more than
+/// the floor's 10 ms later): the read-write lock's next tokens, of a
+/// writer and of a reader, are still above every one issued before, in
+/// both modes. (They repeated those issued since the dump before the
+/// sequence was floored by the clock.)
+#[test]
+fn fault_an_older_backup_restored_leaves_read_write_tokens_above_every_earlier_one() {
+    let server = PgServer::start();
+    for session in [false, true] {
+        let c = client(&server, session);
+        let rw = c.rw_lock(&name("rw-restored")).unwrap();
+        rw.read().unwrap().release().unwrap();
+        let dumped: i64 = server
+            .sql("SELECT last_value FROM recipes.rw_order")
+            .trim()
+            .parse()
+            .unwrap();
+        let mut earlier = Vec::new();
+        for _ in 0..3 {
+            let w = rw.write().unwrap();
+            earlier.push(w.token().get());
+            w.release().unwrap();
+            let r = rw.read().unwrap();
+            earlier.push(r.token().get());
+            r.release().unwrap();
+        }
+        let last = *earlier.iter().max().unwrap();
+        integration::wait_until(
+            "the dump is over 20 ms old",
+            scale(Duration::from_secs(5)),
+            || clock_us(&server) > dumped + 20_000,
+        );
+        server.sql(&format!("SELECT setval('recipes.rw_order', {dumped})"));
+        let w = rw.write().unwrap();
+        let written = w.token().get();
+        w.release().unwrap();
+        let r = rw.read().unwrap();
+        let read = r.token().get();
+        r.release().unwrap();
+        assert!(
+            written > last && read > written,
+            "session mode {session}: write {written}, read {read} after {earlier:?}"
+        );
+        c.close().unwrap();
+    }
+}
+
+/// The ids of `recipes.sessions`, lowest first.
+fn session_ids(server: &PgServer) -> Vec<i64> {
+    let ids = server.sql("SELECT id FROM recipes.sessions ORDER BY id");
+    ids.lines().map(|l| l.trim().parse().unwrap()).collect()
+}
+
+/// An older backup restored, taken before a client opened its session:
+/// the client's row is gone, and the ids' sequence is set back to where
+/// it stood at the dump. A session opened next takes an id above every
+/// one issued before (it took the gone session's id, which its client
+/// then renewed as its own, never losing the locks the restore took),
+/// and the client whose row went loses its lock.
+#[test]
+fn fault_an_older_backup_restored_gives_no_new_session_an_earlier_id() {
+    let server = PgServer::start();
+    let lock = name("session-restored");
+    let a = client(&server, false);
+    let held = a.mutex(&lock).unwrap().lock().unwrap();
+    let ids = session_ids(&server);
+    let &[id] = &ids[..] else {
+        panic!("one session expected: {ids:?}")
+    };
+    server.sql(&format!(
+        "BEGIN; DELETE FROM recipes.sessions WHERE id = {id}; \
+         SELECT setval(pg_get_serial_sequence('recipes.sessions', 'id'), {id} - 1); COMMIT"
+    ));
+    let b = client(&server, false);
+    let taken = b.mutex(&lock).unwrap().lock().unwrap();
+    let after = session_ids(&server);
+    assert!(
+        after.iter().all(|&new| new > id),
+        "a new session took an id issued before: {after:?} after {id}"
+    );
+    assert!(
+        held.lost()
+            .wait_timeout(scale(Duration::from_secs(3)))
+            .is_some(),
+        "the client whose session row went did not lose its lock"
+    );
+    taken.release().unwrap();
+    drop(held);
+    a.close().unwrap();
+    b.close().unwrap();
+}

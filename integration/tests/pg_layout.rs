@@ -6,6 +6,7 @@ mod pg_common;
 
 use std::time::Duration;
 
+use integration::pg_server::PG_USER;
 use integration::{scale, PgFacts, PgServer};
 use pg_common::*;
 use recipes_core::{Client, Error};
@@ -289,5 +290,42 @@ fn a_layout_6_schema_keeps_one_look_and_one_confirm() {
     c.mutex(&n).unwrap().lock().unwrap().release().unwrap();
     let rw = c.rw_lock(&n.replace("layout-6", "layout-6-rw")).unwrap();
     rw.write().unwrap().release().unwrap();
+    c.close().unwrap();
+}
+
+/// Layout 7 as its first release made it: the read-write lock drew from
+/// `recipes.rw_order` directly, without `recipes.rw_next` (the draw
+/// floored by the database clock). The first client of this release
+/// makes the functions again, the version staying 7, so the functions a
+/// client of the first release calls floor their draws too, and this
+/// release's own statements find `rw_next`. A role that does not own
+/// the schema cannot, and is told who can.
+#[test]
+fn a_layout_7_schema_without_the_floored_draw_gets_it_and_keeps_its_version() {
+    let server = PgServer::start();
+    connect(&server.url(), TTL).unwrap().close().unwrap();
+    server.sql("DROP FUNCTION recipes.rw_next()");
+    // A role that may use the schema but does not own it cannot mend it.
+    grant(&server, PG_USER);
+    match connect(&server.url_as(PG_USER), TTL) {
+        Err(Error::PermissionDenied { what }) => {
+            assert!(what.contains("connect once as that role"), "{what}")
+        }
+        other => panic!("a role that does not own the schema: {other:?}"),
+    }
+    let c = connect(&server.url(), TTL).expect("layout 7 without rw_next is mended");
+    connect(&server.url_as(PG_USER), TTL)
+        .expect("the role that may use it connects once it is mended")
+        .close()
+        .unwrap();
+    let found = server.sql(
+        "SELECT max(version), to_regprocedure('recipes.rw_next()') IS NOT NULL FROM recipes.layout",
+    );
+    assert_eq!(found.trim(), "7|t");
+    let rw = c.rw_lock(&name("layout-7-rw")).unwrap();
+    let w = rw.write().unwrap();
+    let written = w.token().get();
+    w.release().unwrap();
+    assert!(rw.read().unwrap().token().get() > written);
     c.close().unwrap();
 }

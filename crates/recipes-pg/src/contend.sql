@@ -18,6 +18,55 @@
 -- sees every entry ahead of ours: each was inserted by a transaction that
 -- held that row until it committed.
 
+-- The next of recipes.rw_order (a read-write lock's seq or token), floored
+-- by the database clock in µs. The sequence runs behind the clock (it
+-- moves by one a draw), and an older backup restored sets it back to
+-- where it stood at the dump, so the draws after a restore would repeat
+-- those made since. So when a draw finds it more than 10 ms behind the
+-- clock, the sequence is set to the clock (recipes.rw_floor): every draw
+-- is at most the clock when made, so one after a restore is above every
+-- one before it, unless the restore came within 10 ms of its dump. At
+-- most one floor a 10 ms of draws.
+CREATE OR REPLACE FUNCTION recipes.rw_next() RETURNS bigint
+LANGUAGE plpgsql VOLATILE AS $$
+DECLARE
+    v_seq bigint := nextval('recipes.rw_order');
+BEGIN
+    IF v_seq >= (extract(epoch FROM clock_timestamp()) * 1000000)::int8 - 10000 THEN
+        RETURN v_seq;
+    END IF;
+    RETURN recipes.rw_floor();
+END $$;
+
+-- recipes.rw_next's floor: the next of recipes.rw_order, the sequence set
+-- to the clock first if it still lags by more than 10 ms. setval can move
+-- a sequence back, so floors must not race: each is made under a
+-- session-level advisory lock held across three calls that wait for
+-- nothing (no deadlock), released on every way out, an error or a cancel
+-- included. SECURITY DEFINER: setval needs UPDATE on the sequence, which
+-- the roles that use the schema are not granted (USAGE is enough for a
+-- draw); it does nothing but move the sequence up to the clock.
+CREATE OR REPLACE FUNCTION recipes.rw_floor() RETURNS bigint
+LANGUAGE plpgsql VOLATILE SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS $$
+DECLARE
+    v_seq bigint;
+    v_now bigint;
+BEGIN
+    BEGIN
+        PERFORM pg_advisory_lock(hashtext('recipes.rw_order'));
+        v_seq := nextval('recipes.rw_order');
+        v_now := (extract(epoch FROM clock_timestamp()) * 1000000)::int8;
+        IF v_seq < v_now - 10000 THEN
+            v_seq := setval('recipes.rw_order', v_now);
+        END IF;
+        PERFORM pg_advisory_unlock(hashtext('recipes.rw_order'));
+    EXCEPTION WHEN query_canceled OR others THEN
+        PERFORM pg_advisory_unlock(hashtext('recipes.rw_order'));
+        RAISE;
+    END;
+    RETURN v_seq;
+END $$;
+
 -- A read-write lock's gate: a transaction-scoped advisory lock on the
 -- name (two-int form, class 1919247223 = 'recw', key hashtext(name)),
 -- shared for a reader, exclusive for a writer. Every enter and confirm of
@@ -95,9 +144,9 @@ BEGIN
         RETURN NULL;
     END IF;
     IF p_role = 'read' THEN
-        RETURN nextval('recipes.rw_order');
+        RETURN recipes.rw_next();
     END IF;
-    UPDATE recipes.names n SET fence = nextval('recipes.rw_order') WHERE n.name = p_name
+    UPDATE recipes.names n SET fence = recipes.rw_next() WHERE n.name = p_name
     RETURNING n.fence INTO v_fence;
     RETURN v_fence;
 END $$;
@@ -249,7 +298,7 @@ BEGIN
         v_live := pg_advisory_xact_lock_shared(1919247223, hashtext(p_name)) IS NULL;
         WITH ins AS (
             INSERT INTO recipes.queue AS q (name, seq, entry, session, value, role)
-            SELECT p_name, nextval('recipes.rw_order'), p_entry, p_session, p_value, 'read'
+            SELECT p_name, recipes.rw_next(), p_entry, p_session, p_value, 'read'
             WHERE EXISTS (SELECT 1 FROM recipes.names n
                           WHERE n.name = p_name AND n.kind = p_kind)
             ON CONFLICT (entry) DO NOTHING RETURNING q.seq),
@@ -299,7 +348,7 @@ BEGIN
             RETURN;
         END IF;
         INSERT INTO recipes.queue AS q (name, seq, entry, session, value, role)
-        VALUES (p_name, nextval('recipes.rw_order'), p_entry, p_session, p_value, p_role)
+        VALUES (p_name, recipes.rw_next(), p_entry, p_session, p_value, p_role)
         ON CONFLICT (entry) DO NOTHING RETURNING q.seq INTO v_seq;
     ELSE
         WITH n AS (

@@ -245,11 +245,13 @@
 //! (logging a warning) before its next acquisition. What this cannot
 //! cover: the database clock stepping back past the last fence *and* the
 //! data lost before the clock catches up again. A read-write lock's
-//! tokens are the next of the sequence `recipes.rw_order` instead (made at
-//! the clock when the schema is created, so a dropped schema or a
-//! truncation is covered), which an older backup restores with the rest:
-//! after such a restore its next tokens repeat those issued since the
-//! dump. Nothing here is
+//! tokens are the next of the sequence `recipes.rw_order` instead, which
+//! a draw sets to the database clock in µs when it lags by more than
+//! 10 ms: after an older backup restored its next tokens are above every
+//! earlier one too, unless the restore came within 10 ms of its dump.
+//! Session ids are given at the clock too, so a session opened after a
+//! restore never takes the id of one opened since the dump, whose client
+//! would renew it as its own and miss the loss of its locks. Nothing here is
 //! replicated by us: after a failover to a replica that missed the newest
 //! commits (or whose clock is behind the old primary's), a lock may be
 //! held twice and a fence repeated — synchronous replication narrows it;

@@ -42,7 +42,7 @@ const MINT_FENCE: &str = concat!(
 const MINT_WRITE: &str = concat!(
     mint_head!(),
     "INSERT INTO recipes.names AS n (name, kind, fence) \
-       VALUES ($1, $2, nextval('recipes.rw_order')) \
+       VALUES ($1, $2, recipes.rw_next()) \
      ON CONFLICT (name) DO UPDATE SET fence = EXCLUDED.fence \
      WHERE n.kind = $2 RETURNING n.fence, (SELECT remaining FROM old)"
 );
@@ -57,7 +57,7 @@ const MINT_WRITE: &str = concat!(
 /// before that commits.
 const MINT_READ: &str = concat!(
     mint_head!(),
-    ", token AS MATERIALIZED (SELECT nextval('recipes.rw_order') AS t \
+    ", token AS MATERIALIZED (SELECT recipes.rw_next() AS t \
        FROM (SELECT pg_advisory_xact_lock_shared(1919247223, hashtext($1))) g), \
      made AS (INSERT INTO recipes.names (name, kind, fence) \
        SELECT $1, $2, t FROM token ON CONFLICT (name) DO NOTHING RETURNING kind) \

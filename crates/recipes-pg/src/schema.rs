@@ -19,6 +19,8 @@
 //!                                                each minting the fence when ours holds
 //! recipes.rw_order                               a sequence: read-write locks' seqs and
 //!                                                tokens (schema-wide, never goes back)
+//! recipes.rw_next(), rw_floor()                  a draw of it, kept within 10 ms of the
+//!                                                database clock (an older backup restored)
 //! recipes.rw_gate(…), rw_confirm(…), rw_held(…)  a read-write lock's gate (an advisory
 //!                                                xact lock), confirm and fenced check
 //! ```
@@ -38,7 +40,9 @@
 //! confirm's argument of our entry's uuid (a seq drawn again after the
 //! name's row was lost is not ours) and a permit's confirm that waits for
 //! the fenced transactions of expired permits ahead ([`OLD_SIGNATURES`],
-//! `contend.sql`); an older schema is upgraded in place, in one transaction, by
+//! `contend.sql`; `recipes.rw_next` came later, with the version kept: a
+//! layout 7 schema without it has its functions made again by the first
+//! client of this release that owns it); an older schema is upgraded in place, in one transaction, by
 //! the first client of this version that connects (which needs to own the
 //! tables, as their creator does). A client of an older release then
 //! refuses the schema (it knows only its own layout), so upgrade every
@@ -54,6 +58,7 @@
 //! decides it in the triggers' `WHEN` conditions, without a call).
 
 use recipes_core::{Error, Result};
+use tokio_postgres::error::SqlState;
 use tokio_postgres::Client;
 
 use crate::sql::from_pg;
@@ -189,11 +194,16 @@ CREATE TRIGGER queue_notify AFTER INSERT OR UPDATE OR DELETE ON recipes.queue
 /// [`Error::PermissionDenied`] when the role may not read or create it;
 /// [`Error::InvalidArgument`] for a layout of another version.
 pub(crate) async fn ensure(db: &Client, what: &str) -> Result<bool> {
-    match version(db, what).await? {
-        Some(found) if found < LAYOUT_VERSION => {}
-        Some(found) => return check(found).map(|()| false),
-        None => {}
-    }
+    let step = match version(db, what).await? {
+        Some((found, _)) if found > LAYOUT_VERSION => return check(found).map(|()| false),
+        Some((found, _)) if found < LAYOUT_VERSION => {
+            format!("upgrade the schema recipes from layout {found}")
+        }
+        Some((_, true)) => return Ok(false),
+        // Layout 7 as its first release made it: without `rw_next`.
+        Some((_, false)) => "make the functions of the schema recipes again".to_owned(),
+        None => "create the schema recipes".to_owned(),
+    };
     let created = async {
         db.batch_execute("BEGIN; SELECT pg_advisory_xact_lock(hashtext('recipes.layout'))")
             .await?;
@@ -201,16 +211,20 @@ pub(crate) async fn ensure(db: &Client, what: &str) -> Result<bool> {
         // for the lock.
         let exists = db.query_typed_one(EXISTS, &[]).await?;
         let created = !exists.get::<_, bool>(0);
-        let found = if created {
+        let (found, current) = if created {
             db.batch_execute(CREATE).await?;
-            1
+            (1, false)
         } else {
-            let found = db
-                .query_typed_one("SELECT max(version) FROM recipes.layout", &[])
-                .await?;
-            found.get::<_, Option<i32>>(0).unwrap_or(LAYOUT_VERSION)
+            let found = db.query_typed_one(VERSION, &[]).await?;
+            (
+                found.get::<_, Option<i32>>(0).unwrap_or(LAYOUT_VERSION),
+                found.get(1),
+            )
         };
         upgrade(db, found).await?;
+        if found == LAYOUT_VERSION && !current {
+            db.batch_execute(FUNCTIONS).await?;
+        }
         db.batch_execute("COMMIT").await.map(|()| created)
     };
     let created = match created.await {
@@ -218,11 +232,22 @@ pub(crate) async fn ensure(db: &Client, what: &str) -> Result<bool> {
         Err(e) => {
             // A failed statement leaves the transaction aborted.
             let _ = db.batch_execute("ROLLBACK").await;
-            return Err(from_pg(&format!("{what}: create the schema recipes"), e));
+            if step.starts_with("create") || e.code() != Some(&SqlState::INSUFFICIENT_PRIVILEGE) {
+                return Err(from_pg(&format!("{what}: {step}"), e));
+            }
+            // Only the schema's owner may change it: no grant mends that.
+            return Err(Error::PermissionDenied {
+                what: format!(
+                    "{what}: {step} for this release: only the role that owns it may \
+                     (PostgreSQL said {}); connect once as that role (its creator), or run \
+                     init as it, and then this role connects as before",
+                    recipes_core::store::quote(e.as_db_error().map_or("", |d| d.message()))
+                ),
+            });
         }
     };
     match version(db, what).await? {
-        Some(found) => check(found).map(|()| created),
+        Some((found, _)) => check(found).map(|()| created),
         None => Err(crate::sql::unexpected("recipes.layout is empty")),
     }
 }
@@ -335,17 +360,26 @@ pub(crate) async fn check_isolation(db: &Client, what: &str) -> Result<()> {
 const EXISTS: &str = "SELECT EXISTS (SELECT 1 FROM pg_catalog.pg_tables \
                       WHERE schemaname = 'recipes' AND tablename = 'layout')";
 
-/// The layout's version, `None` when it does not exist.
-async fn version(db: &Client, what: &str) -> Result<Option<i32>> {
+/// The layout's version, and whether the functions are this release's:
+/// layout 7's first release made them without `recipes.rw_next` (the
+/// read-write lock's draw floored by the clock, `contend.sql`), and its
+/// clients call the functions made again, whose signatures are the same.
+/// Read from the catalog, as [`EXISTS`] is.
+const VERSION: &str = "SELECT max(version), EXISTS (SELECT 1 FROM pg_catalog.pg_proc p \
+                       JOIN pg_catalog.pg_namespace s ON s.oid = p.pronamespace \
+                       WHERE s.nspname = 'recipes' AND p.proname = 'rw_next') \
+                       FROM recipes.layout";
+
+/// The layout's version and whether its functions are this release's
+/// ([`VERSION`]), `None` when it does not exist.
+async fn version(db: &Client, what: &str) -> Result<Option<(i32, bool)>> {
     let read = async {
         let exists = db.query_typed_one(EXISTS, &[]).await?;
         if !exists.get::<_, bool>(0) {
             return Ok(None);
         }
-        let row = db
-            .query_typed_one("SELECT max(version) FROM recipes.layout", &[])
-            .await?;
-        Ok(row.get::<_, Option<i32>>(0))
+        let row = db.query_typed_one(VERSION, &[]).await?;
+        Ok(row.get::<_, Option<i32>>(0).map(|v| (v, row.get(1))))
     };
     read.await
         .map_err(|e| from_pg(&format!("{what}: read recipes.layout"), e))

@@ -52,6 +52,26 @@ pub(crate) fn session_row_gone(session: &Session, e: &Error) -> bool {
 /// count as contenders anyway.
 const SWEEP_AFTER: &str = "1 minute";
 
+/// A new session's row, its id floored by the database clock in µs: the
+/// ids' sequence runs behind the clock (one a session), and an older
+/// backup restored sets it back to where it stood at the dump, so a new
+/// session would take the id of one opened since — whose client, its row
+/// gone with the restore, would renew the newcomer's row as its own and
+/// never learn its locks were lost. Every id this release gives is at
+/// least the clock when given, and above every id in the table (ids are
+/// unique: the sequence, which a client of an older release still draws,
+/// runs far behind the clock); a lock held to the end of this statement,
+/// which waits for nothing after it, keeps two of them from reading the
+/// same clock and table at once. (Setting the sequence instead would need
+/// `UPDATE` on it, which the roles that use the schema are not granted.)
+const GRANT: &str = "WITH g AS MATERIALIZED ( \
+        SELECT pg_advisory_xact_lock(hashtext('recipes.sessions'))) \
+    INSERT INTO recipes.sessions (id, ttl, expires_at) OVERRIDING SYSTEM VALUE \
+    SELECT greatest((extract(epoch FROM clock_timestamp()) * 1000000)::int8, \
+                    (SELECT coalesce(max(id), 0) + 1 FROM recipes.sessions)), \
+           $1 * interval '1 millisecond', clock_timestamp() + $1 * interval '1 millisecond' \
+    FROM g RETURNING id";
+
 /// The database's session rows, reached through the client's connections.
 #[derive(Clone)]
 pub(crate) struct PgLeases(pub(crate) Arc<Db>);
@@ -68,13 +88,9 @@ impl LeaseStore for PgLeases {
     /// sweep long-expired rows.
     async fn grant(&self, ttl: Duration, _timeout: Duration) -> Result<(i64, Duration)> {
         let ms = i64::try_from(ttl.as_millis()).unwrap_or(i64::MAX);
-        let sql = "INSERT INTO recipes.sessions (ttl, expires_at) \
-                   VALUES ($1 * interval '1 millisecond', \
-                           clock_timestamp() + $1 * interval '1 millisecond') \
-                   RETURNING id";
         let row = self
             .0
-            .query_opt_on(Lane::Leases, "open a session", sql, &[(&ms, Type::INT8)])
+            .query_opt_on(Lane::Leases, "open a session", GRANT, &[(&ms, Type::INT8)])
             .await?
             .ok_or_else(|| unexpected("an insert returned no row"))?;
         let db = self.0.clone();
