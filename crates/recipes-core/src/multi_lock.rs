@@ -250,11 +250,45 @@ fn take<G, H>(got: Result<Option<G>>, wrap: impl FnOnce(G) -> H) -> Result<Optio
 /// Give back what a failed acquisition took, newest first, waiting for
 /// each (a release the store does not confirm goes on in the background).
 fn give_back<C: Client>(held: Vec<(String, Held<C>)>) {
-    for (name, h) in held.into_iter().rev() {
-        if let Err(e) = h.release() {
+    for (name, released) in release_all(held) {
+        if let Err(e) = released {
             log::debug!("multi-lock: giving back {name}: {e}");
         }
     }
+}
+
+/// Release every part at once, each on a thread of its own: a round trip
+/// in all, and at most one RPC timeout when the store does not answer,
+/// where one part after the other took a round trip, or a timeout, each.
+/// A part whose thread cannot be started is released on the caller's.
+/// Each part's result, the newest part first.
+fn release_all<C: Client>(held: Vec<(String, Held<C>)>) -> Vec<(String, Result<()>)> {
+    if held.len() < 2 {
+        return held.into_iter().map(|(n, h)| (n, h.release())).collect();
+    }
+    std::thread::scope(|scope| {
+        let started: Vec<_> = held
+            .into_iter()
+            .rev()
+            .map(|(name, h)| {
+                let slot = Arc::new(PlMutex::new(Some(h)));
+                let theirs = slot.clone();
+                let thread = std::thread::Builder::new()
+                    .name("recipes-release".into())
+                    .spawn_scoped(scope, move || theirs.lock().take().map(Held::release));
+                (name, slot, thread.ok())
+            })
+            .collect();
+        let joined = started.into_iter().map(|(name, slot, thread)| {
+            let released = match thread {
+                Some(t) => t.join().unwrap_or_else(|p| std::panic::resume_unwind(p)),
+                // Not started: the part is still in its slot.
+                None => slot.lock().take().map(Held::release),
+            };
+            (name, released.unwrap_or(Ok(())))
+        });
+        joined.collect()
+    })
 }
 
 /// The names sorted: none twice, none inside another, within the limit.
@@ -416,22 +450,17 @@ impl<C: Client> MultiLockGuard<C> {
         })
     }
 
-    /// Release every lock, newest first, waiting until the store
-    /// confirmed each.
+    /// Release every lock, all at once, waiting until the store confirmed
+    /// each (one round trip in all; at most one RPC timeout when the store
+    /// does not answer).
     ///
     /// # Errors
     ///
     /// The first error of any one release (every release is tried): as for
     /// [`MutexGuard::release`].
     pub fn release(self) -> Result<()> {
-        let mut first = Ok(());
-        for (_, h) in self.held.into_iter().rev() {
-            let released = h.release();
-            if first.is_ok() {
-                first = released;
-            }
-        }
-        first
+        let mut released = release_all(self.held).into_iter().map(|(_, r)| r);
+        released.find(Result::is_err).unwrap_or(Ok(()))
     }
 }
 
@@ -445,44 +474,5 @@ impl<C: Client> fmt::Debug for MultiLockGuard<C> {
 }
 
 #[cfg(test)]
-mod tests {
-    use super::*;
-
-    fn check(names: &[&str]) -> Result<()> {
-        let mut parts: Vec<_> = names.iter().map(|n| (*n, LockKind::Mutex)).collect();
-        parts.sort_by(|a, b| a.0.cmp(b.0));
-        check_names(&parts)
-    }
-
-    fn refused(names: &[&str], says: &str) {
-        match check(names) {
-            Err(Error::InvalidArgument(m)) => assert!(m.contains(says), "{names:?}: {m}"),
-            other => panic!("{names:?}: {other:?}"),
-        }
-    }
-
-    #[test]
-    fn distinct_names_that_do_not_nest_are_accepted() {
-        check(&["/a", "/b", "/ab", "/a-b", "/c/d"]).unwrap();
-        check(&["locks/a", "locks/ab"]).unwrap();
-    }
-
-    #[test]
-    fn an_empty_list_a_name_twice_and_nested_names_are_refused() {
-        refused(&[], "at least one name");
-        refused(&["/a", "/b", "/a"], "twice");
-        refused(&["/a", "/a/b"], "nest");
-        refused(&["/x/", "/x/y"], "nest");
-        refused(&["jobs", "jobs/1"], "nest");
-    }
-
-    #[test]
-    fn more_names_than_the_limit_are_refused() {
-        let names: Vec<String> = (0..=MAX_MULTI_LOCK_NAMES)
-            .map(|i| format!("/n{i}"))
-            .collect();
-        let names: Vec<&str> = names.iter().map(String::as_str).collect();
-        refused(&names, "over the limit");
-        check(&names[..MAX_MULTI_LOCK_NAMES]).unwrap();
-    }
-}
+#[path = "multi_lock_tests.rs"]
+mod tests;

@@ -271,6 +271,11 @@ macro_rules! conformance_suite {
         }
 
         #[test]
+        fn multi_an_unanswered_release_ends_within_one_rpc_timeout() {
+            conformance::multi::an_unanswered_release_ends_within_one_rpc_timeout(&<$kit as conformance::Kit>::shared());
+        }
+
+        #[test]
         fn multi_opposite_orders_never_deadlock() {
             conformance::multi::opposite_orders_never_deadlock(&<$kit as conformance::Kit>::shared(), 20);
         }

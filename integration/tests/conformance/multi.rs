@@ -240,3 +240,39 @@ where
     }
     assert_eq!(left(&me, &[&a, &b, &nested]), 0, "entries left behind");
 }
+
+/// A multi-lock's release against a store that does not answer ends
+/// within about one RPC timeout, not one per name (the parts are released
+/// at once), with the error of an unconfirmed release; the entries go
+/// with the cut-off client's session.
+pub fn an_unanswered_release_ends_within_one_rpc_timeout<K: Kit>(kit: &K)
+where
+    K::Client: recipes_core::Client,
+{
+    let (ttl, rpc) = (Duration::from_secs(2), Duration::from_secs(1));
+    let names: Vec<String> = (0..6).map(|i| name(&format!("multi-cut-{i}"))).collect();
+    let refs: Vec<&str> = names.iter().map(String::as_str).collect();
+    let proxy = integration::Proxy::start(kit.server_addr());
+    let cut = kit.connect_via(proxy.addr(), ttl, rpc).expect("connect");
+    let guard = cut.multi_lock(&refs).unwrap().lock().unwrap();
+    proxy.blackhole();
+    let started = std::time::Instant::now();
+    let released = guard.release();
+    let took = started.elapsed();
+    assert!(
+        matches!(released, Err(Error::Indeterminate { .. })),
+        "an unanswered release: {released:?}"
+    );
+    assert!(
+        took < scale(rpc * 3),
+        "{} parts released one after the other: {took:?}",
+        refs.len()
+    );
+    let reader = client(kit);
+    wait_until(
+        "the cut-off client's entries went",
+        scale(Duration::from_secs(15)),
+        || left(&reader, &refs) == 0,
+    );
+    drop(cut);
+}
