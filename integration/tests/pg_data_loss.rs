@@ -398,3 +398,55 @@ fn fault_an_older_backup_restored_gives_no_new_session_an_earlier_id() {
     a.close().unwrap();
     b.close().unwrap();
 }
+
+/// A holder whose session row went (its loss fired), then came back with
+/// its entry — an older backup restored, taken while it held — is refused
+/// every fenced write: its client knows the lock was lost, though the
+/// store's check (the name's fence still its own, its entry and session
+/// live) would let the write land after the next holder's.
+#[test]
+fn fault_a_lost_holder_is_refused_after_its_rows_come_back() {
+    let server = PgServer::start();
+    let t = table(&server, "revived");
+    let lock = name("revived");
+    let a = client(&server, false);
+    let (held, _) = hold_and_write(&a, &lock, &t);
+    let ids = session_ids(&server);
+    let &[id] = &ids[..] else {
+        panic!("one session expected: {ids:?}")
+    };
+    server.sql(&format!(
+        "CREATE TABLE saved_q AS SELECT name, seq, entry, session, value, role \
+           FROM recipes.queue WHERE session = {id}; \
+         DELETE FROM recipes.sessions WHERE id = {id}"
+    ));
+    assert!(
+        held.lost()
+            .wait_timeout(scale(Duration::from_secs(3)))
+            .is_some(),
+        "the holder whose session row went did not lose its lock"
+    );
+    server.sql(&format!(
+        "INSERT INTO recipes.sessions (id, ttl, expires_at) OVERRIDING SYSTEM VALUE \
+           VALUES ({id}, interval '60 s', clock_timestamp() + interval '60 s'); \
+         INSERT INTO recipes.queue (name, seq, entry, session, value, role) \
+           SELECT * FROM saved_q"
+    ));
+    let refused = write(&held, &t);
+    assert!(
+        matches!(refused, Err(Error::FenceRejected { .. })),
+        "a lost holder's transaction: {refused:?}"
+    );
+    let put = held.put(&format!("{lock}-resource"), b"late");
+    assert!(
+        matches!(put, Err(Error::FenceRejected { .. })),
+        "a lost holder's put: {put:?}"
+    );
+    assert_eq!(
+        written(&server, &t).len(),
+        1,
+        "only the write made while held"
+    );
+    drop(held);
+    a.close().unwrap();
+}

@@ -219,3 +219,49 @@ fn the_queue_library_flushed_away_is_loaded_again_by_the_next_call() {
     assert_ne!(libraries(), redis::Value::Array(vec![]), "loaded again");
     c.close().unwrap();
 }
+
+/// A holder whose keys went (its loss fired), then came back — an older
+/// RDB restored, taken while it held — is refused every fenced write: its
+/// client knows the lock was lost, though the store's check (the hold key
+/// names its member, its session key is there) would let the write land.
+#[test]
+fn fault_a_lost_holder_is_refused_after_its_keys_come_back() {
+    let server = RedisServer::start();
+    let c = connect(&server, LONG_TTL);
+    let held = c.mutex("/loss/revived").unwrap().lock().unwrap();
+    held.fenced_set("/loss/revived-resource", "held").unwrap();
+    let keys: Vec<String> = server.cmd(&["KEYS", "{recipes}:*"]);
+    let saved: Vec<(String, String)> = keys
+        .into_iter()
+        .filter(|k| server.cmd::<String>(&["TYPE", k]) == "string")
+        .map(|k| {
+            let v: String = server.cmd(&["GET", &k]);
+            (k, v)
+        })
+        .collect();
+    for (k, _) in &saved {
+        server.cmd::<i64>(&["DEL", k]);
+    }
+    held.lost()
+        .wait_timeout(scale(NOTICED))
+        .expect("the holder learns its keys are gone");
+    for (k, v) in &saved {
+        server.cmd::<String>(&["SET", k, v]);
+    }
+    for (what, write) in [
+        (
+            "fenced_set",
+            held.fenced_set("/loss/revived-resource", "late"),
+        ),
+        ("put", held.put("/loss/revived-resource", b"late")),
+    ] {
+        assert!(
+            matches!(write, Err(Error::FenceRejected { .. })),
+            "a lost holder's {what}: {write:?}"
+        );
+    }
+    let value: String = server.cmd(&["GET", "/loss/revived-resource"]);
+    assert_eq!(value, "held", "only the write made while held");
+    drop(held);
+    c.close().unwrap();
+}

@@ -131,21 +131,28 @@ impl<E: StoreEntry> HeldEntry<E> {
         self.entry.session_id()
     }
 
-    /// One fenced write: its value checked against the stores' limit
+    /// One fenced write: refused once the loss signal fired (or the lease
+    /// deadline passed), its value checked against the stores' limit
     /// before anything is sent, and a write that got no confirmation is
     /// [`Error::Indeterminate`] (it may have landed). A write the store
     /// refused says our entry is gone: the loss signal fires at once, not
     /// when the store's watch or poll tells.
     fn call(&self, what: &'static str, write: FencedWrite) -> Result<()> {
+        refuse_if_lost(&self.signal, what)?;
         if let FencedWrite::Put { value, .. } | FencedWrite::Proclaim { value } = &write {
             crate::limits::check_value(&format!("{what}'s value"), value)?;
         }
         let e = &self.entry;
         let done = within_rpc(e, what, Box::pin(e.clone().write(what, write)));
-        if let Err(Error::FenceRejected { .. }) = &done {
-            self.trigger.fire(LossReason::Deleted);
-        }
-        done.map_err(Error::unconfirmed)
+        self.seen(done).map_err(Error::unconfirmed)
+    }
+
+    /// A fenced write's outcome, as this holding sees it: a write the store
+    /// refused says our entry is gone, so the loss signal fires at once, not
+    /// when the store's watch or poll tells. For a backend's own fenced
+    /// writes (a transaction, a script) beside [`FencedWrites`]'.
+    pub fn seen<T>(&self, done: Result<T>) -> Result<T> {
+        fire_if_refused(&self.trigger, done)
     }
 
     fn outside_layout(&self, key: &str) -> Result<String> {
@@ -158,6 +165,37 @@ impl<E: StoreEntry> HeldEntry<E> {
             ))),
         }
     }
+}
+
+/// Refuse a fenced write (`what`) of a holding whose loss `signal` fired,
+/// or whose lease deadline passed, before anything is sent: the store's
+/// own check is not enough, since a store that lost its data and had it
+/// restored (an older backup, a replica) may show the holding again — and
+/// with it, a write landing after the next holder's.
+///
+/// # Errors
+///
+/// [`Error::FenceRejected`], naming why the holding was lost.
+pub fn refuse_if_lost(signal: &LossSignal, what: &str) -> Result<()> {
+    match signal.reason() {
+        None => Ok(()),
+        Some(reason) => Err(Error::FenceRejected {
+            what: format!(
+                "{what}: the lock was lost before it ({}): nothing was sent",
+                reason.label()
+            ),
+        }),
+    }
+}
+
+/// A fenced write's outcome `done`, seen by the holding whose loss is
+/// `trigger`: a write the store refused says the holding's entry is gone,
+/// so its loss fires at once.
+pub fn fire_if_refused<T>(trigger: &LossTrigger, done: Result<T>) -> Result<T> {
+    if let Err(Error::FenceRejected { .. }) = &done {
+        trigger.fire(LossReason::Deleted);
+    }
+    done
 }
 
 impl<E: StoreEntry> Deref for HeldEntry<E> {

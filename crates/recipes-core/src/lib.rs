@@ -154,7 +154,7 @@ pub mod store {
     pub use crate::engine::group::GroupStore;
     pub use crate::engine::WaitStore;
     pub use crate::group::{check_member, id_taken};
-    pub use crate::held::{FencedWrite, HeldEntry, StoreEntry};
+    pub use crate::held::{fire_if_refused, refuse_if_lost, FencedWrite, HeldEntry, StoreEntry};
     pub use crate::held_watch::{watch_held, EntryWatcher};
     pub use crate::leader::validate_participant_id;
     pub use crate::lease::SessionLease;

@@ -9,8 +9,8 @@ use std::time::Duration;
 
 use etcd_client::{PutOptions, TxnOp, TxnResponse};
 use recipes_core::store::{
-    until_done, watch_held, within, Backoff, EntryWatcher, FencedWrite, HeldEntry, Runtime,
-    StoreEntry, Turns,
+    fire_if_refused, refuse_if_lost, until_done, watch_held, within, Backoff, EntryWatcher,
+    FencedWrite, HeldEntry, LossTrigger, Runtime, StoreEntry, Turns,
 };
 use recipes_core::{Error, FencingToken, Result};
 
@@ -47,6 +47,9 @@ pub struct EtcdKey {
     // Given back once the key is gone (released, or deleted by someone:
     // the watch gives them back then).
     turn: Turn,
+    // The holding's loss: a fenced transaction is refused once it fired,
+    // and fires it when the store refuses one.
+    trigger: LossTrigger,
 }
 
 impl EtcdKey {
@@ -72,6 +75,7 @@ impl EtcdKey {
             kind,
             marker: None,
             turn,
+            trigger: trigger.clone(),
         };
         HeldEntry::new(key, trigger, token)
     }
@@ -105,15 +109,16 @@ impl EtcdKey {
     ///
     /// # Errors
     ///
-    /// [`Error::FenceRejected`] when our key is gone (the lock was lost);
+    /// [`Error::FenceRejected`] when our key is gone (the lock was lost; its
+    /// loss signal fires), or the loss signal had fired (nothing is sent);
     /// [`Error::Indeterminate`] when no reply came (the write may have been
     /// applied); other backend errors.
     pub fn txn(&self, ops: Vec<TxnOp>) -> Result<TxnResponse> {
         let what = "fenced transaction";
+        refuse_if_lost(&self.trigger.signal(), what)?;
         // The call's own deadline ends first: its timeout is as unconfirmed.
-        self.client
-            .call(what, self.clone().fenced(what, ops))
-            .map_err(Error::unconfirmed)
+        let done = self.client.call(what, self.clone().fenced(what, ops));
+        fire_if_refused(&self.trigger, done).map_err(Error::unconfirmed)
     }
 
     async fn fenced(self, what: &'static str, ops: Vec<TxnOp>) -> Result<TxnResponse> {

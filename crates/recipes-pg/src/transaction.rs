@@ -6,7 +6,7 @@
 use std::fmt;
 use std::sync::Arc;
 
-use recipes_core::store::within;
+use recipes_core::store::{refuse_if_lost, within, HeldLease};
 use recipes_core::{Error, Leadership, MutexGuard, Result, SemaphorePermit};
 use tokio_postgres::error::SqlState;
 use tokio_postgres::types::{ToSql, Type};
@@ -198,6 +198,7 @@ pub trait FencedTransaction {
 
 impl FencedTransaction for PgLock {
     fn transaction<T>(&self, work: impl FnOnce(&mut Transaction<'_>) -> Result<T>) -> Result<T> {
+        refuse_if_lost(self.loss_signal(), "fenced transaction")?;
         let entry: &PgHeld = self.entry();
         let (e, check) = (entry.clone(), entry.check()?);
         let begun = entry
@@ -235,7 +236,7 @@ impl FencedTransaction for PgLock {
                 }
             });
         let holder = recipes_core::store::StoreEntry::holder(entry).to_owned();
-        Transaction::new(entry.client(), holder, begun?).run(work)
+        Transaction::new(entry.client(), holder, self.seen(begun)?).run(work)
     }
 }
 

@@ -8,7 +8,8 @@ use std::future::Future;
 use std::time::Duration;
 
 use recipes_core::store::{
-    watch_held, EntryWatcher, FencedWrite, HeldEntry, PresencePoll, Runtime, StoreEntry,
+    fire_if_refused, refuse_if_lost, watch_held, EntryWatcher, FencedWrite, HeldEntry, LossTrigger,
+    PresencePoll, Runtime, StoreEntry,
 };
 use recipes_core::{Error, FencingToken, Result};
 use redis::FromRedisValue;
@@ -35,6 +36,9 @@ pub struct RedisEntry {
     holder: String,
     hold_key: String,
     kind: &'static str,
+    /// The holding's loss: a fenced write is refused once it fired, and
+    /// fires it when the store refuses one.
+    trigger: LossTrigger,
 }
 
 /// How a held entry is polled: its hold key still holds its member.
@@ -116,6 +120,7 @@ impl RedisEntry {
             holder,
             hold_key,
             kind,
+            trigger: trigger.clone(),
         };
         Ok(HeldEntry::new(entry, trigger, token))
     }
@@ -138,7 +143,8 @@ impl RedisEntry {
     /// # Errors
     ///
     /// [`Error::FenceRejected`] when the entry no longer holds (nothing
-    /// ran); [`Error::Indeterminate`] when no reply came;
+    /// ran; its loss signal fires), or its loss signal had fired (nothing
+    /// was sent); [`Error::Indeterminate`] when no reply came;
     /// [`Error::InvalidArgument`] for a key of ours; the script's errors.
     pub fn fenced_script<T>(&self, body: &str, keys: &[&str], args: &[&[u8]]) -> Result<T>
     where
@@ -150,33 +156,33 @@ impl RedisEntry {
                  use keys outside them"
             )));
         }
+        let what = "fenced script";
+        refuse_if_lost(&self.trigger.signal(), what)?;
         let script = scripts::fenced_body(body);
         let keys: Vec<String> = keys.iter().map(|k| (*k).to_owned()).collect();
         let args: Vec<Vec<u8>> = args.iter().map(|a| a.to_vec()).collect();
         let this = self.clone();
-        let what = "fenced script";
-        self.client
-            .call(what, async move {
-                let redis = this.ticket.session.store()?.redis;
-                let mut invocation = script.prepare_invoke();
-                keys.iter().for_each(|k| {
-                    invocation.key(k);
-                });
-                invocation.key(&this.hold_key);
-                args.iter().for_each(|a| {
-                    invocation.arg(a);
-                });
-                invocation.arg(&this.ticket.member);
-                let mut conn = redis.conn.clone();
-                let reply = invocation.invoke_async(&mut conn).await;
-                let value: T = match reply {
-                    Err(e) if e.code() == Some("FENCED") => return Err(this.rejected(what)),
-                    other => other.map_err(|e| from_redis(what, e))?,
-                };
-                redis.replicated(what).await?;
-                Ok(value)
-            })
-            .map_err(Error::unconfirmed)
+        let done = self.client.call(what, async move {
+            let redis = this.ticket.session.store()?.redis;
+            let mut invocation = script.prepare_invoke();
+            keys.iter().for_each(|k| {
+                invocation.key(k);
+            });
+            invocation.key(&this.hold_key);
+            args.iter().for_each(|a| {
+                invocation.arg(a);
+            });
+            invocation.arg(&this.ticket.member);
+            let mut conn = redis.conn.clone();
+            let reply = invocation.invoke_async(&mut conn).await;
+            let value: T = match reply {
+                Err(e) if e.code() == Some("FENCED") => return Err(this.rejected(what)),
+                other => other.map_err(|e| from_redis(what, e))?,
+            };
+            redis.replicated(what).await?;
+            Ok(value)
+        });
+        self.seen(done)
     }
 
     /// Set `key` to `value` only while this entry holds.
@@ -205,8 +211,15 @@ impl RedisEntry {
     }
 
     fn write_now(&self, what: &'static str, write: FencedWrite) -> Result<()> {
+        refuse_if_lost(&self.trigger.signal(), what)?;
         let fut = self.clone().write(what, write);
-        self.client.call(what, fut).map_err(Error::unconfirmed)
+        self.seen(self.client.call(what, fut))
+    }
+
+    /// A fenced write's outcome: a refusal fires the holding's loss at
+    /// once; no reply is [`Error::Indeterminate`].
+    fn seen<T>(&self, done: Result<T>) -> Result<T> {
+        fire_if_refused(&self.trigger, done).map_err(Error::unconfirmed)
     }
 
     fn rejected(&self, what: &str) -> Error {
