@@ -177,13 +177,18 @@ pub trait ElectionBackend: Send + Sync + 'static {
     /// The client's runtime, where campaigns run.
     fn runtime(&self) -> &Runtime;
 
-    /// Campaign with `value` until leader or `deadline`, as a future for
-    /// the client's runtime. Dropping it abandons the campaign; its entry
-    /// is removed in the background.
+    /// Campaign with `value` until leader, `deadline` or `stop`, as a
+    /// future for the client's runtime. When `stop` fires (a latch or a
+    /// selector closing), the campaign removes its entry and answers
+    /// `Ok(None)` once the store confirmed it (or the session ended), so
+    /// that no one lists it after; a term won at that moment is returned.
+    /// Dropping the future abandons the campaign; its entry is then removed
+    /// in the background.
     fn campaign_async(
         &self,
         value: Vec<u8>,
         deadline: Option<tokio::time::Instant>,
+        stop: Option<LossSignal>,
     ) -> impl Future<Output = Result<Option<Self::Leadership>>> + Send + 'static;
 
     /// Campaign with `value` until leader or `deadline`, blocking.
@@ -197,7 +202,7 @@ pub trait ElectionBackend: Send + Sync + 'static {
         deadline: Option<Instant>,
     ) -> Result<Option<Self::Leadership>> {
         let deadline = deadline.map(tokio::time::Instant::from_std);
-        let campaign = Box::pin(self.campaign_async(value.to_vec(), deadline));
+        let campaign = Box::pin(self.campaign_async(value.to_vec(), deadline, None));
         self.runtime().call_boxed("campaign", None, campaign)
     }
 

@@ -16,7 +16,9 @@ use std::time::Duration;
 
 use crate::backend::{ElectionBackend, FencedLease, LeaderInfo, LeadershipLease};
 use crate::election::LeaderObserver;
+use crate::engine::until_stopped;
 use crate::error::Result;
+use crate::loss::LossSignal;
 use crate::queue_lock::LockStore;
 use crate::runtime::Runtime;
 
@@ -122,13 +124,16 @@ impl<S: ElectionStore> ElectionBackend for QueueElection<S> {
 
     /// The store's campaign on the heap: the latch awaits this inside its
     /// task, and with the store's future inline the task's layout nested
-    /// past the compiler's query depth (128). One allocation a term.
+    /// past the compiler's query depth (128). One allocation a term. The
+    /// engine in it sees `stop` ([`until_stopped`]).
     fn campaign_async(
         &self,
         value: Vec<u8>,
         deadline: Option<tokio::time::Instant>,
+        stop: Option<LossSignal>,
     ) -> impl Future<Output = Result<Option<S::Lease>>> + Send + 'static {
-        let campaign = Box::pin(self.store.campaign(&self.candidacy, value, deadline));
+        let campaign = self.store.campaign(&self.candidacy, value, deadline);
+        let campaign = Box::pin(until_stopped(stop, campaign));
         let name = self.name.clone();
         async move {
             let won = campaign.await?;

@@ -132,3 +132,83 @@ where
     permit.release().unwrap();
     let _ = client.close();
 }
+
+/// A latch or selector that waits in line and is closed has left the line
+/// when `close` returns: a third client no longer lists it, so it can
+/// never be seen as the leader once the leader goes. Several waiters in
+/// turn, each closed and looked for at once: before the fix the removal
+/// raced the look, and lost it in about one round of three.
+pub fn closed_waiters_have_left_the_line<K: Kit>(kit: &K)
+where
+    K::Client: recipes_core::Client,
+{
+    closed_waiters_have_left(kit, super::LeaderRecipe::Latch);
+    closed_waiters_have_left(kit, super::LeaderRecipe::Selector);
+}
+
+fn closed_waiters_have_left<K: Kit>(kit: &K, recipe: super::LeaderRecipe)
+where
+    K::Client: recipes_core::Client,
+{
+    use recipes_core::Client;
+    let ttl = Duration::from_secs(10);
+    let name = name("closed-waiter");
+    let clients: Vec<K::Client> = (0..3).map(|_| kit.connect(ttl).expect("connect")).collect();
+    let bound = scale(Duration::from_secs(10));
+    let queued = |n: usize, ids: &dyn Fn() -> Vec<String>| {
+        wait_until("the waiter is in line", bound, || ids().len() == n);
+    };
+    let left_after = |ids: &dyn Fn() -> Vec<String>, round: usize| {
+        assert_eq!(
+            ids(),
+            ["leader"],
+            "{recipe:?}, round {round}: the closed waiter is listed"
+        );
+    };
+    match recipe {
+        super::LeaderRecipe::Latch => {
+            let third = clients[2].leader_latch(&name, "third").unwrap();
+            let ids = || ids_of(third.participants().unwrap());
+            let leader = clients[0].leader_latch(&name, "leader").unwrap();
+            leader.start();
+            assert!(leader.await_leadership(bound));
+            for round in 0..ROUNDS {
+                let waiter = clients[1].leader_latch(&name, "waiter").unwrap();
+                waiter.start();
+                queued(2, &ids);
+                waiter.close().unwrap();
+                left_after(&ids, round);
+            }
+            leader.close().unwrap();
+        }
+        super::LeaderRecipe::Selector => {
+            let third = clients[2].leader_selector(&name, "third").unwrap();
+            let ids = || ids_of(third.participants().unwrap());
+            let leader = clients[0].leader_selector(&name, "leader").unwrap();
+            leader
+                .start(false, |term| {
+                    term.lost().wait();
+                })
+                .unwrap();
+            queued(1, &ids);
+            for round in 0..ROUNDS {
+                let waiter = clients[1].leader_selector(&name, "waiter").unwrap();
+                waiter.start(false, |_| {}).unwrap();
+                queued(2, &ids);
+                waiter.close();
+                left_after(&ids, round);
+            }
+            leader.close();
+        }
+    }
+    for client in clients {
+        let _ = client.close();
+    }
+}
+
+/// How many waiters a closed-waiter test closes in turn.
+const ROUNDS: usize = 6;
+
+fn ids_of(participants: Vec<recipes_core::Participant>) -> Vec<String> {
+    participants.into_iter().map(|p| p.id).collect()
+}

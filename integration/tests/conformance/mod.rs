@@ -376,6 +376,13 @@ macro_rules! conformance_suite {
         }
 
         #[test]
+        fn election_closed_waiting_latches_and_selectors_have_left_the_line() {
+            conformance::election::closed_waiters_have_left_the_line(
+                &<$kit as conformance::Kit>::shared(),
+            );
+        }
+
+        #[test]
         fn election_a_deleted_leader_cannot_proclaim() {
             conformance::election::a_deleted_leader_cannot_proclaim(
                 &<$kit as conformance::Kit>::shared(),

@@ -10,6 +10,7 @@ use tokio::time::Instant;
 
 use super::decide::{decide, Decision};
 use super::driver::{ContendDriver, Listing};
+use super::stop::{is_stopped, stopped, unless_stopped};
 use super::undo::{Undo, Undoer};
 use crate::backoff::Backoff;
 use crate::error::Result;
@@ -53,14 +54,25 @@ pub(super) trait Contest: Sync {
 pub(super) async fn run<C: Contest>(c: C, deadline: Option<Instant>) -> Result<Option<C::Won>> {
     let mut backoff = Backoff::RETRY;
     loop {
-        let epoch = match c.epoch(deadline).await {
+        // Nothing is held between attempts: a stop ends it at once. On the
+        // heap: a store's epoch can take a deep stack (a lease grant), and
+        // held inline it would be copied into each frame that wraps it.
+        let Some(epoch) = unless_stopped(Box::pin(c.epoch(deadline))).await else {
+            return Ok(None);
+        };
+        let epoch = match epoch {
             Ok(Some(epoch)) => epoch,
             Ok(None) => return Ok(None),
             // No session yet (an outage, a restart): nothing is held, so
             // try again until the deadline.
             Err(e) if e.is_retryable() && !passed(deadline) => {
                 log::debug!("contend: no epoch: {e}; retrying");
-                backoff.pause_within(deadline).await;
+                if unless_stopped(backoff.pause_within(deadline))
+                    .await
+                    .is_none()
+                {
+                    return Ok(None);
+                }
                 continue;
             }
             Err(e) => return Err(e),
@@ -81,7 +93,12 @@ pub(super) async fn run<C: Contest>(c: C, deadline: Option<Instant>) -> Result<O
             Attempt::Restart if passed(deadline) => return Ok(None),
             Attempt::Restart => {
                 log::debug!("contend: starting over");
-                backoff.pause_within(deadline).await;
+                if unless_stopped(backoff.pause_within(deadline))
+                    .await
+                    .is_none()
+                {
+                    return Ok(None);
+                }
             }
         }
     }
@@ -175,7 +192,8 @@ pub(super) fn passed(deadline: Option<Instant>) -> bool {
 /// the acquisition.
 ///
 /// Dropping the future abandons the acquisition; our entry is removed in
-/// the background.
+/// the background. Under [`until_stopped`](super::until_stopped) a stop
+/// ends it instead: our entry is removed before it answers `Ok(None)`.
 ///
 /// # Errors
 ///
@@ -218,6 +236,11 @@ async fn attempt<D: ContendDriver>(
         if lost.is_lost() {
             cleanup.run().await;
             return Ok(Attempt::Restart);
+        }
+        // Stopped (a latch closing): gone from the queue before returning.
+        if is_stopped() {
+            cleanup.run().await;
+            return Ok(Attempt::TimedOut);
         }
         let read = match listing.take() {
             Some(read) => read,
@@ -278,6 +301,7 @@ async fn attempt<D: ContendDriver>(
                 Err(e) => return Err(e),
             },
             _ = lost.fired() => {}
+            () = stopped() => {}
             () = until => {
                 cleanup.run().await;
                 return Ok(Attempt::TimedOut);

@@ -15,8 +15,9 @@
 //! [`contend`] runs the loop once for every store: enter our entry, read the
 //! queue, decide with the recipe's pure [`Rule`], wait for the one entry
 //! that must go, confirm and mint the fence; remove our entry on every
-//! other way out (error, timeout, lost epoch, a dropped future); start over
-//! with a new entry after an epoch loss; back off between retries. A store
+//! other way out (error, timeout, lost epoch, a stop, a dropped future),
+//! waiting for that on a stop ([`until_stopped`]); start over with a new
+//! entry after an epoch loss; back off between retries. A store
 //! is a [`ContendDriver`]: its few async verbs, no loop and no decision.
 //! [`admit`] composes the semaphore (Curator's `InterProcessSemaphoreV2`
 //! structure) from two drivers and a stored size.
@@ -46,6 +47,7 @@ mod semaphore_tests;
 mod sim;
 #[cfg(test)]
 mod sim_store;
+mod stop;
 mod take;
 mod undo;
 mod wait;
@@ -59,5 +61,6 @@ pub use decide::{decide, Decision, Role, Rule, Verdict};
 pub use driver::{ContendDriver, Entered, Listing};
 pub use nudge::Nudge;
 pub use semaphore::{admit, Admission, SemaphoreDriver, SizeCheck, Unlock};
+pub use stop::until_stopped;
 pub use take::{take, SlotDriver};
 pub use wait::{once, wait_until, Check, Condition, WaitStore};

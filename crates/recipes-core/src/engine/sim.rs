@@ -16,7 +16,7 @@ use tokio::time::Instant;
 
 use super::contend::contend;
 use super::decide::{Role, Rule};
-use super::sim_store::{FenceBy, Rng, SimDriver, SimWon, Store};
+use super::sim_store::{paused_runtime, FenceBy, Rng, SimDriver, SimWon, Store};
 
 /// An accepted win: contender, entry, role, fence, and when.
 type Win = (usize, i64, Role, i64, Duration);
@@ -90,12 +90,7 @@ impl Checker {
 
 /// One schedule; returns its accepted wins in order.
 fn run(seed: u64, contenders: usize, rounds: usize, rule: Rule) -> Vec<Win> {
-    let rt = tokio::runtime::Builder::new_current_thread()
-        .enable_time()
-        .start_paused(true)
-        .build()
-        .unwrap();
-    rt.block_on(async move {
+    paused_runtime().block_on(async move {
         let mut pick = Rng::new(seed ^ 0x5eed);
         let fault_percent = pick.below(15);
         let fence_by = if pick.chance(50) {
@@ -255,4 +250,41 @@ fn a_replayed_seed_runs_the_same_schedule() {
         run(99, 4, 6, Rule::Mutex),
         "seeds pick schedules"
     );
+}
+
+/// A stopped acquisition (a latch or a selector closing) has removed its
+/// entry by the time it returns, wherever the stop caught it — entering,
+/// reading, waiting, starting over after a lost reply — and answers
+/// `Ok(None)`: the holder's entry is the only one left.
+#[test]
+fn a_stopped_acquisition_has_left_the_queue_when_it_returns() {
+    use super::stop::until_stopped;
+    use crate::loss::{LossReason, LossTrigger};
+    for seed in seeds() {
+        paused_runtime().block_on(async move {
+            let mut rng = Rng::new(seed ^ 0x570b);
+            let store = Store::new(seed, rng.below(15));
+            let holder = SimDriver::new(store.clone(), Rule::Mutex, FenceBy::CreateRevision);
+            let held = contend(&holder, None).await.unwrap();
+            assert!(held.is_some(), "seed {seed}: the first contender won");
+            let waiter = SimDriver::new(store.clone(), Rule::Mutex, FenceBy::CreateRevision);
+            let closing = LossTrigger::root();
+            let stop_after = Duration::from_millis(rng.below(40));
+            let stop = closing.clone();
+            tokio::spawn(async move {
+                tokio::time::sleep(stop_after).await;
+                stop.fire(LossReason::Closed);
+            });
+            let stopped = until_stopped(Some(closing.signal()), contend(&waiter, None)).await;
+            assert!(
+                matches!(stopped, Ok(None)),
+                "seed {seed}: a stopped acquisition answered {stopped:?}"
+            );
+            assert_eq!(
+                store.entry_count(),
+                1,
+                "seed {seed}: the stopped acquisition's entry is left"
+            );
+        });
+    }
 }

@@ -67,6 +67,15 @@ pub(super) struct StoreState {
     pub(super) fault_percent: u64,
 }
 
+/// A runtime on tokio's paused clock, for one schedule.
+pub(super) fn paused_runtime() -> tokio::runtime::Runtime {
+    tokio::runtime::Builder::new_current_thread()
+        .enable_time()
+        .start_paused(true)
+        .build()
+        .unwrap()
+}
+
 /// The shared store: its state and a notification on every deletion.
 #[derive(Debug, Clone)]
 pub(super) struct Store {

@@ -13,16 +13,8 @@ use parking_lot::Mutex;
 use tokio::time::Instant;
 
 use super::gather::{self, DoubleBarrierStore, Flag};
-use super::sim_store::Rng;
+use super::sim_store::{paused_runtime as rt, Rng};
 use super::wait_sim_store::{Proc, Sim};
-
-fn rt() -> tokio::runtime::Runtime {
-    tokio::runtime::Builder::new_current_thread()
-        .enable_time()
-        .start_paused(true)
-        .build()
-        .unwrap()
-}
 
 fn seeds() -> std::ops::Range<u64> {
     let n = std::env::var("RECIPES_SIM_SEEDS")

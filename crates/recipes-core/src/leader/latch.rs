@@ -174,12 +174,11 @@ impl<E: ElectionBackend> LeaderLatch<E> {
     }
 
     /// Leave the election: end the term (its loss signal fires with
-    /// [`LossReason::Released`]), delete our entry and stop. While leading,
-    /// returns once the entry is deleted — or the session is lost, which
-    /// takes it. An entry still waiting in line is abandoned: it is removed
-    /// in the background (for a moment after `close` returns,
-    /// [`participants`](LeaderLatch::participants) and other processes may
-    /// still list it, never as a leader that acts: it holds no term).
+    /// [`LossReason::Released`]), delete our entry and stop. Returns once
+    /// the entry is deleted — or the session is lost, which takes it —
+    /// whether it led or still waited in line: after `close`,
+    /// [`participants`](LeaderLatch::participants) and other processes no
+    /// longer list it, and it cannot be seen as the next leader.
     ///
     /// # Errors
     ///
@@ -267,13 +266,19 @@ async fn run<E: ElectionBackend>(inner: Arc<LatchInner<E>>) {
             break;
         }
         let started = std::time::Instant::now();
-        // Biased, here and below: a close seen at the same time as a win
-        // or a pause's end wins, so a closed latch never gains again.
-        let won = tokio::select! {
-            biased;
-            _ = closing.fired() => break,
-            r = inner.election.campaign_async(inner.id.as_bytes().to_vec(), None) => r,
-        };
+        let id = inner.id.as_bytes().to_vec();
+        // A close stops the campaign, which returns once our entry is
+        // removed: `close` waits for that, not only for this task.
+        let won = (inner.election)
+            .campaign_async(id, None, Some(closing.clone()))
+            .await;
+        if closing.is_lost() {
+            // A term won as the latch closed is given up, never gained.
+            if let Ok(Some(term)) = won {
+                term.resign_async().await;
+            }
+            break;
+        }
         inner.labels.acquisition(started, &won);
         let term = match won {
             Ok(Some(term)) => term,
@@ -284,6 +289,8 @@ async fn run<E: ElectionBackend>(inner: Arc<LatchInner<E>>) {
                 if !e.is_retryable() && !std::mem::replace(&mut failing, true) {
                     inner.emit(LatchEvent::Failed { error: e });
                 }
+                // Biased: a close seen at the same time as a pause's end
+                // wins.
                 tokio::select! {
                     biased;
                     _ = closing.fired() => break,

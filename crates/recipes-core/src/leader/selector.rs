@@ -16,30 +16,19 @@ use crate::error::{Error, Result};
 use crate::loss::{LossReason, LossSignal, LossTrigger};
 use crate::metrics::Labels;
 
-/// Campaign until leading (`Some`) or until `closing` fires (`None`), on the
-/// election's runtime.
+/// Campaign until leading (`Some`) or until `closing` fires (`None`, once
+/// our entry is removed), on the election's runtime.
 fn contend<E: ElectionBackend>(
     election: &E,
     id: &str,
     closing: &LossSignal,
     labels: &Labels,
 ) -> Result<Option<Leadership<E::Leadership>>> {
-    let (campaign, closing) = (
-        election.campaign_async(id.as_bytes().to_vec(), None),
-        closing.clone(),
-    );
+    let campaign = election.campaign_async(id.as_bytes().to_vec(), None, Some(closing.clone()));
     let won = labels.timed(|| {
-        let queued = async move {
-            // Biased: a close seen with a win ends the campaign.
-            tokio::select! {
-                biased;
-                _ = closing.fired() => Ok(None),
-                r = campaign => r,
-            }
-        };
         election
             .runtime()
-            .call_until("queue for leadership", None, queued)
+            .call_until("queue for leadership", None, campaign)
     })?;
     Ok(won.map(|lease| Leadership::counted(lease, labels)))
 }
@@ -206,7 +195,9 @@ impl<E: ElectionBackend> LeaderSelector<E> {
     /// Stop: tell a running closure to stop (its guard's loss signal fires
     /// with [`LossReason::Closed`]), wait for it to return, give leadership
     /// up and stop contending. Blocks until the closure returns and the
-    /// release is confirmed (or handed to the background after an error).
+    /// release is confirmed (or handed to the background after an error);
+    /// a selector still waiting in line returns once its entry is deleted
+    /// (or its session is lost), so no one lists it after.
     pub fn close(&self) {
         self.stop();
         if let Some(thread) = self.thread.lock().take() {
