@@ -168,6 +168,18 @@ fn boot(ms: &str) -> BootInstant {
     BootInstant::from_since_boot(Duration::from_millis(ms.parse().expect("boot ms")))
 }
 
+/// One test of [`conformance_suite!`] on the binary's shared server:
+/// `fn $test` runs `conformance::$path` with the kit's shared server.
+#[macro_export]
+macro_rules! on_shared {
+    ($kit:ty, $test:ident, $($path:ident)::+) => {
+        #[test]
+        fn $test() {
+            conformance::$($path)::+(&<$kit as conformance::Kit>::shared());
+        }
+    };
+}
+
 /// The whole suite for one backend's [`Kit`]: every test, unchanged. Tests
 /// whose names contain `fault` run in a test group of nextest's
 /// (.config/nextest.toml): those that break a client's link to the server
@@ -195,85 +207,22 @@ macro_rules! conformance_suite {
             );
         }
 
-        #[test]
-        fn waits_a_barrier_removal_wakes_every_waiter_once() {
-            conformance::waits::a_barrier_removal_wakes_every_waiter_once(&<$kit as conformance::Kit>::shared());
-        }
-
-        #[test]
-        fn waits_a_tied_barrier_goes_with_its_setter() {
-            conformance::waits::a_tied_barrier_goes_with_its_setter(&<$kit as conformance::Kit>::shared());
-        }
-
-        #[test]
-        fn waits_a_double_barrier_gathers_count_and_leaves_nothing() {
-            conformance::waits::a_double_barrier_gathers_count_and_leaves_nothing(&<$kit as conformance::Kit>::shared());
-        }
-
-        #[test]
-        fn waits_bad_input_is_refused_and_leaves_nothing() {
-            conformance::waits::bad_input_is_refused_and_leaves_nothing(&<$kit as conformance::Kit>::shared());
-        }
-
-        #[test]
-        fn rw_readers_share_and_a_writer_is_alone() {
-            conformance::rw::readers_share_and_a_writer_is_alone(&<$kit as conformance::Kit>::shared());
-        }
-
-        #[test]
-        fn rw_a_queued_writer_is_not_starved_by_readers() {
-            conformance::rw::a_queued_writer_is_not_starved_by_readers(&<$kit as conformance::Kit>::shared());
-        }
-
-        #[test]
-        fn rw_downgrade_lets_readers_in_and_keeps_writers_out() {
-            conformance::rw::downgrade_lets_readers_in_and_keeps_writers_out(&<$kit as conformance::Kit>::shared());
-        }
-
-        #[test]
-        fn rw_an_upgrade_is_refused_at_once() {
-            conformance::rw::an_upgrade_is_refused_at_once(&<$kit as conformance::Kit>::shared());
-        }
-
-        #[test]
-        fn rw_timeouts_leave_nothing_behind() {
-            conformance::rw::timeouts_leave_nothing_behind(&<$kit as conformance::Kit>::shared());
-        }
-
-        #[test]
-        fn rw_fences_order_writers_above_everything_before() {
-            conformance::rw::fences_order_writers_above_everything_before(&<$kit as conformance::Kit>::shared());
-        }
-
-        #[test]
-        fn rw_another_recipe_on_the_name_is_refused() {
-            conformance::rw::another_recipe_on_the_name_is_refused(&<$kit as conformance::Kit>::shared());
-        }
-
-        #[test]
-        fn multi_a_timed_out_multi_lock_gives_everything_back() {
-            conformance::multi::a_timed_out_multi_lock_gives_everything_back(&<$kit as conformance::Kit>::shared());
-        }
-
-        #[test]
-        fn multi_one_token_per_name_and_any_loss_names_it() {
-            conformance::multi::one_token_per_name_and_any_loss_names_it(&<$kit as conformance::Kit>::shared());
-        }
-
-        #[test]
-        fn multi_a_part_lost_while_waiting_is_taken_again() {
-            conformance::multi::a_part_lost_while_waiting_is_taken_again(&<$kit as conformance::Kit>::shared());
-        }
-
-        #[test]
-        fn multi_bad_lists_are_refused_and_leave_nothing() {
-            conformance::multi::bad_lists_are_refused_and_leave_nothing(&<$kit as conformance::Kit>::shared());
-        }
-
-        #[test]
-        fn multi_an_unanswered_release_ends_within_one_rpc_timeout() {
-            conformance::multi::an_unanswered_release_ends_within_one_rpc_timeout(&<$kit as conformance::Kit>::shared());
-        }
+        $crate::on_shared!($kit, waits_a_barrier_removal_wakes_every_waiter_once, waits::a_barrier_removal_wakes_every_waiter_once);
+        $crate::on_shared!($kit, waits_a_tied_barrier_goes_with_its_setter, waits::a_tied_barrier_goes_with_its_setter);
+        $crate::on_shared!($kit, waits_a_double_barrier_gathers_count_and_leaves_nothing, waits::a_double_barrier_gathers_count_and_leaves_nothing);
+        $crate::on_shared!($kit, waits_bad_input_is_refused_and_leaves_nothing, waits::bad_input_is_refused_and_leaves_nothing);
+        $crate::on_shared!($kit, rw_readers_share_and_a_writer_is_alone, rw::readers_share_and_a_writer_is_alone);
+        $crate::on_shared!($kit, rw_a_queued_writer_is_not_starved_by_readers, rw::a_queued_writer_is_not_starved_by_readers);
+        $crate::on_shared!($kit, rw_downgrade_lets_readers_in_and_keeps_writers_out, rw::downgrade_lets_readers_in_and_keeps_writers_out);
+        $crate::on_shared!($kit, rw_an_upgrade_is_refused_at_once, rw::an_upgrade_is_refused_at_once);
+        $crate::on_shared!($kit, rw_timeouts_leave_nothing_behind, rw::timeouts_leave_nothing_behind);
+        $crate::on_shared!($kit, rw_fences_order_writers_above_everything_before, rw::fences_order_writers_above_everything_before);
+        $crate::on_shared!($kit, rw_another_recipe_on_the_name_is_refused, rw::another_recipe_on_the_name_is_refused);
+        $crate::on_shared!($kit, multi_a_timed_out_multi_lock_gives_everything_back, multi::a_timed_out_multi_lock_gives_everything_back);
+        $crate::on_shared!($kit, multi_one_token_per_name_and_any_loss_names_it, multi::one_token_per_name_and_any_loss_names_it);
+        $crate::on_shared!($kit, multi_a_part_lost_while_waiting_is_taken_again, multi::a_part_lost_while_waiting_is_taken_again);
+        $crate::on_shared!($kit, multi_bad_lists_are_refused_and_leave_nothing, multi::bad_lists_are_refused_and_leave_nothing);
+        $crate::on_shared!($kit, multi_an_unanswered_release_ends_within_one_rpc_timeout, multi::an_unanswered_release_ends_within_one_rpc_timeout);
 
         #[test]
         fn multi_opposite_orders_never_deadlock() {
@@ -290,61 +239,14 @@ macro_rules! conformance_suite {
             conformance::one_release_wakes_one_waiter(&<$kit as conformance::Kit>::own(), 20);
         }
 
-        #[test]
-        fn errors_only_the_recipes_own_entries_are_contenders() {
-            conformance::errors::only_the_recipes_own_entries_are_contenders(
-                &<$kit as conformance::Kit>::shared(),
-            );
-        }
-
-        #[test]
-        fn metrics_follow_a_scripted_sequence() {
-            conformance::metrics::metrics_follow_a_scripted_sequence(
-                &<$kit as conformance::Kit>::shared(),
-            );
-        }
-
-        #[test]
-        fn errors_a_refused_fenced_write_fires_the_loss_signal() {
-            conformance::errors::a_refused_fenced_write_fires_the_loss_signal(
-                &<$kit as conformance::Kit>::shared(),
-            );
-        }
-
-        #[test]
-        fn election_a_latch_that_cannot_campaign_says_so_once() {
-            conformance::election::a_latch_that_cannot_campaign_says_so_once(
-                &<$kit as conformance::Kit>::shared(),
-            );
-        }
-
-        #[test]
-        fn errors_bad_input_is_invalid_argument() {
-            conformance::errors::bad_input_is_invalid_argument(
-                &<$kit as conformance::Kit>::shared(),
-            );
-        }
-
-        #[test]
-        fn errors_a_mismatched_semaphore_size_is_invalid_argument() {
-            conformance::errors::a_mismatched_semaphore_size_is_invalid_argument(
-                &<$kit as conformance::Kit>::shared(),
-            );
-        }
-
-        #[test]
-        fn errors_an_oversized_value_is_refused_and_costs_no_lock() {
-            conformance::errors::an_oversized_value_is_refused_and_costs_no_lock(
-                &<$kit as conformance::Kit>::shared(),
-            );
-        }
-
-        #[test]
-        fn errors_held_lost_and_closed_outcomes_are_the_same() {
-            conformance::errors::held_lost_and_closed_outcomes_are_the_same(
-                &<$kit as conformance::Kit>::shared(),
-            );
-        }
+        $crate::on_shared!($kit, errors_only_the_recipes_own_entries_are_contenders, errors::only_the_recipes_own_entries_are_contenders);
+        $crate::on_shared!($kit, metrics_follow_a_scripted_sequence, metrics::metrics_follow_a_scripted_sequence);
+        $crate::on_shared!($kit, errors_a_refused_fenced_write_fires_the_loss_signal, errors::a_refused_fenced_write_fires_the_loss_signal);
+        $crate::on_shared!($kit, election_a_latch_that_cannot_campaign_says_so_once, election::a_latch_that_cannot_campaign_says_so_once);
+        $crate::on_shared!($kit, errors_bad_input_is_invalid_argument, errors::bad_input_is_invalid_argument);
+        $crate::on_shared!($kit, errors_a_mismatched_semaphore_size_is_invalid_argument, errors::a_mismatched_semaphore_size_is_invalid_argument);
+        $crate::on_shared!($kit, errors_an_oversized_value_is_refused_and_costs_no_lock, errors::an_oversized_value_is_refused_and_costs_no_lock);
+        $crate::on_shared!($kit, errors_held_lost_and_closed_outcomes_are_the_same, errors::held_lost_and_closed_outcomes_are_the_same);
 
         #[test]
         fn fault_an_unanswered_read_is_timeout_and_an_unanswered_write_is_indeterminate() {
@@ -353,12 +255,7 @@ macro_rules! conformance_suite {
             );
         }
 
-        #[test]
-        fn release_after_the_lease_is_gone_is_lease_lost() {
-            conformance::outcomes::release_after_the_lease_is_gone_is_lease_lost(
-                &<$kit as conformance::Kit>::shared(),
-            );
-        }
+        $crate::on_shared!($kit, release_after_the_lease_is_gone_is_lease_lost, outcomes::release_after_the_lease_is_gone_is_lease_lost);
 
         #[test]
         fn fault_an_unconfirmed_release_is_indeterminate_and_still_frees_the_lock() {
@@ -375,12 +272,7 @@ macro_rules! conformance_suite {
             );
         }
 
-        #[test]
-        fn election_closed_waiting_latches_and_selectors_have_left_the_line() {
-            conformance::election::closed_waiters_have_left_the_line(
-                &<$kit as conformance::Kit>::shared(),
-            );
-        }
+        $crate::on_shared!($kit, election_closed_waiting_latches_and_selectors_have_left_the_line, election::closed_waiters_have_left_the_line);
 
         #[test]
         fn election_a_deleted_leader_cannot_proclaim() {
@@ -451,66 +343,15 @@ macro_rules! conformance_suite {
             );
         }
 
-        #[test]
-        fn counter_compare_and_set_by_version_and_watch() {
-            conformance::counter::compare_and_set_by_version_and_watch(
-                &<$kit as conformance::Kit>::shared(),
-            );
-        }
-
-        #[test]
-        fn counter_bad_input_is_refused_and_changes_nothing() {
-            conformance::counter::bad_input_is_refused_and_changes_nothing(
-                &<$kit as conformance::Kit>::shared(),
-            );
-        }
-
-        #[test]
-        fn counter_a_count_down_latch_opens_at_zero() {
-            conformance::counter::a_count_down_latch_opens_at_zero(
-                &<$kit as conformance::Kit>::shared(),
-            );
-        }
-
-        #[test]
-        fn counter_a_blocked_waiter_wakes_on_another_clients_write() {
-            conformance::counter::a_blocked_waiter_wakes_on_another_clients_write(
-                &<$kit as conformance::Kit>::shared(),
-            );
-        }
-
-        #[test]
-        fn group_join_members_and_leave() {
-            conformance::group::join_members_and_leave(&<$kit as conformance::Kit>::shared());
-        }
-
-        #[test]
-        fn group_an_unconfirmed_leave_is_indeterminate_within_the_rpc_timeout() {
-            conformance::group::an_unconfirmed_leave_is_indeterminate_within_the_rpc_timeout(
-                &<$kit as conformance::Kit>::shared(),
-            );
-        }
-
-        #[test]
-        fn group_a_taken_id_is_refused_and_changes_nothing() {
-            conformance::group::a_taken_id_is_refused_and_changes_nothing(
-                &<$kit as conformance::Kit>::shared(),
-            );
-        }
-
-        #[test]
-        fn group_watch_sees_joins_and_leaves_in_order() {
-            conformance::group::watch_sees_joins_and_leaves_in_order(
-                &<$kit as conformance::Kit>::shared(),
-            );
-        }
-
-        #[test]
-        fn group_bad_input_is_refused_and_leaves_nothing() {
-            conformance::group::bad_input_is_refused_and_leaves_nothing(
-                &<$kit as conformance::Kit>::shared(),
-            );
-        }
+        $crate::on_shared!($kit, counter_compare_and_set_by_version_and_watch, counter::compare_and_set_by_version_and_watch);
+        $crate::on_shared!($kit, counter_bad_input_is_refused_and_changes_nothing, counter::bad_input_is_refused_and_changes_nothing);
+        $crate::on_shared!($kit, counter_a_count_down_latch_opens_at_zero, counter::a_count_down_latch_opens_at_zero);
+        $crate::on_shared!($kit, counter_a_blocked_waiter_wakes_on_another_clients_write, counter::a_blocked_waiter_wakes_on_another_clients_write);
+        $crate::on_shared!($kit, group_join_members_and_leave, group::join_members_and_leave);
+        $crate::on_shared!($kit, group_an_unconfirmed_leave_is_indeterminate_within_the_rpc_timeout, group::an_unconfirmed_leave_is_indeterminate_within_the_rpc_timeout);
+        $crate::on_shared!($kit, group_a_taken_id_is_refused_and_changes_nothing, group::a_taken_id_is_refused_and_changes_nothing);
+        $crate::on_shared!($kit, group_watch_sees_joins_and_leaves_in_order, group::watch_sees_joins_and_leaves_in_order);
+        $crate::on_shared!($kit, group_bad_input_is_refused_and_leaves_nothing, group::bad_input_is_refused_and_leaves_nothing);
 
         #[test]
         fn fault_group_killed_member_leaves_the_view_within_its_ttl() {
