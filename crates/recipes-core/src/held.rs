@@ -138,7 +138,7 @@ impl<E: StoreEntry> HeldEntry<E> {
     /// refused says our entry is gone: the loss signal fires at once, not
     /// when the store's watch or poll tells.
     fn call(&self, what: &'static str, write: FencedWrite) -> Result<()> {
-        refuse_if_lost(&self.signal, what)?;
+        refuse_if_lost(&self.signal, what, self.entry.holder())?;
         if let FencedWrite::Put { value, .. } | FencedWrite::Proclaim { value } = &write {
             crate::limits::check_value(&format!("{what}'s value"), value)?;
         }
@@ -167,7 +167,8 @@ impl<E: StoreEntry> HeldEntry<E> {
     }
 }
 
-/// Refuse a fenced write (`what`) of a holding whose loss `signal` fired,
+/// Refuse a fenced write (`what`) of the holding `holder` whose loss
+/// `signal` fired,
 /// or whose lease deadline passed, before anything is sent: the store's
 /// own check is not enough, since a store that lost its data and had it
 /// restored (an older backup, a replica) may show the holding again — and
@@ -176,12 +177,12 @@ impl<E: StoreEntry> HeldEntry<E> {
 /// # Errors
 ///
 /// [`Error::FenceRejected`], naming why the holding was lost.
-pub fn refuse_if_lost(signal: &LossSignal, what: &str) -> Result<()> {
+pub fn refuse_if_lost(signal: &LossSignal, what: &str, holder: &str) -> Result<()> {
     match signal.reason() {
         None => Ok(()),
         Some(reason) => Err(Error::FenceRejected {
             what: format!(
-                "{what}: the lock was lost before it ({}): nothing was sent",
+                "{what}: {holder} was lost before it ({}): nothing was sent",
                 reason.label()
             ),
         }),

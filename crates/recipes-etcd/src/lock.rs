@@ -115,7 +115,7 @@ impl EtcdKey {
     /// applied); other backend errors.
     pub fn txn(&self, ops: Vec<TxnOp>) -> Result<TxnResponse> {
         let what = "fenced transaction";
-        refuse_if_lost(&self.trigger.signal(), what)?;
+        refuse_if_lost(&self.trigger.signal(), what, &self.own.key)?;
         // The call's own deadline ends first: its timeout is as unconfirmed.
         let done = self.client.call(what, self.clone().fenced(what, ops));
         fire_if_refused(&self.trigger, done).map_err(Error::unconfirmed)

@@ -198,7 +198,7 @@ pub trait FencedTransaction {
 
 impl FencedTransaction for PgLock {
     fn transaction<T>(&self, work: impl FnOnce(&mut Transaction<'_>) -> Result<T>) -> Result<T> {
-        refuse_if_lost(self.loss_signal(), "fenced transaction")?;
+        refuse_if_lost(self.loss_signal(), "fenced transaction", self.holder())?;
         let entry: &PgHeld = self.entry();
         let (e, check) = (entry.clone(), entry.check()?);
         let begun = entry

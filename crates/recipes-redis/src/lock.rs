@@ -157,7 +157,7 @@ impl RedisEntry {
             )));
         }
         let what = "fenced script";
-        refuse_if_lost(&self.trigger.signal(), what)?;
+        refuse_if_lost(&self.trigger.signal(), what, &self.holder)?;
         let script = scripts::fenced_body(body);
         let keys: Vec<String> = keys.iter().map(|k| (*k).to_owned()).collect();
         let args: Vec<Vec<u8>> = args.iter().map(|a| a.to_vec()).collect();
@@ -211,7 +211,7 @@ impl RedisEntry {
     }
 
     fn write_now(&self, what: &'static str, write: FencedWrite) -> Result<()> {
-        refuse_if_lost(&self.trigger.signal(), what)?;
+        refuse_if_lost(&self.trigger.signal(), what, &self.holder)?;
         let fut = self.clone().write(what, write);
         self.seen(self.client.call(what, fut))
     }
