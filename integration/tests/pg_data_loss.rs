@@ -450,3 +450,33 @@ fn fault_a_lost_holder_is_refused_after_its_rows_come_back() {
     drop(held);
     a.close().unwrap();
 }
+
+/// A holder whose row is still there but whose name's fence is no longer
+/// its own — the name's row went back with an older backup restored, to
+/// before its confirm — loses its lock at its next poll: it cannot write
+/// (its fenced writes check the fence), and it must not go on believing it
+/// holds. (Only a missing row was a loss: it held, silently refused, until
+/// its first write.)
+#[test]
+fn fault_lease_mode_a_holder_whose_names_fence_went_back_loses_it() {
+    let server = PgServer::start();
+    let lock = name("fence-back");
+    let a = client(&server, false);
+    let held = a.mutex(&lock).unwrap().lock().unwrap();
+    let fence = held.token().get();
+    server.sql(&format!(
+        "UPDATE recipes.names SET fence = {} WHERE name = '{lock}'",
+        fence - 1
+    ));
+    assert!(
+        held.lost()
+            .wait_timeout(scale(Duration::from_secs(3)))
+            .is_some(),
+        "the holder whose name's fence went back did not lose its lock"
+    );
+    drop(held);
+    let again = a.mutex(&lock).unwrap().lock().unwrap();
+    assert!(again.token().get() > fence);
+    again.release().unwrap();
+    a.close().unwrap();
+}

@@ -369,23 +369,29 @@ impl Db {
         self.query_opt_on(Lane::Statements, what, sql, params).await
     }
 
-    /// Which of the queue `entries` still have their rows, in order: one
-    /// statement, on [`Lane::Leases`] (a plain read waits for no lock, and
-    /// a row found gone is a loss). None has when the schema is gone.
-    pub(crate) async fn rows_present(&self, entries: Vec<uuid::Uuid>) -> Result<Vec<bool>> {
-        let sql = "SELECT entry FROM recipes.queue WHERE entry = ANY($1)";
+    /// Which of the queue `entries` still have their rows, and the name's
+    /// fence given beside each (unless `None`), in order: one statement, on
+    /// [`Lane::Leases`] (a plain read waits for no lock, and a row found
+    /// gone is a loss). None has when the schema is gone.
+    pub(crate) async fn rows_present(
+        &self,
+        entries: Vec<(uuid::Uuid, Option<i64>)>,
+    ) -> Result<Vec<bool>> {
+        let sql = "SELECT e.entry FROM unnest($1::uuid[], $2::int8[]) AS e (entry, fence) \
+                   JOIN recipes.queue q ON q.entry = e.entry \
+                   WHERE e.fence IS NULL OR EXISTS (SELECT 1 FROM recipes.names n \
+                                                    WHERE n.name = q.name AND n.fence = e.fence)";
         let what = format!("look at {} held rows", entries.len());
-        let rows = match self
-            .query_on(Lane::Leases, &what, sql, &[(&entries, Type::UUID_ARRAY)])
-            .await
-        {
+        let (ids, fences): (Vec<uuid::Uuid>, Vec<Option<i64>>) = entries.iter().copied().unzip();
+        let params: Params<'_> = &[(&ids, Type::UUID_ARRAY), (&fences, Type::INT8_ARRAY)];
+        let rows = match self.query_on(Lane::Leases, &what, sql, params).await {
             Ok(rows) => rows,
             // The schema was dropped: every row with it.
             Err(e) if is_schema_gone(&e) => return Ok(vec![false; entries.len()]),
             Err(e) => return Err(e),
         };
         let there: std::collections::HashSet<uuid::Uuid> = rows.iter().map(|r| r.get(0)).collect();
-        Ok(entries.iter().map(|e| there.contains(e)).collect())
+        Ok(entries.iter().map(|(e, _)| there.contains(e)).collect())
     }
 
     /// The deadline of one statement.

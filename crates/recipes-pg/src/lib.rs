@@ -239,9 +239,10 @@
 //! never above the clock when minted, and after the schema `recipes` is
 //! dropped, its tables truncated, or an older backup restored, the next
 //! fence is the clock, above every fence issued before. A holder whose
-//! rows were lost loses its lock at its next renewal or poll of its rows
-//! (a missing table counts as its row gone), and its fenced writes are
-//! refused at once; a client whose schema vanished creates it again
+//! rows were lost — or whose name's fence is no longer its own, the name's
+//! row gone back with an older backup — loses its lock at its next
+//! renewal or poll of its rows (a missing table counts as its row gone),
+//! and its fenced writes are refused at once; a client whose schema vanished creates it again
 //! (logging a warning) before its next acquisition. What this cannot
 //! cover: the database clock stepping back past the last fence *and* the
 //! data lost before the clock catches up again. A read-write lock's
