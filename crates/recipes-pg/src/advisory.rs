@@ -9,9 +9,12 @@
 //!   PID.
 //! - **renewal** (a heartbeat, every TTL/3): asks `pg_locks` whether *this*
 //!   backend still holds every key taken on the connection, and
-//!   `recipes.names` whether each lock's fence is still ours; no (the row
-//!   truncated, the schema dropped), a changed PID or an ended connection
-//!   is loss. The local deadline is core's:
+//!   `recipes.names` whether each holding's name's row still allows its
+//!   fenced writes ([`Fence`]); no (the row truncated, the schema
+//!   dropped), a changed PID or an ended connection is loss. While yes, it
+//!   stamps the keys' heartbeat rows, making a lost one again (a
+//!   truncated `recipes.advisory`, an older backup restored), so the next
+//!   holder waits out ours. The local deadline is core's:
 //!   the send time of the last acknowledged heartbeat + the TTL. While the
 //!   connection waits at the server in one long statement (a read-write
 //!   lock's wait, which must not leave the server's queue, see
@@ -39,6 +42,7 @@ use tokio::task::JoinHandle;
 use tokio_postgres::error::SqlState;
 use tokio_postgres::types::Type;
 
+use crate::advisory_lock::Fence;
 use crate::client::PgClient;
 use crate::db::Db;
 pub(crate) use crate::prepared::{On, Prepared};
@@ -63,10 +67,10 @@ pub(crate) struct LockConn {
     /// The keys taken on it (as `pg_locks.objid` shows them, and by name),
     /// which every heartbeat looks for and stamps.
     held: Mutex<Vec<(i64, String)>>,
-    /// The fences of the locks held on it (not of permits), by name: a
-    /// heartbeat that finds one moved or gone (the row truncated, the
-    /// schema dropped) says the lock is lost.
-    fences: Mutex<Vec<(String, i64)>>,
+    /// What the holdings on it ask of their names' rows: a heartbeat
+    /// that finds a row moved or gone (truncated, the schema dropped) says
+    /// the lock is lost.
+    fences: Mutex<Vec<(String, Fence)>>,
     /// The loss triggers of the holdings on it.
     holdings: Mutex<Vec<LossTrigger>>,
     /// Whether a long wait runs on it (heartbeats then go elsewhere),
@@ -137,9 +141,12 @@ impl LockConn {
         self.held.lock().push((key, name.to_owned()));
     }
 
-    /// The fence `fence` of `name` is ours while we hold a key on it.
-    pub(crate) fn fenced(&self, name: &str, fence: i64) {
-        self.fences.lock().push((name.to_owned(), fence));
+    /// While we hold a key on `name`, its row is as `fence` says (in
+    /// place of what it said before: a downgraded writer's).
+    pub(crate) fn fenced(&self, name: &str, fence: Fence) {
+        let mut fences = self.fences.lock();
+        fences.retain(|(n, _)| n != name);
+        fences.push((name.to_owned(), fence));
     }
 
     /// The key `key` is now stamped in the heartbeat row `row`.
@@ -149,9 +156,10 @@ impl LockConn {
         }
     }
 
-    /// The fence of `name` is no longer ours alone (a downgraded writer's).
-    pub(crate) fn unfence(&self, name: &str) {
-        self.fences.lock().retain(|(n, _)| n != name);
+    /// The key `key` is being released: heartbeats sent from now on
+    /// leave its row alone (a clean release's clear stays).
+    pub(crate) fn unbeat(&self, key: i64) {
+        self.held.lock().retain(|h| h.0 != key);
     }
 
     /// A holding on this connection, lost with `trigger` when the server
@@ -359,11 +367,15 @@ impl Drop for LongWait {
 }
 
 /// The heartbeat, SQL after its first condition (`$1` is our backend's
-/// PID): our backend holds every key we took, and the names of the locks
-/// among them are still at our fences (a row truncated away, or a schema
-/// dropped — an error then — is a lost lock) — and, while it does, the
-/// keys' heartbeat time in `recipes.advisory`, which a waiter granted a
-/// key its holder did not release waits out (`slots.rs`).
+/// PID): our backend holds every key we took, and the names' rows are
+/// still as our holdings need them ([`Fence`]; a row truncated away, or a
+/// schema dropped — an error then — is a lost lock) — and, while it does,
+/// the keys' heartbeat rows in `recipes.advisory` (made again when lost:
+/// a row missing means no wait), which a waiter granted a key its holder
+/// did not release waits out (`slots.rs`). Such a row is ours while our
+/// backend holds its key (a reader's is named after our backend); a
+/// heartbeat that races our clean release's clear (`advisory_lock.rs`)
+/// stamps a time we held, so the next holder waits a TTL at most.
 macro_rules! heartbeat {
     ($first:literal) => {
         concat!(
@@ -374,10 +386,13 @@ macro_rules! heartbeat {
                   AND classid::int8 = $2 AND objid::int8 = ANY($3) \
                   AND pid = $1 AND granted) = cardinality($3) AND \
                (SELECT count(*) FROM recipes.names n \
-                  JOIN unnest($5::text[], $6::int8[]) AS f (name, fence) \
-                  ON n.name = f.name AND n.fence = f.fence) = cardinality($5) AS ok), \
-             beat AS (UPDATE recipes.advisory SET beat_at = clock_timestamp() \
-                      WHERE key = ANY($4) AND (SELECT ok FROM ok)) \
+                  JOIN unnest($5::text[], $6::int8[], $7::int8[]) AS f (name, lo, hi) \
+                  ON n.name = f.name AND n.fence BETWEEN f.lo AND f.hi) = cardinality($5) AS ok), \
+             beat AS (INSERT INTO recipes.advisory (key, beat_at, ttl) \
+                      SELECT DISTINCT k, clock_timestamp(), $8 * interval '1 millisecond' \
+                      FROM unnest($4::text[]) AS k WHERE (SELECT ok FROM ok) \
+                      ON CONFLICT (key) DO UPDATE \
+                      SET beat_at = EXCLUDED.beat_at, ttl = EXCLUDED.ttl) \
              SELECT ok FROM ok"
         )
     };
@@ -406,10 +421,14 @@ pub(crate) struct Heartbeats {
 impl RenewalStream for Heartbeats {
     async fn send(&mut self) -> Result<()> {
         let (conn, ns, db) = (self.conn.clone(), self.namespace, self.db.clone());
+        let ttl = i64::try_from(self.ttl.as_millis()).unwrap_or(i64::MAX);
         self.sent.push_back(tokio::spawn(async move {
+            let gate = conn.gate.lock().await;
             let (keys, names): (Vec<i64>, Vec<String>) = conn.held.lock().iter().cloned().unzip();
-            let (locks, fences): (Vec<String>, Vec<i64>) =
-                conn.fences.lock().iter().cloned().unzip();
+            let (locks, (lo, hi)): (Vec<String>, (Vec<i64>, Vec<i64>)) =
+                (conn.fences.lock().iter())
+                    .map(|(n, f)| (n.clone(), f.range()))
+                    .unzip();
             let what = "heartbeat of a lock connection";
             let params: crate::db::Params<'_> = &[
                 (&conn.pid, Type::INT4),
@@ -417,9 +436,10 @@ impl RenewalStream for Heartbeats {
                 (&keys, Type::INT8_ARRAY),
                 (&names, Type::TEXT_ARRAY),
                 (&locks, Type::TEXT_ARRAY),
-                (&fences, Type::INT8_ARRAY),
+                (&lo, Type::INT8_ARRAY),
+                (&hi, Type::INT8_ARRAY),
+                (&ttl, Type::INT8),
             ];
-            let gate = conn.gate.lock().await;
             if conn.waiting.load(std::sync::atomic::Ordering::SeqCst) {
                 drop(gate);
                 return match db.query(what, HEARTBEAT_OF_WAITING, params).await {

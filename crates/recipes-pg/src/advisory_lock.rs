@@ -1,6 +1,8 @@
 //! [`AdvisoryLock`]: a held advisory lock (session mode), the store side
 //! of core's [`StoreEntry`](recipes_core::store::StoreEntry) through [`PgHeld`]: its loss is its lock session's (`advisory.rs`: the
-//! heartbeat's `pg_locks` check, the connection's end, the deadline), its
+//! heartbeat's `pg_locks` check and its check of the name's row — the one
+//! this holding's fenced writes need —, the connection's end, the
+//! deadline), its
 //! release unlocks on that connection, and its writes are fenced by the
 //! name's fence and by `pg_locks` showing the lock on our backend.
 
@@ -23,6 +25,30 @@ use crate::sql::{from_pg, Encoded};
 /// (`recipes.rw_gate`), which a session-mode reader's mint takes shared
 /// (`mint.rs`).
 pub(crate) const GATE: &str = "pg_advisory_xact_lock(1919247223, hashtext($1))";
+
+/// What a holding's heartbeat asks of its name's row in `recipes.names`,
+/// the row its fenced writes check ([`AdvisoryLock::check`]): there, with
+/// its fence in a range.
+#[derive(Debug, Clone, Copy)]
+pub(crate) enum Fence {
+    /// A mutex's or a writer's: the fence is ours.
+    At(i64),
+    /// A reader's: no writer's token above ours.
+    AtMost(i64),
+    /// A permit's: the semaphore's row is there.
+    Any,
+}
+
+impl Fence {
+    /// The lowest and highest fence the row may hold.
+    pub(crate) fn range(self) -> (i64, i64) {
+        match self {
+            Fence::At(f) => (f, f),
+            Fence::AtMost(f) => (i64::MIN, f),
+            Fence::Any => (i64::MIN, i64::MAX),
+        }
+    }
+}
 
 /// The PostgreSQL side of a session-mode [`PgLock`]: an advisory lock
 /// held by a backend of its own. Its holder reads
@@ -98,8 +124,9 @@ impl AdvisoryLock {
     /// (`synchronous_commit` off for this statement's transaction): a
     /// clear lost in a server crash only makes the next holder wait out
     /// our deadline, as after an unclean end, so the release need not pay
-    /// a flush.
+    /// a flush. Heartbeats sent from now on leave the row alone.
     async fn released_cleanly(&self) -> Result<()> {
+        self.conn.unbeat(self.key);
         let what = "mark a clean release";
         let sql = match self.beat_row == self.key_name {
             true => {
@@ -165,8 +192,9 @@ impl AdvisoryLock {
                 "SELECT 1 FROM recipes.names n WHERE n.name = $1 AND n.fence {at} $2 \
                  AND {ours} FOR SHARE OF n"
             ),
-            // A permit's: its semaphore's row still there (a schema
-            // dropped and made again has none: the permit is gone with it).
+            // A permit's: its semaphore's row still there. The heartbeats
+            // ask the same (`advisory.rs`): a permit whose row was lost (a
+            // truncate, a schema dropped) loses at its next one.
             None => format!(
                 "SELECT 1 FROM recipes.names n WHERE n.name = $1 AND $2::int8 IS NULL AND {ours}"
             ),
@@ -266,8 +294,8 @@ impl AdvisoryLock {
     /// Take our key shared on the same backend (granted at once: a
     /// backend's own locks never conflict) and unlock the exclusive hold,
     /// in one statement, so no heartbeat sees the key twice; then our
-    /// heartbeat row becomes a reader's and the name's fence is no longer
-    /// watched (a reader's token is not the name's fence). Readers waiting at the server
+    /// heartbeat row becomes a reader's and the heartbeats ask of the name's
+    /// row what a reader's writes do (no writer's token above ours). Readers waiting at the server
     /// are granted then; a writer waiting stays behind them.
     ///
     /// # Errors
@@ -279,7 +307,9 @@ impl AdvisoryLock {
         let row = crate::slots::reader_row(&self.key_name, self.conn.pid);
         // Heartbeats from now on stamp the reader's row.
         self.conn.rebeat(self.key, &row);
-        self.conn.unfence(&self.name);
+        if let Some(token) = self.fence {
+            self.conn.fenced(&self.name, Fence::AtMost(token));
+        }
         let sql = "WITH moved AS (INSERT INTO recipes.advisory (key, beat_at, ttl) \
                      SELECT $4, beat_at, ttl FROM recipes.advisory WHERE key = $3 \
                      ON CONFLICT (key) DO UPDATE SET beat_at = EXCLUDED.beat_at, ttl = EXCLUDED.ttl), \

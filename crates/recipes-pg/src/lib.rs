@@ -77,8 +77,12 @@
 //! has a connection of its own (advisory locks are re-entrant per
 //! session), with `idle_session_timeout` = the TTL so the server ends a
 //! stopped holder's session, and heartbeats every TTL/3 that ask
-//! `pg_locks` whether this backend still holds our keys and stamp them in
-//! `recipes.advisory` (database time). The fence is the name's counter in
+//! `pg_locks` whether this backend still holds our keys, and the name's
+//! row in `recipes.names` whether it still admits the holder's fenced
+//! writes (a mutex's or a writer's fence still its own, a reader's not
+//! passed by a writer's, a permit's semaphore's row there), and stamp the
+//! keys in `recipes.advisory` (database time; a lost stamp is made
+//! again). The fence is the name's counter in
 //! `recipes.names`, bumped on the lock's connection right after the grant;
 //! a holder granted a key whose previous holder ended without releasing it
 //! (crashed, terminated: the server frees the key at once) first waits

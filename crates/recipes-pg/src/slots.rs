@@ -46,6 +46,7 @@ use tokio_postgres::error::SqlState;
 use tokio_postgres::types::{ToSql, Type};
 
 use crate::advisory::{LockConn, LockConns, LockSession};
+use crate::advisory_lock::Fence;
 use crate::client::PgClient;
 use crate::mint::{mint_fence, refusal, Beat};
 use crate::sql::{from_pg, is_schema_gone};
@@ -364,11 +365,16 @@ impl SlotDriver for AdvisorySlots<'_> {
         if let Some(key) = t.key {
             t.conn.took(key, &t.beat_row);
         }
-        // A lock's fence stays the name's while it holds; a reader's token
-        // is not the name's fence.
-        if self.kind == ADVISORY || (self.kind == ADVISORY_RW && !self.shared) {
-            t.conn.fenced(self.name, fence);
-        }
+        // The heartbeats check the name's row as our fenced writes do
+        // (`advisory_lock.rs`): a lock's fence stays the name's while it
+        // holds; a reader's token is not the name's fence, but no writer's
+        // is above it; a permit's row is there.
+        let row = match (self.kind, self.shared) {
+            (ADVISORY_PERMITS, _) => Fence::Any,
+            (_, true) => Fence::AtMost(fence),
+            (_, false) => Fence::At(fence),
+        };
+        t.conn.fenced(self.name, row);
         Ok(Some(fence))
     }
 

@@ -1,0 +1,182 @@
+//! Session mode (advisory locks) losing its rows under a holder: the
+//! heartbeat rows of `recipes.advisory`, the names' rows of
+//! `recipes.names`. A heartbeat makes its lost row again, so the next
+//! holder still waits out a holder its server ended; a reader or a permit
+//! whose name's row went loses its lock, as a mutex or a writer does. Each
+//! test has its own server (`fault` in the name: they run one at a time).
+
+mod pg_common;
+
+use std::time::Duration;
+
+use integration::{scale, wait_until, PgServer, Proxy};
+use pg_common::*;
+use recipes_core::{Client, LossSignal};
+use recipes_pg::PgClient;
+
+/// A session-mode client of `url` whose heartbeats come every third of
+/// `ttl`.
+fn session_client(url: &str, ttl: Duration) -> PgClient {
+    PgClient::builder(url)
+        .ttl(ttl)
+        .connect_timeout(Duration::from_secs(2))
+        .session_mode()
+        .connect()
+        .unwrap()
+}
+
+/// A holding kept alive by the test, and its loss.
+type Holding = (Box<dyn std::any::Any>, LossSignal);
+
+/// Whether `row` is in `recipes.advisory` with a heartbeat time.
+fn beating(server: &PgServer, row: &str) -> bool {
+    let sql = format!(
+        "SELECT count(*) FROM recipes.advisory WHERE key = '{row}' AND beat_at IS NOT NULL"
+    );
+    server.sql(&sql).trim() == "1"
+}
+
+/// The PID of the one backend that holds an advisory lock.
+fn holder_pid(server: &PgServer) -> String {
+    let sql = "SELECT pid FROM pg_locks WHERE locktype = 'advisory' AND granted";
+    server.sql(sql).trim().to_owned()
+}
+
+/// After `recipes.advisory` was truncated under a session-mode holding,
+/// the holder's next heartbeat makes its row again.
+#[test]
+fn fault_session_mode_a_truncated_heartbeat_row_comes_back_at_the_next_heartbeat() {
+    let server = PgServer::start();
+    let c = session_client(&server.url(), TTL);
+    let lock = name("beat-back");
+    let held = c.mutex(&lock).unwrap().lock().unwrap();
+    let bound = scale(Duration::from_secs(10));
+    wait_until("the holder's row", bound, || beating(&server, &lock));
+    server.sql("TRUNCATE recipes.advisory");
+    assert!(!beating(&server, &lock));
+    wait_until("the holder's row again", bound, || beating(&server, &lock));
+    held.release().unwrap();
+    c.close().unwrap();
+}
+
+/// A holding taken through a proxy loses `recipes.advisory` (truncated),
+/// keeps beating past that, is cut off and its backend ended by the
+/// server (the client does not hear of it): the next holder, granted the
+/// key at once, still waits out the cut-off holder's deadline, so its
+/// loss has fired before the next one holds. (The heartbeats only
+/// updated the row: none was there, and the next holder held at once,
+/// while the cut-off one believed it held for up to a TTL.)
+fn next_waits_out_a_holder_whose_row_was_truncated(
+    hold: impl FnOnce(&PgClient, &str) -> Holding,
+    next: impl FnOnce(&PgClient, &str) -> Option<Box<dyn std::any::Any>>,
+) {
+    let server = PgServer::start();
+    let proxy = Proxy::start(server.addr());
+    let via = format!("postgresql://postgres@{}/recipes", proxy.addr());
+    let a = session_client(&via, TTL);
+    let b = session_client(&server.url(), TTL);
+    let lock = name("beat-truncated");
+    let (held, lost) = hold(&a, &lock);
+    let pid = holder_pid(&server);
+    server.sql("TRUNCATE recipes.advisory");
+    // Wait for a heartbeat of the holder's to start after the truncate.
+    let truncated = server.sql("SELECT clock_timestamp()");
+    let beat_since = format!(
+        "SELECT count(*) FROM pg_stat_activity WHERE pid = {pid} \
+         AND query_start > '{}'::timestamptz AND state = 'idle'",
+        truncated.trim()
+    );
+    wait_until("a heartbeat after the truncate", scale(TTL * 3), || {
+        server.sql(&beat_since).trim() == "1"
+    });
+    proxy.blackhole();
+    server.sql(&format!("SELECT pg_terminate_backend({pid})"));
+    let taken = next(&b, &lock).expect("the next holder gets in");
+    assert!(
+        lost.is_lost(),
+        "the next holder held while the cut-off one still believed it held"
+    );
+    drop(taken);
+    proxy.restore();
+    drop(held);
+    b.close().unwrap();
+}
+
+#[test]
+fn fault_session_mode_next_holder_waits_out_a_mutex_whose_row_was_truncated() {
+    next_waits_out_a_holder_whose_row_was_truncated(
+        |c, lock| {
+            let g = c.mutex(lock).unwrap().lock().unwrap();
+            let lost = g.lost().clone();
+            (Box::new(g), lost)
+        },
+        |c, lock| {
+            let m = c.mutex(lock).unwrap();
+            let g = m.try_lock_for(scale(Duration::from_secs(20))).unwrap();
+            g.map(|g| Box::new(g) as Box<dyn std::any::Any>)
+        },
+    );
+}
+
+#[test]
+fn fault_session_mode_a_writer_waits_out_a_reader_whose_row_was_truncated() {
+    next_waits_out_a_holder_whose_row_was_truncated(
+        |c, lock| {
+            let g = c.rw_lock(lock).unwrap().read().unwrap();
+            let lost = g.lost().clone();
+            (Box::new(g), lost)
+        },
+        |c, lock| {
+            let rw = c.rw_lock(lock).unwrap();
+            let g = rw.try_write_for(scale(Duration::from_secs(20))).unwrap();
+            g.map(|g| Box::new(g) as Box<dyn std::any::Any>)
+        },
+    );
+}
+
+/// `TRUNCATE recipes.names CASCADE` under a session-mode holding whose
+/// fenced writes need its name's row: it loses its lock within a few
+/// heartbeats. (Only a mutex and a writer were checked: a reader's or a
+/// permit's heartbeats passed on `pg_locks` alone, and its writes were
+/// refused with no loss.)
+fn names_truncated_loses(hold: impl FnOnce(&PgClient, &str) -> Holding) {
+    let server = PgServer::start();
+    let c = session_client(&server.url(), Duration::from_secs(1));
+    let (held, lost) = hold(&c, &name("names-truncated"));
+    server.sql("TRUNCATE recipes.names CASCADE");
+    assert!(
+        lost.wait_timeout(scale(Duration::from_secs(3))).is_some(),
+        "the holding whose name's row went did not lose its lock"
+    );
+    drop(held);
+    c.close().unwrap();
+}
+
+#[test]
+fn fault_session_mode_a_reader_whose_names_row_was_truncated_loses() {
+    names_truncated_loses(|c, lock| {
+        let g = c.rw_lock(lock).unwrap().read().unwrap();
+        let lost = g.lost().clone();
+        (Box::new(g), lost)
+    });
+}
+
+#[test]
+fn fault_session_mode_a_permit_whose_names_row_was_truncated_loses() {
+    names_truncated_loses(|c, lock| {
+        let p = c.semaphore(lock, 2).unwrap().acquire().unwrap();
+        let lost = p.lost().clone();
+        (Box::new(p), lost)
+    });
+}
+
+/// A downgraded writer reads on: its name's row truncated, it loses too.
+#[test]
+fn fault_session_mode_a_downgraded_writer_whose_names_row_was_truncated_loses() {
+    names_truncated_loses(|c, lock| {
+        let w = c.rw_lock(lock).unwrap().write().unwrap();
+        let r = w.downgrade().unwrap();
+        let lost = r.lost().clone();
+        (Box::new(r), lost)
+    });
+}
