@@ -88,6 +88,19 @@ impl GroupStore for Fake {
         unreachable!("the join loop never reads")
     }
 
+    fn gone(&self, (state, session, id): &Self::Ticket) -> impl Future<Output = ()> + 'static {
+        let (state, session, id) = (state.clone(), *session, id.clone());
+        async move {
+            loop {
+                let ours = |(owner, _): &(u32, Vec<u8>)| *owner == session;
+                if !state.lock().unwrap().members.get(&id).is_some_and(ours) {
+                    return;
+                }
+                tokio::time::sleep(Duration::from_millis(10)).await;
+            }
+        }
+    }
+
     async fn remove((state, session, id): Self::Ticket) {
         let mut state = state.lock().unwrap();
         state.removals.push(id.clone());
