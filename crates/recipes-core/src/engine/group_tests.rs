@@ -1,6 +1,7 @@
 //! The join loop over an in-memory store: a resent create after a lost
 //! reply is ours; a second membership of one session is refused and the
-//! first is left alone; another session's id is refused and untouched.
+//! first is left alone; another session's id is refused and untouched; a
+//! member gone from the store while its session lives is lost.
 
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
@@ -181,4 +182,26 @@ fn another_sessions_id_is_refused_and_untouched() {
     assert!(matches!(refused, Error::InvalidArgument(_)), "{refused}");
     let state = state.lock().unwrap();
     assert_eq!(state.members["a"], (THEM, b"theirs".to_vec()));
+}
+
+#[test]
+fn a_member_gone_from_the_store_is_lost_with_its_session_alive() {
+    let state = Arc::new(Mutex::new(State::default()));
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_time()
+        .start_paused(true)
+        .build()
+        .unwrap();
+    rt.block_on(async {
+        let store = fake(US, &state);
+        let deadline = Instant::now() + Duration::from_secs(5);
+        let ours = join(&store, "a", b"data", Some(deadline)).await.unwrap();
+        let ours = ours.expect("joined");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+        assert!(!ours.lost.is_lost(), "there: not lost");
+        state.lock().unwrap().members.remove("a");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+        assert_eq!(ours.lost.reason(), Some(LossReason::Deleted));
+        assert!(!store.loss.is_fired(), "the session lives");
+    });
 }
