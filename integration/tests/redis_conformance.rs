@@ -184,6 +184,12 @@ impl<const TLS: bool> Kit for RedisKit<TLS> {
         if held.is_some_and(|v| v == member || v.starts_with(&format!("{member} "))) {
             let _: i64 = self.server.cmd(&["DEL", &key]);
         }
+        // A group's member: its fields (the group's hashes keep the rest).
+        for hash in ["g", "go"] {
+            let _: i64 = self
+                .server
+                .cmd(&["HDEL", &format!("{NS}{hash}:{queue}"), member]);
+        }
     }
 
     fn mutex_via(&self, proxy: SocketAddr, name: &str, ttl: Duration) -> recipes_redis::Mutex {

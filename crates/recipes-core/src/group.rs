@@ -182,7 +182,7 @@ impl<B: GroupStore + OnRuntime> Group<B> {
 }
 
 /// Our member of a group. Its [`lost`](Membership::lost) signal fires when
-/// the member may be gone with its session; [`release`](Membership::release)
+/// the member may be gone with its session, or its entry is gone; [`release`](Membership::release)
 /// and `Drop` remove it (`Drop` in the background).
 pub struct Membership<B: GroupStore + OnRuntime> {
     backend: B,
@@ -209,7 +209,11 @@ impl<B: GroupStore + OnRuntime> Membership<B> {
 
     /// Fires when our member may be gone with its session (its lease may
     /// have run out, the session expired, the client closed) — before
-    /// the store removes it, while the clocks run within their bounds.
+    /// the store removes it, while the clocks run within their bounds —
+    /// and when the store shows our member's entry gone while the session
+    /// lives (deleted by hand, lost with a restore or a flush:
+    /// [`LossReason::Deleted`](crate::LossReason::Deleted)), within the
+    /// store's watch or poll of it.
     pub fn lost(&self) -> &LossSignal {
         &self.joined().lost
     }

@@ -15,10 +15,14 @@
 //! version is the revision of the read (it only rises; it counts every
 //! write of the cluster, so a watch cannot say how many changes it
 //! missed: [`GroupView::changes`] is `None`).
+//!
+//! A joined member watches its own key from the revision it read it at:
+//! the key deleted, or put on another lease, while our lease lives — an
+//! `etcdctl del`, a restore — is the membership's loss.
 
 use std::sync::Arc;
 
-use etcd_client::{Compare, CompareOp, GetOptions, PutOptions, Txn, TxnOp};
+use etcd_client::{Compare, CompareOp, EventType, GetOptions, PutOptions, Txn, TxnOp};
 use recipes_core::store::engine::group::{GroupStore, GroupView, Member};
 use recipes_core::store::engine::WaitStore;
 use recipes_core::store::{id_taken, until_done, within, Backoff};
@@ -27,7 +31,7 @@ use recipes_core::{Error, LossReason, Result};
 use crate::barrier::{Changes, Epoch, EtcdWaits};
 use crate::client::EtcdClient;
 use crate::names::{key_prefix, other_layout, validate_name};
-use crate::rpc::{from_etcd, header_revision, read_at, retrying_txn};
+use crate::rpc::{from_etcd, header_revision, read_at, retrying_get, retrying_txn};
 use crate::session::Session;
 use crate::watch::Watch;
 
@@ -173,6 +177,23 @@ impl GroupStore for EtcdWaits {
         Ok((view, watch))
     }
 
+    fn gone(&self, ticket: &Ticket) -> impl std::future::Future<Output = ()> + Send + 'static {
+        let (session, key) = (ticket.session.clone(), ticket.key.clone());
+        async move {
+            let mut backoff = Backoff::RETRY;
+            loop {
+                match ours_until_changed(&session, &key).await {
+                    Ok(true) => return,
+                    Ok(false) => backoff.reset(),
+                    Err(e) => {
+                        log::debug!("[{}] watch on {key} failed: {e}", session.label());
+                        backoff.pause().await;
+                    }
+                }
+            }
+        }
+    }
+
     async fn remove(ticket: Ticket) {
         let session = ticket.session;
         if session.is_single_use() {
@@ -181,6 +202,32 @@ impl GroupStore for EtcdWaits {
         let what = format!("[{}] delete {}", session.label(), ticket.key);
         let delete = || delete_ours(&session, &ticket.key);
         until_done(&what, Backoff::RETRY, || session.is_lost(), delete).await;
+    }
+}
+
+/// Read our member's `key`, then watch it from that read on: `true` once it
+/// is absent or on another lease, `false` when the watch broke (read and
+/// watch again).
+async fn ours_until_changed(session: &Session, key: &str) -> Result<bool> {
+    let (etcd, timeout) = (session.store()?, session.rpc_timeout());
+    let read = retrying_get(&etcd, timeout, key, None).await?;
+    let ours = |kv: &etcd_client::KeyValue| kv.lease() == session.id();
+    if !read.kvs().first().is_some_and(ours) {
+        return Ok(true);
+    }
+    let rev = read.header().map_or(0, |h| h.revision());
+    let mut watch = Watch::key_after(&etcd, key, rev, timeout).await?;
+    loop {
+        let Ok(resp) = watch.next().await else {
+            return Ok(false);
+        };
+        let changed = resp.events().iter().any(|ev| match ev.event_type() {
+            EventType::Delete => true,
+            EventType::Put => !ev.kv().is_some_and(ours),
+        });
+        if changed {
+            return Ok(true);
+        }
     }
 }
 

@@ -19,6 +19,11 @@
 //! fences do, following the database clock). A view's `changes` is
 //! `None`.
 //!
+//! A joined member's row is watched by the client's one poll of its held
+//! rows (as a held lock's is): a row gone while our session lives — a
+//! `TRUNCATE`, a restore from before the join, a delete by hand — is the
+//! membership's loss, within that poll's interval.
+//!
 //! Watching: the queue's trigger notifies the name's channel on every
 //! change of a member row; a watch listens before each read, and reads
 //! again when the earliest member's session would expire and every poll
@@ -269,6 +274,27 @@ impl GroupStore for PgWaits {
             retryable: true,
             source: None,
         })
+    }
+
+    /// Our row's `entry` (computed by the database, as the join does),
+    /// then the client's poll of its held rows until it is gone.
+    fn gone(&self, ticket: &Ticket) -> impl std::future::Future<Output = ()> + Send + 'static {
+        let (client, name, id) = (self.client.clone(), self.name.clone(), ticket.id.clone());
+        async move {
+            let sql = concat!("SELECT ", entry!());
+            let what = format!("name the row of the member {id} of the group {name}");
+            let mut backoff = Backoff::RETRY;
+            let entry: uuid::Uuid = loop {
+                let params: crate::db::Params<'_> = &[(&name, Type::TEXT), (&id, Type::TEXT)];
+                match client.db().query_opt(&what, sql, params).await {
+                    Ok(Some(row)) => break row.get(0),
+                    Ok(None) => {}
+                    Err(e) => log::debug!("{what}: {e}"),
+                }
+                backoff.pause().await;
+            };
+            client.held_rows().gone(entry).await;
+        }
     }
 
     /// Delete our row and set the version (or delete the name's row when

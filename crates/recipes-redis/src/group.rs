@@ -11,11 +11,20 @@
 //!   sweep of expired sessions removes it (`scripts.rs`);
 //! - the counter `{recipes}:gv`, shared by every group: every join and
 //!   leave — and every read that purges a member whose session expired —
-//!   takes its next value as the group's version, in the same script, and
-//!   publishes it on `{recipes}:wake:<name>`, the channel every waiting
-//!   recipe of a name uses. An empty group's hashes are
-//!   gone; its view's version is the counter's current value, so versions
-//!   only rise. A view's `changes` is `None` (the counter is shared).
+//!   mints its next value as the group's version (on the hybrid clock of
+//!   fences, `scripts.rs`: the larger of the last + 1 and the server's
+//!   clock in µs), in the same script, and publishes it on
+//!   `{recipes}:wake:<name>`, the channel every waiting recipe of a name
+//!   uses. An empty group's hashes are gone; its view's version is the
+//!   larger of the counter and the clock, so versions only rise, after a
+//!   `FLUSHALL` or an older snapshot too. A view's `changes` is `None`
+//!   (the counter is shared).
+//!
+//! A member's own field of `go:<name>` is polled every
+//! `POLL` (500 ms) while it is joined: a field gone (or
+//! another session's) while our session key lives — a restart that lost
+//! the join, an older snapshot, a field deleted by hand — is the
+//! membership's loss.
 //!
 //! The verbs are [`RedisWaits`]'s, the one wait store of this crate: its
 //! epoch (the client's session), and its subscription before each read
@@ -87,7 +96,11 @@ static READ: LazyLock<Script> = LazyLock::new(|| {
            end\n\
          end\n\
          if purged then changed() end\n\
-         local out = {{redis.call('HGET', m, '/v') or redis.call('GET', gv) or '0'}}\n\
+         local v = redis.call('HGET', m, '/v')\n\
+         if not v then\n\
+           v = string.format('%.0f', math.max(tonumber(redis.call('GET', gv) or '0'), micros()))\n\
+         end\n\
+         local out = {{v}}\n\
          local all = redis.call('HGETALL', m)\n\
          for i = 1, #all, 2 do\n\
            if all[i] ~= '/v' then out[#out + 1] = all[i]\nout[#out + 1] = all[i + 1] end\n\
@@ -221,6 +234,31 @@ impl GroupStore for RedisWaits {
             changes: None,
         };
         Ok((view, watch))
+    }
+
+    fn gone(&self, ticket: &Ticket) -> impl std::future::Future<Output = ()> + Send + 'static {
+        let (client, id) = (self.client.clone(), ticket.id.clone());
+        let owners = format!("{NS}go:{}", self.name);
+        let sid = ticket.session.id().to_string();
+        async move {
+            loop {
+                tokio::time::sleep(crate::contend::POLL).await;
+                let mut get = redis::cmd("HGET");
+                get.arg(&owners).arg(&id);
+                let read = async {
+                    let owner: Option<String> = client
+                        .redis()?
+                        .read("poll a group member", client.rpc_timeout(), get)
+                        .await?;
+                    Ok::<_, Error>(owner)
+                };
+                match read.await {
+                    Ok(owner) if owner.as_deref() == Some(sid.as_str()) => {}
+                    Ok(_) => return,
+                    Err(e) => log::debug!("polling the member {id} of {owners} failed: {e}"),
+                }
+            }
+        }
     }
 
     async fn remove(ticket: Ticket) {

@@ -159,11 +159,12 @@ local function mint(key, at)
   redis.call('SET', key, string.format('%.0f', last + 1))
   return last + 1
 end
--- A group changed: its next version (from the counter every group
--- shares) and its publication; an empty group's hashes go.
+-- A group changed: its next version (minted from the counter every group
+-- shares, so above every version before a loss of the data) and its
+-- publication; an empty group's hashes go.
 local function regroup(name)
   local gm, go = ns .. 'g:' .. name, ns .. 'go:' .. name
-  local v = redis.call('INCR', ns .. 'gv')
+  local v = string.format('%.0f', mint(ns .. 'gv'))
   if redis.call('HLEN', go) == 0 then redis.call('DEL', gm, go) else redis.call('HSET', gm, '/v', v) end
   redis.call('PUBLISH', ns .. 'wake:' .. name, v)
 end

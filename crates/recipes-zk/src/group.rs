@@ -10,6 +10,10 @@
 //! only rises, even when the container is deleted and made again), its
 //! count of changes the node's `cversion`. A member leaves when its
 //! session expires: within the session timeout of a crash.
+//!
+//! A joined member watches its own node (an exists-watch): the node gone,
+//! or another session's, while our session lives — deleted by hand — is
+//! the membership's loss.
 
 use recipes_core::store::engine::group::{GroupStore, GroupView, Member};
 use recipes_core::store::{id_taken, quote, until_done, Backoff};
@@ -157,6 +161,30 @@ impl GroupStore for ZkWaits {
                 changes: u64::try_from(stat.cversion).ok(),
             };
             return Ok((view, watch.map(|w| Watches(w, None))));
+        }
+    }
+
+    fn gone(&self, ticket: &Ticket) -> impl std::future::Future<Output = ()> + Send + 'static {
+        let (session, node) = (ticket.session.clone(), ticket.node.clone());
+        async move {
+            let mut backoff = Backoff::RETRY;
+            loop {
+                match session.zk().check_and_watch_stat(&node).await {
+                    Ok((Some(stat), watch)) if stat.ephemeral_owner == session.id() => {
+                        backoff.reset();
+                        watch.changed().await;
+                    }
+                    Ok(_) => return,
+                    // The session's own signal covers its end.
+                    Err(zk::Error::SessionExpired | zk::Error::ClientClosed) => {
+                        std::future::pending::<()>().await;
+                    }
+                    Err(e) => {
+                        log::debug!("[{}] watch on {node} failed: {e}", session.label());
+                        backoff.pause().await;
+                    }
+                }
+            }
         }
     }
 

@@ -10,7 +10,7 @@ use std::time::Duration;
 use integration::test_dir::TestDir;
 use integration::worker::{worker_binary, Worker};
 use integration::{scale, wait_until};
-use recipes_core::{BootInstant, Client, Error, GroupView, MAX_MEMBER_DATA_BYTES};
+use recipes_core::{BootInstant, Client, Error, GroupView, LossReason, MAX_MEMBER_DATA_BYTES};
 
 use super::{boot, field, name, Kit};
 
@@ -113,6 +113,38 @@ pub fn an_unconfirmed_leave_is_indeterminate_within_the_rpc_timeout<K: Kit>(kit:
         || group.members().unwrap().members.is_empty(),
     );
     drop(cut);
+}
+
+/// A member whose entry is deleted behind its back while its session
+/// lives (an operator's delete, a restore from before the join, a lost
+/// write) is told it is lost within a bound; a second member of the same
+/// id joins then, and the first one's leave does not touch it.
+pub fn a_member_whose_entry_is_deleted_is_lost<K: Kit>(kit: &K) {
+    let (a, b) = (client(kit), client(kit));
+    if !has_groups(&a) {
+        return;
+    }
+    let name = name("group-deleted");
+    let first = a.group(&name).unwrap().join("w1", b"first").unwrap();
+    let entries = kit.entries_under(&name);
+    assert_eq!(entries.len(), 1, "{entries:?}");
+    kit.delete_entry(&entries[0]);
+    let reason = first.lost().wait_timeout(scale(TTL / 2));
+    assert_eq!(
+        reason,
+        Some(LossReason::Deleted),
+        "the member whose entry was deleted is told"
+    );
+    let second = b.group(&name).unwrap().join("w1", b"second").unwrap();
+    assert!(!second.is_lost());
+    // The first member's leave removes only what is its own.
+    let _ = first.release();
+    let view = b.group(&name).unwrap().members().unwrap();
+    assert_eq!(ids(&view), ["w1"]);
+    assert_eq!(view.members[0].data, b"second");
+    assert!(!second.is_lost(), "the second member holds the id");
+    second.release().unwrap();
+    assert!(kit.entries_under(&name).is_empty(), "nothing left");
 }
 
 /// A second join with an id already present is a typed error: the first

@@ -14,6 +14,11 @@
 //! - **watch** reads the group and waits for the store's notification
 //!   until the view differs from the last one seen: its members, or the
 //!   store's count of changes.
+//! - **lost**: a joined member's signal fires when its session may be
+//!   lost, and also when the store shows its entry gone while the session
+//!   lives ([`GroupStore::gone`]: deleted by hand, or lost with a restore
+//!   or a flush), so that no member believes it holds an id a second
+//!   member could join under.
 
 use std::future::Future;
 use std::time::Duration;
@@ -23,7 +28,7 @@ use tokio::time::Instant;
 use super::undo::{Undo, Undoer};
 use super::wait::{wait_until, Check, Condition, WaitStore};
 use crate::error::Result;
-use crate::loss::LossSignal;
+use crate::loss::{LossReason, LossSignal, LossTrigger};
 
 /// One member of a group as read.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -42,7 +47,9 @@ pub struct GroupView {
     /// Rises with every change of the group a reader can see, so that of
     /// two views the one with the smaller version is the older (ZooKeeper:
     /// the group node's `pzxid`; etcd: the revision of the read;
-    /// Redis: a counter of the groups' changes; PostgreSQL: a counter of
+    /// Redis: a counter of the groups' changes that follows the server's
+    /// clock in µs, the larger of it and the clock for an empty group;
+    /// PostgreSQL: a counter of
     /// the group's changes that follows the database clock in µs, the
     /// clock itself for an empty group). `0`: the group has never had a
     /// member (on ZooKeeper: its node is absent).
@@ -103,6 +110,12 @@ pub trait GroupStore: WaitStore {
         arm: bool,
     ) -> impl Future<Output = Result<(GroupView, Option<Self::Watch>)>> + Send;
 
+    /// Resolves once the store shows the member `ticket` names gone, or
+    /// no longer ours, while its session may live — watched or polled as
+    /// the store's held entries are; never while it is there. It may stay
+    /// pending once the session is lost (that signal covers it).
+    fn gone(&self, ticket: &Self::Ticket) -> impl Future<Output = ()> + Send + 'static;
+
     /// Remove the member `ticket` names if it is still ours, retrying
     /// until done or its session is gone (which removes it anyway).
     fn remove(ticket: Self::Ticket) -> impl Future<Output = ()> + Send + 'static;
@@ -130,13 +143,45 @@ impl<S: GroupStore> Undoer for Ours<'_, S> {
     }
 }
 
-/// What a joined member holds: its ticket, and its session's signal.
+/// What a joined member holds: its ticket, and its loss signal.
 pub struct Joined<S: GroupStore> {
     /// Names our member.
     pub ticket: S::Ticket,
     /// Fires when our member's session may be lost (and our member with
-    /// it).
+    /// it), or when the store shows our member gone while the session
+    /// lives ([`LossReason::Deleted`]).
     pub lost: LossSignal,
+    /// Dropped with the membership: ends the watch of our member.
+    _watching: tokio::sync::oneshot::Sender<()>,
+}
+
+impl<S: GroupStore> Joined<S> {
+    /// Our member `ticket`, joined under the session whose signal is
+    /// `session`: watched ([`GroupStore::gone`]) until this is dropped or
+    /// the session is lost.
+    fn watched(store: &S, ticket: S::Ticket, session: LossSignal) -> Joined<S> {
+        let deleted = LossTrigger::root();
+        let lost = LossSignal::any_of(&[session.clone(), deleted.signal()]);
+        let (watching, ended) = tokio::sync::oneshot::channel::<()>();
+        let gone = store.gone(&ticket);
+        let name = store.name().to_owned();
+        store.spawn(async move {
+            tokio::select! {
+                _ = ended => {}
+                _ = session.fired() => {}
+                () = gone => {
+                    if deleted.fire(LossReason::Deleted) {
+                        log::info!("group {name}: our member is gone from the store: lost");
+                    }
+                }
+            }
+        });
+        Joined {
+            ticket,
+            lost,
+            _watching: watching,
+        }
+    }
 }
 
 impl<S: GroupStore> std::fmt::Debug for Joined<S> {
@@ -226,10 +271,9 @@ pub async fn join<S: GroupStore>(
     };
     let joined = wait_until(store, &mut joining, deadline).await;
     match (joined, joining.ours.take()) {
-        (Ok(Some(())), Some((mut undo, lost))) => Ok(Some(Joined {
-            ticket: undo.disarm(),
-            lost,
-        })),
+        (Ok(Some(())), Some((mut undo, lost))) => {
+            Ok(Some(Joined::watched(store, undo.disarm(), lost)))
+        }
         (joined, Some((mut undo, _))) => {
             undo.run().await;
             joined.map(|_| None)

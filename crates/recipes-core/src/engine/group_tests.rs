@@ -1,6 +1,7 @@
 //! The join loop over an in-memory store: a resent create after a lost
 //! reply is ours; a second membership of one session is refused and the
-//! first is left alone; another session's id is refused and untouched.
+//! first is left alone; another session's id is refused and untouched; a
+//! member gone from the store while its session lives is lost.
 
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
@@ -88,6 +89,19 @@ impl GroupStore for Fake {
         unreachable!("the join loop never reads")
     }
 
+    fn gone(&self, (state, session, id): &Self::Ticket) -> impl Future<Output = ()> + 'static {
+        let (state, session, id) = (state.clone(), *session, id.clone());
+        async move {
+            loop {
+                let ours = |(owner, _): &(u32, Vec<u8>)| *owner == session;
+                if !state.lock().unwrap().members.get(&id).is_some_and(ours) {
+                    return;
+                }
+                tokio::time::sleep(Duration::from_millis(10)).await;
+            }
+        }
+    }
+
     async fn remove((state, session, id): Self::Ticket) {
         let mut state = state.lock().unwrap();
         state.removals.push(id.clone());
@@ -168,4 +182,26 @@ fn another_sessions_id_is_refused_and_untouched() {
     assert!(matches!(refused, Error::InvalidArgument(_)), "{refused}");
     let state = state.lock().unwrap();
     assert_eq!(state.members["a"], (THEM, b"theirs".to_vec()));
+}
+
+#[test]
+fn a_member_gone_from_the_store_is_lost_with_its_session_alive() {
+    let state = Arc::new(Mutex::new(State::default()));
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_time()
+        .start_paused(true)
+        .build()
+        .unwrap();
+    rt.block_on(async {
+        let store = fake(US, &state);
+        let deadline = Instant::now() + Duration::from_secs(5);
+        let ours = join(&store, "a", b"data", Some(deadline)).await.unwrap();
+        let ours = ours.expect("joined");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+        assert!(!ours.lost.is_lost(), "there: not lost");
+        state.lock().unwrap().members.remove("a");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+        assert_eq!(ours.lost.reason(), Some(LossReason::Deleted));
+        assert!(!store.loss.is_fired(), "the session lives");
+    });
 }
