@@ -293,7 +293,7 @@ impl GroupStore for PgWaits {
                 }
                 backoff.pause().await;
             };
-            client.held_rows().gone(entry).await;
+            client.held_rows().gone((entry, None)).await;
         }
     }
 
