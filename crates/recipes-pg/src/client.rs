@@ -19,7 +19,7 @@ struct Inner {
     db: Arc<Db>,
     listener: Listener,
     /// The one poll of every row the client holds.
-    held_rows: PresencePoll<(uuid::Uuid, Option<i64>)>,
+    held_rows: PresencePoll<crate::db::HeldRow>,
     poll_interval: Duration,
     // The current session; a new one once it is lost. Deleted (its entries
     // with it) when the client closes.
@@ -149,7 +149,7 @@ impl PgClient {
     }
 
     /// The one poll of every row the client holds.
-    pub(crate) fn held_rows(&self) -> &PresencePoll<(uuid::Uuid, Option<i64>)> {
+    pub(crate) fn held_rows(&self) -> &PresencePoll<crate::db::HeldRow> {
         &self.inner.held_rows
     }
 

@@ -19,6 +19,17 @@ use crate::sql::{from_pg, is_schema_gone};
 /// A statement's parameters with their types.
 pub(crate) type Params<'a> = &'a [(&'a (dyn ToSql + Sync), Type)];
 
+/// A row the client's poll watches ([`Db::rows_present`]): a held lock's
+/// or a group member's entry, the session it must still be of (a member's
+/// entry, named by its id, is taken by another session's join once ours
+/// went), and the fence its name's row must still have (`None`: any).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub(crate) struct HeldRow {
+    pub(crate) entry: uuid::Uuid,
+    pub(crate) session: i64,
+    pub(crate) fence: Option<i64>,
+}
+
 /// Which of the client's two shared (pipelined) connections a statement
 /// goes on. A connection answers in the order sent, so a statement that
 /// waits at the server holds up every one sent after it on the same
@@ -369,21 +380,26 @@ impl Db {
         self.query_opt_on(Lane::Statements, what, sql, params).await
     }
 
-    /// Which of the queue `entries` still have their rows, and the name's
-    /// fence given beside each (unless `None`), in order: one statement, on
-    /// [`Lane::Leases`] (a plain read waits for no lock, and a row found
-    /// gone is a loss). None has when the schema is gone.
-    pub(crate) async fn rows_present(
-        &self,
-        entries: Vec<(uuid::Uuid, Option<i64>)>,
-    ) -> Result<Vec<bool>> {
-        let sql = "SELECT e.entry FROM unnest($1::uuid[], $2::int8[]) AS e (entry, fence) \
-                   JOIN recipes.queue q ON q.entry = e.entry \
+    /// Which of the queue `entries` still have their rows, of the session
+    /// given beside each, and the name's fence given (unless `None`), in
+    /// order: one statement, on [`Lane::Leases`] (a plain read waits for no
+    /// lock, and a row found gone is a loss). None has when the schema is
+    /// gone.
+    pub(crate) async fn rows_present(&self, entries: Vec<HeldRow>) -> Result<Vec<bool>> {
+        let sql = "SELECT e.entry FROM unnest($1::uuid[], $2::int8[], $3::int8[]) \
+                     AS e (entry, session, fence) \
+                   JOIN recipes.queue q ON q.entry = e.entry AND q.session = e.session \
                    WHERE e.fence IS NULL OR EXISTS (SELECT 1 FROM recipes.names n \
                                                     WHERE n.name = q.name AND n.fence = e.fence)";
         let what = format!("look at {} held rows", entries.len());
-        let (ids, fences): (Vec<uuid::Uuid>, Vec<Option<i64>>) = entries.iter().copied().unzip();
-        let params: Params<'_> = &[(&ids, Type::UUID_ARRAY), (&fences, Type::INT8_ARRAY)];
+        let ids: Vec<uuid::Uuid> = entries.iter().map(|r| r.entry).collect();
+        let sessions: Vec<i64> = entries.iter().map(|r| r.session).collect();
+        let fences: Vec<Option<i64>> = entries.iter().map(|r| r.fence).collect();
+        let params: Params<'_> = &[
+            (&ids, Type::UUID_ARRAY),
+            (&sessions, Type::INT8_ARRAY),
+            (&fences, Type::INT8_ARRAY),
+        ];
         let rows = match self.query_on(Lane::Leases, &what, sql, params).await {
             Ok(rows) => rows,
             // The schema was dropped: every row with it.
@@ -391,7 +407,7 @@ impl Db {
             Err(e) => return Err(e),
         };
         let there: std::collections::HashSet<uuid::Uuid> = rows.iter().map(|r| r.get(0)).collect();
-        Ok(entries.iter().map(|(e, _)| there.contains(e)).collect())
+        Ok(entries.iter().map(|r| there.contains(&r.entry)).collect())
     }
 
     /// The deadline of one statement.

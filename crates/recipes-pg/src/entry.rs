@@ -389,7 +389,12 @@ impl EntryWatcher for PgEntry {
     /// seen by the client's one poll of the rows it holds.
     async fn deleted(watch: &mut RowWatch) -> Result<()> {
         let entry = &watch.entry;
-        let polled = entry.client.held_rows().gone((entry.entry, entry.polled_fence()));
+        let row = crate::db::HeldRow {
+            entry: entry.entry,
+            session: entry.session.id(),
+            fence: entry.polled_fence(),
+        };
+        let polled = entry.client.held_rows().gone(row);
         tokio::pin!(polled);
         loop {
             tokio::select! {

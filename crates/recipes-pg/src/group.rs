@@ -277,9 +277,12 @@ impl GroupStore for PgWaits {
     }
 
     /// Our row's `entry` (computed by the database, as the join does),
-    /// then the client's poll of its held rows until it is gone.
+    /// then the client's poll of its held rows until it is gone — or of
+    /// another session: the entry is named by the member's id, so a join
+    /// of the id after ours went writes the same entry.
     fn gone(&self, ticket: &Ticket) -> impl std::future::Future<Output = ()> + Send + 'static {
         let (client, name, id) = (self.client.clone(), self.name.clone(), ticket.id.clone());
+        let session = ticket.session.clone();
         async move {
             let sql = concat!("SELECT ", entry!());
             let what = format!("name the row of the member {id} of the group {name}");
@@ -293,7 +296,12 @@ impl GroupStore for PgWaits {
                 }
                 backoff.pause().await;
             };
-            client.held_rows().gone((entry, None)).await;
+            let row = crate::db::HeldRow {
+                entry,
+                session: session.id(),
+                fence: None,
+            };
+            client.held_rows().gone(row).await;
         }
     }
 
