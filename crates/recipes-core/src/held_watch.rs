@@ -65,7 +65,7 @@ pub async fn watch_held<W: EntryWatcher>(
         _ = ended.fired() => false,
         why = watching => {
             if trigger.fire(LossReason::Deleted) {
-                log::info!("[{label}] {holder} {why}: lock lost");
+                log::info!("[{label}] {holder} {why}: lost");
             }
             true
         }

@@ -25,7 +25,7 @@ use std::sync::Arc;
 use etcd_client::{Compare, CompareOp, EventType, GetOptions, PutOptions, Txn, TxnOp};
 use recipes_core::store::engine::group::{GroupStore, GroupView, Member};
 use recipes_core::store::engine::WaitStore;
-use recipes_core::store::{id_taken, until_done, within, Backoff};
+use recipes_core::store::{id_taken, until_done, within, Backoff, EntryWatcher};
 use recipes_core::{Error, LossReason, Result};
 
 use crate::barrier::{Changes, Epoch, EtcdWaits};
@@ -177,20 +177,12 @@ impl GroupStore for EtcdWaits {
         Ok((view, watch))
     }
 
-    fn gone(&self, ticket: &Ticket) -> impl std::future::Future<Output = ()> + Send + 'static {
-        let (session, key) = (ticket.session.clone(), ticket.key.clone());
-        async move {
-            let mut backoff = Backoff::RETRY;
-            loop {
-                match ours_until_changed(&session, &key).await {
-                    Ok(true) => return,
-                    Ok(false) => backoff.reset(),
-                    Err(e) => {
-                        log::debug!("[{}] watch on {key} failed: {e}", session.label());
-                        backoff.pause().await;
-                    }
-                }
-            }
+    type Member = MemberKey;
+
+    fn member(&self, ticket: &Ticket) -> MemberKey {
+        MemberKey {
+            session: ticket.session.clone(),
+            key: ticket.key.clone(),
         }
     }
 
@@ -205,29 +197,63 @@ impl GroupStore for EtcdWaits {
     }
 }
 
-/// Read our member's `key`, then watch it from that read on: `true` once it
-/// is absent or on another lease, `false` when the watch broke (read and
-/// watch again).
-async fn ours_until_changed(session: &Session, key: &str) -> Result<bool> {
-    let (etcd, timeout) = (session.store()?, session.rpc_timeout());
-    let read = retrying_get(&etcd, timeout, key, None).await?;
-    let ours = |kv: &etcd_client::KeyValue| kv.lease() == session.id();
-    if !read.kvs().first().is_some_and(ours) {
-        return Ok(true);
-    }
-    let rev = read.header().map_or(0, |h| h.revision());
-    let mut watch = Watch::key_after(&etcd, key, rev, timeout).await?;
-    loop {
-        let Ok(resp) = watch.next().await else {
-            return Ok(false);
-        };
-        let changed = resp.events().iter().any(|ev| match ev.event_type() {
-            EventType::Delete => true,
-            EventType::Put => !ev.kv().is_some_and(ours),
-        });
-        if changed {
-            return Ok(true);
+/// Our member's key, followed by core's `watch_held` until it is deleted
+/// or on another lease.
+pub struct MemberKey {
+    session: Arc<Session>,
+    key: String,
+}
+
+/// One watch of our member's key, and the lease it must stay on.
+pub struct MemberWatch {
+    watch: Watch,
+    lease: i64,
+}
+
+impl EntryWatcher for MemberKey {
+    type Watch = MemberWatch;
+
+    /// Read our key, then watch it from that read on: `None` when it is
+    /// absent or on another lease.
+    async fn watch(&self) -> Result<Option<MemberWatch>> {
+        let (etcd, timeout) = (self.session.store()?, self.session.rpc_timeout());
+        let read = retrying_get(&etcd, timeout, &self.key, None).await?;
+        let lease = self.session.id();
+        if read.kvs().first().is_none_or(|kv| kv.lease() != lease) {
+            return Ok(None);
         }
+        let rev = read.header().map_or(0, |h| h.revision());
+        let watch = Watch::key_after(&etcd, &self.key, rev, timeout).await?;
+        Ok(Some(MemberWatch { watch, lease }))
+    }
+
+    /// Our key deleted, or put on another lease; an error when the watch
+    /// broke.
+    async fn deleted(w: &mut MemberWatch) -> Result<()> {
+        loop {
+            let resp = w.watch.next().await?;
+            let changed = resp.events().iter().any(|ev| match ev.event_type() {
+                EventType::Delete => true,
+                EventType::Put => ev.kv().is_none_or(|kv| kv.lease() != w.lease),
+            });
+            if changed {
+                return Ok(());
+            }
+        }
+    }
+}
+
+impl std::fmt::Debug for MemberWatch {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("MemberWatch")
+            .field("lease", &self.lease)
+            .finish()
+    }
+}
+
+impl std::fmt::Debug for MemberKey {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("MemberKey").field("key", &self.key).finish()
     }
 }
 

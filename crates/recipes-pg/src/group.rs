@@ -32,7 +32,7 @@
 use std::sync::Arc;
 
 use recipes_core::store::engine::group::{GroupStore, GroupView, Member};
-use recipes_core::store::{id_taken, Backoff};
+use recipes_core::store::{id_taken, Backoff, EntryWatcher};
 use recipes_core::{Error, Result};
 use tokio_postgres::types::Type;
 
@@ -276,32 +276,14 @@ impl GroupStore for PgWaits {
         })
     }
 
-    /// Our row's `entry` (computed by the database, as the join does),
-    /// then the client's poll of its held rows until it is gone — or of
-    /// another session: the entry is named by the member's id, so a join
-    /// of the id after ours went writes the same entry.
-    fn gone(&self, ticket: &Ticket) -> impl std::future::Future<Output = ()> + Send + 'static {
-        let (client, name, id) = (self.client.clone(), self.name.clone(), ticket.id.clone());
-        let session = ticket.session.clone();
-        async move {
-            let sql = concat!("SELECT ", entry!());
-            let what = format!("name the row of the member {id} of the group {name}");
-            let mut backoff = Backoff::RETRY;
-            let entry: uuid::Uuid = loop {
-                let params: crate::db::Params<'_> = &[(&name, Type::TEXT), (&id, Type::TEXT)];
-                match client.db().query_opt(&what, sql, params).await {
-                    Ok(Some(row)) => break row.get(0),
-                    Ok(None) => {}
-                    Err(e) => log::debug!("{what}: {e}"),
-                }
-                backoff.pause().await;
-            };
-            let row = crate::db::HeldRow {
-                entry,
-                session: session.id(),
-                fence: None,
-            };
-            client.held_rows().gone(row).await;
+    type Member = MemberRow;
+
+    fn member(&self, ticket: &Ticket) -> MemberRow {
+        MemberRow {
+            client: self.client.clone(),
+            session: ticket.session.clone(),
+            name: self.name.clone(),
+            id: ticket.id.clone(),
         }
     }
 
@@ -347,6 +329,65 @@ async fn remove_member(ticket: Ticket) {
     };
     let lost = || ticket.session.is_lost();
     recipes_core::store::until_done(&what, Backoff::RECOVER, lost, delete).await;
+}
+
+/// Our member's row, followed by core's `watch_held` through the client's
+/// poll of the rows it holds until it is gone — or another session's: the
+/// row's entry is named by the member's id, so a join of the id after
+/// ours went writes the same entry.
+pub struct MemberRow {
+    client: PgClient,
+    session: Arc<Session>,
+    name: String,
+    id: String,
+}
+
+/// Our member's row as the client's poll knows it.
+pub struct MemberWatch {
+    client: PgClient,
+    row: crate::db::HeldRow,
+}
+
+impl EntryWatcher for MemberRow {
+    type Watch = MemberWatch;
+
+    /// Our row's entry, computed by the database as the join does.
+    async fn watch(&self) -> Result<Option<MemberWatch>> {
+        let sql = concat!("SELECT ", entry!());
+        let what = format!(
+            "name the row of the member {} of the group {}",
+            self.id, self.name
+        );
+        let params: crate::db::Params<'_> = &[(&self.name, Type::TEXT), (&self.id, Type::TEXT)];
+        let row = self.client.db().query_opt(&what, sql, params).await?;
+        Ok(row.map(|row| MemberWatch {
+            client: self.client.clone(),
+            row: crate::db::HeldRow {
+                entry: row.get(0),
+                session: self.session.id(),
+                fence: None,
+            },
+        }))
+    }
+
+    async fn deleted(w: &mut MemberWatch) -> Result<()> {
+        w.client.held_rows().gone(w.row).await;
+        Ok(())
+    }
+}
+
+impl std::fmt::Debug for MemberRow {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("MemberRow").field("id", &self.id).finish()
+    }
+}
+
+impl std::fmt::Debug for MemberWatch {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("MemberWatch")
+            .field("row", &self.row)
+            .finish()
+    }
 }
 
 #[cfg(test)]

@@ -35,7 +35,7 @@ use std::sync::LazyLock;
 
 use recipes_core::store::engine::group::{GroupStore, GroupView, Member};
 use recipes_core::store::engine::WaitStore;
-use recipes_core::store::{id_taken, until_done, Backoff};
+use recipes_core::store::{id_taken, until_done, Backoff, EntryWatcher};
 use recipes_core::{Error, Result};
 use redis::Script;
 
@@ -236,28 +236,14 @@ impl GroupStore for RedisWaits {
         Ok((view, watch))
     }
 
-    fn gone(&self, ticket: &Ticket) -> impl std::future::Future<Output = ()> + Send + 'static {
-        let (client, id) = (self.client.clone(), ticket.id.clone());
-        let owners = format!("{NS}go:{}", self.name);
-        let sid = ticket.session.id().to_string();
-        async move {
-            loop {
-                tokio::time::sleep(crate::contend::POLL).await;
-                let mut get = redis::cmd("HGET");
-                get.arg(&owners).arg(&id);
-                let read = async {
-                    let owner: Option<String> = client
-                        .redis()?
-                        .read("poll a group member", client.rpc_timeout(), get)
-                        .await?;
-                    Ok::<_, Error>(owner)
-                };
-                match read.await {
-                    Ok(owner) if owner.as_deref() == Some(sid.as_str()) => {}
-                    Ok(_) => return,
-                    Err(e) => log::debug!("polling the member {id} of {owners} failed: {e}"),
-                }
-            }
+    type Member = MemberField;
+
+    fn member(&self, ticket: &Ticket) -> MemberField {
+        MemberField {
+            client: self.client.clone(),
+            owners: format!("{NS}go:{}", self.name),
+            id: ticket.id.clone(),
+            sid: ticket.session.id().to_string(),
         }
     }
 
@@ -278,5 +264,55 @@ impl GroupStore for RedisWaits {
             Ok(())
         })
         .await;
+    }
+}
+
+/// Our member's field of `go:<name>`, followed by core's `watch_held`
+/// until it is gone or another session's.
+#[derive(Clone)]
+pub struct MemberField {
+    client: RedisClient,
+    owners: String,
+    id: String,
+    sid: String,
+}
+
+impl MemberField {
+    async fn ours(&self) -> Result<bool> {
+        let mut get = redis::cmd("HGET");
+        get.arg(&self.owners).arg(&self.id);
+        let c = &self.client;
+        let owner: Option<String> = c
+            .redis()?
+            .read("poll a group member", c.rpc_timeout(), get)
+            .await?;
+        Ok(owner.as_deref() == Some(self.sid.as_str()))
+    }
+}
+
+impl EntryWatcher for MemberField {
+    type Watch = MemberField;
+
+    async fn watch(&self) -> Result<Option<MemberField>> {
+        Ok(self.ours().await?.then(|| self.clone()))
+    }
+
+    /// Polled every [`POLL`](crate::contend::POLL).
+    async fn deleted(w: &mut MemberField) -> Result<()> {
+        loop {
+            tokio::time::sleep(crate::contend::POLL).await;
+            if !w.ours().await? {
+                return Ok(());
+            }
+        }
+    }
+}
+
+impl std::fmt::Debug for MemberField {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("MemberField")
+            .field("owners", &self.owners)
+            .field("id", &self.id)
+            .finish()
     }
 }

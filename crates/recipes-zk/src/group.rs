@@ -16,7 +16,7 @@
 //! the membership's loss.
 
 use recipes_core::store::engine::group::{GroupStore, GroupView, Member};
-use recipes_core::store::{id_taken, quote, until_done, Backoff};
+use recipes_core::store::{id_taken, quote, until_done, Backoff, EntryWatcher};
 use recipes_core::{Error, Result};
 use zookeeper_client as zk;
 
@@ -164,27 +164,12 @@ impl GroupStore for ZkWaits {
         }
     }
 
-    fn gone(&self, ticket: &Ticket) -> impl std::future::Future<Output = ()> + Send + 'static {
-        let (session, node) = (ticket.session.clone(), ticket.node.clone());
-        async move {
-            let mut backoff = Backoff::RETRY;
-            loop {
-                match session.zk().check_and_watch_stat(&node).await {
-                    Ok((Some(stat), watch)) if stat.ephemeral_owner == session.id() => {
-                        backoff.reset();
-                        watch.changed().await;
-                    }
-                    Ok(_) => return,
-                    // The session's own signal covers its end.
-                    Err(zk::Error::SessionExpired | zk::Error::ClientClosed) => {
-                        std::future::pending::<()>().await;
-                    }
-                    Err(e) => {
-                        log::debug!("[{}] watch on {node} failed: {e}", session.label());
-                        backoff.pause().await;
-                    }
-                }
-            }
+    type Member = MemberNode;
+
+    fn member(&self, ticket: &Ticket) -> MemberNode {
+        MemberNode {
+            session: ticket.session.clone(),
+            node: ticket.node.clone(),
         }
     }
 
@@ -225,5 +210,52 @@ async fn delete_ours(session: &Session, node: &str) -> Result<()> {
         Ok(()) | Err(zk::Error::NoNode | zk::Error::BadVersion) => Ok(()),
         Err(zk::Error::SessionExpired | zk::Error::ClientClosed) => Ok(()),
         Err(e) => Err(from_zk(&format!("leave {node}"), e)),
+    }
+}
+
+/// Our member's node, followed by core's `watch_held` until it is deleted
+/// or another session's.
+pub struct MemberNode {
+    session: std::sync::Arc<Session>,
+    node: String,
+}
+
+impl EntryWatcher for MemberNode {
+    type Watch = Option<zk::OneshotWatcher>;
+
+    /// An exists-watch on our node: `None` when it is absent or another
+    /// session's.
+    async fn watch(&self) -> Result<Option<Self::Watch>> {
+        let s = &self.session;
+        match s.zk().check_and_watch_stat(&self.node).await {
+            Ok((Some(stat), w)) if stat.ephemeral_owner == s.id() => Ok(Some(Some(w))),
+            Ok(_) => Ok(None),
+            Err(e) => Err(from_zk(&format!("watch our member {}", self.node), e)),
+        }
+    }
+
+    /// Its deletion; any other event (its data set, the connection's
+    /// state) is a watch to open again.
+    async fn deleted(watch: &mut Self::Watch) -> Result<()> {
+        let again = |event| Error::Backend {
+            message: format!("our member's watch heard {event}: watch it again"),
+            retryable: true,
+            source: None,
+        };
+        let Some(w) = watch.take() else {
+            return Err(again("nothing"));
+        };
+        match w.changed().await.event_type {
+            zk::EventType::NodeDeleted => Ok(()),
+            other => Err(again(&format!("{other:?}"))),
+        }
+    }
+}
+
+impl std::fmt::Debug for MemberNode {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("MemberNode")
+            .field("node", &self.node)
+            .finish()
     }
 }

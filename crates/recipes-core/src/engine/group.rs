@@ -16,7 +16,7 @@
 //!   store's count of changes.
 //! - **lost**: a joined member's signal fires when its session may be
 //!   lost, and also when the store shows its entry gone while the session
-//!   lives ([`GroupStore::gone`]: deleted by hand, or lost with a restore
+//!   lives ([`GroupStore::Member`]: deleted by hand, or lost with a restore
 //!   or a flush), so that no member believes it holds an id a second
 //!   member could join under.
 
@@ -28,7 +28,8 @@ use tokio::time::Instant;
 use super::undo::{Undo, Undoer};
 use super::wait::{wait_until, Check, Condition, WaitStore};
 use crate::error::Result;
-use crate::loss::{LossReason, LossSignal, LossTrigger};
+use crate::held_watch::{watch_held, EntryWatcher};
+use crate::loss::{LossSignal, LossTrigger};
 
 /// One member of a group as read.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -110,11 +111,14 @@ pub trait GroupStore: WaitStore {
         arm: bool,
     ) -> impl Future<Output = Result<(GroupView, Option<Self::Watch>)>> + Send;
 
-    /// Resolves once the store shows the member `ticket` names gone, or
-    /// no longer ours, while its session may live — watched or polled as
-    /// the store's held entries are; never while it is there. It may stay
-    /// pending once the session is lost (that signal covers it).
-    fn gone(&self, ticket: &Self::Ticket) -> impl Future<Output = ()> + Send + 'static;
+    /// How our joined member's entry is watched: its deletion (or another
+    /// session's member there) while our session lives is the
+    /// membership's loss. Followed by core's [`watch_held`], as a held
+    /// lock's entry is: the store gives one watch and its end, no loop.
+    type Member: EntryWatcher + 'static;
+
+    /// The watcher of the member `ticket` names.
+    fn member(&self, ticket: &Self::Ticket) -> Self::Member;
 
     /// Remove the member `ticket` names if it is still ours, retrying
     /// until done or its session is gone (which removes it anyway).
@@ -163,17 +167,13 @@ impl<S: GroupStore> Joined<S> {
         let deleted = LossTrigger::root();
         let lost = LossSignal::any_of(&[session.clone(), deleted.signal()]);
         let (watching, ended) = tokio::sync::oneshot::channel::<()>();
-        let gone = store.gone(&ticket);
-        let name = store.name().to_owned();
+        let member = store.member(&ticket);
+        let label = format!("group {}", store.name());
         store.spawn(async move {
             tokio::select! {
                 _ = ended => {}
                 _ = session.fired() => {}
-                () = gone => {
-                    if deleted.fire(LossReason::Deleted) {
-                        log::info!("group {name}: our member is gone from the store: lost");
-                    }
-                }
+                _ = watch_held(&member, &label, "our member", None, &deleted) => {}
             }
         });
         Joined {

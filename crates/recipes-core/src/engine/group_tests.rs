@@ -8,7 +8,9 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use super::*;
+use crate::engine::sim_store::paused_runtime;
 use crate::error::Error;
+use crate::loss::LossReason;
 use crate::loss::LossTrigger;
 
 const US: u32 = 1;
@@ -89,17 +91,10 @@ impl GroupStore for Fake {
         unreachable!("the join loop never reads")
     }
 
-    fn gone(&self, (state, session, id): &Self::Ticket) -> impl Future<Output = ()> + 'static {
-        let (state, session, id) = (state.clone(), *session, id.clone());
-        async move {
-            loop {
-                let ours = |(owner, _): &(u32, Vec<u8>)| *owner == session;
-                if !state.lock().unwrap().members.get(&id).is_some_and(ours) {
-                    return;
-                }
-                tokio::time::sleep(Duration::from_millis(10)).await;
-            }
-        }
+    type Member = Self::Ticket;
+
+    fn member(&self, ticket: &Self::Ticket) -> Self::Ticket {
+        ticket.clone()
     }
 
     async fn remove((state, session, id): Self::Ticket) {
@@ -115,13 +110,27 @@ impl GroupStore for Fake {
     }
 }
 
+/// Our member, polled every 10 ms of the paused clock.
+impl EntryWatcher for (Arc<Mutex<State>>, u32, String) {
+    type Watch = Self;
+
+    async fn watch(&self) -> Result<Option<Self>> {
+        let (state, session, id) = self;
+        let ours = |(owner, _): &(u32, Vec<u8>)| owner == session;
+        let there = state.lock().unwrap().members.get(id).is_some_and(ours);
+        Ok(there.then(|| self.clone()))
+    }
+
+    async fn deleted(watch: &mut Self) -> Result<()> {
+        while watch.watch().await?.is_some() {
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+        Ok(())
+    }
+}
+
 fn joined(fake: &Fake, id: &str) -> Result<Option<Joined<Fake>>> {
-    let rt = tokio::runtime::Builder::new_current_thread()
-        .enable_time()
-        .start_paused(true)
-        .build()
-        .unwrap();
-    rt.block_on(async {
+    paused_runtime().block_on(async {
         let deadline = Instant::now() + Duration::from_secs(5);
         let out = join(fake, id, b"data", Some(deadline)).await;
         // Let a spawned undo finish.
@@ -187,12 +196,7 @@ fn another_sessions_id_is_refused_and_untouched() {
 #[test]
 fn a_member_gone_from_the_store_is_lost_with_its_session_alive() {
     let state = Arc::new(Mutex::new(State::default()));
-    let rt = tokio::runtime::Builder::new_current_thread()
-        .enable_time()
-        .start_paused(true)
-        .build()
-        .unwrap();
-    rt.block_on(async {
+    paused_runtime().block_on(async {
         let store = fake(US, &state);
         let deadline = Instant::now() + Duration::from_secs(5);
         let ours = join(&store, "a", b"data", Some(deadline)).await.unwrap();
