@@ -161,7 +161,7 @@ pub struct Joined<S: GroupStore> {
 
 impl<S: GroupStore> Joined<S> {
     /// Our member `ticket`, joined under the session whose signal is
-    /// `session`: watched ([`GroupStore::gone`]) until this is dropped or
+    /// `session`: watched ([`GroupStore::Member`], core's `watch_held`) until this is dropped or
     /// the session is lost.
     fn watched(store: &S, ticket: S::Ticket, session: LossSignal) -> Joined<S> {
         let deleted = LossTrigger::root();

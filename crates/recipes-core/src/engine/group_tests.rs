@@ -204,7 +204,8 @@ fn a_member_gone_from_the_store_is_lost_with_its_session_alive() {
         tokio::time::sleep(Duration::from_millis(50)).await;
         assert!(!ours.lost.is_lost(), "there: not lost");
         state.lock().unwrap().members.remove("a");
-        tokio::time::sleep(Duration::from_millis(50)).await;
+        let told = tokio::time::timeout(Duration::from_secs(1), ours.lost.fired()).await;
+        assert!(told.is_ok(), "the member gone from the store is told");
         assert_eq!(ours.lost.reason(), Some(LossReason::Deleted));
         assert!(!store.loss.is_fired(), "the session lives");
     });
