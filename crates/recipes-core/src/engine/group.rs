@@ -153,7 +153,7 @@ pub struct Joined<S: GroupStore> {
     pub ticket: S::Ticket,
     /// Fires when our member's session may be lost (and our member with
     /// it), or when the store shows our member gone while the session
-    /// lives ([`LossReason::Deleted`]).
+    /// lives ([`LossReason::Deleted`](crate::loss::LossReason::Deleted)).
     pub lost: LossSignal,
     /// Dropped with the membership: ends the watch of our member.
     _watching: tokio::sync::oneshot::Sender<()>,
@@ -161,8 +161,8 @@ pub struct Joined<S: GroupStore> {
 
 impl<S: GroupStore> Joined<S> {
     /// Our member `ticket`, joined under the session whose signal is
-    /// `session`: watched ([`GroupStore::Member`], core's `watch_held`) until this is dropped or
-    /// the session is lost.
+    /// `session`: watched ([`GroupStore::Member`], core's `watch_held`)
+    /// until this is dropped or the session is lost.
     fn watched(store: &S, ticket: S::Ticket, session: LossSignal) -> Joined<S> {
         let deleted = LossTrigger::root();
         let lost = LossSignal::any_of(&[session.clone(), deleted.signal()]);
