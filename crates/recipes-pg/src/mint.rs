@@ -135,17 +135,139 @@ pub(crate) async fn mint_fence(
         rows = run().await?;
     }
     if let Some(row) = rows.first() {
-        let left = row.get::<_, Option<f64>>(1).unwrap_or(0.0).max(0.0);
-        let left = Duration::try_from_secs_f64(left).unwrap_or(Duration::MAX);
-        if !left.is_zero() {
-            log::info!(
-                "[{name}] its previous holder ended without releasing it: waiting {left:?} \
-                 for that holder's deadline"
-            );
-        }
-        return Ok((row.get(0), left));
+        return Ok((row.get(0), left_of(name, row.get(1))));
     }
     Err(refusal(client, name, kind, &what).await)
+}
+
+/// A mutex's or a permit's try, taken and minted in one statement (one
+/// round trip where a take and then [`mint_fence`] are two): the key
+/// tried (`$1`, `hashtext($2)`) on our backend (`$5`) only when the
+/// name's row (`$3`), if any, is of the kind (`$4`); when granted, the
+/// name's fence bumped as [`MINT_FENCE`] bumps it; when minted, our
+/// heartbeat stamped on the key (`$2`, the TTL `$6`) unless its row says a
+/// previous holder that ended without releasing may still believe it
+/// holds. That last test is the upsert's own, on the row's newest version
+/// (locked), not on the statement's snapshot, which was taken before the
+/// grant: a stamp or a clear committed between the two is seen. When the
+/// stamp was left out, the caller reads the remaining time afresh
+/// ([`remaining`]), waits it out and stamps, as after [`mint_fence`].
+const TAKE_AND_MINT: &str = concat!(
+    "WITH got AS MATERIALIZED (SELECT CASE WHEN pg_backend_pid() = $5 \
+       THEN pg_try_advisory_lock($1, hashtext($2)) END AS ok, hashtext($2) AS h \
+       WHERE NOT EXISTS (SELECT 1 FROM recipes.names WHERE name = $3 AND kind <> $4)), \
+     minted AS (INSERT INTO recipes.names AS n (name, kind, fence) SELECT $3, $4, ",
+    fence_floor!(),
+    " FROM got WHERE ok ON CONFLICT (name) DO UPDATE SET fence = greatest(n.fence + 1, ",
+    fence_floor!(),
+    ") WHERE n.kind = $4 RETURNING n.fence), \
+     beat AS (INSERT INTO recipes.advisory AS a (key, beat_at, ttl) \
+       SELECT $2, clock_timestamp(), $6 * interval '1 millisecond' FROM minted \
+       WHERE $6::int8 IS NOT NULL \
+       ON CONFLICT (key) DO UPDATE SET beat_at = EXCLUDED.beat_at, ttl = EXCLUDED.ttl \
+       WHERE NOT coalesce(a.beat_at + a.ttl > clock_timestamp(), false) RETURNING 1) \
+     SELECT ok, h, (SELECT fence FROM minted), EXISTS (SELECT 1 FROM beat) FROM got"
+);
+
+/// What [`take_and_mint`] found: the key not granted, or granted with its
+/// fence.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Tried {
+    /// Another backend holds the key.
+    Busy,
+    /// Ours, as `pg_locks.objid` shows it, with the fence minted and
+    /// whether our heartbeat was stamped (when not, a previous holder's
+    /// deadline is to be waited out first).
+    Took { key: i64, fence: i64, stamped: bool },
+}
+
+/// The one-statement try of a mutex's or a permit's key `key` (see
+/// [`TAKE_AND_MINT`]) on the lock connection `c` of backend `pid`.
+///
+/// # Errors
+///
+/// [`InvalidArgument`](recipes_core::Error::InvalidArgument) when the
+/// name holds another kind of recipe, [`crate::pooler::pooled`]'s error when
+/// the statement ran on another backend (a pooler), backend errors. A key
+/// granted but not minted (the name's row changed kind at that moment) is
+/// the refusal too; the caller's epoch gives the key back.
+#[allow(clippy::too_many_arguments)]
+pub(crate) async fn take_and_mint(
+    client: &PgClient,
+    c: On<'_>,
+    namespace: i32,
+    name: &str,
+    kind: &str,
+    key: &str,
+    pid: i32,
+    beat_ttl: Option<i64>,
+) -> Result<Tried> {
+    let what = format!("take the advisory lock of {key}");
+    let params: crate::db::Params<'_> = &[
+        (&namespace, Type::INT4),
+        (&key, Type::TEXT),
+        (&name, Type::TEXT),
+        (&kind, Type::TEXT),
+        (&pid, Type::INT4),
+        (&beat_ttl, Type::INT8),
+    ];
+    let rows = match recipes_core::store::within(&what, client.rpc_timeout(), async {
+        c.query(TAKE_AND_MINT, params)
+            .await
+            .map_err(|e| from_pg(&what, e))
+    })
+    .await
+    {
+        Ok(rows) => rows,
+        // Made again before the acquisition starts over.
+        Err(e) if is_schema_gone(&e) => return Err(client.db().schema_gone(e).await),
+        Err(e) => return Err(e),
+    };
+    let Some(row) = rows.first() else {
+        return Err(refusal(client, name, kind, &what).await);
+    };
+    match row.get::<_, Option<bool>>(0) {
+        None => Err(crate::pooler::pooled(&client.db().shown)),
+        Some(false) => Ok(Tried::Busy),
+        Some(true) => match row.get::<_, Option<i64>>(2) {
+            None => Err(refusal(client, name, kind, &what).await),
+            Some(fence) => Ok(Tried::Took {
+                key: i64::from(row.get::<_, i32>(1) as u32),
+                fence,
+                stamped: row.get(3),
+            }),
+        },
+    }
+}
+
+/// How long the previous holder of `key` may still believe it holds, read
+/// now: its last heartbeat + its TTL, unless it released the key.
+pub(crate) async fn remaining(client: &PgClient, c: On<'_>, key: &str) -> Result<Duration> {
+    let what = format!("read the previous holder's deadline of {key}");
+    let sql = "SELECT max(extract(epoch FROM beat_at + ttl - clock_timestamp()))::float8 \
+               FROM recipes.advisory WHERE beat_at IS NOT NULL AND key = $1";
+    let rows = recipes_core::store::within(&what, client.rpc_timeout(), async {
+        c.query(sql, &[(&key, Type::TEXT)])
+            .await
+            .map_err(|e| from_pg(&what, e))
+    })
+    .await?;
+    let left = rows.first().and_then(|r| r.get::<_, Option<f64>>(0));
+    Ok(left_of(key, left))
+}
+
+/// A remaining time in seconds as a wait (none when past), logged when
+/// there is one.
+fn left_of(name: &str, seconds: Option<f64>) -> Duration {
+    let left = seconds.unwrap_or(0.0).max(0.0);
+    let left = Duration::try_from_secs_f64(left).unwrap_or(Duration::MAX);
+    if !left.is_zero() {
+        log::info!(
+            "[{name}] its previous holder ended without releasing it: waiting {left:?} \
+             for that holder's deadline"
+        );
+    }
+    left
 }
 
 /// Whose heartbeat row a holder stamps, and which rows it waits out.

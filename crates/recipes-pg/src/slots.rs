@@ -9,7 +9,11 @@
 //!   `pg_advisory_lock` under a `lock_timeout` of the slice, so no server
 //!   call outlives the caller's deadline; in the same statement, only when
 //!   the name's row (if any) is of this mode and recipe, so a refused name's
-//!   key is never taken (nothing to give back). A mutex is one key (its name); a
+//!   key is never taken (nothing to give back). A mutex's or a permit's
+//!   try also mints the fence and stamps our heartbeat in that statement
+//!   (`mint::take_and_mint`: the uncontended acquisition is one round
+//!   trip), leaving to **confirm** only a previous holder's deadline to
+//!   wait out. A mutex is one key (its name); a
 //!   semaphore of N permits is N keys `<name>/leases/<i>`; a read-write
 //!   lock is its name's key, taken `_shared` by a reader, and waits in one
 //!   statement until the deadline (see [`SlotDriver::slice`] below): a
@@ -48,7 +52,7 @@ use tokio_postgres::types::{ToSql, Type};
 use crate::advisory::{LockConn, LockConns, LockSession};
 use crate::advisory_lock::Fence;
 use crate::client::PgClient;
-use crate::mint::{mint_fence, refusal, Beat};
+use crate::mint::{mint_fence, refusal, remaining, take_and_mint, Beat, Tried};
 use crate::sql::{from_pg, is_schema_gone};
 
 /// The kind of a session-mode lock's row in `recipes.names`.
@@ -143,6 +147,9 @@ pub(crate) struct Ticket {
     beat_row: String,
     /// The key as `pg_locks.objid` shows it, once taken.
     key: Option<i64>,
+    /// The fence a try minted in its statement (`mint::take_and_mint`),
+    /// and whether it stamped our heartbeat.
+    minted: Option<(i64, bool)>,
     rpc_timeout: Duration,
 }
 
@@ -169,6 +176,11 @@ pub(crate) struct Won {
 }
 
 impl AdvisorySlots<'_> {
+    /// Our heartbeat's TTL in ms, as the heartbeat rows keep it.
+    fn beat_ttl(&self) -> Option<i64> {
+        i64::try_from(self.client.leases().settings().ttl.as_millis()).ok()
+    }
+
     /// The suffix of the advisory functions for our side: `_shared` for a
     /// read-write lock's reader.
     fn mode(&self) -> &'static str {
@@ -250,6 +262,7 @@ impl SlotDriver for AdvisorySlots<'_> {
             namespace: self.client.namespace() as i32,
             key_name,
             key: None,
+            minted: None,
             rpc_timeout: self.client.rpc_timeout(),
         }
     }
@@ -271,6 +284,26 @@ impl SlotDriver for AdvisorySlots<'_> {
         // takes nothing (NULL): a pooler that moved the statement to
         // another backend would leave the lock there (`pooler.rs`).
         let moved = || crate::pooler::pooled(&self.client.db().shown);
+        if within.is_zero() && self.kind != ADVISORY_RW {
+            // A mutex's or a permit's try: taken and minted in one
+            // statement (a read-write lock's mint is its own).
+            let ttl = self.beat_ttl();
+            let (ns, pid) = (t.namespace, t.conn.pid);
+            let (name, kind, key) = (self.name, self.kind, &t.key_name);
+            let tried = take_and_mint(self.client, on, ns, name, kind, key, pid, ttl).await?;
+            return Ok(match tried {
+                Tried::Busy => false,
+                Tried::Took {
+                    key,
+                    fence,
+                    stamped,
+                } => {
+                    t.key = Some(key);
+                    t.minted = Some((fence, stamped));
+                    true
+                }
+            });
+        }
         let taken = if within.is_zero() {
             let sql = format!(
                 "SELECT CASE WHEN pg_backend_pid() = $5 \
@@ -349,15 +382,29 @@ impl SlotDriver for AdvisorySlots<'_> {
     /// so its loss has fired before ours begins. The heartbeats of our
     /// connection run meanwhile.
     async fn confirm(&self, _epoch: &Epoch, t: &mut Ticket) -> Result<Option<i64>> {
-        let ttl = i64::try_from(self.client.leases().settings().ttl.as_millis()).ok();
+        let ttl = self.beat_ttl();
         let c = t.conn.on();
         let beat = Beat {
             row: &t.beat_row,
             reader: self.shared,
         };
-        let (fence, left) =
-            mint_fence(self.client, c, self.name, self.kind, &t.key_name, beat, ttl).await?;
-        if !left.is_zero() {
+        // Whether our heartbeat is still to be stamped, after a wait.
+        let (fence, unstamped) = match t.minted.take() {
+            Some((fence, stamped)) => (fence, (!stamped).then_some(None)),
+            None => {
+                let (name, kind) = (self.name, self.kind);
+                let (fence, left) =
+                    mint_fence(self.client, c, name, kind, &t.key_name, beat, ttl).await?;
+                (fence, (!left.is_zero()).then_some(Some(left)))
+            }
+        };
+        if let Some(left) = unstamped {
+            // A try's stamp was left out: the key's row said a previous
+            // holder may still believe it holds; how long is read afresh.
+            let left = match left {
+                Some(left) => left,
+                None => remaining(self.client, c, &t.beat_row).await?,
+            };
             tokio::time::sleep(left).await;
             stamp(self.client, c.client, &t.beat_row, ttl).await?;
         }
