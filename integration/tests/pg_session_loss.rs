@@ -180,3 +180,104 @@ fn fault_session_mode_a_downgraded_writer_whose_names_row_was_truncated_loses() 
         (Box::new(r), lost)
     });
 }
+
+/// The name of the one reader's heartbeat row of `lock`.
+fn reader_row(server: &PgServer, lock: &str) -> String {
+    let sql = format!(
+        "SELECT key FROM recipes.advisory WHERE starts_with(key, '{lock}' || chr(31) || 'reader-')"
+    );
+    let rows = server.sql(&sql);
+    let rows: Vec<&str> = rows
+        .lines()
+        .map(str::trim)
+        .filter(|r| !r.is_empty())
+        .collect();
+    assert_eq!(rows.len(), 1, "one reader's row of {lock}: {rows:?}");
+    rows[0].to_owned()
+}
+
+/// A reader whose backend was ended leaves its heartbeat row (its
+/// deadline) for the next writer to wait out. A later backend given the
+/// same PID (here: the reader's own connection, kept idle, stands for it,
+/// with the dead reader's row named as an earlier backend of that PID
+/// would name it) reads and releases the same key: the dead reader's row
+/// is still there, and the writer after them holds only once its deadline
+/// passed. (With rows named by the PID alone, the later reader stamped
+/// the dead one's row as its own and deleted it on release: the writer
+/// held while the dead reader could still believe it read.)
+#[test]
+fn fault_session_mode_a_reader_given_a_dead_readers_pid_leaves_its_row_to_be_waited_out() {
+    let server = PgServer::start();
+    let c = session_client(&server.url(), TTL);
+    let lock = name("reader-pid");
+    let rw = c.rw_lock(&lock).unwrap();
+    let first = rw.read().unwrap();
+    let (ours, holder) = (reader_row(&server, &lock), first.holder().to_owned());
+    first.release().unwrap();
+    // The dead reader: the same PID, an earlier backend's start (when the
+    // row names one), a heartbeat now whose deadline is 3 s out.
+    let (key, backend) = ours.split_once("\u{1f}reader-").unwrap();
+    let dead = match backend.split_once('-') {
+        Some((pid, start)) => {
+            let start = start.parse::<i64>().unwrap() - 1;
+            format!("{key}\u{1f}reader-{pid}-{start}")
+        }
+        None => ours.clone(),
+    };
+    server.sql(&format!(
+        "INSERT INTO recipes.advisory (key, beat_at, ttl) VALUES \
+         ('{dead}', clock_timestamp(), interval '3 seconds')"
+    ));
+    let again = rw.read().unwrap();
+    assert_eq!(
+        again.holder(),
+        holder,
+        "the second read ran on the same backend"
+    );
+    again.release().unwrap();
+    let sql = format!("SELECT count(*) FROM recipes.advisory WHERE key = '{dead}'");
+    assert_eq!(
+        server.sql(&sql).trim(),
+        "1",
+        "the dead reader's row is gone"
+    );
+    let writer = rw.write().unwrap();
+    let sql = format!(
+        "SELECT beat_at + ttl <= clock_timestamp() FROM recipes.advisory WHERE key = '{dead}'"
+    );
+    assert_eq!(
+        server.sql(&sql).trim(),
+        "t",
+        "the writer held before the dead reader's deadline"
+    );
+    writer.release().unwrap();
+    c.close().unwrap();
+}
+
+/// A dead reader's row stays only until it makes no one wait: a writer's
+/// mint deletes the reader rows of its key whose deadline passed over a
+/// minute ago (rows are named by backend, so none is reused), and leaves
+/// a later one.
+#[test]
+fn session_mode_a_writer_sweeps_the_rows_of_readers_long_past_their_deadline() {
+    let server = PgServer::start();
+    let c = session_client(&server.url(), TTL);
+    let lock = name("reader-sweep");
+    let rw = c.rw_lock(&lock).unwrap();
+    rw.read().unwrap().release().unwrap();
+    let (old, recent) = ("1-1", "2-2");
+    server.sql(&format!(
+        "INSERT INTO recipes.advisory (key, beat_at, ttl) VALUES \
+         ('{lock}' || chr(31) || 'reader-{old}', clock_timestamp() - interval '2 minutes', \
+          interval '1 second'), \
+         ('{lock}' || chr(31) || 'reader-{recent}', clock_timestamp() - interval '30 seconds', \
+          interval '1 second')"
+    ));
+    rw.write().unwrap().release().unwrap();
+    let sql = format!(
+        "SELECT string_agg(split_part(key, chr(31), 2), ',' ORDER BY key) FROM recipes.advisory \
+         WHERE starts_with(key, '{lock}' || chr(31))"
+    );
+    assert_eq!(server.sql(&sql).trim(), format!("reader-{recent}"));
+    c.close().unwrap();
+}

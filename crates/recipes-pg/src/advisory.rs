@@ -63,6 +63,9 @@ pub(crate) struct LockConn {
     /// Its prepared statements ([`On::query`]).
     prepared: Prepared,
     pub(crate) pid: i32,
+    /// Its backend's start, in µs since the epoch: with the PID, a name no
+    /// later backend takes (a PID is reused once its backend is gone).
+    pub(crate) started: i64,
     ended: watch::Receiver<bool>,
     /// The keys taken on it (as `pg_locks.objid` shows them, and by name),
     /// which every heartbeat looks for and stamps.
@@ -226,7 +229,9 @@ impl LockConns {
         // connections: a wait for a lock runs as long as the caller asked
         // (each call is bounded on our side).
         let sql = "SELECT set_config('idle_session_timeout', $1, false), \
-                   set_config('statement_timeout', '0', false), pg_backend_pid()";
+                   set_config('statement_timeout', '0', false), pg_backend_pid(), \
+                   coalesce((SELECT (extract(epoch FROM backend_start) * 1000000)::int8 \
+                     FROM pg_stat_activity WHERE pid = pg_backend_pid()), 0)";
         let timeout = format!("{}ms", ttl.as_millis());
         let row = within(what, self.db.rpc_timeout(), async {
             client
@@ -242,14 +247,15 @@ impl LockConns {
                 })
         })
         .await?;
-        let pid = row
+        let row = row
             .first()
-            .ok_or_else(|| unexpected("a select returned no row"))?
-            .get(2);
+            .ok_or_else(|| unexpected("a select returned no row"))?;
+        let (pid, started) = (row.get(2), row.get(3));
         Ok(Arc::new(LockConn {
             client,
             prepared: Prepared::default(),
             pid,
+            started,
             ended,
             held: Mutex::default(),
             fences: Mutex::default(),

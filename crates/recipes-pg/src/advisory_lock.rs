@@ -304,7 +304,7 @@ impl AdvisoryLock {
     /// backend errors.
     pub(crate) async fn downgrade(self) -> Result<AdvisoryLock> {
         let what = format!("downgrade {}", self.holder);
-        let row = crate::slots::reader_row(&self.key_name, self.conn.pid);
+        let row = crate::slots::reader_row(&self.key_name, &self.conn);
         // Heartbeats from now on stamp the reader's row.
         self.conn.rebeat(self.key, &row);
         if let Some(token) = self.fence {

@@ -106,8 +106,9 @@
 //! (`pg_cancel_backend`). Each holder mints its fence on the name's row
 //! after the grant (a writer's stays the name's while it holds; readers
 //! move it). Each reader stamps its own heartbeat row
-//! (the key's name, U+001F, `reader-<pid>`: no name holds a control
-//! character): a writer granted the key waits out every reader
+//! (the key's name, U+001F, `reader-<pid>-<backend start, µs>`: no name
+//! holds a control character; a later backend given a dead reader's PID
+//! has a row of its own): a writer granted the key waits out every reader
 //! that ended without releasing, a reader only a writer that did. A
 //! downgrade takes the shared lock in the same session (granted at once:
 //! a backend's own locks do not conflict) and releases the exclusive one,

@@ -38,10 +38,16 @@ const MINT_FENCE: &str = concat!(
 
 /// A read-write lock's writer's token: the next of `recipes.rw_order`
 /// (one value drawn), which is also the name's fence (the heartbeats
-/// check it).
+/// check it). The rows of readers that ended without releasing and whose
+/// deadline passed over a minute ago go (`swept`): each backend's row has
+/// a name of its own ([`crate::slots::reader_row`]), so nothing else
+/// reuses them, and such a row no longer makes anyone wait.
 const MINT_WRITE: &str = concat!(
     mint_head!(),
-    "INSERT INTO recipes.names AS n (name, kind, fence) \
+    ", swept AS (DELETE FROM recipes.advisory \
+       WHERE starts_with(key, $3 || chr(31) || 'reader-') \
+       AND beat_at + ttl < clock_timestamp() - interval '1 minute') \
+     INSERT INTO recipes.names AS n (name, kind, fence) \
        VALUES ($1, $2, recipes.rw_next()) \
      ON CONFLICT (name) DO UPDATE SET fence = EXCLUDED.fence \
      WHERE n.kind = $2 RETURNING n.fence, (SELECT remaining FROM old)"
@@ -83,7 +89,7 @@ const MINT_READ: &str = concat!(
 /// the next one further out.
 ///
 /// `beat` names our heartbeat row: the key's own, or for a read-write
-/// lock's reader `<key>` + U+001F + `reader-<pid>` (readers share the
+/// lock's reader `<key>` + U+001F + `reader-<pid>-<backend start>` (readers share the
 /// key, each has its row; no name holds a control character, so no other
 /// recipe's row is named so). A reader waits out the key's own row (a writer's); a writer
 /// the readers' rows too.

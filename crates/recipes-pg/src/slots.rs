@@ -154,10 +154,13 @@ pub(crate) struct Ticket {
 }
 
 /// A read-write lock reader's heartbeat row of the key `key_name` on the
-/// backend `pid`: after the key's name, a unit separator (U+001F), which
-/// no name holds, so it never is another recipe's key.
-pub(crate) fn reader_row(key_name: &str, pid: i32) -> String {
-    format!("{key_name}\u{1f}reader-{pid}")
+/// lock connection `conn`: after the key's name, a unit separator
+/// (U+001F), which no name holds, so it never is another recipe's key;
+/// then the backend's PID and start (µs), so a later backend given the
+/// same PID — a dead reader's — stamps a row of its own and never
+/// overwrites or clears the dead reader's, which a writer must wait out.
+pub(crate) fn reader_row(key_name: &str, conn: &LockConn) -> String {
+    format!("{key_name}\u{1f}reader-{}-{}", conn.pid, conn.started)
 }
 
 /// A won slot: what the held lock is made of.
@@ -255,7 +258,7 @@ impl SlotDriver for AdvisorySlots<'_> {
         let key_name = key_name(self.name, slot, self.kind);
         Ticket {
             beat_row: match self.shared {
-                true => reader_row(&key_name, conn.pid),
+                true => reader_row(&key_name, &conn),
                 false => key_name.clone(),
             },
             conn,
