@@ -265,3 +265,51 @@ fn fault_a_lost_holder_is_refused_after_its_keys_come_back() {
     drop(held);
     c.close().unwrap();
 }
+
+/// A release the server lost (a restart that replayed an older AOF, an
+/// older backup restored) brings back an entry of a client's live session
+/// that no guard of it owns: here the lock's queue, hold key and the
+/// session's index are restored as they were while it held. The client
+/// finds the entry among its session's and removes it within about a TTL,
+/// so the lock is free again; the entry of a lock it still holds stays.
+/// (Before, the lock stayed held by no one until that client closed.)
+#[test]
+fn fault_an_entry_a_lost_release_brought_back_is_removed_by_its_own_client() {
+    let server = RedisServer::start();
+    let ttl = Duration::from_secs(2);
+    let a = connect(&server, ttl);
+    let (lock, kept) = ("/loss/restored", "/loss/kept");
+    let still = a.mutex(kept).unwrap().lock().unwrap();
+    let held = a.mutex(lock).unwrap().lock().unwrap();
+    let index = server.keys(&format!("{NS}h:*"));
+    assert_eq!(index.len(), 1, "one session's index: {index:?}");
+    let keys = [
+        format!("{NS}q:{lock}"),
+        format!("{NS}lock:{lock}"),
+        index[0].clone(),
+    ];
+    let dumped: Vec<Vec<u8>> = keys.iter().map(|k| server.cmd(&["DUMP", k])).collect();
+    held.release().unwrap();
+    for (key, dump) in keys.iter().zip(&dumped) {
+        let restore = redis::cmd("RESTORE")
+            .arg(key)
+            .arg(0)
+            .arg(dump.as_slice())
+            .arg("REPLACE")
+            .clone();
+        server.try_cmd::<String>(&restore).unwrap();
+    }
+    let b = connect(&server, ttl);
+    let taken = b
+        .mutex(lock)
+        .unwrap()
+        .try_lock_for(scale(ttl * 4))
+        .unwrap()
+        .expect("the restored entry is removed and the lock taken");
+    assert!(!still.lost().is_lost(), "the kept lock's entry stayed");
+    still.check().unwrap();
+    taken.release().unwrap();
+    still.release().unwrap();
+    b.close().unwrap();
+    a.close().unwrap();
+}

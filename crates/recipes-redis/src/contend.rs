@@ -41,7 +41,7 @@ use crate::client::RedisClient;
 use crate::names::{inside_semaphore, member, other_layout, Mode, Queue};
 use crate::queue_scripts;
 use crate::rpc::{from_redis, unexpected, Redis};
-use crate::session::{Session, Sessions};
+use crate::session::{Registered, Session, Sessions};
 
 /// How often a waiter (and a holder) checks what it waits on by itself,
 /// should a message be lost.
@@ -67,6 +67,10 @@ pub(crate) struct Ticket {
     pub(crate) session: Arc<Session>,
     pub(crate) queue: Queue,
     pub(crate) member: String,
+    /// Our member registered as owned by this client while a clone of
+    /// the ticket lives (`session.rs`: the client removes the entries of
+    /// its session that no ticket owns). None once the client closed.
+    _owned: Option<Arc<Registered>>,
 }
 
 /// Our entry while it waits: its member, and the subscription of the wait.
@@ -212,10 +216,13 @@ impl ContendDriver for QueueContender<'_> {
     }
 
     fn ticket(&self, epoch: &Epoch) -> Ticket {
+        let member = member(epoch.session.id());
+        let owned = epoch.session.store_ref().ok().map(|s| s.register(&member));
         Ticket {
             session: epoch.session.clone(),
             queue: self.queue.clone(),
-            member: member(epoch.session.id()),
+            member,
+            _owned: owned.map(Arc::new),
         }
     }
 

@@ -284,6 +284,32 @@ return n
 "#
 );
 
+// ARGV: ns, id, member… → how many of the members were removed, as a
+// release removes them: each one still an entry of the session `id` (its
+// index `h:<id>`) that holds a place in a lock's queue (it has a hold key:
+// a mutex's, an election's, a permit's, a read-write lock's member; not a
+// barrier's, nor a group member). The client sends the entries of its
+// live session that no guard of it owns (`session.rs`, `forget_unknown`).
+script!(
+    FORGET,
+    " flags=allow-oom",
+    common!(),
+    r#"
+local h = ns .. 'h:' .. ARGV[2]
+local n = 0
+for i = 3, #ARGV do
+  local v = redis.call('HGET', h, ARGV[i])
+  local q, k
+  if v then q, k = string.match(v, '^(.-)\n(.+)$') end
+  if q and string.sub(ARGV[i], 1, 2) ~= 'g\n' then
+    drop(q, k, ARGV[i])
+    n = n + 1
+  end
+end
+return n
+"#
+);
+
 // ARGV: ns, hold key, member, op (set | del | proclaim), key, value,
 // queue → 1 written, 0 refused (the hold key is not ours: nothing
 // written).

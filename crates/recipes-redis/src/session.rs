@@ -11,8 +11,16 @@
 //! resurrects nothing — its reply says the session is gone. Entries are
 //! named by a fresh uuid, never by the session, so one session serves any
 //! number of acquisitions of one name.
+//!
+//! Every [`AUDIT_EVERY`]th renewal, the client compares its session's
+//! index of entries (`h:<id>`) with the entries its tickets own
+//! ([`Known`]: each registered before its enter is sent, so an enter in
+//! flight is never taken for a stray) and removes the strays: entries a
+//! lost write brought back (a restart that replayed an older AOF, an older
+//! backup restored), which would otherwise hold their lock for no one
+//! until the session ends.
 
-use std::collections::{HashMap, VecDeque};
+use std::collections::{HashMap, HashSet, VecDeque};
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -31,6 +39,26 @@ pub(crate) type Session = LeaseSession<Sessions>;
 /// A granted session's token and TTL.
 type Granted = (Arc<str>, Duration);
 
+/// Every how many renewals a session's entries are compared with those
+/// its client's tickets own: about once a TTL.
+const AUDIT_EVERY: u32 = 3;
+
+/// The queue entries (members) the client's tickets own, in any session.
+#[derive(Default)]
+pub(crate) struct Known(parking_lot::Mutex<HashSet<String>>);
+
+/// A member registered in [`Known`] while this lives.
+pub(crate) struct Registered {
+    known: Arc<Known>,
+    member: String,
+}
+
+impl Drop for Registered {
+    fn drop(&mut self) {
+        self.known.0.lock().remove(&self.member);
+    }
+}
+
 /// The connection as core's lease store, and what it granted: each
 /// session's token and TTL.
 #[derive(Clone)]
@@ -39,6 +67,8 @@ pub(crate) struct Sessions {
     /// The server's URL without its password, for messages.
     shown: Arc<str>,
     granted: Arc<parking_lot::Mutex<HashMap<i64, Granted>>>,
+    /// The entries the client's tickets own.
+    known: Arc<Known>,
 }
 
 impl Sessions {
@@ -47,6 +77,17 @@ impl Sessions {
             redis,
             shown,
             granted: Arc::default(),
+            known: Arc::default(),
+        }
+    }
+
+    /// Register `member` as owned until the handle drops: before its enter
+    /// is sent, kept until its removal is done or given up.
+    pub(crate) fn register(&self, member: &str) -> Registered {
+        self.known.0.lock().insert(member.to_owned());
+        Registered {
+            known: self.known.clone(),
+            member: member.to_owned(),
         }
     }
 
@@ -104,6 +145,9 @@ impl LeaseStore for Sessions {
         ];
         Ok(Opened::Ready(Renewals {
             redis: self.redis.clone(),
+            id,
+            known: self.known.clone(),
+            sent: 0,
             args: args.into(),
             ttl,
             timeout,
@@ -128,6 +172,10 @@ impl LeaseStore for Sessions {
 /// that ends the stream and counts nothing).
 pub(crate) struct Renewals {
     redis: Redis,
+    id: i64,
+    known: Arc<Known>,
+    /// Renewals sent, for [`AUDIT_EVERY`].
+    sent: u32,
     args: Arc<[String]>,
     ttl: Duration,
     timeout: Duration,
@@ -149,8 +197,16 @@ impl RenewalStream for Renewals {
             self.ttl,
             self.timeout,
         );
+        self.sent = self.sent.wrapping_add(1);
+        let audit = self
+            .sent
+            .is_multiple_of(AUDIT_EVERY)
+            .then(|| (self.id, self.known.clone()));
         self.pending.push_back(tokio::spawn(async move {
             let renewed: i64 = redis.once("renew", timeout, &scripts::RENEW, &args).await?;
+            if let (1, Some((id, known))) = (renewed, audit) {
+                tokio::spawn(forget_unknown(redis.clone(), id, known, timeout));
+            }
             match renewed {
                 // With `WAIT`, a renewal counts once replicas have it: a
                 // replica promoted with an older expiry would free the
@@ -175,5 +231,46 @@ impl RenewalStream for Renewals {
                 done.map_err(|_| Error::ConnectionLoss)?
             }
         }
+    }
+}
+
+/// Remove the entries of our live session `id` that no ticket of the
+/// client owns (see the module's documentation). A listed entry whose
+/// ticket is dropped meanwhile (its removal done) is sent too: the script
+/// finds it gone and leaves it.
+async fn forget_unknown(redis: Redis, id: i64, known: Arc<Known>, timeout: Duration) {
+    let index = format!("{NS}h:{id}");
+    let mut hkeys = redis::cmd("HKEYS");
+    hkeys.arg(&index);
+    let listed: Vec<String> = match redis
+        .read("list the session's entries", timeout, hkeys)
+        .await
+    {
+        Ok(listed) => listed,
+        Err(e) => return log::debug!("[session={id}] list the session's entries: {e}"),
+    };
+    let ours = format!("{id}-");
+    let strays: Vec<String> = {
+        let known = known.0.lock();
+        (listed.into_iter())
+            .filter(|m| m.starts_with(&ours) && !known.contains(m))
+            .collect()
+    };
+    if strays.is_empty() {
+        return;
+    }
+    let what = "remove entries of the session that no guard owns";
+    let mut args = vec![NS.to_owned(), id.to_string()];
+    args.extend(strays);
+    match redis
+        .idempotent(what, timeout, &scripts::FORGET, &args)
+        .await
+    {
+        Ok(0) => {}
+        Ok(n) => log::warn!(
+            "[session={id}] removed {n} entries of this session that no guard owns \
+             (a release the server lost: a restart that replayed an older AOF, a backup restored)"
+        ),
+        Err(e) => log::debug!("[session={id}] {what}: {e}"),
     }
 }
