@@ -48,6 +48,7 @@ pub mod four_letter;
 pub mod handoff;
 pub mod http;
 pub mod logs;
+pub mod owned;
 pub mod peers;
 pub mod pg_facts;
 pub mod pg_server;

@@ -90,6 +90,7 @@ mod multi_lock;
 mod mutex;
 mod names;
 mod observe;
+mod owned;
 mod presence_poll;
 mod queue_election;
 mod queue_lock;
@@ -166,6 +167,7 @@ pub mod store {
     pub use crate::loss::LossTrigger;
     pub use crate::names::{check_name, check_permits, check_stored_size};
     pub use crate::observe::{follow_leader, LeaderWatch};
+    pub use crate::owned::{Owned, OwnedEntries, AUDIT_EVERY};
     pub use crate::presence_poll::{PresencePoll, PRESENCE_BATCH};
     pub use crate::queue_election::{ElectionStore, QueueElection};
     pub use crate::queue_lock::{LockStore, QueueLock, QueueSemaphore};

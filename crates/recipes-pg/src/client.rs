@@ -96,7 +96,7 @@ impl PgClient {
         });
         let client = PgClient {
             inner: Arc::new(Inner {
-                leases: LeaseSessions::new(PgLeases(db.clone()), rt, config.settings),
+                leases: LeaseSessions::new(PgLeases::new(db.clone()), rt, config.settings),
                 db,
                 listener,
                 held_rows,

@@ -52,7 +52,7 @@ use uuid::Uuid;
 use crate::client::PgClient;
 use crate::listen::{next, Heard, Subscription};
 use crate::names::{inside_semaphore, other_layout};
-use crate::session::{session_row_gone, Session};
+use crate::session::{session_row_gone, Registered, Session};
 
 /// One acquisition's driver: the queue of `name`, entries of `kind`.
 pub(crate) struct RowContender<'a> {
@@ -85,6 +85,10 @@ pub(crate) struct Ticket {
     /// Whether our row's `role` is NULL (every recipe's but a read-write
     /// lock's): see [`release_sql`].
     pub(crate) plain: bool,
+    /// Our entry registered as owned by this client while the ticket
+    /// lives (`session.rs`: the client releases the entries of its session
+    /// that no ticket owns). None once the client closed.
+    pub(crate) owned: Option<Registered>,
 }
 
 impl Ticket {
@@ -288,11 +292,13 @@ impl ContendDriver for RowContender<'_> {
     }
 
     fn ticket(&self, epoch: &Arc<Session>) -> Ticket {
+        let entry = Uuid::new_v4();
         Ticket {
             client: self.client.clone(),
             session: epoch.clone(),
-            entry: Uuid::new_v4(),
+            entry,
             plain: role_column(self.role).is_none(),
+            owned: epoch.store_ref().ok().map(|s| s.register(entry)),
         }
     }
 

@@ -18,7 +18,7 @@ use crate::contend::{remove_entry, Acquired};
 use crate::held::{PgHeld, PgLock};
 use crate::listen::HeldEar;
 use crate::names::{holder, validate_key};
-use crate::session::Session;
+use crate::session::{Registered, Session};
 use crate::sql::{is_schema_gone, Encoded};
 
 /// The PostgreSQL side of a [`PgLock`]: our row of `recipes.queue` and its
@@ -51,6 +51,9 @@ pub struct Holding {
     holder: String,
     name_len: usize,
     layout_len: usize,
+    /// Our entry registered as owned by the client while the holding
+    /// lives (from the acquisition's ticket; see `session.rs`).
+    _owned: Option<Registered>,
 }
 
 impl std::ops::Deref for PgEntry {
@@ -70,7 +73,8 @@ impl PgEntry {
     }
 
     fn hold(client: PgClient, name: &str, a: Acquired, permit: bool, rw: Option<Access>) -> PgLock {
-        let session = a.ticket.session.clone();
+        let Acquired { ticket, seq, fence } = a;
+        let session = ticket.session.clone();
         let trigger = session.epoch().trigger().child();
         // `<semaphore>/` of `<semaphore>/leases`, else `<name>/`.
         let layout_len = match name.strip_suffix("leases").filter(|_| permit) {
@@ -80,12 +84,13 @@ impl PgEntry {
         let held = Holding {
             client,
             session,
-            entry: a.ticket.entry,
-            seq: a.seq,
-            fence: (!permit).then_some(a.fence),
-            holder: holder(name, &a.ticket.entry),
+            entry: ticket.entry,
+            seq,
+            fence: (!permit).then_some(fence),
+            holder: holder(name, &ticket.entry),
             name_len: name.len(),
             layout_len,
+            _owned: ticket.owned,
         };
         let entry = PgEntry {
             held: Arc::new(held),
@@ -96,7 +101,7 @@ impl PgEntry {
         HeldEntry::new(
             PgHeld::Row(entry),
             trigger,
-            FencingToken(a.fence.unsigned_abs()),
+            FencingToken(fence.unsigned_abs()),
         )
     }
 

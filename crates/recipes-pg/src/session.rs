@@ -19,15 +19,25 @@
 //! every lock of the client was reported lost. The revoke and the sweep
 //! delete rows (and, by cascade, entries), which may wait for a lock: they
 //! stay on the statement connection.
+//!
+//! Every [`AUDIT_EVERY`]th renewal, the client lists its session's entries
+//! in a lock's, a semaphore's or a read-write lock's queue and releases
+//! those that none of its tickets owns ([`OwnedEntries`]: each registered
+//! before its enter is sent, until its removal is done or given up): entries an
+//! older backup restored under a running client brought back, which would
+//! otherwise hold their lock for no one until the session ends.
 
 use std::collections::VecDeque;
 use std::sync::Arc;
 use std::time::Duration;
 
-use recipes_core::store::{LeaseSession, LeaseStore, Opened, Renewal, RenewalStream};
+use recipes_core::store::{
+    LeaseSession, LeaseStore, Opened, Owned, OwnedEntries, Renewal, RenewalStream, AUDIT_EVERY,
+};
 use recipes_core::{Error, LossReason, Result};
 use tokio::task::JoinHandle;
 use tokio_postgres::types::Type;
+use uuid::Uuid;
 
 use crate::db::{Db, Lane};
 use crate::sql::{is_schema_gone, unexpected, violated};
@@ -72,9 +82,28 @@ const GRANT: &str = "WITH g AS MATERIALIZED ( \
            $1 * interval '1 millisecond', clock_timestamp() + $1 * interval '1 millisecond' \
     FROM g RETURNING id";
 
-/// The database's session rows, reached through the client's connections.
+/// The queue entries the client's tickets own, in any session.
+type Known = OwnedEntries<Uuid>;
+
+/// An entry registered as owned while this lives.
+pub(crate) type Registered = Owned<Uuid>;
+
+/// The database's session rows, reached through the client's connections,
+/// and the entries the client's tickets own.
 #[derive(Clone)]
-pub(crate) struct PgLeases(pub(crate) Arc<Db>);
+pub(crate) struct PgLeases(pub(crate) Arc<Db>, Arc<Known>);
+
+impl PgLeases {
+    pub(crate) fn new(db: Arc<Db>) -> PgLeases {
+        PgLeases(db, Arc::default())
+    }
+
+    /// Register `entry` as owned until the handle drops: before its enter
+    /// is sent, kept until its removal is done or given up.
+    pub(crate) fn register(&self, entry: Uuid) -> Registered {
+        self.1.register(entry)
+    }
+}
 
 impl LeaseStore for PgLeases {
     type Renewals = PgRenewals;
@@ -110,6 +139,8 @@ impl LeaseStore for PgLeases {
         Ok(Opened::Ready(PgRenewals {
             db: self.0.clone(),
             id,
+            known: self.1.clone(),
+            count: 0,
             sent: VecDeque::new(),
         }))
     }
@@ -128,12 +159,20 @@ impl LeaseStore for PgLeases {
 pub(crate) struct PgRenewals {
     db: Arc<Db>,
     id: i64,
+    known: Arc<Known>,
+    /// Renewals sent, for [`AUDIT_EVERY`].
+    count: u32,
     sent: VecDeque<JoinHandle<Result<Renewal>>>,
 }
 
 impl RenewalStream for PgRenewals {
     async fn send(&mut self) -> Result<()> {
         let (db, id) = (self.db.clone(), self.id);
+        self.count = self.count.wrapping_add(1);
+        let audit = self
+            .count
+            .is_multiple_of(AUDIT_EVERY)
+            .then(|| self.known.clone());
         self.sent.push_back(tokio::spawn(async move {
             let sql = "UPDATE recipes.sessions SET expires_at = clock_timestamp() + ttl \
                        WHERE id = $1 AND expires_at > clock_timestamp() \
@@ -150,6 +189,9 @@ impl RenewalStream for PgRenewals {
             };
             Ok(match row {
                 Some(row) => {
+                    if let Some(known) = audit {
+                        tokio::spawn(forget_unknown(db.clone(), id, known));
+                    }
                     Renewal::Granted(Duration::from_millis(row.get::<_, i64>(0).unsigned_abs()))
                 }
                 None => Renewal::Gone,
@@ -166,5 +208,36 @@ impl RenewalStream for PgRenewals {
         let answered = oldest.await;
         self.sent.pop_front();
         answered.map_err(|_| Error::ConnectionLoss)?
+    }
+}
+
+/// Release the entries of our live session `id` in a lock's, a
+/// semaphore's or a read-write lock's queue that no ticket of the client
+/// owns (see the module's documentation), as their owner's release would
+/// (`recipes.release`: the row deleted, its waiters told). A listed entry
+/// whose ticket is dropped meanwhile (its removal done) is released again:
+/// nothing is left to delete.
+async fn forget_unknown(db: Arc<Db>, id: i64, known: Arc<Known>) {
+    let what = "list the session's entries";
+    let sql = "SELECT q.entry FROM recipes.queue q JOIN recipes.names n ON n.name = q.name \
+               WHERE q.session = $1 AND n.kind IN ('lock', 'semaphore', 'permits', 'rwlock')";
+    let listed = match db.query(what, sql, &[(&id, Type::INT8)]).await {
+        Ok(rows) => rows,
+        Err(e) => return log::debug!("[session={id}] {what}: {e}"),
+    };
+    let strays = known.strays(listed.iter().map(|r| r.get::<_, Uuid>(0)));
+    if strays.is_empty() {
+        return;
+    }
+    let what = "release entries of the session that no guard owns";
+    let sql = "SELECT count(*) FROM unnest($1::uuid[]) AS s(entry), \
+               LATERAL recipes.release(s.entry)";
+    match db.query(what, sql, &[(&strays, Type::UUID_ARRAY)]).await {
+        Ok(_) => log::warn!(
+            "[session={id}] released {} entries of this session that no guard owns \
+             (brought back by an older backup restored?)",
+            strays.len()
+        ),
+        Err(e) => log::debug!("[session={id}] {what}: {e}"),
     }
 }

@@ -14,17 +14,19 @@
 //!
 //! Every [`AUDIT_EVERY`]th renewal, the client compares its session's
 //! index of entries (`h:<id>`) with the entries its tickets own
-//! ([`Known`]: each registered before its enter is sent, so an enter in
-//! flight is never taken for a stray) and removes the strays: entries a
-//! lost write brought back (a restart that replayed an older AOF, an older
-//! backup restored), which would otherwise hold their lock for no one
-//! until the session ends.
+//! ([`OwnedEntries`]: each registered before its enter is sent, so an
+//! enter in flight is never taken for a stray) and removes the strays:
+//! entries a lost write brought back (a restart that replayed an older AOF,
+//! an older backup restored), which would otherwise hold their lock for no
+//! one until the session ends.
 
-use std::collections::{HashMap, HashSet, VecDeque};
+use std::collections::{HashMap, VecDeque};
 use std::sync::Arc;
 use std::time::Duration;
 
-use recipes_core::store::{LeaseSession, LeaseStore, Opened, Renewal, RenewalStream};
+use recipes_core::store::{
+    LeaseSession, LeaseStore, Opened, Owned, OwnedEntries, Renewal, RenewalStream, AUDIT_EVERY,
+};
 use recipes_core::{Error, Result};
 use tokio::task::JoinHandle;
 
@@ -39,25 +41,11 @@ pub(crate) type Session = LeaseSession<Sessions>;
 /// A granted session's token and TTL.
 type Granted = (Arc<str>, Duration);
 
-/// Every how many renewals a session's entries are compared with those
-/// its client's tickets own: about once a TTL.
-const AUDIT_EVERY: u32 = 3;
-
 /// The queue entries (members) the client's tickets own, in any session.
-#[derive(Default)]
-pub(crate) struct Known(parking_lot::Mutex<HashSet<String>>);
+type Known = OwnedEntries<String>;
 
-/// A member registered in [`Known`] while this lives.
-pub(crate) struct Registered {
-    known: Arc<Known>,
-    member: String,
-}
-
-impl Drop for Registered {
-    fn drop(&mut self) {
-        self.known.0.lock().remove(&self.member);
-    }
-}
+/// A member registered as owned while this lives.
+pub(crate) type Registered = Owned<String>;
 
 /// The connection as core's lease store, and what it granted: each
 /// session's token and TTL.
@@ -84,11 +72,7 @@ impl Sessions {
     /// Register `member` as owned until the handle drops: before its enter
     /// is sent, kept until its removal is done or given up.
     pub(crate) fn register(&self, member: &str) -> Registered {
-        self.known.0.lock().insert(member.to_owned());
-        Registered {
-            known: self.known.clone(),
-            member: member.to_owned(),
-        }
+        self.known.register(member.to_owned())
     }
 
     /// The token of the session `id` (the enter and confirm scripts check
@@ -250,12 +234,7 @@ async fn forget_unknown(redis: Redis, id: i64, known: Arc<Known>, timeout: Durat
         Err(e) => return log::debug!("[session={id}] list the session's entries: {e}"),
     };
     let ours = format!("{id}-");
-    let strays: Vec<String> = {
-        let known = known.0.lock();
-        (listed.into_iter())
-            .filter(|m| m.starts_with(&ours) && !known.contains(m))
-            .collect()
-    };
+    let strays = known.strays(listed.into_iter().filter(|m| m.starts_with(&ours)));
     if strays.is_empty() {
         return;
     }
