@@ -281,3 +281,30 @@ fn session_mode_a_writer_sweeps_the_rows_of_readers_long_past_their_deadline() {
     assert_eq!(server.sql(&sql).trim(), format!("reader-{recent}"));
     c.close().unwrap();
 }
+
+/// On a name only readers use, no writer's mint sweeps: a client's
+/// session grant (at connect) deletes, in the background, every reader
+/// row whose deadline passed over a minute ago, and leaves a later one.
+#[test]
+fn session_mode_a_grant_sweeps_the_rows_of_readers_long_past_their_deadline() {
+    let server = PgServer::start();
+    session_client(&server.url(), TTL).close().unwrap();
+    let lock = name("reader-grant-sweep");
+    server.sql(&format!(
+        "INSERT INTO recipes.advisory (key, beat_at, ttl) VALUES \
+         ('{lock}' || chr(31) || 'reader-1-1', clock_timestamp() - interval '2 minutes', \
+          interval '1 second'), \
+         ('{lock}' || chr(31) || 'reader-2-2', clock_timestamp(), interval '1 second')"
+    ));
+    let c = session_client(&server.url(), TTL);
+    let sql = format!(
+        "SELECT string_agg(split_part(key, chr(31), 2), ',' ORDER BY key) FROM recipes.advisory \
+         WHERE starts_with(key, '{lock}' || chr(31))"
+    );
+    wait_until(
+        "the dead reader's row is swept",
+        scale(Duration::from_secs(10)),
+        || server.sql(&sql).trim() == "reader-2-2",
+    );
+    c.close().unwrap();
+}

@@ -64,7 +64,9 @@ pub(crate) struct LockConn {
     prepared: Prepared,
     pub(crate) pid: i32,
     /// Its backend's start, in µs since the epoch: with the PID, a name no
-    /// later backend takes (a PID is reused once its backend is gone).
+    /// later backend takes (a PID is reused once its backend is gone). A
+    /// random number where the server does not show it, never a constant
+    /// that two backends of one PID would share.
     pub(crate) started: i64,
     ended: watch::Receiver<bool>,
     /// The keys taken on it (as `pg_locks.objid` shows them, and by name),
@@ -231,7 +233,8 @@ impl LockConns {
         let sql = "SELECT set_config('idle_session_timeout', $1, false), \
                    set_config('statement_timeout', '0', false), pg_backend_pid(), \
                    coalesce((SELECT (extract(epoch FROM backend_start) * 1000000)::int8 \
-                     FROM pg_stat_activity WHERE pid = pg_backend_pid()), 0)";
+                     FROM pg_stat_activity WHERE pid = pg_backend_pid()), \
+                     (random() * 1e15)::int8)";
         let timeout = format!("{}ms", ttl.as_millis());
         let row = within(what, self.db.rpc_timeout(), async {
             client

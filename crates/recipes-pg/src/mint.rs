@@ -1,5 +1,7 @@
 //! A session-mode holder's fence or token, minted on the connection that
-//! holds the name's advisory key, right after the grant (see `slots.rs`).
+//! holds the name's advisory key: by a mutex's or a permit's try in the
+//! statement that takes the key ([`take_and_mint`]), else right after the
+//! grant ([`mint_fence`]; see `slots.rs`).
 
 use std::time::Duration;
 
@@ -158,6 +160,14 @@ pub(crate) async fn mint_fence(
 /// grant: a stamp or a clear committed between the two is seen. When the
 /// stamp was left out, the caller reads the remaining time afresh
 /// ([`remaining`]), waits it out and stamps, as after [`mint_fence`].
+///
+/// A take whose reply never reaches the caller (its RPC timeout passed,
+/// the connection broke, the caller gave up) may have stamped: the epoch's
+/// end unlocks the key, and the next holder waits out our TTL, as after a
+/// lost reply of [`mint_fence`]'s statement before (one stamping
+/// statement an acquisition either way). The database must run our
+/// statements in READ COMMITTED (refused at connect otherwise), where the
+/// upsert works on the newest version.
 const TAKE_AND_MINT: &str = concat!(
     "WITH got AS MATERIALIZED (SELECT CASE WHEN pg_backend_pid() = $5 \
        THEN pg_try_advisory_lock($1, hashtext($2)) END AS ok, hashtext($2) AS h \

@@ -131,6 +131,17 @@ impl LeaseStore for PgLeases {
             if let Err(e) = db.query("sweep expired sessions", &sweep, &[]).await {
                 log::debug!("sweeping expired sessions failed: {e}");
             }
+            // Session mode's readers that ended without releasing leave a
+            // row each (named by backend: never reused), which makes no
+            // one wait once past its deadline; a writer's mint sweeps
+            // those of its key, this the rest.
+            let sweep = format!(
+                "DELETE FROM recipes.advisory WHERE strpos(key, chr(31) || 'reader-') > 0 \
+                 AND beat_at + ttl < clock_timestamp() - interval '{SWEEP_AFTER}'"
+            );
+            if let Err(e) = db.query("sweep dead readers' rows", &sweep, &[]).await {
+                log::debug!("sweeping dead readers' rows failed: {e}");
+            }
         });
         Ok((row.get(0), Duration::from_millis(ms.unsigned_abs())))
     }
@@ -230,14 +241,17 @@ async fn forget_unknown(db: Arc<Db>, id: i64, known: Arc<Known>) {
         return;
     }
     let what = "release entries of the session that no guard owns";
-    let sql = "SELECT count(*) FROM unnest($1::uuid[]) AS s(entry), \
-               LATERAL recipes.release(s.entry)";
-    match db.query(what, sql, &[(&strays, Type::UUID_ARRAY)]).await {
-        Ok(_) => log::warn!(
-            "[session={id}] released {} entries of this session that no guard owns \
-             (brought back by an older backup restored?)",
-            strays.len()
-        ),
+    let sql = "SELECT count(*) FROM recipes.queue q, LATERAL recipes.release(q.entry) \
+               WHERE q.entry = ANY($1) AND q.session = $2";
+    let params: crate::db::Params<'_> = &[(&strays, Type::UUID_ARRAY), (&id, Type::INT8)];
+    match db.query(what, sql, params).await {
+        Ok(rows) => match rows.first().map_or(0, |r| r.get::<_, i64>(0)) {
+            0 => {}
+            n => log::warn!(
+                "[session={id}] released {n} entries of this session that no guard owns \
+                 (brought back by an older backup restored?)"
+            ),
+        },
         Err(e) => log::debug!("[session={id}] {what}: {e}"),
     }
 }

@@ -19,8 +19,9 @@
 //!   statement until the deadline (see [`SlotDriver::slice`] below): a
 //!   wait cut short would let the readers queued behind a waiting writer
 //!   pass it.
-//! - **confirm**: the fence, bumped on the name's row of `recipes.names`
-//!   in the same session right after the grant (`UPDATE … RETURNING`) to
+//! - **confirm**: the fence (already minted by a mutex's or a permit's
+//!   try), bumped on the name's row of `recipes.names` in the same session
+//!   right after the grant (`INSERT … ON CONFLICT … DO UPDATE`) to
 //!   `greatest(fence + 1, the database clock in µs)`, so it strictly
 //!   increases across holders, even after the schema was dropped or
 //!   truncated. A read-write lock's token is the next of

@@ -300,8 +300,10 @@ local n = 0
 for i = 3, #ARGV do
   local v = redis.call('HGET', h, ARGV[i])
   local q, k
-  if v then q, k = string.match(v, '^(.-)\n(.+)$') end
-  if q and string.sub(ARGV[i], 1, 2) ~= 'g\n' then
+  if v then q, k = string.match(v, '^(.-)\n(.*)$') end
+  -- A barrier's member keeps no hold key (''), a group member's field
+  -- starts `g\n`: neither is a lock's entry.
+  if q and k ~= '' and string.sub(ARGV[i], 1, 2) ~= 'g\n' then
     drop(q, k, ARGV[i])
     n = n + 1
   end
