@@ -434,3 +434,29 @@ fn a_transaction_lock_excludes_the_session_lock_and_shares_its_fence() {
     a.close().unwrap();
     b.close().unwrap();
 }
+
+/// A client that held eight session-mode locks at once holds the next
+/// eight on the same backends: the connections it freed are kept (idle,
+/// until the server ends them a TTL later) and used again, so no
+/// acquisition opens a connection that an earlier one could have lent.
+#[test]
+fn session_mode_eight_locks_at_once_reuse_the_connections_of_the_last_eight() {
+    let server = PgServer::shared();
+    let c = session(&server.url(), Duration::from_secs(10)).unwrap();
+    let names: Vec<String> = (0..8).map(|i| name(&format!("reuse-{i}"))).collect();
+    let backends = || {
+        let held: Vec<_> = names
+            .iter()
+            .map(|n| c.mutex(n).unwrap().lock().unwrap())
+            .collect();
+        let mut pids: Vec<String> = held.iter().map(|g| g.holder().to_owned()).collect();
+        pids.iter_mut()
+            .for_each(|h| *h = h.rsplit('-').next().unwrap().to_owned());
+        pids.sort();
+        held.into_iter().for_each(|g| g.release().unwrap());
+        pids
+    };
+    let first = backends();
+    assert_eq!(backends(), first, "the second eight ran on new backends");
+    c.close().unwrap();
+}
