@@ -75,15 +75,19 @@
 //! application's one-argument locks never meet ours); a semaphore of N
 //! permits takes one of the N keys `<name>/leases/<i>`. Each acquisition
 //! has a connection of its own (advisory locks are re-entrant per
-//! session), with `idle_session_timeout` = the TTL so the server ends a
-//! stopped holder's session, and heartbeats every TTL/3 that ask
+//! session; up to 16 idle ones are kept for the next acquisitions, until
+//! the server ends them), with `idle_session_timeout` = the TTL so the
+//! server ends a stopped holder's session, and heartbeats every TTL/3 that ask
 //! `pg_locks` whether this backend still holds our keys, and the name's
 //! row in `recipes.names` whether it still admits the holder's fenced
 //! writes (a mutex's or a writer's fence still its own, a reader's not
 //! passed by a writer's, a permit's semaphore's row there), and stamp the
 //! keys in `recipes.advisory` (database time; a lost stamp is made
 //! again). The fence is the name's counter in
-//! `recipes.names`, bumped on the lock's connection right after the grant;
+//! `recipes.names`, bumped on the lock's connection right after the grant
+//! (a mutex's or a permit's try takes the key, bumps the fence and stamps
+//! the key in one statement: an uncontended lock and release is a round
+//! trip each);
 //! a holder granted a key whose previous holder ended without releasing it
 //! (crashed, terminated: the server frees the key at once) first waits
 //! until that holder's last stamp + its TTL, so the old holder's loss has
