@@ -108,13 +108,14 @@ impl Ticket {
 /// server time). A read-write lock's entry goes through `recipes.release`.
 ///
 /// Either commits without waiting for the disk (`synchronous_commit` off
-/// for its own transaction, which a transaction pooler keeps): the next
-/// holder's confirm commits with a flush, and a flush writes the log up
-/// to it, our delete included, so no holder's win outlives a release that
-/// a server crash lost. What such a crash can lose is a release no one
-/// used yet: the row is back, of our live session and owned by nothing of
-/// ours, and the client's audit of its session releases it within about a
-/// TTL (`session.rs`).
+/// for its own transaction, which a transaction pooler keeps). A released
+/// guard makes no more writes (every fenced write goes through it), so a
+/// release a server crash lost cannot give two writers; and any later
+/// commit that waits for the disk writes the log up to it, our delete
+/// included. What a crash can lose is a release no later commit flushed:
+/// the row is back, of our live session and owned by nothing of ours, and
+/// the client's audit of its session releases it within about a TTL
+/// (`session.rs`).
 pub(crate) fn release_sql(plain: bool) -> &'static str {
     if plain {
         "WITH lazy AS (SELECT set_config('synchronous_commit', 'off', true)) \
