@@ -21,24 +21,20 @@
 //!   `slots.rs`), heartbeats go over the client's statement connection and
 //!   ask the same of the waiting backend by its PID (it is not idle, so
 //!   its `idle_session_timeout` does not run); a gate keeps a heartbeat
-//!   from ever queueing behind such a wait.
+//!   from ever queueing behind such a wait (`heartbeat.rs`).
 //! - **revoke**: `pg_advisory_unlock_all()`, then the connection goes back
 //!   to the client's idle ones (or is closed, which frees everything too).
 //!
 //! Keys are the two-int form `(namespace, hashtext(key name))`; see the
 //! crate docs.
 
-use std::collections::VecDeque;
 use std::sync::Arc;
 use std::time::Duration;
 
 use parking_lot::Mutex;
-use recipes_core::store::{
-    within, LeaseSession, LeaseStore, LossTrigger, Opened, Renewal, RenewalStream,
-};
+use recipes_core::store::{within, LeaseSession, LeaseStore, LossTrigger, Opened};
 use recipes_core::{Error, LossReason, Result};
 use tokio::sync::watch;
-use tokio::task::JoinHandle;
 use tokio_postgres::error::SqlState;
 use tokio_postgres::types::Type;
 
@@ -46,7 +42,10 @@ use crate::advisory_lock::Fence;
 use crate::client::PgClient;
 use crate::db::Db;
 pub(crate) use crate::prepared::{On, Prepared};
-use crate::sql::{from_pg, is_schema_gone, unexpected};
+use crate::sql::{from_pg, unexpected};
+
+mod heartbeat;
+pub(crate) use heartbeat::Heartbeats;
 
 /// The first int of our advisory keys by default: `recp` in ASCII.
 pub const DEFAULT_NAMESPACE: u32 = 0x7265_6370;
@@ -76,20 +75,20 @@ pub(crate) struct LockConn {
     ended: watch::Receiver<bool>,
     /// The keys taken on it (as `pg_locks.objid` shows them, and by name),
     /// which every heartbeat looks for and stamps.
-    held: Mutex<Vec<(i64, String)>>,
+    pub(super) held: Mutex<Vec<(i64, String)>>,
     /// What the holdings on it ask of their names' rows: a heartbeat
     /// that finds a row moved or gone (truncated, the schema dropped) says
     /// the lock is lost.
-    fences: Mutex<Vec<(String, Fence)>>,
+    pub(super) fences: Mutex<Vec<(String, Fence)>>,
     /// The loss triggers of the holdings on it.
     holdings: Mutex<Vec<LossTrigger>>,
     /// Whether a long wait runs on it (heartbeats then go elsewhere),
     /// changed and read under `gate`.
-    waiting: std::sync::atomic::AtomicBool,
+    pub(super) waiting: std::sync::atomic::AtomicBool,
     /// Held by a heartbeat while it runs on this connection, and by a
     /// wait while it says it begins: no heartbeat sent here queues behind
     /// a wait.
-    gate: tokio::sync::Mutex<()>,
+    pub(super) gate: tokio::sync::Mutex<()>,
     /// A cancel of an abandoned wait was sent for this backend (on
     /// another connection, so it may arrive late): the connection is never
     /// used for another acquisition, whose statement the cancel could hit.
@@ -120,7 +119,7 @@ impl LockConn {
     }
 
     /// Resolves once the connection has ended.
-    async fn ended(&self) {
+    pub(super) async fn ended(&self) {
         let mut rx = self.ended.clone();
         let _ = rx.wait_for(|ended| *ended).await;
     }
@@ -181,7 +180,7 @@ impl LockConn {
     /// The server ended the session or no longer shows our lock: every
     /// holding on it is lost, as deleted (before the session's own loss,
     /// so that is the reason they report).
-    fn gone(&self, why: &str) {
+    pub(super) fn gone(&self, why: &str) {
         for t in self.holdings.lock().drain(..) {
             if t.fire(LossReason::Deleted) {
                 log::info!("[backend={}] {why}: lock lost", self.pid);
@@ -299,13 +298,13 @@ impl LeaseStore for LockConns {
             conn.gone("the server ended the session");
             return Ok(Opened::Gone);
         }
-        Ok(Opened::Ready(Heartbeats {
+        let ns = i64::from(self.namespace);
+        Ok(Opened::Ready(Heartbeats::new(
             conn,
-            db: self.db.clone(),
-            ttl: self.ttl,
-            namespace: i64::from(self.namespace),
-            sent: VecDeque::new(),
-        }))
+            self.db.clone(),
+            self.ttl,
+            ns,
+        )))
     }
 
     /// Unlock everything and keep the connection for the next acquisition
@@ -377,132 +376,5 @@ impl Drop for LongWait {
             }
         };
         on.runtime().spawn(cancel);
-    }
-}
-
-/// The heartbeat, SQL after its first condition (`$1` is our backend's
-/// PID): our backend holds every key we took, and the names' rows are
-/// still as our holdings need them ([`Fence`]; a row truncated away, or a
-/// schema dropped — an error then — is a lost lock) — and, while it does,
-/// the keys' heartbeat rows in `recipes.advisory` (made again when lost:
-/// a row missing means no wait), which a waiter granted a key its holder
-/// did not release waits out (`slots.rs`). Such a row is ours while our
-/// backend holds its key (a reader's is named after our backend); a
-/// heartbeat that races our clean release's clear (`advisory_lock.rs`)
-/// stamps a time we held, so the next holder waits a TTL at most.
-macro_rules! heartbeat {
-    ($first:literal) => {
-        concat!(
-            "WITH ok AS (SELECT ",
-            $first,
-            " AND \
-               (SELECT count(*) FROM pg_locks WHERE locktype = 'advisory' AND objsubid = 2 \
-                  AND classid::int8 = $2 AND objid::int8 = ANY($3) \
-                  AND pid = $1 AND granted) = cardinality($3) AND \
-               (SELECT count(*) FROM recipes.names n \
-                  JOIN unnest($5::text[], $6::int8[], $7::int8[]) AS f (name, lo, hi) \
-                  ON n.name = f.name AND n.fence BETWEEN f.lo AND f.hi) = cardinality($5) AS ok), \
-             beat AS (INSERT INTO recipes.advisory (key, beat_at, ttl) \
-                      SELECT DISTINCT k, clock_timestamp(), $8 * interval '1 millisecond' \
-                      FROM unnest($4::text[]) AS k WHERE (SELECT ok FROM ok) \
-                      ON CONFLICT (key) DO UPDATE \
-                      SET beat_at = EXCLUDED.beat_at, ttl = EXCLUDED.ttl) \
-             SELECT ok FROM ok"
-        )
-    };
-}
-
-/// The heartbeat on the lock connection: it is still our backend.
-const HEARTBEAT: &str = heartbeat!("pg_backend_pid() = $1");
-
-/// The heartbeat over the statement connection while the lock connection
-/// waits: our backend still exists.
-const HEARTBEAT_OF_WAITING: &str =
-    heartbeat!("EXISTS (SELECT 1 FROM pg_stat_activity WHERE pid = $1)");
-
-/// Heartbeats of one lock connection, answered in the order sent.
-pub(crate) struct Heartbeats {
-    conn: Arc<LockConn>,
-    /// The client's statement connection, for heartbeats during a wait.
-    db: Arc<Db>,
-    /// The session lives while heartbeats come: each acknowledged one
-    /// grants the TTL the session was opened with (`idle_session_timeout`).
-    ttl: Duration,
-    namespace: i64,
-    sent: VecDeque<JoinHandle<Result<bool>>>,
-}
-
-impl RenewalStream for Heartbeats {
-    async fn send(&mut self) -> Result<()> {
-        let (conn, ns, db) = (self.conn.clone(), self.namespace, self.db.clone());
-        let ttl = i64::try_from(self.ttl.as_millis()).unwrap_or(i64::MAX);
-        self.sent.push_back(tokio::spawn(async move {
-            let gate = conn.gate.lock().await;
-            let (keys, names): (Vec<i64>, Vec<String>) = conn.held.lock().iter().cloned().unzip();
-            let (locks, (lo, hi)): (Vec<String>, (Vec<i64>, Vec<i64>)) =
-                (conn.fences.lock().iter())
-                    .map(|(n, f)| (n.clone(), f.range()))
-                    .unzip();
-            let what = "heartbeat of a lock connection";
-            let params: crate::db::Params<'_> = &[
-                (&conn.pid, Type::INT4),
-                (&ns, Type::INT8),
-                (&keys, Type::INT8_ARRAY),
-                (&names, Type::TEXT_ARRAY),
-                (&locks, Type::TEXT_ARRAY),
-                (&lo, Type::INT8_ARRAY),
-                (&hi, Type::INT8_ARRAY),
-                (&ttl, Type::INT8),
-            ];
-            if conn.waiting.load(std::sync::atomic::Ordering::SeqCst) {
-                drop(gate);
-                return match db.query(what, HEARTBEAT_OF_WAITING, params).await {
-                    Ok(rows) => Ok(rows.first().is_some_and(|r| r.get::<_, bool>(0))),
-                    Err(e) if is_schema_gone(&e) => Ok(false),
-                    Err(e) => Err(e),
-                };
-            }
-            match conn.client.query_typed(HEARTBEAT, params).await {
-                Ok(rows) => Ok(rows.first().is_some_and(|r| r.get::<_, bool>(0))),
-                Err(e) => match from_pg(what, e) {
-                    // The schema was dropped, our fences with it.
-                    e if is_schema_gone(&e) => Ok(false),
-                    e => Err(e),
-                },
-            }
-        }));
-        Ok(())
-    }
-
-    /// Cancel-safe: the oldest heartbeat stays queued until it answered.
-    async fn reply(&mut self) -> Result<Renewal> {
-        let conn = self.conn.clone();
-        let answered = async {
-            match self.sent.front_mut() {
-                Some(oldest) => oldest.await,
-                None => std::future::pending().await,
-            }
-        };
-        tokio::select! {
-            biased;
-            () = conn.ended() => {
-                conn.gone("the server ended the session");
-                Err(Error::ConnectionLoss)
-            }
-            answered = answered => {
-                self.sent.pop_front();
-                match answered.map_err(|_| Error::ConnectionLoss)? {
-                    Ok(true) => Ok(Renewal::Granted(self.ttl)),
-                    Ok(false) => {
-                        conn.gone(
-                            "pg_locks no longer shows our lock on this backend, or its \
-                             fence row is gone",
-                        );
-                        Ok(Renewal::Gone)
-                    }
-                    Err(e) => Err(e),
-                }
-            }
-        }
     }
 }
