@@ -191,10 +191,16 @@ const TAKE_AND_MINT: &str = concat!(
 pub(crate) enum Tried {
     /// Another backend holds the key.
     Busy,
-    /// Ours, as `pg_locks.objid` shows it, with the fence minted and
-    /// whether our heartbeat was stamped (when not, a previous holder's
-    /// deadline is to be waited out first).
-    Took { key: i64, fence: i64, stamped: bool },
+    /// Ours, as `pg_locks.objid` shows it.
+    Took { key: i64, minted: Minted },
+}
+
+/// A try's fence, and whether its statement stamped our heartbeat (when
+/// not, a previous holder's deadline is to be waited out first).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct Minted {
+    pub(crate) fence: i64,
+    pub(crate) stamped: bool,
 }
 
 /// The one-statement try of a mutex's or a permit's key `key` (see
@@ -249,8 +255,10 @@ pub(crate) async fn take_and_mint(
             None => Err(refusal(client, name, kind, &what).await),
             Some(fence) => Ok(Tried::Took {
                 key: i64::from(row.get::<_, i32>(1) as u32),
-                fence,
-                stamped: row.get(3),
+                minted: Minted {
+                    fence,
+                    stamped: row.get(3),
+                },
             }),
         },
     }

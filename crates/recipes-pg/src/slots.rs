@@ -53,7 +53,7 @@ use tokio_postgres::types::{ToSql, Type};
 use crate::advisory::{LockConn, LockConns, LockSession};
 use crate::advisory_lock::Fence;
 use crate::client::PgClient;
-use crate::mint::{mint_fence, refusal, remaining, take_and_mint, Beat, Tried};
+use crate::mint::{mint_fence, refusal, remaining, take_and_mint, Beat, Minted, Tried};
 use crate::sql::{from_pg, is_schema_gone};
 
 /// The kind of a session-mode lock's row in `recipes.names`.
@@ -148,9 +148,8 @@ pub(crate) struct Ticket {
     beat_row: String,
     /// The key as `pg_locks.objid` shows it, once taken.
     key: Option<i64>,
-    /// The fence a try minted in its statement (`mint::take_and_mint`),
-    /// and whether it stamped our heartbeat.
-    minted: Option<(i64, bool)>,
+    /// What a try minted in its statement (`mint::take_and_mint`).
+    minted: Option<Minted>,
     rpc_timeout: Duration,
 }
 
@@ -297,13 +296,9 @@ impl SlotDriver for AdvisorySlots<'_> {
             let tried = take_and_mint(self.client, on, ns, name, kind, key, pid, ttl).await?;
             return Ok(match tried {
                 Tried::Busy => false,
-                Tried::Took {
-                    key,
-                    fence,
-                    stamped,
-                } => {
+                Tried::Took { key, minted } => {
                     t.key = Some(key);
-                    t.minted = Some((fence, stamped));
+                    t.minted = Some(minted);
                     true
                 }
             });
@@ -392,23 +387,26 @@ impl SlotDriver for AdvisorySlots<'_> {
             row: &t.beat_row,
             reader: self.shared,
         };
-        // Whether our heartbeat is still to be stamped, after a wait.
-        let (fence, unstamped) = match t.minted.take() {
-            Some((fence, stamped)) => (fence, (!stamped).then_some(None)),
+        // The fence, and the wait before our heartbeat is stamped (none:
+        // stamped already).
+        let (fence, wait) = match t.minted.take() {
+            Some(Minted {
+                fence,
+                stamped: true,
+            }) => (fence, None),
+            // A try's stamp was left out: the key's row said a previous
+            // holder may still believe it holds; how long is read afresh.
+            Some(Minted { fence, .. }) => {
+                (fence, Some(remaining(self.client, c, &t.beat_row).await?))
+            }
             None => {
                 let (name, kind) = (self.name, self.kind);
                 let (fence, left) =
                     mint_fence(self.client, c, name, kind, &t.key_name, beat, ttl).await?;
-                (fence, (!left.is_zero()).then_some(Some(left)))
+                (fence, (!left.is_zero()).then_some(left))
             }
         };
-        if let Some(left) = unstamped {
-            // A try's stamp was left out: the key's row said a previous
-            // holder may still believe it holds; how long is read afresh.
-            let left = match left {
-                Some(left) => left,
-                None => remaining(self.client, c, &t.beat_row).await?,
-            };
+        if let Some(left) = wait {
             tokio::time::sleep(left).await;
             stamp(self.client, c.client, &t.beat_row, ttl).await?;
         }
