@@ -120,39 +120,31 @@ impl PgEntry {
         &self.holder[..self.name_len]
     }
 
-    /// The fence the name's row must still have while we hold: a lock's,
-    /// a leadership's or a writer's own (`None` for a permit or a reader,
-    /// whose tokens are not the name's fence). A holding whose row is there
-    /// but whose name's fence is another's was lost: the name's row went
-    /// back with an older backup restored, to before our confirm, or on to
-    /// a later holder's.
-    pub(crate) fn polled_fence(&self) -> Option<i64> {
-        match self.rw {
+    /// Our row as the client's poll of held rows asks after it: of our
+    /// session, and with the name's fence ours for a lock's, a leadership's
+    /// or a writer's (not a permit's or a reader's, whose tokens are not the
+    /// name's fence). A holding whose row is there but whose name's fence
+    /// is another's was lost: the name's row went back with an older backup
+    /// restored, to before our confirm, or on to a later holder's.
+    fn held_row(&self) -> crate::db::HeldRow {
+        let fence = match self.rw {
             None | Some(Access::Write) => self.fence,
             Some(Access::Read) => None,
+        };
+        crate::db::HeldRow {
+            entry: self.entry,
+            session: self.session.id(),
+            fence,
         }
     }
 
-    /// Whether our row still exists, and the name's fence is still ours
-    /// ([`polled_fence`](PgEntry::polled_fence)).
+    /// Whether our row is still there as [`held_row`](PgEntry::held_row)
+    /// says: the poll's question, asked of our row alone.
     async fn exists(&self) -> Result<bool> {
-        let what = format!("look at {}", self.holder);
-        let fence = self.polled_fence();
-        let params: crate::db::Params<'_> = &[(&self.entry, Type::UUID), (&fence, Type::INT8)];
-        match self.client.db().query_opt(&what, STILL_THERE, params).await {
-            Ok(row) => Ok(row.is_some()),
-            // The schema was dropped, our row with it.
-            Err(e) if is_schema_gone(&e) => Ok(false),
-            Err(e) => Err(e),
-        }
+        let present = self.client.db().rows_present(vec![self.held_row()]).await?;
+        Ok(present.first() == Some(&true))
     }
 }
-
-/// Whether the held row `$1` is there, and, unless `$2` is NULL, the
-/// name's fence is still `$2`.
-pub(crate) const STILL_THERE: &str = "SELECT 1 FROM recipes.queue q WHERE q.entry = $1 \
-     AND ($2::int8 IS NULL OR EXISTS (SELECT 1 FROM recipes.names n \
-                                      WHERE n.name = q.name AND n.fence = $2))";
 
 /// What must hold for a fenced write of a lock or leadership, as SQL over
 /// `$1` (the name), `$2` (our fence) and `$3` (our entry): the name's row
@@ -394,12 +386,7 @@ impl EntryWatcher for PgEntry {
     /// seen by the client's one poll of the rows it holds.
     async fn deleted(watch: &mut RowWatch) -> Result<()> {
         let entry = &watch.entry;
-        let row = crate::db::HeldRow {
-            entry: entry.entry,
-            session: entry.session.id(),
-            fence: entry.polled_fence(),
-        };
-        let polled = entry.client.held_rows().gone(row);
+        let polled = entry.client.held_rows().gone(entry.held_row());
         tokio::pin!(polled);
         loop {
             tokio::select! {
