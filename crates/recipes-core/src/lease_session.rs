@@ -68,6 +68,20 @@ pub trait LeaseStore: Clone + Send + Sync + 'static {
     /// Revoke the lease `id` and every entry bound to it; one already gone
     /// is `Ok`.
     fn revoke(&self, id: i64, timeout: Duration) -> impl Future<Output = Result<()>> + Send;
+
+    /// Whether the store's data can come back older than the client left
+    /// it, so that the renewal loop runs [`audit`](LeaseStore::audit).
+    const AUDITS: bool = false;
+
+    /// Release the entries of the live lease `id` that nothing of the
+    /// client owns ([`OwnedEntries`](crate::store::OwnedEntries)): run
+    /// about once a TTL ([`AUDIT_EVERY`](crate::store::AUDIT_EVERY)
+    /// renewal intervals) while the lease lives, in a task of its own; its
+    /// errors are the store's to log. Nothing by default.
+    fn audit(&self, id: i64, timeout: Duration) -> impl Future<Output = ()> + Send + 'static {
+        let _ = (id, timeout);
+        async {}
+    }
 }
 
 /// One lease of a [`LeaseStore`], kept alive on the client's runtime until

@@ -3,9 +3,10 @@
 //! PostgreSQL backup restored, a Redis AOF replayed without its last
 //! writes): a release the store lost brings back an entry of the client's
 //! live session that nothing of the client owns, and its lock is held by no
-//! one until the session ends. About once a TTL ([`AUDIT_EVERY`] renewals)
-//! the store lists its session's entries and releases the
-//! [`strays`](OwnedEntries::strays).
+//! one until the session ends. About once a TTL ([`AUDIT_EVERY`] renewal
+//! intervals) core's renewal loop runs the store's
+//! [`audit`](crate::store::LeaseStore::audit), which lists its session's
+//! entries and releases the [`strays`](OwnedEntries::strays).
 //!
 //! An entry is registered before its enter is sent and stays so while its
 //! ticket, its guard or its removal lives ([`Owned`]), so an enter in
@@ -18,8 +19,9 @@ use std::sync::Arc;
 
 use parking_lot::Mutex;
 
-/// Every how many renewals of a session its entries are audited: about
-/// once a TTL (a renewal comes every third of it).
+/// Every how many renewal intervals of a session its entries are audited
+/// ([`LeaseStore::audit`](crate::store::LeaseStore::audit)): about once a
+/// TTL (a renewal comes every third of it).
 pub const AUDIT_EVERY: u32 = 3;
 
 /// The entries (of any session) that a client's tickets and guards own.

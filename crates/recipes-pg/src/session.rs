@@ -20,7 +20,7 @@
 //! delete rows (and, by cascade, entries), which may wait for a lock: they
 //! stay on the statement connection.
 //!
-//! Every [`AUDIT_EVERY`]th renewal, the client lists its session's entries
+//! About once a TTL (core's [`LeaseStore::audit`]), the client lists its session's entries
 //! in a lock's, a semaphore's or a read-write lock's queue and releases
 //! those that none of its tickets owns ([`OwnedEntries`]: each registered
 //! before its enter is sent, until its removal is done or given up): entries an
@@ -28,11 +28,12 @@
 //! otherwise hold their lock for no one until the session ends.
 
 use std::collections::VecDeque;
+use std::future::Future;
 use std::sync::Arc;
 use std::time::Duration;
 
 use recipes_core::store::{
-    LeaseSession, LeaseStore, Opened, Owned, OwnedEntries, Renewal, RenewalStream, AUDIT_EVERY,
+    LeaseSession, LeaseStore, Opened, Owned, OwnedEntries, Renewal, RenewalStream,
 };
 use recipes_core::{Error, LossReason, Result};
 use tokio::task::JoinHandle;
@@ -150,8 +151,6 @@ impl LeaseStore for PgLeases {
         Ok(Opened::Ready(PgRenewals {
             db: self.0.clone(),
             id,
-            known: self.1.clone(),
-            count: 0,
             sent: VecDeque::new(),
         }))
     }
@@ -163,6 +162,12 @@ impl LeaseStore for PgLeases {
             .await
             .map(drop)
     }
+
+    const AUDITS: bool = true;
+
+    fn audit(&self, id: i64, _timeout: Duration) -> impl Future<Output = ()> + Send + 'static {
+        forget_unknown(self.0.clone(), id, self.1.clone())
+    }
 }
 
 /// Renewals of one session on the client's lease connection: each one an
@@ -170,20 +175,12 @@ impl LeaseStore for PgLeases {
 pub(crate) struct PgRenewals {
     db: Arc<Db>,
     id: i64,
-    known: Arc<Known>,
-    /// Renewals sent, for [`AUDIT_EVERY`].
-    count: u32,
     sent: VecDeque<JoinHandle<Result<Renewal>>>,
 }
 
 impl RenewalStream for PgRenewals {
     async fn send(&mut self) -> Result<()> {
         let (db, id) = (self.db.clone(), self.id);
-        self.count = self.count.wrapping_add(1);
-        let audit = self
-            .count
-            .is_multiple_of(AUDIT_EVERY)
-            .then(|| self.known.clone());
         self.sent.push_back(tokio::spawn(async move {
             let sql = "UPDATE recipes.sessions SET expires_at = clock_timestamp() + ttl \
                        WHERE id = $1 AND expires_at > clock_timestamp() \
@@ -200,9 +197,6 @@ impl RenewalStream for PgRenewals {
             };
             Ok(match row {
                 Some(row) => {
-                    if let Some(known) = audit {
-                        tokio::spawn(forget_unknown(db.clone(), id, known));
-                    }
                     Renewal::Granted(Duration::from_millis(row.get::<_, i64>(0).unsigned_abs()))
                 }
                 None => Renewal::Gone,

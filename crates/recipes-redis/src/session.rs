@@ -12,7 +12,7 @@
 //! named by a fresh uuid, never by the session, so one session serves any
 //! number of acquisitions of one name.
 //!
-//! Every [`AUDIT_EVERY`]th renewal, the client compares its session's
+//! About once a TTL (core's [`LeaseStore::audit`]), the client compares its session's
 //! index of entries (`h:<id>`) with the entries its tickets own
 //! ([`OwnedEntries`]: each registered before its enter is sent, so an
 //! enter in flight is never taken for a stray) and removes the strays:
@@ -21,11 +21,12 @@
 //! one until the session ends.
 
 use std::collections::{HashMap, VecDeque};
+use std::future::Future;
 use std::sync::Arc;
 use std::time::Duration;
 
 use recipes_core::store::{
-    LeaseSession, LeaseStore, Opened, Owned, OwnedEntries, Renewal, RenewalStream, AUDIT_EVERY,
+    LeaseSession, LeaseStore, Opened, Owned, OwnedEntries, Renewal, RenewalStream,
 };
 use recipes_core::{Error, Result};
 use tokio::task::JoinHandle;
@@ -129,9 +130,6 @@ impl LeaseStore for Sessions {
         ];
         Ok(Opened::Ready(Renewals {
             redis: self.redis.clone(),
-            id,
-            known: self.known.clone(),
-            sent: 0,
             args: args.into(),
             ttl,
             timeout,
@@ -149,6 +147,12 @@ impl LeaseStore for Sessions {
         self.granted.lock().remove(&id);
         Ok(())
     }
+
+    const AUDITS: bool = true;
+
+    fn audit(&self, id: i64, timeout: Duration) -> impl Future<Output = ()> + Send + 'static {
+        forget_unknown(self.redis.clone(), id, self.known.clone(), timeout)
+    }
 }
 
 /// Renewals in flight, answered in the order sent (one connection; with
@@ -156,10 +160,6 @@ impl LeaseStore for Sessions {
 /// that ends the stream and counts nothing).
 pub(crate) struct Renewals {
     redis: Redis,
-    id: i64,
-    known: Arc<Known>,
-    /// Renewals sent, for [`AUDIT_EVERY`].
-    sent: u32,
     args: Arc<[String]>,
     ttl: Duration,
     timeout: Duration,
@@ -181,16 +181,8 @@ impl RenewalStream for Renewals {
             self.ttl,
             self.timeout,
         );
-        self.sent = self.sent.wrapping_add(1);
-        let audit = self
-            .sent
-            .is_multiple_of(AUDIT_EVERY)
-            .then(|| (self.id, self.known.clone()));
         self.pending.push_back(tokio::spawn(async move {
             let renewed: i64 = redis.once("renew", timeout, &scripts::RENEW, &args).await?;
-            if let (1, Some((id, known))) = (renewed, audit) {
-                tokio::spawn(forget_unknown(redis.clone(), id, known, timeout));
-            }
             match renewed {
                 // With `WAIT`, a renewal counts once replicas have it: a
                 // replica promoted with an older expiry would free the

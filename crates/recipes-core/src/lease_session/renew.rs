@@ -9,6 +9,7 @@ use super::{LeaseSession, LeaseStore, Opened};
 use crate::backoff::Backoff;
 use crate::lease::LossPolicy;
 use crate::loss::LossReason;
+use crate::owned::AUDIT_EVERY;
 use crate::renewal::{renew_on, StreamEnd};
 use crate::retry::within;
 
@@ -86,7 +87,11 @@ pub(super) async fn renew<S: LeaseStore>(s: Arc<LeaseSession<S>>) {
             stuck_after,
             &s.stop,
         );
-        let end = end.await;
+        // The audits run while renewals do (never when the loop ended).
+        let end = tokio::select! {
+            end = end => end,
+            never = audits(&s, &store, interval) => match never {},
+        };
         // Pauses grow while renewals keep failing, and start small again
         // once one was acknowledged.
         if s.epoch.last_acknowledged_send() != acknowledged {
@@ -101,6 +106,27 @@ pub(super) async fn renew<S: LeaseStore>(s: Arc<LeaseSession<S>>) {
             StreamEnd::Over => return,
         }
     }
+}
+
+/// Every [`AUDIT_EVERY`] renewal intervals while the lease lives, the
+/// store's [`audit`](LeaseStore::audit) of its entries, in a task of its
+/// own; never resolves (nothing at all for a store that does not audit).
+async fn audits<S: LeaseStore>(
+    s: &LeaseSession<S>,
+    store: &S,
+    interval: Duration,
+) -> std::convert::Infallible {
+    if S::AUDITS {
+        let every = interval * AUDIT_EVERY;
+        let mut tick = tokio::time::interval_at(tokio::time::Instant::now() + every, every);
+        loop {
+            tick.tick().await;
+            if !s.epoch.is_lost() {
+                s.handle.spawn(store.audit(s.id, s.rpc_timeout));
+            }
+        }
+    }
+    std::future::pending().await
 }
 
 /// The renewal stream broke (or could not be opened) under
