@@ -50,22 +50,22 @@ pub fn every_owned_entry_stays<C: Client + Sync>(c: &C, prefix: &str, over: Dura
     latch.close().unwrap();
 }
 
-/// After a restore brought back an entry of `lock` that its client had
-/// released (that client still holding `kept`, a guard's loss signal):
-/// `other` takes `lock` within `bound` (the entry's own client released
-/// it), and `kept` has not lost.
-pub fn a_restored_entry_is_released<C: Client>(
+/// A restore brought back an entry of `lock` that the client `ours` had
+/// released, while `ours` still holds `kept` (a guard's loss signal): over
+/// `over` (several audits) every entry `ours` owns stays
+/// ([`every_owned_entry_stays`]), and by its end the stray is gone — so an
+/// audit ran meanwhile: `other` takes `lock` at once — and `kept` has not
+/// lost.
+pub fn a_restored_entry_is_released<C: Client + Sync>(
+    ours: &C,
     other: &C,
     lock: &str,
     kept: &recipes_core::LossSignal,
-    bound: Duration,
+    over: Duration,
 ) {
-    let taken = other
-        .mutex(lock)
-        .unwrap()
-        .try_lock_for(crate::scale(bound))
-        .unwrap()
-        .expect("the restored entry is released and the lock taken");
+    every_owned_entry_stays(ours, &format!("{lock}-owned"), over);
+    let taken = other.mutex(lock).unwrap().try_lock().unwrap();
+    let taken = taken.expect("the restored entry was released while the owned ones stayed");
     assert!(!kept.is_lost(), "the kept lock's entry stayed");
     taken.release().unwrap();
 }

@@ -365,19 +365,3 @@ fn fault_a_killed_holders_keys_are_swept_by_the_next_connect_when_no_client_live
     assert!(left.is_empty(), "the connect's grant swept: {left:?} left");
     c.close().unwrap();
 }
-
-/// The audit of a session's entries (about once a TTL: entries of the
-/// session that no guard owns are removed) never removes one that a guard
-/// or a waiter owns, of any recipe that queues, over four audits at a
-/// short TTL.
-#[test]
-fn the_audit_of_a_sessions_entries_leaves_every_owned_entry() {
-    let server = RedisServer::shared();
-    let ttl = Duration::from_secs(1);
-    let c = RedisClient::builder(server.url())
-        .ttl(ttl)
-        .connect()
-        .unwrap();
-    integration::owned::every_owned_entry_stays(&c, &name("audit"), ttl * 4);
-    c.close().unwrap();
-}
