@@ -14,6 +14,7 @@
 //!   never blocks (it is called from `Drop`) and retries on the backend's
 //!   runtime.
 
+use std::fmt;
 use std::future::Future;
 use std::time::{Duration, Instant};
 
@@ -21,7 +22,7 @@ use crate::election::LeaderObserver;
 use crate::error::Result;
 use crate::fence::FencingToken;
 use crate::loss::{LossSignal, LossTrigger};
-use crate::runtime::Runtime;
+use crate::runtime::{Boxed, Runtime};
 
 /// Something held under a lease: a lock, a permit, a leadership.
 pub trait HeldLease: Send + 'static {
@@ -46,6 +47,51 @@ pub trait HeldLease: Send + 'static {
     fn release_in_background(self)
     where
         Self: Sized;
+
+    /// Give it up as a future for the client's runtime: what
+    /// [`release`](HeldLease::release) waits for, for a caller that
+    /// releases several leases of one client in one blocking call (a
+    /// multi-lock's parts, all at once). The loss signal fires at once;
+    /// the future ends within the RPC timeout, and an unconfirmed release
+    /// goes on in the background as `release`'s does. `Err(self)`: this
+    /// lease has no such future, and is to be released with `release`.
+    ///
+    /// # Errors
+    ///
+    /// `self`, untouched, as said.
+    fn release_later(self) -> std::result::Result<Releasing, Self>
+    where
+        Self: Sized,
+    {
+        Err(self)
+    }
+}
+
+/// A release handed over as a future ([`HeldLease::release_later`]).
+pub struct Releasing {
+    /// The client's runtime, where the future runs.
+    pub runtime: Runtime,
+    /// The release: `Ok` once the store confirmed it.
+    pub future: Boxed<()>,
+}
+
+impl Releasing {
+    /// The same release, with `kept` dropped only once it is done.
+    pub(crate) fn keeping<K: Send + 'static>(self, kept: K) -> Releasing {
+        let Releasing { runtime, future } = self;
+        let future: Boxed<()> = Box::pin(async move {
+            let done = future.await;
+            drop(kept);
+            done
+        });
+        Releasing { runtime, future }
+    }
+}
+
+impl fmt::Debug for Releasing {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Releasing").finish_non_exhaustive()
+    }
 }
 
 /// A held lease that carries a fencing token ordered across holders.

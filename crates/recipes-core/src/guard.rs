@@ -3,11 +3,12 @@
 
 use std::time::{Duration, Instant};
 
-use crate::backend::HeldLease;
+use crate::backend::{HeldLease, Releasing};
 use crate::clock::BootInstant;
 use crate::error::{Error, Result};
 use crate::loss::LossSignal;
 use crate::metrics::Labels;
+use crate::runtime::Boxed;
 
 /// The held lease inside a guard; gone only after release.
 #[derive(Debug)]
@@ -89,6 +90,35 @@ impl<L: HeldLease> Hold<L> {
         match lost_before {
             Some(reason) => Err(Error::LeaseLost { reason }),
             None => released,
+        }
+    }
+}
+
+impl<L: HeldLease> Hold<L> {
+    /// [`release`](Hold::release) as a future for the client's runtime
+    /// (see [`HeldLease::release_later`]), with the same outcome; `Err`
+    /// (the hold untouched) when the lease has none.
+    pub(crate) fn release_later(mut self) -> std::result::Result<Releasing, Hold<L>> {
+        let Some(lease) = self.lease.take() else {
+            return Err(self);
+        };
+        let lost_before = self.signal.reason();
+        match lease.release_later() {
+            Err(lease) => {
+                self.lease = Some(lease);
+                Err(self)
+            }
+            Ok(Releasing { runtime, future }) => {
+                self.ended();
+                let future: Boxed<()> = Box::pin(async move {
+                    let released = future.await.map_err(Error::unconfirmed);
+                    match lost_before {
+                        Some(reason) => Err(Error::LeaseLost { reason }),
+                        None => released,
+                    }
+                });
+                Ok(Releasing { runtime, future })
+            }
         }
     }
 }

@@ -9,13 +9,13 @@ use std::future::Future;
 use std::ops::Deref;
 use std::time::Duration;
 
-use crate::backend::{FencedLease, HeldLease, LeadershipLease};
+use crate::backend::{FencedLease, HeldLease, LeadershipLease, Releasing};
 use crate::client::FencedWrites;
 use crate::error::{Error, Result};
 use crate::fence::FencingToken;
 use crate::limits::quote;
 use crate::loss::{LossReason, LossSignal, LossTrigger};
-use crate::runtime::Runtime;
+use crate::runtime::{Boxed, Runtime};
 
 /// One write fenced by a held entry: applied only while the entry exists.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -234,14 +234,44 @@ impl<E: StoreEntry> HeldLease for HeldEntry<E> {
 
     fn release_in_background(self) {
         self.trigger.fire(LossReason::Released);
-        let e = &self.entry;
-        if !e.runtime().spawn(e.clone().delete_until_done()) {
-            log::warn!(
-                "[{}] client closed: {} stays until its session ends",
-                e.label(),
-                e.holder()
-            );
-        }
+        delete_in_background(&self.entry);
+    }
+
+    /// The delete of [`release`](HeldLease::release), bounded by the RPC
+    /// timeout inside the future.
+    fn release_later(self) -> std::result::Result<Releasing, Self> {
+        self.trigger.fire(LossReason::Released);
+        let e = self.entry;
+        let runtime = e.runtime().clone();
+        let future: Boxed<()> = Box::pin(async move {
+            let timeout = e.rpc_timeout();
+            let err = match tokio::time::timeout(timeout, e.clone().delete()).await {
+                Ok(Ok(())) => {
+                    e.released();
+                    return Ok(());
+                }
+                Ok(Err(err)) => err,
+                Err(_) => Error::Timeout {
+                    what: "release".to_owned(),
+                    after: timeout,
+                },
+            };
+            // Keep trying in the background; the session bounds it.
+            delete_in_background(&e);
+            Err(err)
+        });
+        Ok(Releasing { runtime, future })
+    }
+}
+
+/// Hand the delete of `e` to its runtime, retried while its session lives.
+fn delete_in_background<E: StoreEntry>(e: &E) {
+    if !e.runtime().spawn(e.clone().delete_until_done()) {
+        log::warn!(
+            "[{}] client closed: {} stays until its session ends",
+            e.label(),
+            e.holder()
+        );
     }
 }
 

@@ -138,8 +138,8 @@ pub use tls::{Tls, TlsFiles, TlsProblem};
 /// are at the crate's root.
 pub mod store {
     pub use crate::backend::{
-        ElectionBackend, FencedLease, HeldLease, LeadershipLease, MutexBackend, RwLockBackend,
-        SemaphoreBackend,
+        ElectionBackend, FencedLease, HeldLease, LeadershipLease, MutexBackend, Releasing,
+        RwLockBackend, SemaphoreBackend,
     };
     pub use crate::backoff::Backoff;
     pub use crate::barrier::{check_count, OnRuntime};

@@ -7,14 +7,18 @@ use std::time::{Duration, Instant};
 
 use parking_lot::Mutex as PlMutex;
 
-use crate::client::{Client, FencedWrites};
+use crate::client::Client;
 use crate::error::{Error, Result};
 use crate::fence::FencingToken;
 use crate::guard::{deadline_after, unbounded_wait_ended};
 use crate::loss::LossSignal;
-use crate::mutex::{Mutex, MutexGuard};
-use crate::queue_lock::{LockStore, QueueLock};
-use crate::rw_lock::{Access, RwLock, RwLockReadGuard, RwLockWriteGuard};
+use crate::mutex::Mutex;
+use crate::queue_lock::QueueLock;
+use crate::rw_lock::{Access, RwLock};
+
+mod held;
+
+use held::{give_back, release_all, Held};
 
 /// The most names one multi-lock takes. Each name is a lock of its own,
 /// taken one after the other: a list longer than this is almost surely a
@@ -37,64 +41,6 @@ pub enum LockKind {
 enum PartLock<C: Client> {
     Mutex(Mutex<QueueLock<C>>),
     Rw(RwLock<QueueLock<C>>, Access),
-}
-
-type MutexLease<C> = <C as LockStore>::Lease;
-
-enum Held<C: Client> {
-    Mutex(MutexGuard<MutexLease<C>>),
-    Read(RwLockReadGuard<QueueLock<C>>),
-    Write(RwLockWriteGuard<QueueLock<C>>),
-}
-
-impl<C: Client> Held<C> {
-    fn token(&self) -> FencingToken {
-        match self {
-            Held::Mutex(g) => g.token(),
-            Held::Read(g) => g.token(),
-            Held::Write(g) => g.token(),
-        }
-    }
-
-    fn holder(&self) -> &str {
-        match self {
-            Held::Mutex(g) => g.holder(),
-            Held::Read(g) => g.holder(),
-            Held::Write(g) => g.holder(),
-        }
-    }
-
-    fn lost(&self) -> &LossSignal {
-        match self {
-            Held::Mutex(g) => g.lost(),
-            Held::Read(g) => g.lost(),
-            Held::Write(g) => g.lost(),
-        }
-    }
-
-    fn release(self) -> Result<()> {
-        match self {
-            Held::Mutex(g) => g.release(),
-            Held::Read(g) => g.release(),
-            Held::Write(g) => g.release(),
-        }
-    }
-
-    fn put(&self, key: &str, value: &[u8]) -> Result<()> {
-        match self {
-            Held::Mutex(g) => g.lease().put(key, value),
-            Held::Read(g) => g.lease().put(key, value),
-            Held::Write(g) => g.lease().put(key, value),
-        }
-    }
-
-    fn delete(&self, key: &str) -> Result<()> {
-        match self {
-            Held::Mutex(g) => g.lease().delete(key),
-            Held::Read(g) => g.lease().delete(key),
-            Held::Write(g) => g.lease().delete(key),
-        }
-    }
 }
 
 /// Several locks taken all or nothing: mutexes, and the read or write
@@ -247,50 +193,6 @@ fn take<G, H>(got: Result<Option<G>>, wrap: impl FnOnce(G) -> H) -> Result<Optio
     got.map(|g| g.map(wrap))
 }
 
-/// Give back what a failed acquisition took, newest first, waiting for
-/// each (a release the store does not confirm goes on in the background).
-fn give_back<C: Client>(held: Vec<(String, Held<C>)>) {
-    for (name, released) in release_all(held) {
-        if let Err(e) = released {
-            log::debug!("multi-lock: giving back {name}: {e}");
-        }
-    }
-}
-
-/// Release every part at once, each on a thread of its own: a round trip
-/// in all, and at most one RPC timeout when the store does not answer,
-/// where one part after the other took a round trip, or a timeout, each.
-/// A part whose thread cannot be started is released on the caller's.
-/// Each part's result, the newest part first.
-fn release_all<C: Client>(held: Vec<(String, Held<C>)>) -> Vec<(String, Result<()>)> {
-    if held.len() < 2 {
-        return held.into_iter().map(|(n, h)| (n, h.release())).collect();
-    }
-    std::thread::scope(|scope| {
-        let started: Vec<_> = held
-            .into_iter()
-            .rev()
-            .map(|(name, h)| {
-                let slot = Arc::new(PlMutex::new(Some(h)));
-                let theirs = slot.clone();
-                let thread = std::thread::Builder::new()
-                    .name("recipes-release".into())
-                    .spawn_scoped(scope, move || theirs.lock().take().map(Held::release));
-                (name, slot, thread.ok())
-            })
-            .collect();
-        let joined = started.into_iter().map(|(name, slot, thread)| {
-            let released = match thread {
-                Some(t) => t.join().unwrap_or_else(|p| std::panic::resume_unwind(p)),
-                // Not started: the part is still in its slot.
-                None => slot.lock().take().map(Held::release),
-            };
-            (name, released.unwrap_or(Ok(())))
-        });
-        joined.collect()
-    })
-}
-
 /// The names sorted: none twice, none inside another, within the limit.
 fn check_names(sorted: &[(&str, LockKind)]) -> Result<()> {
     if sorted.is_empty() {
@@ -422,7 +324,7 @@ impl<C: Client> MultiLockGuard<C> {
     }
 
     /// A write of `value` at `key`, fenced in the store by `name`'s
-    /// holding (see [`FencedWrites::put`]).
+    /// holding (see [`FencedWrites::put`](crate::FencedWrites::put)).
     ///
     /// # Errors
     ///
@@ -457,7 +359,7 @@ impl<C: Client> MultiLockGuard<C> {
     /// # Errors
     ///
     /// The first error of any one release (every release is tried): as for
-    /// [`MutexGuard::release`].
+    /// [`MutexGuard::release`](crate::MutexGuard::release).
     pub fn release(self) -> Result<()> {
         let mut released = release_all(self.held).into_iter().map(|(_, r)| r);
         released.find(Result::is_err).unwrap_or(Ok(()))

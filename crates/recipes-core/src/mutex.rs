@@ -3,7 +3,7 @@
 use std::fmt;
 use std::time::{Duration, Instant};
 
-use crate::backend::{FencedLease, MutexBackend};
+use crate::backend::{FencedLease, MutexBackend, Releasing};
 use crate::error::Result;
 use crate::fence::FencingToken;
 use crate::guard::{deadline_after, lease_accessors, unbounded_wait_ended, Hold};
@@ -173,6 +173,15 @@ impl<L: FencedLease> MutexGuard<L> {
     /// - other backend errors.
     pub fn release(self) -> Result<()> {
         self.hold.release()
+    }
+
+    /// [`release`](MutexGuard::release) as a future for the client's
+    /// runtime (see [`HeldLease::release_later`](crate::store::HeldLease::release_later));
+    /// `Err` (the guard untouched) when its lease has none.
+    pub(crate) fn release_later(self) -> std::result::Result<Releasing, Self> {
+        let MutexGuard { hold, token } = self;
+        hold.release_later()
+            .map_err(|hold| MutexGuard { hold, token })
     }
 }
 

@@ -7,7 +7,7 @@ use std::time::{Duration, Instant};
 
 use parking_lot::Mutex as PlMutex;
 
-use crate::backend::{FencedLease, RwLockBackend};
+use crate::backend::{FencedLease, Releasing, RwLockBackend};
 use crate::error::{Error, Result};
 use crate::fence::FencingToken;
 use crate::guard::{deadline_after, lease_accessors, unbounded_wait_ended, Hold};
@@ -328,6 +328,26 @@ impl<B: RwLockBackend> RwLockReadGuard<B> {
     pub fn release(self) -> Result<()> {
         self.hold.release()
     }
+
+    /// [`release`](RwLockReadGuard::release) as a future for the client's
+    /// runtime, which keeps the guard's place among its handle's readers
+    /// until the release is done; `Err` (the guard untouched) when its
+    /// lease has none.
+    pub(crate) fn release_later(self) -> std::result::Result<Releasing, Self> {
+        let RwLockReadGuard {
+            hold,
+            token,
+            reader,
+        } = self;
+        match hold.release_later() {
+            Ok(r) => Ok(r.keeping(reader)),
+            Err(hold) => Err(RwLockReadGuard {
+                hold,
+                token,
+                reader,
+            }),
+        }
+    }
 }
 
 impl<B: RwLockBackend> fmt::Debug for RwLockReadGuard<B> {
@@ -392,6 +412,24 @@ impl<B: RwLockBackend> RwLockWriteGuard<B> {
     /// As for [`MutexGuard::release`](crate::MutexGuard::release).
     pub fn release(self) -> Result<()> {
         self.hold.release()
+    }
+
+    /// [`release`](RwLockWriteGuard::release) as a future for the client's
+    /// runtime; `Err` (the guard untouched) when its lease has none.
+    pub(crate) fn release_later(self) -> std::result::Result<Releasing, Self> {
+        let RwLockWriteGuard {
+            hold,
+            token,
+            shared,
+        } = self;
+        match hold.release_later() {
+            Ok(r) => Ok(r.keeping(shared)),
+            Err(hold) => Err(RwLockWriteGuard {
+                hold,
+                token,
+                shared,
+            }),
+        }
     }
 }
 
