@@ -35,6 +35,14 @@ pub(super) async fn renew<S: LeaseStore>(s: Arc<LeaseSession<S>>) {
     // The lease was just granted (or acknowledged): the first renewal is
     // due an interval from now.
     let mut broke = false;
+    // The audits' clock, kept across re-opened streams: a stream that
+    // breaks more often than an audit is due must not put it off for good.
+    let every = interval * AUDIT_EVERY;
+    let mut audit_due = S::AUDITS.then(|| {
+        let mut tick = tokio::time::interval_at(tokio::time::Instant::now() + every, every);
+        tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+        tick
+    });
     loop {
         if s.stop.is_stopped() {
             return;
@@ -90,7 +98,7 @@ pub(super) async fn renew<S: LeaseStore>(s: Arc<LeaseSession<S>>) {
         // The audits run while renewals do (never when the loop ended).
         let end = tokio::select! {
             end = end => end,
-            never = audits(&s, &store, interval) => match never {},
+            never = audits(&s, &store, audit_due.as_mut()) => match never {},
         };
         // Pauses grow while renewals keep failing, and start small again
         // once one was acknowledged.
@@ -108,17 +116,16 @@ pub(super) async fn renew<S: LeaseStore>(s: Arc<LeaseSession<S>>) {
     }
 }
 
-/// Every [`AUDIT_EVERY`] renewal intervals while the lease lives, the
-/// store's [`audit`](LeaseStore::audit) of its entries, in a task of its
-/// own; never resolves (nothing at all for a store that does not audit).
+/// At each tick of `due` (every [`AUDIT_EVERY`] renewal intervals) while
+/// the lease lives, the store's [`audit`](LeaseStore::audit) of its
+/// entries, in a task of its own; never resolves (nothing at all for a
+/// store that does not audit: no `due`).
 async fn audits<S: LeaseStore>(
     s: &LeaseSession<S>,
     store: &S,
-    interval: Duration,
+    due: Option<&mut tokio::time::Interval>,
 ) -> std::convert::Infallible {
-    if S::AUDITS {
-        let every = interval * AUDIT_EVERY;
-        let mut tick = tokio::time::interval_at(tokio::time::Instant::now() + every, every);
+    if let Some(tick) = due {
         loop {
             tick.tick().await;
             if !s.epoch.is_lost() {

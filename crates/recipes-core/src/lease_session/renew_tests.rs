@@ -2,6 +2,7 @@
 //! go unanswered cost no lease while the store answers again in time.
 
 use std::collections::VecDeque;
+use std::future::Future;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -30,6 +31,8 @@ struct Scripted {
     script: Arc<Mutex<VecDeque<Step>>>,
     /// Told of every renewal granted.
     granted: crossbeam_channel::Sender<()>,
+    /// Told of every audit of the session's entries.
+    audited: crossbeam_channel::Sender<()>,
 }
 
 struct Stream {
@@ -81,19 +84,37 @@ impl LeaseStore for Scripted {
     async fn revoke(&self, _id: i64, _timeout: Duration) -> Result<()> {
         Ok(())
     }
+
+    const AUDITS: bool = true;
+
+    fn audit(&self, _id: i64, _timeout: Duration) -> impl Future<Output = ()> + Send + 'static {
+        let audited = self.audited.clone();
+        async move {
+            let _ = audited.send(());
+        }
+    }
 }
 
 /// A session of a 3 s TTL (a renewal every second; the deadline 2.9 s
 /// after the last renewal acknowledged) over a store that does `steps` to
-/// the first renewals, then renews: it must still hold once the store
-/// renewed again.
-fn holds_across(steps: &[Step]) {
+/// the first renewals, then renews; its renewals granted and its audits,
+/// as they come.
+fn session_over(
+    steps: &[Step],
+) -> (
+    Runtime,
+    Arc<LeaseSession<Scripted>>,
+    crossbeam_channel::Receiver<()>,
+    crossbeam_channel::Receiver<()>,
+) {
     let ttl = Duration::from_secs(3);
     let (granted, renewed) = crossbeam_channel::unbounded();
+    let (audited, audits) = crossbeam_channel::unbounded();
     let store = Scripted {
         ttl,
         script: Arc::new(Mutex::new(steps.iter().copied().collect())),
         granted,
+        audited,
     };
     let rt = Runtime::new("renew-test").unwrap();
     let settings = Settings {
@@ -103,6 +124,13 @@ fn holds_across(steps: &[Step]) {
     let on = rt.clone();
     let granted = async move { LeaseSession::grant(store, &settings, &on, false).await };
     let session = rt.call("grant", Duration::from_secs(10), granted).unwrap();
+    (rt, session, renewed, audits)
+}
+
+/// Over a store that does `steps` to the first renewals, then renews: the
+/// session must still hold once the store renewed again.
+fn holds_across(steps: &[Step]) {
+    let (_rt, session, renewed, _) = session_over(steps);
     let lost = session.epoch().signal();
     crossbeam_channel::select! {
         recv(renewed) -> _ => {}
@@ -120,4 +148,21 @@ fn two_renewals_failing_at_once_cost_no_lease() {
 #[test]
 fn a_renewal_never_answered_is_sent_again_before_the_deadline() {
     holds_across(&[Step::Hang]);
+}
+
+/// A renewal stream that breaks more often than an audit is due (every
+/// other renewal fails, so each stream lives two renewal intervals, the
+/// audits come every three) does not put the audits off: their clock runs
+/// across the streams.
+#[test]
+fn the_audits_come_while_the_renewal_stream_keeps_breaking() {
+    let steps: Vec<Step> = (0..40).flat_map(|_| [Step::Grant, Step::Fail]).collect();
+    let (_rt, session, _, audits) = session_over(&steps);
+    let lost = session.epoch().signal();
+    crossbeam_channel::select! {
+        recv(audits) -> _ => {}
+        recv(lost.receiver()) -> _ => panic!("the lease was lost"),
+        default(Duration::from_secs(20)) => panic!("no audit in 20 s while the stream kept breaking"),
+    }
+    assert!(!session.epoch().is_lost(), "lost");
 }
