@@ -9,7 +9,7 @@ mod pg_common;
 
 use std::time::Duration;
 
-use integration::{scale, wait_until, PgServer, Proxy};
+use integration::{scale, wait_for, wait_until, PgServer, Proxy};
 use pg_common::*;
 use recipes_core::{Client, LossSignal};
 use recipes_pg::PgClient;
@@ -97,6 +97,63 @@ fn next_waits_out_a_holder_whose_row_was_truncated(
         "the next holder held while the cut-off one still believed it held"
     );
     drop(taken);
+    proxy.restore();
+    drop(held);
+    b.close().unwrap();
+}
+
+/// A heartbeat of the lock connection that runs after a try took the key
+/// and stamped it, but before the client knows it holds (the take's reply
+/// held up), renews the lock session: it must stamp the key too. (It
+/// stamped nothing, the key not yet among those it stamps, and its
+/// acknowledgement moved the holder's deadline past the key's stamp: the
+/// holder, then cut off and its backend ended by the server, still
+/// believed it held when the next one, having waited out the stamp, held.)
+#[test]
+fn fault_session_mode_a_heartbeat_while_a_take_is_answered_stamps_the_key() {
+    let server = PgServer::start();
+    let proxy = Proxy::start(server.addr());
+    let via = format!("postgresql://postgres@{}/recipes", proxy.addr());
+    let ttl = Duration::from_secs(3);
+    let (a, b) = (
+        session_client(&via, ttl),
+        session_client(&server.url(), ttl),
+    );
+    let lock = name("beat-while-taken");
+    let m = a.mutex(&lock).unwrap();
+    // A lock connection with the take's statement prepared, kept idle for
+    // the next acquisition: a take that needs no reply before it runs.
+    m.lock().unwrap().release().unwrap();
+    proxy.freeze_replies();
+    let taking = std::thread::spawn(move || m.try_lock());
+    let bound = scale(Duration::from_secs(10));
+    let pid = wait_for("the take ran at the server", bound, || {
+        Some(holder_pid(&server)).filter(|pid| !pid.is_empty())
+    });
+    let took = server.sql("SELECT clock_timestamp()");
+    // The lock connection's next heartbeat is due a third of the TTL
+    // after its session began: it runs behind the take, unless it waits
+    // for the take to be known (then it never runs while the reply is
+    // held, and the reply is let through after half the TTL).
+    let beat = format!(
+        "SELECT count(*) FROM pg_stat_activity WHERE pid = {pid}          AND query_start > '{}'::timestamptz AND query LIKE 'WITH ok AS%'",
+        took.trim()
+    );
+    let until = std::time::Instant::now() + ttl / 2;
+    while server.sql(&beat).trim() != "1" && std::time::Instant::now() < until {
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    proxy.restore();
+    let held = taking.join().unwrap().unwrap().expect("the lock was free");
+    let lost = held.lost().clone();
+    proxy.blackhole();
+    server.sql(&format!("SELECT pg_terminate_backend({pid})"));
+    let next = b.mutex(&lock).unwrap().lock().unwrap();
+    assert!(
+        lost.is_lost(),
+        "the next holder held while the cut-off one still believed it held"
+    );
+    drop(next);
     proxy.restore();
     drop(held);
     b.close().unwrap();

@@ -85,10 +85,12 @@ pub(crate) struct LockConn {
     /// Whether a long wait runs on it (heartbeats then go elsewhere),
     /// changed and read under `gate`.
     pub(super) waiting: std::sync::atomic::AtomicBool,
-    /// Held by a heartbeat while it runs on this connection, and by a
-    /// wait while it says it begins: no heartbeat sent here queues behind
-    /// a wait.
-    pub(super) gate: tokio::sync::Mutex<()>,
+    /// Held by a heartbeat while it runs on this connection, by a wait
+    /// while it says it begins (no heartbeat sent here queues behind a
+    /// wait), and by an acquisition from before the statement that stamps
+    /// its key until the key is among those the heartbeats stamp
+    /// ([`LockConn::stamping`]).
+    pub(super) gate: Arc<tokio::sync::Mutex<()>>,
     /// A cancel of an abandoned wait was sent for this backend (on
     /// another connection, so it may arrive late): the connection is never
     /// used for another acquisition, whose statement the cancel could hit.
@@ -143,6 +145,16 @@ impl LockConn {
     /// Whether a cancel was sent for this backend ([`LongWait`]).
     fn was_cancelled(&self) -> bool {
         self.cancelled.load(std::sync::atomic::Ordering::SeqCst)
+    }
+
+    /// Hold the heartbeats back until the guard is dropped: taken before a
+    /// statement that may stamp a key we take, and kept until
+    /// [`took`](LockConn::took) registered it. A heartbeat sent meanwhile
+    /// would stamp only the keys it knew of, and its acknowledgement
+    /// would still move the lock session's deadline past the key's stamp
+    /// — the deadline a next holder waits out when our backend is ended.
+    pub(crate) async fn stamping(&self) -> tokio::sync::OwnedMutexGuard<()> {
+        self.gate.clone().lock_owned().await
     }
 
     /// A key taken on this connection.

@@ -150,6 +150,9 @@ pub(crate) struct Ticket {
     key: Option<i64>,
     /// What a try minted in its statement (`mint::take_and_mint`).
     minted: Option<Minted>,
+    /// The heartbeats held back from before a statement that stamped our
+    /// key until confirm registers it ([`LockConn::stamping`]).
+    stamping: Option<tokio::sync::OwnedMutexGuard<()>>,
     rpc_timeout: Duration,
 }
 
@@ -266,6 +269,7 @@ impl SlotDriver for AdvisorySlots<'_> {
             key_name,
             key: None,
             minted: None,
+            stamping: None,
             rpc_timeout: self.client.rpc_timeout(),
         }
     }
@@ -293,12 +297,14 @@ impl SlotDriver for AdvisorySlots<'_> {
             let ttl = self.beat_ttl();
             let (ns, pid) = (t.namespace, t.conn.pid);
             let (name, kind, key) = (self.name, self.kind, &t.key_name);
+            let stamping = t.conn.stamping().await;
             let tried = take_and_mint(self.client, on, ns, name, kind, key, pid, ttl).await?;
             return Ok(match tried {
                 Tried::Busy => false,
                 Tried::Took { key, minted } => {
                     t.key = Some(key);
                     t.minted = Some(minted);
+                    t.stamping = Some(stamping);
                     true
                 }
             });
@@ -388,7 +394,8 @@ impl SlotDriver for AdvisorySlots<'_> {
             reader: self.shared,
         };
         // The fence, and the wait before our heartbeat is stamped (none:
-        // stamped already).
+        // stamped already). The heartbeats are held back while a stamp of
+        // ours is not yet theirs to renew (`LockConn::stamping`).
         let (fence, wait) = match t.minted.take() {
             Some(Minted {
                 fence,
@@ -397,23 +404,30 @@ impl SlotDriver for AdvisorySlots<'_> {
             // A try's stamp was left out: the key's row said a previous
             // holder may still believe it holds; how long is read afresh.
             Some(Minted { fence, .. }) => {
+                t.stamping = None;
                 (fence, Some(remaining(self.client, c, &t.beat_row).await?))
             }
             None => {
                 let (name, kind) = (self.name, self.kind);
+                t.stamping = Some(t.conn.stamping().await);
                 let (fence, left) =
                     mint_fence(self.client, c, name, kind, &t.key_name, beat, ttl).await?;
                 (fence, (!left.is_zero()).then_some(left))
             }
         };
         if let Some(left) = wait {
+            // Not stamped: nothing to hold the heartbeats back for while
+            // the previous holder's deadline is waited out.
+            t.stamping = None;
             tokio::time::sleep(left).await;
+            t.stamping = Some(t.conn.stamping().await);
             stamp(self.client, c.client, &t.beat_row, ttl).await?;
         }
         // From now on the heartbeats check and stamp the key.
         if let Some(key) = t.key {
             t.conn.took(key, &t.beat_row);
         }
+        t.stamping = None;
         // The heartbeats check the name's row as our fenced writes do
         // (`advisory_lock.rs`): a lock's fence stays the name's while it
         // holds; a reader's token is not the name's fence, but no writer's
