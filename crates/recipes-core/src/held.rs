@@ -256,6 +256,8 @@ impl<E: StoreEntry> HeldLease for HeldEntry<E> {
                     after: timeout,
                 },
             };
+            // Counted as the blocking release's call counts it.
+            crate::metrics::error(e.runtime().store(), &err);
             // Keep trying in the background; the session bounds it.
             delete_in_background(&e);
             Err(err)

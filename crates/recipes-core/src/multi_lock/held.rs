@@ -4,7 +4,7 @@ use crate::backend::Releasing;
 use crate::client::{Client, FencedWrites};
 use crate::error::{Error, Result};
 use crate::fence::FencingToken;
-use crate::loss::LossSignal;
+use crate::loss::{LossReason, LossSignal};
 use crate::mutex::MutexGuard;
 use crate::queue_lock::{LockStore, QueueLock};
 use crate::rw_lock::{RwLockReadGuard, RwLockWriteGuard};
@@ -115,30 +115,31 @@ pub(super) fn release_all<C: Client>(held: Vec<(String, Held<C>)>) -> Vec<(Strin
     };
     // Each handed to the runtime first, so that it goes on whatever
     // becomes of the call that waits for them.
-    let answers: Vec<_> = futures
-        .into_iter()
-        .map(|future| {
+    let answers: Vec<_> = (names.iter().zip(futures))
+        .map(|(name, future)| {
             let (tx, rx) = tokio::sync::oneshot::channel();
-            runtime.spawn(async move {
+            let spawned = runtime.spawn(async move {
                 let _ = tx.send(future.await);
             });
+            if !spawned {
+                log::warn!("multi-lock: client closed: {name} stays until its session ends");
+            }
             rx
         })
         .collect();
     let all = Box::pin(async move {
         let mut done = Vec::with_capacity(answers.len());
         for answer in answers {
-            done.push(answer.await.unwrap_or(Err(Error::Closed)));
+            // Never answered: the client closed first (its loss fired).
+            let closed = Error::LeaseLost {
+                reason: LossReason::Closed,
+            };
+            done.push(answer.await.unwrap_or(Err(closed)));
         }
         Ok(done)
     });
     match runtime.call_boxed("release a multi-lock", None, all) {
-        Ok(done) => {
-            for e in done.iter().filter_map(|d| d.as_ref().err()) {
-                crate::metrics::error(runtime.store(), e);
-            }
-            results.extend(names.into_iter().zip(done));
-        }
+        Ok(done) => results.extend(names.into_iter().zip(done)),
         Err(e) => results.extend(names.into_iter().map(|n| (n, Err(e.clone())))),
     }
     results
