@@ -136,7 +136,8 @@ fn fault_session_mode_a_heartbeat_while_a_take_is_answered_stamps_the_key() {
     // for the take to be known (then it never runs while the reply is
     // held, and the reply is let through after half the TTL).
     let beat = format!(
-        "SELECT count(*) FROM pg_stat_activity WHERE pid = {pid}          AND query_start > '{}'::timestamptz AND query LIKE 'WITH ok AS%'",
+        "SELECT count(*) FROM pg_stat_activity WHERE pid = {pid} \
+         AND query_start > '{}'::timestamptz AND query LIKE 'WITH ok AS%'",
         took.trim()
     );
     let until = std::time::Instant::now() + ttl / 2;
@@ -155,6 +156,83 @@ fn fault_session_mode_a_heartbeat_while_a_take_is_answered_stamps_the_key() {
     );
     drop(next);
     proxy.restore();
+    drop(held);
+    b.close().unwrap();
+}
+
+/// An acquisition that waits out a previous holder's deadline, and whose
+/// lock connection stops answering meanwhile (a heartbeat's reply never
+/// comes), ends its attempt within about an RPC timeout once the wait is
+/// over, and starts over on a new connection: its wait for the heartbeats
+/// to be held back is bounded, as is each heartbeat. (It waited on the
+/// unanswered heartbeat for as long as the connection lived.)
+#[test]
+fn fault_session_mode_a_take_whose_connection_stops_answering_starts_over() {
+    let server = PgServer::start();
+    let proxy = Proxy::start(server.addr());
+    let via = format!("postgresql://postgres@{}/recipes", proxy.addr());
+    let facts = integration::PgFacts::new(server.addr());
+    let lock = name("beat-hangs");
+    // A holder whose backend ends with its stamp live (4 s to wait out).
+    let x = session_client(&server.url(), Duration::from_secs(4));
+    let held = x.mutex(&lock).unwrap().lock().unwrap();
+    server.sql(&format!(
+        "SELECT pg_terminate_backend({})",
+        holder_pid(&server)
+    ));
+    let b = PgClient::builder(&via)
+        .ttl(Duration::from_secs(3))
+        .rpc_timeout(Duration::from_secs(1))
+        .connect_timeout(Duration::from_secs(2))
+        .session_mode()
+        .connect()
+        .unwrap();
+    // A lock connection with its statements prepared, kept idle.
+    b.mutex(&name("beat-hangs-warm"))
+        .unwrap()
+        .lock()
+        .unwrap()
+        .release()
+        .unwrap();
+    let m = b.mutex(&lock).unwrap();
+    let (tx, taken) = crossbeam_channel::bounded(1);
+    std::thread::spawn(move || {
+        let _ = tx.send(m.lock().map(|g| g.release()));
+    });
+    let bound = scale(Duration::from_secs(10));
+    let pid = wait_for("B took the key", bound, || {
+        Some(holder_pid(&server)).filter(|pid| !pid.is_empty())
+    });
+    // B read how long to wait the previous holder out, and waits.
+    let waits = format!(
+        "SELECT count(*) FROM pg_stat_activity WHERE pid = {pid} AND state = 'idle' \
+         AND query LIKE 'SELECT max(extract(epoch FROM beat_at%'"
+    );
+    wait_until("B waits the holder out", bound, || {
+        server.sql(&waits).trim() == "1"
+    });
+    let connections = proxy.accepted_count();
+    proxy.freeze_replies();
+    wait_until("B gave the key back", bound, || {
+        facts.advisory(&lock, true).is_empty()
+    });
+    // Its attempt ended: it starts over on a new lock connection, while
+    // the old one still does not answer.
+    wait_until("B started over", bound, || {
+        proxy.accepted_count() > connections
+    });
+    proxy.restore();
+    // B starts over and holds once the server answers again (its guard may
+    // be lost by the time it releases: the cut left it a lock session
+    // short of time, which its release then reports).
+    let released = taken.recv_timeout(scale(Duration::from_secs(20)));
+    assert!(
+        matches!(
+            released,
+            Ok(Ok(Ok(()) | Err(recipes_core::Error::LeaseLost { .. })))
+        ),
+        "B's lock once its connection answers again: {released:?}"
+    );
     drop(held);
     b.close().unwrap();
 }

@@ -121,6 +121,15 @@ async fn stamp(
     .map(drop)
 }
 
+/// The heartbeats of `t`'s connection held back ([`LockConn::stamping`]),
+/// waited for an RPC timeout at most: a heartbeat that holds them back in
+/// turn may not be answered (its connection cut off), and the
+/// acquisition, which holds nothing it could lose yet, then starts over.
+async fn hold_heartbeats(t: &Ticket) -> Result<tokio::sync::OwnedMutexGuard<()>> {
+    let what = "hold the lock connection's heartbeats back";
+    recipes_core::store::within(what, t.rpc_timeout, async { Ok(t.conn.stamping().await) }).await
+}
+
 /// An acquisition's lock session, ended on drop unless it won.
 pub(crate) struct Epoch {
     session: Option<Arc<LockSession>>,
@@ -297,7 +306,7 @@ impl SlotDriver for AdvisorySlots<'_> {
             let ttl = self.beat_ttl();
             let (ns, pid) = (t.namespace, t.conn.pid);
             let (name, kind, key) = (self.name, self.kind, &t.key_name);
-            let stamping = t.conn.stamping().await;
+            let stamping = hold_heartbeats(t).await?;
             let tried = take_and_mint(self.client, on, ns, name, kind, key, pid, ttl).await?;
             return Ok(match tried {
                 Tried::Busy => false,
@@ -409,7 +418,7 @@ impl SlotDriver for AdvisorySlots<'_> {
             }
             None => {
                 let (name, kind) = (self.name, self.kind);
-                t.stamping = Some(t.conn.stamping().await);
+                t.stamping = Some(hold_heartbeats(t).await?);
                 let (fence, left) =
                     mint_fence(self.client, c, name, kind, &t.key_name, beat, ttl).await?;
                 (fence, (!left.is_zero()).then_some(left))
@@ -420,7 +429,7 @@ impl SlotDriver for AdvisorySlots<'_> {
             // the previous holder's deadline is waited out.
             t.stamping = None;
             tokio::time::sleep(left).await;
-            t.stamping = Some(t.conn.stamping().await);
+            t.stamping = Some(hold_heartbeats(t).await?);
             stamp(self.client, c.client, &t.beat_row, ttl).await?;
         }
         // From now on the heartbeats check and stamp the key.

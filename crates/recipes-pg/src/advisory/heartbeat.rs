@@ -111,7 +111,17 @@ impl RenewalStream for Heartbeats {
                     Err(e) => Err(e),
                 };
             }
-            match conn.client.query_typed(HEARTBEAT, params).await {
+            // Bounded, so that a heartbeat its connection never answers
+            // lets go of the gate (an acquisition on this connection waits
+            // for it to stamp a key it takes).
+            let beat = conn.client.query_typed(HEARTBEAT, params);
+            let Ok(answered) = tokio::time::timeout(db.rpc_timeout(), beat).await else {
+                return Err(Error::Timeout {
+                    what: what.to_owned(),
+                    after: db.rpc_timeout(),
+                });
+            };
+            match answered {
                 Ok(rows) => Ok(rows.first().is_some_and(|r| r.get::<_, bool>(0))),
                 Err(e) => match from_pg(what, e) {
                     // The schema was dropped, our fences with it.
