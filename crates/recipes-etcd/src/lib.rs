@@ -84,9 +84,10 @@ pub use recipes_core;
 /// What users of this crate touch from `recipes-core`, so that one
 /// dependency line is enough; the whole core crate is [`recipes_core`].
 pub use recipes_core::{
-    BootInstant, Client, Contender, Error, FenceGate, FencedWrites, FencingToken, LatchEvent,
-    LeaderInfo, LeaderObserver, LossPolicy, LossReason, LossSignal, Participant, Result, Tls,
-    TlsProblem, DEFAULT_CONNECT_TIMEOUT, DEFAULT_RPC_TIMEOUT, DEFAULT_TTL, MAX_DURATION, MIN_TTL,
+    Access, BootInstant, Client, Contender, Error, FenceGate, FencedWrites, FencingToken,
+    LatchEvent, LeaderInfo, LeaderObserver, LockKind, LossPolicy, LossReason, LossSignal,
+    MultiLock, MultiLockGuard, Participant, Result, Tls, TlsProblem, DEFAULT_CONNECT_TIMEOUT,
+    DEFAULT_RPC_TIMEOUT, DEFAULT_TTL, MAX_DURATION, MAX_MULTI_LOCK_NAMES, MIN_TTL,
 };
 pub use rw_lock::{EtcdRwLock, RwLock, RwLockReadGuard, RwLockWriteGuard};
 pub use semaphore::{EtcdSemaphore, Semaphore, SemaphorePermit};

@@ -319,8 +319,9 @@ pub use recipes_core;
 /// dependency line is enough; the whole core crate is [`recipes_core`].
 pub use recipes_core::{
     Access, BootInstant, Client, Contender, Error, FenceGate, FencedWrites, FencingToken,
-    LatchEvent, LeaderInfo, LeaderObserver, LossReason, LossSignal, Participant, Result, Tls,
-    TlsProblem, DEFAULT_CONNECT_TIMEOUT, DEFAULT_RPC_TIMEOUT, DEFAULT_TTL, MAX_DURATION, MIN_TTL,
+    LatchEvent, LeaderInfo, LeaderObserver, LockKind, LossReason, LossSignal, MultiLock,
+    MultiLockGuard, Participant, Result, Tls, TlsProblem, DEFAULT_CONNECT_TIMEOUT,
+    DEFAULT_RPC_TIMEOUT, DEFAULT_TTL, MAX_DURATION, MAX_MULTI_LOCK_NAMES, MIN_TTL,
 };
 pub use rw_lock::{PgRwLock, RwLock};
 pub use semaphore::{PgSemaphore, Semaphore, SemaphorePermit};

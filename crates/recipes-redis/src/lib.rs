@@ -199,9 +199,9 @@ pub use recipes_core;
 /// dependency line is enough; the whole core crate is [`recipes_core`].
 pub use recipes_core::{
     Access, BootInstant, Client, Contender, Error, FenceGate, FencedWrites, FencingToken,
-    LatchEvent, LeaderInfo, LeaderObserver, LossPolicy, LossReason, LossSignal, Participant,
-    Result, Tls, TlsProblem, DEFAULT_CONNECT_TIMEOUT, DEFAULT_RPC_TIMEOUT, DEFAULT_TTL,
-    MAX_DURATION, MIN_TTL,
+    LatchEvent, LeaderInfo, LeaderObserver, LockKind, LossPolicy, LossReason, LossSignal,
+    MultiLock, MultiLockGuard, Participant, Result, Tls, TlsProblem, DEFAULT_CONNECT_TIMEOUT,
+    DEFAULT_RPC_TIMEOUT, DEFAULT_TTL, MAX_DURATION, MAX_MULTI_LOCK_NAMES, MIN_TTL,
 };
 /// The `redis` crate, for the values of [`RedisEntry::fenced_script`].
 pub use redis;
