@@ -91,8 +91,8 @@ fn observations(name: &str, labels: &[(&str, &str)]) -> Vec<f64> {
 }
 
 /// A mutex acquired, contended (a timeout), lost (its entry deleted),
-/// acquired by the other client and released; an election led and
-/// resigned; a latch led and closed; a call after close: each shows in the metrics with the
+/// acquired by the other client and released; a read-write lock read and
+/// written; an election led and resigned; a latch led and closed; a call after close: each shows in the metrics with the
 /// labels the docs' table gives.
 pub fn metrics_follow_a_scripted_sequence<K: Kit>(kit: &K) {
     recorded();
@@ -150,6 +150,30 @@ pub fn metrics_follow_a_scripted_sequence<K: Kit>(kit: &K) {
         0.0,
         "a release is no loss"
     );
+
+    // A read-write lock's sides are recipes of their own.
+    let rw_name = super::name("metrics-rw");
+    let rw = a.rw_lock(&rw_name).unwrap().with_name_label();
+    rw.read().unwrap().release().unwrap();
+    rw.write().unwrap().release().unwrap();
+    for side in ["read_lock", "write_lock"] {
+        let of_side = [
+            ("store", store),
+            ("recipe", side),
+            ("name", rw_name.as_str()),
+        ];
+        let won = [&of_side[..], &[("outcome", "acquired")][..]].concat();
+        assert_eq!(
+            observations(ACQUIRE_SECONDS, &won).len(),
+            1,
+            "{side} taken once"
+        );
+        assert_eq!(
+            observations(HOLD_SECONDS, &of_side).len(),
+            1,
+            "{side} held once"
+        );
+    }
 
     let election = super::name("metrics-election");
     let e = a.election(&election).unwrap().with_name_label();
