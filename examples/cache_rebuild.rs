@@ -8,8 +8,9 @@
 //! RECIPES_REDIS=redis://127.0.0.1:6379 cargo run --example cache_rebuild
 //! ```
 //!
-//! Three reader threads, each with its own client (as if on three
-//! machines), read a cache of eight entries under the read lock and check
+//! Three reader threads, each with a handle of its own on the one client
+//! (processes would each have a client: the lock works the same), read a
+//! cache of eight entries under the read lock and check
 //! that all entries are from one version. A rebuilder takes the write lock,
 //! rewrites the entries one by one (slowly, so a reader that got in would
 //! see a half-built cache), then downgrades to a read lock to check its own

@@ -8,7 +8,8 @@
 //! RECIPES_REDIS=redis://127.0.0.1:6379 cargo run --example transfer
 //! ```
 //!
-//! Two threads, each with its own client, move money between alice and
+//! Two threads, each with a multi-lock of its own on the one client
+//! (processes would each have a client: the lock works the same), move money between alice and
 //! bob in opposite directions, each transfer under a multi-lock of both
 //! accounts. Taking two mutexes by hand in the order the transfer names
 //! them deadlocks sooner or later (each holds one and waits for the

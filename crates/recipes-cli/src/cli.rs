@@ -265,7 +265,6 @@ pub struct RunOptions {
     )]
     pub grace: Duration,
 
-    /// Exit status when not acquired in time.
     /// Keep the lock, permit or leadership at least this long after it
     /// was acquired, even when CMD ends sooner (ShedLock's
     /// `lockAtLeastFor`): a scheduler on a skewed clock that fires again
@@ -284,6 +283,7 @@ pub struct RunOptions {
     #[arg(long, value_name = "ADDR")]
     pub metrics_addr: Option<std::net::SocketAddr>,
 
+    /// Exit status when not acquired in time.
     #[arg(long, value_name = "N", default_value_t = exit::CONFLICT as u8)]
     pub conflict_exit_code: u8,
 
@@ -344,7 +344,7 @@ pub struct ElectArgs {
 /// `recipes status`.
 #[derive(Debug, Args)]
 pub struct StatusArgs {
-    /// The lock, semaphore or election to show.
+    /// The lock, read-write lock, semaphore or election to show.
     pub name: String,
     /// Print JSON instead of text.
     #[arg(long)]

@@ -74,7 +74,9 @@ Example:
   recipes --zk 127.0.0.1:2181 status /elections/scheduler --watch
 
 Lists the contenders on NAME in queue order: the first (for a semaphore, the
-first N) hold it, the others wait. ZooKeeper shows each node's czxid, which
+first N; for a read-write lock, each reader up to the first writer, or that
+writer when it is first) hold it, the others wait; a read-write lock's
+contenders show as readers and writers. ZooKeeper shows each node's czxid, which
 is the fencing token of a mutex or latch holder; etcd shows each key's
 create_revision (an etcd mutex's fence is the revision of the read that
 confirmed it, which the store does not keep); PostgreSQL shows each row's
