@@ -463,3 +463,37 @@ fn fault_etcd_deadline_policy_rides_out_a_dropped_connection() {
     guard.release().unwrap();
     c.close().unwrap();
 }
+
+/// Every backend crate names what its clients' read-write lock and
+/// multi-lock take and give (an application uses one crate, not core).
+#[test]
+fn every_backend_crate_names_the_lock_kinds_and_multi_lock() {
+    let kinds = [
+        recipes_zk::LockKind::Mutex,
+        recipes_etcd::LockKind::Read,
+        recipes_pg::LockKind::Write,
+        recipes_redis::LockKind::Mutex,
+    ];
+    assert_eq!(kinds.len(), 4);
+    let sides = [
+        recipes_zk::Access::Read,
+        recipes_etcd::Access::Write,
+        recipes_pg::Access::Read,
+        recipes_redis::Access::Write,
+    ];
+    assert_eq!(sides.len(), 4);
+    let limits = [
+        recipes_zk::MAX_MULTI_LOCK_NAMES,
+        recipes_etcd::MAX_MULTI_LOCK_NAMES,
+        recipes_pg::MAX_MULTI_LOCK_NAMES,
+        recipes_redis::MAX_MULTI_LOCK_NAMES,
+    ];
+    assert!(limits
+        .iter()
+        .all(|l| *l == recipes_core::MAX_MULTI_LOCK_NAMES));
+    fn guard_of<C: recipes_core::Client>(_: Option<recipes_zk::MultiLockGuard<C>>) {}
+    guard_of::<ZkClient>(None);
+    let _: Option<recipes_etcd::MultiLock<EtcdClient>> = None;
+    let _: Option<recipes_pg::MultiLockGuard<recipes_pg::PgClient>> = None;
+    let _: Option<recipes_redis::MultiLock<recipes_redis::RedisClient>> = None;
+}
