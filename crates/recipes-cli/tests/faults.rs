@@ -47,6 +47,39 @@ fn fault_lease_lost_exit_code_override_zk() {
     fault_lease_lost_kills_cmd(Store::Zk, &["--lost-exit-code", "42"], 42);
 }
 
+/// As [`fault_lease_lost_kills_cmd`], for `recipes lock` over a read lock
+/// (`--read NAME`) or a multi-lock of two names: the lost lease (one
+/// session, so every part of a multi-lock goes; the first name's holder
+/// is waited for) kills CMD and `recipes` exits 76.
+fn fault_lease_lost_kills_cmd_of(store: Store, multi: bool) {
+    let scene = Scene::new(if multi { "lost-multi" } else { "lost-read" });
+    let second = format!("{}-second", scene.name);
+    let sub = match multi {
+        true => vec!["lock", scene.name.as_str(), second.as_str()],
+        false => vec!["lock", "--read", scene.name.as_str()],
+    };
+    let (mut holder, info) = start_holder(with_store(store, "2s"), &sub, &scene, "exec sleep 30");
+    let cmd_pid: u32 = info[0].parse().unwrap();
+    signal(&holder, libc::SIGSTOP);
+    store.wait_gone(&info[1]);
+    signal(&holder, libc::SIGCONT);
+    let status = wait_exit(&mut holder);
+    let stderr = stderr_of(&mut holder);
+    assert_eq!(status.code(), Some(76), "{stderr}");
+    assert!(stderr.contains("lease lost"), "{stderr}");
+    assert!(process_gone(cmd_pid), "CMD still runs after the loss");
+}
+
+#[test]
+fn fault_lease_lost_kills_cmd_of_a_reader_zk() {
+    fault_lease_lost_kills_cmd_of(Store::Zk, false);
+}
+
+#[test]
+fn fault_lease_lost_kills_cmd_of_a_multi_lock_etcd() {
+    fault_lease_lost_kills_cmd_of(Store::Etcd, true);
+}
+
 fn fault_sigkill_of_recipes_kills_cmd(store: Store) {
     let scene = Scene::new("sigkill");
     let (mut holder, info) = hold(store, "5s", &scene, &[]);
