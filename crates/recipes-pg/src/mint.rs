@@ -124,18 +124,7 @@ pub(crate) async fn mint_fence(
         (&beat.row, Type::TEXT),
         (&after_readers, Type::BOOL),
     ];
-    let run = || async {
-        match recipes_core::store::within(&what, client.rpc_timeout(), async {
-            c.query(sql, params).await.map_err(|e| from_pg(&what, e))
-        })
-        .await
-        {
-            Ok(rows) => Ok(rows),
-            // Made again before the acquisition starts over.
-            Err(e) if is_schema_gone(&e) => Err(client.db().schema_gone(e).await),
-            Err(e) => Err(e),
-        }
-    };
+    let run = || answer(client, c, &what, sql, params);
     let mut rows = run().await?;
     if rows.is_empty() && sql == MINT_READ && stored_kind(client, name, &what).await? == kind {
         // Another reader made the name's row while our statement ran: our
@@ -233,18 +222,7 @@ pub(crate) async fn take_and_mint(
         (&pid, Type::INT4),
         (&beat_ttl, Type::INT8),
     ];
-    let rows = match recipes_core::store::within(&what, client.rpc_timeout(), async {
-        c.query(TAKE_AND_MINT, params)
-            .await
-            .map_err(|e| from_pg(&what, e))
-    })
-    .await
-    {
-        Ok(rows) => rows,
-        // Made again before the acquisition starts over.
-        Err(e) if is_schema_gone(&e) => return Err(client.db().schema_gone(e).await),
-        Err(e) => return Err(e),
-    };
+    let rows = answer(client, c, &what, TAKE_AND_MINT, params).await?;
     let Some(row) = rows.first() else {
         return Err(refusal(client, name, kind, &what).await);
     };
@@ -261,6 +239,23 @@ pub(crate) async fn take_and_mint(
                 },
             }),
         },
+    }
+}
+
+/// `sql` with `params` on `c`, within the RPC timeout; a schema dropped
+/// meanwhile is made again before the error returns (the acquisition then
+/// starts over).
+async fn answer(
+    client: &PgClient,
+    c: On<'_>,
+    what: &str,
+    sql: &str,
+    params: crate::db::Params<'_>,
+) -> Result<Vec<tokio_postgres::Row>> {
+    let asked = async { c.query(sql, params).await.map_err(|e| from_pg(what, e)) };
+    match recipes_core::store::within(what, client.rpc_timeout(), asked).await {
+        Err(e) if is_schema_gone(&e) => Err(client.db().schema_gone(e).await),
+        answered => answered,
     }
 }
 

@@ -8,7 +8,7 @@ use std::collections::VecDeque;
 use std::sync::Arc;
 use std::time::Duration;
 
-use recipes_core::store::{Renewal, RenewalStream};
+use recipes_core::store::{within, Renewal, RenewalStream};
 use recipes_core::{Error, Result};
 use tokio::task::JoinHandle;
 use tokio_postgres::types::Type;
@@ -114,20 +114,14 @@ impl RenewalStream for Heartbeats {
             // Bounded, so that a heartbeat its connection never answers
             // lets go of the gate (an acquisition on this connection waits
             // for it to stamp a key it takes).
-            let beat = conn.client.query_typed(HEARTBEAT, params);
-            let Ok(answered) = tokio::time::timeout(db.rpc_timeout(), beat).await else {
-                return Err(Error::Timeout {
-                    what: what.to_owned(),
-                    after: db.rpc_timeout(),
-                });
-            };
-            match answered {
+            let beat = within(what, db.rpc_timeout(), async {
+                (conn.client.query_typed(HEARTBEAT, params).await).map_err(|e| from_pg(what, e))
+            });
+            match beat.await {
                 Ok(rows) => Ok(rows.first().is_some_and(|r| r.get::<_, bool>(0))),
-                Err(e) => match from_pg(what, e) {
-                    // The schema was dropped, our fences with it.
-                    e if is_schema_gone(&e) => Ok(false),
-                    e => Err(e),
-                },
+                // The schema was dropped, our fences with it.
+                Err(e) if is_schema_gone(&e) => Ok(false),
+                Err(e) => Err(e),
             }
         }));
         Ok(())
