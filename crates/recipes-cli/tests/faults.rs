@@ -6,6 +6,7 @@
 mod common;
 
 use std::fs;
+use std::process::Child;
 
 use common::*;
 use integration::{wait_until, Proxy};
@@ -15,7 +16,14 @@ use integration::{wait_until, Proxy};
 /// override).
 fn fault_lease_lost_kills_cmd(store: Store, extra: &[&str], expect: i32) {
     let scene = Scene::new("lost");
-    let (mut holder, info) = hold(store, "2s", &scene, extra);
+    let (holder, info) = hold(store, "2s", &scene, extra);
+    paused_past_the_lease_kills_cmd(store, holder, &info, expect);
+}
+
+/// SIGSTOP the `recipes` `holder` (its CMD wrote `info`: pid, holder) until
+/// the store dropped its holder, SIGCONT: CMD is killed, `recipes` exits
+/// `expect` saying the lease was lost.
+fn paused_past_the_lease_kills_cmd(store: Store, mut holder: Child, info: &[String], expect: i32) {
     let cmd_pid: u32 = info[0].parse().unwrap();
     signal(&holder, libc::SIGSTOP);
     store.wait_gone(&info[1]);
@@ -58,16 +66,8 @@ fn fault_lease_lost_kills_cmd_of(store: Store, multi: bool) {
         true => vec!["lock", scene.name.as_str(), second.as_str()],
         false => vec!["lock", "--read", scene.name.as_str()],
     };
-    let (mut holder, info) = start_holder(with_store(store, "2s"), &sub, &scene, "exec sleep 30");
-    let cmd_pid: u32 = info[0].parse().unwrap();
-    signal(&holder, libc::SIGSTOP);
-    store.wait_gone(&info[1]);
-    signal(&holder, libc::SIGCONT);
-    let status = wait_exit(&mut holder);
-    let stderr = stderr_of(&mut holder);
-    assert_eq!(status.code(), Some(76), "{stderr}");
-    assert!(stderr.contains("lease lost"), "{stderr}");
-    assert!(process_gone(cmd_pid), "CMD still runs after the loss");
+    let (holder, info) = start_holder(with_store(store, "2s"), &sub, &scene, "exec sleep 30");
+    paused_past_the_lease_kills_cmd(store, holder, &info, 76);
 }
 
 #[test]

@@ -131,13 +131,23 @@ fn session_over(
 /// session must still hold once the store renewed again.
 fn holds_across(steps: &[Step]) {
     let (_rt, session, renewed, _) = session_over(steps);
+    comes_while_held(&session, &renewed, &format!("{steps:?}: a renewal"));
+}
+
+/// Wait for `what` on `seen`, 20 s at most, while `session` holds: lost
+/// first, or no `what` in time, fails.
+fn comes_while_held(
+    session: &LeaseSession<Scripted>,
+    seen: &crossbeam_channel::Receiver<()>,
+    what: &str,
+) {
     let lost = session.epoch().signal();
     crossbeam_channel::select! {
-        recv(renewed) -> _ => {}
-        recv(lost.receiver()) -> _ => panic!("{steps:?}: the lease was lost before the store renewed again"),
-        default(Duration::from_secs(20)) => panic!("{steps:?}: no renewal in 20 s"),
+        recv(seen) -> _ => {}
+        recv(lost.receiver()) -> _ => panic!("the lease was lost before {what}"),
+        default(Duration::from_secs(20)) => panic!("no {what} in 20 s"),
     }
-    assert!(!session.epoch().is_lost(), "{steps:?}: lost");
+    assert!(!session.epoch().is_lost(), "lost after {what}");
 }
 
 #[test]
@@ -158,11 +168,5 @@ fn a_renewal_never_answered_is_sent_again_before_the_deadline() {
 fn the_audits_come_while_the_renewal_stream_keeps_breaking() {
     let steps: Vec<Step> = (0..40).flat_map(|_| [Step::Grant, Step::Fail]).collect();
     let (_rt, session, _, audits) = session_over(&steps);
-    let lost = session.epoch().signal();
-    crossbeam_channel::select! {
-        recv(audits) -> _ => {}
-        recv(lost.receiver()) -> _ => panic!("the lease was lost"),
-        default(Duration::from_secs(20)) => panic!("no audit in 20 s while the stream kept breaking"),
-    }
-    assert!(!session.epoch().is_lost(), "lost");
+    comes_while_held(&session, &audits, "an audit while the stream kept breaking");
 }
