@@ -7,7 +7,7 @@
 //! ```
 //!
 //! - **M1** uncontended `lock` + `release`: ops/s, p50, p99, server
-//!   requests per cycle, and the round trip of an empty blocking call
+//!   requests, client and server CPU per cycle, and the round trip of an empty blocking call
 //!   (`bridge_call_p50_us`: the caller's thread to the client's runtime
 //!   thread and back, which the raw minimum, issued on the bench's own
 //!   thread, does not pay; a cycle makes two calls).
@@ -55,7 +55,9 @@
 //! keeps a server connection per waiter or held lock) prints a line with
 //! `skipped` and the reason instead of figures.
 //!
-//! Naming metrics (`M1 M2`) runs only those.
+//! Naming metrics (`M1 M2`) runs only those. Each store's server is
+//! warmed first, unmeasured: M1's loop and the raw's, each for half a
+//! measurement's time (`measures::warm_up`).
 //!
 //! Redis runs with `appendfsync always` (a lock that survives a restart);
 //! `BENCH_REDIS_FSYNC=everysec` or `no` runs it with that setting instead,
@@ -130,6 +132,7 @@ fn all<C: Client>(store: Store<C>, sizes: &Sizes) {
         ("M7", counter::m7),
         ("M8", barrier::m8),
     ];
+    measures::warm_up(&store, sizes.seconds / 2);
     for (metric, measure) in metrics {
         if wanted(metric) {
             measure(&store, sizes);
@@ -140,6 +143,8 @@ fn all<C: Client>(store: Store<C>, sizes: &Sizes) {
 fn zk(sizes: &Sizes) {
     let server = ZkServer::start_with(ZkConfig::default().with_fsync(true));
     let hosts = server.connect_string();
+    let server = std::sync::Arc::new(server);
+    let worked = server.clone();
     let (h, h2, h3, h4, h5, h6) = (
         hosts.clone(),
         hosts.clone(),
@@ -169,7 +174,13 @@ fn zk(sizes: &Sizes) {
                 .find_map(|l| l.strip_prefix("zk_packets_received"))
                 .and_then(|v| v.trim().parse().ok())
         }),
-        server_work: Box::new(|| None),
+        // The server process's CPU (every thread: its `fsync`s too).
+        server_work: Box::new(move || {
+            Some(Work {
+                cpu_seconds: measures::process_cpu(&worked.pid()?.to_string()),
+                events: None,
+            })
+        }),
         most_open: None,
         kill: Box::new(|c: &recipes_zk::ZkClient| c.kill_session().unwrap()),
         kill_is: "session killed at the server",

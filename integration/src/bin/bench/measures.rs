@@ -110,8 +110,11 @@ impl<C> Store<C> {
 
 fn raw_figures<C>(store: &Store<C>, seconds: Duration) -> Option<Figures> {
     let raw = store.raw.as_ref()?;
+    let meter = Meter::start(store);
     let (mut samples, elapsed) = raw(seconds, 0);
-    Some(rate_and_latency(&mut samples, elapsed))
+    let mut figures = rate_and_latency(&mut samples, elapsed);
+    figures.extend(meter.per_cycle(samples.len()));
+    Some(figures)
 }
 
 /// CPU seconds and watch events so far: the server's, or this process's
@@ -125,7 +128,12 @@ pub struct Work {
 
 /// This process's CPU seconds so far (user and system, every thread).
 pub fn own_cpu() -> f64 {
-    let stat = std::fs::read_to_string("/proc/self/stat").unwrap_or_default();
+    process_cpu("self")
+}
+
+/// The CPU seconds so far of process `pid` (`self`: this one).
+pub fn process_cpu(pid: &str) -> f64 {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap_or_default();
     // After the command's closing parenthesis: fields 3 on; utime and
     // stime are the 14th and 15th.
     let rest = stat.rsplit_once(')').map_or("", |(_, r)| r);
@@ -219,16 +227,33 @@ pub fn hand_on<C: Client>(clients: &[C], name: &str, handoffs: &Handoffs, stop_a
     });
 }
 
+/// M1's two loops for `seconds` each, unmeasured, before any measure of
+/// a store: so that no loop measured runs on a cold server. ZooKeeper's
+/// JVM compiles its request path during the first seconds of load (its
+/// compiler thread took 286 ms of CPU in M1's first 3 s, ours, and 6 ms
+/// in the raw's after them), and whichever loop ran first paid for it in
+/// its tail (p99 twice the other's).
+pub fn warm_up<C: Client>(store: &Store<C>, seconds: Duration) {
+    let client = (store.connect)(Duration::from_secs(10));
+    let mutex = client.mutex(&store.lock_name("warm-up")).unwrap();
+    timed(seconds, || mutex.lock().unwrap().release().unwrap());
+    let _ = client.close();
+    if let Some(raw) = &store.raw {
+        raw(seconds, 0);
+    }
+}
+
 pub fn m1<C: Client>(store: &Store<C>, sizes: &Sizes) {
     let client = (store.connect)(Duration::from_secs(10));
     let mutex = client.mutex(&store.lock_name("m1")).unwrap();
-    let served = (store.requests)();
+    let (meter, served) = (Meter::start(store), (store.requests)());
     let (mut samples, elapsed) = timed(sizes.seconds, || {
         mutex.lock().unwrap().release().unwrap();
     });
     let per_cycle = requests_per_cycle(store, served, samples.len());
     let mut figures = rate_and_latency(&mut samples, elapsed);
     figures.push(("server_requests_per_cycle", per_cycle));
+    figures.extend(meter.per_cycle(samples.len()));
     figures.push(("bridge_call_p50_us", V::N(bridge_call_p50_us())));
     line(
         "M1",
