@@ -19,9 +19,9 @@
 //!   connection waits at the server in one long statement (a read-write
 //!   lock's wait, which must not leave the server's queue, see
 //!   `slots.rs`), heartbeats go over the client's statement connection and
-//!   ask the same of the waiting backend by its PID (it is not idle, so
-//!   its `idle_session_timeout` does not run); a gate keeps a heartbeat
-//!   from ever queueing behind such a wait (`heartbeat.rs`).
+//!   ask the same of the waiting backend by its PID and start (it is not
+//!   idle, so its `idle_session_timeout` does not run); a gate keeps a
+//!   heartbeat from ever queueing behind such a wait (`heartbeat.rs`).
 //! - **revoke**: `pg_advisory_unlock_all()`, then the connection goes back
 //!   to the client's idle ones (or is closed, which frees everything too).
 //!
@@ -43,6 +43,32 @@ use crate::client::PgClient;
 use crate::db::Db;
 pub(crate) use crate::prepared::{On, Prepared};
 use crate::sql::{from_pg, unexpected};
+
+/// A backend's start in µs since the epoch, as `pg_stat_activity` shows
+/// it ([`LockConn::started`]).
+macro_rules! backend_start {
+    () => {
+        "(extract(epoch FROM backend_start) * 1000000)::int8"
+    };
+}
+
+/// `pg_stat_activity`'s condition for the backend `$pid` that started at
+/// `$started` (parameters): a backend with that PID, unless it started at
+/// another time (a later backend given the PID of an ended one); by PID
+/// alone where the start is not shown.
+macro_rules! our_backend {
+    ($pid:literal, $started:literal) => {
+        concat!(
+            "pid = ",
+            $pid,
+            " AND coalesce(",
+            backend_start!(),
+            " = ",
+            $started,
+            ", true)"
+        )
+    };
+}
 
 mod heartbeat;
 pub(crate) use heartbeat::Heartbeats;
@@ -246,11 +272,14 @@ impl LockConns {
         // No statement timeout of the role's or the server's on these
         // connections: a wait for a lock runs as long as the caller asked
         // (each call is bounded on our side).
-        let sql = "SELECT set_config('idle_session_timeout', $1, false), \
-                   set_config('statement_timeout', '0', false), pg_backend_pid(), \
-                   coalesce((SELECT (extract(epoch FROM backend_start) * 1000000)::int8 \
-                     FROM pg_stat_activity WHERE pid = pg_backend_pid()), \
-                     (random() * 1e15)::int8)";
+        let sql = concat!(
+            "SELECT set_config('idle_session_timeout', $1, false), \
+             set_config('statement_timeout', '0', false), pg_backend_pid(), \
+             coalesce((SELECT ",
+            backend_start!(),
+            " FROM pg_stat_activity WHERE pid = pg_backend_pid()), \
+             (random() * 1e15)::int8)"
+        );
         let timeout = format!("{}ms", ttl.as_millis());
         let row = within(what, self.db.rpc_timeout(), async {
             client
@@ -379,11 +408,16 @@ impl Drop for LongWait {
         self.conn
             .cancelled
             .store(true, std::sync::atomic::Ordering::SeqCst);
-        let (pid, on) = (self.conn.pid, client.clone());
+        let (pid, started, on) = (self.conn.pid, self.conn.started, client.clone());
         let cancel = async move {
-            let sql = "SELECT pg_cancel_backend($1)";
+            // Only our backend: once it ended, its PID may be another's.
+            let sql = concat!(
+                "SELECT pg_cancel_backend(pid) FROM pg_stat_activity WHERE ",
+                our_backend!("$1", "$2")
+            );
             let what = "cancel an abandoned wait";
-            if let Err(e) = client.db().query(what, sql, &[(&pid, Type::INT4)]).await {
+            let params: crate::db::Params<'_> = &[(&pid, Type::INT4), (&started, Type::INT8)];
+            if let Err(e) = client.db().query(what, sql, params).await {
                 log::debug!("[backend={pid}] {what}: {e}");
             }
         };

@@ -28,7 +28,7 @@ use crate::sql::{from_pg, is_schema_gone};
 /// heartbeat that races our clean release's clear (`advisory_lock.rs`)
 /// stamps a time we held, so the next holder waits a TTL at most.
 macro_rules! heartbeat {
-    ($first:literal) => {
+    ($first:expr) => {
         concat!(
             "WITH ok AS (SELECT ",
             $first,
@@ -53,9 +53,14 @@ macro_rules! heartbeat {
 const HEARTBEAT: &str = heartbeat!("pg_backend_pid() = $1");
 
 /// The heartbeat over the statement connection while the lock connection
-/// waits: our backend still exists.
-const HEARTBEAT_OF_WAITING: &str =
-    heartbeat!("EXISTS (SELECT 1 FROM pg_stat_activity WHERE pid = $1)");
+/// waits: our backend still exists — the PID's backend started when ours
+/// did (`$9`): once ours ended, a later backend may be given its PID, and
+/// hold our keys (the next holder's).
+const HEARTBEAT_OF_WAITING: &str = heartbeat!(concat!(
+    "EXISTS (SELECT 1 FROM pg_stat_activity WHERE ",
+    our_backend!("$1", "$9"),
+    ")"
+));
 
 /// Heartbeats of one lock connection, answered in the order sent.
 pub(crate) struct Heartbeats {
@@ -102,6 +107,7 @@ impl RenewalStream for Heartbeats {
                 (&lo, Type::INT8_ARRAY),
                 (&hi, Type::INT8_ARRAY),
                 (&ttl, Type::INT8),
+                (&conn.started, Type::INT8),
             ];
             if conn.waiting.load(std::sync::atomic::Ordering::SeqCst) {
                 drop(gate);
