@@ -166,11 +166,21 @@ impl AdvisoryLock {
         if self.lost.is_lost() {
             return Err(self.rejected("a fenced write after the lock was lost"));
         }
-        let (ns, key) = (self.client.namespace(), self.key);
+        let (ns, key, started) = (self.client.namespace(), self.key, self.conn.started);
+        // Our backend: the PID's, if it started when ours did (once ours
+        // ended, a later backend may be given its PID, and our key).
         let ours = format!(
-            "EXISTS (SELECT 1 FROM pg_locks l WHERE l.locktype = 'advisory' \
-             AND l.objsubid = 2 AND l.classid::int8 = {ns} AND l.objid::int8 = {key} \
-             AND l.pid = $3 AND l.granted)"
+            concat!(
+                "EXISTS (SELECT 1 FROM pg_locks l WHERE l.locktype = 'advisory' \
+                 AND l.objsubid = 2 AND l.classid::int8 = {ns} AND l.objid::int8 = {key} \
+                 AND l.pid = $3 AND l.granted) \
+                 AND EXISTS (SELECT 1 FROM pg_stat_activity WHERE ",
+                our_backend!("$3", "{started}"),
+                ")"
+            ),
+            ns = ns,
+            key = key,
+            started = started
         );
         // A reader's token is not the name's fence: no writer minted after
         // it (a writer's token is the fence; a downgraded writer's read

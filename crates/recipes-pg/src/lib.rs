@@ -271,6 +271,7 @@
 #![warn(missing_docs)]
 #![deny(missing_debug_implementations)]
 
+#[macro_use]
 mod advisory;
 mod advisory_lock;
 mod barrier;
