@@ -44,28 +44,33 @@ use crate::db::Db;
 pub(crate) use crate::prepared::{On, Prepared};
 use crate::sql::{from_pg, unexpected};
 
-/// A backend's start in µs since the epoch, as `pg_stat_activity` shows
-/// it ([`LockConn::started`]).
+/// A backend's start in µs since the epoch, as the server shows it
+/// ([`LockConn::started`]), of the row `a` of `pg_stat_get_activity`.
 macro_rules! backend_start {
     () => {
-        "(extract(epoch FROM backend_start) * 1000000)::int8"
+        "(extract(epoch FROM a.backend_start) * 1000000)::int8"
     };
 }
 
-/// `pg_stat_activity`'s condition for the backend `$pid` that started at
-/// `$started` (parameters): a backend with that PID, unless it started at
-/// another time (a later backend given the PID of an ended one); by PID
-/// alone where the start is not shown.
+/// The condition that the backend `$pid` is ours, which started at
+/// `$started` (each a parameter or a literal; `$started` NULL where the
+/// server did not show our backend's start when the connection opened):
+/// a backend of that PID, unless it started at another time — a later
+/// backend given the PID of an ended one — or the server does not show
+/// its start (another role's: ours it showed). Through the function, not
+/// the view: one backend's row, not every backend's joined.
 macro_rules! our_backend {
     ($pid:literal, $started:literal) => {
         concat!(
-            "pid = ",
+            "EXISTS (SELECT 1 FROM pg_stat_get_activity(",
             $pid,
-            " AND coalesce(",
+            ") a WHERE coalesce(",
             backend_start!(),
             " = ",
             $started,
-            ", true)"
+            ", ",
+            $started,
+            " IS NULL))"
         )
     };
 }
@@ -94,10 +99,17 @@ pub(crate) struct LockConn {
     prepared: Prepared,
     pub(crate) pid: i32,
     /// Its backend's start, in µs since the epoch: with the PID, a name no
-    /// later backend takes (a PID is reused once its backend is gone). A
-    /// random number where the server does not show it, never a constant
-    /// that two backends of one PID would share.
+    /// later backend process takes (a PID is reused once its backend is
+    /// gone). A random number where the server does not show it, never a
+    /// constant that two backends of one PID would share. (Behind a
+    /// session-mode pool the backend itself may serve another client once
+    /// the pool ended ours, its locks released by the pool's reset: our
+    /// holdings' loss fires before the next holder, which waits out our
+    /// heartbeat stamp, holds.)
     pub(crate) started: i64,
+    /// [`started`](Self::started) as the server showed it (`None`: not
+    /// shown, so other backends are told from ours by PID alone).
+    pub(crate) shown_start: Option<i64>,
     ended: watch::Receiver<bool>,
     /// The keys taken on it (as `pg_locks.objid` shows them, and by name),
     /// which every heartbeat looks for and stamps.
@@ -275,10 +287,9 @@ impl LockConns {
         let sql = concat!(
             "SELECT set_config('idle_session_timeout', $1, false), \
              set_config('statement_timeout', '0', false), pg_backend_pid(), \
-             coalesce((SELECT ",
+             (SELECT ",
             backend_start!(),
-            " FROM pg_stat_activity WHERE pid = pg_backend_pid()), \
-             (random() * 1e15)::int8)"
+            " FROM pg_stat_get_activity(pg_backend_pid()) a)"
         );
         let timeout = format!("{}ms", ttl.as_millis());
         let row = within(what, self.db.rpc_timeout(), async {
@@ -298,12 +309,16 @@ impl LockConns {
         let row = row
             .first()
             .ok_or_else(|| unexpected("a select returned no row"))?;
-        let (pid, started) = (row.get(2), row.get(3));
+        let (pid, shown_start): (i32, Option<i64>) = (row.get(2), row.get(3));
+        // Not shown: below 10^15 µs (1970–2001), so never a real start.
+        let started = shown_start
+            .unwrap_or_else(|| (uuid::Uuid::new_v4().as_u128() % 1_000_000_000_000_000) as i64);
         Ok(Arc::new(LockConn {
             client,
             prepared: Prepared::default(),
             pid,
             started,
+            shown_start,
             ended,
             held: Mutex::default(),
             fences: Mutex::default(),
@@ -408,11 +423,11 @@ impl Drop for LongWait {
         self.conn
             .cancelled
             .store(true, std::sync::atomic::Ordering::SeqCst);
-        let (pid, started, on) = (self.conn.pid, self.conn.started, client.clone());
+        let (pid, started, on) = (self.conn.pid, self.conn.shown_start, client.clone());
         let cancel = async move {
             // Only our backend: once it ended, its PID may be another's.
             let sql = concat!(
-                "SELECT pg_cancel_backend(pid) FROM pg_stat_activity WHERE ",
+                "SELECT pg_cancel_backend($1) WHERE ",
                 our_backend!("$1", "$2")
             );
             let what = "cancel an abandoned wait";

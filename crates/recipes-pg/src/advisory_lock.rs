@@ -4,7 +4,8 @@
 //! this holding's fenced writes need —, the connection's end, the
 //! deadline), its
 //! release unlocks on that connection, and its writes are fenced by the
-//! name's fence and by `pg_locks` showing the lock on our backend.
+//! name's fence and by `pg_locks` showing the lock on our backend (by its
+//! PID and its start).
 
 use std::fmt;
 use std::sync::Arc;
@@ -166,17 +167,19 @@ impl AdvisoryLock {
         if self.lost.is_lost() {
             return Err(self.rejected("a fenced write after the lock was lost"));
         }
-        let (ns, key, started) = (self.client.namespace(), self.key, self.conn.started);
+        let (ns, key) = (self.client.namespace(), self.key);
+        let started = self
+            .conn
+            .shown_start
+            .map_or("NULL".into(), |s| s.to_string());
         // Our backend: the PID's, if it started when ours did (once ours
         // ended, a later backend may be given its PID, and our key).
         let ours = format!(
             concat!(
                 "EXISTS (SELECT 1 FROM pg_locks l WHERE l.locktype = 'advisory' \
                  AND l.objsubid = 2 AND l.classid::int8 = {ns} AND l.objid::int8 = {key} \
-                 AND l.pid = $3 AND l.granted) \
-                 AND EXISTS (SELECT 1 FROM pg_stat_activity WHERE ",
-                our_backend!("$3", "{started}"),
-                ")"
+                 AND l.pid = $3 AND l.granted) AND ",
+                our_backend!("$3", "{started}::int8")
             ),
             ns = ns,
             key = key,

@@ -105,12 +105,12 @@
 //! statement waits until the deadline (an hour at most), since a wait cut
 //! short leaves the server's queue, and the readers queued behind a
 //! waiting writer would be granted at that moment. Meanwhile the lock
-//! connection's heartbeats ask about its backend by PID over the client's
-//! statement connection; an acquisition that gives up cancels its wait
-//! (`pg_cancel_backend`). Each holder mints its fence on the name's row
-//! after the grant (a writer's stays the name's while it holds; readers
-//! move it). Each reader stamps its own heartbeat row
-//! (the key's name, U+001F, `reader-<pid>-<backend start, µs>`: no name
+//! connection's heartbeats ask about its backend (by PID and start) over
+//! the client's statement connection; an acquisition that gives up
+//! cancels its wait (`pg_cancel_backend`). Each holder mints its fence on
+//! the name's row after the grant (a writer's stays the name's while it
+//! holds; readers move it). Each reader stamps its own heartbeat row (the
+//! key's name, U+001F, `reader-<pid>-<backend start, µs>`: no name
 //! holds a control character; a later backend given a dead reader's PID
 //! has a row of its own): a writer granted the key waits out every reader
 //! that ended without releasing, a reader only a writer that did. A

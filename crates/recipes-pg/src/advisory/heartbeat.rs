@@ -56,11 +56,7 @@ const HEARTBEAT: &str = heartbeat!("pg_backend_pid() = $1");
 /// waits: our backend still exists — the PID's backend started when ours
 /// did (`$9`): once ours ended, a later backend may be given its PID, and
 /// hold our keys (the next holder's).
-const HEARTBEAT_OF_WAITING: &str = heartbeat!(concat!(
-    "EXISTS (SELECT 1 FROM pg_stat_activity WHERE ",
-    our_backend!("$1", "$9"),
-    ")"
-));
+const HEARTBEAT_OF_WAITING: &str = heartbeat!(our_backend!("$1", "$9"));
 
 /// Heartbeats of one lock connection, answered in the order sent.
 pub(crate) struct Heartbeats {
@@ -107,7 +103,7 @@ impl RenewalStream for Heartbeats {
                 (&lo, Type::INT8_ARRAY),
                 (&hi, Type::INT8_ARRAY),
                 (&ttl, Type::INT8),
-                (&conn.started, Type::INT8),
+                (&conn.shown_start, Type::INT8),
             ];
             if conn.waiting.load(std::sync::atomic::Ordering::SeqCst) {
                 drop(gate);
