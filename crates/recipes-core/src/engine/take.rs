@@ -77,7 +77,9 @@ pub trait SlotDriver: Send + Sync + Sized {
     ) -> impl Future<Output = Result<bool>> + Send;
 
     /// The slot is ours: mint the fence. `None` when the holding turned
-    /// out to be gone (the engine gives it back and starts over).
+    /// out to be gone (the engine gives it back and starts over). Dropped
+    /// when the epoch is lost before it answers: a holding on a lost epoch
+    /// is never handed over.
     fn confirm(
         &self,
         epoch: &Self::Epoch,
@@ -252,7 +254,18 @@ async fn take_one<'d, D: SlotDriver>(
             if !within.is_zero() {
                 count_read();
             }
-            driver.confirm(epoch, give_back.ticket()).await
+            // A confirm may wait out a previous holder's deadline, which
+            // can be longer than our epoch lives: an epoch lost meanwhile
+            // ends it (its holding would be lost when handed over).
+            tokio::select! {
+                biased;
+                _ = lost.fired() => {
+                    log::debug!("take: slot {slot}: the epoch was lost while confirming");
+                    give_back.run().await;
+                    return Ok(Took::Restart);
+                }
+                confirmed = driver.confirm(epoch, give_back.ticket()) => confirmed,
+            }
         }
         Err(e) => Err(e),
     };

@@ -24,6 +24,9 @@ struct Store {
     grant_delay: Mutex<Duration>,
     /// The next confirm says the holding is gone.
     lose_next_confirm: AtomicBool,
+    /// How long the next confirm takes (a previous holder's deadline
+    /// waited out).
+    next_confirm_waits: Mutex<Duration>,
     given_back: AtomicU64,
 }
 
@@ -171,6 +174,8 @@ impl SlotDriver for Driver {
         if self.store.lose_next_confirm.swap(false, Ordering::SeqCst) {
             return Ok(None);
         }
+        let wait = std::mem::take(&mut *self.store.next_confirm_waits.lock());
+        tokio::time::sleep(wait).await;
         Ok(Some(
             self.store.fence.fetch_add(1, Ordering::SeqCst) as i64 + 1,
         ))
@@ -310,6 +315,32 @@ async fn a_confirm_that_finds_the_holding_gone_gives_it_back_and_starts_over() {
     let epochs = driver.epochs.lock().clone();
     assert_eq!(epochs.len(), 2);
     assert_eq!(epoch, epochs[1].0, "the second epoch won");
+    assert_eq!(store.given_back.load(Ordering::SeqCst), 1);
+    assert_eq!(store.holders(), 1);
+}
+
+/// A confirm that waits out a previous holder's deadline longer than its
+/// epoch lives: the epoch lost meanwhile, the slot is given back and won
+/// under a new epoch (never handed over on the lost one), without waiting
+/// for that confirm's end.
+#[tokio::test(start_paused = true)]
+async fn an_epoch_lost_while_confirming_gives_back_and_starts_over() {
+    let store = Store::new(1);
+    *store.next_confirm_waits.lock() = Duration::from_secs(4);
+    let driver = Arc::new(Driver::new(&store, 1));
+    let d = driver.clone();
+    let started = Instant::now();
+    let taking = tokio::spawn(async move { take(&*d, None).await });
+    tokio::time::sleep(Duration::from_millis(100)).await;
+    let (first, trigger) = driver.epochs.lock()[0].clone();
+    trigger.fire(LossReason::DeadlineExpired);
+    let (epoch, _, _) = taking.await.unwrap().unwrap().unwrap();
+    assert_ne!(epoch, first, "won under a new epoch, not the lost one");
+    assert!(
+        started.elapsed() < Duration::from_secs(1),
+        "the lost epoch's confirm was not waited for: {:?}",
+        started.elapsed()
+    );
     assert_eq!(store.given_back.load(Ordering::SeqCst), 1);
     assert_eq!(store.holders(), 1);
 }
