@@ -162,10 +162,11 @@ fn fault_session_mode_a_heartbeat_while_a_take_is_answered_stamps_the_key() {
 
 /// An acquisition that waits out a previous holder's deadline, and whose
 /// lock connection stops answering meanwhile (a heartbeat's reply never
-/// comes), ends its attempt within about an RPC timeout once the wait is
-/// over, and starts over on a new connection: its wait for the heartbeats
-/// to be held back is bounded, as is each heartbeat. (It waited on the
-/// unanswered heartbeat for as long as the connection lived.)
+/// comes), loses its lock session during that wait (its TTL is shorter
+/// than the wait), ends its attempt then and starts over; once the server
+/// answers again it holds, with a guard that is not lost. (Its confirm
+/// ran on past the loss and handed over a guard lost already; the engine
+/// now ends a confirm whose epoch is lost.)
 #[test]
 fn fault_session_mode_a_take_whose_connection_stops_answering_starts_over() {
     let server = PgServer::start();
@@ -211,26 +212,18 @@ fn fault_session_mode_a_take_whose_connection_stops_answering_starts_over() {
     wait_until("B waits the holder out", bound, || {
         server.sql(&waits).trim() == "1"
     });
-    let connections = proxy.accepted_count();
     proxy.freeze_replies();
+    // Its lock session was lost (no heartbeat answered for its TTL) and
+    // revoked: the unlock reached the server.
     wait_until("B gave the key back", bound, || {
         facts.advisory(&lock, true).is_empty()
     });
-    // Its attempt ended: it starts over on a new lock connection, while
-    // the old one still does not answer.
-    wait_until("B started over", bound, || {
-        proxy.accepted_count() > connections
-    });
     proxy.restore();
-    // B starts over and holds once the server answers again (its guard may
-    // be lost by the time it releases: the cut left it a lock session
-    // short of time, which its release then reports).
+    // B starts over and holds once the server answers again, on a live
+    // lock session: its release is clean.
     let released = taken.recv_timeout(scale(Duration::from_secs(20)));
     assert!(
-        matches!(
-            released,
-            Ok(Ok(Ok(()) | Err(recipes_core::Error::LeaseLost { .. })))
-        ),
+        matches!(released, Ok(Ok(Ok(())))),
         "B's lock once its connection answers again: {released:?}"
     );
     drop(held);
