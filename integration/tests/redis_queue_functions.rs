@@ -17,6 +17,7 @@ const SID: &str = "77";
 const SID_WAKE: &str = "78";
 const SID_RESENT: &str = "79";
 const SID_OLD: &str = "80";
+const SID_DEAD: &str = "81";
 const TOKEN: &str = "t0ken";
 
 /// The binary's shared server with the queue library loaded.
@@ -429,4 +430,61 @@ fn a_lock_on_a_double_barriers_name_is_refused_naming_it() {
     g.expect("the name is free again").release().unwrap();
     first.close().unwrap();
     second.close().unwrap();
+}
+
+/// A dead holder of one recipe on a name another recipe then takes: the
+/// taker's listing sweeps the dead member and its hold key, read from the
+/// dead session's index (its own layout's), not the taker's layout's,
+/// which left it for good (nothing else lists it once the index is gone).
+#[test]
+fn a_dead_holder_of_another_recipe_is_swept_with_its_hold_key() {
+    let lab = Lab::new();
+    let client = connect(lab.server);
+    let bound = scale(Duration::from_secs(20));
+    let (reader, holder) = (format!("{SID_DEAD}-r"), format!("{SID_DEAD}-m"));
+    // A reader, whose session then ends; a mutex takes the name.
+    let (read_then_lock, lock_then_read) = ("/qf/dead-reader", "/qf/dead-holder");
+    lab.session(SID_DEAD);
+    fence_of(&lab.enter_rw(read_then_lock, &reader, "read")).expect("holds");
+    // A mutex's holder, the same way; a read-write lock takes the name.
+    let (lock_key, size, fence) = (
+        format!("{NS}lock:{lock_then_read}"),
+        format!("{NS}size:{lock_then_read}"),
+        format!("{NS}fence:{lock_then_read}"),
+    );
+    let args = [
+        NS,
+        lock_then_read,
+        &lock_key,
+        "lock",
+        &holder,
+        TOKEN,
+        "",
+        &size,
+        "",
+        "1",
+        &fence,
+    ];
+    fence_of(&lab.call("enter", &args)).expect("holds");
+    let _: i64 = lab.server.cmd(&["DEL", &format!("{NS}s:{SID_DEAD}")]);
+
+    let mutex = client.mutex(read_then_lock).unwrap();
+    let g = mutex
+        .try_lock_for(bound)
+        .unwrap()
+        .expect("the reader is dead");
+    g.release().unwrap();
+    let rw = client.rw_lock(lock_then_read).unwrap();
+    let g = rw.try_read_for(bound).unwrap().expect("the holder is dead");
+    g.release().unwrap();
+    for name in [read_then_lock, lock_then_read] {
+        assert_eq!(
+            lab.keys_of(name),
+            vec![format!("{NS}fence:{name}")],
+            "only the fence outlives the queue"
+        );
+    }
+    let index: i64 = lab.server.cmd(&["EXISTS", &format!("{NS}h:{SID_DEAD}")]);
+    assert_eq!(index, 0, "the dead session's index is empty");
+    client.close().unwrap();
 }

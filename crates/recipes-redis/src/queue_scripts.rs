@@ -64,10 +64,19 @@ const HELPERS: &str = r#"
 local function holdkey(m) if mode == 'lock' then return hk end return hk .. m end
 local function role(m) if roles[m] == nil then roles[m] = redis.call('HGET', rk, m) end return roles[m] end
 local function alive(m) if lives[m] == nil then lives[m] = redis.call('EXISTS', sess(m)) == 1 end return lives[m] end
+-- A dead member's hold key, as its session's index names it: the member
+-- may be of another recipe than the caller's (a name whose members all
+-- died may be taken by another recipe, whose listing sweeps them), and
+-- a key read under the caller's layout would be left for good. The
+-- caller's layout's where the index has none.
+local function keyof(m)
+  local v = redis.call('HGET', ns .. 'h:' .. sid_of(m), m)
+  return (v and string.match(v, '^.-\n(.*)$')) or holdkey(m)
+end
 local function upto(ours)
   local out = {}
   for _, m in ipairs(redis.call('ZRANGE', qk, 0, -1)) do
-    if alive(m) then out[#out + 1] = m else drop(q, holdkey(m), m) end
+    if alive(m) then out[#out + 1] = m else drop(q, keyof(m), m) end
     if m == ours then break end
   end
   return out
