@@ -101,6 +101,20 @@ impl Lab {
         }
     }
 
+    /// Of each of `names`, only its fence is left; the index of the
+    /// session `sid` is empty.
+    fn only_the_fence_left(&self, names: &[&str], sid: &str) {
+        for name in names {
+            assert_eq!(
+                self.keys_of(name),
+                vec![format!("{NS}fence:{name}")],
+                "only the fence outlives the queue"
+            );
+        }
+        let index: i64 = self.server.cmd(&["EXISTS", &format!("{NS}h:{sid}")]);
+        assert_eq!(index, 0, "the session's index is empty");
+    }
+
     /// Every key that names `name`, sorted.
     fn keys_of(&self, name: &str) -> Vec<String> {
         self.server.keys(&format!("*{name}*"))
@@ -198,13 +212,7 @@ fn an_enter_sent_again_changes_nothing_and_answers_the_same() {
     let exists: i64 = lab.server.cmd(&["EXISTS", &hold]);
     assert_eq!(exists, 0, "a reader's hold key goes with it");
     assert_eq!(lab.remove_rw(name, &r2), 1);
-    assert_eq!(
-        lab.keys_of(name),
-        vec![format!("{NS}fence:{name}")],
-        "only the fence outlives the queue"
-    );
-    let index: i64 = lab.server.cmd(&["EXISTS", &format!("{NS}h:{SID}")]);
-    assert_eq!(index, 0, "the session's index is empty");
+    lab.only_the_fence_left(&[name], SID);
 }
 
 /// A confirm's reply is a fence.
@@ -477,14 +485,6 @@ fn a_dead_holder_of_another_recipe_is_swept_with_its_hold_key() {
     let rw = client.rw_lock(lock_then_read).unwrap();
     let g = rw.try_read_for(bound).unwrap().expect("the holder is dead");
     g.release().unwrap();
-    for name in [read_then_lock, lock_then_read] {
-        assert_eq!(
-            lab.keys_of(name),
-            vec![format!("{NS}fence:{name}")],
-            "only the fence outlives the queue"
-        );
-    }
-    let index: i64 = lab.server.cmd(&["EXISTS", &format!("{NS}h:{SID_DEAD}")]);
-    assert_eq!(index, 0, "the dead session's index is empty");
+    lab.only_the_fence_left(&[read_then_lock, lock_then_read], SID_DEAD);
     client.close().unwrap();
 }
