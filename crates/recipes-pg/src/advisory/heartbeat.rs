@@ -17,8 +17,10 @@ use super::LockConn;
 use crate::db::Db;
 use crate::sql::{from_pg, is_schema_gone};
 
-/// The heartbeat, SQL after its first condition (`$1` is our backend's
-/// PID): our backend holds every key we took, and the names' rows are
+/// The heartbeat, SQL after its last condition (`$1` is our backend's
+/// PID; the condition, read after `pg_locks`, that this PID's backend is
+/// ours: its locks read before were ours too, a backend's start never
+/// changing): our backend holds every key we took, and the names' rows are
 /// still as our holdings need them ([`Fence`](crate::advisory_lock::Fence); a row truncated away, or a
 /// schema dropped — an error then — is a lost lock) — and, while it does,
 /// the keys' heartbeat rows in `recipes.advisory` (made again when lost:
@@ -28,17 +30,17 @@ use crate::sql::{from_pg, is_schema_gone};
 /// heartbeat that races our clean release's clear (`advisory_lock.rs`)
 /// stamps a time we held, so the next holder waits a TTL at most.
 macro_rules! heartbeat {
-    ($first:expr) => {
+    ($ours:expr) => {
         concat!(
-            "WITH ok AS (SELECT ",
-            $first,
-            " AND \
+            "WITH ok AS (SELECT \
                (SELECT count(*) FROM pg_locks WHERE locktype = 'advisory' AND objsubid = 2 \
                   AND classid::int8 = $2 AND objid::int8 = ANY($3) \
                   AND pid = $1 AND granted) = cardinality($3) AND \
                (SELECT count(*) FROM recipes.names n \
                   JOIN unnest($5::text[], $6::int8[], $7::int8[]) AS f (name, lo, hi) \
-                  ON n.name = f.name AND n.fence BETWEEN f.lo AND f.hi) = cardinality($5) AS ok), \
+                  ON n.name = f.name AND n.fence BETWEEN f.lo AND f.hi) = cardinality($5) AND ",
+            $ours,
+            " AS ok), \
              beat AS (INSERT INTO recipes.advisory (key, beat_at, ttl) \
                       SELECT DISTINCT k, clock_timestamp(), $8 * interval '1 millisecond' \
                       FROM unnest($4::text[]) AS k WHERE (SELECT ok FROM ok) \
