@@ -436,3 +436,40 @@ fn session_mode_a_grant_sweeps_the_rows_of_readers_long_past_their_deadline() {
     );
     c.close().unwrap();
 }
+
+/// A holding lost at its deadline while its connection's replies were
+/// held (its lock session revoked, the key unlocked at the server), then
+/// released after the next holder took the key: its release leaves the
+/// key's heartbeat row, the next holder's stamp, alone. (It cleared it,
+/// and so the row of whoever held the key: a next holder then cut off
+/// and ended by the server was not waited out, as if it had released.)
+#[test]
+fn fault_session_mode_a_lost_holdings_release_leaves_the_next_holders_stamp() {
+    let server = PgServer::start();
+    let proxy = Proxy::start(server.addr());
+    let via = format!("postgresql://postgres@{}/recipes", proxy.addr());
+    let a = session_client(&via, Duration::from_secs(2));
+    let b = session_client(&server.url(), Duration::from_secs(60));
+    let lock = name("lost-release");
+    let held = a.mutex(&lock).unwrap().lock().unwrap();
+    proxy.freeze_replies();
+    held.lost()
+        .wait_timeout(scale(Duration::from_secs(10)))
+        .expect("lost at its deadline");
+    let next = b.mutex(&lock).unwrap();
+    let taken = next
+        .try_lock_for(scale(Duration::from_secs(20)))
+        .unwrap()
+        .expect("the key, unlocked by the lost session's revoke");
+    wait_until("the next holder's stamp", scale(TTL * 3), || {
+        beating(&server, &lock)
+    });
+    proxy.restore();
+    let _ = held.release();
+    assert!(
+        beating(&server, &lock),
+        "the lost holding's release cleared the next holder's stamp"
+    );
+    taken.release().unwrap();
+    b.close().unwrap();
+}

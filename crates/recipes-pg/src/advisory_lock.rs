@@ -125,8 +125,18 @@ impl AdvisoryLock {
     /// (`synchronous_commit` off for this statement's transaction): a
     /// clear lost in a server crash only makes the next holder wait out
     /// our deadline, as after an unclean end, so the release need not pay
-    /// a flush. Heartbeats sent from now on leave the row alone.
+    /// a flush. Heartbeats sent from now on leave the row alone. Not when
+    /// the holding was lost before its release: its lock session may have
+    /// been revoked, the key unlocked and the connection handed to another
+    /// acquisition, and the key's row be the next holder's.
     async fn released_cleanly(&self) -> Result<()> {
+        if self
+            .lost
+            .reason()
+            .is_some_and(|r| r != LossReason::Released)
+        {
+            return Ok(());
+        }
         self.conn.unbeat(self.key);
         let what = "mark a clean release";
         let sql = match self.beat_row == self.key_name {
