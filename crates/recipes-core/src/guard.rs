@@ -6,7 +6,7 @@ use std::time::{Duration, Instant};
 use crate::backend::{HeldLease, Releasing};
 use crate::clock::BootInstant;
 use crate::error::{Error, Result};
-use crate::loss::LossSignal;
+use crate::loss::{LossReason, LossSignal};
 use crate::metrics::Labels;
 use crate::runtime::Boxed;
 
@@ -84,13 +84,19 @@ impl<L: HeldLease> Hold<L> {
         self.ended();
         let lost_before = self.signal.reason();
         let released = match self.lease.take() {
-            Some(l) => l.release().map_err(Error::unconfirmed),
+            Some(l) => l.release(),
             None => Ok(()),
         };
-        match lost_before {
-            Some(reason) => Err(Error::LeaseLost { reason }),
-            None => released,
-        }
+        outcome(lost_before, released)
+    }
+}
+
+/// A release's outcome: the loss that came before it, else the store's
+/// answer (an error of it unconfirmed).
+fn outcome(lost_before: Option<LossReason>, released: Result<()>) -> Result<()> {
+    match lost_before {
+        Some(reason) => Err(Error::LeaseLost { reason }),
+        None => released.map_err(Error::unconfirmed),
     }
 }
 
@@ -110,15 +116,22 @@ impl<L: HeldLease> Hold<L> {
             }
             Ok(Releasing { runtime, future }) => {
                 self.ended();
-                let future: Boxed<()> = Box::pin(async move {
-                    let released = future.await.map_err(Error::unconfirmed);
-                    match lost_before {
-                        Some(reason) => Err(Error::LeaseLost { reason }),
-                        None => released,
-                    }
-                });
+                let future: Boxed<()> = Box::pin(async move { outcome(lost_before, future.await) });
                 Ok(Releasing { runtime, future })
             }
+        }
+    }
+
+    /// [`release_later`](Hold::release_later), with `kept` dropped only
+    /// once the release is done; both handed back untouched when the lease
+    /// has no such future.
+    pub(crate) fn release_later_keeping<K: Send + 'static>(
+        self,
+        kept: K,
+    ) -> std::result::Result<Releasing, (Hold<L>, K)> {
+        match self.release_later() {
+            Ok(releasing) => Ok(releasing.keeping(kept)),
+            Err(hold) => Err((hold, kept)),
         }
     }
 }

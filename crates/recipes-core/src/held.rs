@@ -15,6 +15,7 @@ use crate::error::{Error, Result};
 use crate::fence::FencingToken;
 use crate::limits::quote;
 use crate::loss::{LossReason, LossSignal, LossTrigger};
+use crate::retry::within;
 use crate::runtime::{Boxed, Runtime};
 
 /// One write fenced by a held entry: applied only while the entry exists.
@@ -244,17 +245,12 @@ impl<E: StoreEntry> HeldLease for HeldEntry<E> {
         let e = self.entry;
         let runtime = e.runtime().clone();
         let future: Boxed<()> = Box::pin(async move {
-            let timeout = e.rpc_timeout();
-            let err = match tokio::time::timeout(timeout, e.clone().delete()).await {
-                Ok(Ok(())) => {
+            let err = match within("release", e.rpc_timeout(), e.clone().delete()).await {
+                Ok(()) => {
                     e.released();
                     return Ok(());
                 }
-                Ok(Err(err)) => err,
-                Err(_) => Error::Timeout {
-                    what: "release".to_owned(),
-                    after: timeout,
-                },
+                Err(err) => err,
             };
             // Counted as the blocking release's call counts it.
             crate::metrics::error(e.runtime().store(), &err);

@@ -339,14 +339,12 @@ impl<B: RwLockBackend> RwLockReadGuard<B> {
             token,
             reader,
         } = self;
-        match hold.release_later() {
-            Ok(r) => Ok(r.keeping(reader)),
-            Err(hold) => Err(RwLockReadGuard {
+        hold.release_later_keeping(reader)
+            .map_err(|(hold, reader)| RwLockReadGuard {
                 hold,
                 token,
                 reader,
-            }),
-        }
+            })
     }
 }
 
@@ -422,14 +420,12 @@ impl<B: RwLockBackend> RwLockWriteGuard<B> {
             token,
             shared,
         } = self;
-        match hold.release_later() {
-            Ok(r) => Ok(r.keeping(shared)),
-            Err(hold) => Err(RwLockWriteGuard {
+        hold.release_later_keeping(shared)
+            .map_err(|(hold, shared)| RwLockWriteGuard {
                 hold,
                 token,
                 shared,
-            }),
-        }
+            })
     }
 }
 

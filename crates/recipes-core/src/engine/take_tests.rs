@@ -27,6 +27,8 @@ struct Store {
     /// How long the next confirm takes (a previous holder's deadline
     /// waited out).
     next_confirm_waits: Mutex<Duration>,
+    /// Told when a confirm begins such a wait.
+    confirm_waiting: Notify,
     given_back: AtomicU64,
 }
 
@@ -175,7 +177,10 @@ impl SlotDriver for Driver {
             return Ok(None);
         }
         let wait = std::mem::take(&mut *self.store.next_confirm_waits.lock());
-        tokio::time::sleep(wait).await;
+        if !wait.is_zero() {
+            self.store.confirm_waiting.notify_one();
+            tokio::time::sleep(wait).await;
+        }
         Ok(Some(
             self.store.fence.fetch_add(1, Ordering::SeqCst) as i64 + 1,
         ))
@@ -320,7 +325,7 @@ async fn a_confirm_that_finds_the_holding_gone_gives_it_back_and_starts_over() {
 }
 
 /// A confirm that waits out a previous holder's deadline longer than its
-/// epoch lives: the epoch lost meanwhile, the slot is given back and won
+/// epoch lives: the epoch lost while it waits, the slot is given back and won
 /// under a new epoch (never handed over on the lost one), without waiting
 /// for that confirm's end.
 #[tokio::test(start_paused = true)]
@@ -331,7 +336,7 @@ async fn an_epoch_lost_while_confirming_gives_back_and_starts_over() {
     let d = driver.clone();
     let started = Instant::now();
     let taking = tokio::spawn(async move { take(&*d, None).await });
-    tokio::time::sleep(Duration::from_millis(100)).await;
+    store.confirm_waiting.notified().await;
     let (first, trigger) = driver.epochs.lock()[0].clone();
     trigger.fire(LossReason::DeadlineExpired);
     let (epoch, _, _) = taking.await.unwrap().unwrap().unwrap();
