@@ -70,8 +70,8 @@ local function alive(m) if lives[m] == nil then lives[m] = redis.call('EXISTS', 
 -- a key read under the caller's layout would be left for good. The
 -- caller's layout's where the index has none.
 local function keyof(m)
-  local v = redis.call('HGET', ns .. 'h:' .. sid_of(m), m)
-  return (v and string.match(v, '^.-\n(.*)$')) or holdkey(m)
+  local _, k = entry_of(redis.call('HGET', ns .. 'h:' .. sid_of(m), m))
+  return k or holdkey(m)
 end
 local function upto(ours)
   local out = {}

@@ -117,6 +117,9 @@ macro_rules! common {
 local ns = ARGV[1]
 local function sid_of(m) return string.match(m, '^(%d+)-') or '0' end
 local function sess(m) return ns .. 's:' .. sid_of(m) end
+-- A queue entry's value `v` in its session's index (`h:<id>`): its queue
+-- and its hold key; nothing for another value (a group member's, none).
+local function entry_of(v) if v then return string.match(v, '^(.-)\n(.*)$') end end
 "#,
             $crate::scripts::named!(),
             r#"-- Remove member `m` of queue `q` whose hold key is `k`. `held`: whether
@@ -185,7 +188,7 @@ local function forget(id, budget)
       end
       redis.call('HDEL', h, e[i])
     else
-      local q, k = string.match(e[i + 1], '^(.-)\n(.*)$')
+      local q, k = entry_of(e[i + 1])
       if q then drop(q, k, e[i]) else redis.call('HDEL', h, e[i]) end
     end
     budget = budget - 1
@@ -298,9 +301,7 @@ script!(
 local h = ns .. 'h:' .. ARGV[2]
 local n = 0
 for i = 3, #ARGV do
-  local v = redis.call('HGET', h, ARGV[i])
-  local q, k
-  if v then q, k = string.match(v, '^(.-)\n(.*)$') end
+  local q, k = entry_of(redis.call('HGET', h, ARGV[i]))
   -- A barrier's member keeps no hold key (''), a group member's field
   -- starts `g\n`: neither is a lock's entry.
   if q and k ~= '' and string.sub(ARGV[i], 1, 2) ~= 'g\n' then
