@@ -84,7 +84,7 @@ pub use pgbouncer::{PgBouncer, PoolMode};
 pub use process::{continue_and_wait, stop_and_wait, ManagedProcess};
 pub use proxy::{Proxy, ProxyMode};
 pub use redis_server::{RedisConfig, RedisSentinel, RedisServer};
-pub use wait::{wait_for, wait_for_with, wait_until, wait_until_with};
+pub use wait::{seen_within, wait_for, wait_for_with, wait_until, wait_until_with};
 pub use zk_cluster::ZkCluster;
 pub use zk_facts::ZkFacts;
 pub use zk_server::{ZkConfig, ZkServer};

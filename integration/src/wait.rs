@@ -113,3 +113,20 @@ pub fn wait_for_with<T>(
         std::thread::sleep(POLL_INTERVAL);
     }
 }
+
+/// Whether `condition` holds at some point within `window`, polled; `true`
+/// as soon as it does. For a test that gives something that must not
+/// happen (with the fix) the chance to happen: `window` is the time it is
+/// given, not an upper bound to wait for, so it is not scaled.
+pub fn seen_within(window: Duration, mut condition: impl FnMut() -> bool) -> bool {
+    let until = Instant::now() + window;
+    loop {
+        if condition() {
+            return true;
+        }
+        if Instant::now() >= until {
+            return false;
+        }
+        std::thread::sleep(POLL_INTERVAL);
+    }
+}

@@ -468,32 +468,32 @@ fn fault_etcd_deadline_policy_rides_out_a_dropped_connection() {
 /// multi-lock take and give (an application uses one crate, not core).
 #[test]
 fn every_backend_crate_names_the_lock_kinds_and_multi_lock() {
-    let kinds = [
+    // Core's own types, each crate's name for them.
+    let _: [recipes_core::LockKind; 4] = [
         recipes_zk::LockKind::Mutex,
         recipes_etcd::LockKind::Read,
         recipes_pg::LockKind::Write,
         recipes_redis::LockKind::Mutex,
     ];
-    assert_eq!(kinds.len(), 4);
-    let sides = [
+    let _: [recipes_core::Access; 4] = [
         recipes_zk::Access::Read,
         recipes_etcd::Access::Write,
         recipes_pg::Access::Read,
         recipes_redis::Access::Write,
     ];
-    assert_eq!(sides.len(), 4);
     let limits = [
         recipes_zk::MAX_MULTI_LOCK_NAMES,
         recipes_etcd::MAX_MULTI_LOCK_NAMES,
         recipes_pg::MAX_MULTI_LOCK_NAMES,
         recipes_redis::MAX_MULTI_LOCK_NAMES,
     ];
-    assert!(limits
-        .iter()
-        .all(|l| *l == recipes_core::MAX_MULTI_LOCK_NAMES));
-    fn guard_of<C: recipes_core::Client>(_: Option<recipes_zk::MultiLockGuard<C>>) {}
-    guard_of::<ZkClient>(None);
-    let _: Option<recipes_etcd::MultiLock<EtcdClient>> = None;
-    let _: Option<recipes_pg::MultiLockGuard<recipes_pg::PgClient>> = None;
-    let _: Option<recipes_redis::MultiLock<recipes_redis::RedisClient>> = None;
+    assert_eq!(limits, [recipes_core::MAX_MULTI_LOCK_NAMES; 4]);
+    let _: Option<recipes_core::MultiLockGuard<ZkClient>> =
+        None::<recipes_zk::MultiLockGuard<ZkClient>>;
+    let _: Option<recipes_core::MultiLock<EtcdClient>> =
+        None::<recipes_etcd::MultiLock<EtcdClient>>;
+    let _: Option<recipes_core::MultiLockGuard<recipes_pg::PgClient>> =
+        None::<recipes_pg::MultiLockGuard<recipes_pg::PgClient>>;
+    let _: Option<recipes_core::MultiLock<recipes_redis::RedisClient>> =
+        None::<recipes_redis::MultiLock<recipes_redis::RedisClient>>;
 }

@@ -9,7 +9,7 @@ mod pg_common;
 
 use std::time::Duration;
 
-use integration::{scale, wait_for, wait_until, PgServer, Proxy};
+use integration::{scale, seen_within, wait_for, wait_until, PgServer, Proxy};
 use pg_common::*;
 use recipes_core::{Client, LossSignal};
 use recipes_pg::PgClient;
@@ -40,6 +40,26 @@ fn beating(server: &PgServer, row: &str) -> bool {
 fn holder_pid(server: &PgServer) -> String {
     let sql = "SELECT pid FROM pg_locks WHERE locktype = 'advisory' AND granted";
     server.sql(sql).trim().to_owned()
+}
+
+/// The holder whose backend is `pid`, reached through `proxy`, cut off
+/// and its backend ended by the server: by the time the next holder holds
+/// (`next`, returned), the cut-off one's `lost` has fired.
+fn loses_before_the_next_holds<T>(
+    server: &PgServer,
+    proxy: &Proxy,
+    pid: &str,
+    lost: &LossSignal,
+    next: impl FnOnce() -> T,
+) -> T {
+    proxy.blackhole();
+    server.sql(&format!("SELECT pg_terminate_backend({pid})"));
+    let taken = next();
+    assert!(
+        lost.is_lost(),
+        "the next holder held while the cut-off one still believed it held"
+    );
+    taken
 }
 
 /// After `recipes.advisory` was truncated under a session-mode holding,
@@ -89,13 +109,9 @@ fn next_waits_out_a_holder_whose_row_was_truncated(
     wait_until("a heartbeat after the truncate", scale(TTL * 3), || {
         server.sql(&beat_since).trim() == "1"
     });
-    proxy.blackhole();
-    server.sql(&format!("SELECT pg_terminate_backend({pid})"));
-    let taken = next(&b, &lock).expect("the next holder gets in");
-    assert!(
-        lost.is_lost(),
-        "the next holder held while the cut-off one still believed it held"
-    );
+    let taken = loses_before_the_next_holds(&server, &proxy, &pid, &lost, || {
+        next(&b, &lock).expect("the next holder gets in")
+    });
     drop(taken);
     proxy.restore();
     drop(held);
@@ -140,20 +156,12 @@ fn fault_session_mode_a_heartbeat_while_a_take_is_answered_stamps_the_key() {
          AND query_start > '{}'::timestamptz AND query LIKE 'WITH ok AS%'",
         took.trim()
     );
-    let until = std::time::Instant::now() + ttl / 2;
-    while server.sql(&beat).trim() != "1" && std::time::Instant::now() < until {
-        std::thread::sleep(Duration::from_millis(20));
-    }
+    seen_within(ttl / 2, || server.sql(&beat).trim() == "1");
     proxy.restore();
     let held = taking.join().unwrap().unwrap().expect("the lock was free");
-    let lost = held.lost().clone();
-    proxy.blackhole();
-    server.sql(&format!("SELECT pg_terminate_backend({pid})"));
-    let next = b.mutex(&lock).unwrap().lock().unwrap();
-    assert!(
-        lost.is_lost(),
-        "the next holder held while the cut-off one still believed it held"
-    );
+    let next = loses_before_the_next_holds(&server, &proxy, &pid, held.lost(), || {
+        b.mutex(&lock).unwrap().lock().unwrap()
+    });
     drop(next);
     proxy.restore();
     drop(held);

@@ -92,8 +92,9 @@ fn observations(name: &str, labels: &[(&str, &str)]) -> Vec<f64> {
 
 /// A mutex acquired, contended (a timeout), lost (its entry deleted),
 /// acquired by the other client and released; a read-write lock read and
-/// written; an election led and resigned; a latch led and closed; a call after close: each shows in the metrics with the
-/// labels the docs' table gives.
+/// written; an election led and resigned; a latch led and closed; a call
+/// after close: each shows in the metrics with the labels the docs' table
+/// gives.
 pub fn metrics_follow_a_scripted_sequence<K: Kit>(kit: &K) {
     recorded();
     let lease = Duration::from_secs(2);

@@ -7,10 +7,10 @@
 //! ```
 //!
 //! - **M1** uncontended `lock` + `release`: ops/s, p50, p99, server
-//!   requests, client and server CPU per cycle, and the round trip of an empty blocking call
-//!   (`bridge_call_p50_us`: the caller's thread to the client's runtime
-//!   thread and back, which the raw minimum, issued on the bench's own
-//!   thread, does not pay; a cycle makes two calls).
+//!   requests, client and server CPU per cycle, and the round trip of an
+//!   empty blocking call (`bridge_call_p50_us`: the caller's thread to the
+//!   client's runtime thread and back, which the raw minimum, issued on
+//!   the bench's own thread, does not pay; a cycle makes two calls).
 //! - **M2** 2, 4 and 8 clients (each its own session, as separate
 //!   processes would be) handing one lock on: acquisitions/s, handoff
 //!   p50/p99; violations = overlaps and fence inversions. etcd's raw is
