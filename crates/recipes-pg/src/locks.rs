@@ -46,6 +46,7 @@ impl LockStore for PgClient {
         async move {
             let (client, name) = (&handle.client, handle.name.as_str());
             if client.mode() == PgMode::Session {
+                crate::mint::refuse_inside_semaphore(client, name).await?;
                 let slots = AdvisorySlots {
                     client,
                     name,

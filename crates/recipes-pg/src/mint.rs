@@ -313,6 +313,22 @@ pub(crate) async fn refusal(
     }
 }
 
+/// Refuse a session-mode lock named like one of a semaphore's own queues
+/// (`<sem>/locks`, `<sem>/leases`) while `<sem>` is a semaphore, as lease
+/// mode's enter refuses it: one surface in both modes. Session mode's
+/// keys would not be shared (its permits are keys of their own), so the
+/// read need not be atomic with the take; it runs only for such names.
+pub(crate) async fn refuse_inside_semaphore(client: &PgClient, name: &str) -> Result<()> {
+    let Some(semaphore) = crate::names::enclosing_semaphore(name) else {
+        return Ok(());
+    };
+    let what = format!("read the row of {semaphore}");
+    if stored_kind(client, semaphore, &what).await? == "semaphore" {
+        return Err(crate::names::inside_semaphore(name, semaphore));
+    }
+    Ok(())
+}
+
 /// The kind of `name`'s row now (empty when it has none).
 async fn stored_kind(client: &PgClient, name: &str, what: &str) -> Result<String> {
     let sql = "SELECT kind FROM recipes.names WHERE name = $1";

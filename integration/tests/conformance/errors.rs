@@ -216,6 +216,17 @@ pub fn only_the_recipes_own_entries_are_contenders<K: Kit>(kit: &K) {
         client.mutex(&sem).and_then(|m| m.try_lock()),
     );
     assert_eq!(kit.entries_under(&sem), before, "the refusal left nothing");
+    // Nor on one of the semaphore's own queues (`<sem>/locks`,
+    // `<sem>/leases`), whose entries it would share.
+    for inside in ["locks", "leases"] {
+        invalid(
+            &format!("a mutex on a semaphore's {inside}"),
+            client
+                .mutex(&format!("{sem}/{inside}"))
+                .and_then(|m| m.try_lock()),
+        );
+        assert_eq!(kit.entries_under(&sem), before, "the refusal left nothing");
+    }
     permit.release().unwrap();
     let _ = client.close();
 }
