@@ -18,7 +18,7 @@ use crate::lock::{EtcdKey, EtcdLock};
 use crate::names::{
     is_contender, key_prefix, other_layout, read_prefix, size_key, validate_name, write_prefix,
 };
-use crate::rpc::{read_at, retrying_get, retrying_txn, unexpected};
+use crate::rpc::{read_at, retrying_txn, unexpected};
 use crate::rw_queue::{none_under, one_under};
 use crate::session::Etcd;
 
@@ -82,19 +82,36 @@ impl SemaphoreKeys {
     pub(crate) async fn ensure_size(&self, etcd: &Etcd, timeout: Duration) -> Result<()> {
         // Their keys are `<name>/<lease hex>`: between `<name>/0` and
         // `<name>/g`, where our own `config` is the one key of ours.
+        // A lock named `<name>/leases` has its keys among our permits'
+        // (`<name>/leases/<lease hex>`, a permit's with `-<n>` after it),
+        // which would count its entries as permits.
         let prefix = key_prefix(&self.name);
-        let hex = GetOptions::new()
-            .with_range(format!("{prefix}g"))
-            .with_keys_only();
-        let from = format!("{prefix}0");
-        let read = retrying_get(etcd, timeout, &from, Some(hex)).await?;
-        if let Some(kv) = read.kvs().iter().find(|kv| is_contender(&prefix, kv.key())) {
-            return Err(other_layout(
-                &prefix,
-                "a semaphore",
-                "a lock or election",
-                kv.key(),
-            ));
+        let leases = format!("{prefix}leases/");
+        let hex = |p: &str| {
+            let range = GetOptions::new()
+                .with_range(format!("{p}g"))
+                .with_keys_only();
+            TxnOp::get(format!("{p}0"), Some(range))
+        };
+        let txn = Txn::new().and_then([hex(&prefix), hex(&leases)]);
+        let what = format!("read the keys under {prefix}");
+        let read = retrying_txn(etcd, &what, timeout, &txn).await?;
+        // A lock's key below `p`: a contender's without a permit's `-<n>`.
+        let lock_key =
+            |p: &str, key: &[u8]| is_contender(p, key) && !key[p.len()..].contains(&b'-');
+        for (at, p) in [(0, &prefix), (1, &leases)] {
+            if let Some(kv) = read_at(&read, at)?
+                .kvs()
+                .iter()
+                .find(|kv| lock_key(p, kv.key()))
+            {
+                return Err(other_layout(
+                    p,
+                    "a semaphore",
+                    "a lock or election",
+                    kv.key(),
+                ));
+            }
         }
         let config = self.config_key.as_str();
         let (readers, writers) = (read_prefix(&prefix), write_prefix(&prefix));

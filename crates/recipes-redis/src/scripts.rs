@@ -334,9 +334,13 @@ return 1
 "#
 );
 
-// ARGV: ns, size key, size, lock queue key, role key → 0 stored or
-// equal; the stored size when it differs; -1 the name holds a lock or
-// election, -2 a read-write lock.
+// ARGV: ns, size key, size, lock queue key, role key, the permits'
+// queue, the lock key a lock of that queue's name would hold → 0 stored
+// or equal; the stored size when it differs; -1 the name holds a lock or
+// election, -2 a read-write lock, -3 the permits' queue (`<sem>/leases`)
+// has a live lock's or election's member, whose entries would count as
+// permits (checked as the size is first stored: later, such a lock is
+// refused by the size key).
 script!(
     ENSURE_SIZE,
     "",
@@ -345,8 +349,13 @@ script!(
 if redis.call('EXISTS', ARGV[5]) == 1 then return {-2} end
 if redis.call('EXISTS', ARGV[4]) == 1 then return {-1} end
 local stored = redis.call('GET', ARGV[2])
-if not stored then redis.call('SET', ARGV[2], ARGV[3]); return {0} end
-return {1, stored}
+if stored then return {1, stored} end
+for _, m in ipairs(redis.call('ZRANGE', ns .. 'q:' .. ARGV[6], 0, -1)) do
+  local _, k = entry_of(redis.call('HGET', ns .. 'h:' .. sid_of(m), m))
+  if k == ARGV[7] and redis.call('EXISTS', sess(m)) == 1 then return {-3} end
+end
+redis.call('SET', ARGV[2], ARGV[3])
+return {0}
 "#
 );
 

@@ -121,7 +121,15 @@ impl Drivers {
                         // size): claim it, unless someone else just did, or
                         // it holds another recipe's nodes (a mutex's, say).
                         match zk.list_children(path).await {
-                            Ok(children) => own_layout(path, &children, None)?,
+                            Ok(children) => {
+                                own_layout(path, &children, None)?;
+                                // A lock in the permits' folder (a mutex
+                                // named `<path>/leases`) would count as a
+                                // permit.
+                                if children.iter().any(|c| c == "leases") {
+                                    permits_folder_is_ours(zk, path).await?;
+                                }
+                            }
                             // Gone since the read: read again.
                             Err(e) if connection_trouble(&e) || e == zk::Error::NoNode => {
                                 backoff.pause().await;
@@ -168,6 +176,17 @@ impl Drivers {
                 Err(e) => return Err(from_zk(&format!("read {path}"), e)),
             }
         }
+    }
+}
+
+/// Refuse `<path>/leases` when it holds another recipe's nodes (a
+/// lock's); a folder gone since the parent's listing is no refusal.
+async fn permits_folder_is_ours(zk: &zk::Client, path: &str) -> Result<()> {
+    let leases = format!("{path}/leases");
+    match zk.list_children(&leases).await {
+        Ok(children) => own_layout(&leases, &children, Some(LEASE)),
+        Err(zk::Error::NoNode) => Ok(()),
+        Err(e) => Err(from_zk(&format!("list {leases}"), e)),
     }
 }
 

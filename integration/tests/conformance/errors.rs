@@ -228,6 +228,23 @@ pub fn only_the_recipes_own_entries_are_contenders<K: Kit>(kit: &K) {
         assert_eq!(kit.entries_under(&sem), before, "the refusal left nothing");
     }
     permit.release().unwrap();
+
+    // The other way round: a semaphore whose permits' name holds a mutex
+    // (whose entries it would count as permits) is refused, and leaves
+    // nothing.
+    let sem = name("errors-layout-sem-after");
+    let guard = client
+        .mutex(&format!("{sem}/leases"))
+        .unwrap()
+        .lock()
+        .unwrap();
+    let before = kit.entries_under(&sem);
+    invalid(
+        "a semaphore whose permits' name holds a mutex",
+        client.semaphore(&sem, 2).and_then(|s| s.try_acquire()),
+    );
+    assert_eq!(kit.entries_under(&sem), before, "the refusal left nothing");
+    guard.release().unwrap();
     let _ = client.close();
 }
 
