@@ -165,7 +165,7 @@ pub mod store {
         check_timeout, check_ttl, check_value, deadline_in, quote, whole_seconds_up, Settings,
     };
     pub use crate::loss::LossTrigger;
-    pub use crate::names::{check_name, check_permits, check_stored_size};
+    pub use crate::names::{check_name, check_permits, check_stored_size, permits_name_taken};
     pub use crate::observe::{follow_leader, LeaderWatch};
     pub use crate::owned::{Owned, OwnedEntries, AUDIT_EVERY};
     pub use crate::presence_poll::{PresencePoll, PRESENCE_BATCH};

@@ -8,6 +8,7 @@ use std::time::Duration;
 
 use etcd_client::{Compare, CompareOp, GetOptions, Txn, TxnOp};
 use recipes_core::store::engine::{self, Admission, Unlock};
+use recipes_core::store::permits_name_taken;
 use recipes_core::Result;
 use tokio::time::Instant;
 
@@ -81,39 +82,49 @@ impl SemaphoreKeys {
     /// [`Error::InvalidArgument`]: the name holds that recipe.
     pub(crate) async fn ensure_size(&self, etcd: &Etcd, timeout: Duration) -> Result<()> {
         // Their keys are `<name>/<lease hex>`: between `<name>/0` and
-        // `<name>/g`, where our own `config` is the one key of ours.
-        // A lock named `<name>/leases` has its keys among our permits'
-        // (`<name>/leases/<lease hex>`, a permit's with `-<n>` after it),
-        // which would count its entries as permits.
+        // `<name>/g`, where our own `config` is the one key of ours. While
+        // no size is stored, a lock named `<name>/leases` is refused too:
+        // its keys are among our permits' (`<name>/leases/<lease hex>`, a
+        // permit's with `-<n>` after it), which would count its entries as
+        // permits (with a size stored, the lock's enter refuses).
         let prefix = key_prefix(&self.name);
         let leases = format!("{prefix}leases/");
+        let config = self.config_key.as_str();
         let hex = |p: &str| {
             let range = GetOptions::new()
                 .with_range(format!("{p}g"))
                 .with_keys_only();
             TxnOp::get(format!("{p}0"), Some(range))
         };
-        let txn = Txn::new().and_then([hex(&prefix), hex(&leases)]);
+        let txn = Txn::new()
+            .when([Compare::create_revision(config, CompareOp::Equal, 0)])
+            .and_then([hex(&prefix), hex(&leases)])
+            .or_else([hex(&prefix)]);
         let what = format!("read the keys under {prefix}");
         let read = retrying_txn(etcd, &what, timeout, &txn).await?;
         // A lock's key below `p`: a contender's without a permit's `-<n>`.
         let lock_key =
             |p: &str, key: &[u8]| is_contender(p, key) && !key[p.len()..].contains(&b'-');
-        for (at, p) in [(0, &prefix), (1, &leases)] {
-            if let Some(kv) = read_at(&read, at)?
-                .kvs()
-                .iter()
-                .find(|kv| lock_key(p, kv.key()))
-            {
-                return Err(other_layout(
-                    p,
-                    "a semaphore",
-                    "a lock or election",
-                    kv.key(),
-                ));
-            }
+        let first = |at: usize, p: &str| -> Result<Option<Vec<u8>>> {
+            let range = read_at(&read, at)?;
+            let found = range.kvs().iter().find(|kv| lock_key(p, kv.key()));
+            Ok(found.map(|kv| kv.key().to_vec()))
+        };
+        if let Some(key) = first(0, &prefix)? {
+            return Err(other_layout(
+                &prefix,
+                "a semaphore",
+                "a lock or election",
+                &key,
+            ));
         }
-        let config = self.config_key.as_str();
+        if read.succeeded() && first(1, &leases)?.is_some() {
+            return Err(permits_name_taken(
+                &format!("the etcd semaphore {}", self.name),
+                &format!("the etcd name {}", leases.trim_end_matches('/')),
+                "a lock or election",
+            ));
+        }
         let (readers, writers) = (read_prefix(&prefix), write_prefix(&prefix));
         let txn = Txn::new()
             .when([

@@ -8,8 +8,8 @@
 //! (`<name>/leases/<i>`) taken by core's [`take`](recipes_core::store::engine::take),
 //! the size stored the same way.
 
-use recipes_core::store::check_stored_size;
 use recipes_core::store::engine::{self, Admission, Role, Rule, Unlock};
+use recipes_core::store::{check_stored_size, permits_name_taken, quote};
 use recipes_core::Result;
 use tokio::time::Instant;
 use tokio_postgres::types::Type;
@@ -20,7 +20,7 @@ use crate::client::PgClient;
 use crate::contend::{Acquired, RowContender};
 use crate::entry::PgEntry;
 use crate::held::PgLock;
-use crate::names::{other_layout, validate_name};
+use crate::names::{kind_shown, other_layout, validate_name};
 use crate::slots::{AdvisorySlots, ADVISORY_PERMITS};
 
 /// A counting semaphore in PostgreSQL (the layout above); see
@@ -67,6 +67,20 @@ impl SemaphoreRows {
         let what = format!("store the size of {}", self.name);
         let n = i64::from(self.permits);
         let (db, name) = (self.client.db(), &self.name);
+        // A lock's or another recipe's row at the permits' name would count
+        // its entries as permits (and refuse the permits at their first
+        // acquisition): refused before the size is stored.
+        let leases = format!("{name}/leases");
+        let read = "SELECT kind FROM recipes.names WHERE name = $1";
+        let theirs = db.query_opt(&what, read, &[(&leases, Type::TEXT)]).await?;
+        let kind = theirs.map(|r| r.get::<_, String>(0));
+        if let Some(kind) = kind.filter(|k| k != "permits" && k != ADVISORY_PERMITS) {
+            return Err(permits_name_taken(
+                &format!("the PostgreSQL semaphore {}", quote(name)),
+                &format!("the PostgreSQL name {}", quote(&leases)),
+                kind_shown(&kind),
+            ));
+        }
         let insert = TAKE_NAME;
         db.query(&what, insert, &[(name, Type::TEXT), (&n, Type::INT8)])
             .await?;

@@ -335,12 +335,12 @@ return 1
 );
 
 // ARGV: ns, size key, size, lock queue key, role key, the permits'
-// queue, the lock key a lock of that queue's name would hold → 0 stored
-// or equal; the stored size when it differs; -1 the name holds a lock or
-// election, -2 a read-write lock, -3 the permits' queue (`<sem>/leases`)
-// has a live lock's or election's member, whose entries would count as
-// permits (checked as the size is first stored: later, such a lock is
-// refused by the size key).
+// queue, the prefix of its permit keys → {0} stored; {1, the stored
+// size}; {-1} the name holds a lock or election, {-2} a read-write lock,
+// {-3} the permits' queue (`<sem>/leases`) has a live member of another
+// recipe (its hold key no permit's: a lock's, a read-write lock's, a
+// barrier's none), whose entries would count as permits (checked as the
+// size is first stored: later, such a recipe is refused by the size key).
 script!(
     ENSURE_SIZE,
     "",
@@ -352,7 +352,7 @@ local stored = redis.call('GET', ARGV[2])
 if stored then return {1, stored} end
 for _, m in ipairs(redis.call('ZRANGE', ns .. 'q:' .. ARGV[6], 0, -1)) do
   local _, k = entry_of(redis.call('HGET', ns .. 'h:' .. sid_of(m), m))
-  if k == ARGV[7] and redis.call('EXISTS', sess(m)) == 1 then return {-3} end
+  if k and k ~= ARGV[7] .. m and redis.call('EXISTS', sess(m)) == 1 then return {-3} end
 end
 redis.call('SET', ARGV[2], ARGV[3])
 return {0}

@@ -9,7 +9,7 @@
 use std::time::Duration;
 
 use recipes_core::store::engine::{self, Admission, Rule, SizeCheck, Unlock};
-use recipes_core::store::quote;
+use recipes_core::store::{permits_name_taken, quote};
 use recipes_core::Result;
 use tokio::time::Instant;
 
@@ -69,7 +69,7 @@ impl SemaphoreQueues {
             lock.queue_key(),
             lock.role_key(),
             self.leases.name.clone(),
-            Queue::lock(&self.leases.name).hold,
+            self.leases.hold.clone(),
         ];
         let what = format!("store the size of {}", self.name);
         let reply: redis::Value = redis
@@ -90,13 +90,11 @@ impl SemaphoreQueues {
                 "a lock or election",
             )),
             (Some(-2), _) => Err(other_layout(&self.name, "a semaphore", "a read-write lock")),
-            (Some(-3), _) => Err(recipes_core::Error::invalid(format!(
-                "the Redis name {} holds a lock or election, and the semaphore {} keeps its \
-                 permits under that name (the lock's entries would count as permits); choose \
-                 another name for the semaphore, or for the lock",
-                quote(&self.leases.name),
-                quote(&self.name)
-            ))),
+            (Some(-3), _) => Err(permits_name_taken(
+                &format!("the Redis semaphore {}", quote(&self.name)),
+                &format!("the Redis name {}", quote(&self.leases.name)),
+                "another recipe's entries",
+            )),
             (Some(1), Some(stored)) => {
                 let what = format!("the Redis semaphore {}", self.name);
                 recipes_core::store::check_stored_size(&what, &size, &stored, self.permits)

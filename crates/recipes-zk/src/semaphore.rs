@@ -13,7 +13,7 @@
 //! ([`ZkNodeLease`]).
 
 use recipes_core::store::engine::{admit, Admission, Rule, Unlock};
-use recipes_core::store::Backoff;
+use recipes_core::store::{permits_name_taken, quote, Backoff};
 use recipes_core::{Error, Result};
 use tokio::time::Instant as TokioInstant;
 use zookeeper_client as zk;
@@ -126,8 +126,10 @@ impl Drivers {
                                 // A lock in the permits' folder (a mutex
                                 // named `<path>/leases`) would count as a
                                 // permit.
-                                if children.iter().any(|c| c == "leases") {
-                                    permits_folder_is_ours(zk, path).await?;
+                                let leases = children.iter().any(|c| c == "leases");
+                                if leases && !permits_folder_is_ours(zk, path).await? {
+                                    backoff.pause().await;
+                                    continue;
                                 }
                             }
                             // Gone since the read: read again.
@@ -180,12 +182,21 @@ impl Drivers {
 }
 
 /// Refuse `<path>/leases` when it holds another recipe's nodes (a
-/// lock's); a folder gone since the parent's listing is no refusal.
-async fn permits_folder_is_ours(zk: &zk::Client, path: &str) -> Result<()> {
+/// lock's): true when it holds none (or is gone since the parent's
+/// listing), false on connection trouble (read again).
+async fn permits_folder_is_ours(zk: &zk::Client, path: &str) -> Result<bool> {
     let leases = format!("{path}/leases");
     match zk.list_children(&leases).await {
-        Ok(children) => own_layout(&leases, &children, Some(LEASE)),
-        Err(zk::Error::NoNode) => Ok(()),
+        Ok(children) => match own_layout(&leases, &children, Some(LEASE)) {
+            Ok(()) => Ok(true),
+            Err(_) => Err(permits_name_taken(
+                &format!("the ZooKeeper semaphore {}", quote(path)),
+                &quote(&leases),
+                "another recipe's nodes",
+            )),
+        },
+        Err(zk::Error::NoNode) => Ok(true),
+        Err(e) if connection_trouble(&e) => Ok(false),
         Err(e) => Err(from_zk(&format!("list {leases}"), e)),
     }
 }

@@ -245,6 +245,10 @@ pub fn only_the_recipes_own_entries_are_contenders<K: Kit>(kit: &K) {
     );
     assert_eq!(kit.entries_under(&sem), before, "the refusal left nothing");
     guard.release().unwrap();
+    // Nor stored the semaphore's size, which would refuse the lock now.
+    let again = client.mutex(&format!("{sem}/leases")).unwrap().try_lock();
+    let again = again.expect("the lock is not refused after the semaphore's refusal");
+    again.expect("the lock is free").release().unwrap();
     let _ = client.close();
 }
 
