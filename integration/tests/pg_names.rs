@@ -122,14 +122,7 @@ fn a_lock_or_election_inside_a_semaphores_layout_is_refused_and_writes_nothing()
                 .and_then(|e| e.try_campaign(b"v"))
                 .map(drop),
         ];
-        for r in refused {
-            match r {
-                Err(Error::InvalidArgument(m)) => {
-                    assert!(m.contains("part of the semaphore"), "{m}")
-                }
-                other => panic!("{inside}: {other:?}"),
-            }
-        }
+        refused_inside(&inside, refused);
         assert_eq!(rows().trim(), "0", "{inside}: the refusal wrote a row");
     }
     let p = s.acquire().unwrap();
@@ -138,4 +131,47 @@ fn a_lock_or_election_inside_a_semaphores_layout_is_refused_and_writes_nothing()
     q.release().unwrap();
     c.close().unwrap();
     assert!(PgFacts::new(server.addr()).entries_under(&sem).is_empty());
+}
+
+/// In session mode a semaphore's permits are advisory keys of their own
+/// (`<sem>/leases/<i>`): a mutex named like one, which would share its
+/// key, is refused as `<sem>/locks` and `<sem>/leases` are, and so is a
+/// transaction lock (the session-mode mutex's key) on any of them.
+#[test]
+fn session_mode_names_of_a_semaphores_keys_are_refused() {
+    let server = PgServer::shared();
+    let c = recipes_pg::PgClient::builder(server.url())
+        .mode(recipes_pg::PgMode::Session)
+        .ttl(Duration::from_secs(10))
+        .connect()
+        .unwrap();
+    let sem = name("session-layout");
+    let permit = c.semaphore(&sem, 2).unwrap().acquire().unwrap();
+    for inside in ["locks", "leases", "leases/0", "leases/1"] {
+        let inside = format!("{sem}/{inside}");
+        let refused = [
+            c.mutex(&inside).and_then(|m| m.try_lock()).map(drop),
+            c.with_xact_lock(&inside, Some(Duration::ZERO), |_, _| Ok(()))
+                .map(drop),
+        ];
+        refused_inside(&inside, refused);
+    }
+    // A name that only looks like a permit's, under no semaphore, is free.
+    let free = format!("{}/leases/0", name("no-semaphore"));
+    c.mutex(&free).unwrap().lock().unwrap().release().unwrap();
+    let second = c.semaphore(&sem, 2).unwrap().try_acquire().unwrap();
+    second.expect("both permits still admit").release().unwrap();
+    permit.release().unwrap();
+    c.close().unwrap();
+}
+
+/// Each of `results` (of a recipe on `inside`) is the refusal of a name
+/// inside a semaphore's layout.
+fn refused_inside<const N: usize>(inside: &str, results: [recipes_core::Result<()>; N]) {
+    for r in results {
+        match r {
+            Err(Error::InvalidArgument(m)) => assert!(m.contains("part of the semaphore"), "{m}"),
+            other => panic!("{inside}: {other:?}"),
+        }
+    }
 }

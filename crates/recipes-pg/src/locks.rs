@@ -32,7 +32,14 @@ impl LockStore for PgClient {
     }
 
     fn queue(&self, name: &str, kind: LockKind) -> Result<PgLockQueue> {
-        NameHandle::new(self.clone(), kind.recipe(), name).map(PgLockQueue)
+        let handle = NameHandle::new(self.clone(), kind.recipe(), name)?;
+        if self.mode() == PgMode::Session {
+            let (client, name) = (self.clone(), handle.name.clone());
+            self.call("check the name's layout", async move {
+                crate::mint::refuse_inside_semaphore(&client, &name).await
+            })?;
+        }
+        Ok(PgLockQueue(handle))
     }
 
     fn take(
@@ -46,7 +53,6 @@ impl LockStore for PgClient {
         async move {
             let (client, name) = (&handle.client, handle.name.as_str());
             if client.mode() == PgMode::Session {
-                crate::mint::refuse_inside_semaphore(client, name).await?;
                 let slots = AdvisorySlots {
                     client,
                     name,

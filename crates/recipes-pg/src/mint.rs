@@ -314,12 +314,16 @@ pub(crate) async fn refusal(
 }
 
 /// Refuse a session-mode lock named like one of a semaphore's own queues
-/// (`<sem>/locks`, `<sem>/leases`) while `<sem>` is a semaphore, as lease
-/// mode's enter refuses it: one surface in both modes. Session mode's
-/// keys would not be shared (its permits are keys of their own), so the
-/// read need not be atomic with the take; it runs only for such names.
+/// (`<sem>/locks`, `<sem>/leases`) or like one of its permits' keys
+/// (`<sem>/leases/<i>`, which the lock would share) while `<sem>` is a
+/// semaphore, as lease mode's enter refuses the first two: one surface in
+/// both modes. No key but a permit's would be shared, and that only to
+/// make the semaphore admit fewer, so the read need not be atomic with
+/// the take: it runs when a handle is made ([`crate::locks`]) or a
+/// transaction lock taken, only for such names.
 pub(crate) async fn refuse_inside_semaphore(client: &PgClient, name: &str) -> Result<()> {
-    let Some(semaphore) = crate::names::enclosing_semaphore(name) else {
+    let names = crate::names::enclosing_semaphore(name);
+    let Some(semaphore) = names.or_else(|| crate::names::permit_semaphore(name)) else {
         return Ok(());
     };
     let what = format!("read the row of {semaphore}");

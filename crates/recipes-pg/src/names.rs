@@ -58,12 +58,21 @@ pub(crate) fn enclosing_semaphore(name: &str) -> Option<&str> {
     inside.then_some(semaphore)
 }
 
+/// The semaphore whose permit key (in session mode, `<sem>/leases/<i>`)
+/// `name` would be, if it is one.
+pub(crate) fn permit_semaphore(name: &str) -> Option<&str> {
+    let (leases, slot) = name.rsplit_once('/')?;
+    let digits = !slot.is_empty() && slot.bytes().all(|b| b.is_ascii_digit());
+    let semaphore = leases.strip_suffix("/leases").filter(|s| !s.is_empty())?;
+    digits.then_some(semaphore)
+}
+
 /// A lock or election named `name` would be inside the layout of the
 /// semaphore `semaphore` (its row in `recipes.names` says so).
 pub(crate) fn inside_semaphore(name: &str, semaphore: &str) -> Error {
     Error::invalid(format!(
         "the PostgreSQL name {} is part of the semaphore {} (its row in recipes.names): a \
-         lock or election there would join the semaphore's own queue; choose a name \
+         lock or election there would share the semaphore's own entries; choose a name \
          outside it",
         quote(name),
         quote(semaphore)
@@ -137,6 +146,12 @@ mod tests {
         assert_eq!(enclosing_semaphore("/s/leases"), Some("/s"));
         assert_eq!(enclosing_semaphore("/s/other"), None);
         assert_eq!(enclosing_semaphore("/locks"), None);
+        assert_eq!(permit_semaphore("/s/leases/0"), Some("/s"));
+        assert_eq!(permit_semaphore("/s/leases/12"), Some("/s"));
+        assert_eq!(permit_semaphore("/s/leases/x"), None);
+        assert_eq!(permit_semaphore("/s/leases/"), None);
+        assert_eq!(permit_semaphore("/leases/0"), None);
+        assert_eq!(permit_semaphore("/s/other/0"), None);
     }
 
     #[test]

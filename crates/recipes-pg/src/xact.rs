@@ -79,6 +79,7 @@ impl PgClient {
         let begun = self
             .runtime()
             .call_until("take a transaction lock", None, async move {
+                crate::mint::refuse_inside_semaphore(&client, &key).await?;
                 let conn = client.db().checkout().await?;
                 loop {
                     match try_once(&client, &conn, &key, deadline).await {
