@@ -8,7 +8,7 @@ use std::time::Duration;
 
 use etcd_client::{Compare, CompareOp, GetOptions, Txn, TxnOp};
 use recipes_core::store::engine::{self, Admission, Unlock};
-use recipes_core::store::permits_name_taken;
+use recipes_core::store::{permits_name_taken, Backoff};
 use recipes_core::Result;
 use tokio::time::Instant;
 
@@ -19,7 +19,7 @@ use crate::lock::{EtcdKey, EtcdLock};
 use crate::names::{
     is_contender, key_prefix, other_layout, read_prefix, size_key, validate_name, write_prefix,
 };
-use crate::rpc::{read_at, retrying_txn, unexpected};
+use crate::rpc::{header_revision, read_at, retrying_txn};
 use crate::rw_queue::{none_under, one_under};
 use crate::session::Etcd;
 
@@ -90,70 +90,80 @@ impl SemaphoreKeys {
         let prefix = key_prefix(&self.name);
         let leases = format!("{prefix}leases/");
         let config = self.config_key.as_str();
+        let hex_range = |p: &str| (format!("{p}0"), format!("{p}g"));
         let hex = |p: &str| {
-            let range = GetOptions::new()
-                .with_range(format!("{p}g"))
-                .with_keys_only();
-            TxnOp::get(format!("{p}0"), Some(range))
+            let (from, to) = hex_range(p);
+            TxnOp::get(
+                from,
+                Some(GetOptions::new().with_range(to).with_keys_only()),
+            )
         };
-        let txn = Txn::new()
-            .when([Compare::create_revision(config, CompareOp::Equal, 0)])
-            .and_then([hex(&prefix), hex(&leases)])
-            .or_else([hex(&prefix)]);
-        let what = format!("read the keys under {prefix}");
-        let read = retrying_txn(etcd, &what, timeout, &txn).await?;
         // A lock's key below `p`: a contender's without a permit's `-<n>`.
         let lock_key =
             |p: &str, key: &[u8]| is_contender(p, key) && !key[p.len()..].contains(&b'-');
-        let first = |at: usize, p: &str| -> Result<Option<Vec<u8>>> {
-            let range = read_at(&read, at)?;
-            let found = range.kvs().iter().find(|kv| lock_key(p, kv.key()));
-            Ok(found.map(|kv| kv.key().to_vec()))
-        };
-        if let Some(key) = first(0, &prefix)? {
-            return Err(other_layout(
-                &prefix,
-                "a semaphore",
-                "a lock or election",
-                &key,
-            ));
-        }
-        if read.succeeded() && first(1, &leases)?.is_some() {
-            return Err(permits_name_taken(
-                &format!("the etcd semaphore {}", self.name),
-                &format!("the etcd name {}", leases.trim_end_matches('/')),
-                "a lock or election",
-            ));
-        }
         let (readers, writers) = (read_prefix(&prefix), write_prefix(&prefix));
-        let txn = Txn::new()
-            .when([
-                Compare::create_revision(config, CompareOp::Equal, 0),
-                none_under(&readers),
-                none_under(&writers),
-            ])
-            .and_then([TxnOp::put(config, self.permits.to_string(), None)])
-            .or_else([
-                TxnOp::get(config, None),
-                one_under(&readers),
-                one_under(&writers),
-            ]);
-        // Safe to send twice: a second run finds our own value.
-        let what = format!("store the size of {}", self.name);
-        let resp = retrying_txn(etcd, &what, timeout, &txn).await?;
-        for at in [1, 2].into_iter().filter(|_| !resp.succeeded()) {
-            if let Some(kv) = read_at(&resp, at)?.kvs().first() {
-                let theirs = "a read-write lock";
-                return Err(other_layout(&prefix, "a semaphore", theirs, kv.key()));
+        let mut backoff = Backoff::RETRY;
+        loop {
+            let txn = Txn::new()
+                .when([Compare::create_revision(config, CompareOp::Equal, 0)])
+                .and_then([hex(&prefix), hex(&leases)])
+                .or_else([hex(&prefix)]);
+            let what = format!("read the keys under {prefix}");
+            let read = retrying_txn(etcd, &what, timeout, &txn).await?;
+            let first = |at: usize, p: &str| -> Result<Option<Vec<u8>>> {
+                let range = read_at(&read, at)?;
+                let found = range.kvs().iter().find(|kv| lock_key(p, kv.key()));
+                Ok(found.map(|kv| kv.key().to_vec()))
+            };
+            if let Some(key) = first(0, &prefix)? {
+                let theirs = "a lock or election";
+                return Err(other_layout(&prefix, "a semaphore", theirs, &key));
             }
-        }
-        if resp.succeeded() {
-            log::debug!("[{}] {config} = {} (created)", self.name, self.permits);
-            return Ok(());
-        }
-        match read_at(&resp, 0)?.kvs().first() {
-            Some(kv) => self.check_stored(kv.value()),
-            None => Err(unexpected("the size key vanished inside a transaction")),
+            if read.succeeded() && first(1, &leases)?.is_some() {
+                return Err(permits_name_taken(
+                    &format!("the etcd semaphore {}", self.name),
+                    &format!("the etcd name {}", leases.trim_end_matches('/')),
+                    "a lock or election",
+                ));
+            }
+            // Stored only while neither range gained a key since the read
+            // (a lock that entered meanwhile: read again).
+            let rev = header_revision(&read)?;
+            let unchanged = |p: &str| {
+                let (from, to) = hex_range(p);
+                Compare::create_revision(from, CompareOp::Less, rev + 1).with_range(to)
+            };
+            let txn = Txn::new()
+                .when([
+                    Compare::create_revision(config, CompareOp::Equal, 0),
+                    none_under(&readers),
+                    none_under(&writers),
+                    unchanged(&prefix),
+                    unchanged(&leases),
+                ])
+                .and_then([TxnOp::put(config, self.permits.to_string(), None)])
+                .or_else([
+                    TxnOp::get(config, None),
+                    one_under(&readers),
+                    one_under(&writers),
+                ]);
+            // Safe to send twice: a second run finds our own value.
+            let what = format!("store the size of {}", self.name);
+            let resp = retrying_txn(etcd, &what, timeout, &txn).await?;
+            if resp.succeeded() {
+                log::debug!("[{}] {config} = {} (created)", self.name, self.permits);
+                return Ok(());
+            }
+            for at in [1, 2] {
+                if let Some(kv) = read_at(&resp, at)?.kvs().first() {
+                    let theirs = "a read-write lock";
+                    return Err(other_layout(&prefix, "a semaphore", theirs, kv.key()));
+                }
+            }
+            if let Some(kv) = read_at(&resp, 0)?.kvs().first() {
+                return self.check_stored(kv.value());
+            }
+            backoff.pause().await;
         }
     }
 }
