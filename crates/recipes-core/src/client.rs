@@ -113,7 +113,9 @@ pub trait Client: LockStore<Lease: FencedWrites, Permit: FencedWrites> + Electio
     /// # Errors
     ///
     /// [`Error::InvalidArgument`](crate::Error::InvalidArgument) for a name
-    /// the store refuses, saying what to change.
+    /// the store refuses, saying what to change. A store that reads the
+    /// name's layout to refuse it (PostgreSQL session mode, for a name
+    /// under a semaphore's) may also fail with its connection errors.
     fn mutex(&self, name: &str) -> Result<Mutex<QueueLock<Self>>> {
         QueueLock::new(self, name, LockKind::Mutex).map(Mutex::from_backend)
     }

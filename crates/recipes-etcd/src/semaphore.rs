@@ -54,6 +54,10 @@ pub struct SemaphoreKeys {
     pub(crate) lease_prefix: String,
 }
 
+/// Tries at storing a semaphore's size guarded by its ranges being
+/// unchanged since the read ([`SemaphoreKeys::ensure_size`]).
+const GUARDED_TRIES: u32 = 3;
+
 impl SemaphoreKeys {
     pub(crate) fn new(client: EtcdClient, name: &str, permits: u32) -> Result<SemaphoreKeys> {
         validate_name("semaphore", name)?;
@@ -102,8 +106,9 @@ impl SemaphoreKeys {
         let lock_key =
             |p: &str, key: &[u8]| is_contender(p, key) && !key[p.len()..].contains(&b'-');
         let (readers, writers) = (read_prefix(&prefix), write_prefix(&prefix));
-        let mut backoff = Backoff::RETRY;
+        let (mut backoff, mut tries) = (Backoff::RETRY, 0);
         loop {
+            tries += 1;
             let txn = Txn::new()
                 .when([Compare::create_revision(config, CompareOp::Equal, 0)])
                 .and_then([hex(&prefix), hex(&leases)])
@@ -127,20 +132,25 @@ impl SemaphoreKeys {
                 ));
             }
             // Stored only while neither range gained a key since the read
-            // (a lock that entered meanwhile: read again).
+            // (a lock that entered meanwhile: read again). The ranges hold
+            // the keys of recipes nested under the name too (`<name>/db/…`
+            // is in `<name>/0`..`<name>/g`), so a busy one could fail
+            // every try: after a few, the size is stored on the read alone.
             let rev = header_revision(&read)?;
             let unchanged = |p: &str| {
                 let (from, to) = hex_range(p);
                 Compare::create_revision(from, CompareOp::Less, rev + 1).with_range(to)
             };
+            let mut when = vec![
+                Compare::create_revision(config, CompareOp::Equal, 0),
+                none_under(&readers),
+                none_under(&writers),
+            ];
+            if tries <= GUARDED_TRIES {
+                when.extend([unchanged(&prefix), unchanged(&leases)]);
+            }
             let txn = Txn::new()
-                .when([
-                    Compare::create_revision(config, CompareOp::Equal, 0),
-                    none_under(&readers),
-                    none_under(&writers),
-                    unchanged(&prefix),
-                    unchanged(&leases),
-                ])
+                .when(when)
                 .and_then([TxnOp::put(config, self.permits.to_string(), None)])
                 .or_else([
                     TxnOp::get(config, None),

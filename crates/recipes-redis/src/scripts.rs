@@ -340,7 +340,9 @@ return 1
 // {-3} the permits' queue (`<sem>/leases`) has a live member of another
 // recipe (its hold key no permit's: a lock's, a read-write lock's, a
 // barrier's none), whose entries would count as permits (checked as the
-// size is first stored: later, such a recipe is refused by the size key).
+// size is first stored: later, a lock, an election or a read-write lock
+// there is refused by the size key; a barrier is not, and the permits'
+// enter then refuses the name).
 script!(
     ENSURE_SIZE,
     "",
