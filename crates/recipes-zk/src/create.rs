@@ -11,6 +11,9 @@
 //! it. When the create fails, the listing is dropped and the usual path
 //! (folders made, a lost reply recovered by the uuid) runs as before.
 
+use std::future::Future;
+use std::pin::Pin;
+
 use recipes_core::Result;
 use zookeeper_client as zk;
 
@@ -27,8 +30,11 @@ pub(crate) struct Created {
     /// The folder's children and their watch, as listed right behind the
     /// create (none when the node was found again after a lost reply, or
     /// the listing failed: the engine lists then).
-    pub(crate) listed: Option<(Vec<String>, zk::OneshotWatcher)>,
+    pub(crate) listed: Option<Listed>,
 }
+
+/// A folder's children and, unless listed for a reader, their watch.
+pub(crate) type Listed = (Vec<String>, Option<zk::OneshotWatcher>);
 
 /// Create our protected node; recover it by its uuid when the reply was
 /// lost.
@@ -44,10 +50,10 @@ pub(crate) async fn create_protected(
     loop {
         // Both requests leave now, in this order.
         let create = session.zk().create(&prefix, &c.data, &options);
-        let listing = session.zk().get_and_watch_children(&c.dir);
+        let listing = list_children(session, c);
         match create.await {
             Ok((stat, seq)) => {
-                let listed = listing.await.ok().map(|(children, _, w)| (children, w));
+                let listed = listing.await.ok();
                 return Ok(Created {
                     node: format!("{prefix}{seq}"),
                     czxid: stat.czxid,
@@ -101,5 +107,22 @@ async fn find_ours(session: &Session, c: &Contender, uuid: &str) -> Result<Optio
             listed: None,
         })),
         Err(e) => Err(from_zk(&format!("read {node}"), e)),
+    }
+}
+
+/// The children of `c`'s folder, with a watch on them unless `c` is a
+/// reader (a reader's holding is watched on its own node: a children
+/// watch of readers fires at each other's comings and goings). The
+/// request leaves at the call.
+pub(crate) fn list_children<'s>(
+    session: &'s Session,
+    c: &Contender,
+) -> Pin<Box<dyn Future<Output = std::result::Result<Listed, zk::Error>> + Send + 's>> {
+    if c.lock_name == crate::names::READ {
+        let listed = session.zk().get_children(&c.dir);
+        Box::pin(async move { listed.await.map(|(children, _)| (children, None)) })
+    } else {
+        let listed = session.zk().get_and_watch_children(&c.dir);
+        Box::pin(async move { listed.await.map(|(children, _, w)| (children, Some(w))) })
     }
 }

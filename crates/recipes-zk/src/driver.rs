@@ -10,7 +10,11 @@
 //!   with a watch on them: for the listing that makes us the holder, that
 //!   watch is the loss watch's first stage (it fires when any contender
 //!   comes or goes, ours included), so an uncontended cycle costs create,
-//!   list and delete — no read of our own node. For a mutex or a latch, no
+//!   list and delete — no read of our own node. Not for a read-write
+//!   lock's reader: readers hold together and come and go at once, so
+//!   each reader's children watch would fire at the others' every cycle
+//!   (a notification to each, and its node's watch set after all); a
+//!   reader lists without a watch and watches its own node as it holds. For a mutex or a latch, no
 //!   read at all after a wait that saw the one node ahead of ours deleted:
 //!   no node is ever created ahead of ours (sequence order), so ours is
 //!   first. Not for a read-write lock: its downgrade creates a reader in
@@ -95,7 +99,7 @@ pub(crate) struct Entry {
     /// The watch of the latest listing on the folder's children.
     children: Option<zk::OneshotWatcher>,
     /// The listing sent right behind the create, for the first `list`.
-    listed: Option<(Vec<String>, zk::OneshotWatcher)>,
+    listed: Option<crate::create::Listed>,
     /// The latest listing showed exactly one contender ahead of ours.
     alone_behind: bool,
     /// A wait saw that one deleted: ours is first (no node is ever
@@ -264,11 +268,11 @@ impl ContendDriver for NodeDriver {
         let lock_name = self.contender.lock_name;
         let listed = match entry.listed.take() {
             Some(listed) => Ok(listed),
-            None => (session.zk().get_and_watch_children(dir).await).map(|(c, _, w)| (c, w)),
+            None => crate::create::list_children(session, &self.contender).await,
         };
         let children = match listed {
             Ok((children, watcher)) => {
-                entry.children = Some(watcher);
+                entry.children = watcher;
                 children
             }
             // The folder was deleted, and ours with it (an operator's
