@@ -27,8 +27,8 @@ pub(crate) struct Created {
     pub(crate) node: String,
     pub(crate) czxid: i64,
     pub(crate) owner: i64,
-    /// The folder's children and their watch, as listed right behind the
-    /// create (none when the node was found again after a lost reply, or
+    /// The folder's children and their watch (none for a reader), as
+    /// listed right behind the create (none when the node was found again after a lost reply, or
     /// the listing failed: the engine lists then).
     pub(crate) listed: Option<Listed>,
 }

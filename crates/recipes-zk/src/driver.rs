@@ -14,10 +14,10 @@
 //!   lock's reader: readers hold together and come and go at once, so
 //!   each reader's children watch would fire at the others' every cycle
 //!   (a notification to each, and its node's watch set after all); a
-//!   reader lists without a watch and watches its own node as it holds. For a mutex or a latch, no
-//!   read at all after a wait that saw the one node ahead of ours deleted:
-//!   no node is ever created ahead of ours (sequence order), so ours is
-//!   first. Not for a read-write lock: its downgrade creates a reader in
+//!   reader lists without a watch and watches its own node as it holds.
+//!   For a mutex or a latch, no read at all after a wait that saw the one
+//!   node ahead of ours deleted: no node is ever created ahead of ours
+//!   (sequence order), so ours is first. Not for a read-write lock: its downgrade creates a reader in
 //!   the deleted writer's place, so its waiters always list again.
 //! - **wait**: a one-shot watch on the node ahead (a mutex, a latch) or,
 //!   for semaphore permits (any release may admit us), the children watch
@@ -71,7 +71,8 @@ pub(crate) struct Acquired {
     pub(crate) epoch: Arc<SessionLease>,
     pub(crate) node: String,
     pub(crate) czxid: i64,
-    /// The watch the winning listing set on the folder's children.
+    /// The watch the winning listing set on the folder's children (none
+    /// for a reader, whose listing sets none, or a downgraded reader).
     pub(crate) children: Option<zk::OneshotWatcher>,
 }
 

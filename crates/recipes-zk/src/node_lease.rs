@@ -282,7 +282,8 @@ fn is(e: &Error, code: &zk::Error) -> bool {
 /// First through `children`, the watch the winning listing set on the
 /// folder (it was armed before that listing was read, so no change since
 /// is missed): it costs no request until a contender comes or goes. Then
-/// through a watch on the node itself.
+/// through a watch on the node itself — at once for a reader, whose
+/// listing sets no children watch, and a downgraded reader.
 async fn watch_own_node(
     session: Weak<Session>,
     node: String,
