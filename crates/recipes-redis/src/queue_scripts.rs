@@ -70,7 +70,7 @@ local function alive(m) if lives[m] == nil then lives[m] = redis.call('EXISTS', 
 -- a key read under the caller's layout would be left for good. The
 -- caller's layout's where the index has none.
 local function keyof(m)
-  local _, k = entry_of(redis.call('HGET', ns .. 'h:' .. sid_of(m), m))
+  local _, k = index_entry(m)
   return k or holdkey(m)
 end
 local function upto(ours)

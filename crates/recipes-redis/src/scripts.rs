@@ -120,6 +120,8 @@ local function sess(m) return ns .. 's:' .. sid_of(m) end
 -- A queue entry's value `v` in its session's index (`h:<id>`): its queue
 -- and its hold key; nothing for another value (a group member's, none).
 local function entry_of(v) if v then return string.match(v, '^(.-)\n(.*)$') end end
+-- Member m's entry in its session's index, as `entry_of` reads it.
+local function index_entry(m) return entry_of(redis.call('HGET', ns .. 'h:' .. sid_of(m), m)) end
 "#,
             $crate::scripts::named!(),
             r#"-- Remove member `m` of queue `q` whose hold key is `k`. `held`: whether
@@ -353,7 +355,7 @@ if redis.call('EXISTS', ARGV[4]) == 1 then return {-1} end
 local stored = redis.call('GET', ARGV[2])
 if stored then return {1, stored} end
 for _, m in ipairs(redis.call('ZRANGE', ns .. 'q:' .. ARGV[6], 0, -1)) do
-  local _, k = entry_of(redis.call('HGET', ns .. 'h:' .. sid_of(m), m))
+  local _, k = index_entry(m)
   if k and k ~= ARGV[7] .. m and redis.call('EXISTS', sess(m)) == 1 then return {-3} end
 end
 redis.call('SET', ARGV[2], ARGV[3])
