@@ -33,7 +33,10 @@ impl LockStore for PgClient {
 
     fn queue(&self, name: &str, kind: LockKind) -> Result<PgLockQueue> {
         let handle = NameHandle::new(self.clone(), kind.recipe(), name)?;
-        if self.mode() == PgMode::Session {
+        // Only a name under a semaphore's is read (no hop to the runtime
+        // for any other).
+        let under_semaphore = crate::names::semaphore_of(name).is_some();
+        if self.mode() == PgMode::Session && under_semaphore {
             let (client, name) = (self.clone(), handle.name.clone());
             self.call("check the name's layout", async move {
                 crate::mint::refuse_inside_semaphore(&client, &name).await

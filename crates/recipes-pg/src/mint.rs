@@ -322,8 +322,7 @@ pub(crate) async fn refusal(
 /// the take: it runs when a handle is made ([`crate::locks`]) or a
 /// transaction lock taken, only for such names.
 pub(crate) async fn refuse_inside_semaphore(client: &PgClient, name: &str) -> Result<()> {
-    let names = crate::names::enclosing_semaphore(name);
-    let Some(semaphore) = names.or_else(|| crate::names::permit_semaphore(name)) else {
+    let Some(semaphore) = crate::names::semaphore_of(name) else {
         return Ok(());
     };
     let what = format!("read the row of {semaphore}");

@@ -67,6 +67,12 @@ pub(crate) fn permit_semaphore(name: &str) -> Option<&str> {
     digits.then_some(semaphore)
 }
 
+/// The semaphore whose queue (`<sem>/locks`, `<sem>/leases`) or permit
+/// key (`<sem>/leases/<i>`) `name` would be, if any.
+pub(crate) fn semaphore_of(name: &str) -> Option<&str> {
+    enclosing_semaphore(name).or_else(|| permit_semaphore(name))
+}
+
 /// A lock or election named `name` would be inside the layout of the
 /// semaphore `semaphore` (its row in `recipes.names` says so).
 pub(crate) fn inside_semaphore(name: &str, semaphore: &str) -> Error {
