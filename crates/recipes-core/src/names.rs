@@ -90,14 +90,16 @@ pub fn check_stored_size(what: &str, config: &str, stored: &[u8], permits: u32) 
     }
 }
 
-/// The refusal of the semaphore `what` (`the etcd semaphore /sems/x`)
-/// whose permits' name `leases` (`/sems/x/leases`) holds `theirs` (`a lock
-/// or election`), whose entries its permits would count.
-pub fn permits_name_taken(what: &str, leases: &str, theirs: &str) -> Error {
+/// The refusal of the semaphore `semaphore` of `store` (`etcd`, `Redis`,
+/// …) whose permits' name `<semaphore>/leases` holds `theirs` (`a lock or
+/// election`), whose entries its permits would count.
+pub fn permits_name_taken(store: &str, semaphore: &str, theirs: &str) -> Error {
     Error::invalid(format!(
-        "{leases} holds {theirs}, and {what} keeps its permits under that name (their \
-         entries would be counted together); choose another name for the semaphore, or for \
-         the other recipe"
+        "the {store} name {} holds {theirs}, and the {store} semaphore {} keeps its permits \
+         under that name (their entries would be counted together); choose another name for \
+         the semaphore, or for the other recipe",
+        quote(&format!("{semaphore}/leases")),
+        quote(semaphore)
     ))
 }
 

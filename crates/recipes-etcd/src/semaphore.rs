@@ -6,7 +6,7 @@
 
 use std::time::Duration;
 
-use etcd_client::{Compare, CompareOp, GetOptions, Txn, TxnOp};
+use etcd_client::{Compare, CompareOp, GetOptions, Txn, TxnOp, TxnResponse};
 use recipes_core::store::engine::{self, Admission, Unlock};
 use recipes_core::store::{permits_name_taken, Backoff};
 use recipes_core::Result;
@@ -19,7 +19,7 @@ use crate::lock::{EtcdKey, EtcdLock};
 use crate::names::{
     is_contender, key_prefix, other_layout, read_prefix, size_key, validate_name, write_prefix,
 };
-use crate::rpc::{header_revision, read_at, retrying_txn};
+use crate::rpc::{header_revision, read_at, retrying_txn, unexpected};
 use crate::rw_queue::{none_under, one_under};
 use crate::session::Etcd;
 
@@ -81,6 +81,24 @@ impl SemaphoreKeys {
         recipes_core::store::check_stored_size(&what, &self.config_key, stored, self.permits)
     }
 
+    /// The size stored, read at `at` of `resp`, checked; the name refused
+    /// when the reads of its readers' and writers' keys right after it
+    /// found one.
+    fn stored_and_alone(&self, resp: &TxnResponse, at: usize, prefix: &str) -> Result<()> {
+        if let Some(key) = read_write_key(resp, at + 1)? {
+            return Err(other_layout(
+                prefix,
+                "a semaphore",
+                "a read-write lock",
+                &key,
+            ));
+        }
+        match read_at(resp, at)?.kvs().first() {
+            Some(kv) => self.check_stored(kv.value()),
+            None => Err(unexpected("the size key vanished inside a transaction")),
+        }
+    }
+
     /// Store our size unless one is stored; check the stored one. A lock's
     /// or an election's key one level below the name is
     /// [`Error::InvalidArgument`]: the name holds that recipe.
@@ -92,7 +110,7 @@ impl SemaphoreKeys {
         // permit's with `-<n>` after it), which would count its entries as
         // permits (with a size stored, the lock's enter refuses).
         let prefix = key_prefix(&self.name);
-        let leases = format!("{prefix}leases/");
+        let leases = self.lease_prefix.as_str();
         let config = self.config_key.as_str();
         let hex_range = |p: &str| (format!("{p}0"), format!("{p}g"));
         let hex = |p: &str| {
@@ -109,10 +127,16 @@ impl SemaphoreKeys {
         let (mut backoff, mut tries) = (Backoff::RETRY, 0);
         loop {
             tries += 1;
+            // A stored size is read here too: checked with no second trip.
             let txn = Txn::new()
                 .when([Compare::create_revision(config, CompareOp::Equal, 0)])
-                .and_then([hex(&prefix), hex(&leases)])
-                .or_else([hex(&prefix)]);
+                .and_then([hex(&prefix), hex(leases)])
+                .or_else([
+                    hex(&prefix),
+                    TxnOp::get(config, None),
+                    one_under(&readers),
+                    one_under(&writers),
+                ]);
             let what = format!("read the keys under {prefix}");
             let read = retrying_txn(etcd, &what, timeout, &txn).await?;
             let first = |at: usize, p: &str| -> Result<Option<Vec<u8>>> {
@@ -124,12 +148,12 @@ impl SemaphoreKeys {
                 let theirs = "a lock or election";
                 return Err(other_layout(&prefix, "a semaphore", theirs, &key));
             }
-            if read.succeeded() && first(1, &leases)?.is_some() {
-                return Err(permits_name_taken(
-                    &format!("the etcd semaphore {}", self.name),
-                    &format!("the etcd name {}", leases.trim_end_matches('/')),
-                    "a lock or election",
-                ));
+            if !read.succeeded() {
+                return self.stored_and_alone(&read, 1, &prefix);
+            }
+            if first(1, leases)?.is_some() {
+                let theirs = "a lock or election";
+                return Err(permits_name_taken("etcd", &self.name, theirs));
             }
             // Stored only while neither range gained a key since the read
             // (a lock that entered meanwhile: read again). The ranges hold
@@ -147,7 +171,7 @@ impl SemaphoreKeys {
                 none_under(&writers),
             ];
             if tries <= GUARDED_TRIES {
-                when.extend([unchanged(&prefix), unchanged(&leases)]);
+                when.extend([unchanged(&prefix), unchanged(leases)]);
             }
             let txn = Txn::new()
                 .when(when)
@@ -164,14 +188,16 @@ impl SemaphoreKeys {
                 log::debug!("[{}] {config} = {} (created)", self.name, self.permits);
                 return Ok(());
             }
-            for at in [1, 2] {
-                if let Some(kv) = read_at(&resp, at)?.kvs().first() {
-                    let theirs = "a read-write lock";
-                    return Err(other_layout(&prefix, "a semaphore", theirs, kv.key()));
-                }
+            if !read_at(&resp, 0)?.kvs().is_empty() {
+                return self.stored_and_alone(&resp, 0, &prefix);
             }
-            if let Some(kv) = read_at(&resp, 0)?.kvs().first() {
-                return self.check_stored(kv.value());
+            if let Some(key) = read_write_key(&resp, 1)? {
+                return Err(other_layout(
+                    &prefix,
+                    "a semaphore",
+                    "a read-write lock",
+                    &key,
+                ));
             }
             backoff.pause().await;
         }
@@ -221,4 +247,15 @@ impl Unlock for Acquired {
     fn unlock(self) -> impl std::future::Future<Output = ()> + Send + 'static {
         self.delete()
     }
+}
+
+/// The first key of the two reads at `at` and `at + 1` of `resp` (a
+/// read-write lock's readers' and writers').
+fn read_write_key(resp: &TxnResponse, at: usize) -> Result<Option<Vec<u8>>> {
+    for at in [at, at + 1] {
+        if let Some(kv) = read_at(resp, at)?.kvs().first() {
+            return Ok(Some(kv.key().to_vec()));
+        }
+    }
+    Ok(None)
 }

@@ -9,7 +9,7 @@
 //! the size stored the same way.
 
 use recipes_core::store::engine::{self, Admission, Role, Rule, Unlock};
-use recipes_core::store::{check_stored_size, permits_name_taken, quote};
+use recipes_core::store::{check_stored_size, permits_name_taken};
 use recipes_core::Result;
 use tokio::time::Instant;
 use tokio_postgres::types::Type;
@@ -66,20 +66,23 @@ impl SemaphoreRows {
     pub(crate) async fn ensure_size(&self) -> Result<()> {
         let what = format!("store the size of {}", self.name);
         let n = i64::from(self.permits);
-        let (db, name) = (self.client.db(), &self.name);
-        // A lock's or another recipe's row at the permits' name would count
-        // its entries as permits (and refuse the permits at their first
-        // acquisition): refused before the size is stored.
-        let leases = format!("{name}/leases");
-        let read = "SELECT kind FROM recipes.names WHERE name = $1";
-        let theirs = db.query_opt(&what, read, &[(&leases, Type::TEXT)]).await?;
-        let kind = theirs.map(|r| r.get::<_, String>(0));
-        if let Some(kind) = kind.filter(|k| k != "permits" && k != ADVISORY_PERMITS) {
-            return Err(permits_name_taken(
-                &format!("the PostgreSQL semaphore {}", quote(name)),
-                &format!("the PostgreSQL name {}", quote(&leases)),
-                kind_shown(&kind),
-            ));
+        let (db, name, leases) = (self.client.db(), &self.name, &self.lease_name);
+        // The name's row and its permits' row in one read: a semaphore
+        // stored already is checked with no write. A lock's or another
+        // recipe's row at the permits' name would count its entries as
+        // permits (and refuse the permits at their first acquisition):
+        // refused before the size is stored.
+        let read = "SELECT name, kind, permits FROM recipes.names WHERE name IN ($1, $2)";
+        let rows = db
+            .query(&what, read, &[(name, Type::TEXT), (leases, Type::TEXT)])
+            .await?;
+        let row_of = |n: &str| rows.iter().find(|r| r.get::<_, &str>(0) == n);
+        if let Some(row) = row_of(name).filter(|r| r.get::<_, &str>(1) == "semaphore") {
+            return self.check(row.get(1), row.get(2));
+        }
+        let theirs = row_of(leases).map(|r| r.get::<_, String>(1));
+        if let Some(kind) = theirs.filter(|k| k != "permits" && k != ADVISORY_PERMITS) {
+            return Err(permits_name_taken("PostgreSQL", name, kind_shown(&kind)));
         }
         let insert = TAKE_NAME;
         db.query(&what, insert, &[(name, Type::TEXT), (&n, Type::INT8)])
@@ -89,7 +92,12 @@ impl SemaphoreRows {
             .query_opt(&what, read, &[(name, Type::TEXT)])
             .await?
             .ok_or_else(|| crate::sql::unexpected("the name's row vanished"))?;
-        let (kind, stored): (String, Option<i64>) = (row.get(0), row.get(1));
+        self.check(row.get(0), row.get(1))
+    }
+
+    /// The name's row, of `kind` with `stored` permits, is our semaphore.
+    fn check(&self, kind: String, stored: Option<i64>) -> Result<()> {
+        let name = &self.name;
         if kind != "semaphore" {
             return Err(other_layout(name, "semaphore", &kind));
         }

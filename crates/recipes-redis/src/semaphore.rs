@@ -9,7 +9,7 @@
 use std::time::Duration;
 
 use recipes_core::store::engine::{self, Admission, Rule, SizeCheck, Unlock};
-use recipes_core::store::{permits_name_taken, quote};
+use recipes_core::store::permits_name_taken;
 use recipes_core::Result;
 use tokio::time::Instant;
 
@@ -91,8 +91,8 @@ impl SemaphoreQueues {
             )),
             (Some(-2), _) => Err(other_layout(&self.name, "a semaphore", "a read-write lock")),
             (Some(-3), _) => Err(permits_name_taken(
-                &format!("the Redis semaphore {}", quote(&self.name)),
-                &format!("the Redis name {}", quote(&self.leases.name)),
+                "Redis",
+                &self.name,
                 "another recipe's entries",
             )),
             (Some(1), Some(stored)) => {

@@ -13,7 +13,7 @@
 //! ([`ZkNodeLease`]).
 
 use recipes_core::store::engine::{admit, Admission, Rule, Unlock};
-use recipes_core::store::{permits_name_taken, quote, Backoff};
+use recipes_core::store::{permits_name_taken, Backoff};
 use recipes_core::{Error, Result};
 use tokio::time::Instant as TokioInstant;
 use zookeeper_client as zk;
@@ -190,8 +190,8 @@ async fn permits_folder_is_ours(zk: &zk::Client, path: &str) -> Result<bool> {
         Ok(children) => match own_layout(&leases, &children, Some(LEASE)) {
             Ok(()) => Ok(true),
             Err(_) => Err(permits_name_taken(
-                &format!("the ZooKeeper semaphore {}", quote(path)),
-                &quote(&leases),
+                "ZooKeeper",
+                path,
                 "another recipe's nodes",
             )),
         },
