@@ -8,16 +8,9 @@ use std::time::{Duration, Instant};
 use integration::scale;
 use integration::test_dir::TestDir;
 use integration::worker::{worker_binary, Worker};
-use recipes_core::{Client, Error, Versioned};
+use recipes_core::{Client, Versioned};
 
-use super::{field, name, Kit};
-
-fn invalid<T: std::fmt::Debug>(what: &str, r: recipes_core::Result<T>) -> String {
-    match r {
-        Err(Error::InvalidArgument(msg)) => msg,
-        other => panic!("{what}: expected InvalidArgument, got {other:?}"),
-    }
-}
+use super::{field, invalid, name, Kit};
 
 /// `processes` worker processes each `add(1)` `adds` times to one counter:
 /// it ends at exactly `processes × adds`, at that version (one write per

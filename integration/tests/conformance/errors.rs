@@ -6,14 +6,7 @@ use std::time::Duration;
 
 use recipes_core::{Client, Error, LossReason};
 
-use super::{name, Kit};
-
-fn invalid<T: std::fmt::Debug>(what: &str, r: recipes_core::Result<T>) {
-    match r {
-        Err(Error::InvalidArgument(msg)) => assert!(!msg.is_empty(), "{what}: an empty message"),
-        other => panic!("{what}: expected InvalidArgument, got {other:?}"),
-    }
-}
+use super::{invalid, name, Kit};
 
 /// Bad names, sizes, ids and leases: `InvalidArgument`, before anything is
 /// written.
@@ -239,10 +232,11 @@ pub fn only_the_recipes_own_entries_are_contenders<K: Kit>(kit: &K) {
         .lock()
         .unwrap();
     let before = kit.entries_under(&sem);
-    invalid(
+    let refused = invalid(
         "a semaphore whose permits' name holds a mutex",
         client.semaphore(&sem, 2).and_then(|s| s.try_acquire()),
     );
+    assert!(refused.contains("keeps its permits"), "{refused}");
     assert_eq!(kit.entries_under(&sem), before, "the refusal left nothing");
     guard.release().unwrap();
     // Nor stored the semaphore's size, which would refuse the lock now.

@@ -144,6 +144,18 @@ pub trait Kit: Sized {
 }
 
 /// A fresh name for one test: nothing else uses it.
+/// `r` is `InvalidArgument` (`what` names the call); its message, never
+/// empty.
+pub fn invalid<T: std::fmt::Debug>(what: &str, r: recipes_core::Result<T>) -> String {
+    match r {
+        Err(recipes_core::Error::InvalidArgument(msg)) => {
+            assert!(!msg.is_empty(), "{what}: an empty message");
+            msg
+        }
+        other => panic!("{what}: expected InvalidArgument, got {other:?}"),
+    }
+}
+
 pub fn name(test: &str) -> String {
     static N: AtomicU64 = AtomicU64::new(0);
     format!(
