@@ -416,3 +416,45 @@ fn no_herd_a_release_wakes_only_those_it_lets_in() {
     }
     wait_until("all released", scale(COME), || children(&p).is_empty());
 }
+
+/// A holding reader watches its own node: readers come and go together,
+/// and a children watch would fire at every other reader's cycle. A
+/// writer keeps the children watch its winning listing set (no request
+/// until the folder changes; `wchc` lists data watches only), which tells
+/// it of its node's deletion.
+#[test]
+fn a_holding_reader_watches_its_own_node_and_a_writer_the_folder() {
+    let server = ZkServer::shared();
+    let (p, facts) = (path("own-watch"), server.facts());
+    // A holder's data watches, by its node's session (`holder()` is the
+    // node's path).
+    let watches_of = |node: &str| -> Vec<String> {
+        let session = facts.ephemeral_owner(node).expect("the holder's node");
+        let by_session = server.watches_by_session();
+        by_session.get(&session).cloned().unwrap_or_default()
+    };
+    let lock = rw(&p);
+    let reader = lock.read().unwrap();
+    let own = vec![reader.holder().to_owned()];
+    wait_until("the reader watches its node", scale(COME), || {
+        watches_of(reader.holder()) == own
+    });
+    for _ in 0..3 {
+        rw(&p).read().unwrap().release().unwrap();
+    }
+    assert_eq!(watches_of(reader.holder()), own, "others came and went");
+    reader.release().unwrap();
+    let writer = lock.write().unwrap();
+    assert!(
+        watches_of(writer.holder()).is_empty(),
+        "no watch on its node"
+    );
+    facts.delete(writer.holder());
+    wait_until(
+        "the writer hears of its node's deletion",
+        scale(COME),
+        || writer.lost().is_lost(),
+    );
+    assert!(writer.release().is_err(), "released after the loss");
+    wait_until("all released", scale(COME), || children(&p).is_empty());
+}
