@@ -1,6 +1,6 @@
 //! A PostgreSQL name passing between recipes: a released lock's name taken
 //! over by a semaphore, raced by a mutex entering it; the names inside a
-//! semaphore's layout.
+//! semaphore's layout; session mode's names of one advisory key.
 
 mod pg_common;
 
@@ -162,6 +162,44 @@ fn session_mode_names_of_a_semaphores_keys_are_refused() {
     let second = c.semaphore(&sem, 2).unwrap().try_acquire().unwrap();
     second.expect("both permits still admit").release().unwrap();
     permit.release().unwrap();
+    c.close().unwrap();
+}
+
+/// Session mode locks a name's `hashtext`, so two names of one hash are
+/// one lock: a multi-lock over both would wait for itself, a `lock()` that
+/// never returns. It is refused as it is made, with nothing written, and a
+/// multi-lock with only one of them takes it.
+#[test]
+fn a_session_mode_multi_lock_over_two_names_of_one_key_is_refused() {
+    let server = PgServer::shared();
+    // Found by a search of the server's `hashtext` over `/multi/<i>`.
+    let (a, b) = ("/multi/18441", "/multi/38511");
+    let same = format!("SELECT hashtext('{a}') = hashtext('{b}')");
+    assert_eq!(server.sql(&same).trim(), "t", "the two names' keys collide");
+    let rows = format!("SELECT count(*) FROM recipes.names WHERE name IN ('{a}', '{b}')");
+    let c = recipes_pg::PgClient::builder(server.url())
+        .mode(recipes_pg::PgMode::Session)
+        .ttl(Duration::from_secs(10))
+        .connect()
+        .unwrap();
+    let before = server.sql(&rows);
+    let other = name("multi-keys");
+    for names in [vec![a, b], vec![b, other.as_str(), a]] {
+        match c.multi_lock(&names) {
+            Err(Error::InvalidArgument(m)) => {
+                assert!(
+                    m.contains(a) && m.contains(b) && m.contains("one key"),
+                    "{m}"
+                )
+            }
+            Ok(_) => panic!("{names:?}: a multi-lock over two names of one key"),
+            Err(e) => panic!("{names:?}: {e:?}"),
+        }
+    }
+    assert_eq!(server.sql(&rows), before, "nothing written");
+    let both = c.multi_lock(&[b, &other]).unwrap().lock().unwrap();
+    assert!(both.token(b).is_some() && both.token(&other).is_some());
+    both.release().unwrap();
     c.close().unwrap();
 }
 

@@ -430,10 +430,14 @@ fn lock_parts(m: &ArgMatches) -> Result<Vec<(String, LockKind)>, String> {
         return Err("lock needs a NAME (a mutex), --read NAME or --write NAME".into());
     }
     parts.sort_by_key(|(i, _, _)| *i);
-    Ok(parts
+    let parts: Vec<(String, LockKind)> = parts
         .into_iter()
         .map(|(_, name, kind)| (name, kind))
-        .collect())
+        .collect();
+    // A multi-lock's list is refused before connecting, as a bad name is.
+    let asked: Vec<(&str, LockKind)> = parts.iter().map(|(n, k)| (n.as_str(), *k)).collect();
+    recipes_core::check_multi_lock(&asked).map_err(|e| e.to_string())?;
+    Ok(parts)
 }
 
 /// The participant id: `--id`, or `<host name>-<pid>`.

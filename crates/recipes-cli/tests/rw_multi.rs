@@ -173,18 +173,19 @@ fn several_names_give_each_fence_redis() {
     several_names_give_each_fence(Store::Redis);
 }
 
-/// A name twice, read and write of one name, no name at all: usage
-/// errors before connecting.
+/// A name twice, read and write of one name, no name at all, names that
+/// nest: usage errors before connecting (the store given is down: nothing
+/// listens on its port).
 #[test]
 fn bad_lock_lists_are_usage_errors() {
-    let store = Store::Zk;
     for args in [
         &["lock", "/x", "/x"][..],
         &["lock", "--read", "/x", "--write", "/x"],
         &["lock"],
         &["lock", "/x", "/x/y"],
     ] {
-        let mut cmd = with_store(store, "5s");
+        let mut cmd = recipes();
+        cmd.args(["--redis", "redis://127.0.0.1:1", "--ttl", "5s"]);
         let (status, stderr) = run(cmd.args(args).args(["--", "true"]));
         assert!(
             matches!(status.code(), Some(64)),

@@ -124,7 +124,7 @@ pub use limits::{
     MAX_VALUE_BYTES, MIN_TTL,
 };
 pub use loss::{LossReason, LossSignal};
-pub use multi_lock::{LockKind, MultiLock, MultiLockGuard, MAX_MULTI_LOCK_NAMES};
+pub use multi_lock::{check_multi_lock, LockKind, MultiLock, MultiLockGuard, MAX_MULTI_LOCK_NAMES};
 pub use mutex::{Mutex, MutexGuard};
 pub use runtime::DEFAULT_SHUTDOWN_GRACE;
 pub use rw_lock::{Access, RwLock, RwLockReadGuard, RwLockWriteGuard};

@@ -46,9 +46,10 @@ enum PartLock<C: Client> {
 /// Several locks taken all or nothing: mutexes, and the read or write
 /// side of read-write locks, on one store.
 ///
-/// They are always taken in one canonical order (by name), so two
-/// multi-locks over the same names, listed in any order, never deadlock
-/// each other. An acquisition that fails or whose deadline passes gives
+/// They are always taken in one canonical order (by name; by the store's
+/// lock key where two names can share one, as PostgreSQL session mode's
+/// hashed advisory keys can), so two multi-locks over the same names,
+/// listed in any order, never deadlock each other. An acquisition that fails or whose deadline passes gives
 /// back everything it took before it returns; one whose earlier lease is
 /// lost while it waits for a later name gives everything back and starts
 /// over, so no guard is handed out with a part already lost. The guard
@@ -69,12 +70,15 @@ impl<C: Client> MultiLock<C> {
     /// [`Error::InvalidArgument`] before anything is written: an empty
     /// list, more than [`MAX_MULTI_LOCK_NAMES`], a name twice (its read
     /// and write sides included), names that nest (`/a` and `/a/b`: one
-    /// lock's entries would sit inside the other's), or a name the store
-    /// refuses.
+    /// lock's entries would sit inside the other's), a name the store
+    /// refuses, or two names the store locks under one key.
     pub fn new(client: &C, parts: &[(&str, LockKind)]) -> Result<MultiLock<C>> {
-        let mut sorted: Vec<(&str, LockKind)> = parts.to_vec();
-        sorted.sort_by(|a, b| a.0.as_bytes().cmp(b.0.as_bytes()));
+        let mut sorted = by_name(parts);
         check_names(&sorted)?;
+        let names: Vec<&str> = sorted.iter().map(|(name, _)| *name).collect();
+        if let Some(keys) = client.lock_keys(&names)? {
+            sorted = by_keys(sorted, &keys)?;
+        }
         let mut built = Vec::with_capacity(sorted.len());
         for (name, kind) in sorted {
             let lock = match kind {
@@ -194,6 +198,25 @@ fn take<G, H>(got: Result<Option<G>>, wrap: impl FnOnce(G) -> H) -> Result<Optio
 }
 
 /// The names sorted: none twice, none inside another, within the limit.
+/// Check a multi-lock's `parts` as [`MultiLock::new`] does before it asks
+/// the store anything (the list's length, a name twice, names that nest):
+/// for a caller that refuses bad input before it connects, as the command
+/// line does.
+///
+/// # Errors
+///
+/// [`Error::InvalidArgument`] saying what to change.
+pub fn check_multi_lock(parts: &[(&str, LockKind)]) -> Result<()> {
+    check_names(&by_name(parts))
+}
+
+/// `parts` in the order of their names' bytes.
+fn by_name<'a>(parts: &[(&'a str, LockKind)]) -> Vec<(&'a str, LockKind)> {
+    let mut sorted = parts.to_vec();
+    sorted.sort_by(|a, b| a.0.as_bytes().cmp(b.0.as_bytes()));
+    sorted
+}
+
 fn check_names(sorted: &[(&str, LockKind)]) -> Result<()> {
     if sorted.is_empty() {
         return Err(Error::invalid(
@@ -226,6 +249,37 @@ fn check_names(sorted: &[(&str, LockKind)]) -> Result<()> {
         }
     }
     Ok(())
+}
+
+/// `sorted` (by name) in the order of the store's lock keys (`keys`, one
+/// a name, in that order; see [`LockStore::lock_keys`]): two names of one
+/// key are refused, since the multi-lock would wait for itself.
+///
+/// [`LockStore::lock_keys`]: crate::store::LockStore::lock_keys
+fn by_keys<'a>(sorted: Vec<(&'a str, LockKind)>, keys: &[i64]) -> Result<Vec<(&'a str, LockKind)>> {
+    if keys.len() != sorted.len() {
+        return Err(Error::Backend {
+            message: format!(
+                "the store gave {} lock keys for {} names",
+                keys.len(),
+                sorted.len()
+            ),
+            retryable: false,
+            source: None,
+        });
+    }
+    let mut keyed: Vec<(i64, (&str, LockKind))> = keys.iter().copied().zip(sorted).collect();
+    // Stable: the names' order is kept within a key (only to name them).
+    keyed.sort_by_key(|(key, _)| *key);
+    if let Some(pair) = keyed.windows(2).find(|pair| pair[0].0 == pair[1].0) {
+        let (a, b) = (pair[0].1 .0, pair[1].1 .0);
+        return Err(Error::invalid(format!(
+            "the multi-lock names {a:?} and {b:?}, which this store locks under one key \
+             (their keys collide): the multi-lock would wait for itself; rename one, or \
+             lock one name that stands for both"
+        )));
+    }
+    Ok(keyed.into_iter().map(|(_, part)| part).collect())
 }
 
 /// Whether `inner` lies under `outer` (`/a` and `/a/b`), as store paths

@@ -39,3 +39,33 @@ fn more_names_than_the_limit_are_refused() {
     refused(&names, "over the limit");
     check(&names[..MAX_MULTI_LOCK_NAMES]).unwrap();
 }
+
+fn keyed<'a>(parts: &[&'a str], keys: &[i64]) -> Result<Vec<&'a str>> {
+    let parts: Vec<_> = parts.iter().map(|n| (*n, LockKind::Mutex)).collect();
+    by_keys(parts, keys).map(|p| p.into_iter().map(|(n, _)| n).collect())
+}
+
+#[test]
+fn names_are_taken_in_the_order_of_the_stores_keys() {
+    assert_eq!(
+        keyed(&["/a", "/b", "/c"], &[7, -3, 0]).unwrap(),
+        ["/b", "/c", "/a"]
+    );
+}
+
+#[test]
+fn two_names_of_one_key_are_refused_and_a_short_answer_is_an_error() {
+    match keyed(&["/a", "/b", "/c"], &[5, 1, 5]) {
+        Err(Error::InvalidArgument(m)) => {
+            assert!(
+                m.contains("\"/a\" and \"/c\"") && m.contains("one key"),
+                "{m}"
+            )
+        }
+        other => panic!("{other:?}"),
+    }
+    assert!(matches!(
+        keyed(&["/a", "/b"], &[1]),
+        Err(Error::Backend { .. })
+    ));
+}

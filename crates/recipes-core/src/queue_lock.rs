@@ -95,6 +95,21 @@ pub trait LockStore: Clone + Send + Sync + fmt::Debug + 'static {
     /// what to change.
     fn queue(&self, name: &str, kind: LockKind) -> Result<Self::Queue>;
 
+    /// The keys the store locks `names` under, one a name in their order,
+    /// when two names can be one lock (PostgreSQL session mode's advisory
+    /// key is a 32-bit hash of the name); `None`, the default: each name
+    /// is a lock of its own. A multi-lock takes its names in the order of
+    /// these keys, the same in every process, and refuses two names of one
+    /// key (it would wait for itself). May read the store.
+    ///
+    /// # Errors
+    ///
+    /// Backend errors.
+    fn lock_keys(&self, names: &[&str]) -> Result<Option<Vec<i64>>> {
+        let _ = names;
+        Ok(None)
+    }
+
     /// Take the `kind` place in `queue` and hold it, waiting until
     /// `deadline` (`None`: as long as it takes); `Ok(None)` when the
     /// deadline passed first. A future for the runtime; everything it

@@ -8,6 +8,7 @@ use recipes_core::store::engine::{self, Rule};
 use recipes_core::store::{LockStore, Runtime};
 use recipes_core::{Access, LockKind, Result};
 use tokio::time::Instant;
+use tokio_postgres::types::Type;
 
 use crate::advisory_lock::AdvisoryLock;
 use crate::builder::PgMode;
@@ -43,6 +44,19 @@ impl LockStore for PgClient {
             })?;
         }
         Ok(PgLockQueue(handle))
+    }
+
+    /// Session mode's advisory key of each name, `hashtext(name)` in one
+    /// statement: a mutex and a read-write lock take their name's key in
+    /// the client's namespace, so two names of one hash are one lock.
+    fn lock_keys(&self, names: &[&str]) -> Result<Option<Vec<i64>>> {
+        if self.mode() != PgMode::Session {
+            return Ok(None);
+        }
+        let (client, names) = (self.clone(), names.iter().map(|n| n.to_string()).collect());
+        self.call("read the names' advisory keys", async move {
+            advisory_keys(&client, names).await.map(Some)
+        })
     }
 
     fn take(
@@ -111,4 +125,18 @@ impl LockStore for PgClient {
     ) -> impl std::future::Future<Output = Result<Option<PgLock>>> + Send + 'static {
         semaphore.admit(deadline)
     }
+}
+
+/// The `hashtext` of each of `names`, in their order.
+async fn advisory_keys(client: &PgClient, names: Vec<String>) -> Result<Vec<i64>> {
+    let sql = "SELECT hashtext(t.n)::int8 FROM unnest($1::text[]) WITH ORDINALITY AS t(n, i) \
+               ORDER BY t.i";
+    let rows = (client.db())
+        .query(
+            "read the names' advisory keys",
+            sql,
+            &[(&names, Type::TEXT_ARRAY)],
+        )
+        .await?;
+    Ok(rows.iter().map(|r| r.get(0)).collect())
 }
