@@ -157,17 +157,21 @@ where
         return;
     }
     recorded();
-    let (a, b) = (name("multi-lost-a"), name("multi-lost-b"));
     // Short leases: session mode waits out a lost holder's before the next.
     let short = || kit.connect(Duration::from_secs(2)).expect("connect");
     let (me, other, third) = (short(), short(), short());
+    let (x, y) = (name("multi-lost-x"), name("multi-lost-y"));
+    let multi = me.multi_lock(&[&y, &x]).unwrap();
+    // `a` is taken first, `b` waited on: by name, or by advisory key in
+    // PostgreSQL session mode.
+    let order: Vec<String> = multi.names().map(str::to_owned).collect();
+    let (a, b) = (order[0].clone(), order[1].clone());
     let store = me.store();
     let deleted = || {
         let labels = [("store", store), ("recipe", "mutex"), ("reason", "deleted")];
         scalar(LOSSES, &labels)
     };
     let holds_b = other.mutex(&b).unwrap().lock().unwrap();
-    let multi = me.multi_lock(&[&b, &a]).unwrap();
     let waiter = std::thread::spawn(move || multi.lock());
     let queued = |n: &str| me.contenders(n).expect("contenders").len();
     wait_until(
