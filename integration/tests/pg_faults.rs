@@ -375,21 +375,46 @@ fn fault_one_of_a_names_held_entries_deleted_loses_that_one_only() {
 /// permits of one writing at once.)
 #[test]
 fn fault_a_permits_open_fenced_transaction_commits_before_the_next_permit_is_admitted() {
+    permit_order(false);
+}
+
+/// The same in session mode, the permit's lock backend ended while its
+/// transaction runs (here: terminated): the next holder of its key is
+/// granted the key at once and waits out the first one's deadline, and its
+/// fence's statement then waits for the transaction too. (While a permit's
+/// check took nothing the next take waits on, the next permit wrote while
+/// the first one's transaction was still open.)
+#[test]
+fn fault_a_session_mode_permits_open_fenced_transaction_commits_before_the_next_one() {
+    permit_order(true);
+}
+
+fn permit_order(session: bool) {
     let server = PgServer::shared();
-    let table = format!("app_permit_order_{}", std::process::id());
+    let mode = if session { "session" } else { "lease" };
+    let table = format!("app_permit_order_{mode}_{}", std::process::id());
     server.sql(&format!(
         "CREATE TABLE {table} (who text NOT NULL, at timestamptz NOT NULL DEFAULT clock_timestamp())"
     ));
-    let sem = format!("/pg-faults/permit-order-{}", std::process::id());
+    let sem = format!("/pg-faults/permit-order-{mode}-{}", std::process::id());
     let short = |ttl: u64| {
-        PgClient::builder(server.url())
+        let builder = PgClient::builder(server.url())
             .ttl(Duration::from_secs(ttl))
-            .connect_timeout(Duration::from_secs(2))
-            .connect()
-            .unwrap()
+            .connect_timeout(Duration::from_secs(2));
+        let builder = if session {
+            builder.session_mode()
+        } else {
+            builder
+        };
+        builder.connect().unwrap()
     };
     let (a, b) = (short(2), short(30));
     let permit = a.semaphore(&sem, 1).unwrap().acquire().unwrap();
+    // Session mode: the backend that holds the permit's key.
+    let backend = permit
+        .holder()
+        .rsplit_once("/backend-")
+        .map(|(_, pid)| pid.to_owned());
     let (begun, started) = crossbeam_channel::bounded(1);
     let writing = {
         let (a, table) = (a.clone(), table.clone());
@@ -406,6 +431,10 @@ fn fault_a_permits_open_fenced_transaction_commits_before_the_next_permit_is_adm
         })
     };
     started.recv().unwrap();
+    if session {
+        let pid = backend.expect("a session-mode holder names its backend");
+        server.sql(&format!("SELECT pg_terminate_backend({pid})"));
+    }
     let next = b.semaphore(&sem, 1).unwrap().acquire().unwrap();
     next.transaction(|tx| {
         tx.execute(&format!("INSERT INTO {table} (who) VALUES ('b')"), &[])

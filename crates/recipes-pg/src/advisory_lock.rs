@@ -27,6 +27,29 @@ use crate::sql::{from_pg, Encoded};
 /// (`mint.rs`).
 pub(crate) const GATE: &str = "pg_advisory_xact_lock(1919247223, hashtext($1))";
 
+/// A session-mode permit's slot gate, as SQL that holds it exclusive to
+/// the end of the statement when `$kind` is `advisory-permits`
+/// ([`crate::slots::ADVISORY_PERMITS`]): the class of [`GATE`], keyed by
+/// `$hash`, the hash of the permit's key's name (`<sem>/leases/<i>`, a
+/// name no read-write lock has: a name inside a semaphore's layout is
+/// refused). A permit's fenced write or transaction takes it shared before
+/// its check ([`AdvisoryLock::check`]); the next holder of the key mints
+/// its fence under it (`mint.rs`), so it waits for every such transaction
+/// begun while the permit held, as a mutex's next mint waits for the
+/// name's row its holder's check locked.
+macro_rules! slot_gate {
+    ($hash:expr, $kind:expr) => {
+        concat!(
+            "(SELECT count(*) FROM (SELECT pg_advisory_xact_lock(1919247223, ",
+            $hash,
+            ") WHERE ",
+            $kind,
+            " = 'advisory-permits') g) >= 0"
+        )
+    };
+}
+pub(crate) use slot_gate;
+
 /// What a holding's heartbeat asks of its name's row in `recipes.names`,
 /// the row its fenced writes check ([`AdvisoryLock::check`]): there, with
 /// its fence in a range.
@@ -217,9 +240,15 @@ impl AdvisoryLock {
             ),
             // A permit's: its semaphore's row still there. The heartbeats
             // ask the same (`advisory.rs`): a permit whose row was lost (a
-            // truncate, a schema dropped) loses at its next one.
+            // truncate, a schema dropped) loses at its next one. Its slot's
+            // gate first, shared (`slot_gate!`), then the checks: a next
+            // holder of our key that minted before it is seen holding the
+            // key; one that mints after waits for our commit.
             None => format!(
-                "SELECT 1 FROM recipes.names n WHERE n.name = $1 AND $2::int8 IS NULL AND {ours}"
+                "SELECT 1 FROM recipes.names n WHERE n.name = $1 AND $2::int8 IS NULL AND CASE \
+                 WHEN (SELECT count(*) FROM (SELECT \
+                 pg_advisory_xact_lock_shared(1919247223, {slot})) g) = 1 THEN {ours} END",
+                slot = key as u32 as i32
             ),
         };
         Ok(FenceCheck {

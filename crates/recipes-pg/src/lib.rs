@@ -91,7 +91,10 @@
 //! a holder granted a key whose previous holder ended without releasing it
 //! (crashed, terminated: the server frees the key at once) first waits
 //! until that holder's last stamp + its TTL, so the old holder's loss has
-//! fired before the new one holds. The holder shows as
+//! fired before the new one holds; a permit's fence is minted under its
+//! key's gate (a transaction-scoped advisory lock that its holder's
+//! fenced writes and transactions take shared), so it also waits for
+//! every one of them to end. The holder shows as
 //! `<key>/backend-<pid>`. Two
 //! names whose hashes collide exclude each other (never the reverse).
 //! Waits are slices of at most a second at the server (`lock_timeout`):

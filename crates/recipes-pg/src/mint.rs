@@ -9,6 +9,7 @@ use recipes_core::Result;
 use tokio_postgres::types::Type;
 
 use crate::advisory::On;
+use crate::advisory_lock::slot_gate;
 use crate::client::PgClient;
 use crate::names::other_layout;
 use crate::slots::ADVISORY_RW;
@@ -28,12 +29,15 @@ macro_rules! mint_head {
     };
 }
 
-/// A mutex's or a semaphore's fence: the name's row bumped.
+/// A mutex's or a semaphore's fence: the name's row bumped; a permit's
+/// behind its slot's gate (`slot_gate!`).
 const MINT_FENCE: &str = concat!(
     mint_head!(),
-    "INSERT INTO recipes.names AS n (name, kind, fence) VALUES ($1, $2, ",
+    "INSERT INTO recipes.names AS n (name, kind, fence) SELECT $1, $2, ",
     fence_floor!(),
-    ") ON CONFLICT (name) DO UPDATE SET fence = greatest(n.fence + 1, ",
+    " WHERE ",
+    slot_gate!("hashtext($3)", "$2"),
+    " ON CONFLICT (name) DO UPDATE SET fence = greatest(n.fence + 1, ",
     fence_floor!(),
     ") WHERE n.kind = $2 RETURNING n.fence, (SELECT remaining FROM old)"
 );
@@ -163,7 +167,9 @@ const TAKE_AND_MINT: &str = concat!(
        WHERE NOT EXISTS (SELECT 1 FROM recipes.names WHERE name = $3 AND kind <> $4)), \
      minted AS (INSERT INTO recipes.names AS n (name, kind, fence) SELECT $3, $4, ",
     fence_floor!(),
-    " FROM got WHERE ok ON CONFLICT (name) DO UPDATE SET fence = greatest(n.fence + 1, ",
+    " FROM got WHERE ok AND ",
+    slot_gate!("got.h", "$4"),
+    " ON CONFLICT (name) DO UPDATE SET fence = greatest(n.fence + 1, ",
     fence_floor!(),
     ") WHERE n.kind = $4 RETURNING n.fence), \
      beat AS (INSERT INTO recipes.advisory AS a (key, beat_at, ttl) \

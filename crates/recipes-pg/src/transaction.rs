@@ -179,7 +179,10 @@ pub trait FencedTransaction {
     /// it too. A read-write lock's holding takes the name's gate instead
     /// (`recipes.rw_held`): a writer's exclusive (no one enters or
     /// confirms meanwhile), a reader's shared (writers wait, readers do
-    /// not). A transaction left idle
+    /// not). A permit locks its own queue row in lease mode, and in
+    /// session mode takes its key's gate shared (the next holder of that
+    /// key mints its fence under the gate, so it waits for the commit);
+    /// other permits are admitted meanwhile. A transaction left idle
     /// longer than the session's TTL (a paused process) is ended by the
     /// server (`idle_in_transaction_session_timeout`), so it cannot block
     /// the lock for longer than a crash would.
