@@ -15,9 +15,12 @@
 //! does a read that finds a member whose session expired (it deletes it in
 //! that statement) or fewer rows than `permits` (a session's end deleted
 //! them). The last member out deletes the name's row; an empty group's
-//! view has the database clock as its version, so versions only rise (as
-//! fences do, following the database clock). A view's `changes` is
-//! `None`.
+//! view has the database clock as its version. So a change's version is
+//! above every version shown before it (as fences are, following the
+//! database clock), after a `TRUNCATE` too; a read between the restore
+//! of an older backup and the next change shows the backup's version,
+//! which may be below one shown before (a reader that compares versions
+//! keeps the view it has). A view's `changes` is `None`.
 //!
 //! A joined member's row is watched by the client's one poll of its held
 //! rows (as a held lock's is): a row gone while our session lives — a

@@ -16,9 +16,12 @@
 //!   clock in µs), in the same script, and publishes it on
 //!   `{recipes}:wake:<name>`, the channel every waiting recipe of a name
 //!   uses. An empty group's hashes are gone; its view's version is the
-//!   larger of the counter and the clock, so versions only rise, after a
-//!   `FLUSHALL` or an older snapshot too. A view's `changes` is `None`
-//!   (the counter is shared).
+//!   larger of the counter and the clock. So a change's version is above
+//!   every version shown before it, after a `FLUSHALL` or an older
+//!   snapshot too; a read between such a restore and the next change
+//!   shows the snapshot's version, which may be below one shown before (a
+//!   reader that compares versions keeps the view it has). A view's
+//!   `changes` is `None` (the counter is shared).
 //!
 //! A member's own field of `go:<name>` is polled every
 //! `POLL` (500 ms) while it is joined: a field gone (or
