@@ -152,6 +152,8 @@ pub struct Held {
     /// Each of several locks held together, in command-line order; empty
     /// for one.
     pub parts: Vec<HeldPart>,
+    /// Of several: the name whose lease was lost first, once one was.
+    pub lost_name: Option<Box<dyn Fn() -> Option<String> + Send>>,
     release: Box<dyn FnOnce() -> Result<()> + Send>,
 }
 
@@ -178,7 +180,17 @@ impl Held {
             holder,
             lost,
             parts: Vec::new(),
+            lost_name: None,
             release: Box::new(release),
+        }
+    }
+
+    /// Of several, which lease was lost, for a message: ` (the lock on
+    /// <name>)` once it is known; else nothing.
+    pub fn which_was_lost(&self) -> String {
+        match self.lost_name.as_ref().and_then(|name| name()) {
+            Some(name) => format!(" (the lock on {name})"),
+            None => String::new(),
         }
     }
 

@@ -142,7 +142,7 @@ pub fn run(job: &Job<'_>, held: &Held, forwarded: &Receiver<libc::c_int>) -> Out
                             break Outcome::Exited(exit::OS_ERROR);
                         }
                     }
-                    break exited(job, &held.lost, code);
+                    break exited(job, held, code);
                 }
                 Ok(_) => {}
                 Err(_) => {
@@ -157,7 +157,7 @@ pub fn run(job: &Job<'_>, held: &Held, forwarded: &Receiver<libc::c_int>) -> Out
             recv(held.lost.receiver()) -> _ => {
                 // Even if the keeper died meanwhile (what it left is
                 // killed): the loss is what happened to the lock, 76.
-                stop(job, &held.lost, &cmd, &loss(&held.lost));
+                stop(job, &held.lost, &cmd, &loss(held));
                 break Outcome::Lost;
             }
             recv(forwarded) -> sig => {
@@ -167,7 +167,7 @@ pub fn run(job: &Job<'_>, held: &Held, forwarded: &Receiver<libc::c_int>) -> Out
             }
             recv(after(check)) -> _ => {
                 if held.lost.is_lost() || at_risk(&held.lost, job.warning) {
-                    stop(job, &held.lost, &cmd, &loss(&held.lost));
+                    stop(job, &held.lost, &cmd, &loss(held));
                     break Outcome::Lost;
                 }
             }
@@ -182,14 +182,15 @@ pub fn run(job: &Job<'_>, held: &Held, forwarded: &Receiver<libc::c_int>) -> Out
 /// if the lease still holds; CMD's end and the loss can come together
 /// (after a pause of `recipes`), and a loss is never reported as a run
 /// that ended under the lock.
-fn exited(job: &Job<'_>, lost: &LossSignal, code: i32) -> Outcome {
-    match lost.reason() {
+fn exited(job: &Job<'_>, held: &Held, code: i32) -> Outcome {
+    match held.lost.reason() {
         None => Outcome::Exited(code),
         Some(reason) => {
             say!(
-                "recipes: {}: CMD exited ({code}), but the lease was lost ({reason}); \
+                "recipes: {}: CMD exited ({code}), but the lease was lost ({reason}){}; \
                  exiting as for a loss",
-                job.name
+                job.name,
+                held.which_was_lost()
             );
             Outcome::Lost
         }
@@ -219,9 +220,13 @@ fn after_or_never(d: Duration) -> Receiver<Instant> {
 }
 
 /// Why CMD is stopped, when the lease is lost or at risk.
-fn loss(lost: &LossSignal) -> String {
+fn loss(held: &Held) -> String {
+    let lost = &held.lost;
     match lost.reason() {
-        Some(reason) => format!("lease lost while CMD ran: {reason}"),
+        Some(reason) => format!(
+            "lease lost while CMD ran: {reason}{}",
+            held.which_was_lost()
+        ),
         None => format!(
             "lease at risk while CMD ran: no renewal acknowledged, and it ends in {:?} \
              unless one comes",

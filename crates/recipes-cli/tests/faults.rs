@@ -234,3 +234,27 @@ fn fault_partitioned_holder_is_killed_before_takeover_pg() {
 fn fault_lease_lost_kills_cmd_pg() {
     fault_lease_lost_kills_cmd(Store::Pg, &[], 76);
 }
+
+/// Losing one name of a multi-lock (the second name's node deleted by
+/// hand) kills CMD, and `recipes` exits 76 saying which name's lease was
+/// lost.
+#[test]
+fn fault_one_lost_name_of_a_multi_lock_kills_cmd_and_is_named_zk() {
+    let store = Store::Zk;
+    let scene = Scene::new("lost-one");
+    let second = format!("{}-second", scene.name);
+    let written = scene.file("second");
+    let then = format!(
+        "echo \"$RECIPES_HOLDER_2\" > {0}.tmp && mv {0}.tmp {0} && exec sleep 30",
+        written.display()
+    );
+    let sub = ["lock", scene.name.as_str(), second.as_str()];
+    let (mut holder, _) = start_holder(with_store(store, "10s"), &sub, &scene, &then);
+    store.delete(read_when_written(&written).trim());
+    assert_eq!(wait_exit(&mut holder).code(), Some(76));
+    let stderr = stderr_of(&mut holder);
+    assert!(
+        stderr.contains(&format!("(the lock on {second})")),
+        "{stderr}"
+    );
+}
