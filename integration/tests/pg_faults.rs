@@ -375,7 +375,7 @@ fn fault_one_of_a_names_held_entries_deleted_loses_that_one_only() {
 /// permits of one writing at once.)
 #[test]
 fn fault_a_permits_open_fenced_transaction_commits_before_the_next_permit_is_admitted() {
-    permit_order(false);
+    permit_order(false, false);
 }
 
 /// The same in session mode, the permit's lock backend ended while its
@@ -386,10 +386,24 @@ fn fault_a_permits_open_fenced_transaction_commits_before_the_next_permit_is_adm
 /// the first one's transaction was still open.)
 #[test]
 fn fault_a_session_mode_permits_open_fenced_transaction_commits_before_the_next_one() {
-    permit_order(true);
+    permit_order(true, false);
 }
 
-fn permit_order(session: bool) {
+/// As above, the next holder already waiting for the key at the server
+/// when the first one's backend ends: granted then, it mints its fence
+/// after the grant (`MINT_FENCE`, not the try's statement), under the
+/// same gate.
+#[test]
+fn fault_a_session_mode_permits_open_fenced_transaction_commits_before_a_waiter() {
+    permit_order(true, true);
+}
+
+/// A 1-permit semaphore's holder writes `a1`, `a2` in one fenced
+/// transaction that outlives its lease; the next holder writes `b`, which
+/// must come after both. `session`: the first holder's lock backend is
+/// terminated meanwhile; `waiting`: the next holder waits for the key at
+/// the server before that.
+fn permit_order(session: bool, waiting: bool) {
     let server = PgServer::shared();
     let mode = if session { "session" } else { "lease" };
     let table = format!("app_permit_order_{mode}_{}", std::process::id());
@@ -431,11 +445,27 @@ fn permit_order(session: bool) {
         })
     };
     started.recv().unwrap();
+    let waiter = waiting.then(|| {
+        let next_sem = b.semaphore(&sem, 1).unwrap();
+        let waiter = std::thread::spawn(move || next_sem.acquire());
+        // The key's waits at the server (`pg_locks.objid`: the key's hash).
+        let waits = format!(
+            "SELECT count(*) FROM pg_locks WHERE locktype = 'advisory' AND NOT granted \
+             AND objid::int8 = (hashtext('{sem}/leases/0')::int8 & 4294967295)"
+        );
+        integration::wait_until("b waits for the key", Duration::from_secs(10), || {
+            server.sql(&waits).trim() != "0"
+        });
+        waiter
+    });
     if session {
         let pid = backend.expect("a session-mode holder names its backend");
         server.sql(&format!("SELECT pg_terminate_backend({pid})"));
     }
-    let next = b.semaphore(&sem, 1).unwrap().acquire().unwrap();
+    let next = match waiter {
+        Some(waiter) => waiter.join().unwrap().unwrap(),
+        None => b.semaphore(&sem, 1).unwrap().acquire().unwrap(),
+    };
     next.transaction(|tx| {
         tx.execute(&format!("INSERT INTO {table} (who) VALUES ('b')"), &[])
             .map(drop)

@@ -197,7 +197,6 @@ fn take<G, H>(got: Result<Option<G>>, wrap: impl FnOnce(G) -> H) -> Result<Optio
     got.map(|g| g.map(wrap))
 }
 
-/// The names sorted: none twice, none inside another, within the limit.
 /// Check a multi-lock's `parts` as [`MultiLock::new`] does before it asks
 /// the store anything (the list's length, a name twice, names that nest):
 /// for a caller that refuses bad input before it connects, as the command
@@ -217,6 +216,7 @@ fn by_name<'a>(parts: &[(&'a str, LockKind)]) -> Vec<(&'a str, LockKind)> {
     sorted
 }
 
+/// The names sorted: none twice, none inside another, within the limit.
 fn check_names(sorted: &[(&str, LockKind)]) -> Result<()> {
     if sorted.is_empty() {
         return Err(Error::invalid(

@@ -32,11 +32,14 @@ pub(crate) const GATE: &str = "pg_advisory_xact_lock(1919247223, hashtext($1))";
 /// ([`crate::slots::ADVISORY_PERMITS`]): the class of [`GATE`], keyed by
 /// `$hash`, the hash of the permit's key's name (`<sem>/leases/<i>`, a
 /// name no read-write lock has: a name inside a semaphore's layout is
-/// refused). A permit's fenced write or transaction takes it shared before
+/// refused; a read-write lock's name of the same hash only adds waiting,
+/// as colliding advisory keys do). A permit's fenced write or transaction takes it shared before
 /// its check ([`AdvisoryLock::check`]); the next holder of the key mints
 /// its fence under it (`mint.rs`), so it waits for every such transaction
 /// begun while the permit held, as a mutex's next mint waits for the
-/// name's row its holder's check locked.
+/// name's row its holder's check locked. Like that row lock's, the wait
+/// is not sliced by the take's `lock_timeout`: a take or a confirm waits
+/// for such a transaction to end, up to the RPC timeout at the client.
 macro_rules! slot_gate {
     ($hash:expr, $kind:expr) => {
         concat!(

@@ -97,8 +97,10 @@
 //! every one of them to end. The holder shows as
 //! `<key>/backend-<pid>`. Two
 //! names whose hashes collide exclude each other (never the reverse).
-//! Waits are slices of at most a second at the server (`lock_timeout`):
-//! not fair. Elections, latches and selectors are rows in both modes.
+//! Waits for a key are slices of at most a second at the server
+//! (`lock_timeout`): not fair. A fence's mint waits, unsliced, for the
+//! fenced transactions its previous holder began while it held (the
+//! name's row lock, a permit's key's gate). Elections, latches and selectors are rows in both modes.
 //!
 //! A read-write lock takes the name's key with `pg_advisory_lock_shared`
 //! (a reader) or `pg_advisory_lock` (a writer), under a name of kind
