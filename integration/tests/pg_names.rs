@@ -140,11 +140,7 @@ fn a_lock_or_election_inside_a_semaphores_layout_is_refused_and_writes_nothing()
 #[test]
 fn session_mode_names_of_a_semaphores_keys_are_refused() {
     let server = PgServer::shared();
-    let c = recipes_pg::PgClient::builder(server.url())
-        .mode(recipes_pg::PgMode::Session)
-        .ttl(Duration::from_secs(10))
-        .connect()
-        .unwrap();
+    let c = session(server);
     let sem = name("session-layout");
     let permit = c.semaphore(&sem, 2).unwrap().acquire().unwrap();
     for inside in ["locks", "leases", "leases/0", "leases/1"] {
@@ -177,11 +173,7 @@ fn a_session_mode_multi_lock_over_two_names_of_one_key_is_refused() {
     let same = format!("SELECT hashtext('{a}') = hashtext('{b}')");
     assert_eq!(server.sql(&same).trim(), "t", "the two names' keys collide");
     let rows = format!("SELECT count(*) FROM recipes.names WHERE name IN ('{a}', '{b}')");
-    let c = recipes_pg::PgClient::builder(server.url())
-        .mode(recipes_pg::PgMode::Session)
-        .ttl(Duration::from_secs(10))
-        .connect()
-        .unwrap();
+    let c = session(server);
     let before = server.sql(&rows);
     let other = name("multi-keys");
     for names in [vec![a, b], vec![b, other.as_str(), a]] {
@@ -201,6 +193,47 @@ fn a_session_mode_multi_lock_over_two_names_of_one_key_is_refused() {
     assert!(both.token(b).is_some() && both.token(&other).is_some());
     both.release().unwrap();
     c.close().unwrap();
+}
+
+/// A session-mode permit's fenced write asks that its semaphore's
+/// permits' row be still session mode's: once the rows were lost (deleted
+/// here, as a truncate would) and a lease-mode client of the semaphore
+/// made them again as its own, the old permit's writes are refused. (Its
+/// check and its heartbeats asked only that the row exist: both modes'
+/// permits wrote at once.)
+#[test]
+fn a_session_permits_write_is_refused_once_its_row_is_another_modes() {
+    let server = PgServer::shared();
+    let sem = name("permit-row-kind");
+    let resource = format!("{sem}-resource");
+    let session = session(server);
+    let permit = session.semaphore(&sem, 1).unwrap().acquire().unwrap();
+    permit.put(&resource, b"before").expect("it holds");
+    server.sql(&format!(
+        "DELETE FROM recipes.names WHERE name IN ('{sem}', '{sem}/leases')"
+    ));
+    let lease = connect(&server.url(), Duration::from_secs(30)).unwrap();
+    let other = lease.semaphore(&sem, 1).unwrap().acquire().unwrap();
+    let kind = format!("SELECT kind FROM recipes.names WHERE name = '{sem}/leases'");
+    assert_eq!(server.sql(&kind).trim(), "permits", "lease mode's row now");
+    let refused = permit.put(&resource, b"after");
+    assert!(
+        matches!(refused, Err(Error::FenceRejected { .. })),
+        "{refused:?}"
+    );
+    other.release().unwrap();
+    drop(permit);
+    lease.close().unwrap();
+    session.close().unwrap();
+}
+
+/// A session-mode client of `server`.
+fn session(server: &PgServer) -> recipes_pg::PgClient {
+    recipes_pg::PgClient::builder(server.url())
+        .mode(recipes_pg::PgMode::Session)
+        .ttl(Duration::from_secs(30))
+        .connect()
+        .unwrap()
 }
 
 /// Each of `results` (of a recipe on `inside`) is the refusal of a name

@@ -373,7 +373,16 @@ impl LeaseStore for LockConns {
         let Some(conn) = self.current.lock().take() else {
             return Ok(());
         };
-        conn.holdings.lock().clear();
+        // A connection one of whose holdings was lost (not released) is not
+        // used again: a fenced write of that holding still on its way asks
+        // whether our backend holds its key, which the next acquisition on
+        // this connection could take again (a permit's check has no fence
+        // to tell the two apart).
+        let lost = conn.holdings.lock().drain(..).any(|t| {
+            t.signal()
+                .reason()
+                .is_some_and(|r| r != LossReason::Released)
+        });
         if conn.is_ended() {
             return Ok(());
         }
@@ -390,7 +399,7 @@ impl LeaseStore for LockConns {
         // A connection a cancel may still reach is not used again (it
         // closes once the last holder of it is gone).
         let mut idle = self.idle.lock();
-        if idle.len() < IDLE_LOCK_CONNECTIONS && !conn.was_cancelled() {
+        if idle.len() < IDLE_LOCK_CONNECTIONS && !conn.was_cancelled() && !lost {
             idle.push(conn);
         }
         Ok(())

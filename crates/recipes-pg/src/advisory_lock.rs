@@ -248,7 +248,8 @@ impl AdvisoryLock {
             // holder of our key that minted before it is seen holding the
             // key; one that mints after waits for our commit.
             None => format!(
-                "SELECT 1 FROM recipes.names n WHERE n.name = $1 AND $2::int8 IS NULL AND CASE \
+                "SELECT 1 FROM recipes.names n WHERE n.name = $1 AND $2::int8 IS NULL \
+                 AND n.kind = 'advisory-permits' AND CASE \
                  WHEN (SELECT count(*) FROM (SELECT \
                  pg_advisory_xact_lock_shared(1919247223, {slot})) g) = 1 THEN {ours} END",
                 slot = key as u32 as i32

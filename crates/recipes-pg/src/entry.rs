@@ -174,11 +174,16 @@ const STILL_READING: &str = "SELECT 1 WHERE recipes.rw_held($1, $2, $3, true)";
 /// once our session expired (`contend.sql`: it locks the rows of the
 /// expired entries ahead): a write begun while we held commits before
 /// another permit is admitted in our place.
-const STILL_PERMITTED: &str = "SELECT 1 FROM recipes.queue q \
-     JOIN recipes.sessions s ON s.id = q.session \
-     WHERE q.entry = $3 AND $1::text IS NOT NULL AND $2::int8 IS NULL \
-       AND s.expires_at > clock_timestamp() \
-     FOR SHARE OF q";
+///
+/// The row is locked first and our session judged after (`locked` is
+/// materialized, and the judgement reads each of its rows): a check that
+/// judged first and then waited for the lock of a next permit's confirm,
+/// which found us expired, would be granted the lock with no second look
+/// (a row only locked, not updated, is not read again) and write beside it.
+const STILL_PERMITTED: &str = "WITH locked AS MATERIALIZED (SELECT q.session FROM recipes.queue q \
+       WHERE q.entry = $3 AND $1::text IS NOT NULL AND $2::int8 IS NULL FOR SHARE OF q) \
+     SELECT 1 FROM locked WHERE (SELECT s.expires_at FROM recipes.sessions s \
+       WHERE s.id = locked.session) > clock_timestamp()";
 
 impl PgEntry {
     /// What a write fenced by this holding checks first.
