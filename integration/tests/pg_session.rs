@@ -460,3 +460,38 @@ fn session_mode_eight_locks_at_once_reuse_the_connections_of_the_last_eight() {
     assert_eq!(backends(), first, "the second eight ran on new backends");
     c.close().unwrap();
 }
+
+/// `work` under a transaction lock waits for a row as long as it takes:
+/// the lock's own wait is cut in slices (`lock_timeout`), which ended with
+/// it. (The slice stayed for the whole transaction: a row held for over
+/// half a second failed `work`'s statement.)
+#[test]
+fn a_transaction_locks_work_waits_for_a_row_past_the_locks_slice() {
+    let server = PgServer::shared();
+    let rows = format!("xact_rows_{}", std::process::id());
+    server.sql(&format!(
+        "CREATE TABLE {rows} (id int PRIMARY KEY); INSERT INTO {rows} VALUES (1)"
+    ));
+    let take_row = format!("SELECT id FROM {rows} WHERE id = 1 FOR UPDATE");
+    let (a, b) = (
+        connect(&server.url(), TTL).unwrap(),
+        connect(&server.url(), TTL).unwrap(),
+    );
+    let (taken, row_held) = crossbeam_channel::bounded(1);
+    let holder = {
+        let (lock, take_row) = (name("xact-row-holder"), take_row.clone());
+        std::thread::spawn(move || {
+            a.with_xact_lock(&lock, None, |tx, _| {
+                tx.execute(&take_row, &[])?;
+                taken.send(()).unwrap();
+                tx.execute("SELECT pg_sleep(1.5)", &[]).map(drop)
+            })
+        })
+    };
+    row_held.recv().unwrap();
+    let waited = b.with_xact_lock(&name("xact-row-waiter"), None, |tx, _| {
+        tx.execute(&take_row, &[]).map(drop)
+    });
+    assert!(matches!(waited, Ok(Some(_))), "{waited:?}");
+    assert!(holder.join().unwrap().unwrap().is_some());
+}

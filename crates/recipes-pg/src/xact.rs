@@ -136,8 +136,16 @@ async fn try_once(
         "SELECT pg_try_advisory_xact_lock($1, hashtext($2))"
     } else {
         // Not `… OR true`: the planner folds that to `true` and never
-        // takes the lock (measured).
-        "SELECT pg_advisory_xact_lock($1, hashtext($2))::text IS NOT NULL"
+        // takes the lock (measured). Once it is taken, `lock_timeout` goes
+        // back to the session's own for the rest of the transaction (the
+        // subquery with a volatile call runs first): the slice bounds the
+        // wait for the key, not the fence's mint (which waits for a session
+        // holder's fenced transaction, as every mint does) nor `work`'s
+        // statements.
+        "SELECT t.taken AND set_config('lock_timeout', \
+           (SELECT reset_val FROM pg_catalog.pg_settings WHERE name = 'lock_timeout'), true) \
+           IS NOT NULL \
+         FROM (SELECT pg_advisory_xact_lock($1, hashtext($2))::text IS NOT NULL AS taken) t"
     };
     let taken = within(&what, client.rpc_timeout() + slice, async {
         if let Err(e) = conn.batch_execute(&begin).await {
