@@ -229,11 +229,47 @@ fn a_session_permits_write_is_refused_once_its_row_is_another_modes() {
 
 /// A session-mode client of `server`.
 fn session(server: &PgServer) -> recipes_pg::PgClient {
+    session_with(server, Duration::from_secs(30))
+}
+
+/// A session-mode client of `server` whose holdings live `ttl`.
+fn session_with(server: &PgServer, ttl: Duration) -> recipes_pg::PgClient {
     recipes_pg::PgClient::builder(server.url())
         .mode(recipes_pg::PgMode::Session)
-        .ttl(Duration::from_secs(30))
+        .ttl(ttl)
         .connect()
         .unwrap()
+}
+
+/// A session-mode permit lost to a heartbeat (its semaphore's permits' row
+/// gone) leaves its lock connection unused: the client's next acquisition
+/// takes the key on another backend, where a late write of the lost permit
+/// cannot pass for its own (a permit's check asks only that its backend
+/// hold the key).
+#[test]
+fn a_lost_session_permits_connection_takes_no_other_acquisition() {
+    let server = PgServer::shared();
+    let sem = name("permit-spent");
+    let c = session_with(server, Duration::from_secs(3));
+    let backend = |holder: &str| {
+        holder
+            .rsplit_once("/backend-")
+            .map(|(_, pid)| pid.to_owned())
+    };
+    let permit = c.semaphore(&sem, 1).unwrap().acquire().unwrap();
+    let first = backend(permit.holder());
+    server.sql(&format!(
+        "DELETE FROM recipes.names WHERE name = '{sem}/leases'"
+    ));
+    let bound = integration::scale(Duration::from_secs(10));
+    integration::wait_until("a heartbeat finds the row gone", bound, || {
+        permit.lost().is_lost()
+    });
+    drop(permit);
+    let next = c.semaphore(&sem, 1).unwrap().acquire().unwrap();
+    assert_ne!(backend(next.holder()), first, "the lost permit's backend");
+    next.release().unwrap();
+    c.close().unwrap();
 }
 
 /// Each of `results` (of a recipe on `inside`) is the refusal of a name

@@ -133,6 +133,14 @@ pub(crate) struct LockConn {
     /// another connection, so it may arrive late): the connection is never
     /// used for another acquisition, whose statement the cancel could hit.
     cancelled: std::sync::atomic::AtomicBool,
+    /// Not to be used for another acquisition: a holding on it was lost to
+    /// a heartbeat ([`LockConn::gone`], which takes the holdings' triggers
+    /// away), or a permit's fenced write or transaction ran from it (one
+    /// whose answer never came may reach the server after the release).
+    /// A permit's check asks only that our backend hold its key, which the
+    /// next acquisition on this connection could take again; a lock's or a
+    /// read-write side's check has its fence as well.
+    spent: std::sync::atomic::AtomicBool,
 }
 
 impl std::fmt::Debug for LockConn {
@@ -181,6 +189,11 @@ impl LockConn {
     }
 
     /// Whether a cancel was sent for this backend ([`LongWait`]).
+    /// Never use it for another acquisition (see [`LockConn::spent`]).
+    pub(crate) fn spend(&self) {
+        self.spent.store(true, std::sync::atomic::Ordering::SeqCst);
+    }
+
     fn was_cancelled(&self) -> bool {
         self.cancelled.load(std::sync::atomic::Ordering::SeqCst)
     }
@@ -231,6 +244,7 @@ impl LockConn {
     /// holding on it is lost, as deleted (before the session's own loss,
     /// so that is the reason they report).
     pub(super) fn gone(&self, why: &str) {
+        self.spend();
         for t in self.holdings.lock().drain(..) {
             if t.fire(LossReason::Deleted) {
                 log::info!("[backend={}] {why}: lock lost", self.pid);
@@ -326,6 +340,7 @@ impl LockConns {
             waiting: Default::default(),
             gate: Default::default(),
             cancelled: Default::default(),
+            spent: Default::default(),
         }))
     }
 }
@@ -399,7 +414,8 @@ impl LeaseStore for LockConns {
         // A connection a cancel may still reach is not used again (it
         // closes once the last holder of it is gone).
         let mut idle = self.idle.lock();
-        if idle.len() < IDLE_LOCK_CONNECTIONS && !conn.was_cancelled() && !lost {
+        let spent = lost || conn.spent.load(std::sync::atomic::Ordering::SeqCst);
+        if idle.len() < IDLE_LOCK_CONNECTIONS && !conn.was_cancelled() && !spent {
             idle.push(conn);
         }
         Ok(())

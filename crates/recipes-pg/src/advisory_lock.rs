@@ -203,6 +203,11 @@ impl AdvisoryLock {
         if self.lost.is_lost() {
             return Err(self.rejected("a fenced write after the lock was lost"));
         }
+        if self.fence.is_none() {
+            // A permit's write may reach the server after its release: its
+            // connection takes no other acquisition's key.
+            self.conn.spend();
+        }
         let (ns, key) = (self.client.namespace(), self.key);
         let started = self
             .conn
@@ -241,9 +246,10 @@ impl AdvisoryLock {
                 "SELECT 1 FROM recipes.names n WHERE n.name = $1 AND n.fence {at} $2 \
                  AND {ours} FOR SHARE OF n"
             ),
-            // A permit's: its semaphore's row still there. The heartbeats
-            // ask the same (`advisory.rs`): a permit whose row was lost (a
-            // truncate, a schema dropped) loses at its next one. Its slot's
+            // A permit's: its semaphore's row still there, of session
+            // mode's kind. The heartbeats ask that the row be there
+            // (`advisory.rs`): a permit whose row was lost (a truncate, a
+            // schema dropped) loses at its next one. Its slot's
             // gate first, shared (`slot_gate!`), then the checks: a next
             // holder of our key that minted before it is seen holding the
             // key; one that mints after waits for our commit.
