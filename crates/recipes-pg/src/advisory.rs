@@ -129,17 +129,15 @@ pub(crate) struct LockConn {
     /// its key until the key is among those the heartbeats stamp
     /// ([`LockConn::stamping`]).
     pub(super) gate: Arc<tokio::sync::Mutex<()>>,
-    /// A cancel of an abandoned wait was sent for this backend (on
-    /// another connection, so it may arrive late): the connection is never
-    /// used for another acquisition, whose statement the cancel could hit.
-    cancelled: std::sync::atomic::AtomicBool,
-    /// Not to be used for another acquisition: a holding on it was lost to
-    /// a heartbeat ([`LockConn::gone`], which takes the holdings' triggers
-    /// away), or a permit's fenced write or transaction ran from it (one
-    /// whose answer never came may reach the server after the release).
-    /// A permit's check asks only that our backend hold its key, which the
-    /// next acquisition on this connection could take again; a lock's or a
-    /// read-write side's check has its fence as well.
+    /// Never to be used for another acquisition ([`LockConn::spend`]): a
+    /// cancel of an abandoned wait was sent for this backend (on another
+    /// connection, so it may arrive late and hit the next acquisition's
+    /// statement); a holding on it was lost; or a permit's fenced write or
+    /// transaction ran from it (one whose answer never came may reach the
+    /// server after the release). A permit's check asks only that our
+    /// backend hold its key, which the next acquisition on this connection
+    /// could take again; a lock's or a read-write side's check has its
+    /// fence as well.
     spent: std::sync::atomic::AtomicBool,
 }
 
@@ -188,14 +186,13 @@ impl LockConn {
         }
     }
 
-    /// Whether a cancel was sent for this backend ([`LongWait`]).
     /// Never use it for another acquisition (see [`LockConn::spent`]).
     pub(crate) fn spend(&self) {
         self.spent.store(true, std::sync::atomic::Ordering::SeqCst);
     }
 
-    fn was_cancelled(&self) -> bool {
-        self.cancelled.load(std::sync::atomic::Ordering::SeqCst)
+    fn is_spent(&self) -> bool {
+        self.spent.load(std::sync::atomic::Ordering::SeqCst)
     }
 
     /// Hold the heartbeats back until the guard is dropped: taken before a
@@ -287,7 +284,7 @@ impl LockConns {
     async fn open(&self, ttl: Duration) -> Result<Arc<LockConn>> {
         let idle = {
             let mut idle = self.idle.lock();
-            idle.retain(|c| !c.is_ended() && !c.was_cancelled());
+            idle.retain(|c| !c.is_ended() && !c.is_spent());
             idle.pop()
         };
         if let Some(c) = idle {
@@ -339,7 +336,6 @@ impl LockConns {
             holdings: Mutex::default(),
             waiting: Default::default(),
             gate: Default::default(),
-            cancelled: Default::default(),
             spent: Default::default(),
         }))
     }
@@ -388,16 +384,17 @@ impl LeaseStore for LockConns {
         let Some(conn) = self.current.lock().take() else {
             return Ok(());
         };
-        // A connection one of whose holdings was lost (not released) is not
-        // used again: a fenced write of that holding still on its way asks
-        // whether our backend holds its key, which the next acquisition on
-        // this connection could take again (a permit's check has no fence
-        // to tell the two apart).
+        // A holding lost (not released) spends the connection: a fenced
+        // write of it still on its way asks whether our backend holds its
+        // key, which the next acquisition here could take again.
         let lost = conn.holdings.lock().drain(..).any(|t| {
             t.signal()
                 .reason()
                 .is_some_and(|r| r != LossReason::Released)
         });
+        if lost {
+            conn.spend();
+        }
         if conn.is_ended() {
             return Ok(());
         }
@@ -411,11 +408,10 @@ impl LeaseStore for LockConns {
         .await?;
         conn.held.lock().clear();
         conn.fences.lock().clear();
-        // A connection a cancel may still reach is not used again (it
-        // closes once the last holder of it is gone).
+        // A spent connection is not used again (it closes once the last
+        // holder of it is gone).
         let mut idle = self.idle.lock();
-        let spent = lost || conn.spent.load(std::sync::atomic::Ordering::SeqCst);
-        if idle.len() < IDLE_LOCK_CONNECTIONS && !conn.was_cancelled() && !spent {
+        if idle.len() < IDLE_LOCK_CONNECTIONS && !conn.is_spent() {
             idle.push(conn);
         }
         Ok(())
@@ -445,9 +441,7 @@ impl Drop for LongWait {
         let Some(client) = self.cancel.take() else {
             return;
         };
-        self.conn
-            .cancelled
-            .store(true, std::sync::atomic::Ordering::SeqCst);
+        self.conn.spend();
         let (pid, started, on) = (self.conn.pid, self.conn.shown_start, client.clone());
         let cancel = async move {
             // Only our backend: once it ended, its PID may be another's.

@@ -21,11 +21,21 @@ use crate::held::{PgHeld, PgLock};
 use crate::slots::Won;
 use crate::sql::{from_pg, Encoded};
 
+/// The class of every gate (a two-int transaction-scoped advisory lock):
+/// `'recw'`, the class of lease mode's `recipes.rw_gate` (`contend.sql`),
+/// which no client's namespace may be (`builder.rs`, `RW_GATE_CLASS`).
+macro_rules! gate_class {
+    () => {
+        "1919247223"
+    };
+}
+pub(crate) use gate_class;
+
 /// A read-write lock's gate over `$1` (the name), held exclusive to the
 /// end of the transaction: the class lease mode's gate uses
 /// (`recipes.rw_gate`), which a session-mode reader's mint takes shared
 /// (`mint.rs`).
-pub(crate) const GATE: &str = "pg_advisory_xact_lock(1919247223, hashtext($1))";
+pub(crate) const GATE: &str = concat!("pg_advisory_xact_lock(", gate_class!(), ", hashtext($1))");
 
 /// A session-mode permit's slot gate, as SQL that holds it exclusive to
 /// the end of the statement when `$kind` is `advisory-permits`
@@ -43,7 +53,9 @@ pub(crate) const GATE: &str = "pg_advisory_xact_lock(1919247223, hashtext($1))";
 macro_rules! slot_gate {
     ($hash:expr, $kind:expr) => {
         concat!(
-            "(SELECT count(*) FROM (SELECT pg_advisory_xact_lock(1919247223, ",
+            "(SELECT count(*) FROM (SELECT pg_advisory_xact_lock(",
+            $crate::advisory_lock::gate_class!(),
+            ", ",
             $hash,
             ") WHERE ",
             $kind,
@@ -254,11 +266,15 @@ impl AdvisoryLock {
             // holder of our key that minted before it is seen holding the
             // key; one that mints after waits for our commit.
             None => format!(
-                "SELECT 1 FROM recipes.names n WHERE n.name = $1 AND $2::int8 IS NULL \
-                 AND n.kind = 'advisory-permits' AND CASE \
-                 WHEN (SELECT count(*) FROM (SELECT \
-                 pg_advisory_xact_lock_shared(1919247223, {slot})) g) = 1 THEN {ours} END",
-                slot = key as u32 as i32
+                concat!(
+                    "SELECT 1 FROM recipes.names n WHERE n.name = $1 AND $2::int8 IS NULL \
+                     AND n.kind = 'advisory-permits' AND CASE \
+                     WHEN (SELECT count(*) FROM (SELECT pg_advisory_xact_lock_shared(",
+                    gate_class!(),
+                    ", {slot})) g) = 1 THEN {ours} END"
+                ),
+                slot = key as u32 as i32,
+                ours = ours
             ),
         };
         Ok(FenceCheck {

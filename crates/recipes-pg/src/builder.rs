@@ -300,7 +300,7 @@ impl PgClientBuilder {
 
 /// The class of the two-int advisory locks lease mode's read-write locks
 /// take as their gate (`recipes.rw_gate` in `contend.sql`): not a
-/// namespace session mode may use.
+/// namespace session mode may use (`advisory_lock.rs`, `gate_class!`).
 const RW_GATE_CLASS: u32 = 1_919_247_223;
 
 /// What to check when no server answered.

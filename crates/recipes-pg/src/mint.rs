@@ -9,7 +9,7 @@ use recipes_core::Result;
 use tokio_postgres::types::Type;
 
 use crate::advisory::On;
-use crate::advisory_lock::slot_gate;
+use crate::advisory_lock::{gate_class, slot_gate};
 use crate::client::PgClient;
 use crate::names::other_layout;
 use crate::slots::ADVISORY_RW;
@@ -70,7 +70,9 @@ const MINT_WRITE: &str = concat!(
 const MINT_READ: &str = concat!(
     mint_head!(),
     ", token AS MATERIALIZED (SELECT recipes.rw_next() AS t \
-       FROM (SELECT pg_advisory_xact_lock_shared(1919247223, hashtext($1))) g), \
+       FROM (SELECT pg_advisory_xact_lock_shared(",
+    gate_class!(),
+    ", hashtext($1))) g), \
      made AS (INSERT INTO recipes.names (name, kind, fence) \
        SELECT $1, $2, t FROM token ON CONFLICT (name) DO NOTHING RETURNING kind) \
      SELECT (SELECT t FROM token), (SELECT remaining FROM old) \
