@@ -435,8 +435,7 @@ fn lock_parts(m: &ArgMatches) -> Result<Vec<(String, LockKind)>, String> {
         .map(|(_, name, kind)| (name, kind))
         .collect();
     // A multi-lock's list is refused before connecting, as a bad name is.
-    let asked: Vec<(&str, LockKind)> = parts.iter().map(|(n, k)| (n.as_str(), *k)).collect();
-    recipes_core::check_multi_lock(&asked).map_err(|e| e.to_string())?;
+    recipes_core::check_multi_lock(&crate::locks::borrowed(&parts)).map_err(|e| e.to_string())?;
     Ok(parts)
 }
 

@@ -20,8 +20,7 @@ pub fn multi<C: Client>(
     parts: &[(String, LockKind)],
     wait: Wait,
 ) -> Result<Option<Held>> {
-    let asked: Vec<(&str, LockKind)> = parts.iter().map(|(n, k)| (n.as_str(), *k)).collect();
-    let multi = client.multi_lock_of(&asked)?;
+    let multi = client.multi_lock_of(&borrowed(parts))?;
     let guard = match wait {
         Wait::Forever => Some(multi.lock()?),
         Wait::AtOnce => multi.try_lock()?,
@@ -58,4 +57,9 @@ pub fn multi<C: Client>(
 /// usable: nothing is left half-changed under it).
 fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
     m.lock().unwrap_or_else(std::sync::PoisonError::into_inner)
+}
+
+/// `parts` as core's multi-lock takes them.
+pub fn borrowed(parts: &[(String, LockKind)]) -> Vec<(&str, LockKind)> {
+    parts.iter().map(|(n, k)| (n.as_str(), *k)).collect()
 }

@@ -49,10 +49,11 @@ enum PartLock<C: Client> {
 /// They are always taken in one canonical order (by name; by the store's
 /// lock key where two names can share one, as PostgreSQL session mode's
 /// hashed advisory keys can), so two multi-locks over the same names,
-/// listed in any order, never deadlock each other. An acquisition that fails or whose deadline passes gives
-/// back everything it took before it returns; one whose earlier lease is
-/// lost while it waits for a later name gives everything back and starts
-/// over, so no guard is handed out with a part already lost. The guard
+/// listed in any order, never deadlock each other. An acquisition that
+/// fails or whose deadline passes gives back everything it took before it
+/// returns; one whose earlier lease is lost while it waits for a later
+/// name gives everything back and starts over, so no guard is handed out
+/// with a part already lost. The guard
 /// holds one fencing token per name; its loss signal fires when any one of
 /// the leases may be gone, and says which.
 ///

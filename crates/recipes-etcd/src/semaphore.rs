@@ -85,14 +85,7 @@ impl SemaphoreKeys {
     /// when the reads of its readers' and writers' keys right after it
     /// found one.
     fn stored_and_alone(&self, resp: &TxnResponse, at: usize, prefix: &str) -> Result<()> {
-        if let Some(key) = read_write_key(resp, at + 1)? {
-            return Err(other_layout(
-                prefix,
-                "a semaphore",
-                "a read-write lock",
-                &key,
-            ));
-        }
+        no_read_write_key(resp, at + 1, prefix)?;
         match read_at(resp, at)?.kvs().first() {
             Some(kv) => self.check_stored(kv.value()),
             None => Err(unexpected("the size key vanished inside a transaction")),
@@ -191,14 +184,7 @@ impl SemaphoreKeys {
             if !read_at(&resp, 0)?.kvs().is_empty() {
                 return self.stored_and_alone(&resp, 0, &prefix);
             }
-            if let Some(key) = read_write_key(&resp, 1)? {
-                return Err(other_layout(
-                    &prefix,
-                    "a semaphore",
-                    "a read-write lock",
-                    &key,
-                ));
-            }
+            no_read_write_key(&resp, 1, &prefix)?;
             backoff.pause().await;
         }
     }
@@ -249,13 +235,15 @@ impl Unlock for Acquired {
     }
 }
 
-/// The first key of the two reads at `at` and `at + 1` of `resp` (a
-/// read-write lock's readers' and writers').
-fn read_write_key(resp: &TxnResponse, at: usize) -> Result<Option<Vec<u8>>> {
+/// The semaphore `prefix` refused when either of the two reads at `at`
+/// and `at + 1` of `resp` (a read-write lock's readers' and writers'
+/// keys) found a key.
+fn no_read_write_key(resp: &TxnResponse, at: usize, prefix: &str) -> Result<()> {
     for at in [at, at + 1] {
         if let Some(kv) = read_at(resp, at)?.kvs().first() {
-            return Ok(Some(kv.key().to_vec()));
+            let theirs = "a read-write lock";
+            return Err(other_layout(prefix, "a semaphore", theirs, kv.key()));
         }
     }
-    Ok(None)
+    Ok(())
 }
