@@ -412,23 +412,17 @@ fn permit_order(session: bool, waiting: bool) {
     ));
     let sem = format!("/pg-faults/permit-order-{mode}-{}", std::process::id());
     let short = |ttl: u64| {
-        let builder = PgClient::builder(server.url())
-            .ttl(Duration::from_secs(ttl))
-            .connect_timeout(Duration::from_secs(2));
-        let builder = if session {
-            builder.session_mode()
-        } else {
-            builder
-        };
-        builder.connect().unwrap()
+        let (url, ttl) = (server.url(), Duration::from_secs(ttl));
+        match session {
+            true => pg_common::session(&url, ttl),
+            false => connect(&url, ttl),
+        }
+        .unwrap()
     };
     let (a, b) = (short(2), short(30));
     let permit = a.semaphore(&sem, 1).unwrap().acquire().unwrap();
     // Session mode: the backend that holds the permit's key.
-    let backend = permit
-        .holder()
-        .rsplit_once("/backend-")
-        .map(|(_, pid)| pid.to_owned());
+    let backend = backend_of(permit.holder()).map(str::to_owned);
     let (begun, started) = crossbeam_channel::bounded(1);
     let writing = {
         let (a, table) = (a.clone(), table.clone());

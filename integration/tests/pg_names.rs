@@ -140,7 +140,7 @@ fn a_lock_or_election_inside_a_semaphores_layout_is_refused_and_writes_nothing()
 #[test]
 fn session_mode_names_of_a_semaphores_keys_are_refused() {
     let server = PgServer::shared();
-    let c = session(server);
+    let c = session(&server.url(), Duration::from_secs(30)).unwrap();
     let sem = name("session-layout");
     let permit = c.semaphore(&sem, 2).unwrap().acquire().unwrap();
     for inside in ["locks", "leases", "leases/0", "leases/1"] {
@@ -173,7 +173,7 @@ fn a_session_mode_multi_lock_over_two_names_of_one_key_is_refused() {
     let same = format!("SELECT hashtext('{a}') = hashtext('{b}')");
     assert_eq!(server.sql(&same).trim(), "t", "the two names' keys collide");
     let rows = format!("SELECT count(*) FROM recipes.names WHERE name IN ('{a}', '{b}')");
-    let c = session(server);
+    let c = session(&server.url(), Duration::from_secs(30)).unwrap();
     let before = server.sql(&rows);
     let other = name("multi-keys");
     for names in [vec![a, b], vec![b, other.as_str(), a]] {
@@ -206,7 +206,7 @@ fn a_session_permits_write_is_refused_once_its_row_is_another_modes() {
     let server = PgServer::shared();
     let sem = name("permit-row-kind");
     let resource = format!("{sem}-resource");
-    let session = session(server);
+    let session = session(&server.url(), Duration::from_secs(30)).unwrap();
     let permit = session.semaphore(&sem, 1).unwrap().acquire().unwrap();
     permit.put(&resource, b"before").expect("it holds");
     server.sql(&format!(
@@ -227,20 +227,6 @@ fn a_session_permits_write_is_refused_once_its_row_is_another_modes() {
     session.close().unwrap();
 }
 
-/// A session-mode client of `server`.
-fn session(server: &PgServer) -> recipes_pg::PgClient {
-    session_with(server, Duration::from_secs(30))
-}
-
-/// A session-mode client of `server` whose holdings live `ttl`.
-fn session_with(server: &PgServer, ttl: Duration) -> recipes_pg::PgClient {
-    recipes_pg::PgClient::builder(server.url())
-        .mode(recipes_pg::PgMode::Session)
-        .ttl(ttl)
-        .connect()
-        .unwrap()
-}
-
 /// A session-mode permit lost to a heartbeat (its semaphore's permits' row
 /// gone) leaves its lock connection unused: the client's next acquisition
 /// takes the key on another backend, where a late write of the lost permit
@@ -250,14 +236,9 @@ fn session_with(server: &PgServer, ttl: Duration) -> recipes_pg::PgClient {
 fn a_lost_session_permits_connection_takes_no_other_acquisition() {
     let server = PgServer::shared();
     let sem = name("permit-spent");
-    let c = session_with(server, Duration::from_secs(3));
-    let backend = |holder: &str| {
-        holder
-            .rsplit_once("/backend-")
-            .map(|(_, pid)| pid.to_owned())
-    };
+    let c = session(&server.url(), Duration::from_secs(3)).unwrap();
     let permit = c.semaphore(&sem, 1).unwrap().acquire().unwrap();
-    let first = backend(permit.holder());
+    let first = backend_of(permit.holder()).map(str::to_owned);
     server.sql(&format!(
         "DELETE FROM recipes.names WHERE name = '{sem}/leases'"
     ));
@@ -267,7 +248,11 @@ fn a_lost_session_permits_connection_takes_no_other_acquisition() {
     });
     drop(permit);
     let next = c.semaphore(&sem, 1).unwrap().acquire().unwrap();
-    assert_ne!(backend(next.holder()), first, "the lost permit's backend");
+    assert_ne!(
+        backend_of(next.holder()),
+        first.as_deref(),
+        "the lost permit's backend"
+    );
     next.release().unwrap();
     c.close().unwrap();
 }

@@ -15,14 +15,6 @@ use recipes_core::{BootInstant, Client, Error, LossReason};
 use recipes_pg::tokio_postgres::types::Type;
 use recipes_pg::{FencedTransaction, PgClient, PgMode};
 
-fn session(url: &str, ttl: Duration) -> recipes_core::Result<PgClient> {
-    PgClient::builder(url)
-        .ttl(ttl)
-        .connect_timeout(Duration::from_secs(2))
-        .session_mode()
-        .connect()
-}
-
 /// Two session-mode clients of `server`: one holds `lock`, the other waits
 /// for it (see [`waiter`]) and is queued at the server.
 struct HolderAndWaiter {

@@ -38,6 +38,15 @@ pub fn connect(url: &str, ttl: Duration) -> recipes_core::Result<PgClient> {
         .connect()
 }
 
+/// A session-mode client of `url`, as [`connect`].
+pub fn session(url: &str, ttl: Duration) -> recipes_core::Result<PgClient> {
+    PgClient::builder(url)
+        .ttl(ttl)
+        .connect_timeout(Duration::from_secs(2))
+        .session_mode()
+        .connect()
+}
+
 /// A client whose TTL and poll are both `every`: with a long one, polling
 /// is out of the way, and a test's bound is met only through the
 /// notifications it is about.
@@ -186,4 +195,10 @@ pub fn commit(blocker: &tokio_postgres::Client) {
     )
     .expect("commit in time")
     .expect("commit");
+}
+
+/// The backend PID a session-mode holder names (`<key>/backend-<pid>`);
+/// `None` for a lease-mode holder.
+pub fn backend_of(holder: &str) -> Option<&str> {
+    holder.rsplit_once("/backend-").map(|(_, pid)| pid)
 }
