@@ -5,8 +5,6 @@ use std::sync::Arc;
 use std::thread::ThreadId;
 use std::time::{Duration, Instant};
 
-use parking_lot::Mutex as PlMutex;
-
 use crate::backend::{FencedLease, Releasing, RwLockBackend};
 use crate::error::{Error, Result};
 use crate::fence::FencingToken;
@@ -42,14 +40,16 @@ pub enum Access {
 /// writer in between (the read entry keeps the writer's place in the
 /// queue). A read guard cannot become a write guard: two readers upgrading
 /// at once would each wait for the other forever (Curator's upgrade never
-/// returns). [`RwLockReadGuard::upgrade`], and a `write` on a handle
-/// through which the calling thread holds a read guard, are an
+/// returns). [`RwLockReadGuard::upgrade`], and a `write` of a name whose
+/// read guard the calling thread holds through the same client (any
+/// handle of that name, a multi-lock's included), are an
 /// [`Error::InvalidArgument`] at once: release the read guard first. The
 /// check follows the thread that took the read guard: a read guard moved
 /// to another thread still counts for the thread that took it, and a
 /// `write` from the thread it moved to waits for it like any other
 /// reader's (a timed `try_write_for` then returns `Ok(None)`; an untimed
-/// `write` waits until the guard goes).
+/// `write` waits until the guard goes); so does a `write` through
+/// another client of the same process.
 ///
 /// Generic over an [`RwLockBackend`]; backends export it under their own
 /// name with their layout on the store.
@@ -62,15 +62,13 @@ struct Shared<B: RwLockBackend> {
     backend: B,
     read_labels: Labels,
     write_labels: Labels,
-    /// The threads that hold a read guard of this handle, once per guard:
-    /// a write from one of them would wait for itself.
-    readers: PlMutex<Vec<ThreadId>>,
 }
 
 impl<B: RwLockBackend> Shared<B> {
     fn read_guard(self: &Arc<Self>, lease: B::Lease) -> RwLockReadGuard<B> {
         let thread = std::thread::current().id();
-        self.readers.lock().push(thread);
+        let name = self.backend.name().to_owned();
+        self.backend.runtime().readers().lock().push((name, thread));
         let hold = Hold::counted(lease, &self.read_labels, false);
         RwLockReadGuard {
             token: hold.lease().token(),
@@ -91,7 +89,6 @@ impl<B: RwLockBackend> RwLock<B> {
             read_labels: Labels::new(store, "read_lock", backend.name()),
             write_labels: Labels::new(store, "write_lock", backend.name()),
             backend,
-            readers: PlMutex::default(),
         };
         RwLock {
             shared: Arc::new(shared),
@@ -139,7 +136,11 @@ impl<B: RwLockBackend> RwLock<B> {
         deadline: Option<Instant>,
     ) -> Result<Option<RwLockWriteGuard<B>>> {
         let shared = &self.shared;
-        if shared.readers.lock().contains(&std::thread::current().id()) {
+        let me = std::thread::current().id();
+        let reading = (shared.backend.runtime().readers().lock())
+            .iter()
+            .any(|(n, t)| *t == me && n == self.name());
+        if reading {
             return Err(no_upgrade(self.name()));
         }
         let got = shared
@@ -275,7 +276,7 @@ pub struct RwLockReadGuard<B: RwLockBackend> {
     reader: Reader<B>,
 }
 
-/// A read guard's place in its handle's bookkeeping of reading threads,
+/// A read guard's place in its client's bookkeeping of reading threads,
 /// given up when the guard goes (released or dropped).
 struct Reader<B: RwLockBackend> {
     shared: Arc<Shared<B>>,
@@ -284,8 +285,12 @@ struct Reader<B: RwLockBackend> {
 
 impl<B: RwLockBackend> Drop for Reader<B> {
     fn drop(&mut self) {
-        let mut readers = self.shared.readers.lock();
-        if let Some(i) = readers.iter().position(|t| *t == self.thread) {
+        let name = self.shared.backend.name();
+        let mut readers = self.shared.backend.runtime().readers().lock();
+        if let Some(i) = readers
+            .iter()
+            .position(|(n, t)| *t == self.thread && n == name)
+        {
             readers.swap_remove(i);
         }
     }
@@ -330,7 +335,7 @@ impl<B: RwLockBackend> RwLockReadGuard<B> {
     }
 
     /// [`release`](RwLockReadGuard::release) as a future for the client's
-    /// runtime, which keeps the guard's place among its handle's readers
+    /// runtime, which keeps the guard's place among its client's readers
     /// until the release is done; `Err` (the guard untouched) when its
     /// lease has none.
     pub(crate) fn release_later(self) -> std::result::Result<Releasing, Self> {

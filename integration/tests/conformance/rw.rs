@@ -8,7 +8,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use integration::{scale, wait_until};
-use recipes_core::{Client, Error};
+use recipes_core::{Client, Error, LockKind};
 
 use super::{name, Kit};
 
@@ -181,8 +181,9 @@ where
     assert_eq!(queued(&a, &name), 0, "entries left behind");
 }
 
-/// No upgrade: from the guard, or a write on the handle through which this
-/// thread reads, is `InvalidArgument` at once; the read guard stays held.
+/// No upgrade: from the guard, or a write of the name this thread reads
+/// (through that handle, another handle of the client, or a multi-lock's
+/// write part), is `InvalidArgument` at once; the read guard stays held.
 pub fn an_upgrade_is_refused_at_once<K: Kit>(kit: &K)
 where
     K::Client: recipes_core::Client,
@@ -198,6 +199,21 @@ where
         rw.try_write_for(TTL),
         Err(Error::InvalidArgument(_))
     ));
+    // Timed first: a regression fails here instead of hanging below.
+    let other = a.rw_lock(&name).unwrap();
+    assert!(matches!(
+        other.try_write_for(TTL),
+        Err(Error::InvalidArgument(_))
+    ));
+    let multi = a
+        .multi_lock_of(&[(name.as_str(), LockKind::Write)])
+        .unwrap();
+    assert!(matches!(
+        multi.try_lock_for(TTL),
+        Err(Error::InvalidArgument(_))
+    ));
+    assert!(matches!(other.write(), Err(Error::InvalidArgument(_))));
+    assert!(matches!(multi.lock(), Err(Error::InvalidArgument(_))));
     assert!(
         started.elapsed() < scale(Duration::from_secs(1)),
         "not at once"

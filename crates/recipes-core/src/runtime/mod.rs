@@ -56,7 +56,13 @@ struct RuntimeInner {
     loss: LossTrigger,
     background: Arc<AtomicUsize>,
     baton: Arc<Baton>,
+    readers: Readers,
 }
+
+/// The threads that hold a read guard of one of the client's read-write
+/// locks, by the lock's name, once per guard: a write of that name from
+/// one of them, through any handle of the client, would wait for itself.
+pub(crate) type Readers = Mutex<Vec<(String, ThreadId)>>;
 
 /// A client's runtime: one tokio runtime on one named thread.
 ///
@@ -233,6 +239,7 @@ impl Runtime {
                 loss,
                 background,
                 baton,
+                readers: Readers::default(),
             }),
         })
     }
@@ -400,6 +407,11 @@ impl Runtime {
     /// client closes or its thread dies.
     pub fn loss_root(&self) -> &LossTrigger {
         &self.inner.loss
+    }
+
+    /// The client's reading threads ([`Readers`]).
+    pub(crate) fn readers(&self) -> &Readers {
+        &self.inner.readers
     }
 
     /// The runtime thread's name.
