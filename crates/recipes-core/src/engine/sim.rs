@@ -2,8 +2,8 @@
 //! deadlines, cancelled acquisitions, lost replies, failed reads, spurious
 //! wake-ups and expiring sessions, all on tokio's paused clock. Every run
 //! asserts mutual exclusion (at most the rule's holders whose loss signal
-//! has not fired: one mutex holder, `n` permits, many readers or one
-//! writer), a read-write lock's fairness (no reader passes a writer queued
+//! has not fired: one mutex holder or latch leader, `n` permits, many
+//! readers or one writer), a read-write lock's fairness (no reader passes a writer queued
 //! before it), fence order (each accepted mutex holder's or writer's fence
 //! above every earlier one's, each reader's above every earlier writer's)
 //! and cleanup (no entry left at the end).
@@ -192,16 +192,27 @@ fn seeds() -> std::ops::Range<u64> {
     0..n
 }
 
-#[test]
-fn a_mutex_under_random_schedules_excludes_fences_in_order_and_leaves_nothing() {
+/// Every seed under `rule`, whose holder is one at a time (a mutex's, a
+/// latch's leader): the checker asserts exclusion and fence order.
+fn one_at_a_time(rule: Rule) {
     let mut wins = 0;
     for seed in seeds() {
-        wins += run(seed, 2 + (seed % 4) as usize, 6, Rule::Mutex).len();
+        wins += run(seed, 2 + (seed % 4) as usize, 6, rule).len();
     }
     assert!(
         wins > 0,
         "no schedule ever acquired: the simulation is broken"
     );
+}
+
+#[test]
+fn a_mutex_under_random_schedules_excludes_fences_in_order_and_leaves_nothing() {
+    one_at_a_time(Rule::Mutex);
+}
+
+#[test]
+fn a_latch_under_random_schedules_has_one_leader_fences_in_order_and_leaves_nothing() {
+    one_at_a_time(Rule::Latch);
 }
 
 #[test]

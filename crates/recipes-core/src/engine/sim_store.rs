@@ -230,6 +230,7 @@ impl SimDriver {
     pub(super) fn new(store: Store, rule: Rule, fence_by: FenceBy) -> SimDriver {
         let role = match rule {
             Rule::Leases(_) => Role::Permit,
+            Rule::Latch => Role::Participant,
             _ => Role::Mutex,
         };
         SimDriver {
