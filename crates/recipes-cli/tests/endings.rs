@@ -111,7 +111,8 @@ fn cmd_gets_the_terminal_when_run_interactively_zk() {
         group = f("cmd-group"),
         line = f("line"),
     );
-    let [backend, hosts] = Store::Zk.flag();
+    let zk = Store::Zk.flag();
+    let (backend, hosts) = (&zk[0], &zk[1]);
     let run = format!(
         "'{BIN}' {backend} {hosts} lock {name} -- sh {cmd_sh}\n\
          echo $? > {exit}\n\

@@ -1,12 +1,14 @@
 //! `recipes lock --read / --write NAME` and several names at once: readers
 //! share, a writer excludes them, a multi-lock gives CMD each name's fence,
-//! the exit codes are the mutex's, and `status` shows readers and writers.
+//! the exit codes are the mutex's, and `status` shows readers and writers
+//! in queue order.
 
 mod common;
 
-use std::process::Child;
+use std::process::{Child, Stdio};
 
 use common::*;
+use integration::wait_for;
 
 fn stop(mut child: Child) {
     signal(&child, libc::SIGTERM);
@@ -43,21 +45,50 @@ fn readers_share_and_a_writer_waits(store: Store) {
         "true",
     ]));
     assert_eq!(conflict, 75, "a writer beside two readers");
-    let out = recipes()
-        .args(store.flag())
-        .args(["status", &scene.name])
-        .output()
-        .unwrap();
-    let text = String::from_utf8_lossy(&out.stdout);
+    // A writer, then a reader, queue behind the two readers: `status`
+    // lists them in queue order, the reader behind the writer waiting.
+    let queue = |side: &str| {
+        with_store(store, "5s")
+            .args(["lock", side, &scene.name, "--", "true"])
+            .stdout(Stdio::null())
+            .stderr(Stdio::piped())
+            .spawn()
+            .unwrap()
+    };
+    let roles = || -> Vec<String> {
+        let text = stdout_ok(store, &["status", &scene.name]);
+        let words = text
+            .lines()
+            .map(|l| l.split_whitespace().take(2).collect::<Vec<_>>());
+        let entries = words.filter(|w| matches!(w.first(), Some(&"holder" | &"waiter")));
+        entries.map(|w| w.join(" ")).collect()
+    };
+    let mut writer = queue("--write");
+    let _guard = KillOnPanic(vec![r1.id(), r2.id(), writer.id()]);
+    wait_for("the writer queues", RUN_BOUND, || {
+        (roles().len() == 3).then_some(())
+    });
+    let mut reader = queue("--read");
+    let _guard2 = KillOnPanic(vec![reader.id()]);
+    wait_for("the reader queues", RUN_BOUND, || {
+        (roles().len() == 4).then_some(())
+    });
     assert_eq!(
-        text.lines()
-            .filter(|l| l.starts_with("holder reader"))
-            .count(),
-        2,
-        "{text}"
+        roles(),
+        [
+            "holder reader",
+            "holder reader",
+            "waiter writer",
+            "waiter reader"
+        ],
+        "status in queue order"
     );
     stop(r1);
     stop(r2);
+    for child in [&mut writer, &mut reader] {
+        let status = wait_exit(child);
+        assert_eq!(status.code(), Some(0), "{}", stderr_of(child));
+    }
     let (status, stderr) = run(with_store(store, "5s").args([
         "lock",
         "--write",
@@ -86,6 +117,11 @@ fn readers_share_and_a_writer_waits_etcd() {
 #[test]
 fn readers_share_and_a_writer_waits_pg() {
     readers_share_and_a_writer_waits(Store::Pg);
+}
+
+#[test]
+fn readers_share_and_a_writer_waits_pg_session() {
+    readers_share_and_a_writer_waits(Store::PgSession);
 }
 
 #[test]
@@ -169,6 +205,11 @@ fn several_names_give_each_fence_pg() {
 }
 
 #[test]
+fn several_names_give_each_fence_pg_session() {
+    several_names_give_each_fence(Store::PgSession);
+}
+
+#[test]
 fn several_names_give_each_fence_redis() {
     several_names_give_each_fence(Store::Redis);
 }
@@ -213,10 +254,9 @@ fn a_nested_lock_inherits_no_outer_multi_lock_variables_zk() {
          $RECIPES_NAME\" > {}",
         out.display()
     );
-    let flag = store.flag();
     let nested = format!(
-        "{BIN} {} {} --ttl 5s lock {inner} -- sh -c '{inner_cmd}'",
-        flag[0], flag[1]
+        "{BIN} {} --ttl 5s lock {inner} -- sh -c '{inner_cmd}'",
+        store.flag().join(" ")
     );
     let (status, stderr) =
         run(with_store(store, "5s").args(["lock", &outer_a, &outer_b, "--", "sh", "-c", &nested]));

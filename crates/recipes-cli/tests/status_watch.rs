@@ -23,9 +23,12 @@ const SHOWN: Duration = Duration::from_secs(10);
 
 /// A watcher's command line for `sh -c`.
 fn watch_line(store: Store, name: &str, json: bool) -> String {
-    let [flag, addr] = store.flag();
+    let flags: Vec<String> = store.flag().iter().map(|f| format!("'{f}'")).collect();
     let json = if json { " --json" } else { "" };
-    format!("exec {BIN} {flag} '{addr}' --ttl 2s status '{name}' --watch{json}")
+    format!(
+        "exec {BIN} {} --ttl 2s status '{name}' --watch{json}",
+        flags.join(" ")
+    )
 }
 
 /// The watcher under a terminal: `script` runs it on a pty and copies the

@@ -48,7 +48,7 @@ fn fails_cleanly(args: &[String]) {
 }
 
 fn on_store(store: Store, args: &[&str]) -> Vec<String> {
-    let mut all: Vec<String> = store.flag().into();
+    let mut all = store.flag();
     all.extend(args.iter().map(|a| (*a).to_owned()));
     all
 }

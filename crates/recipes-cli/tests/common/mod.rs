@@ -28,17 +28,22 @@ pub enum Store {
     Zk,
     Etcd,
     Pg,
+    /// PostgreSQL with `--pg-mode session` (advisory locks).
+    PgSession,
     Redis,
 }
 
 impl Store {
-    pub fn flag(self) -> [String; 2] {
-        match self {
-            Store::Zk => ["--zk".into(), ZkServer::shared().connect_string()],
-            Store::Etcd => ["--etcd".into(), EtcdServer::shared().endpoint()],
-            Store::Pg => ["--pg".into(), PgServer::shared().url()],
-            Store::Redis => ["--redis".into(), RedisServer::shared().url()],
-        }
+    /// The store's flags: the backend's and, for session mode, the mode.
+    pub fn flag(self) -> Vec<String> {
+        let flags: &[&str] = match self {
+            Store::Zk => &["--zk", &ZkServer::shared().connect_string()],
+            Store::Etcd => &["--etcd", &EtcdServer::shared().endpoint()],
+            Store::Pg => &["--pg", &PgServer::shared().url()],
+            Store::PgSession => &["--pg", &PgServer::shared().url(), "--pg-mode", "session"],
+            Store::Redis => &["--redis", &RedisServer::shared().url()],
+        };
+        flags.iter().map(|f| (*f).to_owned()).collect()
     }
 
     /// The shared server's client address.
@@ -46,23 +51,23 @@ impl Store {
         match self {
             Store::Zk => ZkServer::shared().client_addr(),
             Store::Etcd => EtcdServer::shared().client_addr(),
-            Store::Pg => PgServer::shared().addr(),
+            Store::Pg | Store::PgSession => PgServer::shared().addr(),
             Store::Redis => RedisServer::shared().addr(),
         }
     }
 
     /// The backend flag for a client that reaches the server through
     /// `proxy`.
-    pub fn flag_via(self, proxy: &Proxy) -> [String; 2] {
-        match self {
-            Store::Zk => ["--zk".into(), proxy.addr().to_string()],
-            Store::Etcd => ["--etcd".into(), format!("http://{}", proxy.addr())],
-            Store::Pg => [
-                "--pg".into(),
-                format!("postgres://postgres@{}/recipes", proxy.addr()),
-            ],
-            Store::Redis => ["--redis".into(), format!("redis://{}", proxy.addr())],
-        }
+    pub fn flag_via(self, proxy: &Proxy) -> Vec<String> {
+        let pg = format!("postgres://postgres@{}/recipes", proxy.addr());
+        let flags: &[&str] = match self {
+            Store::Zk => &["--zk", &proxy.addr().to_string()],
+            Store::Etcd => &["--etcd", &format!("http://{}", proxy.addr())],
+            Store::Pg => &["--pg", &pg],
+            Store::PgSession => &["--pg", &pg, "--pg-mode", "session"],
+            Store::Redis => &["--redis", &format!("redis://{}", proxy.addr())],
+        };
+        flags.iter().map(|f| (*f).to_owned()).collect()
     }
 
     /// Delete `holder` (node path or key) as an operator would by hand:
@@ -72,6 +77,7 @@ impl Store {
             Store::Zk => ZkServer::shared().facts().delete(holder),
             Store::Etcd => EtcdServer::shared().facts().delete(holder),
             Store::Pg => PgFacts::new(PgServer::shared().addr()).delete(holder),
+            Store::PgSession => panic!("session mode's holders are advisory locks, not rows"),
             Store::Redis => {
                 let (queue, member) = redis_holder(holder);
                 let server = RedisServer::shared();
@@ -93,6 +99,7 @@ impl Store {
             Store::Etcd => EtcdServer::shared()
                 .facts()
                 .wait_gone(holder, Duration::from_secs(20)),
+            Store::PgSession => panic!("session mode's holders are advisory locks, not rows"),
             Store::Pg => {
                 let facts = PgFacts::new(PgServer::shared().addr());
                 let bound = integration::scale(Duration::from_secs(20));
