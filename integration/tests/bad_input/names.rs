@@ -26,6 +26,12 @@ fn refused_everywhere<S: Store>(ctx: &Ctx<S>, name: &str, words: &[&str]) -> Res
     invalid(c.election(name)).map_err(|e| format!("election: {e}"))?;
     invalid(c.leader_latch(name, "id")).map_err(|e| format!("latch: {e}"))?;
     invalid(c.leader_selector(name, "id")).map_err(|e| format!("selector: {e}"))?;
+    invalid(c.rw_lock(name)).map_err(|e| format!("read-write lock: {e}"))?;
+    invalid(c.multi_lock(&[name])).map_err(|e| format!("multi-lock: {e}"))?;
+    invalid(c.barrier(name)).map_err(|e| format!("barrier: {e}"))?;
+    invalid(c.double_barrier(name, 2)).map_err(|e| format!("double barrier: {e}"))?;
+    invalid(c.counter(name)).map_err(|e| format!("counter: {e}"))?;
+    invalid(c.group(name)).map_err(|e| format!("group: {e}"))?;
     invalid(c.contenders(name)).map_err(|e| format!("contenders: {e}"))?;
     invalid(c.permits(name)).map_err(|e| format!("permits: {e}"))
 }
