@@ -1,6 +1,6 @@
 //! The read-write lock and the multi-lock held by another OS process (the
 //! worker): a killed holder of either side frees it within its lease, a
-//! paused writer is fenced out, a killed multi-lock holder frees every
+//! paused holder of either side is fenced out, a killed multi-lock holder frees every
 //! name, a paused one is told which lease it lost, and two processes taking
 //! the same names in opposite orders never deadlock.
 
@@ -82,17 +82,20 @@ pub fn killed_holder_frees_a_side_within_the_lease<K: Kit>(
     );
 }
 
-/// A worker holding the write side is paused (SIGSTOP) until another writer
-/// holds and has written with a higher fence; resumed, it knows it lost,
-/// its fenced write and the gate refuse it, and its release leaves the new
-/// writer alone.
-pub fn paused_writer_is_fenced_out<K: Kit>(kit: &K, ttl: Duration) {
+/// A worker holding `held` (either side) is paused (SIGSTOP) until a
+/// writer holds and has written with a higher fence; resumed, it knows it
+/// lost, its fenced write and the gate refuse it, and its release leaves
+/// the new writer alone.
+pub fn paused_holder_is_fenced_out<K: Kit>(kit: &K, ttl: Duration, held: Access) {
     let name = name("rw-paused");
     let resource = format!("{name}-resource");
     let dir = TestDir::new("rw-paused");
     let gate = FenceGate::new();
     let mut old = worker(kit, &dir, "old", ttl);
-    let reply = old.ok(&format!("rwlock write {name}"), Duration::from_secs(10));
+    let reply = old.ok(
+        &format!("rwlock {} {name}", side(held)),
+        Duration::from_secs(10),
+    );
     let old_token = token_of(&reply);
     old.ok(
         &format!("write {resource} {old_token}"),
@@ -278,9 +281,19 @@ macro_rules! process_suite {
 
         #[test]
         fn fault_rw_paused_writer_is_fenced_out() {
-            conformance::process_faults::paused_writer_is_fenced_out(
+            conformance::process_faults::paused_holder_is_fenced_out(
                 &<$kit as conformance::Kit>::shared(),
                 LEASE,
+                recipes_core::Access::Write,
+            );
+        }
+
+        #[test]
+        fn fault_rw_paused_reader_is_fenced_out() {
+            conformance::process_faults::paused_holder_is_fenced_out(
+                &<$kit as conformance::Kit>::shared(),
+                LEASE,
+                recipes_core::Access::Read,
             );
         }
 
