@@ -321,6 +321,14 @@ fn other_recipes_and_the_read_write_lock_refuse_each_others_paths() {
     assert_eq!(children(&m).len(), 1, "only the mutex: {:?}", children(&m));
     g.release().unwrap();
 
+    let e = path("clash-election");
+    let leader = c.election(&e).unwrap();
+    let term = leader.try_campaign(b"x").unwrap().expect("leads");
+    invalid(rw(&e).try_read());
+    invalid(rw(&e).try_write());
+    assert_eq!(children(&e).len(), 1, "only the leader: {:?}", children(&e));
+    term.resign().unwrap();
+
     let s = path("clash-semaphore");
     let permit = c.semaphore(&s, 2).unwrap().acquire().unwrap();
     invalid(rw(&s).try_write());
