@@ -26,7 +26,8 @@
 //!   PostgreSQL's statistics lag by a second, so none); a raw queue
 //!   beside it on etcd and ZooKeeper (`raw_queue.rs`).
 //! - **M5** 1, 100 and 10,000 locks held by one client: threads, resident
-//!   memory per lock, idle server requests per second; a raw holder of as
+//!   memory per lock, idle server requests per second (PostgreSQL: the
+//!   statements its log shows); a raw holder of as
 //!   many keys or nodes beside it on etcd and ZooKeeper (`raw_held.rs`).
 //! - **M1c** (Redis; run with M1 too) the uncontended cycle and the raw
 //!   loop, interleaved round by round, each counted by the server:
