@@ -152,7 +152,8 @@ impl Cli {
 /// The subcommands.
 #[derive(Debug, Subcommand)]
 pub enum Command {
-    /// Hold a mutex on NAME while CMD runs.
+    /// Hold a mutex on NAME while CMD runs; --read NAME or --write NAME
+    /// for a side of a read-write lock; several names all at once.
     #[command(after_help = LOCK_EXAMPLES)]
     Lock(LockArgs),
     /// Hold one of N permits on NAME while CMD runs.
