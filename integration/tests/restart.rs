@@ -6,111 +6,18 @@
 //! the server expired. Every test here kills its own server: they are
 //! `fault` tests and run one at a time.
 
+mod restart_common;
+
 use std::sync::Arc;
 use std::time::Duration;
 
-use integration::{scale, wait_until, EtcdServer, PgFacts, PgServer, ZkServer};
+use integration::{scale, wait_until, EtcdServer, PgServer, ZkServer};
 use recipes_core::{Client, FencingToken};
+use restart_common::{nothing_left, queued, Rig, AFTER_RESTART};
 
-/// The lease of every client here: much longer than an outage.
-const TTL: Duration = Duration::from_secs(10);
 /// How long the server stays down in the outage test: the fault itself,
 /// well inside `TTL`.
 const OUTAGE: Duration = Duration::from_secs(3);
-/// How long after the restart the waiters may take to acquire.
-const AFTER_RESTART: Duration = Duration::from_secs(20);
-
-trait Rig: Sized + Send + Sync + 'static {
-    type C: Client;
-    fn start() -> Self;
-    fn connect(&self) -> Self::C {
-        self.connect_with(TTL)
-    }
-    fn connect_with(&self, ttl: Duration) -> Self::C;
-    fn kill(&self);
-    fn restart(&self);
-    /// The contenders' entries under `name` as the server lists them.
-    fn entries(&self, name: &str) -> Vec<String>;
-    /// The server's leases (etcd); empty on ZooKeeper.
-    fn leases(&self) -> Vec<i64>;
-}
-
-impl Rig for ZkServer {
-    type C = recipes_zk::ZkClient;
-    fn start() -> Self {
-        ZkServer::start()
-    }
-    fn connect_with(&self, ttl: Duration) -> Self::C {
-        recipes_zk::ZkClient::builder(self.connect_string())
-            .session_timeout(ttl)
-            .connect()
-            .expect("connect")
-    }
-    fn kill(&self) {
-        ZkServer::kill(self)
-    }
-    fn restart(&self) {
-        ZkServer::restart(self)
-    }
-    fn entries(&self, name: &str) -> Vec<String> {
-        self.facts().children(name)
-    }
-    fn leases(&self) -> Vec<i64> {
-        Vec::new()
-    }
-}
-
-impl Rig for EtcdServer {
-    type C = recipes_etcd::EtcdClient;
-    fn start() -> Self {
-        EtcdServer::start()
-    }
-    fn connect_with(&self, ttl: Duration) -> Self::C {
-        recipes_etcd::EtcdClient::builder(self.endpoints())
-            .ttl(ttl)
-            .connect()
-            .expect("connect")
-    }
-    fn kill(&self) {
-        EtcdServer::kill(self)
-    }
-    fn restart(&self) {
-        EtcdServer::restart(self)
-    }
-    fn entries(&self, name: &str) -> Vec<String> {
-        self.facts().keys_with_prefix(&format!("{name}/"))
-    }
-    fn leases(&self) -> Vec<i64> {
-        self.facts().leases()
-    }
-}
-
-impl Rig for PgServer {
-    type C = recipes_pg::PgClient;
-    fn start() -> Self {
-        PgServer::start()
-    }
-    fn connect_with(&self, ttl: Duration) -> Self::C {
-        recipes_pg::PgClient::builder(self.url())
-            .ttl(ttl)
-            .connect()
-            .expect("connect")
-    }
-    fn kill(&self) {
-        PgServer::kill(self)
-    }
-    fn restart(&self) {
-        PgServer::restart(self)
-    }
-    fn entries(&self, name: &str) -> Vec<String> {
-        PgFacts::new(self.addr()).entries_under(name)
-    }
-    /// The session rows, live or not.
-    fn leases(&self) -> Vec<i64> {
-        let rows = PgFacts::new(self.addr()).sessions();
-        rows.iter().filter_map(|id| id.parse().ok()).collect()
-    }
-}
 
 type Waited = recipes_core::Result<FencingToken>;
 
@@ -146,14 +53,6 @@ fn waiter_on<C: Client>(
     (client, rx)
 }
 
-fn queued<R: Rig>(rig: &R, name: &str, n: usize) {
-    wait_until(
-        &format!("{n} contenders queue"),
-        Duration::from_secs(10),
-        || rig.entries(name).len() == n,
-    );
-}
-
 /// Holder, two waiters, a kill -9 and restart with data kept: fences
 /// increase, both waiters acquire in turn, nothing is left behind.
 fn holder_and_two_waiters_come_through_a_restart<R: Rig>() {
@@ -163,9 +62,9 @@ fn holder_and_two_waiters_come_through_a_restart<R: Rig>() {
     let held = holder_client.mutex(name).unwrap().lock().unwrap();
     let (go_tx, go_rx) = crossbeam_channel::unbounded();
     let (b, b_rx) = waiter(&*rig, name, go_rx.clone());
-    queued(&*rig, name, 2);
+    queued(&*rig, &[name], 2);
     let (c, c_rx) = waiter(&*rig, name, go_rx);
-    queued(&*rig, name, 3);
+    queued(&*rig, &[name], 3);
 
     rig.kill();
     rig.restart();
@@ -189,15 +88,7 @@ fn holder_and_two_waiters_come_through_a_restart<R: Rig>() {
         .expect("the second waiter acquires, no error");
     assert!(two > one, "fence {two} after {one}");
     go_tx.send(()).unwrap();
-    wait_until("every entry is gone", Duration::from_secs(10), || {
-        rig.entries(name).is_empty()
-    });
-    for client in [holder_client, b, c] {
-        client.close().expect("close");
-    }
-    wait_until("no lease is left", Duration::from_secs(10), || {
-        rig.leases().is_empty()
-    });
+    nothing_left(&*rig, &[name], [holder_client, b, c]);
 }
 
 /// A waiter rides out an outage shorter than its session: it neither
@@ -210,7 +101,7 @@ fn a_waiter_rides_out_an_outage_and_acquires<R: Rig>() {
     let held = holder_client.mutex(name).unwrap().lock().unwrap();
     let (go_tx, go_rx) = crossbeam_channel::unbounded();
     let (b, b_rx) = waiter(&*rig, name, go_rx);
-    queued(&*rig, name, 2);
+    queued(&*rig, &[name], 2);
 
     rig.kill();
     // The fault's length, not a synchronization: the server is down this
@@ -231,15 +122,7 @@ fn a_waiter_rides_out_an_outage_and_acquires<R: Rig>() {
     let token = got.expect("the waiter acquires, no error (no SessionExpired)");
     assert!(token > first, "fence {token} after the holder's {first}");
     go_tx.send(()).unwrap();
-    wait_until("every entry is gone", Duration::from_secs(10), || {
-        rig.entries(name).is_empty()
-    });
-    for client in [holder_client, b] {
-        client.close().expect("close");
-    }
-    wait_until("no lease is left", Duration::from_secs(10), || {
-        rig.leases().is_empty()
-    });
+    nothing_left(&*rig, &[name], [holder_client, b]);
 }
 
 /// A waiter (holding nothing) whose client gives up on its session during
@@ -255,7 +138,7 @@ fn a_waiter_outlives_a_client_side_expiry<R: Rig>() {
     let holder_client = rig.connect();
     let held = holder_client.mutex(name).unwrap().lock().unwrap();
     let (b, b_rx) = waiter_on(rig.connect_with(SHORT), name, go_rx);
-    queued(&*rig, name, 2);
+    queued(&*rig, &[name], 2);
     let first_session = b.session_id();
 
     rig.kill();
