@@ -51,7 +51,8 @@ pub const KAZOO_PYTHON: &str = "/usr/bin/python3";
 /// the request itself asks for.
 const QUICK_REQUEST: Duration = Duration::from_secs(10);
 
-fn peers_source_dir() -> PathBuf {
+/// The folder of the peers' programs (`integration/peers`).
+pub fn peers_source_dir() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join("peers")
 }
 
@@ -292,13 +293,26 @@ impl<K> Peer<K> {
 ///
 /// When javac fails.
 pub fn curator_program(dir: &TestDir, class: &str, connect: &str) -> Command {
-    javac(dir, &peers_source_dir().join(format!("{class}.java")));
+    let classpath = curator_classpath(dir, class);
     let mut java = Command::new("java");
     java.args(["-XX:TieredStopAtLevel=1", "-XX:+UseSerialGC", "-cp"])
-        .arg(format!("{}:{}", dir.path().display(), jars()))
+        .arg(classpath)
         .arg(class)
         .arg(connect);
     java
+}
+
+/// The Curator program `peers/<class>.java`, compiled into `dir`: the
+/// classpath that runs it (`dir` and the Curator jars), for a `java`
+/// command of the caller's own (the bench's peers run with the JVM's full
+/// compiler, not the quick start of [`curator_program`]).
+///
+/// # Panics
+///
+/// When javac fails.
+pub fn curator_classpath(dir: &TestDir, class: &str) -> String {
+    javac(dir, &peers_source_dir().join(format!("{class}.java")));
+    format!("{}:{}", dir.path().display(), jars())
 }
 
 /// Run a one-shot peer's `cmd` to its end: its `OK …` line.

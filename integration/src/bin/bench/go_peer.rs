@@ -24,29 +24,13 @@ use recipes_etcd::EtcdClient;
 
 use crate::handoff::Handoffs;
 use crate::measures::Sizes;
-use crate::out::{line, rate_and_latency, Figures, V};
+use crate::out::{figure, line, rate_and_latency, ratio, Figures, V};
 
 const GO: &str = "etcd Go Mutex";
 
 /// Where `scripts/go-etcd-peer` puts the Go program.
 fn binary() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join("../target/go-etcd-peer/go-etcd-mutex")
-}
-
-/// `a / b` to two decimals (`null` when either is missing).
-fn ratio(a: Option<f64>, b: Option<f64>) -> V {
-    match (a, b) {
-        (Some(a), Some(b)) if b > 0.0 => V::R(a / b),
-        _ => V::Null,
-    }
-}
-
-/// The number named `name` among `figures`.
-fn figure(figures: &Figures, name: &str) -> Option<f64> {
-    figures.iter().find_map(|(k, v)| match v {
-        V::N(x) if *k == name => Some(*x),
-        _ => None,
-    })
 }
 
 /// The Go program's whitespace-separated numbers, or why there are none.

@@ -36,6 +36,10 @@
 //! - **M1g**, **M2g** (etcd; run with M1 and M2 too) etcd's Go `Mutex`
 //!   beside ours and the raw, rounds interleaved (`go_peer.rs`; the Go
 //!   program is built by `scripts/go-etcd-peer`, skipped when missing).
+//! - **M1z**, **M2z** (ZooKeeper; run with M1 and M2 too) kazoo's `Lock`
+//!   and Curator's `InterProcessMutex` beside ours (and, uncontended, the
+//!   raw), rounds interleaved, each peer in processes of its own
+//!   (`zk_peers.rs`; a peer that is missing prints one `skipped` line).
 //! - **M1p** (PostgreSQL; run with M1 too) each mode's cycle beside the
 //!   psycopg2 loop a user writes by hand, rounds interleaved (`pg_cycle.rs`).
 //! - **M6** the read-write lock and the multi-lock (`rw.rs`): 8 readers
@@ -83,6 +87,7 @@ mod raw_held;
 mod raw_queue;
 mod redis_cycle;
 mod rw;
+mod zk_peers;
 
 use std::time::Duration;
 
@@ -146,6 +151,7 @@ fn zk(sizes: &Sizes) {
     let hosts = server.connect_string();
     let server = std::sync::Arc::new(server);
     let worked = server.clone();
+    let alive = server.clone(); // M1z and M2z run after `all` drops the store
     let (h, h2, h3, h4, h5, h6) = (
         hosts.clone(),
         hosts.clone(),
@@ -169,12 +175,7 @@ fn zk(sizes: &Sizes) {
         raw_queue: Some(Box::new(move |w, c, r| raw_queue::zk(&h5, w, c, r))),
         raw_fanout: Some(Box::new(move |n, c, r| raw_fanout::zk(&h6, n, c, r))),
         statements: None,
-        requests: Box::new(move || {
-            let mntr = server.four_letter("mntr");
-            mntr.lines()
-                .find_map(|l| l.strip_prefix("zk_packets_received"))
-                .and_then(|v| v.trim().parse().ok())
-        }),
+        requests: Box::new(move || zk_peers::packets(&server)),
         // The server process's CPU (every thread: its `fsync`s too).
         server_work: Box::new(move || {
             Some(Work {
@@ -187,6 +188,7 @@ fn zk(sizes: &Sizes) {
         kill_is: "session killed at the server",
     };
     all(store, sizes);
+    zk_peers::run(&alive, sizes, wanted);
 }
 
 fn etcd(sizes: &Sizes) {

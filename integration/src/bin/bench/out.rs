@@ -61,6 +61,22 @@ pub fn line(metric: &str, backend: &str, figures: Figures, raw: Option<Figures>,
     );
 }
 
+/// `a / b` to two decimals (`null` when either is missing).
+pub fn ratio(a: Option<f64>, b: Option<f64>) -> V {
+    match (a, b) {
+        (Some(a), Some(b)) if b > 0.0 => V::R(a / b),
+        _ => V::Null,
+    }
+}
+
+/// The number named `name` among `figures`.
+pub fn figure(figures: &Figures, name: &str) -> Option<f64> {
+    figures.iter().find_map(|(k, v)| match v {
+        V::N(x) if *k == name => Some(*x),
+        _ => None,
+    })
+}
+
 /// The `p`-th percentile (0..=100) of `samples` in microseconds.
 pub fn percentile_us(samples: &mut [Duration], p: f64) -> f64 {
     if samples.is_empty() {
