@@ -40,13 +40,16 @@ pub enum Access {
 /// writer in between (the read entry keeps the writer's place in the
 /// queue). A read guard cannot become a write guard: two readers upgrading
 /// at once would each wait for the other forever (Curator's upgrade never
-/// returns). [`RwLockReadGuard::upgrade`], and a `write` of a name whose
-/// read guard the calling thread holds through the same client (any
-/// handle of that name, a multi-lock's included), are an
-/// [`Error::InvalidArgument`] at once: release the read guard first. The
-/// check follows the thread that took the read guard: a read guard moved
-/// to another thread still counts for the thread that took it, and a
-/// `write` from the thread it moved to waits for it like any other
+/// returns). [`RwLockReadGuard::upgrade`], and a `write` on a handle
+/// through which the calling thread holds a read guard, are an
+/// [`Error::InvalidArgument`] at once: release the read guard first. So
+/// is an untimed `write` (or a multi-lock's untimed `lock` with the
+/// name's write side) through another handle of the same client, which
+/// would otherwise wait for itself forever; a timed one waits for the
+/// read guard like for any other reader's (`Ok(None)` at its deadline).
+/// The check follows the thread that took the read guard: a read guard
+/// moved to another thread still counts for the thread that took it, and
+/// a `write` from the thread it moved to waits for it like any other
 /// reader's (a timed `try_write_for` then returns `Ok(None)`; an untimed
 /// `write` waits until the guard goes); so does a `write` through
 /// another client of the same process.
@@ -64,11 +67,29 @@ struct Shared<B: RwLockBackend> {
     write_labels: Labels,
 }
 
+/// A read guard in its client's bookkeeping: its lock's name, the thread
+/// that took it and the handle it was taken through.
+pub(crate) struct Reading {
+    name: String,
+    thread: ThreadId,
+    handle: usize,
+}
+
 impl<B: RwLockBackend> Shared<B> {
+    /// The handle's identity among the client's ([`Reading::handle`]):
+    /// its address, stable while a guard of it lives.
+    fn handle(self: &Arc<Self>) -> usize {
+        Arc::as_ptr(self) as usize
+    }
+
     fn read_guard(self: &Arc<Self>, lease: B::Lease) -> RwLockReadGuard<B> {
         let thread = std::thread::current().id();
-        let name = self.backend.name().to_owned();
-        self.backend.runtime().readers().lock().push((name, thread));
+        let reading = Reading {
+            name: self.backend.name().to_owned(),
+            thread,
+            handle: self.handle(),
+        };
+        self.backend.runtime().readers().lock().push(reading);
         let hold = Hold::counted(lease, &self.read_labels, false);
         RwLockReadGuard {
             token: hold.lease().token(),
@@ -136,11 +157,13 @@ impl<B: RwLockBackend> RwLock<B> {
         deadline: Option<Instant>,
     ) -> Result<Option<RwLockWriteGuard<B>>> {
         let shared = &self.shared;
-        let me = std::thread::current().id();
-        let reading = (shared.backend.runtime().readers().lock())
-            .iter()
-            .any(|(n, t)| *t == me && n == self.name());
-        if reading {
+        let (me, handle) = (std::thread::current().id(), shared.handle());
+        // Through this handle at all; through another, only untimed (a
+        // timed one ends at its deadline like any wait for a reader).
+        let waits_for_itself = (shared.backend.runtime().readers().lock()).iter().any(|r| {
+            r.thread == me && r.name == self.name() && (r.handle == handle || deadline.is_none())
+        });
+        if waits_for_itself {
             return Err(no_upgrade(self.name()));
         }
         let got = shared
@@ -285,11 +308,11 @@ struct Reader<B: RwLockBackend> {
 
 impl<B: RwLockBackend> Drop for Reader<B> {
     fn drop(&mut self) {
-        let name = self.shared.backend.name();
+        let (name, handle) = (self.shared.backend.name(), self.shared.handle());
         let mut readers = self.shared.backend.runtime().readers().lock();
         if let Some(i) = readers
             .iter()
-            .position(|(n, t)| *t == self.thread && n == name)
+            .position(|r| r.thread == self.thread && r.name == name && r.handle == handle)
         {
             readers.swap_remove(i);
         }

@@ -59,10 +59,10 @@ struct RuntimeInner {
     readers: Readers,
 }
 
-/// The threads that hold a read guard of one of the client's read-write
-/// locks, by the lock's name, once per guard: a write of that name from
-/// one of them, through any handle of the client, would wait for itself.
-pub(crate) type Readers = Mutex<Vec<(String, ThreadId)>>;
+/// The read guards of the client's read-write locks, each with the thread
+/// that took it: a write of that name from that thread would wait for
+/// itself ([`crate::rw_lock`]).
+pub(crate) type Readers = Mutex<Vec<crate::rw_lock::Reading>>;
 
 /// A client's runtime: one tokio runtime on one named thread.
 ///
