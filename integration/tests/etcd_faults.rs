@@ -275,6 +275,50 @@ fn a_waiter_behind_a_broken_watch_stream_over_compacted_history_acquires_fault()
     a_waiter_behind_a_broken_stream_acquires(true);
 }
 
+/// A stream break in a quiet store (nothing written since the last
+/// revision the watches heard): the resumed watches vouch for the reads
+/// made after it, so the holder and the waiter read once each and go back
+/// to waiting, instead of reading again and again until someone writes.
+#[test]
+fn a_broken_stream_in_a_quiet_store_costs_a_read_not_a_spin_fault() {
+    let server = EtcdServer::start();
+    let facts = server.facts();
+    let proxy = integration::Proxy::start(server.client_addr());
+    let through = || {
+        EtcdClient::builder([proxy.addr().to_string()])
+            .ttl(Duration::from_secs(30))
+            .connect()
+            .unwrap()
+    };
+    let name = lock_name("quiet");
+    let (a, b) = (through(), through());
+    let held = a.mutex(&name).unwrap().lock().unwrap();
+    let waiter = queue_waiter(&facts, &b, &name);
+    wait_until("both clients watch the name", scale(SOON), || {
+        server.metric("etcd_debugging_mvcc_watcher_total") >= 2.0
+    });
+    let revision = store_revision(&facts);
+    proxy.drop_connections();
+    wait_until("both watch again", scale(SOON), || {
+        server.metric("etcd_debugging_mvcc_watcher_total") >= 2.0
+            && server.metric("etcd_debugging_mvcc_range_total") > 0.0
+    });
+    let ranges = || server.metric("etcd_debugging_mvcc_range_total");
+    let before = ranges();
+    // The window observed, not a synchronization: reads in a second.
+    std::thread::sleep(Duration::from_secs(1));
+    let read = ranges() - before;
+    assert_eq!(store_revision(&facts), revision, "nothing was written");
+    assert!(read < 20.0, "{read} reads in a second of a quiet store");
+    assert!(!waiter.is_finished(), "the waiter still waits");
+    assert!(held.lost().reason().is_none(), "the holder still holds");
+    let first = held.token();
+    held.release().unwrap();
+    let (token, _, g) = wait_for_join(waiter);
+    assert!(token > first, "{token:?} after {first:?}");
+    g.release().unwrap();
+}
+
 /// etcd 3.4.23 (etcd-io/etcd#18089): a watch resumed at the revision a
 /// compaction named is neither sent a deletion at exactly that revision
 /// nor told that history was compacted. A holder whose key was deleted

@@ -162,9 +162,20 @@ impl State {
             // Asked for from `next_rev`. A write since (the store is at
             // `header`) makes etcd serve the watch from its unsynced loop,
             // up to 100 ms late, until it catches up: what it would have
-            // heard meanwhile, the interests read instead.
-            if header.is_some_and(|rev| rev >= name.next_rev) {
-                recheck(name);
+            // heard meanwhile, the interests read instead. With none (the
+            // store still at `next_rev - 1`), no revision the watch starts
+            // at exists yet, so none was compacted (etcd#18089, see
+            // `restart`): it vouches, as a first watch does, for every
+            // read from the store's revision on. Without this, every
+            // interest of a quiet store would read again and again after
+            // a stream break until someone wrote (measured: ~700 reads a
+            // second).
+            match header {
+                Some(rev) if rev >= name.next_rev => recheck(name),
+                Some(rev) if name.covered_after != i64::MAX => {
+                    name.covered_after = name.covered_after.min(rev);
+                }
+                _ => {}
             }
             return;
         }
