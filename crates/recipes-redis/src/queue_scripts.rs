@@ -178,7 +178,10 @@ local readers = false
 local probe = {}
 if ARGV[8] ~= '' then probe[#probe + 1] = ARGV[8] end
 if ARGV[9] ~= '' then probe[#probe + 1] = ARGV[9] end
-if mode == 'lock' then probe[#probe + 1] = rk end
+-- A lock's or a permit's queue has no roles of its own: the roles' key
+-- there is another recipe's members (a barrier's, a double barrier's, a
+-- read-write lock's), which the rule would count as ours.
+if mode == 'lock' or mode == 'permit' then probe[#probe + 1] = rk end
 -- The keys of the recipes whose names hold no queue of their own: a
 -- plain barrier's, a shared counter's (same probe, no command more).
 local marks = {}
@@ -213,7 +216,7 @@ if foreign > 0 or (mode == 'rw' and last[1]) then
   if not readers then
     local others = {}
     if mode == 'rw' then others = redis.call('ZRANGE', qk, 0, -1)
-    elseif mode == 'lock' then others = redis.call('HKEYS', rk) end
+    elseif mode == 'lock' or mode == 'permit' then others = redis.call('HKEYS', rk) end
     for _, m in ipairs(others) do
       local theirs = m ~= member and other(m)
       if theirs then return {-4, {theirs}} end
