@@ -1,7 +1,8 @@
 //! ZooKeeper waits that a change between two requests must not strand: a
 //! permit released between a semaphore waiter's listing and its wait, a
 //! folder made between an observer's (or a group watch's) listing and its
-//! exists-watch, a lock folder deleted under its waiters; and timed calls
+//! exists-watch, a lock folder deleted under its waiters, a waiter's node
+//! deleted while it waits on the holder's; and timed calls
 //! that must keep their deadline while the server is unreachable. The races
 //! are opened on purpose with a proxy that delays the waiter's replies, and
 //! closed by what the server reports, never by a sleep. Tests with `fault`
@@ -302,4 +303,64 @@ fn fault_timed_acquisitions_while_disconnected_keep_their_deadline() {
         !matches!(admitted, Ok(true)),
         "no permit while cut off: {admitted:?}"
     );
+}
+
+#[test]
+fn a_waiter_whose_node_an_operator_deleted_does_not_hold_beside_the_next() {
+    // W1 waits on the holder's node, W2 on W1's. An operator deletes W1's
+    // node; W2 then waits on the holder. The holder releases: both hear
+    // it. W2 is first; W1 must not take the deletion of the node it
+    // watched for its own turn: it queues again and holds after W2, with
+    // a greater fence.
+    let server = ZkServer::shared();
+    let facts = server.facts();
+    let dir = format!("/gaps/waiter-deleted-{}", std::process::id());
+    let (h, w1, w2) = (
+        client(server.connect_string()),
+        client(server.connect_string()),
+        client(server.connect_string()),
+    );
+    let held = h.mutex(&dir).unwrap().lock().unwrap();
+    let holder_node = held.holder().to_owned();
+    let in_line = |i: usize| in_queue_order(facts.children(&dir)).get(i).cloned();
+    let waiter = |c: &ZkClient| {
+        let m = c.mutex(&dir).unwrap();
+        let (tx, rx) = mpsc::channel();
+        let (go_tx, go_rx) = mpsc::channel::<()>();
+        thread::spawn(move || {
+            let got = m.lock().and_then(|g| {
+                g.check()?;
+                Ok(g)
+            });
+            let token = got.as_ref().map(|g| g.token()).map_err(|e| e.to_string());
+            let _ = tx.send(token);
+            let _ = go_rx.recv();
+            drop(got);
+        });
+        (rx, go_tx)
+    };
+    let (w1_rx, w1_go) = waiter(&w1);
+    let w1_session = w1.session_id().unwrap();
+    wait_until("W1 waits on the holder", Duration::from_secs(10), || {
+        watches(server, w1_session, &holder_node)
+    });
+    let w1_node = format!("{dir}/{}", in_line(1).expect("W1's node"));
+    let (w2_rx, w2_go) = waiter(&w2);
+    let w2_session = w2.session_id().unwrap();
+    wait_until("W2 waits on W1", Duration::from_secs(10), || {
+        watches(server, w2_session, &w1_node)
+    });
+    facts.delete(&w1_node);
+    wait_until("W2 waits on the holder", Duration::from_secs(10), || {
+        watches(server, w2_session, &holder_node)
+    });
+    held.release().unwrap();
+    let bound = scale(Duration::from_secs(20));
+    let second = w2_rx.recv_timeout(bound).expect("W2 acquires");
+    let second = second.expect("W2 holds, its check passes");
+    w2_go.send(()).unwrap();
+    let first = w1_rx.recv_timeout(bound).expect("W1 acquires");
+    let first = first.expect("W1 holds after W2, its check passes");
+    assert!(first > second, "W1's fence {first} after W2's {second}");
+    w1_go.send(()).unwrap();
 }

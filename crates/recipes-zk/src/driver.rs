@@ -74,6 +74,10 @@ pub(crate) struct Acquired {
     /// The watch the winning listing set on the folder's children (none
     /// for a reader, whose listing sets none, or a downgraded reader).
     pub(crate) children: Option<zk::OneshotWatcher>,
+    /// The watch on our own node that the read confirming it was still
+    /// there set (the win after the one node ahead was deleted): the loss
+    /// watch's from the start.
+    pub(crate) own: Option<zk::OneshotWatcher>,
 }
 
 /// The contend driver over one folder of a client.
@@ -104,8 +108,11 @@ pub(crate) struct Entry {
     /// The latest listing showed exactly one contender ahead of ours.
     alone_behind: bool,
     /// A wait saw that one deleted: ours is first (no node is ever
-    /// created ahead of ours), and the next listing is ours alone.
+    /// created ahead of ours), and the next listing is ours alone if ours
+    /// is still there.
     first: bool,
+    /// That listing's watch on our node ([`Acquired::own`]).
+    own: Option<zk::OneshotWatcher>,
     /// The folder was read and stores no semaphore size: its `locks` or
     /// `leases` children are other locks' folders.
     not_a_semaphore: bool,
@@ -244,6 +251,7 @@ impl ContendDriver for NodeDriver {
             listed: created.listed,
             alone_behind: false,
             first: false,
+            own: None,
             not_a_semaphore: false,
         };
         Ok((entry, None))
@@ -253,19 +261,28 @@ impl ContendDriver for NodeDriver {
         &entry.name
     }
 
-    /// The children — or none, when the wait before saw the one
-    /// contender ahead of ours deleted: the listing is then ours alone (the
-    /// children watch of the listing before stays the loss watch's first
-    /// stage: it has fired at that deletion, so the holder goes on to
-    /// watch its own node).
+    /// The children — or, when the wait before saw the one contender
+    /// ahead of ours deleted, ours alone if our node is still there: one
+    /// read of it, whose watch the holder's loss watch keeps. That
+    /// deletion says nothing of ours: an operator may have deleted ours
+    /// meanwhile, and the contender behind it is then first (the listing
+    /// is empty: the engine queues again).
     async fn list(&self, epoch: &Epoch, entry: &mut Entry) -> Result<Listing<String>> {
+        let (session, dir) = (&epoch.0, &self.contender.dir);
         if std::mem::take(&mut entry.first) {
+            let contenders = match session.zk().get_and_watch_data(&entry.node).await {
+                Ok((_, stat, own)) if stat.ephemeral_owner == session.id() => {
+                    entry.own = Some(own);
+                    vec![entry.name.clone()]
+                }
+                Ok(_) | Err(zk::Error::NoNode) => Vec::new(),
+                Err(e) => return Err(read_error(&format!("read {}", entry.node), e)),
+            };
             return Ok(Listing {
-                contenders: vec![entry.name.clone()],
+                contenders,
                 revision: 0,
             });
         }
-        let (session, dir) = (&epoch.0, &self.contender.dir);
         let lock_name = self.contender.lock_name;
         let listed = match entry.listed.take() {
             Some(listed) => Ok(listed),
@@ -374,6 +391,7 @@ impl ContendDriver for NodeDriver {
             node: entry.node,
             czxid: entry.czxid,
             children: entry.children,
+            own: entry.own,
         }
     }
 }

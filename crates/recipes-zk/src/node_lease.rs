@@ -48,7 +48,7 @@ impl ZkNode {
         client.runtime().spawn(watch_own_node(
             Arc::downgrade(&a.session),
             a.node.clone(),
-            a.children,
+            (a.children, a.own),
             trigger.clone(),
         ));
         let token = FencingToken(a.czxid as u64);
@@ -107,6 +107,7 @@ impl ZkNode {
             node: replacement,
             czxid: held.token().0 as i64,
             children: None,
+            own: None,
         };
         Ok(ZkNode::held(old.client, acquired))
     }
@@ -279,37 +280,50 @@ fn is(e: &Error, code: &zk::Error) -> bool {
 /// Watch our own node: its deletion is loss. The session's end fires the
 /// epoch, of which `trigger` is a child.
 ///
-/// First through `children`, the watch the winning listing set on the
-/// folder (it was armed before that listing was read, so no change since
-/// is missed): it costs no request until a contender comes or goes. Then
+/// From `own`, the watch the read that confirmed our node set (the win
+/// after the one node ahead was deleted), when there is one. Else first
+/// through `children`, the watch the winning listing set on the folder
+/// (it was armed before that listing was read, so no change since is
+/// missed): it costs no request until a contender comes or goes. Then
 /// through a watch on the node itself — at once for a reader, whose
 /// listing sets no children watch, and a downgraded reader.
 async fn watch_own_node(
     session: Weak<Session>,
     node: String,
-    children: Option<zk::OneshotWatcher>,
+    (children, own): (Option<zk::OneshotWatcher>, Option<zk::OneshotWatcher>),
     trigger: LossTrigger,
 ) {
-    if let Some(children) = children {
+    let mut own = own;
+    if let (None, Some(children)) = (&own, children) {
         drop(children.changed().await);
     }
     while !trigger.is_fired() {
-        let Some(s) = session.upgrade() else { return };
-        let (watched, id) = (s.zk().get_and_watch_data(&node).await, s.id());
-        drop(s);
-        match watched {
-            Ok((_, stat, w)) if stat.ephemeral_owner == id => match w.changed().await.event_type {
-                zk::EventType::NodeDeleted => {
-                    trigger.fire(LossReason::Deleted);
+        let watcher = match own.take() {
+            Some(watcher) => watcher,
+            None => {
+                let Some(s) = session.upgrade() else { return };
+                let (watched, id) = (s.zk().get_and_watch_data(&node).await, s.id());
+                drop(s);
+                match watched {
+                    Ok((_, stat, w)) if stat.ephemeral_owner == id => w,
+                    Ok(_) | Err(zk::Error::NoNode) => {
+                        trigger.fire(LossReason::Deleted);
+                        continue;
+                    }
+                    Err(zk::Error::SessionExpired | zk::Error::ClientClosed) => return,
+                    Err(_) => {
+                        tokio::time::sleep(Duration::from_millis(50)).await;
+                        continue;
+                    }
                 }
-                zk::EventType::Session => return,
-                _ => {} // data changed: watch again
-            },
-            Ok(_) | Err(zk::Error::NoNode) => {
+            }
+        };
+        match watcher.changed().await.event_type {
+            zk::EventType::NodeDeleted => {
                 trigger.fire(LossReason::Deleted);
             }
-            Err(zk::Error::SessionExpired | zk::Error::ClientClosed) => return,
-            Err(_) => tokio::time::sleep(Duration::from_millis(50)).await,
+            zk::EventType::Session => return,
+            _ => {} // data changed: watch again
         }
     }
 }
