@@ -219,11 +219,15 @@ fn several_names_give_each_fence_redis() {
 /// listens on its port).
 #[test]
 fn bad_lock_lists_are_usage_errors() {
+    let thousand: Vec<String> = (0..1000).map(|i| format!("/many/{i}")).collect();
+    let mut many = vec!["lock"];
+    many.extend(thousand.iter().map(String::as_str));
     for args in [
         &["lock", "/x", "/x"][..],
         &["lock", "--read", "/x", "--write", "/x"],
         &["lock"],
         &["lock", "/x", "/x/y"],
+        &many,
     ] {
         let mut cmd = recipes();
         cmd.args(["--redis", "redis://127.0.0.1:1", "--ttl", "5s"]);
