@@ -262,7 +262,7 @@ pub(crate) static LIST: Func = Func {
 };
 
 // ARGV: ns, queue, hold, mode, member[, `reader`] → 1 while the member is
-// queued and live (its session's key exists, or it holds); for a reader
+// queued and live (its session's key exists); for a reader
 // waiting on a writer, 0 once that writer was downgraded to `read` too.
 pub(crate) static ALIVE: Func = Func {
     name: "alive",
