@@ -6,9 +6,15 @@
 //! acknowledged request to the current [`SessionLease`] epoch.
 //!
 //! Known limit: a follower answers our heartbeat locally and passes the
-//! session touch to the leader later, so a follower cut off from its leader
-//! may acknowledge for a short while (at most until it notices the lost
-//! quorum, within `syncLimit × tickTime`).
+//! session touch to the leader later, at its next ping (every
+//! `tickTime / 2`). So a follower cut off from its leader may acknowledge
+//! for a short while (at most until it notices the lost quorum, within
+//! `syncLimit × tickTime`), and a follower that crashes right after
+//! acknowledging never passes that touch on: the leader then expires the
+//! session from an earlier touch, up to about `tickTime / 2` before our
+//! deadline (less the rounding up of its expiry to a tick). A
+//! `lease_slack` of `tickTime / 2` on the client's builder covers that
+//! case on an ensemble.
 
 use std::sync::{Arc, Weak};
 use std::time::Duration;
