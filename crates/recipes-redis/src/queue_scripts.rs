@@ -160,10 +160,10 @@ end
 // name is a semaphore's own queue); {-4, {what}} the queue has live
 // members of another recipe, `what` (a lock's or an election's, a
 // barrier's, a double barrier's for a read-write lock; a read-write
-// lock's or a barrier's for a lock), or the name holds a plain barrier's
-// or a shared counter's key. Into an empty queue (the uncontended path) it
-// reads nothing of the queue but the one probe of the name's keys (a
-// permit: its last member); a reader into a queue of readers only
+// lock's or a barrier's for a lock or a permit), or the name holds a plain
+// barrier's or a shared counter's key. Into an empty queue (the
+// uncontended path) it reads nothing of the queue but the one probe of the
+// name's keys; a reader into a queue of readers only
 // reads their roles, not each member (their liveness does not matter: no
 // writer is among them), and is shown alone.
 pub(crate) static ENTER: Func = Func {

@@ -15,10 +15,12 @@
 //!   each reader's children watch would fire at the others' every cycle
 //!   (a notification to each, and its node's watch set after all); a
 //!   reader lists without a watch and watches its own node as it holds.
-//!   For a mutex or a latch, no read at all after a wait that saw the one
-//!   node ahead of ours deleted: no node is ever created ahead of ours
-//!   (sequence order), so ours is first. Not for a read-write lock: its downgrade creates a reader in
-//!   the deleted writer's place, so its waiters always list again.
+//!   For a mutex or a latch, after a wait that saw the one node ahead of
+//!   ours deleted, only a read of our own node: no node is ever created
+//!   ahead of ours (sequence order), so ours is first if it is still there
+//!   (an operator may have deleted it); that read's watch is the loss
+//!   watch's. Not for a read-write lock: its downgrade creates a reader
+//!   in the deleted writer's place, so its waiters always list again.
 //! - **wait**: a one-shot watch on the node ahead (a mutex, a latch) or,
 //!   for semaphore permits (any release may admit us), the children watch
 //!   of the listing the decision was made on.
