@@ -98,6 +98,13 @@ impl<C: Client> MultiLock<C> {
     }
 
     fn acquire(&self, deadline: Option<Instant>) -> Result<Option<MultiLockGuard<C>>> {
+        // A write part this thread reads would wait for itself: refused
+        // before any name is waited for, not when its turn comes.
+        for (_, lock) in &self.parts {
+            if let PartLock::Rw(rw, Access::Write) = lock {
+                rw.refuse_waiting_for_itself(deadline)?;
+            }
+        }
         loop {
             match self.take_all(deadline)? {
                 Taken::All(guard) => return Ok(Some(guard)),

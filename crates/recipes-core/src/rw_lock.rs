@@ -54,6 +54,12 @@ pub enum Access {
 /// `write` waits until the guard goes); so does a `write` through
 /// another client of the same process.
 ///
+/// **Not reentrant.** A thread's second `read` of a name is a new entry:
+/// with a writer queued between the two, it waits for that writer, which
+/// waits for the first, held by the same thread: for ever, unless timed.
+/// Likewise a `read` or `write` under the thread's own write guard. Take
+/// each side once per thread, or pass the guard down.
+///
 /// Generic over an [`RwLockBackend`]; backends export it under their own
 /// name with their layout on the store.
 pub struct RwLock<B: RwLockBackend> {
@@ -76,8 +82,8 @@ pub(crate) struct Reading {
 }
 
 impl<B: RwLockBackend> Shared<B> {
-    /// The handle's identity among the client's ([`Reading::handle`]):
-    /// its address, stable while a guard of it lives.
+    /// The handle's identity ([`Reading`]): its address, stable while a
+    /// guard of it lives.
     fn handle(self: &Arc<Self>) -> usize {
         Arc::as_ptr(self) as usize
     }
@@ -152,20 +158,27 @@ impl<B: RwLockBackend> RwLock<B> {
         Ok(got.map(|lease| shared.read_guard(lease)))
     }
 
-    pub(crate) fn acquire_write(
-        &self,
-        deadline: Option<Instant>,
-    ) -> Result<Option<RwLockWriteGuard<B>>> {
+    /// `Err` when a write with `deadline` from this thread would wait for
+    /// a read guard it holds: through this handle at all, through another
+    /// only untimed (see [`RwLock`]); a multi-lock asks it first.
+    pub(crate) fn refuse_waiting_for_itself(&self, deadline: Option<Instant>) -> Result<()> {
         let shared = &self.shared;
         let (me, handle) = (std::thread::current().id(), shared.handle());
-        // Through this handle at all; through another, only untimed (a
-        // timed one ends at its deadline like any wait for a reader).
         let waits_for_itself = (shared.backend.runtime().readers().lock()).iter().any(|r| {
             r.thread == me && r.name == self.name() && (r.handle == handle || deadline.is_none())
         });
         if waits_for_itself {
             return Err(no_upgrade(self.name()));
         }
+        Ok(())
+    }
+
+    pub(crate) fn acquire_write(
+        &self,
+        deadline: Option<Instant>,
+    ) -> Result<Option<RwLockWriteGuard<B>>> {
+        let shared = &self.shared;
+        self.refuse_waiting_for_itself(deadline)?;
         let got = shared
             .write_labels
             .timed(|| shared.backend.acquire(Access::Write, deadline))?;

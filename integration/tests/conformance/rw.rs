@@ -207,6 +207,17 @@ where
         .multi_lock_of(&[(name.as_str(), LockKind::Write)])
         .unwrap();
     assert!(matches!(multi.lock(), Err(Error::InvalidArgument(_))));
+    // Refused before it waits for a name ordered first, held elsewhere.
+    let first = name.replace("/rw-upgrade", "/a-rw-upgrade");
+    let other_client = client(kit);
+    let elsewhere = other_client.mutex(&first).unwrap().lock().unwrap();
+    let parts = [
+        (first.as_str(), LockKind::Mutex),
+        (name.as_str(), LockKind::Write),
+    ];
+    let both = a.multi_lock_of(&parts).unwrap();
+    assert!(matches!(both.lock(), Err(Error::InvalidArgument(_))));
+    elsewhere.release().unwrap();
     assert!(
         started.elapsed() < scale(Duration::from_secs(1)),
         "not at once"
