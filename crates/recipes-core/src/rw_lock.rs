@@ -11,6 +11,9 @@ use crate::fence::FencingToken;
 use crate::guard::{deadline_after, lease_accessors, unbounded_wait_ended, Hold};
 use crate::metrics::Labels;
 
+mod readers;
+pub(crate) use readers::Reading;
+
 /// Which side of a read-write lock an acquisition asks for.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub enum Access {
@@ -73,14 +76,6 @@ struct Shared<B: RwLockBackend> {
     write_labels: Labels,
 }
 
-/// A read guard in its client's bookkeeping: its lock's name, the thread
-/// that took it and the handle it was taken through.
-pub(crate) struct Reading {
-    name: String,
-    thread: ThreadId,
-    handle: usize,
-}
-
 impl<B: RwLockBackend> Shared<B> {
     /// The handle's identity ([`Reading`]): its address, stable while a
     /// guard of it lives.
@@ -91,11 +86,14 @@ impl<B: RwLockBackend> Shared<B> {
     fn read_guard(self: &Arc<Self>, lease: B::Lease) -> RwLockReadGuard<B> {
         let thread = std::thread::current().id();
         let reading = Reading {
-            name: self.backend.name().to_owned(),
             thread,
             handle: self.handle(),
         };
-        self.backend.runtime().readers().lock().push(reading);
+        readers::add(
+            self.backend.runtime().readers(),
+            self.backend.name(),
+            reading,
+        );
         let hold = Hold::counted(lease, &self.read_labels, false);
         RwLockReadGuard {
             token: hold.lease().token(),
@@ -164,9 +162,9 @@ impl<B: RwLockBackend> RwLock<B> {
     pub(crate) fn refuse_waiting_for_itself(&self, deadline: Option<Instant>) -> Result<()> {
         let shared = &self.shared;
         let (me, handle) = (std::thread::current().id(), shared.handle());
-        let waits_for_itself = (shared.backend.runtime().readers().lock()).iter().any(|r| {
-            r.thread == me && r.name == self.name() && (r.handle == handle || deadline.is_none())
-        });
+        let untimed = deadline.is_none();
+        let readers = shared.backend.runtime().readers();
+        let waits_for_itself = readers::blocks(readers, self.name(), me, handle, untimed);
         if waits_for_itself {
             return Err(no_upgrade(self.name()));
         }
@@ -321,14 +319,12 @@ struct Reader<B: RwLockBackend> {
 
 impl<B: RwLockBackend> Drop for Reader<B> {
     fn drop(&mut self) {
-        let (name, handle) = (self.shared.backend.name(), self.shared.handle());
-        let mut readers = self.shared.backend.runtime().readers().lock();
-        if let Some(i) = readers
-            .iter()
-            .position(|r| r.thread == self.thread && r.name == name && r.handle == handle)
-        {
-            readers.swap_remove(i);
-        }
+        let ours = Reading {
+            thread: self.thread,
+            handle: self.shared.handle(),
+        };
+        let runtime = self.shared.backend.runtime();
+        readers::remove(runtime.readers(), self.shared.backend.name(), &ours);
     }
 }
 

@@ -59,10 +59,10 @@ struct RuntimeInner {
     readers: Readers,
 }
 
-/// The read guards of the client's read-write locks, each with the thread
-/// that took it: a write of that name from that thread would wait for
-/// itself ([`crate::rw_lock`]).
-pub(crate) type Readers = Mutex<Vec<crate::rw_lock::Reading>>;
+/// The read guards of the client's read-write locks by name, each as the
+/// thread that took it and its handle: a write of that name from that
+/// thread would wait for itself ([`crate::rw_lock`]).
+pub(crate) type Readers = Mutex<std::collections::HashMap<String, Vec<crate::rw_lock::Reading>>>;
 
 /// A client's runtime: one tokio runtime on one named thread.
 ///
