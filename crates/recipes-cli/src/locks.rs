@@ -1,8 +1,6 @@
 //! Several locks held while CMD runs: a multi-lock of mutexes and
 //! read-write locks' sides, as one [`Held`].
 
-use std::sync::{Arc, Mutex, MutexGuard};
-
 use recipes_core::{Client, LockKind, Result};
 
 use crate::backend::{Held, HeldPart, Wait};
@@ -39,24 +37,12 @@ pub fn multi<C: Client>(
             .collect();
         let first = held.first().map(|p| (p.fence, p.holder.clone()));
         let (fence, holder) = (first.as_ref().map(|f| f.0), first.map(|f| f.1));
-        let lost = g.lost().clone();
-        // One guard, read for the lost part's name until it is released.
-        let guard = Arc::new(Mutex::new(Some(g)));
-        let read = guard.clone();
-        let release = move || lock(&guard).take().map_or(Ok(()), |g| g.release());
-        let mut together = Held::new(fence, holder.unwrap_or_default(), lost, release);
+        let (lost, lost_name) = (g.lost().clone(), g.lost_name_reader());
+        let mut together = Held::new(fence, holder.unwrap_or_default(), lost, move || g.release());
         together.parts = held;
-        together.lost_name = Some(Box::new(move || {
-            lock(&read).as_ref().and_then(|g| g.lost_name())
-        }));
+        together.lost_name = Some(Box::new(lost_name));
         together
     }))
-}
-
-/// `m` locked, whether or not a holder panicked (the guard inside stays
-/// usable: nothing is left half-changed under it).
-fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
-    m.lock().unwrap_or_else(std::sync::PoisonError::into_inner)
 }
 
 /// `parts` as core's multi-lock takes them.

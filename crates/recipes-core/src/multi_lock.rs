@@ -365,11 +365,19 @@ impl<C: Client> MultiLockGuard<C> {
     /// hold. A lease whose deadline passed before its signal fired is
     /// named too.
     pub fn lost_name(&self) -> Option<String> {
-        if let Some(name) = self.lost_name.lock().clone() {
-            return Some(name);
-        }
-        let lapsed = self.held.iter().find(|(_, h)| h.lost().is_lost());
-        lapsed.map(|(name, _)| name.clone())
+        let parts = self.held.iter().map(|(n, h)| (n.as_str(), h.lost()));
+        first_lost(&self.lost_name, parts)
+    }
+
+    /// [`lost_name`](MultiLockGuard::lost_name) as a function that needs
+    /// no borrow of the guard (for a supervisor that releases the guard
+    /// elsewhere), reading the same signals.
+    pub fn lost_name_reader(&self) -> impl Fn() -> Option<String> + Send + Sync + 'static {
+        let first = self.lost_name.clone();
+        let parts: Vec<(String, LossSignal)> = (self.held.iter())
+            .map(|(n, h)| (n.clone(), h.lost().clone()))
+            .collect();
+        move || first_lost(&first, parts.iter().map(|(n, l)| (n.as_str(), l)))
     }
 
     /// `Ok(())` while every lock holds.
@@ -440,3 +448,17 @@ impl<C: Client> fmt::Debug for MultiLockGuard<C> {
 #[cfg(test)]
 #[path = "multi_lock_tests.rs"]
 mod tests;
+
+/// The name whose lock was lost first (`first`, set as its signal fired),
+/// else the first of `parts` whose lease lapsed before its signal fired.
+fn first_lost<'a>(
+    first: &PlMutex<Option<String>>,
+    mut parts: impl Iterator<Item = (&'a str, &'a LossSignal)>,
+) -> Option<String> {
+    if let Some(name) = first.lock().clone() {
+        return Some(name);
+    }
+    parts
+        .find(|(_, lost)| lost.is_lost())
+        .map(|(name, _)| name.to_owned())
+}
