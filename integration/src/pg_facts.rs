@@ -30,8 +30,9 @@ fn entry_of(holder: &str) -> String {
 /// recipes-pg's default advisory namespace (`DEFAULT_NAMESPACE`).
 const ADVISORY_NS: u32 = 0x7265_6370;
 
-/// The key and backend of a session-mode holder `<key>/backend-<pid>`.
-fn advisory_holder(holder: &str) -> Option<(&str, u32)> {
+/// The key and backend of a session-mode holder `<key>/backend-<pid>`
+/// (`None` for a lease-mode holder).
+pub fn advisory_holder(holder: &str) -> Option<(&str, u32)> {
     let (key, backend) = holder.rsplit_once("/backend-")?;
     Some((key, backend.parse().ok()?))
 }

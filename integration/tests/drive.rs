@@ -25,12 +25,9 @@ fn big_stack<T: Send + 'static>(
         .unwrap()
 }
 
+/// The test's lock: nextest runs each test in a process of its own.
 fn unique(store: &str) -> String {
-    let nanos = std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .unwrap()
-        .as_nanos();
-    format!("/drive-{store}-{}-{nanos}", std::process::id())
+    format!("/drive-{store}-{}", std::process::id())
 }
 
 /// The case, on `client` (connected through `proxy`); `server_keeps` says

@@ -298,12 +298,17 @@ fn a_broken_stream_in_a_quiet_store_costs_a_read_not_a_spin_fault() {
         server.metric("etcd_debugging_mvcc_watcher_total") >= 2.0
     });
     let revision = store_revision(&facts);
-    proxy.drop_connections();
-    wait_until("both watch again", scale(SOON), || {
-        server.metric("etcd_debugging_mvcc_watcher_total") >= 2.0
-            && server.metric("etcd_debugging_mvcc_range_total") > 0.0
-    });
     let ranges = || server.metric("etcd_debugging_mvcc_range_total");
+    let (accepted, read_before) = (proxy.accepted_count(), ranges());
+    proxy.drop_connections();
+    // Both clients connected again, each read again after the break (the
+    // holder its key, the waiter the queue), and both watch again: the
+    // window below starts after the break, not before it.
+    wait_until("both watch again", scale(SOON), || {
+        proxy.accepted_count() >= accepted + 2
+            && ranges() >= read_before + 2.0
+            && server.metric("etcd_debugging_mvcc_watcher_total") >= 2.0
+    });
     let before = ranges();
     // The window observed, not a synchronization: reads in a second.
     std::thread::sleep(Duration::from_secs(1));

@@ -7,6 +7,7 @@ mod pg_common;
 
 use std::time::Duration;
 
+use integration::pg_facts::advisory_holder;
 use integration::pg_server::PG_USER;
 use integration::test_dir::TestDir;
 use integration::{scale, wait_until, PgFacts, PgServer};
@@ -421,8 +422,7 @@ fn permit_order(session: bool, waiting: bool) {
     };
     let (a, b) = (short(2), short(30));
     let permit = a.semaphore(&sem, 1).unwrap().acquire().unwrap();
-    // Session mode: the backend that holds the permit's key.
-    let backend = backend_of(permit.holder()).map(str::to_owned);
+    let holder = permit.holder().to_owned();
     let (begun, started) = crossbeam_channel::bounded(1);
     let writing = {
         let (a, table) = (a.clone(), table.clone());
@@ -442,19 +442,19 @@ fn permit_order(session: bool, waiting: bool) {
     let waiter = waiting.then(|| {
         let next_sem = b.semaphore(&sem, 1).unwrap();
         let waiter = std::thread::spawn(move || next_sem.acquire());
-        // The key's waits at the server (`pg_locks.objid`: the key's hash).
-        let waits = format!(
-            "SELECT count(*) FROM pg_locks WHERE locktype = 'advisory' AND NOT granted \
-             AND objid::int8 = (hashtext('{sem}/leases/0')::int8 & 4294967295)"
-        );
-        integration::wait_until("b waits for the key", Duration::from_secs(10), || {
-            server.sql(&waits).trim() != "0"
+        let facts = PgFacts::new(server.addr());
+        let bound = integration::scale(Duration::from_secs(10));
+        integration::wait_until("b waits for the key", bound, || {
+            !facts.advisory(&sem, false).is_empty()
         });
         waiter
     });
     if session {
-        let pid = backend.expect("a session-mode holder names its backend");
-        server.sql(&format!("SELECT pg_terminate_backend({pid})"));
+        assert!(
+            advisory_holder(&holder).is_some(),
+            "a session-mode holder names its backend"
+        );
+        PgFacts::new(server.addr()).terminate(&holder);
     }
     let next = match waiter {
         Some(waiter) => waiter.join().unwrap().unwrap(),

@@ -7,6 +7,7 @@ mod pg_common;
 use std::sync::{Arc, Barrier};
 use std::time::Duration;
 
+use integration::pg_facts::advisory_holder;
 use integration::{PgFacts, PgServer};
 use pg_common::*;
 use recipes_core::{Client, Error};
@@ -238,7 +239,7 @@ fn a_lost_session_permits_connection_takes_no_other_acquisition() {
     let sem = name("permit-spent");
     let c = session(&server.url(), Duration::from_secs(3)).unwrap();
     let permit = c.semaphore(&sem, 1).unwrap().acquire().unwrap();
-    let first = backend_of(permit.holder()).map(str::to_owned);
+    let first = advisory_holder(permit.holder()).map(|(_, pid)| pid);
     server.sql(&format!(
         "DELETE FROM recipes.names WHERE name = '{sem}/leases'"
     ));
@@ -249,8 +250,8 @@ fn a_lost_session_permits_connection_takes_no_other_acquisition() {
     drop(permit);
     let next = c.semaphore(&sem, 1).unwrap().acquire().unwrap();
     assert_ne!(
-        backend_of(next.holder()),
-        first.as_deref(),
+        advisory_holder(next.holder()).map(|(_, pid)| pid),
+        first,
         "the lost permit's backend"
     );
     next.release().unwrap();

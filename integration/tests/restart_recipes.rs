@@ -22,7 +22,9 @@ use std::time::Duration;
 
 use crossbeam_channel::{Receiver, Select, Sender};
 use integration::{scale, EtcdServer, PgServer, RedisServer, ZkServer};
-use recipes_core::{BootInstant, Client, Error, FencingToken, LossReason, LossSignal, Result};
+use recipes_core::{
+    BootInstant, Client, Error, FencingToken, LossReason, LossSignal, MultiLockGuard, Result,
+};
 use restart_common::{nothing_left, queued, PgSessionMode, Rig, AFTER_RESTART};
 
 /// The read-write lock.
@@ -166,6 +168,14 @@ fn the_holder_after_the_restart<R: Rig>(
     assert_eq!(read(), None, "the lost holder's write landed");
 }
 
+/// The holder's release after the restart: it succeeds where the holding
+/// rode it out; a lost one's (session mode) may say it was lost.
+fn released_after_the_restart<R: Rig>(released: Result<()>, who: &str) {
+    if R::KEEPS_HOLDINGS {
+        released.unwrap_or_else(|e| panic!("{who} releases after the restart: {e}"));
+    }
+}
+
 /// A waiter's report: the holder had released (or, in session mode, lost)
 /// before it held, and no other waiter of the test held beside it.
 fn held_after_the_holder<R: Rig, T>(got: &Acquired<T>, who: &str) {
@@ -217,10 +227,7 @@ fn rw_lock_comes_through_a_restart<R: Rig>() {
         || held.check(),
         |v| held.put(RESOURCE, v),
     );
-    let released = held.release();
-    if R::KEEPS_HOLDINGS {
-        released.expect("the writer releases after the restart");
-    }
+    released_after_the_restart::<R>(held.release(), "the writer");
     let bound = scale(AFTER_RESTART);
     let (i, one) = first_to_hold([&reader, &writer], bound);
     if R::KEEPS_HOLDINGS {
@@ -246,6 +253,11 @@ fn rw_lock_comes_through_a_restart<R: Rig>() {
     nothing_left(&rig, &[RW], clients);
 }
 
+/// A multi-lock guard's tokens of `A` and `B`.
+fn tokens_of<C: Client>(guard: &MultiLockGuard<C>) -> [FencingToken; 2] {
+    [A, B].map(|n| guard.token(n).expect("a token for each name"))
+}
+
 /// Client 0 holds a multi-lock over `A` and `B`; client 1 waits for one
 /// over `B` and `A`; the server restarts. The holder comes through (or,
 /// in session mode, loses), and the waiter holds with each name's fence
@@ -257,14 +269,14 @@ fn multi_lock_comes_through_a_restart<R: Rig>() {
     let multi = clients[1].multi_lock(&[B, A]).unwrap();
     let waiter = Watch::new(held.lost()).waiter(move || {
         let g = multi.lock()?;
-        let tokens = [A, B].map(|n| g.token(n).expect("a token for each name"));
+        let tokens = tokens_of(&g);
         Ok((tokens, Box::new(move || g.release()) as Release))
     });
     // Both names held, and the waiter queued on the first of them.
     queued(&rig, &[A, B], 3);
 
     let killed = restart(&rig);
-    let before: [FencingToken; 2] = [A, B].map(|n| held.token(n).expect("a token for each name"));
+    let before = tokens_of(&held);
     the_holder_after_the_restart(
         &rig,
         killed,
@@ -276,10 +288,7 @@ fn multi_lock_comes_through_a_restart<R: Rig>() {
     if !R::KEEPS_HOLDINGS {
         assert!(held.lost_name().is_some(), "the loss names no name");
     }
-    let released = held.release();
-    if R::KEEPS_HOLDINGS {
-        released.expect("the holder releases after the restart");
-    }
+    released_after_the_restart::<R>(held.release(), "the holder");
     let got = waiter.holds(scale(AFTER_RESTART));
     held_after_the_holder::<R, _>(&got, "the waiter");
     for ((name, old), new) in [A, B].iter().zip(before).zip(got.tokens) {

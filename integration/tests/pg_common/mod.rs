@@ -196,9 +196,3 @@ pub fn commit(blocker: &tokio_postgres::Client) {
     .expect("commit in time")
     .expect("commit");
 }
-
-/// The backend PID a session-mode holder names (`<key>/backend-<pid>`);
-/// `None` for a lease-mode holder.
-pub fn backend_of(holder: &str) -> Option<&str> {
-    holder.rsplit_once("/backend-").map(|(_, pid)| pid)
-}
