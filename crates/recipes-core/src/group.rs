@@ -16,6 +16,7 @@ use std::time::{Duration, Instant};
 use crate::barrier::{blocking, remove_in_background, OnRuntime};
 use crate::engine::group::{self, GroupStore, Joined};
 use crate::error::{Error, Result};
+use crate::group_claims::Claim;
 use crate::guard::deadline_after;
 use crate::limits::quote;
 use crate::loss::LossSignal;
@@ -126,6 +127,10 @@ impl<B: GroupStore + OnRuntime> Group<B> {
     /// of ours is left in the store after an error.
     pub fn join(&self, id: &str, data: &[u8]) -> Result<Membership<B>> {
         check_member(self.name(), id, data)?;
+        // Before anything is sent: the store cannot tell our own
+        // memberships apart (`group_claims`).
+        let claim = Claim::take(self.backend.runtime(), self.name(), id)
+            .ok_or_else(|| id_taken(self.name(), id))?;
         let timeout = self.backend.rpc_timeout();
         let deadline = deadline_after(timeout);
         let (b, owned_id, owned_data) = (self.backend.clone(), id.to_owned(), data.to_vec());
@@ -140,11 +145,13 @@ impl<B: GroupStore + OnRuntime> Group<B> {
             what: format!("joining the group {}", quote(self.name())),
             after: timeout,
         })?;
+        claim.joined(&joined.lost);
         Ok(Membership {
             backend: self.backend.clone(),
             id: id.to_owned(),
             data: data.to_vec(),
             joined: Some(joined),
+            _claim: claim,
         })
     }
 
@@ -189,6 +196,8 @@ pub struct Membership<B: GroupStore + OnRuntime> {
     id: String,
     data: Vec<u8>,
     joined: Option<Joined<B>>,
+    /// The id held for this client until the membership is dropped.
+    _claim: Claim,
 }
 
 impl<B: GroupStore + OnRuntime> Membership<B> {

@@ -76,6 +76,7 @@ pub mod engine;
 mod error;
 mod fence;
 mod group;
+mod group_claims;
 mod guard;
 mod held;
 mod held_watch;

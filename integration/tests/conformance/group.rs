@@ -184,6 +184,42 @@ pub fn a_taken_id_is_refused_and_changes_nothing<K: Kit>(kit: &K) {
     assert!(kit.entries_under(&name).is_empty(), "nothing left");
 }
 
+/// A join of an id that a membership of the same client holds is refused
+/// before anything is sent (the store cannot tell two memberships of one
+/// session apart: a retry after a failure before the create went out
+/// would take the other's member for its own): at once even with the
+/// connection cut off, the held member untouched. Once that membership
+/// is gone, the client may join with the id again.
+pub fn our_own_held_id_is_refused_before_anything_is_sent<K: Kit>(kit: &K) {
+    let reader = client(kit);
+    if !has_groups(&reader) {
+        return;
+    }
+    let name = name("group-own-id");
+    let (ttl, rpc) = (Duration::from_secs(6), Duration::from_secs(1));
+    let proxy = integration::Proxy::start(kit.server_addr());
+    let c = kit.connect_via(proxy.addr(), ttl, rpc).expect("connect");
+    let held = c.group(&name).unwrap().join("w", b"first").unwrap();
+    proxy.blackhole();
+    let started = std::time::Instant::now();
+    let why = invalid("our own id", c.group(&name).unwrap().join("w", b"second"));
+    let took = started.elapsed();
+    proxy.restore();
+    assert!(why.contains("already in the group"), "{why}");
+    assert!(
+        took < scale(rpc / 2),
+        "refused after {took:?}: it waited on the store"
+    );
+    assert!(!held.is_lost(), "the held member is untouched");
+    let view = reader.group(&name).unwrap().members().unwrap();
+    assert_eq!(ids(&view), ["w"]);
+    assert_eq!(view.members[0].data, b"first");
+    held.release().unwrap();
+    let again = c.group(&name).unwrap().join("w", b"again").unwrap();
+    again.release().unwrap();
+    assert!(kit.entries_under(&name).is_empty(), "nothing left");
+}
+
 /// A watch sees each join and leave in order, each view's version above
 /// the one before; a burst it did not follow one by one ends in the
 /// right view, with what it missed counted where the store counts.

@@ -57,6 +57,7 @@ struct RuntimeInner {
     background: Arc<AtomicUsize>,
     baton: Arc<Baton>,
     readers: Readers,
+    claims: crate::group_claims::Claims,
 }
 
 /// The read guards of the client's read-write locks by name, each as the
@@ -240,6 +241,7 @@ impl Runtime {
                 background,
                 baton,
                 readers: Readers::default(),
+                claims: Default::default(),
             }),
         })
     }
@@ -412,6 +414,12 @@ impl Runtime {
     /// The client's reading threads ([`Readers`]).
     pub(crate) fn readers(&self) -> &Readers {
         &self.inner.readers
+    }
+
+    /// The member ids the client's memberships hold
+    /// ([`crate::group_claims::Claims`]).
+    pub(crate) fn claims(&self) -> &crate::group_claims::Claims {
+        &self.inner.claims
     }
 
     /// The runtime thread's name.
