@@ -443,7 +443,11 @@ impl ZkClient {
         // after the session timeout. The close request goes out when the last
         // handle is gone; wait (up to `grace`) until the session says so.
         let mut closed = Ok(());
-        if let Some(session) = self.inner.session.lock().take() {
+        // Taken out first: the lock must not be held across the call
+        // below, which may wait for a runtime task (a reconnect) that
+        // locks it.
+        let taken = self.inner.session.lock().take();
+        if let Some(session) = taken {
             // Whatever still waits on this session (a queued acquisition, a
             // latch contending in the background) holds a handle of it;
             // ending the epoch wakes it, and it finds the client closed.

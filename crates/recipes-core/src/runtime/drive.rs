@@ -33,7 +33,9 @@
 //!
 //! While the core is free nobody polls the IO driver or the timers: a
 //! keep-alive or a watch event waits at most [`LOOK`] + [`GRACE`], a task
-//! spawned from another thread at most [`GRACE`] (tokio's timers are
+//! spawned from another thread at most [`GRACE`] (`Runtime::spawn` wakes
+//! the runtime thread; a backend's own spawn on the handle may wait for
+//! its look) (tokio's timers are
 //! themselves rounded up to the millisecond). The loss deadline never depends on it: it is fired by
 //! the process's deadline thread (`lease.rs`).
 
@@ -163,6 +165,16 @@ impl Baton {
     pub(super) fn unpark_runtime_thread(&self) {
         if let Some(t) = self.runtime_thread.get() {
             t.unpark();
+        }
+    }
+
+    /// A task was spawned from outside the runtime: while the core is
+    /// free nobody would run it before the runtime thread's next look, so
+    /// wake that thread (it takes the core once the grace is over). A
+    /// driver, the runtime thread or a caller, runs it as it is.
+    pub(super) fn nudge(&self) {
+        if self.state.load(Ordering::SeqCst) == FREE {
+            self.unpark_runtime_thread();
         }
     }
 

@@ -316,8 +316,10 @@ impl Runtime {
             after: started.elapsed(),
         };
         // A thread in a tokio context (another runtime's `spawn_blocking`,
-        // `Handle::enter`) may not enter this runtime's `block_on`.
-        if Handle::try_current().is_err() {
+        // `Handle::enter`) may not enter this runtime's `block_on`, nor
+        // may one whose thread-locals are being destroyed (tokio's
+        // context is gone: entering it would panic).
+        if Handle::try_current().is_err_and(|e| e.is_missing_context()) {
             if let Some(driving) = self.inner.baton.try_drive() {
                 return driving
                     .run(deadline, fut)
@@ -385,6 +387,9 @@ impl Runtime {
             let _ticket = ticket;
             fut.await;
         });
+        // While nobody drives, the runtime thread takes the core within
+        // the grace, not at its next look.
+        self.inner.baton.nudge();
         true
     }
 

@@ -223,3 +223,34 @@ fn a_name_with_nul_is_rejected() {
         Err(Error::InvalidArgument(_))
     ));
 }
+
+#[test]
+fn a_call_from_a_thread_local_destructor_is_answered() {
+    type Answer = Arc<parking_lot::Mutex<Option<Result<i32>>>>;
+    struct CallOnDrop(Runtime, Answer);
+    impl Drop for CallOnDrop {
+        fn drop(&mut self) {
+            let r = self
+                .0
+                .call("add", Duration::from_secs(5), async { Ok(40 + 2) });
+            *self.1.lock() = Some(r);
+        }
+    }
+    thread_local! {
+        static LAST: std::cell::RefCell<Option<CallOnDrop>> = const { std::cell::RefCell::new(None) };
+    }
+    let rt = Runtime::new("rt").unwrap();
+    let answer: Answer = Arc::default();
+    let (rt2, answer2) = (rt.clone(), answer.clone());
+    std::thread::spawn(move || {
+        LAST.with(|l| *l.borrow_mut() = Some(CallOnDrop(rt2.clone(), answer2)));
+        // A call that drives sets tokio's context up on this thread after
+        // ours: at the thread's end it is destroyed first.
+        rt2.call("first", Duration::from_secs(5), async { Ok(()) })
+            .unwrap();
+    })
+    .join()
+    .unwrap();
+    let got = answer.lock().take();
+    assert!(matches!(got, Some(Ok(42))), "{got:?}");
+}
