@@ -365,11 +365,13 @@ impl<B: CounterBackend> Counter<B> {
         })
     }
 
-    /// Wait until the version differs from `seen`, at most `timeout`
-    /// (`None`: as long as it takes); `Ok(None)` on timeout.
+    /// Wait until the counter differs from `seen` — its version, or its
+    /// value at the same version (deleted and written again up to that
+    /// version meanwhile) — at most `timeout` (`None`: as long as it
+    /// takes); `Ok(None)` on timeout.
     pub(crate) fn wait_change(
         &self,
-        seen: u64,
+        seen: Versioned,
         timeout: Option<Duration>,
     ) -> Result<Option<Versioned>> {
         let deadline = match timeout {
@@ -381,7 +383,7 @@ impl<B: CounterBackend> Counter<B> {
             }
             None => None,
         };
-        wait::until(&self.backend, deadline, move |now| now.version != seen)
+        wait::until(&self.backend, deadline, move |now| now != seen)
     }
 
     fn check_fits(&self, value: i64, shown: impl FnOnce() -> String) -> Result<()> {
@@ -408,7 +410,8 @@ pub struct CounterChange {
     /// that the watch did not see (`0`: none missed).
     pub missed: u64,
     /// The counter was deleted (version 0) or deleted and written again
-    /// (its version went back): the missed count is then unknown.
+    /// (its version went back, or came back to the one seen with another
+    /// value): the missed count is then unknown.
     pub restarted: bool,
 }
 
@@ -458,7 +461,7 @@ impl<B: CounterBackend> CounterWatch<'_, B> {
     }
 
     fn next_within(&mut self, timeout: Option<Duration>) -> Result<Option<CounterChange>> {
-        let Some(now) = self.counter.wait_change(self.last.version, timeout)? else {
+        let Some(now) = self.counter.wait_change(self.last, timeout)? else {
             return Ok(None);
         };
         let restarted = now.version <= self.last.version || now.version == 0;

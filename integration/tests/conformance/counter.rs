@@ -123,6 +123,41 @@ pub fn compare_and_set_by_version_and_watch<K: Kit>(kit: &K) {
     assert!(!c.delete().unwrap());
 }
 
+/// A counter deleted and written again up to the version a watch saw, with
+/// another value, between two of the watch's reads: the watch reports it
+/// (restarted), it does not take the counter for unchanged.
+pub fn a_watch_sees_a_counter_deleted_and_written_back_to_its_version<K: Kit>(kit: &K) {
+    let client = kit.connect(Duration::from_secs(10)).expect("connect");
+    let name = name("counter-rewritten");
+    let c = client.counter(&name).unwrap();
+    c.set(40).unwrap();
+    c.add(1).unwrap();
+    c.add(-1).unwrap();
+    let mut watch = c.watch().unwrap();
+    assert_eq!(
+        watch.last(),
+        Versioned {
+            value: 40,
+            version: 3
+        }
+    );
+    assert!(c.delete().unwrap());
+    c.set(1).unwrap();
+    c.add(1).unwrap();
+    c.add(1).unwrap();
+    let change = watch.next_timeout(scale(Duration::from_secs(5))).unwrap();
+    let change = change.expect("the watch reports the counter written again");
+    assert_eq!(
+        change.now,
+        Versioned {
+            value: 3,
+            version: 3
+        }
+    );
+    assert!(change.restarted, "{change:?}");
+    assert!(c.delete().unwrap());
+}
+
 /// A value that overflows the 32-bit kind, a counter name that holds a
 /// lock, the other kind's data: `InvalidArgument`, the counter and the
 /// lock unchanged, nothing left behind.

@@ -356,6 +356,7 @@ macro_rules! conformance_suite {
         }
 
         $crate::on_shared!($kit, counter_compare_and_set_by_version_and_watch, counter::compare_and_set_by_version_and_watch);
+        $crate::on_shared!($kit, counter_a_watch_sees_a_counter_deleted_and_written_back_to_its_version, counter::a_watch_sees_a_counter_deleted_and_written_back_to_its_version);
         $crate::on_shared!($kit, counter_bad_input_is_refused_and_changes_nothing, counter::bad_input_is_refused_and_changes_nothing);
         $crate::on_shared!($kit, counter_a_count_down_latch_opens_at_zero, counter::a_count_down_latch_opens_at_zero);
         $crate::on_shared!($kit, counter_a_blocked_waiter_wakes_on_another_clients_write, counter::a_blocked_waiter_wakes_on_another_clients_write);
