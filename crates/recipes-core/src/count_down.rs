@@ -63,7 +63,9 @@ impl<B: CounterBackend> CountDownLatch<B> {
     ///
     /// # Errors
     ///
-    /// As for [`Counter::get`].
+    /// [`Error::Indeterminate`] when the write's reply never came (the
+    /// count may have gone down: read it before counting down again); as
+    /// for [`Counter::get`].
     pub fn count_down(&self) -> Result<i64> {
         let done = self
             .counter

@@ -271,7 +271,10 @@ impl<B: CounterBackend> Counter<B> {
     /// # Errors
     ///
     /// [`Error::InvalidArgument`] when the sum does not fit the kind (the
-    /// counter is left as it was); as for [`get`](Counter::get).
+    /// counter is left as it was); [`Error::Indeterminate`] when a write's
+    /// reply never came: the add may have landed, so adding again may
+    /// count it twice (read the value first where that matters); as for
+    /// [`get`](Counter::get).
     pub fn add(&self, delta: i64) -> Result<i64> {
         self.add_counted(delta).map(|a| a.now.value)
     }

@@ -12,7 +12,8 @@
 //!
 //! A read opens a synced watch on the prefix `<name>/` first, then reads
 //! it: whatever changes after the read, the watch hears. The view's
-//! version is the revision of the read (it only rises; it counts every
+//! version is the revision of the read (it only rises — unless an older
+//! backup of the cluster is restored without `--bump-revision`; it counts every
 //! write of the cluster, so a watch cannot say how many changes it
 //! missed: [`GroupView::changes`] is `None`).
 //!
