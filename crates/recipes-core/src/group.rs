@@ -151,7 +151,7 @@ impl<B: GroupStore + OnRuntime> Group<B> {
             id: id.to_owned(),
             data: data.to_vec(),
             joined: Some(joined),
-            _claim: claim,
+            claim: Some(claim),
         })
     }
 
@@ -196,8 +196,9 @@ pub struct Membership<B: GroupStore + OnRuntime> {
     id: String,
     data: Vec<u8>,
     joined: Option<Joined<B>>,
-    /// The id held for this client until the membership is dropped.
-    _claim: Claim,
+    /// The id held for this client until our member's removal ended
+    /// (`group_claims`).
+    claim: Option<Claim>,
 }
 
 impl<B: GroupStore + OnRuntime> Membership<B> {
@@ -253,7 +254,11 @@ impl<B: GroupStore + OnRuntime> Membership<B> {
             .take()
             .expect("the member is present until released or dropped");
         let (b, timeout) = (self.backend.clone(), self.backend.rpc_timeout());
+        // Held to the end of the leave (an unconfirmed one goes on in
+        // the background without it: see `group_claims`).
+        let claim = self.claim.take();
         blocking(&self.backend, "group leave", None, async move {
+            let _claim = claim;
             if group::leave(&b, joined, timeout).await {
                 return Ok(());
             }
@@ -271,7 +276,15 @@ impl<B: GroupStore + OnRuntime> Membership<B> {
 impl<B: GroupStore + OnRuntime> Drop for Membership<B> {
     fn drop(&mut self) {
         if let Some(joined) = self.joined.take() {
-            remove_in_background(&self.backend, B::remove(joined.ticket));
+            // The id stays claimed until the removal ended: a join of it
+            // meanwhile would find our member and could take it for its
+            // own (`group_claims`).
+            let claim = self.claim.take();
+            let removal = B::remove(joined.ticket);
+            remove_in_background(&self.backend, async move {
+                removal.await;
+                drop(claim);
+            });
         }
     }
 }

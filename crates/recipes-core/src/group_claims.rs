@@ -5,6 +5,16 @@
 //! its create was sent would find the other's member on its retry, take
 //! it for its own (a create whose reply was lost), and the two would share
 //! one entry — releasing either would remove the other's member.
+//!
+//! A membership's claim ends when its member's removal ended (a drop's
+//! removal in the background, a release's leave), or when its loss
+//! fired: a client may join with the id again after a loss while the lost
+//! membership lives. What is left open: a release whose leave was not
+//! confirmed in time goes on in the background without the claim, and on
+//! ZooKeeper a loss may leave the session, and our member, in place; a
+//! join of the id in those windows whose first try fails before it is
+//! sent may still take that member for its own (the later removal then
+//! deletes it, and the new membership is told it is lost).
 
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicU64, Ordering};

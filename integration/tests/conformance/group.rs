@@ -220,6 +220,52 @@ pub fn our_own_held_id_is_refused_before_anything_is_sent<K: Kit>(kit: &K) {
     assert!(kit.entries_under(&name).is_empty(), "nothing left");
 }
 
+/// A dropped membership's id stays claimed by its client until the
+/// removal of its member ended: a join of it meanwhile (the connection
+/// cut off, the removal pending) is refused at once rather than sent,
+/// and once the removal is done the id is the client's to join again.
+pub fn a_dropped_members_id_stays_claimed_until_its_removal_ended<K: Kit>(kit: &K) {
+    let reader = client(kit);
+    if !has_groups(&reader) {
+        return;
+    }
+    let name = name("group-dropped-id");
+    let (ttl, rpc) = (Duration::from_secs(6), Duration::from_secs(1));
+    let proxy = integration::Proxy::start(kit.server_addr());
+    let c = kit.connect_via(proxy.addr(), ttl, rpc).expect("connect");
+    let held = c.group(&name).unwrap().join("w", b"first").unwrap();
+    proxy.blackhole();
+    drop(held);
+    let started = std::time::Instant::now();
+    let why = invalid(
+        "a dropped member's id",
+        c.group(&name).unwrap().join("w", b"x"),
+    );
+    let took = started.elapsed();
+    proxy.restore();
+    assert!(why.contains("already in the group"), "{why}");
+    assert!(
+        took < scale(rpc / 2),
+        "refused after {took:?}: it waited on the store"
+    );
+    wait_until("the dropped member removed", scale(TTL), || {
+        reader
+            .group(&name)
+            .unwrap()
+            .members()
+            .unwrap()
+            .members
+            .is_empty()
+    });
+    let mut again = None;
+    wait_until("the id free again", scale(rpc * 4), || {
+        again = c.group(&name).unwrap().join("w", b"again").ok();
+        again.is_some()
+    });
+    again.expect("joined").release().unwrap();
+    assert!(kit.entries_under(&name).is_empty(), "nothing left");
+}
+
 /// A watch sees each join and leave in order, each view's version above
 /// the one before; a burst it did not follow one by one ends in the
 /// right view, with what it missed counted where the store counts.

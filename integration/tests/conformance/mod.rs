@@ -364,6 +364,7 @@ macro_rules! conformance_suite {
         $crate::on_shared!($kit, group_an_unconfirmed_leave_is_indeterminate_within_the_rpc_timeout, group::an_unconfirmed_leave_is_indeterminate_within_the_rpc_timeout);
         $crate::on_shared!($kit, group_a_taken_id_is_refused_and_changes_nothing, group::a_taken_id_is_refused_and_changes_nothing);
         $crate::on_shared!($kit, group_our_own_held_id_is_refused_before_anything_is_sent, group::our_own_held_id_is_refused_before_anything_is_sent);
+        $crate::on_shared!($kit, group_a_dropped_members_id_stays_claimed_until_its_removal_ended, group::a_dropped_members_id_stays_claimed_until_its_removal_ended);
         $crate::on_shared!($kit, group_a_member_whose_entry_is_deleted_is_lost, group::a_member_whose_entry_is_deleted_is_lost);
         $crate::on_shared!($kit, group_a_member_whose_id_is_taken_after_its_entry_went_is_lost, group::a_member_whose_id_is_taken_after_its_entry_went_is_lost);
         $crate::on_shared!($kit, group_watch_sees_joins_and_leaves_in_order, group::watch_sees_joins_and_leaves_in_order);
