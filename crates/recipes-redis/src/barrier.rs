@@ -7,7 +7,6 @@ use std::future::Future;
 use std::sync::Arc;
 use std::time::Duration;
 
-use futures_util::StreamExt;
 use recipes_core::store::engine::gather::{BarrierStore, DoubleBarrierStore, Flag, Gathering};
 use recipes_core::store::engine::{Nudge, WaitStore};
 use recipes_core::store::{check_count, quote, until_done, Backoff, LeaseEpoch, OnRuntime};
@@ -16,7 +15,8 @@ use redis::Script;
 
 use crate::barrier_scripts as scripts;
 use crate::client::RedisClient;
-use crate::contend::{subscribe, POLL};
+use crate::contend::POLL;
+use crate::ears::{Ear, Ears};
 use crate::names::{member, validate_name, NS};
 use crate::rpc::Redis;
 use crate::session::{Session, Sessions};
@@ -42,12 +42,14 @@ use crate::session::{Session, Sessions};
 /// Waiting: every change is published on `wake:<name>` (a member's
 /// entry, a revoke's removal of a session's members, the barrier's
 /// removal, the flag's setting, the sweep of an expired session's
-/// members by another client's renewal); a waiter subscribes (a
-/// connection of its own) before each read, so it misses nothing after
-/// it. A session key's expiry itself publishes nothing: a waiter
-/// reads again when the earliest session it depends on would expire
-/// (the read sweeps the dead members), and every 500 ms should a
-/// message be lost.
+/// members by another client's renewal); a waiter arms its ear on that
+/// channel before each read, so it misses nothing after it. The waits
+/// of one recipe object share one subscribed connection, kept while
+/// they wait (`ears.rs`): an idle waiter's re-reads open none. A
+/// session key's expiry itself publishes nothing: a waiter reads again
+/// when the earliest session it depends on would expire (the read
+/// sweeps the dead members), and every 500 ms should a message be
+/// lost.
 ///
 /// A name holds one recipe: a barrier or double barrier on a lock's,
 /// election's, semaphore's, counter's or the other barrier's name is
@@ -59,6 +61,8 @@ pub struct RedisWaits {
     pub(crate) client: RedisClient,
     pub(crate) name: String,
     pub(crate) count: u32,
+    /// The subscription of this object's waits.
+    ears: Ears,
 }
 
 /// A Redis barrier (see [`RedisWaits`] for its keys).
@@ -70,23 +74,25 @@ pub type DoubleBarrier = recipes_core::DoubleBarrier<RedisWaits>;
 type Reply = (i64, i64, i64, Vec<String>, String);
 
 impl RedisWaits {
-    pub(crate) fn barrier(client: &RedisClient, name: &str) -> Result<RedisWaits> {
-        validate_name("barrier", name)?;
-        Ok(RedisWaits {
+    /// The waits of `name` (a name already validated).
+    pub(crate) fn new(client: &RedisClient, name: &str, count: u32) -> RedisWaits {
+        RedisWaits {
             client: client.clone(),
             name: name.to_owned(),
-            count: 0,
-        })
+            count,
+            ears: Ears::new(format!("{NS}wake:{name}")),
+        }
+    }
+
+    pub(crate) fn barrier(client: &RedisClient, name: &str) -> Result<RedisWaits> {
+        validate_name("barrier", name)?;
+        Ok(RedisWaits::new(client, name, 0))
     }
 
     pub(crate) fn double(client: &RedisClient, name: &str, count: u32) -> Result<RedisWaits> {
         validate_name("double barrier", name)?;
         check_count(&format!("the Redis double barrier {}", quote(name)), count)?;
-        Ok(RedisWaits {
-            client: client.clone(),
-            name: name.to_owned(),
-            count,
-        })
+        Ok(RedisWaits::new(client, name, count))
     }
 
     /// Run `script` (ARGV: ns, name, `more`), resent after a retryable
@@ -115,23 +121,17 @@ impl RedisWaits {
         self.client.redis()
     }
 
-    /// Subscribe before a read: `None` (poll) when it failed.
-    pub(crate) async fn ear(&self) -> Option<redis::aio::PubSubStream> {
-        let channel = format!("{NS}wake:{}", self.name);
-        let subscribed = match self.redis() {
-            Ok(redis) => subscribe(&redis, &channel, self.rpc_timeout()).await,
-            Err(e) => Err(e),
-        };
-        subscribed
+    /// Arm our ear before a read: `None` (poll) when the subscription
+    /// failed.
+    pub(crate) async fn ear(&self) -> Option<Ear> {
+        self.ears
+            .arm(&self.client)
+            .await
             .map_err(|e| log::debug!("[{}] not subscribed ({e}); polling", self.name))
             .ok()
     }
 
-    pub(crate) fn changes(
-        &self,
-        heard: Option<redis::aio::PubSubStream>,
-        least_ms: i64,
-    ) -> Changes {
+    pub(crate) fn changes(&self, heard: Option<Ear>, least_ms: i64) -> Changes {
         let left = u64::try_from(least_ms).ok().map(Duration::from_millis);
         Nudge::new(heard, left, POLL)
     }
@@ -147,7 +147,7 @@ impl std::fmt::Debug for Epoch {
 }
 
 /// What a read armed: the name's channel, and when to read again anyway.
-pub type Changes = Nudge<redis::aio::PubSubStream>;
+pub type Changes = Nudge<Ear>;
 
 impl OnRuntime for RedisWaits {
     fn runtime(&self) -> &recipes_core::store::Runtime {
@@ -185,17 +185,15 @@ impl WaitStore for RedisWaits {
     }
 
     async fn changed(&self, _epoch: &Epoch, watch: Changes) -> Result<()> {
-        watch
-            .wait(|mut stream| async move { stream.next().await })
-            .await;
+        watch.wait(Ear::heard).await;
         Ok(())
     }
 }
 
 impl BarrierStore for RedisWaits {
-    /// Read first: a barrier found down needs no subscription (each
-    /// subscription is a connection of its own); one found up is read
-    /// again once subscribed, so no removal after that read is missed.
+    /// Read first: a barrier found down needs no subscription (the first
+    /// opens a connection); one found up is read again once subscribed,
+    /// so no removal after that read is missed.
     async fn is_set(&self, _epoch: &Epoch) -> Result<(bool, Changes)> {
         let read = || self.run("read the barrier", &scripts::IS_SET, &[], "a barrier");
         let (up, least, ..) = read().await?;

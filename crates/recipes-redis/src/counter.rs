@@ -5,8 +5,9 @@
 //! numbers lose 64-bit precision). A name that holds a lock's, election's
 //! or semaphore's keys is refused. Every write publishes on the name's
 //! wake channel (`{recipes}:wake:<name>`, as barriers and groups do); a
-//! wait subscribes before it reads, and reads again only when a message
-//! comes, its subscription's connection drops, or after 10 s without
+//! wait arms its ear before it reads (on the object's one subscribed
+//! connection, kept while it waits: `ears.rs`), and reads again only
+//! when a message comes, that connection drops, or after 10 s without
 //! either (a safety net: nothing of a counter expires unheard); every
 //! 500 ms when it could not subscribe.
 
@@ -77,11 +78,7 @@ impl RedisCounter {
     pub(crate) fn new(client: &RedisClient, name: &str, kind: CounterKind) -> Result<RedisCounter> {
         validate_name("counter", name)?;
         Ok(RedisCounter {
-            waits: RedisWaits {
-                client: client.clone(),
-                name: name.to_owned(),
-                count: 0,
-            },
+            waits: RedisWaits::new(client, name, 0),
             client: client.clone(),
             name: name.to_owned(),
             kind,

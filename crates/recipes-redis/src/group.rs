@@ -30,9 +30,10 @@
 //! membership's loss.
 //!
 //! The verbs are [`RedisWaits`]'s, the one wait store of this crate: its
-//! epoch (the client's session), and its subscription before each read
-//! with a re-read every 500 ms (a session key's expiry has no event: a
-//! crashed member leaves the view within its TTL plus that).
+//! epoch (the client's session), and its ear armed before each read (on
+//! the object's one subscribed connection, kept while it waits) with a
+//! re-read every 500 ms (a session key's expiry has no event: a crashed
+//! member leaves the view within its TTL plus that).
 
 use std::sync::LazyLock;
 
@@ -128,11 +129,7 @@ pub type Group = recipes_core::Group<RedisWaits>;
 impl RedisWaits {
     pub(crate) fn group(client: &RedisClient, name: &str) -> Result<RedisWaits> {
         validate_name("group", name)?;
-        Ok(RedisWaits {
-            client: client.clone(),
-            name: name.to_owned(),
-            count: 0,
-        })
+        Ok(RedisWaits::new(client, name, 0))
     }
 
     fn refused(&self, reply: &str) -> Error {

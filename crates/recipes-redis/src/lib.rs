@@ -168,6 +168,7 @@ mod builder;
 mod client;
 mod contend;
 mod counter;
+mod ears;
 mod election;
 mod group;
 mod lock;
