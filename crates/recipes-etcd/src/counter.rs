@@ -2,19 +2,25 @@
 //! (readable with `etcdctl get`); its version is the key's `version` (the
 //! number of puts since it was created, 0 while absent), so a write is a
 //! transaction comparing it. A name whose `<name>/` prefix holds another
-//! recipe's keys (a lock's, an election's, a semaphore's) is refused.
+//! recipe's keys at their depth (a lock's, an election's, a semaphore's,
+//! a read-write lock's, a double barrier's, a group's member:
+//! [`clashes`]) is refused; keys of names nested below (`<name>/x`, a
+//! counter; `<name>/x/<lease hex>`, a lock) are not. A write compares the
+//! key's version and that no key under the prefix was created since the
+//! read it checked them in (a newer key, not another recipe's, costs a
+//! read and a try again, never a conflict).
 //! A wait reads the key, then watches it from the revision of that read
 //! (etcd's history: no write after the read goes unheard).
 
-use etcd_client::{Compare, CompareOp, Txn, TxnOp};
+use etcd_client::{Compare, CompareOp, GetOptions, Txn, TxnOp};
 use recipes_core::store::{CounterBackend, SetIf};
 use recipes_core::{CounterKind, Error, Result, Versioned};
 
 use crate::barrier::{Changes, Epoch, EtcdWaits};
 use crate::client::EtcdClient;
+use crate::group::layout;
 use crate::names::{key_prefix, other_layout, validate_name};
 use crate::rpc::{from_etcd, header_revision, read_at, retrying_txn};
-use crate::rw_queue::{none_under, one_under};
 use crate::watch::Watch;
 
 /// A counter backend on etcd; see the module.
@@ -41,11 +47,13 @@ impl EtcdCounter {
         })
     }
 
-    /// Refuse the name when the reads at 0 (the key) and 1 (one key under
-    /// the prefix) of `resp` show another recipe; else the value read.
+    /// Refuse the name when the reads at 0 (the key) and 1 (the keys
+    /// under the prefix) of `resp` show another recipe; else the value
+    /// read.
     fn decode(&self, resp: &etcd_client::TxnResponse) -> Result<Versioned> {
-        if let Some(kv) = read_at(resp, 1)?.kvs().first() {
-            let prefix = key_prefix(&self.name);
+        let prefix = key_prefix(&self.name);
+        let under = read_at(resp, 1)?;
+        if let Some(kv) = under.kvs().iter().find(|kv| clashes(&prefix, kv)) {
             return Err(other_layout(
                 &prefix,
                 "a counter",
@@ -93,9 +101,10 @@ impl EtcdCounter {
     }
 
     fn reads(&self) -> [TxnOp; 2] {
+        let keys = GetOptions::new().with_prefix();
         [
             TxnOp::get(self.name.as_str(), None),
-            one_under(&key_prefix(&self.name)),
+            TxnOp::get(key_prefix(&self.name), Some(keys)),
         ]
     }
 
@@ -103,29 +112,57 @@ impl EtcdCounter {
     /// exist; else the counter as the same transaction read it.
     fn guarded(&self, what: &'static str, version: u64, ops: Vec<TxnOp>) -> Result<SetIf> {
         let me = self.clone();
-        let version = i64::try_from(version).unwrap_or(i64::MAX);
-        self.client.read_with(what, move |etcd, _| async move {
-            let name = me.name.as_str();
-            let txn = Txn::new()
-                .when([
-                    Compare::version(name, CompareOp::Equal, version),
-                    none_under(&key_prefix(name)),
-                ])
-                .and_then(ops)
-                .or_else(me.reads());
-            // Sent once: a resent put would find its own version and say
-            // "conflict" although it landed, and add would add twice.
-            let resp = etcd
-                .clone()
-                .txn(txn)
-                .await
-                .map_err(|e| from_etcd(&format!("{what} {name}"), e))?;
-            if resp.succeeded() {
-                return Ok(SetIf::Set);
-            }
-            me.decode(&resp).map(|now| SetIf::Conflict(Some(now)))
-        })
+        let want = i64::try_from(version).unwrap_or(i64::MAX);
+        self.client
+            .read_with(what, move |etcd, timeout| async move {
+                let name = me.name.as_str();
+                let prefix = key_prefix(name);
+                // The layout as of `checked`: refused, or clear of others.
+                let (mut now, mut checked) = me.read(&etcd, timeout).await?;
+                loop {
+                    if now.version != version {
+                        return Ok(SetIf::Conflict(Some(now)));
+                    }
+                    let since = checked.saturating_add(1);
+                    let txn = Txn::new()
+                        .when([
+                            Compare::version(name, CompareOp::Equal, want),
+                            Compare::create_revision(prefix.as_str(), CompareOp::Less, since)
+                                .with_prefix(),
+                        ])
+                        .and_then(ops.clone())
+                        .or_else(me.reads());
+                    // Sent once: a resent put would find its own version and
+                    // say "conflict" although it landed, and add would add
+                    // twice.
+                    let resp = etcd
+                        .clone()
+                        .txn(txn)
+                        .await
+                        .map_err(|e| from_etcd(&format!("{what} {name}"), e))?;
+                    if resp.succeeded() {
+                        return Ok(SetIf::Set);
+                    }
+                    // A key created under the name since: refused if another
+                    // recipe's, else tried again on this read.
+                    now = me.decode(&resp)?;
+                    checked = header_revision(&resp)?;
+                }
+            })
     }
+}
+
+/// Whether `kv`, under the counter's `prefix`, is another recipe's on the
+/// name: a contender, queue entry or semaphore key at its depth
+/// ([`layout`]), a semaphore's size `config`, a double barrier's flag
+/// `ready`, or a key one level below on a lease (a group's member).
+fn clashes(prefix: &str, kv: &etcd_client::KeyValue) -> bool {
+    let Some(rest) = kv.key().strip_prefix(prefix.as_bytes()) else {
+        return false;
+    };
+    let level = !rest.contains(&b'/');
+    let marks = matches!(rest, b"config" | b"ready");
+    layout(rest, kv.lease()).is_some() || (level && (kv.lease() != 0 || marks))
 }
 
 impl CounterBackend for EtcdCounter {

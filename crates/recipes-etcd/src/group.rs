@@ -6,9 +6,11 @@
 //! is a member (keys nested deeper belong to other names). A member
 //! leaves when its lease expires: within the TTL of a crash. A key
 //! `<name>/<lease hex>` (or `<lease hex>-<n>`) on that very lease is a
-//! lock's or election's contender, and `<name>/waiters/…`, `read/…`,
-//! `write/…` a double barrier's or read-write lock's: a group refuses such
-//! a name.
+//! lock's or election's contender, and `<name>/waiters/<k>`, `read/<k>`,
+//! `write/<k>`, where `<k>` is `<lease hex>-<n>` on that lease or Go's
+//! `<unix nanos>`, a double barrier's or read-write lock's: a group
+//! refuses such a name. Other keys there (a member of the group
+//! `<name>/read`) are other names'.
 //!
 //! A read opens a synced watch on the prefix `<name>/` first, then reads
 //! it: whatever changes after the read, the watch hears. The view's
@@ -31,7 +33,7 @@ use recipes_core::{Error, LossReason, Result};
 
 use crate::barrier::{Changes, Epoch, EtcdWaits};
 use crate::client::EtcdClient;
-use crate::names::{key_prefix, other_layout, validate_name};
+use crate::names::{is_contender, key_prefix, other_layout, validate_name};
 use crate::rpc::{from_etcd, header_revision, read_at, retrying_get, retrying_txn};
 use crate::session::Session;
 use crate::watch::Watch;
@@ -83,12 +85,45 @@ impl EtcdWaits {
 /// contender named after its own lease, a double barrier's or read-write
 /// lock's key.
 fn is_other_recipe(rest: &[u8], lease: i64) -> bool {
+    matches!(layout(rest, lease), Some(Layout::Contender | Layout::Queue))
+}
+
+/// What a key `<name>/<rest>` on `lease` is of a recipe on `<name>`, by
+/// its shape at exactly its depth (a key deeper, or of another shape,
+/// belongs to a name nested below).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Layout {
+    /// `<lease hex>` or `<lease hex>-<n>` on that very lease: a lock's or
+    /// an election's contender.
+    Contender,
+    /// `read/`, `write/` or `waiters/` then `<lease hex>-<n>` on that
+    /// lease, or Go's `<unix nanos>`: a read-write lock's or a double
+    /// barrier's entry.
+    Queue,
+    /// `locks/<lease hex>` or `leases/<lease hex>-<n>` on that lease: a
+    /// semaphore's internal mutex's contender or permit.
+    Semaphore,
+}
+
+/// See [`Layout`].
+pub(crate) fn layout(rest: &[u8], lease: i64) -> Option<Layout> {
+    let (dir, last) = match rest.iter().position(|&c| c == b'/') {
+        None => (None, rest),
+        Some(i) => (Some(&rest[..i]), &rest[i + 1..]),
+    };
     let own = format!("{lease:x}");
-    let contender = lease != 0
-        && rest.starts_with(own.as_bytes())
-        && (rest.len() == own.len() || rest[own.len()] == b'-');
-    let nested = ["waiters/", "read/", "write/"];
-    contender || nested.iter().any(|n| rest.starts_with(n.as_bytes()))
+    let after_lease = lease != 0 && last.starts_with(own.as_bytes());
+    // `<lease hex>` alone, or `<lease hex>-<n>` (a key named once).
+    let alone = after_lease && last.len() == own.len();
+    let once = after_lease && last.get(own.len()) == Some(&b'-') && is_contender("", last);
+    let go = !last.is_empty() && last.iter().all(u8::is_ascii_digit);
+    match dir {
+        None if alone || once => Some(Layout::Contender),
+        Some(b"read" | b"write" | b"waiters") if once || go => Some(Layout::Queue),
+        Some(b"locks") if alone => Some(Layout::Semaphore),
+        Some(b"leases") if once => Some(Layout::Semaphore),
+        _ => None,
+    }
 }
 
 /// Names our member: its session (lease) and key.
