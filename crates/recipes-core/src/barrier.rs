@@ -172,7 +172,9 @@ impl<B: BarrierStore + OnRuntime + fmt::Debug> fmt::Debug for Barrier<B> {
 
 /// A double barrier, as Curator's `DistributedDoubleBarrier`:
 /// [`enter`](DoubleBarrier::enter) blocks until `count` members entered,
-/// [`leave`](DoubleBarrierMember::leave) until every member left.
+/// [`leave`](DoubleBarrierMember::leave) until every member of its round
+/// left (a member that entered again since, in the next round, is not
+/// waited for).
 ///
 /// A member lives under its client's session. A member whose process dies
 /// leaves with its session: the others' `enter` goes on waiting until
@@ -275,7 +277,8 @@ impl<B: DoubleBarrierStore + OnRuntime> DoubleBarrierMember<B> {
             .expect("the member is present until left or dropped")
     }
 
-    /// Leave, waiting as long as it takes for every member to leave.
+    /// Leave, waiting as long as it takes for every member of our round to
+    /// leave.
     ///
     /// # Errors
     ///

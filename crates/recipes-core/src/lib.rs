@@ -152,7 +152,7 @@ pub mod store {
         check_lease, granted_ttl_hazard, margin, DeadlineTracker, CLOCK_DRIFT_PPM, DEFAULT_SLACK,
     };
     pub use crate::engine;
-    pub use crate::engine::gather::{BarrierStore, DoubleBarrierStore, Flag, Gathering};
+    pub use crate::engine::gather::{BarrierStore, DoubleBarrierStore, Flag, Gathering, Member};
     pub use crate::engine::group::GroupStore;
     pub use crate::engine::WaitStore;
     pub use crate::group::{check_member, id_taken};

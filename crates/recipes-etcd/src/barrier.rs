@@ -18,7 +18,9 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use etcd_client::{Compare, CompareOp, GetOptions, PutOptions, Txn, TxnOp};
-use recipes_core::store::engine::gather::{BarrierStore, DoubleBarrierStore, Flag, Gathering};
+use recipes_core::store::engine::gather::{
+    BarrierStore, DoubleBarrierStore, Flag, Gathering, Member,
+};
 use recipes_core::store::engine::WaitStore;
 use recipes_core::store::{check_count, LeaseEpoch, OnRuntime};
 use recipes_core::{Error, LossSignal, Result};
@@ -288,17 +290,17 @@ impl DoubleBarrierStore for EtcdWaits {
             set_at: kv.mod_revision(),
             version: kv.mod_revision(),
         });
-        let keys: Vec<Vec<u8>> = read_at(&resp, 1)?
-            .kvs()
-            .iter()
-            .map(|kv| kv.key().to_vec())
-            .collect();
+        let got = read_at(&resp, 1)?;
+        let under = got.kvs();
+        let keys: Vec<Vec<u8>> = under.iter().map(|kv| kv.key().to_vec()).collect();
         self.refuse_others(&keys, false)?;
         let waiters = self.waiters();
-        let members = keys
-            .iter()
-            .filter(|k| k.starts_with(waiters.as_bytes()))
-            .map(|k| String::from_utf8_lossy(k).into_owned())
+        let members = (under.iter())
+            .filter(|kv| kv.key().starts_with(waiters.as_bytes()))
+            .map(|kv| Member {
+                name: String::from_utf8_lossy(kv.key()).into_owned(),
+                created: Some(kv.create_revision()),
+            })
             .collect();
         Ok((Gathering { flag, members }, Changes(watch)))
     }

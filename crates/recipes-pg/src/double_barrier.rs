@@ -3,7 +3,7 @@
 
 use std::sync::Arc;
 
-use recipes_core::store::engine::gather::{DoubleBarrierStore, Flag, Gathering};
+use recipes_core::store::engine::gather::{DoubleBarrierStore, Flag, Gathering, Member};
 use recipes_core::store::Backoff;
 use recipes_core::Result;
 use tokio_postgres::types::Type;
@@ -97,14 +97,16 @@ impl DoubleBarrierStore for PgWaits {
     /// The flag and the live members in one statement (one snapshot).
     async fn read(&self, _epoch: &Epoch) -> Result<(Gathering, Changes)> {
         let heard = self.ear().await;
-        let sql = "SELECT n.kind, n.fence, \
-                     (SELECT coalesce(array_agg(q.entry::text ORDER BY q.seq), '{}') \
-                      FROM recipes.queue q JOIN recipes.sessions s ON s.id = q.session \
-                      WHERE q.name = $1 AND s.expires_at > clock_timestamp()), \
-                     (SELECT extract(epoch FROM min(s.expires_at) - clock_timestamp())::float8 \
-                      FROM recipes.queue q JOIN recipes.sessions s ON s.id = q.session \
-                      WHERE q.name = $1 AND s.expires_at > clock_timestamp()) \
-                   FROM recipes.names n WHERE n.name = $1";
+        // One aggregate over the live members: names and places agree.
+        let sql = "SELECT n.kind, n.fence, m.entries, m.places, m.left_s \
+                   FROM recipes.names n CROSS JOIN LATERAL ( \
+                     SELECT coalesce(array_agg(q.entry::text ORDER BY q.seq), '{}') AS entries, \
+                            coalesce(array_agg(q.seq ORDER BY q.seq), '{}') AS places, \
+                            extract(epoch FROM min(s.expires_at) - clock_timestamp())::float8 \
+                              AS left_s \
+                     FROM recipes.queue q JOIN recipes.sessions s ON s.id = q.session \
+                     WHERE q.name = $1 AND s.expires_at > clock_timestamp()) m \
+                   WHERE n.name = $1";
         let what = format!("read the double barrier {}", self.name);
         let row = self.on_name(&what, sql).await?.into_iter().next();
         let Some(row) = row else {
@@ -123,8 +125,14 @@ impl DoubleBarrierStore for PgWaits {
             set_at: fence,
             version: fence,
         });
-        let members: Vec<String> = row.get(2);
-        let left: Option<f64> = row.get(3);
+        let (names, places): (Vec<String>, Vec<i64>) = (row.get(2), row.get(3));
+        let members = (names.into_iter().zip(places))
+            .map(|(name, place)| Member {
+                name,
+                created: Some(place),
+            })
+            .collect();
+        let left: Option<f64> = row.get(4);
         Ok((Gathering { flag, members }, self.changes(heard, left)))
     }
 

@@ -7,7 +7,9 @@ use std::future::Future;
 use std::sync::Arc;
 use std::time::Duration;
 
-use recipes_core::store::engine::gather::{BarrierStore, DoubleBarrierStore, Flag, Gathering};
+use recipes_core::store::engine::gather::{
+    BarrierStore, DoubleBarrierStore, Flag, Gathering, Member,
+};
 use recipes_core::store::engine::{Nudge, WaitStore};
 use recipes_core::store::{check_count, quote, until_done, Backoff, LeaseEpoch, OnRuntime};
 use recipes_core::{Error, LossReason, LossSignal, Result};
@@ -281,7 +283,7 @@ impl DoubleBarrierStore for RedisWaits {
 
     async fn read(&self, _epoch: &Epoch) -> Result<(Gathering, Changes)> {
         let heard = self.ear().await;
-        let (_, least, flag, members, _) = self
+        let (_, least, flag, placed, _) = self
             .run(
                 "read the double barrier",
                 &scripts::READ,
@@ -293,6 +295,13 @@ impl DoubleBarrierStore for RedisWaits {
             set_at: flag,
             version: flag,
         });
+        // Each member followed by its place.
+        let members = (placed.chunks(2))
+            .map(|pair| Member {
+                name: pair[0].clone(),
+                created: pair.get(1).and_then(|at| at.parse().ok()),
+            })
+            .collect();
         Ok((Gathering { flag, members }, self.changes(heard, least)))
     }
 

@@ -133,14 +133,20 @@ return reply(1, place, ms, '')
 "#
 );
 
-// ARGV: ns, name → the flag and the live members.
+// ARGV: ns, name → the flag and the live members, each followed by its
+// place: {member, place, member, place, ...}.
 waits_script!(
     READ,
     " flags=allow-oom",
     r#"
 local ms, least = party('double')
 if not ms then return reply(-1, -1, {}, least) end
-return reply(0, least, ms, '')
+local placed = {}
+for _, m in ipairs(ms) do
+  placed[#placed + 1] = m
+  placed[#placed + 1] = redis.call('ZSCORE', qk, m)
+end
+return reply(0, least, placed, '')
 "#
 );
 

@@ -13,7 +13,9 @@ use std::future::Future;
 use std::sync::Arc;
 use std::time::Duration;
 
-use recipes_core::store::engine::gather::{BarrierStore, DoubleBarrierStore, Flag, Gathering};
+use recipes_core::store::engine::gather::{
+    BarrierStore, DoubleBarrierStore, Flag, Gathering, Member,
+};
 use recipes_core::store::engine::WaitStore;
 use recipes_core::store::{check_count, until_done, Backoff, OnRuntime, SessionLease};
 use recipes_core::{Error, LossSignal, Result};
@@ -290,7 +292,15 @@ impl DoubleBarrierStore for ZkWaits {
             Err(e) => return Err(read_error(&format!("list {}", self.path), e)),
         };
         self.refuse_others(&children, false)?;
-        let members = children.into_iter().filter(|c| c != READY).collect();
+        // A listing has names only: a member's creation (a read each) is
+        // asked by the engine where it needs it (`created`).
+        let members = (children.into_iter())
+            .filter(|c| c != READY)
+            .map(|name| Member {
+                name,
+                created: None,
+            })
+            .collect();
         let flag = stat.map(|s| Flag {
             set_at: s.mzxid,
             version: i64::from(s.version),
@@ -299,6 +309,14 @@ impl DoubleBarrierStore for ZkWaits {
             Gathering { flag, members },
             Watches(flag_watch, Some(members_watch)),
         ))
+    }
+
+    async fn created(&self, epoch: &Epoch, member: &str) -> Result<Option<i64>> {
+        let node = format!("{}/{member}", self.path);
+        match epoch.0.zk().check_stat(&node).await {
+            Ok(stat) => Ok(stat.map(|s| s.czxid)),
+            Err(e) => Err(read_error(&format!("read {node}"), e)),
+        }
     }
 
     async fn mark(&self, epoch: &Epoch, stale: Option<Flag>) -> Result<()> {

@@ -19,6 +19,7 @@
 
 pub mod barrier_faults;
 pub mod counter;
+pub mod double_barrier_rounds;
 pub mod election;
 pub mod errors;
 pub mod exclusion;
@@ -223,6 +224,7 @@ macro_rules! conformance_suite {
         $crate::on_shared!($kit, waits_a_tied_barrier_goes_with_its_setter, waits::a_tied_barrier_goes_with_its_setter);
         $crate::on_shared!($kit, waits_a_double_barrier_gathers_count_and_leaves_nothing, waits::a_double_barrier_gathers_count_and_leaves_nothing);
         $crate::on_shared!($kit, waits_bad_input_is_refused_and_leaves_nothing, waits::bad_input_is_refused_and_leaves_nothing);
+        $crate::on_shared!($kit, waits_double_barrier_back_to_back_rounds_never_hang, double_barrier_rounds::back_to_back_rounds_never_hang);
         $crate::on_shared!($kit, rw_readers_share_and_a_writer_is_alone, rw::readers_share_and_a_writer_is_alone);
         $crate::on_shared!($kit, rw_a_queued_writer_is_not_starved_by_readers, rw::a_queued_writer_is_not_starved_by_readers);
         $crate::on_shared!($kit, rw_downgrade_lets_readers_in_and_keeps_writers_out, rw::downgrade_lets_readers_in_and_keeps_writers_out);

@@ -5,7 +5,10 @@
 //!
 //! A double barrier's member is an entry in the store under the member's
 //! session, as Curator's (`<path>/<uuid>`) and etcd's
-//! (`<key>/waiters/<id>`) are; its flag `ready` is persistent. The rules:
+//! (`<key>/waiters/<id>`) are; its flag `ready` is persistent. Every
+//! store orders the members' creations and the flag's settings in one
+//! order (ZooKeeper's zxid, etcd's revision, a place of the name's own
+//! counter). The rules:
 //!
 //! - **enter** creates our member, then waits until the flag was set
 //!   *after* our member was created, or until `count` members are there —
@@ -14,12 +17,20 @@
 //!   passes before `count` members entered in its round. A timed-out,
 //!   failed or dropped enter removes our member. When our member vanishes
 //!   (our session ended) the enter starts over with a new one.
-//! - **leave** removes our member, then waits until no member is left,
-//!   and clears the flag if it is still the one it read. A member whose
-//!   process dies leaves with its session: the others' enter waits for
-//!   one more member (a smaller count gathered), their leave ends when
-//!   the session's entry goes.
+//! - **leave** removes our member, then waits until no member created
+//!   *before the flag* is left (none when no flag is set), and clears the
+//!   flag if nobody at all is left and it is still the one it read. The
+//!   members of our round were all created before the flag our round
+//!   passed, and that flag is the one read or an earlier one (a flag is
+//!   only cleared when nobody is in, and then our round is gone); a member
+//!   created after the flag has entered a later round and may wait in
+//!   enter for us to come back, so it is not waited for. A member created
+//!   before the flag passes enter as soon as it reads it, so a leave never
+//!   waits for one held in enter. A member whose process dies leaves with
+//!   its session: the others' enter waits for one more member (a smaller
+//!   count gathered), their leave ends when the session's entry goes.
 
+use std::collections::HashMap;
 use std::future::Future;
 
 use tokio::time::Instant;
@@ -61,8 +72,19 @@ pub struct Flag {
 pub struct Gathering {
     /// The flag, if there is one.
     pub flag: Option<Flag>,
-    /// The members' names, ours included if it is there.
-    pub members: Vec<String>,
+    /// The members, ours included if it is there.
+    pub members: Vec<Member>,
+}
+
+/// A member of a double barrier, as read.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Member {
+    /// Its name, as [`DoubleBarrierStore::is_ours`] takes it.
+    pub name: String,
+    /// When it was created, in [`Flag::set_at`]'s order; `None` when the
+    /// read does not give it (a ZooKeeper listing has names only):
+    /// [`DoubleBarrierStore::created`] reads it when it is needed.
+    pub created: Option<i64>,
 }
 
 /// A double barrier's verbs.
@@ -96,6 +118,29 @@ pub trait DoubleBarrierStore: WaitStore {
         &self,
         epoch: &Self::Epoch,
     ) -> impl Future<Output = Result<(Gathering, Self::Watch)>> + Send;
+
+    /// When `member` (a name [`read`](DoubleBarrierStore::read) listed
+    /// without [`Member::created`]) was created; `None` when it is gone.
+    /// Asked only of a store whose read leaves creations out; the default
+    /// says that the store's read gives them.
+    fn created(
+        &self,
+        epoch: &Self::Epoch,
+        member: &str,
+    ) -> impl Future<Output = Result<Option<i64>>> + Send {
+        let _ = epoch;
+        let what = format!(
+            "the double barrier {}: its store's read gave no creation for {member}",
+            self.name()
+        );
+        async move {
+            Err(crate::Error::Backend {
+                message: what,
+                retryable: false,
+                source: None,
+            })
+        }
+    }
 
     /// Set the flag (again, if `stale` is the one there).
     fn mark(
@@ -215,7 +260,7 @@ impl<'s, S: DoubleBarrierStore> Condition<S> for Entering<'s, S> {
         };
         let (seen, watch) = store.read(epoch).await?;
         let ticket = undo.ticket();
-        if !seen.members.iter().any(|m| S::is_ours(ticket, m)) {
+        if !seen.members.iter().any(|m| S::is_ours(ticket, &m.name)) {
             log::debug!("double barrier {}: our member vanished", store.name());
             if let Some((mut gone, _, _)) = self.ours.take() {
                 gone.run().await;
@@ -282,18 +327,44 @@ pub(super) fn retry_later(e: crate::Error) -> crate::Error {
     }
 }
 
-/// Leaving: our member removed, wait until none is left.
-struct Leaving;
+/// Leaving: our member removed, wait until no member created before the
+/// flag is left. Creations a store's read leaves out are asked once per
+/// member (kept here by name: a name is never used twice).
+#[derive(Default)]
+struct Leaving {
+    created: HashMap<String, Option<i64>>,
+}
+
+impl Leaving {
+    /// When `member` was created (`None`: gone), as read or asked.
+    async fn created<S: DoubleBarrierStore>(
+        &mut self,
+        store: &S,
+        epoch: &S::Epoch,
+        member: &Member,
+    ) -> Result<Option<i64>> {
+        if let Some(at) = member.created {
+            return Ok(Some(at));
+        }
+        if let Some(at) = self.created.get(&member.name) {
+            return Ok(*at);
+        }
+        let at = store.created(epoch, &member.name).await?;
+        self.created.insert(member.name.clone(), at);
+        Ok(at)
+    }
+}
 
 impl<S: DoubleBarrierStore> Condition<S> for Leaving {
     type Out = ();
 
     async fn check(&mut self, store: &S, epoch: &S::Epoch) -> Result<Check<(), S::Watch>> {
         let (seen, watch) = store.read(epoch).await?;
-        if !seen.members.is_empty() {
-            return Ok(Check::Wait(watch));
-        }
-        if let Some(flag) = seen.flag {
+        // No flag: it was cleared with nobody in, our round gone with them.
+        let Some(flag) = seen.flag else {
+            return Ok(Check::Holds(()));
+        };
+        if seen.members.is_empty() {
             // Tidying only: a flag left over never lets a later round
             // past early.
             if let Err(e) = store.unmark(epoch, flag).await {
@@ -302,7 +373,15 @@ impl<S: DoubleBarrierStore> Condition<S> for Leaving {
                     store.name()
                 );
             }
+            return Ok(Check::Holds(()));
         }
+        for member in &seen.members {
+            let created = self.created(store, epoch, member).await?;
+            if created.is_some_and(|at| at < flag.set_at) {
+                return Ok(Check::Wait(watch));
+            }
+        }
+        // Only members of a later round: they may wait in enter for us.
         Ok(Check::Holds(()))
     }
 }
@@ -322,5 +401,6 @@ pub async fn leave<S: DoubleBarrierStore>(
     // Removed from a task on the runtime: done even if this future is
     // dropped.
     Undo::new(Members(store), ticket).run().await;
-    Ok(wait_until(store, &mut Leaving, deadline).await?.is_some())
+    let mut leaving = Leaving::default();
+    Ok(wait_until(store, &mut leaving, deadline).await?.is_some())
 }

@@ -8,7 +8,7 @@ use std::time::Duration;
 
 use parking_lot::Mutex;
 
-use super::gather::{BarrierStore, DoubleBarrierStore, Flag, Gathering};
+use super::gather::{BarrierStore, DoubleBarrierStore, Flag, Gathering, Member};
 use super::sim_store::Rng;
 use super::wait::WaitStore;
 use crate::error::{Error, Result};
@@ -241,7 +241,12 @@ impl DoubleBarrierStore for Proc {
             return Err(Error::ConnectionLoss);
         }
         let st = self.sim.state.lock();
-        let members: Vec<String> = st.members.keys().cloned().collect();
+        let members: Vec<Member> = (st.members.iter())
+            .map(|(name, &(_, created))| Member {
+                name: name.clone(),
+                created: Some(created),
+            })
+            .collect();
         *self.last_seen.lock() = members.len();
         Ok((
             Gathering {
