@@ -33,9 +33,7 @@
 //!
 //! While the core is free nobody polls the IO driver or the timers: a
 //! keep-alive or a watch event waits at most [`LOOK`] + [`GRACE`], a task
-//! spawned from another thread at most [`GRACE`] (`Runtime::spawn` wakes
-//! the runtime thread, or has the driving caller wake it as it leaves; a
-//! backend's own spawn on the handle may wait for its look) (tokio's timers are
+//! spawned from another thread at most [`LOOK`] + [`GRACE`] (tokio's timers are
 //! themselves rounded up to the millisecond). The loss deadline never depends on it: it is fired by
 //! the process's deadline thread (`lease.rs`).
 
@@ -105,9 +103,6 @@ pub(super) struct Baton {
     /// The runtime thread sleeps until a leaving caller wakes it (else it
     /// wakes by itself within [`LOOK`]).
     untimed: AtomicBool,
-    /// A task was spawned while a caller drove: the caller may leave with
-    /// it still queued, so its leaving wakes the runtime thread.
-    spawned: AtomicBool,
     /// A caller asks the runtime thread to give the core up.
     wanted: Notify,
     /// The runtime thread is gone: a driving caller stops with `Closed`.
@@ -131,7 +126,6 @@ impl Baton {
             turned_at: AtomicU64::new(0),
             hops: AtomicUsize::new(0),
             untimed: AtomicBool::new(false),
-            spawned: AtomicBool::new(false),
             wanted: Notify::new(),
             closed: AtomicBool::new(false),
             closed_notify: Notify::new(),
@@ -169,25 +163,6 @@ impl Baton {
     pub(super) fn unpark_runtime_thread(&self) {
         if let Some(t) = self.runtime_thread.get() {
             t.unpark();
-        }
-    }
-
-    /// A task was spawned from outside the runtime: while the core is
-    /// free nobody would run it before the runtime thread's next look, so
-    /// wake that thread (it takes the core once the grace is over). A
-    /// driver, the runtime thread or a caller, runs it as it is.
-    pub(super) fn nudge(&self) {
-        match self.state.load(Ordering::SeqCst) {
-            FREE => self.unpark_runtime_thread(),
-            CALLER => {
-                // The caller's leaving reads `spawned` after its `FREE`:
-                // either it sees ours, or we see its `FREE` here.
-                self.spawned.store(true, Ordering::SeqCst);
-                if self.state.load(Ordering::SeqCst) != CALLER {
-                    self.unpark_runtime_thread();
-                }
-            }
-            _ => {}
         }
     }
 
@@ -399,8 +374,7 @@ impl Drop for Driving<'_> {
         // A call spawned while we drove waits for the runtime thread: wake
         // it now, not at its next look. (A call spawned after our `FREE`
         // wakes it itself: `Hop::spawned`.)
-        let spawned = b.spawned.swap(false, Ordering::SeqCst);
-        if spawned || b.untimed.load(Ordering::SeqCst) || b.hops.load(Ordering::SeqCst) > 0 {
+        if b.untimed.load(Ordering::SeqCst) || b.hops.load(Ordering::SeqCst) > 0 {
             b.unpark_runtime_thread();
         }
     }

@@ -387,9 +387,6 @@ impl Runtime {
             let _ticket = ticket;
             fut.await;
         });
-        // While nobody drives, the runtime thread takes the core within
-        // the grace, not at its next look.
-        self.inner.baton.nudge();
         true
     }
 
