@@ -12,8 +12,9 @@ use redis::Script;
 use crate::scripts::COMMON;
 
 /// The name's keys, and `party(want)`: the live members of role `want`
-/// (`barrier`: a tied setter, `double`: a double barrier's member) and
-/// the least TTL of their sessions, the dead swept (their going
+/// (`barrier`: a tied setter, `double`: a double barrier's member), the
+/// least TTL of their sessions and each member's place (its score in the
+/// queue, by the member's index), the dead swept (their going
 /// published); or `nil` and what else holds the name.
 const PARTY: &str = r#"
 local name = ARGV[2]
@@ -27,14 +28,17 @@ local function party(want)
   if redis.call('EXISTS', ns .. 'count:' .. name) == 1 then return nil, 'a shared counter' end
   if want == 'double' and redis.call('EXISTS', bk) == 1 then return nil, 'a barrier' end
   if want == 'barrier' and redis.call('EXISTS', fk) == 1 then return nil, 'a double barrier' end
-  local out, least = {}, -1
-  for _, m in ipairs(redis.call('ZRANGE', qk, 0, -1)) do
+  local out, least, at = {}, -1, {}
+  local placed = redis.call('ZRANGE', qk, 0, -1, 'WITHSCORES')
+  for i = 1, #placed, 2 do
+    local m = placed[i]
     local r = redis.call('HGET', rk, m)
     local t = redis.call('PTTL', sess(m))
     if r == want then
       if t == -2 then drop(name, '', m)
       else
         out[#out + 1] = m
+        at[#out] = placed[i + 1]
         if least < 0 or t < least then least = t end
       end
     elseif t ~= -2 or redis.call('GET', ns .. 'lock:' .. name) == m then
@@ -44,7 +48,7 @@ local function party(want)
       return nil, 'a lock or election'
     end
   end
-  return out, least
+  return out, least, at
 end
 local function join(m, role, place)
   redis.call('ZADD', qk, place, m)
@@ -139,12 +143,12 @@ waits_script!(
     READ,
     " flags=allow-oom",
     r#"
-local ms, least = party('double')
+local ms, least, at = party('double')
 if not ms then return reply(-1, -1, {}, least) end
 local placed = {}
-for _, m in ipairs(ms) do
+for i, m in ipairs(ms) do
   placed[#placed + 1] = m
-  placed[#placed + 1] = redis.call('ZSCORE', qk, m)
+  placed[#placed + 1] = at[i]
 end
 return reply(0, least, placed, '')
 "#
