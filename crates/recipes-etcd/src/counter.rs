@@ -12,7 +12,10 @@
 //! A wait reads the key, then watches it from the revision of that read
 //! (etcd's history: no write after the read goes unheard).
 
+use std::sync::Arc;
+
 use etcd_client::{Compare, CompareOp, GetOptions, Txn, TxnOp};
+use parking_lot::Mutex;
 use recipes_core::store::{CounterBackend, SetIf};
 use recipes_core::{CounterKind, Error, Result, Versioned};
 
@@ -30,6 +33,11 @@ pub struct EtcdCounter {
     name: String,
     kind: CounterKind,
     waits: EtcdWaits,
+    /// The version and the revision of this object's last read that found
+    /// no other recipe's keys under the name: a write at that version
+    /// guards against keys created since that revision, with no read of
+    /// its own.
+    checked: Arc<Mutex<Option<(u64, i64)>>>,
 }
 
 impl EtcdCounter {
@@ -44,6 +52,7 @@ impl EtcdCounter {
             client: client.clone(),
             name: name.to_owned(),
             kind,
+            checked: Arc::default(),
         })
     }
 
@@ -88,6 +97,14 @@ impl EtcdCounter {
         })
     }
 
+    /// [`decode`](Self::decode), and the revision read at, kept as
+    /// [`checked`](Self::checked).
+    fn decode_checked(&self, resp: &etcd_client::TxnResponse) -> Result<(Versioned, i64)> {
+        let (now, rev) = (self.decode(resp)?, header_revision(resp)?);
+        *self.checked.lock() = Some((now.version, rev));
+        Ok((now, rev))
+    }
+
     /// The value, and the revision it was read at.
     async fn read(
         &self,
@@ -97,7 +114,7 @@ impl EtcdCounter {
         let txn = Txn::new().and_then(self.reads());
         let what = format!("read the counter {}", self.name);
         let resp = retrying_txn(etcd, &what, timeout, &txn).await?;
-        Ok((self.decode(&resp)?, header_revision(&resp)?))
+        self.decode_checked(&resp)
     }
 
     fn reads(&self) -> [TxnOp; 2] {
@@ -117,10 +134,18 @@ impl EtcdCounter {
             .read_with(what, move |etcd, timeout| async move {
                 let name = me.name.as_str();
                 let prefix = key_prefix(name);
-                // The layout as of `checked`: refused, or clear of others.
-                let (mut now, mut checked) = me.read(&etcd, timeout).await?;
+                // The layout as of `checked`: refused, or clear of others
+                // (the last read's, when it saw this version: no read).
+                let last = *me.checked.lock();
+                let (mut now, mut checked) = match last {
+                    Some((seen, rev)) if seen == version => (None, rev),
+                    _ => {
+                        let (now, rev) = me.read(&etcd, timeout).await?;
+                        (Some(now), rev)
+                    }
+                };
                 loop {
-                    if now.version != version {
+                    if let Some(now) = now.filter(|n| n.version != version) {
                         return Ok(SetIf::Conflict(Some(now)));
                     }
                     let since = checked.saturating_add(1);
@@ -145,8 +170,8 @@ impl EtcdCounter {
                     }
                     // A key created under the name since: refused if another
                     // recipe's, else tried again on this read.
-                    now = me.decode(&resp)?;
-                    checked = header_revision(&resp)?;
+                    let (read, rev) = me.decode_checked(&resp)?;
+                    (now, checked) = (Some(read), rev);
                 }
             })
     }
