@@ -184,6 +184,41 @@ pub fn a_taken_id_is_refused_and_changes_nothing<K: Kit>(kit: &K) {
     assert!(kit.entries_under(&name).is_empty(), "nothing left");
 }
 
+/// A client of `kit` through a proxy (TTL 6 s, RPC timeout [`CUT_RPC`]),
+/// a reader, and a fresh group name with `tag`; `None` without groups.
+fn through_proxy<K: Kit>(
+    kit: &K,
+    tag: &str,
+) -> Option<(K::Client, K::Client, String, integration::Proxy)> {
+    let reader = client(kit);
+    if !has_groups(&reader) {
+        return None;
+    }
+    let proxy = integration::Proxy::start(kit.server_addr());
+    let c = kit
+        .connect_via(proxy.addr(), Duration::from_secs(6), CUT_RPC)
+        .expect("connect");
+    Some((reader, c, name(tag), proxy))
+}
+
+/// The RPC timeout of [`through_proxy`]'s client.
+const CUT_RPC: Duration = Duration::from_secs(1);
+
+/// A join of "w" through `c` with `proxy` cut off is refused as taken,
+/// and at once: nothing was sent (a request would wait out [`CUT_RPC`]).
+fn refused_at_once<C: Client>(c: &C, name: &str, proxy: &integration::Proxy, what: &str) {
+    proxy.blackhole();
+    let started = std::time::Instant::now();
+    let why = invalid(what, c.group(name).unwrap().join("w", b"second"));
+    let took = started.elapsed();
+    proxy.restore();
+    assert!(why.contains("already in the group"), "{why}");
+    assert!(
+        took < scale(CUT_RPC / 2),
+        "refused after {took:?}: it waited on the store"
+    );
+}
+
 /// A join of an id that a membership of the same client holds is refused
 /// before anything is sent (the store cannot tell two memberships of one
 /// session apart: a retry after a failure before the create went out
@@ -191,25 +226,11 @@ pub fn a_taken_id_is_refused_and_changes_nothing<K: Kit>(kit: &K) {
 /// connection cut off, the held member untouched. Once that membership
 /// is gone, the client may join with the id again.
 pub fn our_own_held_id_is_refused_before_anything_is_sent<K: Kit>(kit: &K) {
-    let reader = client(kit);
-    if !has_groups(&reader) {
+    let Some((reader, c, name, proxy)) = through_proxy(kit, "group-own-id") else {
         return;
-    }
-    let name = name("group-own-id");
-    let (ttl, rpc) = (Duration::from_secs(6), Duration::from_secs(1));
-    let proxy = integration::Proxy::start(kit.server_addr());
-    let c = kit.connect_via(proxy.addr(), ttl, rpc).expect("connect");
+    };
     let held = c.group(&name).unwrap().join("w", b"first").unwrap();
-    proxy.blackhole();
-    let started = std::time::Instant::now();
-    let why = invalid("our own id", c.group(&name).unwrap().join("w", b"second"));
-    let took = started.elapsed();
-    proxy.restore();
-    assert!(why.contains("already in the group"), "{why}");
-    assert!(
-        took < scale(rpc / 2),
-        "refused after {took:?}: it waited on the store"
-    );
+    refused_at_once(&c, &name, &proxy, "our own id");
     assert!(!held.is_lost(), "the held member is untouched");
     let view = reader.group(&name).unwrap().members().unwrap();
     assert_eq!(ids(&view), ["w"]);
@@ -225,40 +246,19 @@ pub fn our_own_held_id_is_refused_before_anything_is_sent<K: Kit>(kit: &K) {
 /// cut off, the removal pending) is refused at once rather than sent,
 /// and once the removal is done the id is the client's to join again.
 pub fn a_dropped_members_id_stays_claimed_until_its_removal_ended<K: Kit>(kit: &K) {
-    let reader = client(kit);
-    if !has_groups(&reader) {
+    let Some((reader, c, name, proxy)) = through_proxy(kit, "group-dropped-id") else {
         return;
-    }
-    let name = name("group-dropped-id");
-    let (ttl, rpc) = (Duration::from_secs(6), Duration::from_secs(1));
-    let proxy = integration::Proxy::start(kit.server_addr());
-    let c = kit.connect_via(proxy.addr(), ttl, rpc).expect("connect");
+    };
     let held = c.group(&name).unwrap().join("w", b"first").unwrap();
     proxy.blackhole();
     drop(held);
-    let started = std::time::Instant::now();
-    let why = invalid(
-        "a dropped member's id",
-        c.group(&name).unwrap().join("w", b"x"),
-    );
-    let took = started.elapsed();
-    proxy.restore();
-    assert!(why.contains("already in the group"), "{why}");
-    assert!(
-        took < scale(rpc / 2),
-        "refused after {took:?}: it waited on the store"
-    );
+    refused_at_once(&c, &name, &proxy, "a dropped member's id");
     wait_until("the dropped member removed", scale(TTL), || {
-        reader
-            .group(&name)
-            .unwrap()
-            .members()
-            .unwrap()
-            .members
-            .is_empty()
+        let view = reader.group(&name).unwrap().members().unwrap();
+        view.members.is_empty()
     });
     let mut again = None;
-    wait_until("the id free again", scale(rpc * 4), || {
+    wait_until("the id free again", scale(CUT_RPC * 4), || {
         again = c.group(&name).unwrap().join("w", b"again").ok();
         again.is_some()
     });
